@@ -1,0 +1,120 @@
+/// A place in a user's file: 1-based line and column.
+public struct SourceLocation: Hashable, Sendable, Codable, CustomStringConvertible {
+    public var file: String
+    public var line: Int
+    public var column: Int
+
+    public init(file: String, line: Int, column: Int) {
+        self.file = file
+        self.line = line
+        self.column = column
+    }
+
+    public var description: String { "\(file):\(line):\(column)" }
+}
+
+/// A problem in the user's input, reported with where it is and what to do about it.
+public struct Diagnostic: Hashable, Sendable, Codable, CustomStringConvertible {
+    public enum Severity: String, Sendable, Codable, Comparable {
+        case note, warning, error
+
+        private var rank: Int {
+            switch self {
+            case .note: 0
+            case .warning: 1
+            case .error: 2
+            }
+        }
+
+        public static func < (lhs: Severity, rhs: Severity) -> Bool { lhs.rank < rhs.rank }
+    }
+
+    public var severity: Severity
+    public var message: String
+    public var location: SourceLocation?
+
+    public init(_ severity: Severity, _ message: String, at location: SourceLocation? = nil) {
+        self.severity = severity
+        self.message = message
+        self.location = location
+    }
+
+    public static func error(_ message: String, at location: SourceLocation? = nil) -> Diagnostic {
+        Diagnostic(.error, message, at: location)
+    }
+
+    public static func warning(_ message: String, at location: SourceLocation? = nil) -> Diagnostic {
+        Diagnostic(.warning, message, at: location)
+    }
+
+    /// `file:line:col: error: message`, the form editors and CI annotators understand.
+    public var description: String {
+        if let location {
+            return "\(location): \(severity.rawValue): \(message)"
+        }
+        return "\(severity.rawValue): \(message)"
+    }
+}
+
+/// Thrown when diagnostics with errors stop the work; carries all of them.
+public struct DiagnosticsError: Error, CustomStringConvertible {
+    public var diagnostics: [Diagnostic]
+
+    public init(_ diagnostics: [Diagnostic]) { self.diagnostics = diagnostics }
+
+    public var description: String {
+        diagnostics.map(\.description).joined(separator: "\n")
+    }
+}
+
+extension Array where Element == Diagnostic {
+    public var hasErrors: Bool { contains { $0.severity == .error } }
+    public var errorCount: Int { filter { $0.severity == .error }.count }
+
+    /// Sorted by file, line, column; diagnostics without a place go last.
+    public func sortedByLocation() -> [Diagnostic] {
+        enumerated().sorted { a, b in
+            switch (a.element.location, b.element.location) {
+            case let (l?, r?):
+                if l.file != r.file { return l.file < r.file }
+                if l.line != r.line { return l.line < r.line }
+                if l.column != r.column { return l.column < r.column }
+                return a.offset < b.offset
+            case (nil, .some): return false
+            case (.some, nil): return true
+            case (nil, nil): return a.offset < b.offset
+            }
+        }.map(\.element)
+    }
+}
+
+/// Edit distance, for "did you mean" suggestions.
+func levenshtein(_ a: String, _ b: String) -> Int {
+    let a = Array(a.unicodeScalars)
+    let b = Array(b.unicodeScalars)
+    if a.isEmpty { return b.count }
+    if b.isEmpty { return a.count }
+    var previous = Array(0...b.count)
+    var current = [Int](repeating: 0, count: b.count + 1)
+    for i in 1...a.count {
+        current[0] = i
+        for j in 1...b.count {
+            let cost = a[i - 1] == b[j - 1] ? 0 : 1
+            current[j] = Swift.min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost)
+        }
+        swap(&previous, &current)
+    }
+    return previous[b.count]
+}
+
+/// The candidate closest to `word`, if it is close enough to be a likely typo.
+func nearest(_ word: String, in candidates: some Sequence<String>) -> String? {
+    var best: (String, Int)?
+    for candidate in candidates {
+        let distance = levenshtein(word.lowercased(), candidate.lowercased())
+        if distance <= Swift.max(2, candidate.count / 3), distance < (best?.1 ?? Int.max) {
+            best = (candidate, distance)
+        }
+    }
+    return best?.0
+}

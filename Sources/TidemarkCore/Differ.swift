@@ -1,0 +1,177 @@
+/// Computes the operations that take state to the desired memberships.
+///
+/// Pure: the same desired state and state give the same operations, in the same order.
+public struct Differ: Sendable {
+    public var batchSize: Int
+
+    public init(batchSize: Int = FCMLimits.maxBatchTokens) {
+        self.batchSize = batchSize
+    }
+
+    public struct Result: Sendable {
+        public var operations: [PlannedOperation]
+        public var topics: [TopicChange]
+        public var groups: [GroupChange]
+        public var diagnostics: [Diagnostic]
+    }
+
+    public func diff(desired: DesiredState, state: State) -> Result {
+        var unsubscribes: [PlannedOperation] = []
+        var subscribes: [PlannedOperation] = []
+        var topicChanges: [TopicChange] = []
+        var diagnostics: [Diagnostic] = []
+        var addsPerToken: [(topic: String, ids: TokenSet)] = []
+        var removesPerToken: [TokenSet] = []
+        var declared = Set<String>()
+
+        for spec in desired.topics {
+            declared.insert(spec.name)
+            let current = state.topics[spec.name] ?? TopicState()
+            let live = spec.members.subtracting(state.dead)
+            let add = live.subtracting(current.observed)
+            let remove: TokenSet
+            var notes: [String] = []
+            switch spec.mode {
+            case .additive:
+                remove = current.managed.subtracting(spec.members).intersection(current.observed).subtracting(state.dead)
+            case .authoritative:
+                remove = current.observed.subtracting(spec.members).subtracting(state.dead)
+                notes.append("authoritative over devices tidemark knows; devices it has never seen are not visible to FCM reads and are not touched")
+            }
+            let deadDeclared = spec.members.intersection(state.dead)
+            if !deadDeclared.isEmpty {
+                notes.append("\(deadDeclared.count) declared token(s) are unregistered in FCM and are skipped")
+            }
+            unsubscribes += batches(.unsubscribe, spec.name, remove, state.tokens)
+            subscribes += batches(.subscribe, spec.name, add, state.tokens)
+            addsPerToken.append((spec.name, add))
+            removesPerToken.append(remove)
+            if !add.isEmpty || !remove.isEmpty || !deadDeclared.isEmpty {
+                topicChanges.append(TopicChange(topic: spec.name, mode: spec.mode, subscribe: add.count,
+                    unsubscribe: remove.count, removedFromManifests: false, notes: notes))
+            }
+        }
+        for name in state.topics.keys.sorted() where !declared.contains(name) {
+            let current = state.topics[name]!
+            let remove = current.managed.intersection(current.observed).subtracting(state.dead)
+            guard !remove.isEmpty else { continue }
+            unsubscribes += batches(.unsubscribe, name, remove, state.tokens)
+            removesPerToken.append(remove)
+            topicChanges.append(TopicChange(topic: name, mode: current.mode, subscribe: 0, unsubscribe: remove.count,
+                removedFromManifests: true,
+                notes: ["no longer in the manifests: tidemark removes the memberships it made"]))
+        }
+        diagnostics += checkTopicCap(state: state, adds: addsPerToken, removes: removesPerToken)
+        let (groupOps, groupChanges, groupDiagnostics) = diffGroups(desired: desired, state: state)
+        diagnostics += groupDiagnostics
+        return Result(operations: unsubscribes + subscribes + groupOps, topics: topicChanges, groups: groupChanges,
+            diagnostics: diagnostics)
+    }
+
+    /// Splits `ids` into requests of at most `batchSize` tokens, sorted so plans are stable across machines.
+    func batches(_ kind: PlannedOperation.Kind, _ topic: String, _ ids: TokenSet, _ table: TokenTable)
+        -> [PlannedOperation]
+    {
+        guard !ids.isEmpty else { return [] }
+        let tokens = ids.map { table[$0] }.sorted()
+        return stride(from: 0, to: tokens.count, by: batchSize).map { start in
+            PlannedOperation(kind: kind, target: topic, tokens: Array(tokens[start..<min(start + batchSize, tokens.count)]))
+        }
+    }
+
+    /// Every device must stay within FCM's 2000 topics after the plan: observed − removed + added.
+    func checkTopicCap(state: State, adds: [(topic: String, ids: TokenSet)], removes: [TokenSet]) -> [Diagnostic] {
+        var counts = state.observedTopicCounts().map { Int32($0) }
+        if counts.count < state.tokens.count {
+            counts.append(contentsOf: repeatElement(0, count: state.tokens.count - counts.count))
+        }
+        for set in removes { for id in set { counts[Int(id)] -= 1 } }
+        for entry in adds { for id in entry.ids { counts[Int(id)] += 1 } }
+        var diagnostics: [Diagnostic] = []
+        var over = 0
+        for (id, count) in counts.enumerated() where Int(count) > FCMLimits.maxTopicsPerToken {
+            over += 1
+            if over <= 10 {
+                diagnostics.append(.error("token \(Redaction.redact(state.tokens[UInt32(id)])) would hold \(count) topics after this plan (FCM allows \(FCMLimits.maxTopicsPerToken)); it is subscribed to topics tidemark does not manage. Remove it from some topics first."))
+            }
+        }
+        if over > 10 { diagnostics.append(.error("\(over - 10) more tokens would pass \(FCMLimits.maxTopicsPerToken) topics.")) }
+        return diagnostics
+    }
+
+    private func diffGroups(desired: DesiredState, state: State) -> ([PlannedOperation], [GroupChange], [Diagnostic]) {
+        var operations: [PlannedOperation] = []
+        var changes: [GroupChange] = []
+        var diagnostics: [Diagnostic] = []
+        var declared = Set<String>()
+        for spec in desired.groups {
+            declared.insert(spec.name)
+            let live = spec.members.subtracting(state.dead)
+            let names = { (set: TokenSet) in set.map { state.tokens[$0] }.sorted() }
+            guard let current = state.groups[spec.name], current.key != nil else {
+                guard !live.isEmpty else {
+                    diagnostics.append(.warning("device group '\(spec.name)' has no registered members; it is not created.", at: spec.location))
+                    continue
+                }
+                operations.append(PlannedOperation(kind: .groupCreate, target: spec.name, tokens: names(live)))
+                changes.append(GroupChange(group: spec.name, action: .create, add: live.count, remove: 0, notes: []))
+                continue
+            }
+            if current.members.isEmpty {
+                // Known to exist (found by key look-up) but never managed: members are invisible, add ours.
+                operations.append(PlannedOperation(kind: .groupAdd, target: spec.name, tokens: names(live)))
+                changes.append(GroupChange(group: spec.name, action: .adopt, add: live.count, remove: 0,
+                    notes: ["the group exists in FCM but not in state; its other members cannot be read and are kept"]))
+                continue
+            }
+            let add = live.subtracting(current.members)
+            let remove = current.members.subtracting(spec.members)
+            guard !add.isEmpty || !remove.isEmpty else { continue }
+            let steps = Self.groupSteps(current: current.members, add: add, remove: remove)
+            for (kind, ids) in steps {
+                operations.append(PlannedOperation(kind: kind, target: spec.name, tokens: names(ids)))
+            }
+            changes.append(GroupChange(group: spec.name, action: .update, add: add.count, remove: remove.count, notes: []))
+        }
+        for name in state.groups.keys.sorted() where !declared.contains(name) {
+            let current = state.groups[name]!
+            guard current.key != nil, !current.members.isEmpty else { continue }
+            operations.append(PlannedOperation(kind: .groupRemove, target: name,
+                tokens: current.members.map { state.tokens[$0] }.sorted()))
+            changes.append(GroupChange(group: name, action: .delete, add: 0, remove: current.members.count,
+                notes: ["no longer in the manifests: all members are removed, which deletes the group in FCM"]))
+        }
+        return (operations, changes, diagnostics)
+    }
+
+    /// Orders add and remove calls so a group never passes 20 members and is never emptied (which would delete it).
+    static func groupSteps(current: TokenSet, add: TokenSet, remove: TokenSet)
+        -> [(PlannedOperation.Kind, TokenSet)]
+    {
+        var steps: [(PlannedOperation.Kind, TokenSet)] = []
+        func push(_ kind: PlannedOperation.Kind, _ set: TokenSet) { if !set.isEmpty { steps.append((kind, set)) } }
+        let limit = FCMLimits.maxGroupMembers
+        if current.count + add.count <= limit {
+            push(.groupAdd, add)
+            push(.groupRemove, remove)
+        } else if current.count - remove.count >= 1 {
+            push(.groupRemove, remove)
+            push(.groupAdd, add)
+        } else {
+            // Every member is replaced and both sets together exceed the cap: keep one old member
+            // while the new ones arrive; if even that is one too many, hold back one new member.
+            let keep = TokenSet(sorted: [remove.ids[0]])
+            push(.groupRemove, remove.subtracting(keep))
+            if 1 + add.count <= limit {
+                push(.groupAdd, add)
+                push(.groupRemove, keep)
+            } else {
+                let last = TokenSet(sorted: [add.ids[add.count - 1]])
+                push(.groupAdd, add.subtracting(last))
+                push(.groupRemove, keep)
+                push(.groupAdd, last)
+            }
+        }
+        return steps
+    }
+}

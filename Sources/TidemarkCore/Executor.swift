@@ -1,0 +1,235 @@
+/// Receives each finished operation, in completion order; the state store journals it durably.
+public protocol ApplyRecorder: Sendable {
+    func completed(index: Int, operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?) async throws
+}
+
+/// Progress of an apply, for bars and log lines.
+public struct ExecutionProgress: Sendable {
+    public var operationsDone: Int
+    public var operationsTotal: Int
+    public var tokensDone: Int
+    public var tokensTotal: Int
+}
+
+/// A token that an operation could not change, and why.
+public struct TokenFailure: Sendable, Equatable, Codable {
+    public var operation: Int
+    public var kind: PlannedOperation.Kind
+    public var target: String
+    public var token: String
+    public var error: TokenError
+}
+
+/// What an apply did.
+public struct ExecutionReport: Sendable {
+    public var operationsRun = 0
+    public var requests = 0
+    public var tokensChanged = 0
+    public var failures: [TokenFailure] = []
+
+    public init() {}
+}
+
+/// Runs planned operations against a backend with bounded concurrency.
+///
+/// Removals run before additions so no device passes 2000 topics; group calls run in order per group.
+/// Retryable per-token errors are retried for those tokens only; others are reported and the run goes on.
+public struct Executor: Sendable {
+    public var backend: any Backend
+    public var recorder: any ApplyRecorder
+    public var parallelism: Int
+    public var maxAttempts: Int
+    /// Waits before a retry; attempt numbers start at 1. Injected so tests need not sleep.
+    public var backoff: @Sendable (Int) async throws -> Void
+    public var progress: (@Sendable (ExecutionProgress) -> Void)?
+
+    public init(backend: any Backend, recorder: any ApplyRecorder, parallelism: Int = 8, maxAttempts: Int = 5,
+        backoff: @escaping @Sendable (Int) async throws -> Void = Executor.exponentialBackoff,
+        progress: (@Sendable (ExecutionProgress) -> Void)? = nil)
+    {
+        self.backend = backend
+        self.recorder = recorder
+        self.parallelism = max(1, parallelism)
+        self.maxAttempts = max(1, maxAttempts)
+        self.backoff = backoff
+        self.progress = progress
+    }
+
+    @Sendable public static func exponentialBackoff(_ attempt: Int) async throws {
+        let millis = min(5_000, 100 << min(attempt, 6))
+        try await Task.sleep(for: .milliseconds(Int.random(in: 0...millis)))
+    }
+
+    /// Runs `operations` except those whose index is in `done`; `groupKeys` are the keys state knows.
+    public func run(_ operations: [PlannedOperation], done: Set<Int> = [], groupKeys: [String: String] = [:])
+        async throws -> ExecutionReport
+    {
+        var report = ExecutionReport()
+        let pending = operations.indices.filter { !done.contains($0) }
+        var tracker = Tracker(total: operations.count, tokensTotal: operations.reduce(0) { $0 + $1.tokens.count })
+        for index in operations.indices where done.contains(index) { tracker.add(operations[index]) }
+        let unsubscribes = pending.filter { operations[$0].kind == .unsubscribe }.map { [$0] }
+        let subscribes = pending.filter { operations[$0].kind == .subscribe }.map { [$0] }
+        var groupSequences: [String: [Int]] = [:]
+        var groupOrder: [String] = []
+        for index in pending where operations[index].kind.isGroup {
+            let name = operations[index].target
+            if groupSequences[name] == nil { groupOrder.append(name) }
+            groupSequences[name, default: []].append(index)
+        }
+        for phase in [unsubscribes, subscribes, groupOrder.map { groupSequences[$0]! }] where !phase.isEmpty {
+            try await runPhase(phase, operations, groupKeys: groupKeys, &report, &tracker)
+        }
+        return report
+    }
+
+    private struct Tracker {
+        var total: Int
+        var tokensTotal: Int
+        var operationsDone = 0
+        var tokensDone = 0
+
+        mutating func add(_ op: PlannedOperation) {
+            operationsDone += 1
+            tokensDone += op.tokens.count
+        }
+
+        var snapshot: ExecutionProgress {
+            ExecutionProgress(operationsDone: operationsDone, operationsTotal: total, tokensDone: tokensDone,
+                tokensTotal: tokensTotal)
+        }
+    }
+
+    private struct Finished: Sendable {
+        var index: Int
+        var outcomes: [TokenOutcome]
+        var groupKey: String?
+        var requests: Int
+    }
+
+    /// Runs sequences of operations, sequences in parallel; each sequence's operations one after another.
+    private func runPhase(_ sequences: [[Int]], _ operations: [PlannedOperation], groupKeys: [String: String],
+        _ report: inout ExecutionReport, _ tracker: inout Tracker) async throws
+    {
+        try await withThrowingTaskGroup(of: [Finished].self) { group in
+            var next = 0
+            func launch() {
+                guard next < sequences.count else { return }
+                let sequence = sequences[next]
+                next += 1
+                group.addTask {
+                    var finished: [Finished] = []
+                    var key = groupKeys[operations[sequence[0]].target]
+                    for index in sequence {
+                        let result = try await perform(operations[index], key: key)
+                        key = result.groupKey ?? key
+                        finished.append(Finished(index: index, outcomes: result.outcomes, groupKey: result.groupKey,
+                            requests: result.requests))
+                    }
+                    return finished
+                }
+            }
+            for _ in 0..<parallelism { launch() }
+            while let results = try await group.next() {
+                for result in results {
+                    let op = operations[result.index]
+                    try await recorder.completed(index: result.index, operation: op, outcomes: result.outcomes,
+                        groupKey: result.groupKey)
+                    report.operationsRun += 1
+                    report.requests += result.requests
+                    for (token, outcome) in zip(op.tokens, result.outcomes) {
+                        switch outcome {
+                        case .ok: report.tokensChanged += 1
+                        case .failed(let error):
+                            report.failures.append(TokenFailure(operation: result.index, kind: op.kind, target: op.target,
+                                token: token, error: error))
+                        }
+                    }
+                    tracker.add(op)
+                    progress?(tracker.snapshot)
+                }
+                launch()
+            }
+        }
+    }
+
+    private func perform(_ op: PlannedOperation, key: String?) async throws -> (outcomes: [TokenOutcome], groupKey: String?, requests: Int) {
+        switch op.kind {
+        case .subscribe, .unsubscribe:
+            var outcomes = [TokenOutcome](repeating: .failed(.internalError), count: op.tokens.count)
+            var remaining = Array(op.tokens.indices)
+            var requests = 0
+            for attempt in 1...maxAttempts {
+                let tokens = remaining.map { op.tokens[$0] }
+                let answers = try await withRetries {
+                    op.kind == .subscribe
+                        ? try await backend.subscribe(topic: op.target, tokens: tokens)
+                        : try await backend.unsubscribe(topic: op.target, tokens: tokens)
+                }
+                requests += 1
+                var retry: [Int] = []
+                for (position, answer) in zip(remaining, answers) {
+                    outcomes[position] = answer
+                    if case .failed(let error) = answer, error.isRetryable { retry.append(position) }
+                }
+                remaining = retry
+                if remaining.isEmpty || attempt == maxAttempts { break }
+                try await backoff(attempt)
+            }
+            return (outcomes, nil, requests)
+        case .groupCreate:
+            do {
+                let key = try await withRetries { try await backend.createGroup(name: op.target, tokens: op.tokens) }
+                return (op.tokens.map { _ in .ok }, key, 1)
+            } catch let error as GroupError where error.kind == .alreadyExists {
+                // Created by an earlier, interrupted apply or by someone else: adopt it by its key.
+                guard let existing = try await backend.groupKey(name: op.target) else { throw error }
+                let key = try await backend.addToGroup(name: op.target, key: existing, tokens: op.tokens)
+                return (op.tokens.map { _ in .ok }, key, 3)
+            }
+        case .groupAdd:
+            let current: String?
+            if let key { current = key } else { current = try await backend.groupKey(name: op.target) }
+            guard let current else {
+                let created = try await backend.createGroup(name: op.target, tokens: op.tokens)
+                return (op.tokens.map { _ in .ok }, created, 2)
+            }
+            do {
+                let newKey = try await withRetries { try await backend.addToGroup(name: op.target, key: current, tokens: op.tokens) }
+                return (op.tokens.map { _ in .ok }, newKey, 1)
+            } catch let error as GroupError where error.kind == .notFound {
+                // The group vanished (every member left); create it anew with these members.
+                let created = try await backend.createGroup(name: op.target, tokens: op.tokens)
+                return (op.tokens.map { _ in .ok }, created, 2)
+            }
+        case .groupRemove:
+            let current: String?
+            if let key { current = key } else { current = try await backend.groupKey(name: op.target) }
+            guard let current else { return (op.tokens.map { _ in .ok }, nil, 1) }
+            do {
+                try await withRetries { try await backend.removeFromGroup(name: op.target, key: current, tokens: op.tokens) }
+            } catch let error as GroupError where error.kind == .notFound {
+                // Already gone: removing members of a deleted group is done.
+            }
+            return (op.tokens.map { _ in .ok }, nil, 1)
+        }
+    }
+
+    /// Retries a whole call that failed with a transient error (anything but a `GroupError`).
+    private func withRetries<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        var attempt = 1
+        while true {
+            do {
+                return try await body()
+            } catch let error as GroupError {
+                throw error
+            } catch is CancellationError {
+                throw CancellationError()
+            } catch {
+                if attempt >= maxAttempts { throw error }
+                try await backoff(attempt)
+                attempt += 1
+            }
+        }
+    }
+}

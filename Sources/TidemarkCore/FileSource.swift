@@ -1,0 +1,48 @@
+import Foundation
+
+/// Read-only file access for the pure core; the CLI passes the real disk, tests an in-memory twin.
+public protocol FileSource: Sendable {
+    /// The bytes of a file, by path relative to the manifests directory or absolute.
+    func read(_ path: String) throws -> Data
+    /// The names of the entries of a directory (not recursive).
+    func list(_ directory: String) throws -> [String]
+    /// How to show `path` to a person (for example with the manifests directory in front).
+    func displayPath(_ path: String) -> String
+}
+
+extension FileSource {
+    public func displayPath(_ path: String) -> String { path }
+}
+
+/// Files held in memory, keyed by path.
+public struct InMemoryFileSource: FileSource {
+    public var files: [String: Data]
+
+    public init(_ files: [String: String]) {
+        self.files = files.mapValues { Data($0.utf8) }
+    }
+
+    public func read(_ path: String) throws -> Data {
+        guard let data = files[path] else { throw FileSourceError.notFound(path) }
+        return data
+    }
+
+    public func list(_ directory: String) throws -> [String] {
+        let prefix = directory.isEmpty || directory == "." ? "" : directory + "/"
+        return files.keys.compactMap { key in
+            guard key.hasPrefix(prefix) else { return nil }
+            let rest = key.dropFirst(prefix.count)
+            return rest.contains("/") ? nil : String(rest)
+        }
+    }
+}
+
+public enum FileSourceError: Error, CustomStringConvertible {
+    case notFound(String)
+
+    public var description: String {
+        switch self {
+        case .notFound(let path): "no such file: \(path)"
+        }
+    }
+}

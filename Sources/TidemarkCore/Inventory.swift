@@ -1,0 +1,128 @@
+/// The devices tidemark knows by a stable id, stored column-wise to stay small at a million rows.
+public struct Inventory: Sendable {
+    public private(set) var deviceIDs: [String] = []
+    public private(set) var tokens: [String] = []
+    /// Label names, and for each name its distinct values.
+    public private(set) var labelKeys: [String] = []
+    private var keyIndex: [String: Int] = [:]
+    private var labelValues: [[String]] = []
+    private var valueIndex: [[String: UInt32]] = []
+    /// Per label name, per device: 0 when the device has no such label, else the value's index + 1.
+    private var columns: [[UInt32]] = []
+    /// Where each device was declared: index into `sources` and line.
+    public private(set) var sources: [String] = []
+    private var sourceOfDevice: [UInt16] = []
+    private var lineOfDevice: [UInt32] = []
+    private var columnOfDevice: [UInt32] = []
+    private var indexByID: [String: Int32] = [:]
+    private var indexByToken: [String: Int32] = [:]
+
+    public init() {}
+
+    public var count: Int { deviceIDs.count }
+
+    public func index(ofDevice id: String) -> Int? { indexByID[id].map(Int.init) }
+    public func index(ofToken token: String) -> Int? { indexByToken[token].map(Int.init) }
+
+    public func location(ofDevice index: Int) -> SourceLocation {
+        SourceLocation(file: sources[Int(sourceOfDevice[index])], line: Int(lineOfDevice[index]),
+            column: Int(columnOfDevice[index]))
+    }
+
+    public func label(_ key: String, ofDevice index: Int) -> String? {
+        guard let k = keyIndex[key] else { return nil }
+        let v = columns[k][index]
+        return v == 0 ? nil : labelValues[k][Int(v - 1)]
+    }
+
+    public func labels(ofDevice index: Int) -> [String: String] {
+        var result: [String: String] = [:]
+        for (k, key) in labelKeys.enumerated() where columns[k][index] != 0 {
+            result[key] = labelValues[k][Int(columns[k][index] - 1)]
+        }
+        return result
+    }
+
+    public func hasLabelKey(_ key: String) -> Bool { keyIndex[key] != nil }
+    public func values(ofLabel key: String) -> [String] { keyIndex[key].map { labelValues[$0] } ?? [] }
+
+    mutating func source(_ file: String) -> UInt16 {
+        if let i = sources.firstIndex(of: file) { return UInt16(i) }
+        sources.append(file)
+        return UInt16(sources.count - 1)
+    }
+
+    mutating func reserveCapacity(_ n: Int) {
+        deviceIDs.reserveCapacity(n)
+        tokens.reserveCapacity(n)
+        indexByID.reserveCapacity(n)
+        indexByToken.reserveCapacity(n)
+        sourceOfDevice.reserveCapacity(n)
+        lineOfDevice.reserveCapacity(n)
+        columnOfDevice.reserveCapacity(n)
+    }
+
+    /// Adds a device; returns the index of an earlier device with the same id or token when there is one.
+    mutating func add(id: String, token: String, labels: some Sequence<(String, String)>, source: UInt16, line: Int,
+        column: Int = 1) -> Conflict?
+    {
+        if let existing = indexByID[id] { return .duplicateID(Int(existing)) }
+        if let existing = indexByToken[token] { return .duplicateToken(Int(existing)) }
+        let index = deviceIDs.count
+        deviceIDs.append(id)
+        tokens.append(token)
+        indexByID[id] = Int32(index)
+        indexByToken[token] = Int32(index)
+        sourceOfDevice.append(source)
+        lineOfDevice.append(UInt32(line))
+        columnOfDevice.append(UInt32(column))
+        for k in columns.indices { columns[k].append(0) }
+        for (key, value) in labels where !value.isEmpty {
+            setLabel(key, value, device: index)
+        }
+        return nil
+    }
+
+    enum Conflict {
+        case duplicateID(Int)
+        case duplicateToken(Int)
+    }
+
+    private mutating func setLabel(_ key: String, _ value: String, device: Int) {
+        let k: Int
+        if let existing = keyIndex[key] {
+            k = existing
+        } else {
+            k = labelKeys.count
+            labelKeys.append(key)
+            keyIndex[key] = k
+            labelValues.append([])
+            valueIndex.append([:])
+            columns.append([UInt32](repeating: 0, count: deviceIDs.count))
+        }
+        let v: UInt32
+        if let existing = valueIndex[k][value] {
+            v = existing
+        } else {
+            labelValues[k].append(value)
+            v = UInt32(labelValues[k].count)
+            valueIndex[k][value] = v
+        }
+        columns[k][device] = v
+    }
+
+    /// Device indices per value of one label (index = value index), built in one pass over the column.
+    func postings(forLabel key: String) -> [[Int32]]? {
+        guard let k = keyIndex[key] else { return nil }
+        var lists = [[Int32]](repeating: [], count: labelValues[k].count)
+        for (device, v) in columns[k].enumerated() where v != 0 {
+            lists[Int(v - 1)].append(Int32(device))
+        }
+        return lists
+    }
+
+    func valueNumber(_ key: String, _ value: String) -> Int? {
+        guard let k = keyIndex[key], let v = valueIndex[k][value] else { return nil }
+        return Int(v - 1)
+    }
+}

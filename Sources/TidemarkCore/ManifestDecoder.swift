@@ -1,0 +1,198 @@
+import Yams
+
+/// Decodes manifest YAML into a `ManifestSet`, reporting every problem with its place.
+public struct ManifestDecoder {
+    static let topLevelKeys = ["inventory", "topics", "groups"]
+    static let inventoryKeys = ["files", "devices"]
+    static let deviceKeys = ["id", "token", "labels"]
+    static let topicKeys = ["name", "mode", "protect", "allow_empty", "description", "members"]
+    static let groupKeys = ["notification_key_name", "protect", "description", "members"]
+    static let memberKeys = ["token", "tokens", "device", "devices", "selector", "file"]
+
+    public init() {}
+
+    /// Decodes one manifest file's text and adds what it declares to `set`.
+    public func decode(_ text: String, file: String, into set: inout ManifestSet) -> [Diagnostic] {
+        var doc = YAMLDocument(file: file)
+        set.files.append(file)
+        guard let root = doc.compose(text) else { return doc.diagnostics }
+        if case .scalar(let s) = root, s.string.isEmpty { return doc.diagnostics }
+        guard let pairs = doc.mapping(root, "a manifest file", allowed: Self.topLevelKeys) else {
+            return doc.diagnostics
+        }
+        for (key, _, value) in pairs {
+            switch key {
+            case "inventory": decodeInventory(value, &doc, &set)
+            case "topics":
+                for item in doc.sequence(value, "'topics'") ?? [] {
+                    if let topic = decodeTopic(item, &doc) { set.topics.append(topic) }
+                }
+            case "groups":
+                for item in doc.sequence(value, "'groups'") ?? [] {
+                    if let group = decodeGroup(item, &doc) { set.groups.append(group) }
+                }
+            default: break
+            }
+        }
+        return doc.diagnostics
+    }
+
+    private func decodeInventory(_ node: Node, _ doc: inout YAMLDocument, _ set: inout ManifestSet) {
+        guard let pairs = doc.mapping(node, "'inventory'", allowed: Self.inventoryKeys) else { return }
+        for (key, _, value) in pairs {
+            switch key {
+            case "files":
+                for (path, pathNode) in doc.strings(value, "'inventory.files'") ?? [] {
+                    set.inventoryFiles.append(Located(path, at: doc.location(pathNode)))
+                }
+            case "devices":
+                for item in doc.sequence(value, "'inventory.devices'") ?? [] {
+                    if let device = decodeDevice(item, &doc) { set.devices.append(device) }
+                }
+            default: break
+            }
+        }
+    }
+
+    private func decodeDevice(_ node: Node, _ doc: inout YAMLDocument) -> DeviceSpec? {
+        guard let pairs = doc.mapping(node, "a device", allowed: Self.deviceKeys) else { return nil }
+        var id: Located<String>?
+        var token: Located<String>?
+        var labels: [String: String] = [:]
+        for (key, _, value) in pairs {
+            switch key {
+            case "id": id = doc.string(value, "'id'").map { Located($0, at: doc.location(value)) }
+            case "token": token = doc.string(value, "'token'").map { Located($0, at: doc.location(value)) }
+            case "labels":
+                guard case .mapping(let mapping) = value else {
+                    doc.error("'labels' must be a mapping of label names to values.", value)
+                    continue
+                }
+                for (k, v) in mapping {
+                    guard let name = doc.string(k, "a label name"), let text = doc.string(v, "label '\(k.string ?? "")'")
+                    else { continue }
+                    labels[name] = text
+                }
+            default: break
+            }
+        }
+        guard let id, let token else {
+            doc.error("a device needs both 'id' and 'token'.", node)
+            return nil
+        }
+        return DeviceSpec(id: id, token: token, labels: labels)
+    }
+
+    private func decodeTopic(_ node: Node, _ doc: inout YAMLDocument) -> TopicSpec? {
+        guard let pairs = doc.mapping(node, "a topic", allowed: Self.topicKeys) else { return nil }
+        guard let namePair = pairs.first(where: { $0.key == "name" }) else {
+            doc.error("a topic needs a 'name'.", node)
+            return nil
+        }
+        guard let name = doc.string(namePair.value, "the topic 'name'") else { return nil }
+        var topic = TopicSpec(name: Located(name, at: doc.location(namePair.value)), location: doc.location(node))
+        for (key, _, value) in pairs {
+            switch key {
+            case "mode":
+                guard let text = doc.string(value, "'mode'") else { continue }
+                if let mode = TopicMode(rawValue: text) {
+                    topic.mode = mode
+                } else {
+                    doc.error("unknown mode '\(text)' for topic '\(name)'; use 'additive' or 'authoritative'.", value)
+                }
+            case "protect": topic.protect = doc.bool(value, "'protect'") ?? false
+            case "allow_empty": topic.allowEmpty = doc.bool(value, "'allow_empty'") ?? false
+            case "description": topic.description = doc.string(value, "'description'")
+            case "members": topic.members = decodeMembers(value, owner: "topic '\(name)'", &doc)
+            default: break
+            }
+        }
+        return topic
+    }
+
+    private func decodeGroup(_ node: Node, _ doc: inout YAMLDocument) -> GroupSpec? {
+        guard let pairs = doc.mapping(node, "a device group", allowed: Self.groupKeys) else { return nil }
+        guard let namePair = pairs.first(where: { $0.key == "notification_key_name" }) else {
+            doc.error("a device group needs a 'notification_key_name'.", node)
+            return nil
+        }
+        guard let name = doc.string(namePair.value, "'notification_key_name'") else { return nil }
+        var group = GroupSpec(name: Located(name, at: doc.location(namePair.value)), location: doc.location(node))
+        for (key, _, value) in pairs {
+            switch key {
+            case "protect": group.protect = doc.bool(value, "'protect'") ?? false
+            case "description": group.description = doc.string(value, "'description'")
+            case "members": group.members = decodeMembers(value, owner: "group '\(name)'", &doc)
+            default: break
+            }
+        }
+        return group
+    }
+
+    private func decodeMembers(_ node: Node, owner: String, _ doc: inout YAMLDocument) -> [MemberRef] {
+        var members: [MemberRef] = []
+        for item in doc.sequence(node, "'members' of \(owner)") ?? [] {
+            guard let pairs = doc.mapping(item, "a member entry of \(owner)", allowed: Self.memberKeys) else { continue }
+            guard pairs.count == 1, let (key, _, value) = pairs.first else {
+                if pairs.count > 1 {
+                    doc.error("a member entry of \(owner) names \(pairs.count) kinds (\(pairs.map(\.key).joined(separator: ", "))); write one entry per kind.", item)
+                } else {
+                    doc.error("a member entry of \(owner) is empty; give one of \(Self.memberKeys.joined(separator: ", ")).", item)
+                }
+                continue
+            }
+            switch key {
+            case "token", "tokens":
+                let values = doc.strings(value, "'\(key)'") ?? []
+                members.append(.tokens(values.map { Located($0.0, at: doc.location($0.1)) }))
+            case "device", "devices":
+                let values = doc.strings(value, "'\(key)'") ?? []
+                members.append(.devices(values.map { Located($0.0, at: doc.location($0.1)) }))
+            case "file":
+                if let path = doc.string(value, "'file'") {
+                    members.append(.file(Located(path, at: doc.location(value))))
+                }
+            case "selector":
+                if let requirements = decodeSelector(value, &doc) {
+                    members.append(.selector(requirements, doc.location(value)))
+                }
+            default: break
+            }
+        }
+        return members
+    }
+
+    private func decodeSelector(_ node: Node, _ doc: inout YAMLDocument) -> [LabelRequirement]? {
+        guard case .mapping(let mapping) = node, !mapping.isEmpty else {
+            doc.error("a 'selector' must be a non-empty mapping of label names to a value, a list of values, or {not: …}.", node)
+            return nil
+        }
+        var result: [LabelRequirement] = []
+        for (keyNode, value) in mapping {
+            guard let key = doc.string(keyNode, "a label name") else { continue }
+            let location = doc.location(keyNode)
+            switch value {
+            case .scalar:
+                if let v = doc.string(value, "label '\(key)'") {
+                    result.append(LabelRequirement(key: key, op: .equals(v), location: location))
+                }
+            case .sequence:
+                let values = (doc.strings(value, "label '\(key)'") ?? []).map(\.0)
+                result.append(LabelRequirement(key: key, op: .inSet(values), location: location))
+            case .mapping:
+                guard let pairs = doc.mapping(value, "the condition on label '\(key)'", allowed: ["not"]),
+                    let negated = pairs.first?.value
+                else { continue }
+                if case .sequence = negated {
+                    let values = (doc.strings(negated, "'not'") ?? []).map(\.0)
+                    result.append(LabelRequirement(key: key, op: .notInSet(values), location: location))
+                } else if let v = doc.string(negated, "'not'") {
+                    result.append(LabelRequirement(key: key, op: .notEquals(v), location: location))
+                }
+            case .alias:
+                doc.error("YAML aliases are not supported in selectors; write the values out.", value)
+            }
+        }
+        return result
+    }
+}

@@ -1,0 +1,160 @@
+import Foundation
+
+/// One request's worth of work: a batch of ≤ 1000 tokens for a topic, or one device-group call.
+public struct PlannedOperation: Sendable, Codable, Equatable {
+    public enum Kind: String, Sendable, Codable {
+        case unsubscribe
+        case subscribe
+        case groupCreate = "group_create"
+        case groupAdd = "group_add"
+        case groupRemove = "group_remove"
+
+        public var isGroup: Bool { self == .groupCreate || self == .groupAdd || self == .groupRemove }
+    }
+
+    public var kind: Kind
+    /// Topic name, or the group's `notification_key_name`.
+    public var target: String
+    public var tokens: [String]
+
+    public init(kind: Kind, target: String, tokens: [String]) {
+        self.kind = kind
+        self.target = target
+        self.tokens = tokens
+    }
+}
+
+/// Per-topic counts for the reader of a plan.
+public struct TopicChange: Sendable, Codable, Equatable {
+    public var topic: String
+    public var mode: TopicMode
+    public var subscribe: Int
+    public var unsubscribe: Int
+    /// True when the topic is no longer in the manifests; tidemark removes what it made.
+    public var removedFromManifests: Bool
+    public var notes: [String]
+}
+
+/// Per-group change for the reader of a plan.
+public struct GroupChange: Sendable, Codable, Equatable {
+    public enum Action: String, Sendable, Codable {
+        case create, update, adopt, delete
+    }
+
+    public var group: String
+    public var action: Action
+    public var add: Int
+    public var remove: Int
+    public var notes: [String]
+}
+
+/// What a refresh saw that differs from state; recorded in the plan so `apply FILE` stores it too.
+public struct Observations: Sendable, Codable, Equatable {
+    public struct TopicDelta: Sendable, Codable, Equatable {
+        public var topic: String
+        /// Tokens now seen subscribed that state did not show.
+        public var subscribed: [String]
+        /// Tokens state showed subscribed that are no longer.
+        public var unsubscribed: [String]
+    }
+
+    public struct GroupKey: Sendable, Codable, Equatable {
+        public var group: String
+        /// The key found, or nil when the group no longer exists.
+        public var key: String?
+    }
+
+    /// When the refresh ran (seconds since 1970); nil for a plan made with `--no-refresh`.
+    public var refreshedAt: Int64?
+    public var topics: [TopicDelta] = []
+    /// Tokens FCM no longer knows.
+    public var dead: [String] = []
+    /// Tokens state had as dead that FCM knows again.
+    public var revived: [String] = []
+    public var groupKeys: [GroupKey] = []
+
+    public init(refreshedAt: Int64? = nil) { self.refreshedAt = refreshedAt }
+
+    public var isEmpty: Bool { topics.isEmpty && dead.isEmpty && revived.isEmpty && groupKeys.isEmpty }
+}
+
+/// A reviewable, replayable plan: operations in execution order plus what it was computed from.
+public struct Plan: Sendable, Codable {
+    public static let currentFormatVersion = 1
+
+    public var formatVersion: Int
+    public var tidemarkVersion: String
+    public var createdAt: Date
+    public var lineage: String
+    public var serial: Int
+    public var manifestsDigest: String
+    public var backend: BackendIdentity
+    public var refreshed: Bool
+    public var targets: [String]
+    public var operations: [PlannedOperation]
+    public var topics: [TopicChange]
+    public var groups: [GroupChange]
+    public var diagnostics: [Diagnostic]
+    public var observations: Observations
+
+    public init(formatVersion: Int = Plan.currentFormatVersion, tidemarkVersion: String, createdAt: Date,
+        lineage: String, serial: Int, manifestsDigest: String, backend: BackendIdentity, refreshed: Bool,
+        targets: [String] = [], operations: [PlannedOperation], topics: [TopicChange], groups: [GroupChange],
+        diagnostics: [Diagnostic], observations: Observations)
+    {
+        self.formatVersion = formatVersion
+        self.tidemarkVersion = tidemarkVersion
+        self.createdAt = createdAt
+        self.lineage = lineage
+        self.serial = serial
+        self.manifestsDigest = manifestsDigest
+        self.backend = backend
+        self.refreshed = refreshed
+        self.targets = targets
+        self.operations = operations
+        self.topics = topics
+        self.groups = groups
+        self.diagnostics = diagnostics
+        self.observations = observations
+    }
+
+    public var hasChanges: Bool { !operations.isEmpty }
+
+    public var subscribeCount: Int { operations.filter { $0.kind == .subscribe }.reduce(0) { $0 + $1.tokens.count } }
+    public var unsubscribeCount: Int {
+        operations.filter { $0.kind == .unsubscribe }.reduce(0) { $0 + $1.tokens.count }
+    }
+
+    /// A digest of the operations, to tell whether two plans would do the same thing.
+    public var operationsDigest: String {
+        var digest = SHA256Digest()
+        for op in operations {
+            digest.update(op.kind.rawValue)
+            digest.update([0])
+            digest.update(op.target)
+            for token in op.tokens {
+                digest.update([0])
+                digest.update(token)
+            }
+            digest.update([1])
+        }
+        return digest.finalize()
+    }
+}
+
+extension Plan {
+    public static func encoder(pretty: Bool = true) -> JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.keyEncodingStrategy = .convertToSnakeCase
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.outputFormatting = pretty ? [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes] : [.sortedKeys]
+        return encoder
+    }
+
+    public static func decoder() -> JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.keyDecodingStrategy = .convertFromSnakeCase
+        decoder.dateDecodingStrategy = .iso8601
+        return decoder
+    }
+}

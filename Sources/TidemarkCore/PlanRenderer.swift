@@ -1,0 +1,140 @@
+/// Renders a plan for people: the verdict first, destructive changes called out, tokens redacted.
+public struct PlanRenderer: Sendable {
+    public var showTokens: Bool
+    /// Tokens listed per topic and operation before "… and N more".
+    public var tokensPerSection: Int
+    /// Names a token's device, when the inventory knows it.
+    public var deviceName: @Sendable (String) -> String?
+
+    public init(showTokens: Bool = false, tokensPerSection: Int = 5,
+        deviceName: @escaping @Sendable (String) -> String? = { _ in nil })
+    {
+        self.showTokens = showTokens
+        self.tokensPerSection = tokensPerSection
+        self.deviceName = deviceName
+    }
+
+    public static func formatCount(_ n: Int) -> String {
+        let digits = String(abs(n))
+        var result = ""
+        for (i, c) in digits.enumerated() {
+            if i > 0, (digits.count - i) % 3 == 0 { result.append(",") }
+            result.append(c)
+        }
+        return (n < 0 ? "-" : "") + result
+    }
+
+    /// "Plan: 3 topics and 1 group change: +1,204 subscriptions, −37 unsubscriptions".
+    public func verdict(_ plan: Plan) -> String {
+        guard plan.hasChanges else {
+            return "No changes. FCM matches the manifests\(plan.refreshed ? "" : " (as recorded in state; not refreshed)")."
+        }
+        let topics = Set(plan.operations.filter { !$0.kind.isGroup }.map(\.target)).count
+        let groups = Set(plan.operations.filter { $0.kind.isGroup }.map(\.target)).count
+        var parts: [String] = []
+        if topics > 0 { parts.append("\(Self.formatCount(topics)) topic\(topics == 1 ? "" : "s")") }
+        if groups > 0 { parts.append("\(Self.formatCount(groups)) group\(groups == 1 ? "" : "s")") }
+        let change = topics + groups == 1 ? "changes" : "change"
+        var counts: [String] = []
+        counts.append("+\(Self.formatCount(plan.subscribeCount)) subscription\(plan.subscribeCount == 1 ? "" : "s")")
+        counts.append("−\(Self.formatCount(plan.unsubscribeCount)) unsubscription\(plan.unsubscribeCount == 1 ? "" : "s")")
+        let groupCalls = plan.operations.filter { $0.kind.isGroup }.count
+        if groupCalls > 0 { counts.append("\(groupCalls) group call\(groupCalls == 1 ? "" : "s")") }
+        return "Plan: \(parts.joined(separator: " and ")) \(change): \(counts.joined(separator: ", "))."
+    }
+
+    public func render(_ plan: Plan) -> String {
+        var out: [String] = [verdict(plan)]
+        let destructive = destructiveLines(plan)
+        if !destructive.isEmpty {
+            out.append("")
+            out.append("Destructive changes:")
+            out += destructive.map { "  ! " + $0 }
+        }
+        if !plan.topics.isEmpty {
+            out.append("")
+            out.append("Topics:")
+            let width = min(40, plan.topics.map(\.topic.count).max() ?? 0)
+            for change in plan.topics {
+                let symbol = change.removedFromManifests ? "-" : (change.unsubscribe > 0 ? "~" : "+")
+                let name = change.topic.padding(toLength: max(width, change.topic.count), withPad: " ", startingAt: 0)
+                out.append("  \(symbol) \(name)  \(change.mode.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0))  +\(Self.formatCount(change.subscribe))  −\(Self.formatCount(change.unsubscribe))")
+                for note in change.notes { out.append("      note: \(note)") }
+                out += tokenLines(plan, topic: change.topic)
+            }
+        }
+        if !plan.groups.isEmpty {
+            out.append("")
+            out.append("Device groups:")
+            for change in plan.groups {
+                let symbol = switch change.action {
+                case .create: "+"
+                case .delete: "-"
+                case .update, .adopt: "~"
+                }
+                out.append("  \(symbol) \(change.group)  \(change.action.rawValue)  +\(change.add)  −\(change.remove)")
+                for note in change.notes { out.append("      note: \(note)") }
+                for op in plan.operations where op.kind.isGroup && op.target == change.group {
+                    let verb = switch op.kind {
+                    case .groupCreate: "create with"
+                    case .groupAdd: "add"
+                    default: "remove"
+                    }
+                    out.append("      \(verb): \(op.tokens.map(show).joined(separator: ", "))")
+                }
+            }
+        }
+        let notable = plan.diagnostics.filter { $0.severity >= .warning }
+        if !notable.isEmpty {
+            out.append("")
+            out += notable.map(\.description)
+        }
+        out.append("")
+        out.append(provenance(plan))
+        return out.joined(separator: "\n") + "\n"
+    }
+
+    func destructiveLines(_ plan: Plan) -> [String] {
+        var lines: [String] = []
+        for change in plan.topics where change.unsubscribe > 0 && (change.mode == .authoritative || change.removedFromManifests) {
+            let why = change.removedFromManifests ? "topic removed from the manifests" : "authoritative topic"
+            lines.append("\(Self.formatCount(change.unsubscribe)) unsubscription\(change.unsubscribe == 1 ? "" : "s") from '\(change.topic)' (\(why))")
+        }
+        for change in plan.groups where change.action == .delete {
+            lines.append("device group '\(change.group)' will be deleted (all \(change.remove) members removed)")
+        }
+        return lines
+    }
+
+    private func tokenLines(_ plan: Plan, topic: String) -> [String] {
+        var lines: [String] = []
+        for kind in [PlannedOperation.Kind.unsubscribe, .subscribe] {
+            let ops = plan.operations.filter { $0.kind == kind && $0.target == topic }
+            let total = ops.reduce(0) { $0 + $1.tokens.count }
+            guard total > 0 else { continue }
+            let sign = kind == .subscribe ? "+" : "−"
+            var shown = 0
+            outer: for op in ops {
+                for token in op.tokens {
+                    if shown == tokensPerSection { break outer }
+                    lines.append("      \(sign) \(show(token))")
+                    shown += 1
+                }
+            }
+            if total > shown { lines.append("      \(sign) … and \(Self.formatCount(total - shown)) more") }
+            if ops.count > 1 { lines.append("        (\(ops.count) batches of up to \(FCMLimits.maxBatchTokens))") }
+        }
+        return lines
+    }
+
+    private func show(_ token: String) -> String {
+        let shown = showTokens ? token : Redaction.redact(token)
+        if let device = deviceName(token) { return "\(shown) (\(device))" }
+        return shown
+    }
+
+    func provenance(_ plan: Plan) -> String {
+        let refresh = plan.refreshed ? "refreshed from the backend" : "from state only (--no-refresh)"
+        return "Computed \(refresh); state \(plan.lineage.prefix(8)) serial \(plan.serial); manifests sha256:\(plan.manifestsDigest.prefix(12)); backend \(plan.backend); \(plan.operations.count) request\(plan.operations.count == 1 ? "" : "s")."
+    }
+}

@@ -1,0 +1,257 @@
+import Foundation
+
+/// Turns member references into token sets and checks the manifests against FCM's limits.
+public struct Resolver {
+    public let manifests: ManifestSet
+    public let inventory: Inventory
+    public let files: FileSource
+
+    public init(manifests: ManifestSet, inventory: Inventory, files: FileSource) {
+        self.manifests = manifests
+        self.inventory = inventory
+        self.files = files
+    }
+
+    /// Resolves every topic and group; ids are interned into `table`.
+    public func resolve(into table: inout TokenTable) -> (DesiredState, [Diagnostic]) {
+        var context = Context(inventory: inventory, files: files)
+        context.deviceTokenIDs.reserveCapacity(inventory.count)
+        for token in inventory.tokens { context.deviceTokenIDs.append(table.intern(token)) }
+        var diagnostics: [Diagnostic] = []
+        var topics: [DesiredTopic] = []
+        var seenTopics: [String: SourceLocation] = [:]
+        for spec in manifests.topics {
+            let name = spec.name.value
+            if let problem = FCMLimits.topicNameProblem(name) {
+                diagnostics.append(.error("invalid topic name '\(name)': \(problem).", at: spec.name.location))
+            }
+            if let first = seenTopics[name] {
+                diagnostics.append(.error("topic '\(name)' is defined twice: here and at \(first); merge the two definitions.", at: spec.name.location))
+                continue
+            }
+            seenTopics[name] = spec.name.location
+            let members = context.resolve(spec.members, owner: "topic '\(name)'", table: &table, &diagnostics)
+            if members.isEmpty, !spec.allowEmpty {
+                diagnostics.append(.error("topic '\(name)' has no members; add members or set 'allow_empty: true' to unsubscribe everyone tidemark manages.", at: spec.name.location))
+            }
+            topics.append(DesiredTopic(name: name, mode: spec.mode, protect: spec.protect, allowEmpty: spec.allowEmpty,
+                members: members, location: spec.name.location))
+        }
+        var groups: [DesiredGroup] = []
+        var seenGroups: [String: SourceLocation] = [:]
+        for spec in manifests.groups {
+            let name = spec.name.value
+            if let first = seenGroups[name] {
+                diagnostics.append(.error("device group '\(name)' is defined twice: here and at \(first); merge the two definitions.", at: spec.name.location))
+                continue
+            }
+            seenGroups[name] = spec.name.location
+            let members = context.resolve(spec.members, owner: "group '\(name)'", table: &table, &diagnostics)
+            if members.count > FCMLimits.maxGroupMembers {
+                diagnostics.append(.error("device group '\(name)' has \(members.count) members; FCM allows at most \(FCMLimits.maxGroupMembers) per group. Split it or narrow its members.", at: spec.name.location))
+            }
+            if members.isEmpty {
+                diagnostics.append(.error("device group '\(name)' has no members; FCM deletes empty groups. Remove the group to delete it.", at: spec.name.location))
+            }
+            groups.append(DesiredGroup(name: name, protect: spec.protect, members: members, location: spec.name.location))
+        }
+        diagnostics += checkTopicsPerToken(topics, table: table)
+        let known = TokenSet(context.deviceTokenIDs).union(TokenSet(context.namedTokens))
+        return (DesiredState(topics: topics, groups: groups, knownTokens: known), diagnostics)
+    }
+
+    private func checkTopicsPerToken(_ topics: [DesiredTopic], table: TokenTable) -> [Diagnostic] {
+        var counts = [UInt16](repeating: 0, count: table.count)
+        for topic in topics {
+            for id in topic.members { counts[Int(id)] &+= 1 }
+        }
+        var diagnostics: [Diagnostic] = []
+        var over = 0
+        for (id, count) in counts.enumerated() where Int(count) > FCMLimits.maxTopicsPerToken {
+            over += 1
+            guard over <= 10 else { continue }
+            let token = table[UInt32(id)]
+            if let device = inventory.index(ofToken: token) {
+                diagnostics.append(.error("device '\(inventory.deviceIDs[device])' would be subscribed to \(count) topics; FCM allows \(FCMLimits.maxTopicsPerToken) per app instance. Narrow the selectors that match it.", at: inventory.location(ofDevice: device)))
+            } else {
+                diagnostics.append(.error("token \(Redaction.redact(token)) would be subscribed to \(count) topics; FCM allows \(FCMLimits.maxTopicsPerToken) per app instance."))
+            }
+        }
+        if over > 10 {
+            diagnostics.append(.error("\(over - 10) more devices would pass \(FCMLimits.maxTopicsPerToken) topics."))
+        }
+        return diagnostics
+    }
+
+    struct Context {
+        let inventory: Inventory
+        let files: FileSource
+        var deviceTokenIDs: [UInt32] = []
+        var namedTokens: [UInt32] = []
+        var postings: [String: [[Int32]]] = [:]
+        var tokenFiles: [String: [String]] = [:]
+
+        init(inventory: Inventory, files: FileSource) {
+            self.inventory = inventory
+            self.files = files
+        }
+
+        mutating func resolve(_ refs: [MemberRef], owner: String, table: inout TokenTable,
+            _ diagnostics: inout [Diagnostic]) -> TokenSet
+        {
+            var parts: [TokenSet] = []
+            for ref in refs {
+                switch ref {
+                case .tokens(let tokens):
+                    var ids: [UInt32] = []
+                    for token in tokens {
+                        if let problem = FCMLimits.tokenProblem(token.value) {
+                            diagnostics.append(.error("member of \(owner) is not a valid token: \(problem).", at: token.location))
+                            continue
+                        }
+                        let id = table.intern(token.value)
+                        namedTokens.append(id)
+                        ids.append(id)
+                    }
+                    parts.append(TokenSet(ids))
+                case .devices(let devices):
+                    var ids: [UInt32] = []
+                    for device in devices {
+                        guard let index = inventory.index(ofDevice: device.value) else {
+                            var message = "unknown device '\(device.value)' in \(owner)"
+                            if inventory.count < 100_000, let near = nearest(device.value, in: inventory.deviceIDs) {
+                                message += "; did you mean '\(near)'?"
+                            } else {
+                                message += "; declare it in the inventory first."
+                            }
+                            diagnostics.append(.error(message, at: device.location))
+                            continue
+                        }
+                        ids.append(deviceTokenIDs[index])
+                    }
+                    parts.append(TokenSet(ids))
+                case .selector(let requirements, let location):
+                    parts.append(select(requirements, at: location, owner: owner, &diagnostics))
+                case .file(let path):
+                    parts.append(tokensFromFile(path, owner: owner, table: &table, &diagnostics))
+                }
+            }
+            return TokenSet.union(of: parts)
+        }
+
+        private mutating func postingsFor(_ key: String) -> [[Int32]]? {
+            if let cached = postings[key] { return cached }
+            guard let lists = inventory.postings(forLabel: key) else { return nil }
+            postings[key] = lists
+            return lists
+        }
+
+        private mutating func select(_ requirements: [LabelRequirement], at location: SourceLocation, owner: String,
+            _ diagnostics: inout [Diagnostic]) -> TokenSet
+        {
+            var positive: [Int32]?
+            var negative: [[Int32]] = []
+            for requirement in requirements {
+                guard let lists = postingsFor(requirement.key) else {
+                    var message = "unknown label '\(requirement.key)' in the selector of \(owner)"
+                    if let near = nearest(requirement.key, in: inventory.labelKeys) {
+                        message += "; did you mean '\(near)'?"
+                    } else if inventory.labelKeys.isEmpty {
+                        message += "; the inventory has no labels."
+                    } else {
+                        message += "; the inventory has \(inventory.labelKeys.sorted().joined(separator: ", "))."
+                    }
+                    diagnostics.append(.error(message, at: requirement.location))
+                    return TokenSet()
+                }
+                func devices(_ values: [String]) -> [Int32] {
+                    let matched = values.compactMap { inventory.valueNumber(requirement.key, $0) }.map { lists[$0] }
+                    return matched.count == 1 ? matched[0] : matched.flatMap { $0 }.sorted()
+                }
+                switch requirement.op {
+                case .equals(let value):
+                    positive = intersect(positive, devices([value]))
+                case .inSet(let values):
+                    positive = intersect(positive, devices(values))
+                case .notEquals(let value):
+                    negative.append(devices([value]))
+                case .notInSet(let values):
+                    negative.append(devices(values))
+                }
+            }
+            var matched: [Int32]
+            if let positive {
+                matched = positive
+            } else {
+                matched = Array(0..<Int32(inventory.count))
+            }
+            for excluded in negative where !excluded.isEmpty {
+                matched = TokenSet(sorted: matched.map { UInt32($0) })
+                    .subtracting(TokenSet(sorted: excluded.map { UInt32($0) })).ids.map { Int32($0) }
+            }
+            if matched.isEmpty {
+                diagnostics.append(.error("the selector of \(owner) matches no device; \(describe(requirements)).", at: location))
+            }
+            return TokenSet(matched.map { deviceTokenIDs[Int($0)] })
+        }
+
+        private func describe(_ requirements: [LabelRequirement]) -> String {
+            requirements.map { requirement in
+                let known = inventory.values(ofLabel: requirement.key)
+                let wanted: [String]
+                switch requirement.op {
+                case .equals(let v), .notEquals(let v): wanted = [v]
+                case .inSet(let v), .notInSet(let v): wanted = v
+                }
+                let missing = wanted.filter { !known.contains($0) }
+                if let first = missing.first {
+                    if let near = nearest(first, in: known) {
+                        return "label '\(requirement.key)' has no value '\(first)' (did you mean '\(near)'?)"
+                    }
+                    return "label '\(requirement.key)' has no value '\(first)'"
+                }
+                return "label '\(requirement.key)' is \(known.count == 1 ? "only" : "one of") \(known.sorted().prefix(8).joined(separator: ", "))"
+            }.joined(separator: "; ")
+        }
+
+        private func intersect(_ a: [Int32]?, _ b: [Int32]) -> [Int32] {
+            guard let a else { return b }
+            var result: [Int32] = []
+            var i = 0
+            var j = 0
+            while i < a.count, j < b.count {
+                if a[i] < b[j] { i += 1 } else if a[i] > b[j] { j += 1 } else {
+                    result.append(a[i]); i += 1; j += 1
+                }
+            }
+            return result
+        }
+
+        private mutating func tokensFromFile(_ path: Located<String>, owner: String, table: inout TokenTable,
+            _ diagnostics: inout [Diagnostic]) -> TokenSet
+        {
+            if tokenFiles[path.value] == nil {
+                guard let data = try? files.read(path.value) else {
+                    diagnostics.append(.error("cannot read token file '\(path.value)' named by \(owner); paths are relative to the manifests directory.", at: path.location))
+                    return TokenSet()
+                }
+                var tokens: [String] = []
+                var line = 0
+                for raw in String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false) {
+                    line += 1
+                    let text = raw.trimmingCharacters(in: .whitespacesAndNewlines)
+                    if text.isEmpty || text.hasPrefix("#") { continue }
+                    if let problem = FCMLimits.tokenProblem(text) {
+                        diagnostics.append(.error("line is not a registration token: \(problem).", at: SourceLocation(file: files.displayPath(path.value), line: line, column: 1)))
+                        continue
+                    }
+                    tokens.append(text)
+                }
+                tokenFiles[path.value] = tokens
+            }
+            let ids = (tokenFiles[path.value] ?? []).map { table.intern($0) }
+            namedTokens.append(contentsOf: ids)
+            return TokenSet(ids)
+        }
+    }
+}

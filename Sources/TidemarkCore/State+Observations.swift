@@ -1,0 +1,155 @@
+/// What one refresh read from the backend, in token ids of the state's table.
+public struct RefreshResult: Sendable {
+    public var at: Int64
+    /// The tokens that were read; their observed topics replace what state had.
+    public var refreshed: TokenSet
+    /// Per topic, the refreshed tokens seen subscribed.
+    public var subscribed: [String: TokenSet]
+    /// Refreshed tokens FCM does not know.
+    public var dead: TokenSet
+    /// Per group name that was looked up: the key, or nil when the group does not exist.
+    public var groupKeys: [String: String?]
+
+    public init(at: Int64, refreshed: TokenSet, subscribed: [String: TokenSet], dead: TokenSet,
+        groupKeys: [String: String?])
+    {
+        self.at = at
+        self.refreshed = refreshed
+        self.subscribed = subscribed
+        self.dead = dead
+        self.groupKeys = groupKeys
+    }
+}
+
+extension State {
+    /// How `refresh` differs from what state remembers, as tokens (so a saved plan carries it).
+    public func observations(from refresh: RefreshResult) -> Observations {
+        var result = Observations(refreshedAt: refresh.at)
+        let names = Set(topics.keys).union(refresh.subscribed.keys).sorted()
+        for name in names {
+            let before = (topics[name]?.observed ?? TokenSet()).intersection(refresh.refreshed)
+            let after = refresh.subscribed[name] ?? TokenSet()
+            let added = after.subtracting(before)
+            let removed = before.subtracting(after)
+            if !added.isEmpty || !removed.isEmpty {
+                result.topics.append(Observations.TopicDelta(topic: name, subscribed: strings(added),
+                    unsubscribed: strings(removed)))
+            }
+        }
+        result.dead = strings(refresh.dead.subtracting(dead))
+        result.revived = strings(dead.intersection(refresh.refreshed).subtracting(refresh.dead))
+        for (name, key) in refresh.groupKeys.sorted(by: { $0.key < $1.key }) where groups[name]?.key != key {
+            result.groupKeys.append(Observations.GroupKey(group: name, key: key))
+        }
+        return result
+    }
+
+    func strings(_ set: TokenSet) -> [String] { set.map { tokens[$0] }.sorted() }
+
+    /// Records observations in state: observed memberships, dead tokens, group keys and when tokens were seen.
+    ///
+    /// `seen` are the tokens the refresh read; they get `refreshedAt` as their last-seen time.
+    public mutating func apply(_ observations: Observations, seen: TokenSet = TokenSet()) {
+        for delta in observations.topics {
+            var topic = topics[delta.topic] ?? TopicState()
+            topic.observed = topic.observed.union(TokenSet(delta.subscribed.map { tokens.intern($0) }))
+                .subtracting(TokenSet(delta.unsubscribed.map { tokens.intern($0) }))
+            topics[delta.topic] = topic
+        }
+        let newlyDead = TokenSet(observations.dead.map { tokens.intern($0) })
+        dead = dead.union(newlyDead).subtracting(TokenSet(observations.revived.map { tokens.intern($0) }))
+        if !newlyDead.isEmpty {
+            for name in topics.keys {
+                topics[name]!.observed.subtract(newlyDead)
+                topics[name]!.managed.subtract(newlyDead)
+            }
+        }
+        for entry in observations.groupKeys {
+            var group = groups[entry.group] ?? GroupState(key: nil)
+            group.key = entry.key
+            if entry.key == nil { group.members = TokenSet() }
+            groups[entry.group] = group
+        }
+        growToTable()
+        if let at = observations.refreshedAt {
+            for id in seen where !dead.contains(id) { seenAt[Int(id)] = at }
+        }
+    }
+
+    /// Records the outcome of one executed operation.
+    public mutating func record(_ operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?, at: Int64) {
+        let ids = operation.tokens.map { tokens.intern($0) }
+        growToTable()
+        switch operation.kind {
+        case .subscribe, .unsubscribe:
+            var succeeded: [UInt32] = []
+            var gone: [UInt32] = []
+            for (id, outcome) in zip(ids, outcomes) {
+                switch outcome {
+                case .ok: succeeded.append(id)
+                case .failed(let error) where error == .notFound || error == .invalidArgument: gone.append(id)
+                case .failed: break
+                }
+            }
+            var topic = topics[operation.target] ?? TopicState()
+            let done = TokenSet(succeeded)
+            if operation.kind == .subscribe {
+                topic.observed.formUnion(done)
+                topic.managed.formUnion(done)
+            } else {
+                topic.observed.subtract(done)
+                topic.managed.subtract(done)
+            }
+            topics[operation.target] = topic
+            for id in succeeded { seenAt[Int(id)] = at }
+            if !gone.isEmpty {
+                let goneSet = TokenSet(gone)
+                dead.formUnion(goneSet)
+                for name in topics.keys {
+                    topics[name]!.observed.subtract(goneSet)
+                    topics[name]!.managed.subtract(goneSet)
+                }
+            }
+        case .groupCreate, .groupAdd:
+            var group = groups[operation.target] ?? GroupState(key: nil)
+            group.key = groupKey ?? group.key
+            group.members.formUnion(TokenSet(ids))
+            groups[operation.target] = group
+        case .groupRemove:
+            var group = groups[operation.target] ?? GroupState(key: nil)
+            group.members.subtract(TokenSet(ids))
+            if group.members.isEmpty {
+                groups[operation.target] = nil
+            } else {
+                groups[operation.target] = group
+            }
+        }
+    }
+
+    /// Before an apply: adopt declared memberships already in place, forget managed ones that are gone,
+    /// and record each declared topic's mode. The planned removals stay managed until they run.
+    public mutating func reconcileBookkeeping(with desired: DesiredState, operations: [PlannedOperation]) {
+        var removals: [String: TokenSet] = [:]
+        for op in operations where op.kind == .unsubscribe {
+            removals[op.target, default: TokenSet()].formUnion(TokenSet(op.tokens.compactMap { tokens.id($0) }))
+        }
+        var declared = Set<String>()
+        for spec in desired.topics {
+            declared.insert(spec.name)
+            var topic = topics[spec.name] ?? TopicState()
+            let live = spec.members.subtracting(dead)
+            let pending = removals[spec.name] ?? TokenSet()
+            topic.managed = topic.managed.intersection(live.union(pending)).union(live.intersection(topic.observed))
+            topic.mode = spec.mode
+            topic.protect = spec.protect
+            topics[spec.name] = topic
+        }
+        for name in Array(topics.keys) where !declared.contains(name) {
+            topics[name]!.managed = topics[name]!.managed.intersection(removals[name] ?? TokenSet())
+            if topics[name]!.managed.isEmpty, topics[name]!.observed.isEmpty { topics[name] = nil }
+        }
+        for spec in desired.groups {
+            groups[spec.name]?.protect = spec.protect
+        }
+    }
+}

@@ -1,0 +1,80 @@
+import Foundation
+
+/// What tidemark remembers of a topic: the memberships it made and those it last saw.
+public struct TopicState: Sendable, Equatable {
+    public var mode: TopicMode
+    public var protect: Bool
+    /// Memberships tidemark made or adopted; an additive topic removes these when no longer declared.
+    public var managed: TokenSet
+    /// Memberships seen by the last refresh or made by the last apply.
+    public var observed: TokenSet
+
+    public init(mode: TopicMode = .additive, protect: Bool = false, managed: TokenSet = TokenSet(),
+        observed: TokenSet = TokenSet())
+    {
+        self.mode = mode
+        self.protect = protect
+        self.managed = managed
+        self.observed = observed
+    }
+}
+
+/// What tidemark remembers of a device group.
+public struct GroupState: Sendable, Equatable {
+    /// The notification key FCM returned; nil when the group is not known to exist.
+    public var key: String?
+    public var protect: Bool
+    public var members: TokenSet
+
+    public init(key: String?, protect: Bool = false, members: TokenSet = TokenSet()) {
+        self.key = key
+        self.protect = protect
+        self.members = members
+    }
+}
+
+/// tidemark's state: identity, managed and observed memberships, groups, token liveness.
+///
+/// Token ids index `tokens`; the planner interns the manifests' tokens into the same table.
+public struct State: Sendable {
+    /// Fixed for the life of a state; a plan from another lineage is refused.
+    public var lineage: String
+    /// Bumped on every write; a saved plan records the serial it was made from.
+    public var serial: Int
+    public var tokens: TokenTable
+    /// Seconds since 1970 when each token was last seen by a refresh or an apply; 0 = never.
+    public var seenAt: [Int64]
+    /// Tokens FCM reported as unregistered (NOT_FOUND).
+    public var dead: TokenSet
+    public var topics: [String: TopicState]
+    public var groups: [String: GroupState]
+
+    public init(lineage: String = UUID().uuidString.lowercased(), serial: Int = 0, tokens: TokenTable = TokenTable(),
+        seenAt: [Int64] = [], dead: TokenSet = TokenSet(), topics: [String: TopicState] = [:],
+        groups: [String: GroupState] = [:])
+    {
+        self.lineage = lineage
+        self.serial = serial
+        self.tokens = tokens
+        self.seenAt = seenAt
+        self.dead = dead
+        self.topics = topics
+        self.groups = groups
+    }
+
+    /// Keeps `seenAt` as long as the token table after new tokens were interned.
+    public mutating func growToTable() {
+        if seenAt.count < tokens.count {
+            seenAt.append(contentsOf: repeatElement(0, count: tokens.count - seenAt.count))
+        }
+    }
+
+    /// The topics each token is observed in, counted; used for the 2000-topic cap.
+    func observedTopicCounts() -> [UInt16] {
+        var counts = [UInt16](repeating: 0, count: tokens.count)
+        for topic in topics.values {
+            for id in topic.observed where Int(id) < counts.count { counts[Int(id)] &+= 1 }
+        }
+        return counts
+    }
+}

@@ -1,0 +1,119 @@
+/// A set of token ids kept as a sorted array without duplicates.
+///
+/// Union, intersection and difference are linear merges; membership is a binary search.
+public struct TokenSet: Sendable, Equatable, Sequence {
+    public private(set) var ids: [UInt32]
+
+    public init() { ids = [] }
+
+    /// From ids in any order, possibly repeated.
+    public init(_ ids: some Sequence<UInt32>) {
+        var array = Array(ids)
+        array.sort()
+        var write = 0
+        for read in array.indices where read == 0 || array[read] != array[read - 1] {
+            array[write] = array[read]
+            write += 1
+        }
+        array.removeLast(array.count - write)
+        self.ids = array
+    }
+
+    /// From ids already sorted and unique; checked in debug builds.
+    public init(sorted ids: [UInt32]) {
+        assert(zip(ids, ids.dropFirst()).allSatisfy { $0 < $1 })
+        self.ids = ids
+    }
+
+    public var count: Int { ids.count }
+    public var isEmpty: Bool { ids.isEmpty }
+    public func makeIterator() -> IndexingIterator<[UInt32]> { ids.makeIterator() }
+
+    public func contains(_ id: UInt32) -> Bool {
+        var low = 0
+        var high = ids.count
+        while low < high {
+            let mid = (low + high) / 2
+            if ids[mid] < id { low = mid + 1 } else { high = mid }
+        }
+        return low < ids.count && ids[low] == id
+    }
+
+    public func union(_ other: TokenSet) -> TokenSet {
+        if other.isEmpty { return self }
+        if isEmpty { return other }
+        var result: [UInt32] = []
+        result.reserveCapacity(ids.count + other.ids.count)
+        var i = 0
+        var j = 0
+        let a = ids
+        let b = other.ids
+        while i < a.count, j < b.count {
+            if a[i] < b[j] {
+                result.append(a[i]); i += 1
+            } else if a[i] > b[j] {
+                result.append(b[j]); j += 1
+            } else {
+                result.append(a[i]); i += 1; j += 1
+            }
+        }
+        result.append(contentsOf: a[i...])
+        result.append(contentsOf: b[j...])
+        return TokenSet(sorted: result)
+    }
+
+    public func intersection(_ other: TokenSet) -> TokenSet {
+        var result: [UInt32] = []
+        var i = 0
+        var j = 0
+        let a = ids
+        let b = other.ids
+        while i < a.count, j < b.count {
+            if a[i] < b[j] { i += 1 } else if a[i] > b[j] { j += 1 } else {
+                result.append(a[i]); i += 1; j += 1
+            }
+        }
+        return TokenSet(sorted: result)
+    }
+
+    public func subtracting(_ other: TokenSet) -> TokenSet {
+        if other.isEmpty || isEmpty { return self }
+        var result: [UInt32] = []
+        result.reserveCapacity(ids.count)
+        var i = 0
+        var j = 0
+        let a = ids
+        let b = other.ids
+        while i < a.count {
+            if j >= b.count || a[i] < b[j] {
+                result.append(a[i]); i += 1
+            } else if a[i] > b[j] {
+                j += 1
+            } else {
+                i += 1; j += 1
+            }
+        }
+        return TokenSet(sorted: result)
+    }
+
+    public mutating func formUnion(_ other: TokenSet) { self = union(other) }
+    public mutating func subtract(_ other: TokenSet) { self = subtracting(other) }
+
+    /// The union of many sets, merged pairwise so the cost stays near n log k.
+    public static func union(of sets: [TokenSet]) -> TokenSet {
+        var layer = sets.filter { !$0.isEmpty }
+        if layer.isEmpty { return TokenSet() }
+        while layer.count > 1 {
+            var next: [TokenSet] = []
+            next.reserveCapacity((layer.count + 1) / 2)
+            var index = 0
+            while index + 1 < layer.count {
+                next.append(layer[index].union(layer[index + 1]))
+                index += 2
+            }
+            if index < layer.count { next.append(layer[index]) }
+            layer = next
+        }
+        return layer[0]
+    }
+}
