@@ -29,7 +29,7 @@ public enum TokenOutcome: Sendable, Equatable, Codable {
 }
 
 /// Per-token error codes as FCM reports them.
-public struct TokenError: Sendable, Hashable, Codable, CustomStringConvertible {
+public struct TokenError: Error, Sendable, Hashable, Codable, CustomStringConvertible {
     public var code: String
 
     public init(_ code: String) { self.code = code }

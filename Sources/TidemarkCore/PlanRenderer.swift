@@ -134,7 +134,8 @@ public struct PlanRenderer: Sendable {
     }
 
     func provenance(_ plan: Plan) -> String {
-        let refresh = plan.refreshed ? "refreshed from the backend" : "from state only (--no-refresh)"
-        return "Computed \(refresh); state \(plan.lineage.prefix(8)) serial \(plan.serial); manifests sha256:\(plan.manifestsDigest.prefix(12)); backend \(plan.backend); \(plan.operations.count) request\(plan.operations.count == 1 ? "" : "s")."
+        let refresh = plan.refreshed ? "after reading the backend" : "from state only (--no-refresh)"
+        let state = plan.lineage.isEmpty ? "no state yet" : "state \(plan.lineage.prefix(8)) serial \(plan.serial)"
+        return "Computed \(refresh); \(state); manifests sha256:\(plan.manifestsDigest.prefix(12)); backend \(plan.backend); \(plan.operations.count) request\(plan.operations.count == 1 ? "" : "s")."
     }
 }

@@ -1,0 +1,36 @@
+/// `tidemark.yaml`, the optional project file: backend, project id, manifests and state paths.
+public struct ProjectSettings: Sendable, Equatable {
+    public var project = "tidemark-demo"
+    public var backend: String?
+    public var manifests: String?
+    public var state: String?
+
+    public static let keys = ["project", "backend", "manifests", "state"]
+    public static let backends = ["embedded", "emulator", "fcm"]
+
+    public init() {}
+
+    /// Decodes the project file's text; problems come back as diagnostics.
+    public static func decode(_ text: String, file: String) -> (ProjectSettings, [Diagnostic]) {
+        var doc = YAMLDocument(file: file)
+        var settings = ProjectSettings()
+        guard let root = doc.compose(text) else { return (settings, doc.diagnostics) }
+        if case .scalar(let s) = root, s.string.isEmpty { return (settings, doc.diagnostics) }
+        for (key, _, value) in doc.mapping(root, "tidemark.yaml", allowed: keys) ?? [] {
+            guard let text = doc.string(value, "'\(key)'") else { continue }
+            switch key {
+            case "project": settings.project = text
+            case "backend":
+                if backends.contains(text) {
+                    settings.backend = text
+                } else {
+                    doc.error("unknown backend '\(text)'; use embedded, emulator or fcm.", value)
+                }
+            case "manifests": settings.manifests = text
+            case "state": settings.state = text
+            default: break
+            }
+        }
+        return (settings, doc.diagnostics)
+    }
+}

@@ -1,0 +1,55 @@
+import TidemarkCore
+
+/// The `embedded` backend: the engine in process, speaking the `Backend` protocol for one project.
+public struct EmbeddedBackend: Backend {
+    public let engine: FCMEngine
+    public let project: String
+
+    public init(engine: FCMEngine, project: String) {
+        self.engine = engine
+        self.project = project
+    }
+
+    public var identity: BackendIdentity { BackendIdentity(kind: "embedded", project: project) }
+
+    public func refresh(_ tokens: [String]) async throws -> [RegistrationStatus] {
+        var statuses: [RegistrationStatus] = []
+        statuses.reserveCapacity(tokens.count)
+        for token in tokens {
+            if let topics = await engine.topics(of: token, project: project) {
+                statuses.append(.active(topics: topics.map(\.topic)))
+            } else {
+                statuses.append(.notFound)
+            }
+        }
+        return statuses
+    }
+
+    public func subscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] {
+        try await engine.batchAdd(project: project, topic: topic, tokens: tokens)
+    }
+
+    public func unsubscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] {
+        try await engine.batchRemove(project: project, topic: topic, tokens: tokens)
+    }
+
+    public func groupKey(name: String) async throws -> String? {
+        do {
+            return try await engine.groupKey(project: project, name: name)
+        } catch let error as GroupError where error.kind == .notFound {
+            return nil
+        }
+    }
+
+    public func createGroup(name: String, tokens: [String]) async throws -> String {
+        try await engine.createGroup(project: project, name: name, tokens: tokens)
+    }
+
+    public func addToGroup(name: String, key: String, tokens: [String]) async throws -> String {
+        try await engine.addToGroup(project: project, name: name, key: key, tokens: tokens)
+    }
+
+    public func removeFromGroup(name: String, key: String, tokens: [String]) async throws {
+        _ = try await engine.removeFromGroup(project: project, name: name, key: key, tokens: tokens)
+    }
+}

@@ -1,0 +1,30 @@
+import TidemarkCore
+
+/// A whole-request failure of the engine, with the FCM error text a server would send.
+public struct EngineError: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Code: String, Sendable {
+        /// IID: `{"error":"Topic name format is invalid"}`; v1: 400 INVALID_ARGUMENT.
+        case invalidTopicName = "Topic name format is invalid"
+        /// IID: `{"error":"MissingIIdToken"}`.
+        case missingTokens = "MissingIIdToken"
+        /// More than 1000 tokens in one batch call.
+        case tooManyTokens = "Too many registration tokens"
+        /// v1 create of an existing subscription: 409 ALREADY_EXISTS.
+        case alreadyExists = "ALREADY_EXISTS"
+        /// v1 get/delete of a missing subscription, or an unknown registration.
+        case notFound = "NOT_FOUND"
+        case invalidArgument = "INVALID_ARGUMENT"
+        case tooManyTopics = "TOO_MANY_TOPICS"
+        case unavailable = "UNAVAILABLE"
+    }
+
+    public var code: Code
+    public var detail: String
+
+    public init(_ code: Code, _ detail: String = "") {
+        self.code = code
+        self.detail = detail
+    }
+
+    public var description: String { detail.isEmpty ? code.rawValue : "\(code.rawValue): \(detail)" }
+}

@@ -1,0 +1,325 @@
+import Foundation
+import TidemarkCore
+
+/// FCM's topic and device-group semantics, in process: the embedded backend, and the core of the emulator.
+///
+/// Holds app instances (registration tokens), their topic subscriptions and device groups, and
+/// answers as FCM does: per-token results for batches, the 2000-topic cap, 20-member groups that
+/// vanish when emptied, several valid keys per group. Every change is written through to the
+/// optional store before the call returns.
+public actor FCMEngine {
+    public struct Configuration: Sendable {
+        /// Treat any well-formed token as a registered app instance of the calling project on first use.
+        /// The embedded backend sets it, since there are no real devices to register themselves.
+        public var autoRegister: Bool
+        public var maxTopicsPerToken: Int
+        public var maxGroupMembers: Int
+        public var maxBatchTokens: Int
+
+        public init(autoRegister: Bool = true, maxTopicsPerToken: Int = FCMLimits.maxTopicsPerToken,
+            maxGroupMembers: Int = FCMLimits.maxGroupMembers, maxBatchTokens: Int = FCMLimits.maxBatchTokens)
+        {
+            self.autoRegister = autoRegister
+            self.maxTopicsPerToken = maxTopicsPerToken
+            self.maxGroupMembers = maxGroupMembers
+            self.maxBatchTokens = maxBatchTokens
+        }
+    }
+
+    public struct Registration: Sendable, Equatable {
+        public var project: String
+        public var platform: String
+        public var app: String
+        public var registeredAt: Date
+        /// Topic → when the subscription was made.
+        public var topics: [String: Date]
+        public var unregistered: Bool
+    }
+
+    struct Group: Sendable {
+        var members: [String]
+        var keys: [String]
+    }
+
+    public let configuration: Configuration
+    private let store: (any EngineStore)?
+    private let now: @Sendable () -> Date
+    private var registrations: [String: Registration]
+    private var groups: [GroupID: Group]
+    private var groupByKey: [String: GroupID]
+    /// One-shot per-token errors, for fault tests: the next call touching the token fails with it.
+    private var injectedErrors: [String: TokenError] = [:]
+    private var keyCounter: UInt64 = 0
+
+    struct GroupID: Hashable, Sendable {
+        var project: String
+        var name: String
+    }
+
+    public init(configuration: Configuration = Configuration(), store: (any EngineStore)? = nil,
+        now: @escaping @Sendable () -> Date = Date.init) throws
+    {
+        self.configuration = configuration
+        self.store = store
+        self.now = now
+        let snapshot = try store?.load() ?? EngineSnapshot()
+        registrations = snapshot.registrations
+        groups = [:]
+        groupByKey = [:]
+        for group in snapshot.groups {
+            let id = GroupID(project: group.project, name: group.name)
+            groups[id] = Group(members: group.members, keys: group.keys)
+            for key in group.keys { groupByKey[key] = id }
+        }
+    }
+
+    // MARK: - App instances
+
+    /// Registers an app instance (what a device does when the app starts).
+    public func register(token: String, project: String, platform: String = "ANDROID", app: String = "com.example.app")
+        throws
+    {
+        guard FCMLimits.tokenProblem(token) == nil else { throw EngineError(.invalidArgument, "malformed token") }
+        let registration = Registration(project: project, platform: platform, app: app, registeredAt: now(),
+            topics: registrations[token]?.topics ?? [:], unregistered: false)
+        registrations[token] = registration
+        try store?.persist([.registration(token, registration)])
+    }
+
+    /// Marks an app instance as gone (the app was uninstalled): later calls for it get NOT_FOUND.
+    public func unregister(token: String) throws {
+        var registration = registrations[token] ?? Registration(project: "", platform: "ANDROID", app: "",
+            registeredAt: now(), topics: [:], unregistered: true)
+        registration.unregistered = true
+        registration.topics = [:]
+        registrations[token] = registration
+        try store?.persist([.registration(token, registration), .clearTopics(token)])
+    }
+
+    /// The next call that touches `token` answers `error` for it, once.
+    public func injectError(_ error: TokenError, forToken token: String) {
+        injectedErrors[token] = error
+    }
+
+    /// The registration of `token`, creating it when auto-registration applies.
+    private func liveRegistration(_ token: String, project: String, create: Bool, changes: inout [EngineChange])
+        -> Result<Registration, TokenError>
+    {
+        if FCMLimits.tokenProblem(token) != nil { return .failure(.invalidArgument) }
+        if let existing = registrations[token] {
+            if existing.unregistered { return .failure(.notFound) }
+            if existing.project != project { return .failure(.invalidArgument) }
+            return .success(existing)
+        }
+        guard configuration.autoRegister else { return .failure(.notFound) }
+        let registration = Registration(project: project, platform: "ANDROID", app: "com.example.app",
+            registeredAt: now(), topics: [:], unregistered: false)
+        if create {
+            registrations[token] = registration
+            changes.append(.registration(token, registration))
+        }
+        return .success(registration)
+    }
+
+    // MARK: - Topics
+
+    /// IID `batchAdd`: per-token results in order.
+    public func batchAdd(project: String, topic: String, tokens: [String]) throws -> [TokenOutcome] {
+        try checkBatch(topic: topic, tokens: tokens)
+        var changes: [EngineChange] = []
+        let at = now()
+        let outcomes = tokens.map { token -> TokenOutcome in
+            if let injected = injectedErrors.removeValue(forKey: token) { return .failed(injected) }
+            switch liveRegistration(token, project: project, create: true, changes: &changes) {
+            case .failure(let error): return .failed(error)
+            case .success(var registration):
+                if registration.topics[topic] != nil { return .ok }
+                if registration.topics.count >= configuration.maxTopicsPerToken { return .failed(.tooManyTopics) }
+                registration.topics[topic] = at
+                registrations[token] = registration
+                changes.append(.subscribe(token, topic, at))
+                return .ok
+            }
+        }
+        try store?.persist(changes)
+        return outcomes
+    }
+
+    /// IID `batchRemove`: per-token results in order; removing a missing subscription succeeds.
+    public func batchRemove(project: String, topic: String, tokens: [String]) throws -> [TokenOutcome] {
+        try checkBatch(topic: topic, tokens: tokens)
+        var changes: [EngineChange] = []
+        let outcomes = tokens.map { token -> TokenOutcome in
+            if let injected = injectedErrors.removeValue(forKey: token) { return .failed(injected) }
+            switch liveRegistration(token, project: project, create: false, changes: &changes) {
+            case .failure(let error): return .failed(error)
+            case .success(var registration):
+                if registration.topics.removeValue(forKey: topic) != nil {
+                    registrations[token] = registration
+                    changes.append(.unsubscribe(token, topic))
+                }
+                return .ok
+            }
+        }
+        try store?.persist(changes)
+        return outcomes
+    }
+
+    private func checkBatch(topic: String, tokens: [String]) throws {
+        guard FCMLimits.topicNameProblem(topic) == nil else { throw EngineError(.invalidTopicName, topic) }
+        guard !tokens.isEmpty else { throw EngineError(.missingTokens) }
+        guard tokens.count <= configuration.maxBatchTokens else {
+            throw EngineError(.tooManyTokens, "\(tokens.count) tokens; at most \(configuration.maxBatchTokens) per call")
+        }
+    }
+
+    /// v1 create: one subscription; ALREADY_EXISTS when present.
+    public func createSubscription(project: String, registration token: String, topic: String) throws -> Date {
+        guard FCMLimits.topicNameProblem(topic) == nil else { throw EngineError(.invalidArgument, "invalid topic name") }
+        if let registration = registrations[token], !registration.unregistered, registration.project == project,
+            registration.topics[topic] != nil
+        {
+            throw EngineError(.alreadyExists, "topic subscription already exists")
+        }
+        let outcome = try batchAdd(project: project, topic: topic, tokens: [token])[0]
+        switch outcome {
+        case .ok: return registrations[token]?.topics[topic] ?? now()
+        case .failed(let error): throw EngineError(EngineError.Code(rawValue: error.code) ?? .invalidArgument)
+        }
+    }
+
+    /// v1 delete: with `allowMissing`, a missing subscription succeeds; without, NOT_FOUND.
+    public func deleteSubscription(project: String, registration token: String, topic: String, allowMissing: Bool) throws {
+        var changes: [EngineChange] = []
+        if let injected = injectedErrors.removeValue(forKey: token) {
+            throw EngineError(EngineError.Code(rawValue: injected.code) ?? .unavailable)
+        }
+        guard case .success(var registration) = liveRegistration(token, project: project, create: false, changes: &changes)
+        else { throw EngineError(.notFound, "registration not found") }
+        guard registration.topics.removeValue(forKey: topic) != nil else {
+            if allowMissing { return }
+            throw EngineError(.notFound, "topic subscription not found")
+        }
+        registrations[token] = registration
+        try store?.persist([.unsubscribe(token, topic)])
+    }
+
+    /// The topics of a live registration, sorted; nil when FCM would answer NOT_FOUND.
+    public func topics(of token: String, project: String) -> [(topic: String, since: Date)]? {
+        var ignored: [EngineChange] = []
+        guard case .success(let registration) = liveRegistration(token, project: project, create: false, changes: &ignored)
+        else { return nil }
+        return registration.topics.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+    }
+
+    /// What the admin API shows and real FCM cannot: the tokens subscribed to a topic.
+    public func subscribers(of topic: String, project: String) -> [String] {
+        registrations.filter { $0.value.project == project && !$0.value.unregistered && $0.value.topics[topic] != nil }
+            .map(\.key).sorted()
+    }
+
+    /// Every live subscription of a project, for tests and the admin API.
+    public func allSubscriptions(project: String) -> [String: Set<String>] {
+        var result: [String: Set<String>] = [:]
+        for (token, registration) in registrations where registration.project == project && !registration.unregistered {
+            for topic in registration.topics.keys { result[topic, default: []].insert(token) }
+        }
+        return result
+    }
+
+    // MARK: - Device groups
+
+    private func newKey() -> String {
+        keyCounter &+= 1
+        var generator = SystemRandomNumberGenerator()
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+        let body = String((0..<134).map { _ in alphabet[Int(generator.next() % 64)] })
+        return "APA91b" + body
+    }
+
+    private func validMembers(_ tokens: [String], project: String) -> [String] {
+        var ignored: [EngineChange] = []
+        var seen = Set<String>()
+        return tokens.filter { token in
+            guard seen.insert(token).inserted else { return false }
+            if case .success = liveRegistration(token, project: project, create: false, changes: &ignored) { return true }
+            return false
+        }
+    }
+
+    /// `create`: invalid tokens are dropped; the name must be new.
+    public func createGroup(project: String, name: String, tokens: [String]) throws -> String {
+        let id = GroupID(project: project, name: name)
+        guard groups[id] == nil else { throw GroupError(.alreadyExists) }
+        let members = validMembers(tokens, project: project)
+        guard !members.isEmpty else { throw GroupError(.noValidRegistrationIDs) }
+        guard members.count <= configuration.maxGroupMembers else { throw GroupError(.tooManyMembers) }
+        let key = newKey()
+        groups[id] = Group(members: members, keys: [key])
+        groupByKey[key] = id
+        try persistGroup(id)
+        return key
+    }
+
+    private func group(forKey key: String, name: String?, project: String) throws -> GroupID {
+        guard let id = groupByKey[key], id.project == project, groups[id] != nil else { throw GroupError(.notFound) }
+        if let name, name != id.name { throw GroupError(.nameMismatch) }
+        return id
+    }
+
+    /// `add`: returns the key used.
+    public func addToGroup(project: String, name: String?, key: String, tokens: [String]) throws -> String {
+        let id = try group(forKey: key, name: name, project: project)
+        let members = validMembers(tokens, project: project)
+        guard !members.isEmpty else { throw GroupError(.noValidRegistrationIDs) }
+        var group = groups[id]!
+        let merged = group.members + members.filter { !group.members.contains($0) }
+        guard merged.count <= configuration.maxGroupMembers else { throw GroupError(.tooManyMembers) }
+        group.members = merged
+        groups[id] = group
+        try persistGroup(id)
+        return key
+    }
+
+    /// `remove`: removing the last member deletes the group and all its keys.
+    public func removeFromGroup(project: String, name: String?, key: String, tokens: [String]) throws -> String {
+        let id = try group(forKey: key, name: name, project: project)
+        guard !tokens.isEmpty else { throw GroupError(.noValidRegistrationIDs) }
+        var group = groups[id]!
+        let removing = Set(tokens)
+        group.members.removeAll { removing.contains($0) }
+        if group.members.isEmpty {
+            groups[id] = nil
+            for key in group.keys { groupByKey[key] = nil }
+        } else {
+            groups[id] = group
+        }
+        try persistGroup(id)
+        return key
+    }
+
+    /// Key look-up by name: each call may issue a new alias; all stay valid.
+    public func groupKey(project: String, name: String) throws -> String {
+        let id = GroupID(project: project, name: name)
+        guard var group = groups[id] else { throw GroupError(.notFound) }
+        let key = newKey()
+        group.keys.append(key)
+        groups[id] = group
+        groupByKey[key] = id
+        try persistGroup(id)
+        return key
+    }
+
+    /// The members of a group, which real FCM cannot list.
+    public func groupMembers(project: String, name: String) -> [String]? {
+        groups[GroupID(project: project, name: name)]?.members
+    }
+
+    private func persistGroup(_ id: GroupID) throws {
+        if let group = groups[id] {
+            try store?.persist([.group(project: id.project, name: id.name, members: group.members, keys: group.keys)])
+        } else {
+            try store?.persist([.deleteGroup(project: id.project, name: id.name)])
+        }
+    }
+}

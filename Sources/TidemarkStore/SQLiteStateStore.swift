@@ -1,0 +1,306 @@
+import Foundation
+import GRDB
+import TidemarkCore
+
+/// tidemark's state in a local SQLite file (default `.tidemark/state.db`), private to its user.
+///
+/// Memberships are stored per topic as sorted arrays of token ids (blobs), so a state of five
+/// million memberships loads in a fraction of a second. Every write is one transaction that also
+/// bumps the serial; the apply journal lives in the same file, so a batch and its journal entry
+/// commit together.
+public final class SQLiteStateStore: Sendable {
+    /// 'TDMK', set as SQLite's application_id so a foreign database is recognised at once.
+    static let applicationID: Int32 = 0x5444_4D4B
+    static let formatVersion = 1
+
+    public let path: String
+    private let queue: DatabaseQueue
+
+    /// Opens an existing state file, refusing one that is not tidemark's or is damaged.
+    /// Returns nil when no file exists and `create` is false.
+    public static func open(path: String, create: Bool) throws -> SQLiteStateStore? {
+        let fm = FileManager.default
+        if !fm.fileExists(atPath: path) {
+            guard create else { return nil }
+            let directory = (path as NSString).deletingLastPathComponent
+            if !directory.isEmpty {
+                try fm.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                    attributes: [.posixPermissions: 0o700])
+            }
+            guard fm.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]) else {
+                throw StateStoreError(.io, path: path, "cannot create the file")
+            }
+            return try SQLiteStateStore(path: path, initialize: true)
+        }
+        try checkHeader(path)
+        return try SQLiteStateStore(path: path, initialize: false)
+    }
+
+    private static func checkHeader(_ path: String) throws {
+        guard let handle = FileHandle(forReadingAtPath: path) else {
+            throw StateStoreError(.io, path: path, "cannot read the file; check its permissions")
+        }
+        defer { try? handle.close() }
+        let header = (try? handle.read(upToCount: 16)) ?? Data()
+        if header.isEmpty {
+            throw StateStoreError(.damaged, path: path, "the file is empty")
+        }
+        guard header == Data("SQLite format 3\u{0}".utf8) else { throw StateStoreError(.notSQLite, path: path, "") }
+    }
+
+    private init(path: String, initialize: Bool) throws {
+        self.path = path
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(5)
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+        }
+        do {
+            queue = try DatabaseQueue(path: path, configuration: configuration)
+            if initialize {
+                try queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA journal_mode = WAL") }
+                try queue.write { db in try Self.createSchema(db) }
+            } else {
+                try queue.read { db in try Self.verify(db, path: path) }
+            }
+        } catch let error as StateStoreError {
+            throw error
+        } catch let error as DatabaseError {
+            throw Self.translate(error, path: path)
+        }
+        _ = chmod(path, 0o600)
+    }
+
+    static func translate(_ error: DatabaseError, path: String) -> StateStoreError {
+        switch error.resultCode {
+        case .SQLITE_NOTADB: StateStoreError(.notSQLite, path: path, "")
+        case .SQLITE_CORRUPT: StateStoreError(.damaged, path: path, error.message ?? "corrupt")
+        default: StateStoreError(.io, path: path, error.message ?? "\(error)")
+        }
+    }
+
+    private static func createSchema(_ db: Database) throws {
+        try db.execute(sql: """
+            PRAGMA application_id = \(applicationID);
+            CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            CREATE TABLE tokens (id INTEGER PRIMARY KEY, token TEXT NOT NULL, seen_at INTEGER NOT NULL DEFAULT 0,
+                dead INTEGER NOT NULL DEFAULT 0);
+            CREATE TABLE topics (name TEXT PRIMARY KEY, mode TEXT NOT NULL, protect INTEGER NOT NULL,
+                managed BLOB NOT NULL, observed BLOB NOT NULL);
+            CREATE TABLE groups (name TEXT PRIMARY KEY, key TEXT, protect INTEGER NOT NULL, members BLOB NOT NULL);
+            CREATE TABLE applies (id TEXT PRIMARY KEY, started_at INTEGER NOT NULL, finished_at INTEGER,
+                status TEXT NOT NULL, manifests_digest TEXT NOT NULL, operations_digest TEXT NOT NULL,
+                operation_count INTEGER NOT NULL, plan BLOB NOT NULL);
+            CREATE TABLE apply_operations (apply_id TEXT NOT NULL, idx INTEGER NOT NULL, finished_at INTEGER NOT NULL,
+                ok INTEGER NOT NULL, failed INTEGER NOT NULL, PRIMARY KEY (apply_id, idx)) WITHOUT ROWID;
+            """)
+        let lineage = UUID().uuidString.lowercased()
+        for (key, value) in [("format", "tidemark-state"), ("format_version", String(formatVersion)),
+            ("lineage", lineage), ("serial", "0"), ("created_at", String(Int64(Date().timeIntervalSince1970)))]
+        {
+            try db.execute(sql: "INSERT INTO meta (key, value) VALUES (?, ?)", arguments: [key, value])
+        }
+    }
+
+    private static func verify(_ db: Database, path: String) throws {
+        let id = try Int32.fetchOne(db, sql: "PRAGMA application_id") ?? 0
+        guard id == applicationID else {
+            throw StateStoreError(.foreign, path: path, "its application id is \(id), not tidemark's")
+        }
+        guard try db.tableExists("meta"),
+            try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'format'") == "tidemark-state"
+        else {
+            throw StateStoreError(.damaged, path: path, "its 'meta' table is missing")
+        }
+        let version = Int(try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'format_version'") ?? "") ?? 0
+        if version > formatVersion {
+            throw StateStoreError(.newerFormat, path: path, "format version \(version); this tidemark reads \(formatVersion)")
+        }
+        for table in ["tokens", "topics", "groups", "applies", "apply_operations"] where try !db.tableExists(table) {
+            throw StateStoreError(.damaged, path: path, "table '\(table)' is missing")
+        }
+    }
+
+    private func run<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch let error as DatabaseError {
+            throw Self.translate(error, path: path)
+        }
+    }
+
+    // MARK: - Reading
+
+    /// The whole state.
+    public func load() throws -> State {
+        try run {
+            try queue.read { db in
+                let lineage = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'lineage'") ?? ""
+                let serial = Int(try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'serial'") ?? "0") ?? 0
+                var table = TokenTable()
+                let count = try Int.fetchOne(db, sql: "SELECT count(*) FROM tokens") ?? 0
+                table.reserveCapacity(count)
+                var seenAt: [Int64] = []
+                seenAt.reserveCapacity(count)
+                var dead: [UInt32] = []
+                let statement = try db.makeStatement(sql: "SELECT id, token, seen_at, dead FROM tokens ORDER BY id")
+                let rows = try Row.fetchCursor(statement)
+                while let row = try rows.next() {
+                    let id: Int64 = row[0]
+                    let token: String = row[1]
+                    guard Int(id) == table.count, table.intern(token) == UInt32(id) else {
+                        throw StateStoreError(.damaged, path: path, "token ids are not dense at id \(id)")
+                    }
+                    seenAt.append(row[2])
+                    if (row[3] as Int64) != 0 { dead.append(UInt32(id)) }
+                }
+                var topics: [String: TopicState] = [:]
+                for row in try Row.fetchAll(db, sql: "SELECT name, mode, protect, managed, observed FROM topics") {
+                    let name: String = row[0]
+                    topics[name] = TopicState(mode: TopicMode(rawValue: row[1]) ?? .additive, protect: row[2],
+                        managed: try decode(row[3], count: table.count), observed: try decode(row[4], count: table.count))
+                }
+                var groups: [String: GroupState] = [:]
+                for row in try Row.fetchAll(db, sql: "SELECT name, key, protect, members FROM groups") {
+                    groups[row[0]] = GroupState(key: row[1], protect: row[2], members: try decode(row[3], count: table.count))
+                }
+                return State(lineage: lineage, serial: serial, tokens: table, seenAt: seenAt, dead: TokenSet(sorted: dead),
+                    topics: topics, groups: groups)
+            }
+        }
+    }
+
+    private func decode(_ data: Data, count: Int) throws -> TokenSet {
+        guard data.count % 4 == 0 else { throw StateStoreError(.damaged, path: path, "a membership list has a bad length") }
+        var ids = [UInt32](repeating: 0, count: data.count / 4)
+        _ = ids.withUnsafeMutableBytes { data.copyBytes(to: $0) }
+        for i in ids.indices {
+            ids[i] = UInt32(littleEndian: ids[i])
+            if Int(ids[i]) >= count || (i > 0 && ids[i] <= ids[i - 1]) {
+                throw StateStoreError(.damaged, path: path, "a membership list refers to an unknown token")
+            }
+        }
+        return TokenSet(sorted: ids)
+    }
+
+    private func encode(_ set: TokenSet) -> Data {
+        var ids = set.ids.map { $0.littleEndian }
+        return ids.withUnsafeMutableBytes { Data($0) }
+    }
+
+    // MARK: - Writing
+
+    /// What one write changes; everything in it commits in one transaction with the serial bump.
+    public struct Write {
+        public var topics: [String] = []
+        public var groups: [String] = []
+        /// Tokens whose last-seen time or liveness changed.
+        public var tokens: [UInt32] = []
+        public var allTokens = false
+        public var beginApply: (id: String, plan: Plan)?
+        public var finishedOperation: (applyID: String, index: Int, ok: Int, failed: Int)?
+        public var finishApply: (id: String, status: String)?
+
+        public init() {}
+    }
+
+    /// Writes the parts of `state` named by `write`, and returns the new serial (also set in `state`).
+    @discardableResult
+    public func save(_ state: inout State, _ write: Write, at now: Int64 = Int64(Date().timeIntervalSince1970)) throws -> Int {
+        state.growToTable()
+        let snapshot = state
+        let serial = try run {
+            try queue.write { db -> Int in
+                let stored = try Int.fetchOne(db, sql: "SELECT count(*) FROM tokens") ?? 0
+                if stored < snapshot.tokens.count {
+                    let insert = try db.makeStatement(sql: "INSERT INTO tokens (id, token, seen_at, dead) VALUES (?, ?, ?, ?)")
+                    for id in stored..<snapshot.tokens.count {
+                        try insert.execute(arguments: [id, snapshot.tokens[UInt32(id)], snapshot.seenAt[id],
+                            snapshot.dead.contains(UInt32(id)) ? 1 : 0])
+                    }
+                }
+                let update = try db.makeStatement(sql: "UPDATE tokens SET seen_at = ?, dead = ? WHERE id = ?")
+                let touched: [UInt32] = write.allTokens ? Array(0..<UInt32(min(stored, snapshot.tokens.count))) : write.tokens
+                for id in touched where Int(id) < stored {
+                    try update.execute(arguments: [snapshot.seenAt[Int(id)], snapshot.dead.contains(id) ? 1 : 0, id])
+                }
+                for name in Set(write.topics) {
+                    if let topic = snapshot.topics[name] {
+                        try db.execute(sql: """
+                            INSERT OR REPLACE INTO topics (name, mode, protect, managed, observed) VALUES (?, ?, ?, ?, ?)
+                            """, arguments: [name, topic.mode.rawValue, topic.protect, encode(topic.managed), encode(topic.observed)])
+                    } else {
+                        try db.execute(sql: "DELETE FROM topics WHERE name = ?", arguments: [name])
+                    }
+                }
+                for name in Set(write.groups) {
+                    if let group = snapshot.groups[name] {
+                        try db.execute(sql: "INSERT OR REPLACE INTO groups (name, key, protect, members) VALUES (?, ?, ?, ?)",
+                            arguments: [name, group.key, group.protect, encode(group.members)])
+                    } else {
+                        try db.execute(sql: "DELETE FROM groups WHERE name = ?", arguments: [name])
+                    }
+                }
+                if let (id, plan) = write.beginApply {
+                    let data = try Plan.encoder(pretty: false).encode(plan)
+                    try db.execute(sql: """
+                        INSERT INTO applies (id, started_at, status, manifests_digest, operations_digest, operation_count, plan)
+                        VALUES (?, ?, 'running', ?, ?, ?, ?)
+                        """, arguments: [id, now, plan.manifestsDigest, plan.operationsDigest, plan.operations.count, data])
+                }
+                if let entry = write.finishedOperation {
+                    try db.execute(sql: """
+                        INSERT OR REPLACE INTO apply_operations (apply_id, idx, finished_at, ok, failed) VALUES (?, ?, ?, ?, ?)
+                        """, arguments: [entry.applyID, entry.index, now, entry.ok, entry.failed])
+                }
+                if let (id, status) = write.finishApply {
+                    try db.execute(sql: "UPDATE applies SET status = ?, finished_at = ? WHERE id = ?", arguments: [status, now, id])
+                }
+                let current = Int(try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'serial'") ?? "0") ?? 0
+                try db.execute(sql: "UPDATE meta SET value = ? WHERE key = 'serial'", arguments: [String(current + 1)])
+                return current + 1
+            }
+        }
+        state.serial = serial
+        return serial
+    }
+
+    // MARK: - Journal
+
+    /// An apply that started and did not finish (the process was killed or failed).
+    public struct UnfinishedApply: Sendable {
+        public var id: String
+        public var startedAt: Date
+        public var plan: Plan
+        public var done: Set<Int>
+    }
+
+    public func unfinishedApply() throws -> UnfinishedApply? {
+        try run {
+            try queue.read { db in
+                guard let row = try Row.fetchOne(db, sql: """
+                    SELECT id, started_at, plan FROM applies WHERE status = 'running' ORDER BY started_at DESC LIMIT 1
+                    """)
+                else { return nil }
+                let id: String = row[0]
+                let plan = try Plan.decoder().decode(Plan.self, from: row[2] as Data)
+                let done = try Int.fetchAll(db, sql: "SELECT idx FROM apply_operations WHERE apply_id = ?", arguments: [id])
+                return UnfinishedApply(id: id, startedAt: Date(timeIntervalSince1970: TimeInterval(row[1] as Int64)),
+                    plan: plan, done: Set(done))
+            }
+        }
+    }
+
+    /// Summary lines of past applies, newest first.
+    public func applies(limit: Int = 20) throws -> [(id: String, status: String, startedAt: Int64, operations: Int, done: Int)] {
+        try run {
+            try queue.read { db in
+                try Row.fetchAll(db, sql: """
+                    SELECT a.id, a.status, a.started_at, a.operation_count,
+                        (SELECT count(*) FROM apply_operations o WHERE o.apply_id = a.id)
+                    FROM applies a ORDER BY a.started_at DESC LIMIT ?
+                    """, arguments: [limit]).map { ($0[0], $0[1], $0[2], $0[3], $0[4]) }
+            }
+        }
+    }
+}

@@ -1,0 +1,46 @@
+import Foundation
+import TidemarkCore
+
+/// The real disk, rooted at the manifests directory.
+struct DiskFileSource: FileSource {
+    let root: String
+    /// How the root is shown in messages (as the user named it).
+    let displayRoot: String
+
+    func resolve(_ path: String) -> String {
+        if path.hasPrefix("/") { return path }
+        return path == "." ? root : (root as NSString).appendingPathComponent(path)
+    }
+
+    func read(_ path: String) throws -> Data {
+        try Data(contentsOf: URL(fileURLWithPath: resolve(path)))
+    }
+
+    func list(_ directory: String) throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: resolve(directory))
+    }
+
+    func displayPath(_ path: String) -> String {
+        if path.hasPrefix("/") { return path }
+        if path == "." { return displayRoot }
+        return displayRoot == "." ? path : (displayRoot as NSString).appendingPathComponent(path)
+    }
+}
+
+/// Writes a file so that readers see the old or the new content, never a mix.
+func writeAtomically(_ data: Data, to path: String, mode: Int = 0o644) throws {
+    let temporary = path + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
+    guard FileManager.default.createFile(atPath: temporary, contents: data, attributes: [.posixPermissions: mode]) else {
+        throw CLIError("cannot write \(path); check that its directory exists and is writable.")
+    }
+    if rename(temporary, path) != 0 {
+        unlink(temporary)
+        throw CLIError("cannot write \(path): \(String(cString: strerror(errno))).")
+    }
+}
+
+/// A failure worth one clear line to the user.
+struct CLIError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}

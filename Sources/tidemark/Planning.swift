@@ -1,0 +1,45 @@
+import Foundation
+import TidemarkCore
+import TidemarkStore
+
+/// What a plan was made from, kept together so `apply` can carry it out.
+struct PlanningResult {
+    var state: State
+    var loaded: LoadedManifests
+    var plan: Plan
+}
+
+extension Workspace {
+    /// Loads state and manifests, refreshes unless told not to, and diffs. Stops with exit 1 on errors.
+    func makePlan(store: SQLiteStateStore?, backend: any Backend, refresh: Bool) async throws -> PlanningResult {
+        var state = try loadState(store)
+        let loaded = loadManifests(into: &state)
+        try reportDiagnostics(loaded.diagnostics.filter { $0.severity == .error })
+        var observed: RefreshResult?
+        if refresh {
+            let progress = ProgressReporter(label: "Refreshing")
+            let groups = Set(loaded.desired.groups.map(\.name)).union(state.groups.keys).sorted()
+            let report: @Sendable (Int, Int) -> Void = { done, total in
+                progress.update(done: done, total: total, unit: "tokens")
+            }
+            let all = TokenSet(sorted: Array(0..<UInt32(state.tokens.count)))
+            observed = try await Refresher(backend: backend).refresh(all, table: state.tokens, groups: groups,
+                at: Int64(Date().timeIntervalSince1970), progress: state.tokens.count >= 20_000 ? report : nil)
+        }
+        let plan = Planner(tidemarkVersion: Workspace.version).plan(loaded: loaded, state: state, refresh: observed,
+            backend: backend.identity, now: Date())
+        return PlanningResult(state: state, loaded: loaded, plan: plan)
+    }
+
+    /// Renders `plan` in `format` on standard output.
+    func output(_ plan: Plan, format: OutputFormat, inventory: Inventory?) throws {
+        switch format {
+        case .text:
+            Terminal.out(renderer(inventory).render(plan))
+        case .json:
+            var data = try Plan.encoder().encode(plan)
+            data.append(UInt8(ascii: "\n"))
+            FileHandle.standardOutput.write(data)
+        }
+    }
+}

@@ -1,0 +1,62 @@
+import Foundation
+import Synchronization
+import TidemarkCore
+
+/// Where output goes, and whether a person is watching.
+enum Terminal {
+    static var stdoutIsTerminal: Bool { isatty(STDOUT_FILENO) == 1 }
+    static var stdinIsTerminal: Bool { isatty(STDIN_FILENO) == 1 }
+    static var stderrIsTerminal: Bool { isatty(STDERR_FILENO) == 1 }
+
+    static func out(_ text: String) {
+        FileHandle.standardOutput.write(Data(text.utf8))
+    }
+
+    static func err(_ text: String) {
+        FileHandle.standardError.write(Data((text.hasSuffix("\n") ? text : text + "\n").utf8))
+    }
+
+    /// Asks on the terminal; only "yes" proceeds, as with Terraform.
+    static func confirm(_ question: String) -> Bool {
+        err(question)
+        FileHandle.standardError.write(Data("  Only 'yes' will be accepted: ".utf8))
+        return readLine()?.trimmingCharacters(in: .whitespaces) == "yes"
+    }
+}
+
+/// Progress of long work: a redrawn line on a terminal, a plain line every few seconds otherwise.
+final class ProgressReporter: Sendable {
+    private let label: String
+    private let interactive: Bool
+    private let start = Date()
+    private let lastPrint = Mutex<Date>(.distantPast)
+
+    init(label: String, interactive: Bool = Terminal.stderrIsTerminal) {
+        self.label = label
+        self.interactive = interactive
+    }
+
+    func update(done: Int, total: Int, unit: String) {
+        let now = Date()
+        let due = lastPrint.withLock { last -> Bool in
+            let interval: TimeInterval = interactive ? 0.1 : 5
+            guard done == total || now.timeIntervalSince(last) >= interval else { return false }
+            last = now
+            return true
+        }
+        guard due, total > 0 else { return }
+        let elapsed = max(0.001, now.timeIntervalSince(start))
+        let rate = Double(done) / elapsed
+        let eta = rate > 0 ? Double(total - done) / rate : 0
+        let percent = Int(Double(done) * 100 / Double(total))
+        let text = "\(label): \(PlanRenderer.formatCount(done))/\(PlanRenderer.formatCount(total)) \(unit) (\(percent)%), \(PlanRenderer.formatCount(Int(rate)))/s, ETA \(Int(eta.rounded()))s"
+        if interactive {
+            let width = 24
+            let filled = total == 0 ? width : width * done / total
+            let bar = String(repeating: "█", count: filled) + String(repeating: "░", count: width - filled)
+            FileHandle.standardError.write(Data("\r\u{1B}[K\(bar) \(text)\(done == total ? "\n" : "")".utf8))
+        } else {
+            Terminal.err(text)
+        }
+    }
+}

@@ -1,0 +1,55 @@
+import ArgumentParser
+import Foundation
+import TidemarkCore
+import TidemarkStore
+
+@main
+struct Tidemark: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tidemark",
+        abstract: "Config-as-code for Firebase Cloud Messaging topics and device groups.",
+        discussion: """
+            Declare in YAML manifests which devices belong to which topics and device groups; \
+            'tidemark plan' shows what must change in FCM and 'tidemark apply' makes it so, \
+            within FCM's limits. Exit codes: 0 success or no changes, 1 error, 2 changes present \
+            (only with --detailed-exitcode).
+            """,
+        version: Workspace.version,
+        subcommands: [ValidateCommand.self, PlanCommand.self, ApplyCommand.self, ShowCommand.self]
+    )
+}
+
+/// Runs a command body, printing our errors as one clear message and mapping them to exit 1.
+func runReportingErrors(_ body: () async throws -> Void) async throws {
+    do {
+        try await body()
+    } catch let exit as ExitCode {
+        throw exit
+    } catch let error as DiagnosticsError {
+        for diagnostic in error.diagnostics { Terminal.err(diagnostic.description) }
+        throw ExitCode.failure
+    } catch let error as StateStoreError {
+        Terminal.err("error: \(error.description)")
+        throw ExitCode.failure
+    } catch let error as CLIError {
+        Terminal.err("error: \(error.description)")
+        throw ExitCode.failure
+    } catch let error as CleanExit {
+        throw error
+    } catch let error as ValidationError {
+        throw error
+    } catch {
+        Terminal.err("error: \(error)")
+        throw ExitCode.failure
+    }
+}
+
+/// Prints diagnostics and stops with exit 1 when any is an error.
+func reportDiagnostics(_ diagnostics: [Diagnostic]) throws {
+    for diagnostic in diagnostics { Terminal.err(diagnostic.description) }
+    let errors = diagnostics.errorCount
+    if errors > 0 {
+        Terminal.err("\(errors) error\(errors == 1 ? "" : "s") found; nothing was planned or changed.")
+        throw ExitCode.failure
+    }
+}

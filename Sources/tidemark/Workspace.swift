@@ -1,0 +1,95 @@
+import Foundation
+import TidemarkCore
+import TidemarkEmulator
+import TidemarkStore
+
+/// One invocation's view of the project: where things are, and how to open them.
+struct Workspace {
+    let options: GlobalOptions
+    let root: String
+    let settings: ProjectSettings
+    let manifestsPath: String
+    let manifestsDisplay: String
+    let statePath: String
+    let backendKind: String
+
+    static let version = "0.1.0"
+
+    init(_ options: GlobalOptions) throws {
+        self.options = options
+        let cwd = FileManager.default.currentDirectoryPath
+        root = options.directory.hasPrefix("/") ? options.directory : (cwd as NSString).appendingPathComponent(options.directory)
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
+            throw CLIError("project directory '\(options.directory)' does not exist; pass an existing directory to -C.")
+        }
+        let settingsFile = (root as NSString).appendingPathComponent("tidemark.yaml")
+        let settingsDisplay = Self.display(options.directory, "tidemark.yaml")
+        if let data = FileManager.default.contents(atPath: settingsFile) {
+            let (decoded, diagnostics) = ProjectSettings.decode(String(decoding: data, as: UTF8.self), file: settingsDisplay)
+            if diagnostics.hasErrors { throw DiagnosticsError(diagnostics) }
+            settings = decoded
+        } else {
+            settings = ProjectSettings()
+        }
+        if let manifests = options.manifests {
+            manifestsPath = manifests.hasPrefix("/") ? manifests : (cwd as NSString).appendingPathComponent(manifests)
+            manifestsDisplay = manifests
+        } else {
+            let relative = settings.manifests ?? "manifests"
+            manifestsPath = relative.hasPrefix("/") ? relative : (root as NSString).appendingPathComponent(relative)
+            manifestsDisplay = Self.display(options.directory, relative)
+        }
+        let state = settings.state ?? ".tidemark/state.db"
+        statePath = state.hasPrefix("/") ? state : (root as NSString).appendingPathComponent(state)
+        backendKind = options.backend ?? settings.backend ?? "embedded"
+    }
+
+    static func display(_ directory: String, _ path: String) -> String {
+        if path.hasPrefix("/") || directory == "." { return path }
+        return (directory as NSString).appendingPathComponent(path)
+    }
+
+    var stateDisplay: String { Self.display(options.directory, settings.state ?? ".tidemark/state.db") }
+
+    /// Opens the state file; nil when there is none yet and `create` is false.
+    func openStore(create: Bool) throws -> SQLiteStateStore? {
+        try SQLiteStateStore.open(path: statePath, create: create)
+    }
+
+    /// The current state, or an empty one (lineage "", serial 0) when no state file exists.
+    func loadState(_ store: SQLiteStateStore?) throws -> State {
+        try store?.load() ?? State(lineage: "", serial: 0)
+    }
+
+    /// Reads and resolves the manifests, interning their tokens into `state`'s table.
+    func loadManifests(into state: inout State) -> LoadedManifests {
+        let files = DiskFileSource(root: manifestsPath, displayRoot: manifestsDisplay)
+        var table = state.tokens
+        let loaded = ManifestLoader(files: files).load(into: &table)
+        state.tokens = table
+        state.growToTable()
+        return loaded
+    }
+
+    /// The backend named by flag, tidemark.yaml, or the embedded default.
+    func makeBackend() throws -> any Backend {
+        switch backendKind {
+        case "embedded":
+            let directory = (statePath as NSString).deletingLastPathComponent
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
+            let store = try SQLiteEngineStore(path: (directory as NSString).appendingPathComponent("embedded.db"))
+            let engine = try FCMEngine(configuration: .init(autoRegister: true), store: store)
+            return EmbeddedBackend(engine: engine, project: settings.project)
+        default:
+            throw CLIError("the '\(backendKind)' backend is not available in this build yet; use --backend embedded.")
+        }
+    }
+
+    func renderer(_ inventory: Inventory?) -> PlanRenderer {
+        PlanRenderer(showTokens: options.showTokens, deviceName: { token in
+            inventory?.index(ofToken: token).map { "device \(inventory!.deviceIDs[$0])" }
+        })
+    }
+}
