@@ -3,9 +3,11 @@
 /// Pure: the same desired state and state give the same operations, in the same order.
 public struct Differ: Sendable {
     public var batchSize: Int
+    public var maxTopicsPerToken: Int
 
-    public init(batchSize: Int = FCMLimits.maxBatchTokens) {
+    public init(batchSize: Int = FCMLimits.maxBatchTokens, maxTopicsPerToken: Int = FCMLimits.maxTopicsPerToken) {
         self.batchSize = batchSize
+        self.maxTopicsPerToken = maxTopicsPerToken
     }
 
     public struct Result: Sendable {
@@ -89,13 +91,13 @@ public struct Differ: Sendable {
         for entry in adds { for id in entry.ids { counts[Int(id)] += 1 } }
         var diagnostics: [Diagnostic] = []
         var over = 0
-        for (id, count) in counts.enumerated() where Int(count) > FCMLimits.maxTopicsPerToken {
+        for (id, count) in counts.enumerated() where Int(count) > maxTopicsPerToken {
             over += 1
             if over <= 10 {
-                diagnostics.append(.error("token \(Redaction.redact(state.tokens[UInt32(id)])) would hold \(count) topics after this plan (FCM allows \(FCMLimits.maxTopicsPerToken)); it is subscribed to topics tidemark does not manage. Remove it from some topics first."))
+                diagnostics.append(.error("token \(Redaction.redact(state.tokens[UInt32(id)])) would hold \(count) topics after this plan (FCM allows \(maxTopicsPerToken)); it is subscribed to topics tidemark does not manage. Remove it from some topics first."))
             }
         }
-        if over > 10 { diagnostics.append(.error("\(over - 10) more tokens would pass \(FCMLimits.maxTopicsPerToken) topics.")) }
+        if over > 10 { diagnostics.append(.error("\(over - 10) more tokens would pass \(maxTopicsPerToken) topics.")) }
         return diagnostics
     }
 
