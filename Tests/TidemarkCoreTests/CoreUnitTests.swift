@@ -1,0 +1,99 @@
+import Foundation
+import Testing
+@testable import TidemarkCore
+
+@Suite struct TokenSetTests {
+    @Test(arguments: 0..<100)
+    func setOperationsMatchSwiftSets(seed: Int) {
+        var rng = SeededGenerator(seed: UInt64(seed))
+        let a = (0..<Int.random(in: 0...50, using: &rng)).map { _ in UInt32.random(in: 0..<60, using: &rng) }
+        let b = (0..<Int.random(in: 0...50, using: &rng)).map { _ in UInt32.random(in: 0..<60, using: &rng) }
+        let x = TokenSet(a)
+        let y = TokenSet(b)
+        #expect(x.ids == Set(a).sorted())
+        #expect(x.union(y).ids == Set(a).union(b).sorted())
+        #expect(x.intersection(y).ids == Set(a).intersection(b).sorted())
+        #expect(x.subtracting(y).ids == Set(a).subtracting(b).sorted())
+        #expect(TokenSet.union(of: [x, y, TokenSet(), x]).ids == Set(a).union(b).sorted())
+        for probe in 0..<60 { #expect(x.contains(UInt32(probe)) == a.contains(UInt32(probe))) }
+    }
+}
+
+@Suite struct SHA256Tests {
+    @Test func knownVectors() {
+        #expect(SHA256Digest.hex(Data()) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        #expect(SHA256Digest.hex(Data("abc".utf8)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        let long = Data(String(repeating: "a", count: 1_000_000).utf8)
+        #expect(SHA256Digest.hex(long) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
+        var split = SHA256Digest()
+        split.update(Data("ab".utf8))
+        split.update("c")
+        #expect(split.finalize() == SHA256Digest.hex(Data("abc".utf8)))
+    }
+}
+
+@Suite struct RenderingTests {
+    func plan(_ operations: [PlannedOperation], topics: [TopicChange] = [], groups: [GroupChange] = []) -> Plan {
+        Plan(tidemarkVersion: "test", createdAt: Date(timeIntervalSince1970: 0), lineage: "0123456789abcdef", serial: 7,
+            manifestsDigest: String(repeating: "ab", count: 32), backend: BackendIdentity(kind: "embedded", project: "p"),
+            refreshed: true, operations: operations, topics: topics, groups: groups, diagnostics: [],
+            observations: Observations())
+    }
+
+    @Test func verdictLeadsWithCounts() {
+        let tokens = (0..<1204).map { "tok\($0):APA91bxxxxxxxx" }
+        let p = plan([
+            PlannedOperation(kind: .unsubscribe, target: "a", tokens: Array(tokens.prefix(37))),
+            PlannedOperation(kind: .subscribe, target: "b", tokens: Array(tokens.prefix(1000))),
+            PlannedOperation(kind: .subscribe, target: "b", tokens: Array(tokens.suffix(204))),
+            PlannedOperation(kind: .subscribe, target: "c", tokens: []),
+            PlannedOperation(kind: .groupCreate, target: "g", tokens: ["x:APA91b"]),
+        ])
+        #expect(PlanRenderer().verdict(p) == "Plan: 3 topics and 1 group change: +1,204 subscriptions, −37 unsubscriptions, 1 group call.")
+        #expect(PlanRenderer().verdict(plan([])) == "No changes. FCM matches the manifests.")
+    }
+
+    @Test func humanOutputRedactsTokens() {
+        let token = "secretsecret:APA91bVERYSECRETTOKENVALUE12345"
+        let p = plan([PlannedOperation(kind: .unsubscribe, target: "alerts", tokens: [token])],
+            topics: [TopicChange(topic: "alerts", mode: .authoritative, subscribe: 0, unsubscribe: 1,
+                removedFromManifests: false, notes: [])])
+        let text = PlanRenderer().render(p)
+        #expect(!text.contains(token))
+        #expect(text.contains(Redaction.redact(token)))
+        #expect(text.contains("Destructive changes:"))
+        #expect(text.contains("1 unsubscription from 'alerts' (authoritative topic)"))
+        #expect(PlanRenderer(showTokens: true).render(p).contains(token))
+    }
+
+    @Test func redactionKeepsTailAndHash() {
+        let r = Redaction.redact("abcdefghijkl:APA91bXy3kQ")
+        #expect(r.hasPrefix("…Xy3kQ#"))
+        #expect(r.count == "…Xy3kQ#".count + 6)
+        #expect(Redaction.redact("a:APA91bXy3kQ") != r)
+    }
+
+    @Test func planRoundTripsThroughJSON() throws {
+        let p = plan([PlannedOperation(kind: .subscribe, target: "a", tokens: ["t1:APA91b"])])
+        let data = try Plan.encoder().encode(p)
+        let text = String(decoding: data, as: UTF8.self)
+        #expect(text.contains("\"format_version\" : 1"))
+        #expect(text.contains("\"manifests_digest\""))
+        let back = try Plan.decoder().decode(Plan.self, from: data)
+        #expect(back.operations == p.operations)
+        #expect(back.operationsDigest == p.operationsDigest)
+    }
+}
+
+@Suite struct ProjectSettingsTests {
+    @Test func decodesAndReportsUnknownKeys() {
+        let (settings, ok) = ProjectSettings.decode("project: acme\nbackend: embedded\nstate: s.db\n", file: "tidemark.yaml")
+        #expect(ok.isEmpty)
+        #expect(settings.project == "acme" && settings.state == "s.db")
+        let (_, bad) = ProjectSettings.decode("projcet: acme\nbackend: cloud\n", file: "tidemark.yaml")
+        #expect(bad.map(\.description) == [
+            "tidemark.yaml:1:1: error: unknown key 'projcet' in tidemark.yaml; did you mean 'project'?",
+            "tidemark.yaml:2:10: error: unknown backend 'cloud'; use embedded, emulator or fcm.",
+        ])
+    }
+}
