@@ -36,11 +36,7 @@ let package = Package(
         .testTarget(name: "TidemarkCoreTests", dependencies: ["TidemarkCore"]),
         .testTarget(name: "TidemarkEmulatorTests", dependencies: ["TidemarkEmulator", "TidemarkCore"]),
         .testTarget(name: "TidemarkStoreTests", dependencies: ["TidemarkStore", "TidemarkCore"]),
-        .testTarget(
-            name: "TidemarkCLITests",
-            dependencies: ["TidemarkCore"],
-            resources: [.copy("Fixtures")]
-        ),
+        .testTarget(name: "TidemarkCLITests", dependencies: ["tidemark", "TidemarkCore"]),
     ],
     swiftLanguageModes: [.v6]
 )

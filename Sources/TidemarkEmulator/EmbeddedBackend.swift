@@ -26,11 +26,18 @@ public struct EmbeddedBackend: Backend {
     }
 
     public func subscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] {
-        try await engine.batchAdd(project: project, topic: topic, tokens: tokens)
+        try await delay()
+        return try await engine.batchAdd(project: project, topic: topic, tokens: tokens)
     }
 
     public func unsubscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] {
-        try await engine.batchRemove(project: project, topic: topic, tokens: tokens)
+        try await delay()
+        return try await engine.batchRemove(project: project, topic: topic, tokens: tokens)
+    }
+
+    /// Waits outside the engine's actor, so concurrent calls overlap as they would over a network.
+    private func delay() async throws {
+        if engine.configuration.latency > .zero { try await Task.sleep(for: engine.configuration.latency) }
     }
 
     public func groupKey(name: String) async throws -> String? {

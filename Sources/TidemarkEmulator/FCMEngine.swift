@@ -15,14 +15,18 @@ public actor FCMEngine {
         public var maxTopicsPerToken: Int
         public var maxGroupMembers: Int
         public var maxBatchTokens: Int
+        /// Added to every subscription-changing call, to rehearse slow networks and interrupted applies.
+        public var latency: Duration
 
         public init(autoRegister: Bool = true, maxTopicsPerToken: Int = FCMLimits.maxTopicsPerToken,
-            maxGroupMembers: Int = FCMLimits.maxGroupMembers, maxBatchTokens: Int = FCMLimits.maxBatchTokens)
+            maxGroupMembers: Int = FCMLimits.maxGroupMembers, maxBatchTokens: Int = FCMLimits.maxBatchTokens,
+            latency: Duration = .zero)
         {
             self.autoRegister = autoRegister
             self.maxTopicsPerToken = maxTopicsPerToken
             self.maxGroupMembers = maxGroupMembers
             self.maxBatchTokens = maxBatchTokens
+            self.latency = latency
         }
     }
 

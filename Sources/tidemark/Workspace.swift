@@ -80,7 +80,14 @@ struct Workspace {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
                 attributes: [.posixPermissions: 0o700])
             let store = try SQLiteEngineStore(path: (directory as NSString).appendingPathComponent("embedded.db"))
-            let engine = try FCMEngine(configuration: .init(autoRegister: true), store: store)
+            var configuration = FCMEngine.Configuration(autoRegister: true)
+            if let text = ProcessInfo.processInfo.environment["TIDEMARK_EMBEDDED_LATENCY_MS"] {
+                guard let millis = Int(text), millis >= 0 else {
+                    throw CLIError("TIDEMARK_EMBEDDED_LATENCY_MS must be a whole number of milliseconds, not '\(text)'.")
+                }
+                configuration.latency = .milliseconds(millis)
+            }
+            let engine = try FCMEngine(configuration: configuration, store: store)
             return EmbeddedBackend(engine: engine, project: settings.project)
         default:
             throw CLIError("the '\(backendKind)' backend is not available in this build yet; use --backend embedded.")

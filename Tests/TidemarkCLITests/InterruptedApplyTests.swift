@@ -1,0 +1,58 @@
+import Foundation
+import Testing
+
+/// An apply killed with SIGKILL part-way resumes with only the remaining work and converges;
+/// a second apply while one runs fails at once naming the holder.
+@Suite(.serialized) struct InterruptedApplyTests {
+    /// 40 topics over 400 devices: 40 subscribe requests, slowed down so a kill lands in the middle.
+    func makeProject() throws -> CLIRunner {
+        let cli = try CLIRunner()
+        var csv = "device_id,token,shard\n"
+        for i in 0..<400 { csv += "d\(i),tok\(String(format: "%05d", i)):APA91bxxxxxxxxxxxxxxxx,s\(i % 4)\n" }
+        try cli.write("manifests/devices.csv", csv)
+        var yaml = "inventory:\n  files: [devices.csv]\ntopics:\n"
+        for t in 0..<40 { yaml += "  - name: topic-\(t)\n    members: [{selector: {shard: [s\(t % 4), s\((t + 1) % 4)]}}]\n" }
+        try cli.write("manifests/topics.yaml", yaml)
+        return cli
+    }
+
+    @Test func killedApplyResumesAndConverges() throws {
+        let cli = try makeProject()
+        defer { cli.remove() }
+        let slow = ["TIDEMARK_EMBEDDED_LATENCY_MS": "50"]
+        let (process, _, _) = try cli.start(["apply", "--auto-approve", "--parallelism", "1"], environment: slow)
+        Thread.sleep(forTimeInterval: 1.0)
+        #expect(process.isRunning, "the apply finished before it could be killed")
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        #expect(process.terminationReason == .uncaughtSignal)
+
+        let resumed = try cli.run(["apply", "--auto-approve"], environment: slow)
+        #expect(resumed.status == 0, "\(resumed.stderr)")
+        let message = try #require(resumed.stderr.split(separator: "\n").first { $0.contains("Resuming the apply") })
+        // "… N of 40 operations were done; running the M remaining."
+        let numbers = message.split(whereSeparator: { !$0.isNumber }).compactMap { Int($0) }
+        let done = try #require(numbers.dropLast(2).last)
+        let remaining = try #require(numbers.last)
+        #expect(done > 0 && done < 40, "\(message)")
+        #expect(done + remaining == 40)
+        #expect(resumed.stdout.contains("requests"))
+        let plan = try cli.run(["plan", "--detailed-exitcode"])
+        #expect(plan.status == 0, "\(plan.stdout)")
+    }
+
+    @Test func secondApplyFailsAtOnceNamingTheLockHolder() throws {
+        let cli = try makeProject()
+        defer { cli.remove() }
+        let (process, _, _) = try cli.start(["apply", "--auto-approve", "--parallelism", "1"],
+            environment: ["TIDEMARK_EMBEDDED_LATENCY_MS": "50"])
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) }; process.waitUntilExit() }
+        Thread.sleep(forTimeInterval: 0.8)
+        let started = Date()
+        let second = try cli.run(["apply", "--auto-approve"])
+        #expect(Date().timeIntervalSince(started) < 5)
+        #expect(second.status == 1)
+        #expect(second.stderr.contains("is locked by tidemark apply (pid \(process.processIdentifier)"), "\(second.stderr)")
+        #expect(second.stderr.contains(" since 20"))
+    }
+}
