@@ -33,6 +33,11 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        .executableTarget(
+            name: "tidemark-bench",
+            dependencies: ["TidemarkCore", "TidemarkStore"],
+            path: "Sources/tidemark-bench"
+        ),
         .testTarget(name: "TidemarkCoreTests", dependencies: ["TidemarkCore"]),
         .testTarget(name: "TidemarkEmulatorTests", dependencies: ["TidemarkEmulator", "TidemarkCore"]),
         .testTarget(name: "TidemarkStoreTests", dependencies: ["TidemarkStore", "TidemarkCore"]),
