@@ -41,7 +41,7 @@ let package = Package(
         .testTarget(name: "TidemarkCoreTests", dependencies: ["TidemarkCore"]),
         .testTarget(name: "TidemarkEmulatorTests", dependencies: ["TidemarkEmulator", "TidemarkCore"]),
         .testTarget(name: "TidemarkStoreTests", dependencies: ["TidemarkStore", "TidemarkCore"]),
-        .testTarget(name: "TidemarkCLITests", dependencies: ["tidemark", "TidemarkCore"]),
+        .testTarget(name: "TidemarkCLITests", dependencies: ["tidemark", "TidemarkCore", "TidemarkStore"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -34,6 +34,21 @@ public enum FCMLimits {
 
     /// Why `token` cannot be a registration token (FCM token or installation ID), or nil when it can.
     public static func tokenProblem(_ token: String) -> String? {
+        var token = token
+        let ok = token.withUTF8 { bytes -> Bool in
+            guard !bytes.isEmpty, bytes.count <= 4096 else { return false }
+            for byte in bytes {
+                switch byte {
+                case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                    UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: ":"),
+                    UInt8(ascii: "."):
+                    continue
+                default: return false
+                }
+            }
+            return true
+        }
+        if ok { return nil }
         if token.isEmpty { return "a registration token must not be empty" }
         if token.utf8.count > 4096 { return "a registration token has at most 4096 characters" }
         for scalar in token.unicodeScalars {

@@ -66,6 +66,27 @@ public struct Inventory: Sendable {
     mutating func add(id: String, token: String, labels: some Sequence<(String, String)>, source: UInt16, line: Int,
         column: Int = 1) -> Conflict?
     {
+        var slots: [(Int, String)] = []
+        for (key, value) in labels { slots.append((labelSlot(key), value)) }
+        return add(id: id, token: token, slots: slots, source: source, line: line, column: column)
+    }
+
+    /// The column of a label name, created when new; lets bulk loaders resolve names once per file.
+    mutating func labelSlot(_ key: String) -> Int {
+        if let existing = keyIndex[key] { return existing }
+        let k = labelKeys.count
+        labelKeys.append(key)
+        keyIndex[key] = k
+        labelValues.append([])
+        valueIndex.append([:])
+        columns.append([UInt32](repeating: 0, count: deviceIDs.count))
+        return k
+    }
+
+    /// Adds a device with labels given by column (from `labelSlot`).
+    mutating func add(id: String, token: String, slots: some Sequence<(Int, String)>, source: UInt16, line: Int,
+        column: Int = 1) -> Conflict?
+    {
         if let existing = indexByID[id] { return .duplicateID(Int(existing)) }
         if let existing = indexByToken[token] { return .duplicateToken(Int(existing)) }
         let index = deviceIDs.count
@@ -77,8 +98,8 @@ public struct Inventory: Sendable {
         lineOfDevice.append(UInt32(line))
         columnOfDevice.append(UInt32(column))
         for k in columns.indices { columns[k].append(0) }
-        for (key, value) in labels where !value.isEmpty {
-            setLabel(key, value, device: index)
+        for (slot, value) in slots where !value.isEmpty {
+            setLabel(slot, value, device: index)
         }
         return nil
     }
@@ -88,18 +109,7 @@ public struct Inventory: Sendable {
         case duplicateToken(Int)
     }
 
-    private mutating func setLabel(_ key: String, _ value: String, device: Int) {
-        let k: Int
-        if let existing = keyIndex[key] {
-            k = existing
-        } else {
-            k = labelKeys.count
-            labelKeys.append(key)
-            keyIndex[key] = k
-            labelValues.append([])
-            valueIndex.append([:])
-            columns.append([UInt32](repeating: 0, count: deviceIDs.count))
-        }
+    private mutating func setLabel(_ k: Int, _ value: String, device: Int) {
         let v: UInt32
         if let existing = valueIndex[k][value] {
             v = existing

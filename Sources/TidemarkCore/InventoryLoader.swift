@@ -66,6 +66,7 @@ public struct InventoryLoader {
             return [.error("the header row must name a 'device_id' and a 'token' column; found \(names.joined(separator: ",")).", at: SourceLocation(file: file, line: header.line, column: 1))]
         }
         let labelColumns = names.indices.filter { $0 != idColumn && $0 != tokenColumn && !names[$0].isEmpty }
+        let slots = labelColumns.map { inventory.labelSlot(names[$0]) }
         inventory.reserveCapacity(inventory.count + data.count / 120)
         while let row = reader.next() {
             if let problem = row.problem {
@@ -87,8 +88,8 @@ public struct InventoryLoader {
                 diagnostics.append(.error("token of device '\(id)' is not valid: \(problem).", at: SourceLocation(file: file, line: row.line, column: 1)))
                 continue
             }
-            if let conflict = inventory.add(id: id, token: token, labels: labelColumns.lazy.map { (names[$0], row.fields[$0]) },
-                source: source, line: row.line)
+            if let conflict = inventory.add(id: id, token: token,
+                slots: zip(slots, labelColumns).lazy.map { ($0.0, row.fields[$0.1]) }, source: source, line: row.line)
             {
                 diagnostics.append(conflictDiagnostic(conflict, id: id, at: SourceLocation(file: file, line: row.line, column: 1), inventory))
             }
@@ -163,54 +164,62 @@ struct CSVReader {
 
     mutating func next() -> Row? {
         guard position < bytes.count else { return nil }
+        return bytes.withUnsafeBufferPointer { buffer in nextRow(buffer) }
+    }
+
+    private mutating func nextRow(_ buffer: UnsafeBufferPointer<UInt8>) -> Row {
         let startLine = line
         var fields: [String] = []
-        var field: [UInt8] = []
-        var inQuotes = false
-        var wasQuoted = false
-        while position < bytes.count {
-            let byte = bytes[position]
-            position += 1
-            if inQuotes {
-                if byte == UInt8(ascii: "\"") {
-                    if position < bytes.count, bytes[position] == UInt8(ascii: "\"") {
-                        field.append(byte)
-                        position += 1
+        fields.reserveCapacity(8)
+        while true {
+            // Fast path: an unquoted field is a slice up to the next comma or newline.
+            if position < buffer.count, buffer[position] != UInt8(ascii: "\"") {
+                let start = position
+                while position < buffer.count {
+                    let byte = buffer[position]
+                    if byte == UInt8(ascii: ",") || byte == UInt8(ascii: "\n") { break }
+                    position += 1
+                }
+                var end = position
+                if end > start, buffer[end - 1] == UInt8(ascii: "\r") { end -= 1 }
+                fields.append(String(decoding: UnsafeBufferPointer(rebasing: buffer[start..<end]), as: UTF8.self))
+            } else if position < buffer.count {
+                position += 1
+                var field: [UInt8] = []
+                var closed = false
+                while position < buffer.count {
+                    let byte = buffer[position]
+                    position += 1
+                    if byte == UInt8(ascii: "\"") {
+                        if position < buffer.count, buffer[position] == UInt8(ascii: "\"") {
+                            field.append(byte)
+                            position += 1
+                        } else {
+                            closed = true
+                            break
+                        }
                     } else {
-                        inQuotes = false
+                        if byte == UInt8(ascii: "\n") { line += 1 }
+                        field.append(byte)
                     }
-                } else {
-                    if byte == UInt8(ascii: "\n") { line += 1 }
-                    field.append(byte)
                 }
-                continue
-            }
-            switch byte {
-            case UInt8(ascii: ","):
                 fields.append(String(decoding: field, as: UTF8.self))
-                field.removeAll(keepingCapacity: true)
-                wasQuoted = false
-            case UInt8(ascii: "\""):
-                if field.isEmpty, !wasQuoted {
-                    inQuotes = true
-                    wasQuoted = true
-                } else {
-                    field.append(byte)
+                if !closed {
+                    return Row(fields: fields, line: startLine, problem: "a quoted field is not closed; add the closing '\"'.")
                 }
-            case UInt8(ascii: "\r"):
-                continue
-            case UInt8(ascii: "\n"):
+                while position < buffer.count, buffer[position] != UInt8(ascii: ","), buffer[position] != UInt8(ascii: "\n") {
+                    position += 1
+                }
+            } else {
+                fields.append("")
+            }
+            if position >= buffer.count { return Row(fields: fields, line: startLine) }
+            let separator = buffer[position]
+            position += 1
+            if separator == UInt8(ascii: "\n") {
                 line += 1
-                fields.append(String(decoding: field, as: UTF8.self))
                 return Row(fields: fields, line: startLine)
-            default:
-                field.append(byte)
             }
         }
-        fields.append(String(decoding: field, as: UTF8.self))
-        if inQuotes {
-            return Row(fields: fields, line: startLine, problem: "a quoted field is not closed; add the closing '\"'.")
-        }
-        return Row(fields: fields, line: startLine)
     }
 }

@@ -19,6 +19,12 @@ public struct ManifestLoader: Sendable {
 
     /// Loads and validates; new tokens are interned into `table` (pass the state's table).
     public func load(into table: inout TokenTable) -> LoadedManifests {
+        read().resolve(into: &table)
+    }
+
+    /// Reads and decodes manifests and inventory without touching a token table, so a caller can load
+    /// state at the same time and resolve afterwards.
+    public func read() -> ReadManifests {
         let recording = RecordingFileSource(files)
         var manifests = ManifestSet()
         var diagnostics: [Diagnostic] = []
@@ -47,11 +53,23 @@ public struct ManifestLoader: Sendable {
         }
         let (inventory, inventoryDiagnostics) = InventoryLoader().load(manifests, files: recording)
         diagnostics += inventoryDiagnostics
-        let (desired, resolveDiagnostics) = Resolver(manifests: manifests, inventory: inventory, files: recording)
+        return ReadManifests(manifests: manifests, inventory: inventory, diagnostics: diagnostics, files: recording)
+    }
+}
+
+/// Manifests and inventory as read, before members are resolved to token ids.
+public struct ReadManifests: Sendable {
+    public var manifests: ManifestSet
+    public var inventory: Inventory
+    public var diagnostics: [Diagnostic]
+    let files: RecordingFileSource
+
+    /// Resolves members, interning tokens into `table`, and checks FCM's limits.
+    public func resolve(into table: inout TokenTable) -> LoadedManifests {
+        let (desired, resolveDiagnostics) = Resolver(manifests: manifests, inventory: inventory, files: files)
             .resolve(into: &table)
-        diagnostics += resolveDiagnostics
         return LoadedManifests(manifests: manifests, inventory: inventory, desired: desired,
-            diagnostics: diagnostics.sortedByLocation(), digest: recording.digest())
+            diagnostics: (diagnostics + resolveDiagnostics).sortedByLocation(), digest: files.digest())
     }
 }
 

@@ -16,6 +16,7 @@ public struct Resolver {
     public func resolve(into table: inout TokenTable) -> (DesiredState, [Diagnostic]) {
         var context = Context(inventory: inventory, files: files)
         context.deviceTokenIDs.reserveCapacity(inventory.count)
+        table.reserveCapacity(table.count + inventory.count)
         for token in inventory.tokens { context.deviceTokenIDs.append(table.intern(token)) }
         var diagnostics: [Diagnostic] = []
         var topics: [DesiredTopic] = []

@@ -36,24 +36,25 @@ public struct SHA256Digest: Sendable {
 
     public mutating func update(_ data: Data) {
         data.withUnsafeBytes { raw in
-            var bytes = raw.bindMemory(to: UInt8.self)[...]
+            guard var base = raw.baseAddress else { return }
+            var remaining = raw.count
+            length &+= UInt64(remaining)
             if !buffer.isEmpty {
-                let take = min(64 - buffer.count, bytes.count)
-                buffer.append(contentsOf: bytes.prefix(take))
-                bytes = bytes.dropFirst(take)
-                length &+= UInt64(take)
+                let take = min(64 - buffer.count, remaining)
+                buffer.append(contentsOf: UnsafeRawBufferPointer(start: base, count: take))
+                base += take
+                remaining -= take
                 if buffer.count == 64 {
-                    compress(buffer)
+                    buffer.withUnsafeBytes { compress(pointer: $0.baseAddress!) }
                     buffer.removeAll(keepingCapacity: true)
                 }
             }
-            while bytes.count >= 64 {
-                compress(bytes.prefix(64))
-                bytes = bytes.dropFirst(64)
-                length &+= 64
+            while remaining >= 64 {
+                compress(pointer: base)
+                base += 64
+                remaining -= 64
             }
-            buffer.append(contentsOf: bytes)
-            length &+= UInt64(bytes.count)
+            buffer.append(contentsOf: UnsafeRawBufferPointer(start: base, count: remaining))
         }
     }
 
@@ -74,33 +75,40 @@ public struct SHA256Digest: Sendable {
         }.joined()
     }
 
-    private mutating func compress<C: Collection>(_ block: C) where C.Element == UInt8, C.Index == Int {
-        var w = [UInt32](repeating: 0, count: 64)
-        var index = block.startIndex
-        for t in 0..<16 {
-            w[t] = UInt32(block[index]) << 24 | UInt32(block[index + 1]) << 16 | UInt32(block[index + 2]) << 8
-                | UInt32(block[index + 3])
-            index += 4
+    private mutating func compress<C: Collection>(_ block: C) where C.Element == UInt8 {
+        let bytes = Array(block)
+        bytes.withUnsafeBytes { compress(pointer: $0.baseAddress!) }
+    }
+
+    private mutating func compress(pointer block: UnsafeRawPointer) {
+        withUnsafeTemporaryAllocation(of: UInt32.self, capacity: 64) { w in
+            for t in 0..<16 {
+                w[t] = UInt32(bigEndian: block.loadUnaligned(fromByteOffset: t * 4, as: UInt32.self))
+            }
+            for t in 16..<64 {
+                let s0 = w[t - 15].rotr(7) ^ w[t - 15].rotr(18) ^ (w[t - 15] >> 3)
+                let s1 = w[t - 2].rotr(17) ^ w[t - 2].rotr(19) ^ (w[t - 2] >> 10)
+                w[t] = w[t - 16] &+ s0 &+ w[t - 7] &+ s1
+            }
+            Self.k.withUnsafeBufferPointer { k in
+                state.withUnsafeMutableBufferPointer { h0 in
+                    var a = h0[0], b = h0[1], c = h0[2], d = h0[3]
+                    var e = h0[4], f = h0[5], g = h0[6], h = h0[7]
+                    for t in 0..<64 {
+                        let s1 = e.rotr(6) ^ e.rotr(11) ^ e.rotr(25)
+                        let ch = (e & f) ^ (~e & g)
+                        let t1 = h &+ s1 &+ ch &+ k[t] &+ w[t]
+                        let s0 = a.rotr(2) ^ a.rotr(13) ^ a.rotr(22)
+                        let maj = (a & b) ^ (a & c) ^ (b & c)
+                        let t2 = s0 &+ maj
+                        h = g; g = f; f = e; e = d &+ t1
+                        d = c; c = b; b = a; a = t1 &+ t2
+                    }
+                    h0[0] &+= a; h0[1] &+= b; h0[2] &+= c; h0[3] &+= d
+                    h0[4] &+= e; h0[5] &+= f; h0[6] &+= g; h0[7] &+= h
+                }
+            }
         }
-        for t in 16..<64 {
-            let s0 = w[t - 15].rotr(7) ^ w[t - 15].rotr(18) ^ (w[t - 15] >> 3)
-            let s1 = w[t - 2].rotr(17) ^ w[t - 2].rotr(19) ^ (w[t - 2] >> 10)
-            w[t] = w[t - 16] &+ s0 &+ w[t - 7] &+ s1
-        }
-        var a = state[0], b = state[1], c = state[2], d = state[3]
-        var e = state[4], f = state[5], g = state[6], h = state[7]
-        for t in 0..<64 {
-            let s1 = e.rotr(6) ^ e.rotr(11) ^ e.rotr(25)
-            let ch = (e & f) ^ (~e & g)
-            let t1 = h &+ s1 &+ ch &+ Self.k[t] &+ w[t]
-            let s0 = a.rotr(2) ^ a.rotr(13) ^ a.rotr(22)
-            let maj = (a & b) ^ (a & c) ^ (b & c)
-            let t2 = s0 &+ maj
-            h = g; g = f; f = e; e = d &+ t1
-            d = c; c = b; b = a; a = t1 &+ t2
-        }
-        state[0] &+= a; state[1] &+= b; state[2] &+= c; state[3] &+= d
-        state[4] &+= e; state[5] &+= f; state[6] &+= g; state[7] &+= h
     }
 
     /// The hex digest of `data`.

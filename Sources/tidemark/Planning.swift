@@ -12,8 +12,7 @@ struct PlanningResult {
 extension Workspace {
     /// Loads state and manifests, refreshes unless told not to, and diffs. Stops with exit 1 on errors.
     func makePlan(store: SQLiteStateStore?, backend: any Backend, refresh: Bool) async throws -> PlanningResult {
-        var state = try loadState(store)
-        let loaded = loadManifests(into: &state)
+        let (state, loaded) = try await loadStateAndManifests(store)
         try reportDiagnostics(loaded.diagnostics.filter { $0.severity == .error })
         var observed: RefreshResult?
         if refresh {

@@ -64,12 +64,28 @@ struct Workspace {
 
     /// Reads and resolves the manifests, interning their tokens into `state`'s table.
     func loadManifests(into state: inout State) -> LoadedManifests {
-        let files = DiskFileSource(root: manifestsPath, displayRoot: manifestsDisplay)
+        resolve(readManifests(), into: &state)
+    }
+
+    func readManifests() -> ReadManifests {
+        ManifestLoader(files: DiskFileSource(root: manifestsPath, displayRoot: manifestsDisplay)).read()
+    }
+
+    func resolve(_ read: ReadManifests, into state: inout State) -> LoadedManifests {
         var table = state.tokens
-        let loaded = ManifestLoader(files: files).load(into: &table)
+        let loaded = read.resolve(into: &table)
         state.tokens = table
         state.growToTable()
         return loaded
+    }
+
+    /// Loads state and reads the manifests at the same time (they are independent until resolution).
+    func loadStateAndManifests(_ store: SQLiteStateStore?) async throws -> (State, LoadedManifests) {
+        async let loading = loadState(store)
+        let read = readManifests()
+        var state = try await loading
+        let loaded = resolve(read, into: &state)
+        return (state, loaded)
     }
 
     /// The backend named by flag, tidemark.yaml, or the embedded default.

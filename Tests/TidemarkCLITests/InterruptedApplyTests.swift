@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TidemarkStore
 
 /// An apply killed with SIGKILL part-way resumes with only the remaining work and converges;
 /// a second apply while one runs fails at once naming the holder.
@@ -19,9 +20,19 @@ import Testing
     @Test func killedApplyResumesAndConverges() throws {
         let cli = try makeProject()
         defer { cli.remove() }
-        let slow = ["TIDEMARK_EMBEDDED_LATENCY_MS": "50"]
+        let slow = ["TIDEMARK_EMBEDDED_LATENCY_MS": "100"]
         let (process, _, _) = try cli.start(["apply", "--auto-approve", "--parallelism", "1"], environment: slow)
-        Thread.sleep(forTimeInterval: 1.0)
+        // Wait until the journal shows a few finished batches, then kill without warning.
+        let statePath = cli.project.appendingPathComponent(".tidemark/state.db").path
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline, process.isRunning {
+            if let store = try? SQLiteStateStore.open(path: statePath, create: false),
+                let unfinished = try? store.unfinishedApply(), unfinished.done.count >= 3
+            {
+                break
+            }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
         #expect(process.isRunning, "the apply finished before it could be killed")
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
@@ -47,7 +58,11 @@ import Testing
         let (process, _, _) = try cli.start(["apply", "--auto-approve", "--parallelism", "1"],
             environment: ["TIDEMARK_EMBEDDED_LATENCY_MS": "50"])
         defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) }; process.waitUntilExit() }
-        Thread.sleep(forTimeInterval: 0.8)
+        let lockPath = cli.project.appendingPathComponent(".tidemark/state.db.lock").path
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline, (try? String(contentsOfFile: lockPath, encoding: .utf8))?.isEmpty ?? true {
+            Thread.sleep(forTimeInterval: 0.05)
+        }
         let started = Date()
         let second = try cli.run(["apply", "--auto-approve"])
         #expect(Date().timeIntervalSince(started) < 5)

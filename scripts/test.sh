@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs what it needs, builds, runs every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# GRDB links the system SQLite; its headers come from Debian's libsqlite3-dev.
+if ! dpkg -s libsqlite3-dev >/dev/null 2>&1; then
+    echo "Installing libsqlite3-dev ..."
+    if [ "$(id -u)" -eq 0 ]; then apt-get update -qq && apt-get install -y -qq libsqlite3-dev
+    else sudo apt-get update -qq && sudo apt-get install -y -qq libsqlite3-dev; fi
+fi
+# The schema check uses jsonschema and PyYAML.
+if ! python3 -c "import jsonschema, yaml" 2>/dev/null; then
+    python3 -m pip install --quiet jsonschema pyyaml
+fi
+
+swift build --build-tests
+swift test --skip-build 2>&1 | tee /tmp/tidemark-test.log | grep -E "^(✘|✔ Test run|✘ Test run)|error:" || true
+if ! grep -q "✔ Test run with .* passed" /tmp/tidemark-test.log; then
+    echo "swift test failed; the full log is in /tmp/tidemark-test.log"
+    exit 1
+fi
+python3 scripts/check-schema.py
+echo "All tests passed."
