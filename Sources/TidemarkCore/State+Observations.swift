@@ -76,8 +76,12 @@ extension State {
         }
     }
 
-    /// Records the outcome of one executed operation.
-    public mutating func record(_ operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?, at: Int64) {
+    /// Records the outcome of one executed operation; returns the topics whose memberships changed.
+    @discardableResult
+    public mutating func record(_ operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?, at: Int64)
+        -> Set<String>
+    {
+        var changedTopics: Set<String> = []
         let ids = operation.tokens.map { tokens.intern($0) }
         growToTable()
         switch operation.kind {
@@ -101,13 +105,16 @@ extension State {
                 topic.managed.subtract(done)
             }
             topics[operation.target] = topic
+            changedTopics.insert(operation.target)
             for id in succeeded { seenAt[Int(id)] = at }
             if !gone.isEmpty {
                 let goneSet = TokenSet(gone)
                 dead.formUnion(goneSet)
                 for name in topics.keys {
+                    let before = topics[name]!
                     topics[name]!.observed.subtract(goneSet)
                     topics[name]!.managed.subtract(goneSet)
+                    if topics[name]! != before { changedTopics.insert(name) }
                 }
             }
         case .groupCreate, .groupAdd:
@@ -124,6 +131,7 @@ extension State {
                 groups[operation.target] = group
             }
         }
+        return changedTopics
     }
 
     /// Before an apply: adopt declared memberships already in place, forget managed ones that are gone,

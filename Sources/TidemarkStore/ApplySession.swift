@@ -30,7 +30,11 @@ public actor ApplySession: ApplyRecorder {
         var write = SQLiteStateStore.Write()
         write.topics = Array(state.topics.keys) + plan.topics.map(\.topic) + plan.observations.topics.map(\.topic)
         write.groups = Array(state.groups.keys) + plan.observations.groupKeys.map(\.group)
-        write.allTokens = true
+        if plan.observations.refreshedAt != nil {
+            write.allTokens = true
+        } else {
+            write.tokens = (plan.observations.dead + plan.observations.revived).compactMap { state.tokens.id($0) }
+        }
         write.beginApply = (id, plan)
         try store.save(&state, write, at: now())
         return ApplySession(id: id, store: store, state: state, now: now)
@@ -45,15 +49,13 @@ public actor ApplySession: ApplyRecorder {
 
     public func completed(index: Int, operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?) async throws {
         let at = now()
-        state.record(operation, outcomes: outcomes, groupKey: groupKey, at: at)
+        let changedTopics = state.record(operation, outcomes: outcomes, groupKey: groupKey, at: at)
         var write = SQLiteStateStore.Write()
-        if operation.kind.isGroup { write.groups = [operation.target] } else { write.topics = [operation.target] }
+        if operation.kind.isGroup { write.groups = [operation.target] }
+        write.topics = Array(changedTopics)
         write.tokens = operation.tokens.compactMap { state.tokens.id($0) }
         let ok = outcomes.filter(\.isOK).count
         write.finishedOperation = (id, index, ok, outcomes.count - ok)
-        if outcomes.contains(where: { $0 == .failed(.notFound) || $0 == .failed(.invalidArgument) }) {
-            write.topics = Array(state.topics.keys)
-        }
         try store.save(&state, write, at: at)
     }
 
