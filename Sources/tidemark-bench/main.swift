@@ -19,7 +19,7 @@ struct Generator {
     static let cohorts = (0..<35).map { "c\($0)" }
 
     func run(_ directory: String) throws {
-        var rng = SplitMix(seed: seed)
+        var rng = SeededGenerator(seed: seed)
         let fm = FileManager.default
         try fm.createDirectory(atPath: directory + "/manifests", withIntermediateDirectories: true)
         let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
@@ -84,18 +84,6 @@ struct PlainFiles: FileSource {
     let root: String
     func read(_ path: String) throws -> Data { try Data(contentsOf: URL(fileURLWithPath: root + "/" + path)) }
     func list(_ directory: String) throws -> [String] { try FileManager.default.contentsOfDirectory(atPath: root) }
-}
-
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
 }
 
 var arguments = Array(CommandLine.arguments.dropFirst())
