@@ -35,15 +35,6 @@ public struct Inventory: Sendable {
         return v == 0 ? nil : labelValues[k][Int(v - 1)]
     }
 
-    public func labels(ofDevice index: Int) -> [String: String] {
-        var result: [String: String] = [:]
-        for (k, key) in labelKeys.enumerated() where columns[k][index] != 0 {
-            result[key] = labelValues[k][Int(columns[k][index] - 1)]
-        }
-        return result
-    }
-
-    public func hasLabelKey(_ key: String) -> Bool { keyIndex[key] != nil }
     public func values(ofLabel key: String) -> [String] { keyIndex[key].map { labelValues[$0] } ?? [] }
 
     mutating func source(_ file: String) -> UInt16 {

@@ -8,11 +8,6 @@ public struct TokenTable: Sendable {
 
     public init() {}
 
-    public init(_ tokens: [String]) {
-        reserveCapacity(tokens.count)
-        for token in tokens { intern(token) }
-    }
-
     public var count: Int { tokens.count }
 
     public mutating func reserveCapacity(_ n: Int) {
