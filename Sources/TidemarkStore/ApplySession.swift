@@ -22,14 +22,16 @@ public actor ApplySession: ApplyRecorder {
         id: String = UUID().uuidString.lowercased(), now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) })
         throws -> ApplySession
     {
+        let before = state
         var state = state
         state.growToTable()
         let seen = plan.observations.refreshedAt == nil ? TokenSet() : TokenSet(0..<UInt32(state.tokens.count))
         state.apply(plan.observations, seen: seen)
         state.reconcileBookkeeping(with: desired, operations: plan.operations)
         var write = SQLiteStateStore.Write()
-        write.topics = Array(state.topics.keys) + plan.topics.map(\.topic) + plan.observations.topics.map(\.topic)
-        write.groups = Array(state.groups.keys) + plan.observations.groupKeys.map(\.group)
+        // Every topic and group present before or after: rows that bookkeeping dropped are deleted too.
+        write.topics = Array(Set(before.topics.keys).union(state.topics.keys))
+        write.groups = Array(Set(before.groups.keys).union(state.groups.keys))
         if plan.observations.refreshedAt != nil {
             write.allTokens = true
         } else {

@@ -135,4 +135,22 @@ import TidemarkCore
         try await session.finish()
         #expect(try store.unfinishedApply() == nil)
     }
+
+    @Test func beginDeletesTopicRowsThatBookkeepingDrops() throws {
+        let path = temporaryPath()
+        defer { cleanup(path) }
+        let store = try #require(try SQLiteStateStore.open(path: path, create: true))
+        var state = try store.load()
+        state.tokens.intern("a:APA91b")
+        state.growToTable()
+        // Managed once, no longer observed, no longer declared: nothing to do, and nothing to remember.
+        state.topics["old"] = TopicState(managed: TokenSet([0]))
+        try store.save(&state, { var w = SQLiteStateStore.Write(); w.topics = ["old"]; return w }())
+        let plan = Plan(tidemarkVersion: "t", createdAt: Date(), lineage: state.lineage, serial: state.serial,
+            manifestsDigest: "d", backend: BackendIdentity(kind: "embedded", project: "p"), refreshed: false,
+            operations: [], topics: [], groups: [], diagnostics: [], observations: Observations())
+        let desired = DesiredState(topics: [], groups: [], knownTokens: TokenSet([0]))
+        _ = try ApplySession.begin(plan: plan, desired: desired, store: store, state: state)
+        #expect(try store.load().topics["old"] == nil)
+    }
 }
