@@ -111,10 +111,10 @@ extension State {
                 let goneSet = TokenSet(gone)
                 dead.formUnion(goneSet)
                 for name in topics.keys {
-                    let before = topics[name]!
+                    let counts = (topics[name]!.observed.count, topics[name]!.managed.count)
                     topics[name]!.observed.subtract(goneSet)
                     topics[name]!.managed.subtract(goneSet)
-                    if topics[name]! != before { changedTopics.insert(name) }
+                    if (topics[name]!.observed.count, topics[name]!.managed.count) != counts { changedTopics.insert(name) }
                 }
             }
         case .groupCreate, .groupAdd:

@@ -58,8 +58,7 @@ struct ApplyCommand: AsyncParsableCommand {
                 state = try workspace.loadState(existing)
                 loaded = workspace.loadManifests(into: &state)
                 try reportDiagnostics(loaded.diagnostics.filter { $0.severity == .error })
-                try checkFresh(plan, state: state, stateExists: existing != nil, loaded: loaded, backend: backend.identity,
-                    workspace: workspace)
+                try checkFresh(plan, state: state, loaded: loaded, backend: backend.identity, workspace: workspace)
             } else {
                 let result = try await workspace.makePlan(store: existing, backend: backend, refresh: !noRefresh)
                 (state, loaded, plan) = (result.state, result.loaded, result.plan)
@@ -109,8 +108,8 @@ struct ApplyCommand: AsyncParsableCommand {
         return false
     }
 
-    private func checkFresh(_ plan: Plan, state: State, stateExists: Bool, loaded: LoadedManifests,
-        backend: BackendIdentity, workspace: Workspace) throws
+    private func checkFresh(_ plan: Plan, state: State, loaded: LoadedManifests, backend: BackendIdentity,
+        workspace: Workspace) throws
     {
         let file = planFile ?? "the plan"
         if plan.lineage != state.lineage {

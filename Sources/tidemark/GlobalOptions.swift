@@ -1,4 +1,5 @@
 import ArgumentParser
+import TidemarkCore
 
 /// Options every command takes.
 struct GlobalOptions: ParsableArguments {
@@ -17,7 +18,7 @@ struct GlobalOptions: ParsableArguments {
     var showTokens = false
 
     func validate() throws {
-        if let backend, !["embedded", "emulator", "fcm"].contains(backend) {
+        if let backend, !ProjectSettings.backends.contains(backend) {
             throw ValidationError("unknown backend '\(backend)'; use embedded, emulator or fcm.")
         }
     }

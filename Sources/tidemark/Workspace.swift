@@ -72,9 +72,7 @@ struct Workspace {
     }
 
     func resolve(_ read: ReadManifests, into state: inout State) -> LoadedManifests {
-        var table = state.tokens
-        let loaded = read.resolve(into: &table)
-        state.tokens = table
+        let loaded = read.resolve(into: &state.tokens)
         state.growToTable()
         return loaded
     }
