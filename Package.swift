@@ -12,6 +12,10 @@ let package = Package(
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
     ],
     targets: [
         .target(
@@ -19,8 +23,20 @@ let package = Package(
             dependencies: [.product(name: "Yams", package: "Yams")]
         ),
         .target(
+            name: "TidemarkAuth",
+            dependencies: [
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+            ]
+        ),
+        .target(
             name: "TidemarkEmulator",
-            dependencies: ["TidemarkCore", .product(name: "GRDB", package: "GRDB.swift")]
+            dependencies: [
+                "TidemarkCore", "TidemarkAuth", .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+            ]
         ),
         .target(
             name: "TidemarkStore",
@@ -39,7 +55,13 @@ let package = Package(
             path: "Sources/tidemark-bench"
         ),
         .testTarget(name: "TidemarkCoreTests", dependencies: ["TidemarkCore"]),
-        .testTarget(name: "TidemarkEmulatorTests", dependencies: ["TidemarkEmulator", "TidemarkCore"]),
+        .testTarget(
+            name: "TidemarkEmulatorTests",
+            dependencies: [
+                "TidemarkEmulator", "TidemarkCore", "TidemarkAuth",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ]
+        ),
         .testTarget(name: "TidemarkStoreTests", dependencies: ["TidemarkStore", "TidemarkCore"]),
         .testTarget(name: "TidemarkCLITests", dependencies: ["tidemark", "TidemarkCore", "TidemarkStore"]),
     ],

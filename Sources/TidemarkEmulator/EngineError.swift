@@ -16,6 +16,9 @@ public struct EngineError: Error, Sendable, Equatable, CustomStringConvertible {
         case invalidArgument = "INVALID_ARGUMENT"
         case tooManyTopics = "TOO_MANY_TOPICS"
         case unavailable = "UNAVAILABLE"
+        case internalError = "INTERNAL"
+        case resourceExhausted = "RESOURCE_EXHAUSTED"
+        case permissionDenied = "PERMISSION_DENIED"
     }
 
     public var code: Code

@@ -31,6 +31,8 @@ public protocol EngineStore: Sendable {
     func load() throws -> EngineSnapshot
     /// Writes the changes of one call atomically.
     func persist(_ changes: [EngineChange]) throws
+    /// Deletes everything.
+    func reset() throws
 }
 
 /// The engine's world in a SQLite file (the embedded backend's `.tidemark/embedded.db`, the emulator's `--data`).
@@ -43,6 +45,11 @@ public final class SQLiteEngineStore: EngineStore {
         let created = !FileManager.default.fileExists(atPath: path)
         if created {
             FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600])
+        }
+        // WAL with synchronous=NORMAL: a commit survives the process being killed (what an
+        // interrupted apply needs) without an fsync per call, so the emulator keeps up with load.
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL")
         }
         queue = try DatabaseQueue(path: path, configuration: configuration)
         try queue.write { db in
@@ -83,6 +90,12 @@ public final class SQLiteEngineStore: EngineStore {
                     keys: keys.split(separator: "\n").map(String.init)))
             }
             return snapshot
+        }
+    }
+
+    public func reset() throws {
+        try queue.write { db in
+            try db.execute(sql: "DELETE FROM subscriptions; DELETE FROM registrations; DELETE FROM groups")
         }
     }
 

@@ -54,6 +54,8 @@ public actor FCMEngine {
     /// One-shot per-token errors, for fault tests: the next call touching the token fails with it.
     private var injectedErrors: [String: TokenError] = [:]
     private var keyCounter: UInt64 = 0
+    /// Starts as `configuration.autoRegister`; the emulator's admin API can switch it.
+    public private(set) var autoRegister: Bool
 
     struct GroupID: Hashable, Sendable {
         var project: String
@@ -66,6 +68,7 @@ public actor FCMEngine {
         self.configuration = configuration
         self.store = store
         self.now = now
+        autoRegister = configuration.autoRegister
         let snapshot = try store?.load() ?? EngineSnapshot()
         registrations = snapshot.registrations
         groups = [:]
@@ -100,6 +103,70 @@ public actor FCMEngine {
         try store?.persist([.registration(token, registration), .clearTopics(token)])
     }
 
+    /// An app instance to register in bulk.
+    public struct Instance: Sendable {
+        public var token: String
+        public var platform: String
+        public var app: String
+
+        public init(token: String, platform: String = "ANDROID", app: String = "com.example.app") {
+            self.token = token
+            self.platform = platform
+            self.app = app
+        }
+    }
+
+    /// Registers many app instances in one write; a token already registered keeps its topics.
+    /// Throws before changing anything when a token is malformed.
+    public func register(_ instances: [Instance], project: String) throws {
+        for instance in instances where FCMLimits.tokenProblem(instance.token) != nil {
+            throw EngineError(.invalidArgument, "malformed token '\(instance.token.prefix(40))'")
+        }
+        let at = now()
+        var changes: [EngineChange] = []
+        changes.reserveCapacity(instances.count)
+        for instance in instances {
+            let previous = registrations[instance.token]
+            let keepTopics = previous.map { !$0.unregistered && $0.project == project } ?? false
+            let registration = Registration(project: project, platform: instance.platform, app: instance.app,
+                registeredAt: at, topics: keepTopics ? previous!.topics : [:], unregistered: false)
+            registrations[instance.token] = registration
+            changes.append(.registration(instance.token, registration))
+            if previous != nil && !keepTopics { changes.append(.clearTopics(instance.token)) }
+        }
+        try store?.persist(changes)
+    }
+
+    public func setAutoRegister(_ on: Bool) { autoRegister = on }
+
+    /// What the engine knows of `token`, live or unregistered.
+    public func registration(_ token: String) -> Registration? { registrations[token] }
+
+    /// The live registrations of a project, by token.
+    public func registrations(project: String) -> [(token: String, registration: Registration)] {
+        registrations.filter { $0.value.project == project && !$0.value.unregistered }
+            .map { ($0.key, $0.value) }.sorted { $0.token < $1.token }
+    }
+
+    /// The live app instances of `project` that `condition` selects, sorted.
+    public func recipients(project: String, condition: FCMCondition) -> [String] {
+        registrations.compactMap { token, registration in
+            guard registration.project == project, !registration.unregistered,
+                condition.matches({ registration.topics[$0] != nil })
+            else { return nil }
+            return token
+        }.sorted()
+    }
+
+    /// Forgets everything: app instances, subscriptions, groups.
+    public func reset() throws {
+        registrations.removeAll()
+        groups.removeAll()
+        groupByKey.removeAll()
+        injectedErrors.removeAll()
+        try store?.reset()
+    }
+
     /// The next call that touches `token` answers `error` for it, once.
     public func injectError(_ error: TokenError, forToken token: String) {
         injectedErrors[token] = error
@@ -115,7 +182,7 @@ public actor FCMEngine {
             if existing.project != project { return .failure(.invalidArgument) }
             return .success(existing)
         }
-        guard configuration.autoRegister else { return .failure(.notFound) }
+        guard autoRegister else { return .failure(.notFound) }
         let registration = Registration(project: project, platform: "ANDROID", app: "com.example.app",
             registeredAt: now(), topics: [:], unregistered: false)
         if create {
@@ -188,7 +255,18 @@ public actor FCMEngine {
         let outcome = try batchAdd(project: project, topic: topic, tokens: [token])[0]
         switch outcome {
         case .ok: return registrations[token]?.topics[topic] ?? now()
-        case .failed(let error): throw EngineError(EngineError.Code(rawValue: error.code) ?? .invalidArgument)
+        case .failed(let error): throw EngineError(EngineError.Code(rawValue: error.code) ?? .internalError)
+        }
+    }
+
+    /// v1 get: when the subscription was made; NOT_FOUND when the registration or the subscription is missing.
+    public func subscription(project: String, registration token: String, topic: String) throws -> Date {
+        var ignored: [EngineChange] = []
+        switch liveRegistration(token, project: project, create: false, changes: &ignored) {
+        case .failure(let error): throw EngineError(EngineError.Code(rawValue: error.code) ?? .notFound, "registration")
+        case .success(let registration):
+            guard let since = registration.topics[topic] else { throw EngineError(.notFound, "topic subscription not found") }
+            return since
         }
     }
 
@@ -196,10 +274,14 @@ public actor FCMEngine {
     public func deleteSubscription(project: String, registration token: String, topic: String, allowMissing: Bool) throws {
         var changes: [EngineChange] = []
         if let injected = injectedErrors.removeValue(forKey: token) {
-            throw EngineError(EngineError.Code(rawValue: injected.code) ?? .unavailable)
+            throw EngineError(EngineError.Code(rawValue: injected.code) ?? .internalError)
         }
-        guard case .success(var registration) = liveRegistration(token, project: project, create: false, changes: &changes)
-        else { throw EngineError(.notFound, "registration not found") }
+        var registration: Registration
+        switch liveRegistration(token, project: project, create: false, changes: &changes) {
+        case .failure(let error):
+            throw EngineError(EngineError.Code(rawValue: error.code) ?? .notFound, "registration not found")
+        case .success(let live): registration = live
+        }
         guard registration.topics.removeValue(forKey: topic) != nil else {
             if allowMissing { return }
             throw EngineError(.notFound, "topic subscription not found")
@@ -317,6 +399,27 @@ public actor FCMEngine {
     /// The members of a group, which real FCM cannot list.
     public func groupMembers(project: String, name: String) -> [String]? {
         groups[GroupID(project: project, name: name)]?.members
+    }
+
+    /// The members of the group that `key` (any alias) names, or nil.
+    public func groupMembers(project: String, key: String) -> [String]? {
+        guard let id = groupByKey[key], id.project == project else { return nil }
+        return groups[id]?.members
+    }
+
+    /// Every group of a project: name, members, and how many key aliases were issued.
+    public func groups(project: String) -> [(name: String, members: [String], keys: Int)] {
+        groups.filter { $0.key.project == project }.map { ($0.key.name, $0.value.members, $0.value.keys.count) }
+            .sorted { $0.name < $1.name }
+    }
+
+    /// Deletes a group outright (admin API; how a group "vanishes" in drift rehearsals).
+    public func deleteGroup(project: String, name: String) throws -> Bool {
+        let id = GroupID(project: project, name: name)
+        guard let group = groups.removeValue(forKey: id) else { return false }
+        for key in group.keys { groupByKey[key] = nil }
+        try persistGroup(id)
+        return true
     }
 
     private func persistGroup(_ id: GroupID) throws {

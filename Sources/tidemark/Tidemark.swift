@@ -15,7 +15,9 @@ struct Tidemark: AsyncParsableCommand {
             (only with --detailed-exitcode).
             """,
         version: Workspace.version,
-        subcommands: [ValidateCommand.self, PlanCommand.self, ApplyCommand.self, ShowCommand.self]
+        subcommands: [
+            ValidateCommand.self, PlanCommand.self, ApplyCommand.self, ShowCommand.self, EmulatorCommand.self,
+        ]
     )
 }
 

@@ -1,0 +1,138 @@
+import CryptoExtras
+import Foundation
+import Synchronization
+import TidemarkAuth
+
+/// The emulator's OAuth2 side: the service-account keys it trusts, and the access tokens it issued.
+///
+/// Like Google's token endpoint it takes an RS256 JWT-bearer assertion, checks the signature
+/// against a known key and the time claims, and ignores `aud` (client libraries disagree on it,
+/// reference §4.2). Access tokens are opaque, bound to the key's project, and expire.
+public final class AccessTokenAuthority: Sendable {
+    public struct Grant: Sendable, Equatable {
+        public var project: String
+        public var clientEmail: String
+        public var scopes: [String]
+        public var expires: Date
+    }
+
+    struct TrustedKey {
+        var project: String
+        var clientEmail: String
+        var keyID: String
+        var publicKey: _RSA.Signing.PublicKey
+    }
+
+    struct State {
+        var keys: [TrustedKey] = []
+        var tokens: [String: Grant] = [:]
+        var lifetime: TimeInterval = 3599
+        var issuedSincePurge = 0
+    }
+
+    public static let acceptedScopes = [
+        "https://www.googleapis.com/auth/firebase.messaging", "https://www.googleapis.com/auth/cloud-platform",
+    ]
+
+    private let state = Mutex(State())
+    private let now: @Sendable () -> Date
+
+    public init(now: @escaping @Sendable () -> Date = Date.init) { self.now = now }
+
+    /// Trusts the public half of `key` for its project.
+    public func trust(_ key: ServiceAccountKey) throws {
+        try trust(publicKeyPEM: try key.publicKeyPEM(), clientEmail: key.clientEmail, keyID: key.privateKeyID,
+            project: key.projectID)
+    }
+
+    /// Trusts a public key (PEM, SubjectPublicKeyInfo or PKCS#1) for `project`.
+    public func trust(publicKeyPEM: String, clientEmail: String, keyID: String, project: String) throws {
+        let publicKey: _RSA.Signing.PublicKey
+        do {
+            publicKey = try _RSA.Signing.PublicKey(pemRepresentation: publicKeyPEM)
+        } catch {
+            throw AuthError(.malformedKey, "public_key is not an RSA public key in PEM form")
+        }
+        state.withLock { state in
+            state.keys.removeAll { $0.clientEmail == clientEmail && $0.keyID == keyID }
+            state.keys.append(TrustedKey(project: project, clientEmail: clientEmail, keyID: keyID, publicKey: publicKey))
+        }
+    }
+
+    /// The projects with at least one trusted key.
+    public var projects: Set<String> { state.withLock { Set($0.keys.map(\.project)) } }
+
+    /// Seconds an issued access token lives (Google: 3599).
+    public var tokenLifetime: TimeInterval {
+        get { state.withLock { $0.lifetime } }
+        set { state.withLock { $0.lifetime = newValue } }
+    }
+
+    /// Verifies a signed JWT against the trusted keys; returns the key it was signed with.
+    func verify(_ compact: String) throws -> TrustedKey {
+        let jwt = try JWT(parsing: compact)
+        guard jwt.header.alg == "RS256" else {
+            throw AuthError(.unsupportedAlgorithm, "Invalid JWT: the signing algorithm must be RS256, not \(jwt.header.alg).")
+        }
+        let candidates = state.withLock { state in
+            state.keys.filter { $0.clientEmail == jwt.claims.iss && (jwt.header.kid == nil || $0.keyID == jwt.header.kid) }
+        }
+        guard !candidates.isEmpty else {
+            throw AuthError(.unknownKey, "Invalid JWT Signature: no key is registered for \(jwt.claims.iss) with key id \(jwt.header.kid ?? "(none)").")
+        }
+        guard let key = candidates.first(where: { jwt.isSigned(by: $0.publicKey) }) else {
+            throw AuthError(.badSignature, "Invalid JWT Signature.")
+        }
+        try jwt.checkTimes(now: now())
+        return key
+    }
+
+    /// The JWT-bearer grant: an assertion in, an access token out.
+    public func exchange(assertion: String) throws -> (token: String, grant: Grant) {
+        let key = try verify(assertion)
+        let scopes = (try JWT(parsing: assertion).claims.scope ?? "").split(separator: " ").map(String.init)
+        var random = SystemRandomNumberGenerator()
+        var bytes = [UInt8](repeating: 0, count: 48)
+        for i in bytes.indices { bytes[i] = UInt8.random(in: 0...255, using: &random) }
+        let token = "ya29.emu." + Base64URL.encode(bytes)
+        let issuedAt = now()
+        return state.withLock { state in
+            let grant = Grant(project: key.project, clientEmail: key.clientEmail, scopes: scopes,
+                expires: issuedAt.addingTimeInterval(state.lifetime))
+            state.tokens[token] = grant
+            state.issuedSincePurge += 1
+            if state.issuedSincePurge >= 1000 {
+                state.tokens = state.tokens.filter { $0.value.expires > issuedAt }
+                state.issuedSincePurge = 0
+            }
+            return (token, grant)
+        }
+    }
+
+    public enum Verdict: Sendable, Equatable {
+        case granted(Grant)
+        case invalid
+        case expired
+        case insufficientScopes
+    }
+
+    /// Checks a bearer credential: an access token this authority issued, or a self-signed JWT (reference §4.3).
+    public func authenticate(bearer: String) -> Verdict {
+        let at = now()
+        if let grant = state.withLock({ $0.tokens[bearer] }) {
+            guard grant.expires > at else { return .expired }
+            return Self.hasScope(grant.scopes) ? .granted(grant) : .insufficientScopes
+        }
+        guard bearer.split(separator: ".").count == 3, let key = try? verify(bearer), let jwt = try? JWT(parsing: bearer)
+        else { return .invalid }
+        // A self-signed JWT stands for its own scopes, or for the audience of the API it is sent to.
+        let scopes = (jwt.claims.scope ?? "").split(separator: " ").map(String.init)
+        return .granted(Grant(project: key.project, clientEmail: key.clientEmail,
+            scopes: scopes.isEmpty ? Self.acceptedScopes : scopes, expires: Date(timeIntervalSince1970: Double(jwt.claims.exp))))
+    }
+
+    static func hasScope(_ scopes: [String]) -> Bool { scopes.contains { acceptedScopes.contains($0) } }
+
+    /// Forgets every issued access token (admin reset); trusted keys stay.
+    public func revokeAll() { state.withLock { $0.tokens.removeAll() } }
+}

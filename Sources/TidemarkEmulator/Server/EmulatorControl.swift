@@ -1,0 +1,228 @@
+import Foundation
+import Synchronization
+import TidemarkCore
+
+/// Faults the emulator injects into FCM calls, to rehearse a bad day. Seeded, so runs repeat.
+public struct FaultSettings: Codable, Sendable, Equatable {
+    /// Share of FCM calls answered 429 RESOURCE_EXHAUSTED.
+    public var http429: Double = 0
+    /// Share answered 500 INTERNAL.
+    public var http500: Double = 0
+    /// Share answered 503 UNAVAILABLE.
+    public var http503: Double = 0
+    /// Share of tokens in a topic call that fail with INTERNAL (per-token result in IID, 500 in v1).
+    public var tokenInternal: Double = 0
+    /// Milliseconds added to every FCM call.
+    public var latencyMs: Int = 0
+    /// Share of FCM calls whose connection is closed without an answer.
+    public var dropConnection: Double = 0
+    public var seed: UInt64 = 1
+
+    public init() {}
+
+    enum CodingKeys: String, CodingKey {
+        case http429 = "http_429", http500 = "http_500", http503 = "http_503", tokenInternal = "token_internal"
+        case latencyMs = "latency_ms", dropConnection = "drop_connection", seed
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        let d = FaultSettings()
+        http429 = try c.decodeIfPresent(Double.self, forKey: .http429) ?? d.http429
+        http500 = try c.decodeIfPresent(Double.self, forKey: .http500) ?? d.http500
+        http503 = try c.decodeIfPresent(Double.self, forKey: .http503) ?? d.http503
+        tokenInternal = try c.decodeIfPresent(Double.self, forKey: .tokenInternal) ?? d.tokenInternal
+        latencyMs = try c.decodeIfPresent(Int.self, forKey: .latencyMs) ?? d.latencyMs
+        dropConnection = try c.decodeIfPresent(Double.self, forKey: .dropConnection) ?? d.dropConnection
+        seed = try c.decodeIfPresent(UInt64.self, forKey: .seed) ?? d.seed
+    }
+
+    /// The first setting outside its range, described, or nil.
+    public var problem: String? {
+        for (name, share) in [("http_429", http429), ("http_500", http500), ("http_503", http503),
+            ("token_internal", tokenInternal), ("drop_connection", dropConnection)] where !(0...1).contains(share)
+        {
+            return "\(name) is a share between 0 and 1, not \(share)"
+        }
+        if http429 + http500 + http503 + dropConnection > 1 {
+            return "http_429 + http_500 + http_503 + drop_connection must not exceed 1"
+        }
+        return latencyMs < 0 ? "latency_ms must not be negative" : nil
+    }
+}
+
+/// The per-project limit on subscription changes (reference §5: 3000/s, 429 RESOURCE_EXHAUSTED).
+public struct RateLimitSettings: Codable, Sendable, Equatable {
+    public enum Unit: String, Codable, Sendable {
+        /// Each token in a call counts (a 1000-token batchAdd costs 1000).
+        case tokens
+        /// Each request counts once.
+        case requests
+    }
+
+    /// Changes per second per project; 0 turns the limit off.
+    public var perSecond: Double = Double(FCMLimits.defaultQuota)
+    public var unit: Unit = .tokens
+
+    public init(perSecond: Double = Double(FCMLimits.defaultQuota), unit: Unit = .tokens) {
+        self.perSecond = perSecond
+        self.unit = unit
+    }
+
+    enum CodingKeys: String, CodingKey { case perSecond = "per_second", unit }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        perSecond = try c.decodeIfPresent(Double.self, forKey: .perSecond) ?? Double(FCMLimits.defaultQuota)
+        unit = try c.decodeIfPresent(Unit.self, forKey: .unit) ?? .tokens
+    }
+}
+
+/// A token bucket: `rate` tokens a second, holding at most `capacity`. Pure; time is passed in.
+struct TokenBucket: Sendable {
+    var rate: Double
+    var capacity: Double
+    var level: Double
+    var last: Double
+
+    init(rate: Double, capacity: Double, at time: Double) {
+        self.rate = rate
+        self.capacity = capacity
+        level = capacity
+        last = time
+    }
+
+    /// Takes `cost` tokens, or returns how many seconds until they will be there.
+    mutating func take(_ cost: Double, at time: Double) -> Double? {
+        level = min(capacity, level + max(0, time - last) * rate)
+        last = max(last, time)
+        if level >= cost {
+            level -= cost
+            return nil
+        }
+        return (cost - level) / rate
+    }
+}
+
+/// The emulator's run-time switches: faults, rate limits, per-project API availability.
+public final class EmulatorControl: Sendable {
+    public enum Fault: Sendable, Equatable {
+        case drop
+        case status(Int)
+    }
+
+    struct State {
+        var faults = FaultSettings()
+        var rateLimit = RateLimitSettings()
+        var iidDisabled: Set<String> = []
+        var buckets: [String: TokenBucket] = [:]
+        var random = SeededGenerator(seed: 1)
+        var baseURL = "http://127.0.0.1:9099"
+    }
+
+    private let state = Mutex(State())
+    private let clock: @Sendable () -> Double
+
+    /// `clock` gives monotonic seconds; tests pass their own.
+    public init(clock: (@Sendable () -> Double)? = nil) {
+        if let clock {
+            self.clock = clock
+        } else {
+            let start = ContinuousClock.now
+            self.clock = {
+                let elapsed = ContinuousClock.now - start
+                return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18
+            }
+        }
+    }
+
+    public var faults: FaultSettings {
+        get { state.withLock { $0.faults } }
+        set {
+            state.withLock {
+                $0.faults = newValue
+                $0.random = SeededGenerator(seed: newValue.seed)
+            }
+        }
+    }
+
+    public var rateLimit: RateLimitSettings {
+        get { state.withLock { $0.rateLimit } }
+        set {
+            state.withLock {
+                $0.rateLimit = newValue
+                $0.buckets.removeAll()
+            }
+        }
+    }
+
+    public func setIIDEnabled(_ enabled: Bool, project: String) {
+        state.withLock { state in
+            if enabled { state.iidDisabled.remove(project) } else { state.iidDisabled.insert(project) }
+        }
+    }
+
+    public func isIIDEnabled(project: String) -> Bool { state.withLock { !$0.iidDisabled.contains(project) } }
+
+    public var iidDisabledProjects: [String] { state.withLock { $0.iidDisabled.sorted() } }
+
+    /// Admits a subscription change of `tokens` tokens, or returns the seconds to wait (for `Retry-After`).
+    public func admit(project: String, tokens: Int) -> Double? {
+        let time = clock()
+        return state.withLock { state in
+            let settings = state.rateLimit
+            guard settings.perSecond > 0 else { return nil }
+            let cost = settings.unit == .tokens ? Double(tokens) : 1
+            // A bucket holds one second of quota, and at least one full batch, so any legal call can pass.
+            var bucket = state.buckets[project]
+                ?? TokenBucket(rate: settings.perSecond, capacity: max(settings.perSecond, cost), at: time)
+            bucket.capacity = max(bucket.capacity, cost)
+            let wait = bucket.take(cost, at: time)
+            state.buckets[project] = bucket
+            return wait
+        }
+    }
+
+    /// Draws the fault for one FCM call, if any.
+    public func drawFault() -> Fault? {
+        state.withLock { state in
+            let f = state.faults
+            guard f.http429 + f.http500 + f.http503 + f.dropConnection > 0 else { return nil }
+            let x = Double.random(in: 0..<1, using: &state.random)
+            var edge = f.dropConnection
+            if x < edge { return .drop }
+            edge += f.http429
+            if x < edge { return .status(429) }
+            edge += f.http500
+            if x < edge { return .status(500) }
+            edge += f.http503
+            if x < edge { return .status(503) }
+            return nil
+        }
+    }
+
+    /// Whether one token of a topic call fails with INTERNAL.
+    public func drawTokenFault() -> Bool {
+        state.withLock { state in
+            guard state.faults.tokenInternal > 0 else { return false }
+            return Double.random(in: 0..<1, using: &state.random) < state.faults.tokenInternal
+        }
+    }
+
+    public var latency: Duration { .milliseconds(state.withLock { $0.faults.latencyMs }) }
+
+    /// Where the emulator listens, for the `token_uri` of the key files it writes.
+    public var baseURL: String {
+        get { state.withLock { $0.baseURL } }
+        set { state.withLock { $0.baseURL = newValue } }
+    }
+
+    /// Back to defaults: no faults, the documented rate limit, IID on everywhere.
+    public func reset() {
+        state.withLock { state in
+            let baseURL = state.baseURL
+            state = State()
+            state.baseURL = baseURL
+        }
+    }
+}

@@ -1,0 +1,144 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+import TidemarkAuth
+
+/// The request context of the emulator's server: Hummingbird's basic context plus the channel,
+/// so an injected fault can drop the connection.
+public struct EmulatorRequestContext: RequestContext {
+    public var coreContext: CoreRequestContextStorage
+    let channel: any Channel
+
+    public init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+        channel = source.channel
+    }
+
+    /// Batches of 1000 tokens are about 200 KB; allow generous bodies.
+    public var maxUploadSize: Int { 16 * 1024 * 1024 }
+}
+
+/// Hands every request to `FCMEmulator.handle` and writes its answer.
+struct EmulatorResponder: HTTPResponder {
+    typealias Context = EmulatorRequestContext
+    let emulator: FCMEmulator
+
+    func respond(to request: Request, context: Context) async throws -> Response {
+        var request = request
+        let body = try await request.collectBody(upTo: context.maxUploadSize)
+        var headers: [String: String] = [:]
+        for field in request.headers { headers[field.name.canonicalName] = field.value }
+        let target = request.uri.query.map { "\(request.uri.path)?\($0)" } ?? request.uri.path
+        let wire = WireRequest(method: request.method.rawValue, target: target, headers: headers,
+            body: Data(buffer: body))
+        let answer = await emulator.handle(wire)
+        if answer.dropConnection {
+            try? await context.channel.close()
+            throw CancellationError()
+        }
+        var fields = HTTPFields()
+        for (name, value) in answer.headers {
+            if let name = HTTPField.Name(name) { fields.append(HTTPField(name: name, value: value)) }
+        }
+        return Response(status: .init(code: answer.status), headers: fields,
+            body: .init(byteBuffer: ByteBuffer(bytes: answer.body)))
+    }
+}
+
+/// `tidemark emulator serve`: the emulator over HTTP, as a service that shuts down gracefully on SIGINT/SIGTERM.
+public struct EmulatorServer: Sendable {
+    public struct Options: Sendable {
+        public var host = "127.0.0.1"
+        public var port = 9099
+        /// SQLite state and the key file live here; nil keeps state in memory.
+        public var dataDirectory: String?
+        public var project = "tidemark-demo"
+        public var autoRegister = false
+        public var rateLimit = RateLimitSettings()
+        public var faults = FaultSettings()
+        public var iidEnabled = true
+
+        public init() {}
+    }
+
+    public let options: Options
+    public let emulator: FCMEmulator
+    /// The service-account key file clients should use.
+    public let keyFilePath: String
+    let key: ServiceAccountKey
+
+    /// Opens (or creates) the data directory, its SQLite store and its key file.
+    public init(options: Options) throws {
+        self.options = options
+        var engineConfiguration = FCMEngine.Configuration()
+        engineConfiguration.autoRegister = options.autoRegister
+        let keyDirectory: String
+        var store: (any EngineStore)?
+        if let data = options.dataDirectory {
+            try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
+            store = try SQLiteEngineStore(path: (data as NSString).appendingPathComponent("emulator.db"))
+            keyDirectory = data
+        } else {
+            keyDirectory = (NSTemporaryDirectory() as NSString)
+                .appendingPathComponent("tidemark-emulator-\(ProcessInfo.processInfo.processIdentifier)")
+            try FileManager.default.createDirectory(atPath: keyDirectory, withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
+        }
+        keyFilePath = (keyDirectory as NSString).appendingPathComponent("service-account.json")
+        key = try Self.loadOrCreateKey(at: keyFilePath, project: options.project)
+        let authority = AccessTokenAuthority()
+        try authority.trust(key)
+        let control = EmulatorControl()
+        control.rateLimit = options.rateLimit
+        control.faults = options.faults
+        control.setIIDEnabled(options.iidEnabled, project: options.project)
+        emulator = FCMEmulator(engine: try FCMEngine(configuration: engineConfiguration, store: store),
+            authority: authority, control: control, defaultProject: options.project)
+    }
+
+    static func loadOrCreateKey(at path: String, project: String) throws -> ServiceAccountKey {
+        if let data = FileManager.default.contents(atPath: path),
+            let existing = try? JSONDecoder().decode(ServiceAccountKey.self, from: data), existing.projectID == project,
+            (try? existing.signingKey()) != nil
+        {
+            return existing
+        }
+        let key = try ServiceAccountKey.generate(projectID: project, tokenURI: "http://127.0.0.1:9099/token")
+        try write(key, to: path)
+        return key
+    }
+
+    /// Writes the key file privately (0600), atomically.
+    static func write(_ key: ServiceAccountKey, to path: String) throws {
+        let temporary = path + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
+        FileManager.default.createFile(atPath: temporary, contents: try key.jsonData(),
+            attributes: [.posixPermissions: 0o600])
+        guard rename(temporary, path) == 0 else {
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path])
+        }
+    }
+
+    /// Serves until SIGINT or SIGTERM. `onListening` gets the bound port once the socket is open
+    /// (useful with port 0), after the key file's `token_uri` points at it.
+    public func run(onListening: @escaping @Sendable (_ port: Int) async -> Void = { _ in }) async throws {
+        var logger = Logger(label: "tidemark.emulator")
+        logger.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .warning
+        let app = Application(
+            responder: EmulatorResponder(emulator: emulator),
+            configuration: .init(address: .hostname(options.host, port: options.port), serverName: "tidemark-emulator"),
+            onServerRunning: { [emulator, key, keyFilePath, options] channel in
+                let port = channel.localAddress?.port ?? options.port
+                let host = options.host.contains(":") ? "[\(options.host)]" : options.host
+                emulator.control.baseURL = "http://\(host):\(port)"
+                var updated = key
+                updated.tokenURI = "http://\(host):\(port)/token"
+                if updated != key { try? Self.write(updated, to: keyFilePath) }
+                await onListening(port)
+            },
+            logger: logger)
+        try await app.runService()
+    }
+}

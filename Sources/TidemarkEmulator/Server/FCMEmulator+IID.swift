@@ -1,0 +1,123 @@
+import Foundation
+import TidemarkCore
+
+/// The deprecated Instance ID server API (reference §1): batches, the single relation, token info.
+extension FCMEmulator {
+    func iid(_ request: WireRequest, grant: AccessTokenAuthority.Grant) async -> WireResponse {
+        let project = grant.project
+        guard control.isIIDEnabled(project: project) else {
+            return .flatError(403,
+                "The Instance ID server API is not enabled for project \(project); use the FCM topic subscription API (v1).")
+        }
+        let s = request.segments
+        switch (request.method, s.count) {
+        case ("POST", 2) where s[1] == "v1:batchAdd":
+            return await batch(request, project: project, add: true)
+        case ("POST", 2) where s[1] == "v1:batchRemove":
+            return await batch(request, project: project, add: false)
+        case ("POST", 6) where s[1] == "v1" && s[3] == "rel" && s[4] == "topics",
+            ("DELETE", 6) where s[1] == "v1" && s[3] == "rel" && s[4] == "topics":
+            return await relation(token: s[2], topic: s[5], project: project, add: request.method == "POST")
+        case ("GET", 3) where s[1] == "info":
+            return await info(token: s[2], project: project, details: request.queryFlag("details"))
+        case ("GET", 2) where s[1] != "info" && s[1] != "v1":
+            return await info(token: s[1], project: project, details: request.queryFlag("details"))
+        default:
+            return .flatError(404, "Not Found")
+        }
+    }
+
+    private func batch(_ request: WireRequest, project: String, add: Bool) async -> WireResponse {
+        guard let body = jsonBody(request) else { return .flatError(400, "InvalidJson") }
+        guard let to = body["to"] as? String, to.hasPrefix("/topics/") else {
+            return .flatError(400, "Topic name format is invalid")
+        }
+        var topic = String(to.dropFirst(8))
+        if topic.hasPrefix("private/") { topic = String(topic.dropFirst(8)) }
+        guard FCMLimits.topicNameProblem(topic) == nil else { return .flatError(400, "Topic name format is invalid") }
+        guard let raw = body["registration_tokens"] as? [Any], !raw.isEmpty else {
+            return .flatError(400, "MissingIIdToken")
+        }
+        guard let tokens = raw as? [String] else { return .flatError(400, "InvalidToken") }
+        guard tokens.count <= engine.configuration.maxBatchTokens else {
+            return .flatError(400, "TooManyTokens")
+        }
+        if let limited = rateLimited(project: project, tokens: tokens.count, surface: .iid) { return limited }
+        // Tokens drawn for an injected INTERNAL are left out of the call and answered INTERNAL.
+        var failing = Set<Int>()
+        for index in tokens.indices where control.drawTokenFault() { failing.insert(index) }
+        let passed = tokens.indices.filter { !failing.contains($0) }.map { tokens[$0] }
+        let outcomes: [TokenOutcome]
+        do {
+            if passed.isEmpty {
+                outcomes = []
+            } else if add {
+                outcomes = try await engine.batchAdd(project: project, topic: topic, tokens: passed)
+            } else {
+                outcomes = try await engine.batchRemove(project: project, topic: topic, tokens: passed)
+            }
+        } catch let error as EngineError {
+            return .flatError(400, error.code.rawValue)
+        } catch {
+            return .flatError(500, "INTERNAL")
+        }
+        var results: [[String: String]] = []
+        results.reserveCapacity(tokens.count)
+        var next = outcomes.makeIterator()
+        for index in tokens.indices {
+            if failing.contains(index) {
+                results.append(["error": "INTERNAL"])
+            } else if case .failed(let error)? = next.next() {
+                results.append(["error": error.code])
+            } else {
+                results.append([:])
+            }
+        }
+        return .json(200, ["results": results])
+    }
+
+    private func relation(token: String, topic: String, project: String, add: Bool) async -> WireResponse {
+        let bare = topic.hasPrefix("/topics/") ? String(topic.dropFirst(8)) : topic
+        guard FCMLimits.topicNameProblem(bare) == nil else { return .flatError(400, "Topic name format is invalid") }
+        guard FCMLimits.tokenProblem(token) == nil else { return .flatError(400, "InvalidToken") }
+        if let limited = rateLimited(project: project, tokens: 1, surface: .iid) { return limited }
+        if control.drawTokenFault() { return .flatError(500, "INTERNAL") }
+        do {
+            let outcome =
+                add
+                ? try await engine.batchAdd(project: project, topic: bare, tokens: [token])[0]
+                : try await engine.batchRemove(project: project, topic: bare, tokens: [token])[0]
+            switch outcome {
+            case .ok: return .json(200, [String: Any]())
+            case .failed(let error) where error == .notFound: return .flatError(404, "NOT_FOUND")
+            case .failed(let error) where error == .invalidArgument: return .flatError(400, "INVALID_ARGUMENT")
+            case .failed(let error): return .flatError(400, error.code)
+            }
+        } catch let error as EngineError {
+            return .flatError(400, error.code.rawValue)
+        } catch {
+            return .flatError(500, "INTERNAL")
+        }
+    }
+
+    private func info(token: String, project: String, details: Bool) async -> WireResponse {
+        guard FCMLimits.tokenProblem(token) == nil else { return .flatError(400, "InvalidToken") }
+        guard let registration = await engine.registration(token), !registration.unregistered else {
+            return .flatError(404, "No information found about this instance id.")
+        }
+        guard registration.project == project else { return .flatError(403, "PERMISSION_DENIED") }
+        var body: [String: Any] = [
+            "application": registration.app,
+            "authorizedEntity": Self.projectNumber(of: project),
+            "platform": registration.platform,
+            "scope": "*",
+            "applicationVersion": "1",
+        ]
+        if details, !registration.topics.isEmpty {
+            var topics: [String: Any] = [:]
+            for (topic, since) in registration.topics { topics[topic] = ["addDate": RFC3339.date(since)] }
+            body["rel"] = ["topics": topics]
+        }
+        return .json(200, body)
+    }
+}

@@ -1,0 +1,35 @@
+import Foundation
+import TidemarkAuth
+
+/// The OAuth2 token endpoint: the JWT-bearer grant of a service account (reference §4.3).
+extension FCMEmulator {
+    func oauthToken(_ request: WireRequest) async -> WireResponse {
+        guard request.method == "POST" else { return methodNotFound(request) }
+        var form: [String: String] = [:]
+        let contentType = request.headers["content-type"] ?? ""
+        if contentType.contains("json") {
+            for (key, value) in jsonBody(request) ?? [:] { if let value = value as? String { form[key] = value } }
+        } else {
+            for pair in String(decoding: request.body, as: UTF8.self).split(separator: "&") {
+                let kv = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+                form[WireRequest.formDecode(kv[0])] = kv.count > 1 ? WireRequest.formDecode(kv[1]) : ""
+            }
+        }
+        let grantType = form["grant_type"] ?? ""
+        guard grantType == "urn:ietf:params:oauth:grant-type:jwt-bearer" else {
+            return .json(400, ["error": "unsupported_grant_type", "error_description": "Invalid grant_type: \(grantType)"])
+        }
+        guard let assertion = form["assertion"], !assertion.isEmpty else {
+            return .json(400, ["error": "invalid_request", "error_description": "Missing required parameter: assertion"])
+        }
+        do {
+            let (token, grant) = try authority.exchange(assertion: assertion)
+            let expiresIn = max(0, Int(grant.expires.timeIntervalSince(now()).rounded()))
+            return .json(200, ["access_token": token, "expires_in": expiresIn, "token_type": "Bearer"])
+        } catch let error as AuthError {
+            return .json(400, ["error": "invalid_grant", "error_description": error.message])
+        } catch {
+            return .json(400, ["error": "invalid_grant", "error_description": "The assertion could not be verified."])
+        }
+    }
+}

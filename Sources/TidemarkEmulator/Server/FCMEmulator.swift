@@ -1,0 +1,183 @@
+import Foundation
+import TidemarkCore
+
+/// tidemark's FCM emulator: every route of the wire protocol, as a function from request to response.
+///
+/// Wraps the same `FCMEngine` that the embedded backend uses, so both behave alike. The HTTP
+/// server (`EmulatorServer`) only converts to and from `WireRequest` / `WireResponse`; all routing,
+/// auth, limits, faults and error shapes live here and are tested without a socket.
+public struct FCMEmulator: Sendable {
+    public let engine: FCMEngine
+    public let authority: AccessTokenAuthority
+    public let control: EmulatorControl
+    public let deliveries: DeliveryLog
+    /// The project whose key file the emulator wrote at start.
+    public let defaultProject: String
+    /// Called by the admin API to write a new service-account key; returns the key file's JSON.
+    let now: @Sendable () -> Date
+
+    public init(engine: FCMEngine, authority: AccessTokenAuthority, control: EmulatorControl = EmulatorControl(),
+        deliveries: DeliveryLog = DeliveryLog(), defaultProject: String, now: @escaping @Sendable () -> Date = Date.init)
+    {
+        self.engine = engine
+        self.authority = authority
+        self.control = control
+        self.deliveries = deliveries
+        self.defaultProject = defaultProject
+        self.now = now
+    }
+
+    /// The numeric sender ID the emulator gives a project (stable: derived from the project ID).
+    public static func projectNumber(of project: String) -> String {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in project.utf8 {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x0100_0000_01b3
+        }
+        return String(100_000_000_000 + hash % 900_000_000_000)
+    }
+
+    /// Answers one request.
+    public func handle(_ request: WireRequest) async -> WireResponse {
+        let s = request.segments
+        switch s.first {
+        case "token" where s.count == 1, "oauth2" where s.last == "token", "o" where s.last == "token":
+            return await oauthToken(request)
+        case "emulator":
+            return await admin(request)
+        case "iid":
+            return await guarded(request, surface: .iid) { grant in await iid(request, grant: grant) }
+        case "fcm" where s.count == 2 && s[1] == "notification", "gcm" where s.count == 2 && s[1] == "notification":
+            return await guarded(request, surface: .groups) { grant in await groups(request, grant: grant) }
+        case "v1" where s.count >= 3 && s[1] == "projects":
+            return await guarded(request, surface: .v1) { grant in await v1(request, grant: grant) }
+        default:
+            return notFound(request)
+        }
+    }
+
+    func notFound(_ request: WireRequest) -> WireResponse {
+        .status(404, "NOT_FOUND", "The requested URL \(request.path) was not found on this server.")
+    }
+
+    func methodNotFound(_ request: WireRequest) -> WireResponse {
+        .status(404, "NOT_FOUND", "Method not found: \(request.method) \(request.path).")
+    }
+
+    // MARK: - Authentication, faults, latency
+
+    enum Surface {
+        /// The Instance ID API: flat errors, `access_token_auth: true` required.
+        case iid
+        /// `/fcm/notification`: flat errors, `access_token_auth: true` and `project_id` required.
+        case groups
+        /// The v1 APIs: google.rpc.Status errors, a Bearer token is enough.
+        case v1
+    }
+
+    /// Authenticates the call, applies injected latency and faults, then runs `body`.
+    func guarded(_ request: WireRequest, surface: Surface,
+        _ body: (AccessTokenAuthority.Grant) async -> WireResponse) async -> WireResponse
+    {
+        let grant: AccessTokenAuthority.Grant
+        switch authenticate(request, surface: surface) {
+        case .refused(let response): return response
+        case .granted(let granted): grant = granted
+        }
+        let latency = control.latency
+        if latency > .zero { try? await Task.sleep(for: latency) }
+        switch control.drawFault() {
+        case .drop?:
+            var response = WireResponse(status: 500)
+            response.dropConnection = true
+            return response
+        case .status(let code)?: return injectedStatus(code, surface: surface)
+        case nil: return await body(grant)
+        }
+    }
+
+    func injectedStatus(_ code: Int, surface: Surface) -> WireResponse {
+        let (status, message) =
+            switch code {
+            case 429: ("RESOURCE_EXHAUSTED", "Quota exceeded for subscription changes (injected fault).")
+            case 503: ("UNAVAILABLE", "The service is currently unavailable (injected fault).")
+            default: ("INTERNAL", "Internal error encountered (injected fault).")
+            }
+        var response: WireResponse =
+            surface == .v1
+            ? .status(code, status, message, fcmErrorCode: code == 429 ? "QUOTA_EXCEEDED" : status)
+            : .flatError(code, status)
+        if code == 429 || code == 503 { response.headers.append(("Retry-After", "1")) }
+        return response
+    }
+
+    enum AuthOutcome {
+        case granted(AccessTokenAuthority.Grant)
+        case refused(WireResponse)
+    }
+
+    func authenticate(_ request: WireRequest, surface: Surface) -> AuthOutcome {
+        let unauthenticated: WireResponse =
+            surface == .v1
+            ? .status(401, "UNAUTHENTICATED",
+                "Request is missing required authentication credential. Expected OAuth 2 access token, login cookie or other valid authentication credential. See https://developers.google.com/identity/sign-in/web/devconsole-project.")
+            : .html(401, title: "Unauthorized")
+        guard let authorization = request.headers["authorization"]?.trimmingCharacters(in: .whitespaces),
+            !authorization.isEmpty
+        else { return .refused(unauthenticated) }
+        if authorization.lowercased().hasPrefix("key=") {
+            let text = "Authenticating using server key is deprecated. Please use an OAuth2 token instead."
+            return .refused(surface == .v1 ? .status(401, "UNAUTHENTICATED", text) : .flatError(401, text))
+        }
+        guard authorization.count > 7, authorization.prefix(7).lowercased() == "bearer " else {
+            return .refused(unauthenticated)
+        }
+        if surface != .v1, request.headers["access_token_auth"]?.lowercased() != "true" {
+            return .refused(unauthenticated)
+        }
+        let bearer = String(authorization.dropFirst(7)).trimmingCharacters(in: .whitespaces)
+        let invalid: WireResponse =
+            surface == .v1
+            ? .status(401, "UNAUTHENTICATED",
+                "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential. See https://developers.google.com/identity/sign-in/web/devconsole-project.")
+            : .html(401, title: "Unauthorized")
+        switch authority.authenticate(bearer: bearer) {
+        case .granted(let grant): return .granted(grant)
+        case .invalid, .expired: return .refused(invalid)
+        case .insufficientScopes:
+            return .refused(surface == .v1
+                ? .status(403, "PERMISSION_DENIED", "Request had insufficient authentication scopes.")
+                : .flatError(403, "Request had insufficient authentication scopes."))
+        }
+    }
+
+    /// The project of a v1 URL must be the credential's (by ID or by number); another project's token gets 403.
+    func checkProject(_ project: String, grant: AccessTokenAuthority.Grant) -> WireResponse? {
+        if project == grant.project || project == Self.projectNumber(of: grant.project) { return nil }
+        return .status(403, "PERMISSION_DENIED",
+            "Permission 'cloudmessaging.messages.create' denied on resource '//cloudresourcemanager.googleapis.com/projects/\(project)' (or it may not exist).",
+            details: [["@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
+                "domain": "cloudresourcemanager.googleapis.com"]])
+    }
+
+    /// The rate limit for subscription changes: nil to go on, or the 429 to send.
+    func rateLimited(project: String, tokens: Int, surface: Surface) -> WireResponse? {
+        guard let wait = control.admit(project: project, tokens: tokens) else { return nil }
+        var response: WireResponse =
+            surface == .v1
+            ? .status(429, "RESOURCE_EXHAUSTED",
+                "Quota exceeded: topic subscription changes are limited per project; retry with exponential backoff.",
+                fcmErrorCode: "QUOTA_EXCEEDED",
+                details: [["@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                    "violations": [["subject": "project:\(project)", "description": "topic subscription changes per second"]]]])
+            : .flatError(429, "RESOURCE_EXHAUSTED")
+        response.headers.append(("Retry-After", String(max(1, Int(wait.rounded(.up))))))
+        return response
+    }
+
+    /// Parses a JSON object body; nil when it is not one.
+    func jsonBody(_ request: WireRequest) -> [String: Any]? {
+        if request.body.isEmpty { return [:] }
+        return (try? JSONSerialization.jsonObject(with: request.body)) as? [String: Any]
+    }
+}

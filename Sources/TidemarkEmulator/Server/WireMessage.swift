@@ -1,0 +1,124 @@
+import Foundation
+
+/// One HTTP request as the emulator's handlers see it: path split into percent-decoded segments.
+///
+/// Independent of the HTTP server, so every route is tested without a socket.
+public struct WireRequest: Sendable {
+    public var method: String
+    /// The path as sent, still percent-encoded.
+    public var path: String
+    /// Path segments, percent-decoded (`%3A` → `:`).
+    public var segments: [String]
+    /// Query parameters, percent-decoded; the first value wins.
+    public var query: [String: String]
+    /// Header fields by lowercased name.
+    public var headers: [String: String]
+    public var body: Data
+
+    public init(method: String, target: String, headers: [String: String] = [:], body: Data = Data()) {
+        self.method = method.uppercased()
+        let parts = target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        path = String(parts[0])
+        segments = path.split(separator: "/").map { String($0).removingPercentEncoding ?? String($0) }
+        var query: [String: String] = [:]
+        if parts.count > 1 {
+            for pair in parts[1].split(separator: "&") {
+                let kv = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+                let key = Self.formDecode(kv[0])
+                if query[key] == nil { query[key] = kv.count > 1 ? Self.formDecode(kv[1]) : "" }
+            }
+        }
+        self.query = query
+        var lowered: [String: String] = [:]
+        for (name, value) in headers { lowered[name.lowercased()] = value }
+        self.headers = lowered
+        self.body = body
+    }
+
+    static func formDecode(_ text: Substring) -> String {
+        let spaced = text.replacingOccurrences(of: "+", with: " ")
+        return spaced.removingPercentEncoding ?? spaced
+    }
+
+    /// The first of several spellings of a query parameter (`topic_name` or `topicName`).
+    public func queryValue(_ names: String...) -> String? {
+        for name in names { if let value = query[name] { return value } }
+        return nil
+    }
+
+    /// A boolean query parameter: `true` / `1` are true.
+    public func queryFlag(_ names: String...) -> Bool {
+        for name in names { if let value = query[name] { return value == "true" || value == "1" } }
+        return false
+    }
+}
+
+/// One HTTP response from the emulator's handlers.
+public struct WireResponse: Sendable {
+    public var status: Int
+    public var headers: [(String, String)]
+    public var body: Data
+    /// Close the connection without answering (an injected fault).
+    public var dropConnection = false
+
+    public init(status: Int, headers: [(String, String)] = [], body: Data = Data()) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+
+    /// A JSON response; `object` is anything `JSONSerialization` takes.
+    public static func json(_ status: Int, _ object: Any) -> WireResponse {
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]))
+            ?? Data("{}".utf8)
+        return WireResponse(status: status, headers: [("Content-Type", "application/json; charset=UTF-8")], body: data)
+    }
+
+    /// A JSON response from a `Codable` value.
+    public static func encoded(_ status: Int, _ value: some Encodable) -> WireResponse {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let data = (try? encoder.encode(value)) ?? Data("{}".utf8)
+        return WireResponse(status: status, headers: [("Content-Type", "application/json; charset=UTF-8")], body: data)
+    }
+
+    /// Google's HTML error page, as its front end answers unauthenticated IID and device-group calls.
+    public static func html(_ status: Int, title: String) -> WireResponse {
+        let page = """
+            <HTML>
+            <HEAD>
+            <TITLE>\(title)</TITLE>
+            </HEAD>
+            <BODY BGCOLOR="#FFFFFF" TEXT="#000000">
+            <H1>\(title)</H1>
+            <H2>Error \(status)</H2>
+            </BODY>
+            </HTML>
+
+            """
+        return WireResponse(status: status, headers: [("Content-Type", "text/html; charset=UTF-8")], body: Data(page.utf8))
+    }
+
+    /// A flat `{"error": "…"}` body, the shape of IID and device-group errors.
+    public static func flatError(_ status: Int, _ text: String) -> WireResponse { json(status, ["error": text]) }
+
+    /// A google.rpc.Status body, the shape of v1 errors (reference §3.3).
+    public static func status(_ http: Int, _ status: String, _ message: String, fcmErrorCode: String? = nil,
+        details extra: [[String: Any]] = []) -> WireResponse
+    {
+        var details = extra
+        if let fcmErrorCode {
+            details.insert(["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": fcmErrorCode], at: 0)
+        }
+        var error: [String: Any] = ["code": http, "message": message, "status": status]
+        if !details.isEmpty { error["details"] = details }
+        return json(http, ["error": error])
+    }
+
+    /// The parsed JSON body, for tests.
+    public var jsonObject: [String: Any]? { (try? JSONSerialization.jsonObject(with: body)) as? [String: Any] }
+
+    public func header(_ name: String) -> String? {
+        headers.first { $0.0.lowercased() == name.lowercased() }?.1
+    }
+}
