@@ -63,7 +63,9 @@ let package = Package(
             ]
         ),
         .testTarget(name: "TidemarkStoreTests", dependencies: ["TidemarkStore", "TidemarkCore"]),
-        .testTarget(name: "TidemarkCLITests", dependencies: ["tidemark", "TidemarkCore", "TidemarkStore"]),
+        .testTarget(
+            name: "TidemarkCLITests", dependencies: ["tidemark", "TidemarkCore", "TidemarkStore", "TidemarkAuth"]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

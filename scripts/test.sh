@@ -9,9 +9,10 @@ if ! dpkg -s libsqlite3-dev >/dev/null 2>&1; then
     if [ "$(id -u)" -eq 0 ]; then apt-get update -qq && apt-get install -y -qq libsqlite3-dev
     else sudo apt-get update -qq && sudo apt-get install -y -qq libsqlite3-dev; fi
 fi
-# The schema check uses jsonschema and PyYAML.
-if ! python3 -c "import jsonschema, yaml" 2>/dev/null; then
-    python3 -m pip install --quiet jsonschema pyyaml
+# The schema check uses jsonschema and PyYAML; the emulator's compatibility test uses the
+# official firebase-admin SDK from PyPI, unmodified.
+if ! python3 -c "import jsonschema, yaml, firebase_admin" 2>/dev/null; then
+    python3 -m pip install --quiet jsonschema pyyaml "firebase-admin>=7.7.0"
 fi
 
 swift build --build-tests
@@ -21,4 +22,5 @@ if ! grep -q "✔ Test run with .* passed" /tmp/tidemark-test.log; then
     exit 1
 fi
 python3 scripts/check-schema.py
+TIDEMARK_BIN="$(swift build --show-bin-path)/tidemark" python3 Tests/compat/test_firebase_admin.py
 echo "All tests passed."

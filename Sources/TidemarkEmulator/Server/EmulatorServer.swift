@@ -140,5 +140,9 @@ public struct EmulatorServer: Sendable {
             },
             logger: logger)
         try await app.runService()
+        // Without --data nothing is meant to outlive the process, the key file included.
+        if options.dataDirectory == nil {
+            try? FileManager.default.removeItem(atPath: (keyFilePath as NSString).deletingLastPathComponent)
+        }
     }
 }
