@@ -192,6 +192,15 @@ public actor FCMEngine {
         return .success(registration)
     }
 
+    /// Why `token` is not a live registration of `project`, or nil. Returns no copy of the
+    /// registration, so callers can mutate `registrations[token]` in place without copying its topics.
+    private func liveError(_ token: String, project: String, create: Bool, changes: inout [EngineChange]) -> TokenError? {
+        if case .failure(let error) = liveRegistration(token, project: project, create: create, changes: &changes) {
+            return error
+        }
+        return nil
+    }
+
     // MARK: - Topics
 
     /// IID `batchAdd`: per-token results in order.
@@ -201,16 +210,12 @@ public actor FCMEngine {
         let at = now()
         let outcomes = tokens.map { token -> TokenOutcome in
             if let injected = injectedErrors.removeValue(forKey: token) { return .failed(injected) }
-            switch liveRegistration(token, project: project, create: true, changes: &changes) {
-            case .failure(let error): return .failed(error)
-            case .success(var registration):
-                if registration.topics[topic] != nil { return .ok }
-                if registration.topics.count >= configuration.maxTopicsPerToken { return .failed(.tooManyTopics) }
-                registration.topics[topic] = at
-                registrations[token] = registration
-                changes.append(.subscribe(token, topic, at))
-                return .ok
-            }
+            if let error = liveError(token, project: project, create: true, changes: &changes) { return .failed(error) }
+            if registrations[token]?.topics[topic] != nil { return .ok }
+            if (registrations[token]?.topics.count ?? 0) >= configuration.maxTopicsPerToken { return .failed(.tooManyTopics) }
+            registrations[token]?.topics[topic] = at
+            changes.append(.subscribe(token, topic, at))
+            return .ok
         }
         try store?.persist(changes)
         return outcomes
@@ -222,15 +227,11 @@ public actor FCMEngine {
         var changes: [EngineChange] = []
         let outcomes = tokens.map { token -> TokenOutcome in
             if let injected = injectedErrors.removeValue(forKey: token) { return .failed(injected) }
-            switch liveRegistration(token, project: project, create: false, changes: &changes) {
-            case .failure(let error): return .failed(error)
-            case .success(var registration):
-                if registration.topics.removeValue(forKey: topic) != nil {
-                    registrations[token] = registration
-                    changes.append(.unsubscribe(token, topic))
-                }
-                return .ok
+            if let error = liveError(token, project: project, create: false, changes: &changes) { return .failed(error) }
+            if registrations[token]?.topics.removeValue(forKey: topic) != nil {
+                changes.append(.unsubscribe(token, topic))
             }
+            return .ok
         }
         try store?.persist(changes)
         return outcomes
@@ -276,17 +277,13 @@ public actor FCMEngine {
         if let injected = injectedErrors.removeValue(forKey: token) {
             throw EngineError(EngineError.Code(rawValue: injected.code) ?? .internalError)
         }
-        var registration: Registration
-        switch liveRegistration(token, project: project, create: false, changes: &changes) {
-        case .failure(let error):
+        if let error = liveError(token, project: project, create: false, changes: &changes) {
             throw EngineError(EngineError.Code(rawValue: error.code) ?? .notFound, "registration not found")
-        case .success(let live): registration = live
         }
-        guard registration.topics.removeValue(forKey: topic) != nil else {
+        guard registrations[token]?.topics.removeValue(forKey: topic) != nil else {
             if allowMissing { return }
             throw EngineError(.notFound, "topic subscription not found")
         }
-        registrations[token] = registration
         try store?.persist([.unsubscribe(token, topic)])
     }
 

@@ -13,7 +13,7 @@ public struct FCMEmulator: Sendable {
     public let deliveries: DeliveryLog
     /// The project whose key file the emulator wrote at start.
     public let defaultProject: String
-    /// Called by the admin API to write a new service-account key; returns the key file's JSON.
+    /// The wall clock, for timestamps and message IDs.
     let now: @Sendable () -> Date
 
     public init(engine: FCMEngine, authority: AccessTokenAuthority, control: EmulatorControl = EmulatorControl(),
@@ -117,33 +117,36 @@ public struct FCMEmulator: Sendable {
     }
 
     func authenticate(_ request: WireRequest, surface: Surface) -> AuthOutcome {
-        let unauthenticated: WireResponse =
+        // Error bodies are built only when needed: this runs on every call.
+        func unauthenticated() -> WireResponse {
             surface == .v1
-            ? .status(401, "UNAUTHENTICATED",
-                "Request is missing required authentication credential. Expected OAuth 2 access token, login cookie or other valid authentication credential. See https://developers.google.com/identity/sign-in/web/devconsole-project.")
-            : .html(401, title: "Unauthorized")
-        guard let authorization = request.headers["authorization"]?.trimmingCharacters(in: .whitespaces),
-            !authorization.isEmpty
-        else { return .refused(unauthenticated) }
+                ? .status(401, "UNAUTHENTICATED",
+                    "Request is missing required authentication credential. Expected OAuth 2 access token, login cookie or other valid authentication credential. See https://developers.google.com/identity/sign-in/web/devconsole-project.")
+                : .html(401, title: "Unauthorized")
+        }
+        func invalid() -> WireResponse {
+            surface == .v1
+                ? .status(401, "UNAUTHENTICATED",
+                    "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential. See https://developers.google.com/identity/sign-in/web/devconsole-project.")
+                : .html(401, title: "Unauthorized")
+        }
+        guard let authorization = request.headers["authorization"], !authorization.isEmpty else {
+            return .refused(unauthenticated())
+        }
         if authorization.lowercased().hasPrefix("key=") {
             let text = "Authenticating using server key is deprecated. Please use an OAuth2 token instead."
             return .refused(surface == .v1 ? .status(401, "UNAUTHENTICATED", text) : .flatError(401, text))
         }
         guard authorization.count > 7, authorization.prefix(7).lowercased() == "bearer " else {
-            return .refused(unauthenticated)
+            return .refused(unauthenticated())
         }
         if surface != .v1, request.headers["access_token_auth"]?.lowercased() != "true" {
-            return .refused(unauthenticated)
+            return .refused(unauthenticated())
         }
         let bearer = String(authorization.dropFirst(7)).trimmingCharacters(in: .whitespaces)
-        let invalid: WireResponse =
-            surface == .v1
-            ? .status(401, "UNAUTHENTICATED",
-                "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential. See https://developers.google.com/identity/sign-in/web/devconsole-project.")
-            : .html(401, title: "Unauthorized")
         switch authority.authenticate(bearer: bearer) {
         case .granted(let grant): return .granted(grant)
-        case .invalid, .expired: return .refused(invalid)
+        case .invalid, .expired: return .refused(invalid())
         case .insufficientScopes:
             return .refused(surface == .v1
                 ? .status(403, "PERMISSION_DENIED", "Request had insufficient authentication scopes.")

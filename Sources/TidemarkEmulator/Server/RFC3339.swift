@@ -4,7 +4,13 @@ import Foundation
 enum RFC3339 {
     static func timestamp(_ date: Date) -> String {
         let (day, seconds, millis) = parts(date)
-        return String(format: "%@T%02d:%02d:%02d.%03dZ", day, seconds / 3600, seconds / 60 % 60, seconds % 60, millis)
+        return day + "T" + digits(seconds / 3600, 2) + ":" + digits(seconds / 60 % 60, 2) + ":" + digits(seconds % 60, 2)
+            + "." + digits(millis, 3) + "Z"
+    }
+
+    private static func digits(_ value: Int, _ width: Int) -> String {
+        let text = String(value)
+        return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
     }
 
     static func date(_ date: Date) -> String { parts(date).day }
@@ -25,6 +31,6 @@ enum RFC3339 {
         let d = doy - (153 * mp + 2) / 5 + 1
         let m = mp < 10 ? mp + 3 : mp - 9
         let y = yoe + era * 400 + (m <= 2 ? 1 : 0)
-        return (String(format: "%04d-%02d-%02d", y, m, d), days.remainder, millis)
+        return (digits(y, 4) + "-" + digits(m, 2) + "-" + digits(d, 2), days.remainder, millis)
     }
 }

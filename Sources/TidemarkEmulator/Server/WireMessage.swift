@@ -19,7 +19,7 @@ public struct WireRequest: Sendable {
         self.method = method.uppercased()
         let parts = target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
         path = String(parts[0])
-        segments = path.split(separator: "/").map { String($0).removingPercentEncoding ?? String($0) }
+        segments = path.split(separator: "/").map(Self.percentDecode)
         var query: [String: String] = [:]
         if parts.count > 1 {
             for pair in parts[1].split(separator: "&") {
@@ -35,9 +35,35 @@ public struct WireRequest: Sendable {
         self.body = body
     }
 
+    /// Percent-decodes one path segment; a segment without `%` is taken as it is.
+    static func percentDecode(_ text: Substring) -> String {
+        guard text.utf8.contains(UInt8(ascii: "%")) else { return String(text) }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(text.utf8.count)
+        var iterator = text.utf8.makeIterator()
+        while let byte = iterator.next() {
+            guard byte == UInt8(ascii: "%") else {
+                bytes.append(byte)
+                continue
+            }
+            guard let high = iterator.next(), let low = iterator.next(), let h = hexValue(high), let l = hexValue(low)
+            else { return String(text) }
+            bytes.append(h << 4 | l)
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+
     static func formDecode(_ text: Substring) -> String {
-        let spaced = text.replacingOccurrences(of: "+", with: " ")
-        return spaced.removingPercentEncoding ?? spaced
+        percentDecode(text.contains("+") ? Substring(text.replacingOccurrences(of: "+", with: " ")) : text)
     }
 
     /// The first of several spellings of a query parameter (`topic_name` or `topicName`).
@@ -69,8 +95,7 @@ public struct WireResponse: Sendable {
 
     /// A JSON response; `object` is anything `JSONSerialization` takes.
     public static func json(_ status: Int, _ object: Any) -> WireResponse {
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]))
-            ?? Data("{}".utf8)
+        let data = JSONWriter.data(object)
         return WireResponse(status: status, headers: [("Content-Type", "application/json; charset=UTF-8")], body: data)
     }
 
