@@ -200,3 +200,27 @@ import TidemarkCore
         #expect(subscribed == Set(tokens).subtracting(failed))
     }
 }
+
+@Suite struct EmulatorJSONTests {
+    @Test func readerAgreesWithFoundation() throws {
+        let samples = [
+            #"{"to":"/topics/news","registration_tokens":["a:b","c\"d","\u00e9\ud83d\ude00"],"n":-12,"x":1.5e3,"t":true,"f":false,"z":null,"o":{"k":[1,"two",{}]},"e":[]}"#,
+            #"  [ 1 , 2.25 , "x" ]  "#,
+        ]
+        for sample in samples {
+            let ours = try #require(JSONReader.parse(Data(sample.utf8)))
+            let theirs = try JSONSerialization.jsonObject(with: Data(sample.utf8), options: [.fragmentsAllowed])
+            let a = try JSONSerialization.data(withJSONObject: ours, options: [.sortedKeys])
+            let b = try JSONSerialization.data(withJSONObject: theirs, options: [.sortedKeys])
+            #expect(String(decoding: a, as: UTF8.self) == String(decoding: b, as: UTF8.self))
+            // And the writer round-trips it.
+            let written = JSONWriter.data(ours)
+            let reread = try JSONSerialization.jsonObject(with: written, options: [.fragmentsAllowed])
+            #expect(try JSONSerialization.data(withJSONObject: reread, options: [.sortedKeys]) == b)
+        }
+        for broken in [#"{"a":}"#, #"{"a":1"#, #"["a",]"#, #""unterminated"#, "{} x", #"{"a":"\q"}"#, ""] {
+            #expect(JSONReader.parse(Data(broken.utf8)) == nil, "\(broken)")
+        }
+        #expect((JSONReader.parse(Data(#"{"r":["x","y"]}"#.utf8)) as? [String: Any])?["r"] as? [String] == ["x", "y"])
+    }
+}

@@ -35,10 +35,15 @@ extension FCMEmulator {
         var topic = String(to.dropFirst(8))
         if topic.hasPrefix("private/") { topic = String(topic.dropFirst(8)) }
         guard FCMLimits.topicNameProblem(topic) == nil else { return .flatError(400, "Topic name format is invalid") }
-        guard let raw = body["registration_tokens"] as? [Any], !raw.isEmpty else {
-            return .flatError(400, "MissingIIdToken")
+        let tokens: [String]
+        if let strings = body["registration_tokens"] as? [String] {
+            tokens = strings
+        } else if let raw = body["registration_tokens"] as? [Any], !raw.isEmpty {
+            return .flatError(400, "InvalidToken")
+        } else {
+            tokens = []
         }
-        guard let tokens = raw as? [String] else { return .flatError(400, "InvalidToken") }
+        guard !tokens.isEmpty else { return .flatError(400, "MissingIIdToken") }
         guard tokens.count <= engine.configuration.maxBatchTokens else {
             return .flatError(400, "TooManyTokens")
         }

@@ -31,7 +31,7 @@ extension FCMEmulator {
                 return invalid("message.data must map strings to strings.", field: "message.data")
             }
         }
-        let payload = (try? JSONSerialization.data(withJSONObject: message, options: [.sortedKeys])) ?? Data()
+        let payload = JSONWriter.data(message)
         let limit = kind == "token" || kind == "fid" ? 4096 : 2048
         if payload.count > limit {
             return invalid("The message is \(payload.count) bytes; a \(kind) message may carry at most \(limit).",

@@ -181,6 +181,6 @@ public struct FCMEmulator: Sendable {
     /// Parses a JSON object body; nil when it is not one.
     func jsonBody(_ request: WireRequest) -> [String: Any]? {
         if request.body.isEmpty { return [:] }
-        return (try? JSONSerialization.jsonObject(with: request.body)) as? [String: Any]
+        return JSONReader.parse(request.body) as? [String: Any]
     }
 }
