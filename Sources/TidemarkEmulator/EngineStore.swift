@@ -110,17 +110,25 @@ public final class SQLiteEngineStore: EngineStore {
                         VALUES (?, ?, ?, ?, ?, ?)
                         ON CONFLICT(token) DO UPDATE SET project = excluded.project, platform = excluded.platform,
                             app = excluded.app, registered_at = excluded.registered_at, unregistered = excluded.unregistered
-                        """).execute(arguments: [token, r.project, r.platform, r.app, r.registeredAt.timeIntervalSince1970, r.unregistered])
+                        """).execute(arguments: [token, r.project, r.platform, r.app,
+                            r.registeredAt.timeIntervalSince1970, r.unregistered])
                 case let .clearTopics(token):
-                    try db.cachedStatement(sql: "DELETE FROM subscriptions WHERE token = ?").execute(arguments: [token])
+                    try db.cachedStatement(sql: "DELETE FROM subscriptions WHERE token = ?")
+                        .execute(arguments: [token])
                 case let .subscribe(token, topic, at):
-                    try db.cachedStatement(sql: "INSERT OR REPLACE INTO subscriptions (token, topic, created_at) VALUES (?, ?, ?)").execute(arguments: [token, topic, at.timeIntervalSince1970])
+                    try db.cachedStatement(
+                        sql: "INSERT OR REPLACE INTO subscriptions (token, topic, created_at) VALUES (?, ?, ?)"
+                    ).execute(arguments: [token, topic, at.timeIntervalSince1970])
                 case let .unsubscribe(token, topic):
-                    try db.cachedStatement(sql: "DELETE FROM subscriptions WHERE token = ? AND topic = ?").execute(arguments: [token, topic])
+                    try db.cachedStatement(sql: "DELETE FROM subscriptions WHERE token = ? AND topic = ?")
+                        .execute(arguments: [token, topic])
                 case let .group(project, name, members, keys):
-                    try db.cachedStatement(sql: "INSERT OR REPLACE INTO groups (project, name, members, keys) VALUES (?, ?, ?, ?)").execute(arguments: [project, name, members.joined(separator: "\n"), keys.joined(separator: "\n")])
+                    try db.cachedStatement(
+                        sql: "INSERT OR REPLACE INTO groups (project, name, members, keys) VALUES (?, ?, ?, ?)"
+                    ).execute(arguments: [project, name, members.joined(separator: "\n"), keys.joined(separator: "\n")])
                 case let .deleteGroup(project, name):
-                    try db.cachedStatement(sql: "DELETE FROM groups WHERE project = ? AND name = ?").execute(arguments: [project, name])
+                    try db.cachedStatement(sql: "DELETE FROM groups WHERE project = ? AND name = ?")
+                        .execute(arguments: [project, name])
                 }
             }
         }
