@@ -50,13 +50,13 @@ struct EmulatorServeCommand: AsyncParsableCommand {
     @Flag(help: "Switch the Instance ID API off for the project, as Google does for new projects.")
     var noIid = false
 
-    @Option(help: ArgumentHelp("Share of FCM calls answered 429 (0-1).", valueName: "P"))
+    @Option(name: .customLong("fault-429"), help: ArgumentHelp("Share of FCM calls answered 429 (0-1).", valueName: "P"))
     var fault429: Double = 0
 
-    @Option(help: ArgumentHelp("Share of FCM calls answered 500 (0-1).", valueName: "P"))
+    @Option(name: .customLong("fault-500"), help: ArgumentHelp("Share of FCM calls answered 500 (0-1).", valueName: "P"))
     var fault500: Double = 0
 
-    @Option(help: ArgumentHelp("Share of FCM calls answered 503 (0-1).", valueName: "P"))
+    @Option(name: .customLong("fault-503"), help: ArgumentHelp("Share of FCM calls answered 503 (0-1).", valueName: "P"))
     var fault503: Double = 0
 
     @Option(help: ArgumentHelp("Share of tokens in topic calls answered INTERNAL (0-1).", valueName: "P"))

@@ -14,8 +14,8 @@ import FoundationNetworking
         let base: String
         let keyFile: String
 
-        static func start(_ cli: CLIRunner, data: String?) throws -> Server {
-            var arguments = ["emulator", "serve", "--port", "0", "--project", "serve-test"]
+        static func start(_ cli: CLIRunner, data: String?, extra: [String] = []) throws -> Server {
+            var arguments = ["emulator", "serve", "--port", "0", "--project", "serve-test"] + extra
             if let data { arguments += ["--data", data] }
             let (process, out, _) = try cli.start(arguments)
             var buffer = ""
@@ -108,6 +108,24 @@ import FoundationNetworking
         #expect(body["topic_name"] as? String == "kept")
         let (_, groups) = try await second.call("GET", "/emulator/v1/projects/serve-test/groups/kept-group")
         #expect(groups["members"] as? [String] == [Self.token])
+    }
+
+    @Test func faultFlagsAnd429WithRetryAfter() async throws {
+        let cli = try CLIRunner()
+        defer { cli.remove() }
+        let server = try Server.start(cli, data: nil, extra: ["--fault-429", "1", "--seed", "5"])
+        defer { _ = server.stop() }
+        let auth = ["Authorization": "Bearer \(try await server.accessToken())"]
+        var request = URLRequest(url: URL(string: server.base + "/v1/projects/serve-test/registrations/x/topicSubscriptions")!)
+        for (name, value) in auth { request.setValue(value, forHTTPHeaderField: name) }
+        let (_, response) = try await URLSession.shared.data(for: request)
+        let http = try #require(response as? HTTPURLResponse)
+        #expect(http.statusCode == 429)
+        #expect(http.value(forHTTPHeaderField: "Retry-After") == "1")
+        // The admin API and the token endpoint are never faulted.
+        let (status, config) = try await server.call("GET", "/emulator/v1/config")
+        #expect(status == 200)
+        #expect((config["faults"] as? [String: Any])?["http_429"] as? Double == 1)
     }
 
     @Test func droppedConnectionsAndMemoryMode() async throws {
