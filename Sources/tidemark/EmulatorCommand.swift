@@ -47,6 +47,9 @@ struct EmulatorServeCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("What the rate limit counts: tokens or requests.", valueName: "UNIT"))
     var rateLimitUnit: String = "tokens"
 
+    @Flag(help: "Answer IID batches over the rate limit with per-token RESOURCE_EXHAUSTED inside a 200, not a 429.")
+    var rateLimitPerToken = false
+
     @Flag(help: "Switch the Instance ID API off for the project, as Google does for new projects.")
     var noIid = false
 
@@ -104,7 +107,8 @@ struct EmulatorServeCommand: AsyncParsableCommand {
             options.project = project
             options.autoRegister = autoRegister
             options.rateLimit = RateLimitSettings(perSecond: rateLimit,
-                unit: RateLimitSettings.Unit(rawValue: rateLimitUnit) ?? .tokens)
+                unit: RateLimitSettings.Unit(rawValue: rateLimitUnit) ?? .tokens,
+                answer: rateLimitPerToken ? .perToken : .http)
             options.faults = faultSettings
             options.iidEnabled = !noIid
             let server = try EmulatorServer(options: options)

@@ -154,6 +154,16 @@ import TidemarkCore
         clock.advance(1)
         #expect(await h.call("POST", H.v1Path(tokens[14]) + "?topic_name=news", headers: auth, json: [:]).status == 200)
 
+        // IID over the limit: a whole-request 429, or per-token RESOURCE_EXHAUSTED inside a 200.
+        let iid = h.bearer(try await h.accessToken(), iid: true)
+        let batch: [String: Any] = ["to": "/topics/more", "registration_tokens": Array(tokens.prefix(12))]
+        #expect(await h.call("POST", "/iid/v1:batchAdd", headers: iid, json: batch).status == 429)
+        h.emulator.control.rateLimit = RateLimitSettings(perSecond: 10, answer: .perToken)
+        #expect(await h.call("POST", "/iid/v1:batchAdd", headers: iid, json: batch).status == 200)  // a fresh bucket
+        let perToken = await h.call("POST", "/iid/v1:batchAdd", headers: iid, json: batch)
+        #expect(perToken.status == 200)
+        #expect((perToken.jsonObject?["results"] as? [[String: String]])?.allSatisfy { $0["error"] == "RESOURCE_EXHAUSTED" } == true)
+
         // In token units a batch costs its size; the bucket always admits one full batch eventually.
         var bucket = TokenBucket(rate: 3000, capacity: 3000, at: 0)
         #expect(bucket.take(1000, at: 0) == nil)

@@ -61,20 +61,31 @@ public struct RateLimitSettings: Codable, Sendable, Equatable {
     }
 
     /// Changes per second per project; 0 turns the limit off.
-    public var perSecond: Double = Double(FCMLimits.defaultQuota)
-    public var unit: Unit = .tokens
-
-    public init(perSecond: Double = Double(FCMLimits.defaultQuota), unit: Unit = .tokens) {
-        self.perSecond = perSecond
-        self.unit = unit
+    /// How an IID batch over the limit is answered (FCM documents both places, reference §1.4).
+    public enum Answer: String, Codable, Sendable {
+        /// The whole call: HTTP 429.
+        case http
+        /// Inside a 200: `{"error": "RESOURCE_EXHAUSTED"}` for every token of the call.
+        case perToken = "per_token"
     }
 
-    enum CodingKeys: String, CodingKey { case perSecond = "per_second", unit }
+    public var perSecond: Double = Double(FCMLimits.defaultQuota)
+    public var unit: Unit = .tokens
+    public var answer: Answer = .http
+
+    public init(perSecond: Double = Double(FCMLimits.defaultQuota), unit: Unit = .tokens, answer: Answer = .http) {
+        self.perSecond = perSecond
+        self.unit = unit
+        self.answer = answer
+    }
+
+    enum CodingKeys: String, CodingKey { case perSecond = "per_second", unit, answer }
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         perSecond = try c.decodeIfPresent(Double.self, forKey: .perSecond) ?? Double(FCMLimits.defaultQuota)
         unit = try c.decodeIfPresent(Unit.self, forKey: .unit) ?? .tokens
+        answer = try c.decodeIfPresent(Answer.self, forKey: .answer) ?? .http
     }
 }
 

@@ -47,7 +47,10 @@ extension FCMEmulator {
         guard tokens.count <= engine.configuration.maxBatchTokens else {
             return .flatError(400, "TooManyTokens")
         }
-        if let limited = rateLimited(project: project, tokens: tokens.count, surface: .iid) { return limited }
+        if let limited = rateLimited(project: project, tokens: tokens.count, surface: .iid) {
+            guard control.rateLimit.answer == .perToken else { return limited }
+            return .json(200, ["results": tokens.map { _ in ["error": "RESOURCE_EXHAUSTED"] }])
+        }
         // Tokens drawn for an injected INTERNAL are left out of the call and answered INTERNAL.
         var failing = Set<Int>()
         for index in tokens.indices where control.drawTokenFault() { failing.insert(index) }
