@@ -16,6 +16,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     ],
     targets: [
         .target(
@@ -36,6 +38,15 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
+            ]
+        ),
+        .target(
+            name: "TidemarkFCM",
+            dependencies: [
+                "TidemarkCore", "TidemarkAuth",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
             ]
         ),
         .target(
@@ -62,6 +73,7 @@ let package = Package(
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ]
         ),
+        .testTarget(name: "TidemarkFCMTests", dependencies: ["TidemarkFCM", "TidemarkEmulator", "TidemarkAuth"]),
         .testTarget(name: "TidemarkStoreTests", dependencies: ["TidemarkStore", "TidemarkCore"]),
         .testTarget(
             name: "TidemarkCLITests", dependencies: ["tidemark", "TidemarkCore", "TidemarkStore", "TidemarkAuth"]

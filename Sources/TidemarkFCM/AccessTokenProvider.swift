@@ -1,0 +1,107 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOFoundationCompat
+import TidemarkAuth
+
+/// A problem with credentials, in one line that says what to fix. Never contains a credential.
+public struct CredentialError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var message: String
+
+    public init(_ message: String) { self.message = message }
+
+    public var description: String { message }
+}
+
+extension ServiceAccountKey {
+    /// Reads a key file (`GOOGLE_APPLICATION_CREDENTIALS`), with a clear message for each way it can be wrong.
+    public static func load(path: String) throws -> ServiceAccountKey {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw CredentialError(
+                "The service-account key file \(path) does not exist or cannot be read; set GOOGLE_APPLICATION_CREDENTIALS to the JSON key you downloaded from the Google Cloud console.")
+        }
+        let key: ServiceAccountKey
+        do {
+            key = try JSONDecoder().decode(ServiceAccountKey.self, from: data)
+        } catch DecodingError.keyNotFound(let missing, _) {
+            throw CredentialError("The key file \(path) has no \"\(missing.stringValue)\"; download a new JSON key for the service account.")
+        } catch {
+            throw CredentialError("The key file \(path) is not a service-account JSON key; download a new JSON key for the service account.")
+        }
+        guard key.type == "service_account" else {
+            throw CredentialError("The key file \(path) is of type \"\(key.type)\"; tidemark needs a service_account key.")
+        }
+        do {
+            _ = try key.signingKey()
+        } catch {
+            throw CredentialError("The private_key in \(path) is not an RSA private key in PEM form; download a new JSON key.")
+        }
+        return key
+    }
+}
+
+/// OAuth2 access tokens for a service account: an RS256 JWT-bearer assertion exchanged at the
+/// key's `token_uri` (reference §4), cached and refreshed a minute before it expires.
+///
+/// The caller owns the `HTTPClient`. Tokens never appear in errors or logs.
+public actor AccessTokenProvider {
+    public static let scope = "https://www.googleapis.com/auth/firebase.messaging"
+
+    private let key: ServiceAccountKey
+    private let client: HTTPClient
+    private let now: @Sendable () -> Date
+    private var cached: (token: String, expires: Date)?
+    private var inFlight: Task<(String, Date), any Error>?
+
+    public init(key: ServiceAccountKey, client: HTTPClient, now: @escaping @Sendable () -> Date = Date.init) {
+        self.key = key
+        self.client = client
+        self.now = now
+    }
+
+    /// A valid access token, fetching a new one when the cached one is within a minute of expiring.
+    public func token() async throws -> String {
+        if let cached, cached.expires.timeIntervalSince(now()) > 60 { return cached.token }
+        if let inFlight { return try await inFlight.value.0 }
+        let task = Task { try await self.fetch() }
+        inFlight = task
+        defer { inFlight = nil }
+        let (token, expires) = try await task.value
+        cached = (token, expires)
+        return token
+    }
+
+    /// Forgets the cached token (after a 401, say), so the next call fetches a new one.
+    public func invalidate() { cached = nil }
+
+    private func fetch() async throws -> (String, Date) {
+        let issuedAt = now()
+        let iat = Int(issuedAt.timeIntervalSince1970)
+        let assertion = try JWT.sign(JWTClaims(iss: key.clientEmail, aud: key.tokenURI, scope: Self.scope, iat: iat,
+            exp: iat + 3600), keyID: key.privateKeyID, with: try key.signingKey())
+        var request = HTTPClientRequest(url: key.tokenURI)
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
+        request.body = .bytes(ByteBuffer(string:
+            "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=\(assertion)"))
+        let response: HTTPClientResponse
+        do {
+            response = try await client.execute(request, timeout: .seconds(30))
+        } catch {
+            throw CredentialError("Could not reach the token endpoint \(key.tokenURI) of \(key.clientEmail): \(error).")
+        }
+        let body = try await response.body.collect(upTo: 1 << 20)
+        let json = (try? JSONSerialization.jsonObject(with: Data(buffer: body))) as? [String: Any] ?? [:]
+        guard response.status == .ok, let token = json["access_token"] as? String else {
+            let code = json["error"] as? String ?? "HTTP \(response.status.code)"
+            let detail = json["error_description"] as? String ?? ""
+            let hint =
+                code == "invalid_grant"
+                ? "the key may be revoked or deleted, or this machine's clock is off; create a new key for \(key.clientEmail)"
+                : "check the key file and the token_uri \(key.tokenURI)"
+            throw CredentialError("The token endpoint refused \(key.clientEmail): \(code)\(detail.isEmpty ? "" : " (\(detail))"); \(hint).")
+        }
+        let expiresIn = (json["expires_in"] as? Int) ?? 3599
+        return (token, issuedAt.addingTimeInterval(TimeInterval(expiresIn)))
+    }
+}

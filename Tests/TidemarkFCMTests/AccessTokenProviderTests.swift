@@ -1,0 +1,85 @@
+import AsyncHTTPClient
+import Foundation
+import Synchronization
+import Testing
+import TidemarkAuth
+import TidemarkEmulator
+@testable import TidemarkFCM
+
+/// The OAuth2 flow against the emulator's real token endpoint, on a live socket (port 0).
+@Suite struct AccessTokenProviderTests {
+    final class Clock: Sendable {
+        private let current = Mutex(Date())
+        var date: Date { current.withLock { $0 } }
+        func advance(_ seconds: TimeInterval) { current.withLock { $0 += seconds } }
+    }
+
+    /// Runs `body` with a live emulator and an HTTP client, then shuts both down.
+    func withEmulator(_ body: (EmulatorServer, HTTPClient) async throws -> Void) async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tm-fcm-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var options = EmulatorServer.Options()
+        options.port = 0
+        options.dataDirectory = directory
+        options.project = "fcm-test"
+        let server = try EmulatorServer(options: options)
+        let (ports, continuation) = AsyncStream<Int>.makeStream()
+        let task = Task { try await server.run { port in continuation.yield(port) } }
+        var iterator = ports.makeAsyncIterator()
+        _ = await iterator.next()
+        let client = HTTPClient(eventLoopGroupProvider: .singleton)
+        do {
+            try await body(server, client)
+        } catch {
+            try await client.shutdown()
+            task.cancel()
+            throw error
+        }
+        try await client.shutdown()
+        task.cancel()
+        _ = await task.result
+    }
+
+    @Test func fetchesCachesAndRefreshesBeforeExpiry() async throws {
+        try await withEmulator { server, client in
+            server.emulator.authority.tokenLifetime = 90
+            let clock = Clock()
+            let key = try ServiceAccountKey.load(path: server.keyFilePath)
+            let provider = AccessTokenProvider(key: key, client: client, now: { clock.date })
+            let first = try await provider.token()
+            #expect(try await provider.token() == first)
+            // 50 s left: within the refresh margin, so a new token is fetched.
+            clock.advance(40)
+            let second = try await provider.token()
+            #expect(second != first)
+            #expect(server.emulator.authority.authenticate(bearer: second) != .invalid)
+        }
+    }
+
+    @Test func refusalsSayWhatToFix() async throws {
+        try await withEmulator { server, client in
+            var stranger = try ServiceAccountKey.generate(projectID: "fcm-test", accountName: "stranger", tokenURI: "")
+            stranger.tokenURI = try ServiceAccountKey.load(path: server.keyFilePath).tokenURI
+            let provider = AccessTokenProvider(key: stranger, client: client)
+            do {
+                _ = try await provider.token()
+                Issue.record("an unknown key must be refused")
+            } catch let error as CredentialError {
+                #expect(error.message.contains("invalid_grant"))
+                #expect(error.message.contains("create a new key"))
+                #expect(!error.message.contains("BEGIN PRIVATE KEY"))
+            }
+        }
+        #expect(throws: CredentialError.self) { try ServiceAccountKey.load(path: "/nonexistent/key.json") }
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("tm-bad-key-\(UUID().uuidString).json").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try #"{"type":"service_account","project_id":"p","client_email":"a@b"}"#.write(toFile: path, atomically: true,
+            encoding: .utf8)
+        do {
+            _ = try ServiceAccountKey.load(path: path)
+            Issue.record("a key without private_key must be refused")
+        } catch let error as CredentialError {
+            #expect(error.message.contains("\"private_key\""))
+        }
+    }
+}
