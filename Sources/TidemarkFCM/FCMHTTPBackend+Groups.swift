@@ -1,0 +1,52 @@
+import Foundation
+import NIOHTTP1
+import TidemarkCore
+
+/// Device groups over `/fcm/notification` (reference §2).
+extension FCMHTTPBackend {
+    var groupsURL: String { "\(endpoints.fcm)/fcm/notification" }
+
+    func groupCall(_ body: [String: Any]) async throws -> Answer {
+        try await call(.POST, groupsURL, body: try JSONSerialization.data(withJSONObject: body), iidHeaders: true)
+    }
+
+    func groupFailure(_ answer: Answer, _ what: String) -> Error {
+        if let text = answer.code, let kind = GroupError.Kind(rawValue: text) { return GroupError(kind) }
+        return FCMCallError(status: answer.status, message: "\(what) failed: HTTP \(answer.status) \(answer.code ?? "").")
+    }
+
+    public func groupKey(name: String) async throws -> String? {
+        let answer = try await call(.GET, groupsURL + "?notification_key_name=\(Self.encode(name))", iidHeaders: true)
+        if answer.status == 200, let key = answer.json["notification_key"] as? String { return key }
+        if answer.code == GroupError.Kind.notFound.rawValue { return nil }
+        throw groupFailure(answer, "Looking up device group '\(name)'")
+    }
+
+    /// Creates the group; if the name is taken (a create that succeeded but whose answer was lost),
+    /// adopts it by look-up and adds the members.
+    public func createGroup(name: String, tokens: [String]) async throws -> String {
+        let answer = try await groupCall(["operation": "create", "notification_key_name": name, "registration_ids": tokens])
+        if answer.status == 200, let key = answer.json["notification_key"] as? String { return key }
+        if answer.code == GroupError.Kind.alreadyExists.rawValue, let key = try await groupKey(name: name) {
+            return try await addToGroup(name: name, key: key, tokens: tokens)
+        }
+        throw groupFailure(answer, "Creating device group '\(name)'")
+    }
+
+    /// Adds members; a group that vanished (emptied elsewhere) is created again.
+    public func addToGroup(name: String, key: String, tokens: [String]) async throws -> String {
+        let answer = try await groupCall(["operation": "add", "notification_key_name": name, "notification_key": key,
+            "registration_ids": tokens])
+        if answer.status == 200 { return answer.json["notification_key"] as? String ?? key }
+        if answer.code == GroupError.Kind.notFound.rawValue { return try await createGroup(name: name, tokens: tokens) }
+        throw groupFailure(answer, "Adding to device group '\(name)'")
+    }
+
+    /// Removes members; removing from a group that is already gone is done.
+    public func removeFromGroup(name: String, key: String, tokens: [String]) async throws {
+        let answer = try await groupCall(["operation": "remove", "notification_key_name": name, "notification_key": key,
+            "registration_ids": tokens])
+        if answer.status == 200 || answer.code == GroupError.Kind.notFound.rawValue { return }
+        throw groupFailure(answer, "Removing from device group '\(name)'")
+    }
+}

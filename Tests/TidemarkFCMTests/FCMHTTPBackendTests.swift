@@ -1,0 +1,77 @@
+import AsyncHTTPClient
+import Foundation
+import Testing
+import TidemarkAuth
+import TidemarkCore
+import TidemarkEmulator
+@testable import TidemarkFCM
+
+/// tidemark's HTTP client against the emulator on a live socket, over both transports.
+@Suite struct FCMHTTPBackendTests {
+    static func token(_ i: Int) -> String { "http\(i):APA91bH" + String(repeating: "h", count: 60) }
+
+    func withBackend(_ transport: TopicTransport, policy: RetryPolicy = RetryPolicy(baseDelay: .milliseconds(5)),
+        _ body: (FCMHTTPBackend, EmulatorServer) async throws -> Void) async throws
+    {
+        try await AccessTokenProviderTests().withEmulator { server, client in
+            let key = try ServiceAccountKey.load(path: server.keyFilePath)
+            let base = server.emulator.control.baseURL
+            let backend = FCMHTTPBackend(kind: "emulator", project: "fcm-test", endpoints: .emulator(host: base),
+                transport: transport, client: client, credentials: AccessTokenProvider(key: key, client: client),
+                limiter: RateLimiter(rate: 5000), policy: policy, concurrency: 16)
+            try await server.emulator.engine.register((0..<40).map { FCMEngine.Instance(token: Self.token($0)) },
+                project: "fcm-test")
+            try await body(backend, server)
+        }
+    }
+
+    @Test(arguments: TopicTransport.allCases)
+    func topicsRoundTrip(_ transport: TopicTransport) async throws {
+        try await withBackend(transport) { backend, server in
+            let tokens = (0..<30).map { Self.token($0) } + ["nobody:APA91bH" + String(repeating: "n", count: 60)]
+            let added = try await backend.subscribe(topic: "news", tokens: tokens)
+            #expect(added.prefix(30).allSatisfy { $0.isOK })
+            #expect(added.last == .failed(.notFound))
+            // Again: already subscribed is success.
+            #expect(try await backend.subscribe(topic: "news", tokens: [Self.token(0)]) == [.ok])
+            #expect(Set(await server.emulator.engine.subscribers(of: "news", project: "fcm-test")) == Set(tokens.prefix(30)))
+
+            let removed = try await backend.unsubscribe(topic: "news", tokens: Array(tokens.prefix(10)))
+            #expect(removed.allSatisfy { $0.isOK })
+            let statuses = try await backend.refresh([Self.token(0), Self.token(15), tokens.last!])
+            #expect(statuses == [.active(topics: []), .active(topics: ["news"]), .notFound])
+        }
+    }
+
+    @Test func groupsRoundTripAndRecreateAVanishedGroup() async throws {
+        try await withBackend(.v1) { backend, server in
+            #expect(try await backend.groupKey(name: "family") == nil)
+            let key = try await backend.createGroup(name: "family", tokens: [Self.token(1), Self.token(2)])
+            // Creating again adopts the existing group.
+            _ = try await backend.createGroup(name: "family", tokens: [Self.token(3)])
+            #expect(await server.emulator.engine.groupMembers(project: "fcm-test", name: "family")?.count == 3)
+            try await backend.removeFromGroup(name: "family", key: key, tokens: [Self.token(1), Self.token(2), Self.token(3)])
+            #expect(try await backend.groupKey(name: "family") == nil)
+            _ = try await backend.addToGroup(name: "family", key: key, tokens: [Self.token(4)])
+            #expect(await server.emulator.engine.groupMembers(project: "fcm-test", name: "family") == [Self.token(4)])
+        }
+    }
+
+    @Test(arguments: TopicTransport.allCases)
+    func retriesThroughInjected429sAnd503s(_ transport: TopicTransport) async throws {
+        try await withBackend(transport) { backend, server in
+            var faults = FaultSettings()
+            faults.http429 = 0.3
+            faults.http503 = 0.1
+            faults.seed = 11
+            server.emulator.control.faults = faults
+            let tokens = (0..<40).map { Self.token($0) }
+            // Retry-After: 1 from the emulator is honoured, so keep the call count small.
+            let outcomes = try await backend.subscribe(topic: "flaky", tokens: Array(tokens.prefix(transport == .v1 ? 8 : 40)))
+            #expect(outcomes.allSatisfy { $0.isOK })
+            server.emulator.control.faults = FaultSettings()
+            let statuses = try await backend.refresh(Array(tokens.prefix(transport == .v1 ? 8 : 40)))
+            #expect(statuses.allSatisfy { $0 == .active(topics: ["flaky"]) })
+        }
+    }
+}
