@@ -57,8 +57,9 @@ let package = Package(
         .executableTarget(
             name: "tidemark",
             dependencies: [
-                "TidemarkCore", "TidemarkEmulator", "TidemarkStore",
+                "TidemarkCore", "TidemarkEmulator", "TidemarkStore", "TidemarkFCM", "TidemarkAuth",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ]
         ),
         .executableTarget(

@@ -4,8 +4,11 @@ public struct ProjectSettings: Sendable, Equatable {
     public var backend: String?
     public var manifests: String?
     public var state: String?
+    /// How topic changes reach FCM: `v1` (default) or `iid`.
+    public var transport: String?
 
-    public static let keys = ["project", "backend", "manifests", "state"]
+    public static let keys = ["project", "backend", "manifests", "state", "transport"]
+    public static let transports = ["v1", "iid"]
     public static let backends = ["embedded", "emulator", "fcm"]
 
     public init() {}
@@ -28,6 +31,12 @@ public struct ProjectSettings: Sendable, Equatable {
                 }
             case "manifests": settings.manifests = text
             case "state": settings.state = text
+            case "transport":
+                if transports.contains(text) {
+                    settings.transport = text
+                } else {
+                    doc.error("unknown transport '\(text)'; use v1 (the FCM topic subscription API) or iid.", value)
+                }
             default: break
             }
         }

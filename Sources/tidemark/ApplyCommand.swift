@@ -46,42 +46,46 @@ struct ApplyCommand: AsyncParsableCommand {
                 withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let lock = try StateLock.acquire(statePath: workspace.statePath, operation: "tidemark apply")
             defer { withExtendedLifetime(lock) {} }
-            let backend = try workspace.makeBackend()
-            let existing = try workspace.openStore(create: false)
-            if let existing, try await resumeUnfinished(workspace, existing, backend) { return }
+            try await workspace.withBackend { backend in try await apply(workspace, backend) }
+        }
+    }
 
-            var state: State
-            var loaded: LoadedManifests
-            var plan: Plan
-            if let planFile {
-                plan = try readPlan(planFile)
-                state = try workspace.loadState(existing)
-                loaded = workspace.loadManifests(into: &state)
-                try reportDiagnostics(loaded.diagnostics.filter { $0.severity == .error })
-                try checkFresh(plan, state: state, loaded: loaded, backend: backend.identity, workspace: workspace)
-            } else {
-                let result = try await workspace.makePlan(store: existing, backend: backend, refresh: !noRefresh)
-                (state, loaded, plan) = (result.state, result.loaded, result.plan)
-                try workspace.output(plan, format: .text, inventory: loaded.inventory)
-                if plan.hasChanges, !autoApprove {
-                    guard Terminal.stdinIsTerminal else {
-                        throw CLIError("apply needs confirmation: run it on a terminal, pass --auto-approve, or apply a saved plan file.")
-                    }
-                    guard Terminal.confirm("\nDo you want to apply this plan?") else {
-                        Terminal.err("Apply cancelled; nothing was changed.")
-                        throw ExitCode.failure
-                    }
+    /// Resumes an interrupted apply, or plans (or reads the saved plan) and carries it out.
+    func apply(_ workspace: Workspace, _ backend: any Backend) async throws {
+        let existing = try workspace.openStore(create: false)
+        if let existing, try await resumeUnfinished(workspace, existing, backend) { return }
+
+        var state: State
+        var loaded: LoadedManifests
+        var plan: Plan
+        if let planFile {
+            plan = try readPlan(planFile)
+            state = try workspace.loadState(existing)
+            loaded = workspace.loadManifests(into: &state)
+            try reportDiagnostics(loaded.diagnostics.filter { $0.severity == .error })
+            try checkFresh(plan, state: state, loaded: loaded, backend: backend.identity, workspace: workspace)
+        } else {
+            let result = try await workspace.makePlan(store: existing, backend: backend, refresh: !noRefresh)
+            (state, loaded, plan) = (result.state, result.loaded, result.plan)
+            try workspace.output(plan, format: .text, inventory: loaded.inventory)
+            if plan.hasChanges, !autoApprove {
+                guard Terminal.stdinIsTerminal else {
+                    throw CLIError("apply needs confirmation: run it on a terminal, pass --auto-approve, or apply a saved plan file.")
+                }
+                guard Terminal.confirm("\nDo you want to apply this plan?") else {
+                    Terminal.err("Apply cancelled; nothing was changed.")
+                    throw ExitCode.failure
                 }
             }
-            if !plan.hasChanges, plan.observations.isEmpty {
-                if planFile != nil { Terminal.out("The plan has no changes; nothing to apply.\n") }
-                return
-            }
-            let store = try existing ?? workspace.openStore(create: true)!
-            if existing == nil { state.lineage = try store.load().lineage }
-            let session = try ApplySession.begin(plan: plan, desired: loaded.desired, store: store, state: state)
-            try await execute(plan, done: [], session: session, backend: backend)
         }
+        if !plan.hasChanges, plan.observations.isEmpty {
+            if planFile != nil { Terminal.out("The plan has no changes; nothing to apply.\n") }
+            return
+        }
+        let store = try existing ?? workspace.openStore(create: true)!
+        if existing == nil { state.lineage = try store.load().lineage }
+        let session = try ApplySession.begin(plan: plan, desired: loaded.desired, store: store, state: state)
+        try await execute(plan, done: [], session: session, backend: backend)
     }
 
     /// Finishes an interrupted apply when it was made from the same manifests; returns true when nothing more is to do.

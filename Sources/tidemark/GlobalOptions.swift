@@ -14,12 +14,19 @@ struct GlobalOptions: ParsableArguments {
         valueName: "KIND"))
     var backend: String?
 
+    @Option(help: ArgumentHelp("Topic API for the emulator and fcm backends: v1 (default) or iid (deprecated by Google).",
+        valueName: "API"))
+    var transport: String?
+
     @Flag(help: "Show registration tokens in full in human output (they are redacted by default).")
     var showTokens = false
 
     func validate() throws {
         if let backend, !ProjectSettings.backends.contains(backend) {
             throw ValidationError("unknown backend '\(backend)'; use embedded, emulator or fcm.")
+        }
+        if let transport, !ProjectSettings.transports.contains(transport) {
+            throw ValidationError("unknown transport '\(transport)'; use v1 or iid.")
         }
     }
 }

@@ -31,8 +31,9 @@ struct PlanCommand: AsyncParsableCommand {
         try await runReportingErrors {
             let workspace = try Workspace(global)
             let store = try workspace.openStore(create: false)
-            let backend = try workspace.makeBackend()
-            let result = try await workspace.makePlan(store: store, backend: backend, refresh: !noRefresh)
+            let result = try await workspace.withBackend { backend in
+                try await workspace.makePlan(store: store, backend: backend, refresh: !noRefresh)
+            }
             if let out {
                 var data = try Plan.encoder().encode(result.plan)
                 data.append(UInt8(ascii: "\n"))

@@ -1,6 +1,9 @@
+import AsyncHTTPClient
 import Foundation
+import TidemarkAuth
 import TidemarkCore
 import TidemarkEmulator
+import TidemarkFCM
 import TidemarkStore
 
 /// One invocation's view of the project: where things are, and how to open them.
@@ -86,7 +89,49 @@ struct Workspace {
         return (state, loaded)
     }
 
-    /// The backend named by flag, tidemark.yaml, or the embedded default.
+    /// Runs `body` with the backend named by flag, tidemark.yaml, or the embedded default; an HTTP
+    /// backend's client lives exactly as long as `body`.
+    func withBackend<T>(_ body: (any Backend) async throws -> T) async throws -> T {
+        guard backendKind == "emulator" || backendKind == "fcm" else { return try await body(try makeBackend()) }
+        let client = HTTPClient(eventLoopGroupProvider: .singleton)
+        do {
+            let result = try await body(try makeHTTPBackend(client: client))
+            try await client.shutdown()
+            return result
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+    }
+
+    func makeHTTPBackend(client: HTTPClient) throws -> any Backend {
+        let environment = ProcessInfo.processInfo.environment
+        guard let keyPath = environment["GOOGLE_APPLICATION_CREDENTIALS"], !keyPath.isEmpty else {
+            throw CLIError(backendKind == "emulator"
+                ? "GOOGLE_APPLICATION_CREDENTIALS is not set; point it at the key file 'tidemark emulator serve' printed."
+                : "GOOGLE_APPLICATION_CREDENTIALS is not set; point it at the service account's JSON key.")
+        }
+        let key = try ServiceAccountKey.load(path: keyPath)
+        guard key.projectID == settings.project else {
+            throw CLIError("the key in \(keyPath) is for project '\(key.projectID)', but this project is '\(settings.project)' (tidemark.yaml 'project'); use a key of '\(settings.project)'.")
+        }
+        let endpoints: FCMEndpoints
+        if backendKind == "emulator" {
+            guard let host = environment["FCM_EMULATOR_HOST"], !host.isEmpty else {
+                throw CLIError("FCM_EMULATOR_HOST is not set; set it to the address 'tidemark emulator serve' printed, e.g. 127.0.0.1:9099.")
+            }
+            endpoints = .emulator(host: host)
+        } else {
+            endpoints = FCMEndpoints(fcm: environment["TIDEMARK_FCM_URL"] ?? FCMEndpoints.google.fcm,
+                iid: environment["TIDEMARK_IID_URL"] ?? FCMEndpoints.google.iid)
+        }
+        let transport = TopicTransport(rawValue: options.transport ?? settings.transport ?? "v1") ?? .v1
+        return FCMHTTPBackend(kind: backendKind, project: settings.project, endpoints: endpoints, transport: transport,
+            client: client, credentials: AccessTokenProvider(key: key, client: client),
+            limiter: RateLimiter(rate: Double(FCMLimits.defaultQuota), burst: Double(FCMLimits.maxBatchTokens)))
+    }
+
+    /// The in-process backend.
     func makeBackend() throws -> any Backend {
         switch backendKind {
         case "embedded":

@@ -15,7 +15,9 @@ import FoundationNetworking
         let keyFile: String
 
         static func start(_ cli: CLIRunner, data: String?, extra: [String] = []) throws -> Server {
-            var arguments = ["emulator", "serve", "--port", "0", "--project", "serve-test"] + extra
+            var arguments = ["emulator", "serve", "--port", "0"]
+            if !extra.contains("--project") { arguments += ["--project", "serve-test"] }
+            arguments += extra
             if let data { arguments += ["--data", data] }
             let (process, out, _) = try cli.start(arguments)
             var buffer = ""
