@@ -11,8 +11,8 @@ import Testing
             try await group.waitForAll()
         }
         let elapsed = ContinuousClock.now - start
-        // 20 at once, then 100 more at 200/s: at least 0.5 s.
-        #expect(elapsed >= .milliseconds(450), "\(elapsed)")
-        #expect(elapsed < .seconds(3), "\(elapsed)")
+        // 20 at once, then 100 more at 200/s: never faster than 0.5 s. (No upper bound: a loaded
+        // machine may be slower, which is not the limiter's doing.)
+        #expect(elapsed >= .milliseconds(495), "\(elapsed)")
     }
 }
