@@ -6,8 +6,10 @@ public struct ProjectSettings: Sendable, Equatable {
     public var state: String?
     /// How topic changes reach FCM: `v1` (default) or `iid`.
     public var transport: String?
+    /// Subscription changes per second an apply may send (FCM's documented quota: 3000).
+    public var qps: Double?
 
-    public static let keys = ["project", "backend", "manifests", "state", "transport"]
+    public static let keys = ["project", "backend", "manifests", "state", "transport", "qps"]
     public static let transports = ["v1", "iid"]
     public static let backends = ["embedded", "emulator", "fcm"]
 
@@ -20,6 +22,14 @@ public struct ProjectSettings: Sendable, Equatable {
         guard let root = doc.compose(text) else { return (settings, doc.diagnostics) }
         if case .scalar(let s) = root, s.string.isEmpty { return (settings, doc.diagnostics) }
         for (key, _, value) in doc.mapping(root, "tidemark.yaml", allowed: keys) ?? [] {
+            if key == "qps" {
+                if case .scalar(let scalar) = value, let qps = Double(scalar.string), qps > 0 {
+                    settings.qps = qps
+                } else {
+                    doc.error("'qps' must be a positive number of subscription changes per second (FCM allows 3000).", value)
+                }
+                continue
+            }
             guard let text = doc.string(value, "'\(key)'") else { continue }
             switch key {
             case "project": settings.project = text

@@ -27,10 +27,16 @@ struct ApplyCommand: AsyncParsableCommand {
     @Option(help: "Requests in flight at once.")
     var parallelism = 8
 
+    @Option(help: ArgumentHelp(
+        "Subscription changes per second to send to FCM (emulator and fcm backends; default: 'qps' in tidemark.yaml, else FCM's documented 3000).",
+        valueName: "N"))
+    var qps: Double?
+
     @Flag(help: "Plan from state alone, without reading FCM first.")
     var noRefresh = false
 
     func validate() throws {
+        if let qps, !(qps > 0) { throw ValidationError("--qps must be a positive number, not \(qps).") }
         guard parallelism >= 1, parallelism <= 1000 else {
             throw ValidationError("--parallelism must be between 1 and 1000, not \(parallelism).")
         }
@@ -46,7 +52,7 @@ struct ApplyCommand: AsyncParsableCommand {
                 withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let lock = try StateLock.acquire(statePath: workspace.statePath, operation: "tidemark apply")
             defer { withExtendedLifetime(lock) {} }
-            try await workspace.withBackend { backend in try await apply(workspace, backend) }
+            try await workspace.withBackend(qps: qps) { backend in try await apply(workspace, backend) }
         }
     }
 

@@ -91,11 +91,11 @@ struct Workspace {
 
     /// Runs `body` with the backend named by flag, tidemark.yaml, or the embedded default; an HTTP
     /// backend's client lives exactly as long as `body`.
-    func withBackend<T>(_ body: (any Backend) async throws -> T) async throws -> T {
+    func withBackend<T>(qps: Double? = nil, _ body: (any Backend) async throws -> T) async throws -> T {
         guard backendKind == "emulator" || backendKind == "fcm" else { return try await body(try makeBackend()) }
         let client = HTTPClient(eventLoopGroupProvider: .singleton)
         do {
-            let result = try await body(try makeHTTPBackend(client: client))
+            let result = try await body(try makeHTTPBackend(client: client, qps: qps))
             try await client.shutdown()
             return result
         } catch {
@@ -104,7 +104,7 @@ struct Workspace {
         }
     }
 
-    func makeHTTPBackend(client: HTTPClient) throws -> any Backend {
+    func makeHTTPBackend(client: HTTPClient, qps: Double?) throws -> any Backend {
         let environment = ProcessInfo.processInfo.environment
         guard let keyPath = environment["GOOGLE_APPLICATION_CREDENTIALS"], !keyPath.isEmpty else {
             throw CLIError(backendKind == "emulator"
@@ -128,7 +128,8 @@ struct Workspace {
         let transport = TopicTransport(rawValue: options.transport ?? settings.transport ?? "v1") ?? .v1
         return FCMHTTPBackend(kind: backendKind, project: settings.project, endpoints: endpoints, transport: transport,
             client: client, credentials: AccessTokenProvider(key: key, client: client),
-            limiter: RateLimiter(rate: Double(FCMLimits.defaultQuota), burst: Double(FCMLimits.maxBatchTokens)))
+            limiter: RateLimiter(rate: qps ?? settings.qps ?? Double(FCMLimits.defaultQuota),
+                burst: Double(FCMLimits.maxBatchTokens)))
     }
 
     /// The in-process backend.

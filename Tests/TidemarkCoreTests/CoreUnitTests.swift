@@ -96,4 +96,15 @@ import Testing
             "tidemark.yaml:2:10: error: unknown backend 'cloud'; use embedded, emulator or fcm.",
         ])
     }
+
+    @Test func transportAndQPS() {
+        let (settings, ok) = ProjectSettings.decode("transport: iid\nqps: 1500\n", file: "tidemark.yaml")
+        #expect(ok.isEmpty)
+        #expect(settings.transport == "iid" && settings.qps == 1500)
+        let (_, bad) = ProjectSettings.decode("transport: grpc\nqps: fast\n", file: "tidemark.yaml")
+        #expect(bad.map(\.description) == [
+            "tidemark.yaml:1:12: error: unknown transport 'grpc'; use v1 (the FCM topic subscription API) or iid.",
+            "tidemark.yaml:2:6: error: 'qps' must be a positive number of subscription changes per second (FCM allows 3000).",
+        ])
+    }
 }
