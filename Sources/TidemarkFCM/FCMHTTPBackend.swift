@@ -109,6 +109,8 @@ public struct FCMHTTPBackend: Backend {
                 request.body = .bytes(ByteBuffer(data: body))
             }
             let failure: RetryPolicy.Failure
+            // The last answer of a retryable status: what the caller gets once retries stop.
+            var unresolved: Answer?
             do {
                 let response = try await client.execute(request, timeout: .seconds(60))
                 let bytes = try await response.body.collect(upTo: 16 << 20)
@@ -121,11 +123,7 @@ public struct FCMHTTPBackend: Backend {
                 guard RetryPolicy.isRetryable(status: status) else { return Answer(status: status, json: json) }
                 failure = .status(status, retryAfter: response.headers.first(name: "Retry-After")
                     .flatMap { RetryPolicy.parseRetryAfter($0, now: Date()) })
-                if case .giveUp = policy.decide(failure, attempt: attempt, elapsed: ContinuousClock.now - started,
-                    using: &random)
-                {
-                    return Answer(status: status, json: json)
-                }
+                unresolved = Answer(status: status, json: json)
             } catch is CancellationError {
                 throw CancellationError()
             } catch let error as CredentialError {
@@ -136,6 +134,7 @@ public struct FCMHTTPBackend: Backend {
             switch policy.decide(failure, attempt: attempt, elapsed: ContinuousClock.now - started, using: &random) {
             case .retry(let delay): try await Task.sleep(for: delay)
             case .giveUp(let reason):
+                if let unresolved { return unresolved }
                 throw FCMCallError(status: 0, message: "\(method) \(Self.redact(url)) failed: \(reason).")
             }
         }
