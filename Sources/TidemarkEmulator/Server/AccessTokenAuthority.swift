@@ -68,8 +68,8 @@ public final class AccessTokenAuthority: Sendable {
         set { state.withLock { $0.lifetime = newValue } }
     }
 
-    /// Verifies a signed JWT against the trusted keys; returns the key it was signed with.
-    func verify(_ compact: String) throws -> TrustedKey {
+    /// Verifies a signed JWT against the trusted keys; returns it parsed, with the key it was signed with.
+    func verify(_ compact: String) throws -> (key: TrustedKey, jwt: JWT) {
         let jwt = try JWT(parsing: compact)
         guard jwt.header.alg == "RS256" else {
             throw AuthError(.unsupportedAlgorithm, "Invalid JWT: the signing algorithm must be RS256, not \(jwt.header.alg).")
@@ -84,13 +84,13 @@ public final class AccessTokenAuthority: Sendable {
             throw AuthError(.badSignature, "Invalid JWT Signature.")
         }
         try jwt.checkTimes(now: now())
-        return key
+        return (key, jwt)
     }
 
     /// The JWT-bearer grant: an assertion in, an access token out.
     public func exchange(assertion: String) throws -> (token: String, grant: Grant) {
-        let key = try verify(assertion)
-        let scopes = (try JWT(parsing: assertion).claims.scope ?? "").split(separator: " ").map(String.init)
+        let (key, jwt) = try verify(assertion)
+        let scopes = (jwt.claims.scope ?? "").split(separator: " ").map(String.init)
         var random = SystemRandomNumberGenerator()
         var bytes = [UInt8](repeating: 0, count: 48)
         for i in bytes.indices { bytes[i] = UInt8.random(in: 0...255, using: &random) }
@@ -123,8 +123,7 @@ public final class AccessTokenAuthority: Sendable {
             guard grant.expires > at else { return .expired }
             return Self.hasScope(grant.scopes) ? .granted(grant) : .insufficientScopes
         }
-        guard bearer.split(separator: ".").count == 3, let key = try? verify(bearer), let jwt = try? JWT(parsing: bearer)
-        else { return .invalid }
+        guard bearer.split(separator: ".").count == 3, let (key, jwt) = try? verify(bearer) else { return .invalid }
         // A self-signed JWT stands for its own scopes, or for the audience of the API it is sent to.
         let scopes = (jwt.claims.scope ?? "").split(separator: " ").map(String.init)
         return .granted(Grant(project: key.project, clientEmail: key.clientEmail,
