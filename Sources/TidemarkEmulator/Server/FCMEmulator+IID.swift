@@ -88,8 +88,7 @@ extension FCMEmulator {
         let bare = topic.hasPrefix("/topics/") ? String(topic.dropFirst(8)) : topic
         guard FCMLimits.topicNameProblem(bare) == nil else { return .flatError(400, "Topic name format is invalid") }
         guard FCMLimits.tokenProblem(token) == nil else { return .flatError(400, "InvalidToken") }
-        if let limited = rateLimited(project: project, tokens: 1, surface: .iid) { return limited }
-        if control.drawTokenFault() { return .flatError(500, "INTERNAL") }
+        if let refused = admitSingleChange(project: project, surface: .iid) { return refused }
         do {
             let outcome =
                 add

@@ -48,7 +48,7 @@ extension FCMEmulator {
     }
 
     /// Maps an engine failure on one registration to the v1 error answer.
-    private func v1Error(_ error: Error, registration: String, topic: String) -> WireResponse {
+    private func v1Error(_ error: Error) -> WireResponse {
         guard let error = error as? EngineError else {
             return .status(500, "INTERNAL", "Internal error encountered.")
         }
@@ -74,23 +74,17 @@ extension FCMEmulator {
         }
     }
 
-    /// A per-token INTERNAL fault, as a v1 call answers it.
-    private func tokenFault() -> WireResponse? {
-        control.drawTokenFault() ? .status(500, "INTERNAL", "Internal error encountered (injected fault).") : nil
-    }
-
     func createSubscription(_ request: WireRequest, project: String, registration: String) async -> WireResponse {
         guard let topic = request.queryValue("topic_name", "topicName"), !topic.isEmpty else {
             return .status(400, "INVALID_ARGUMENT", "topic_name is required: POST …/topicSubscriptions?topic_name=TOPIC.")
         }
         if let problem = topicProblem(topic) { return problem }
-        if let limited = rateLimited(project: project, tokens: 1, surface: .v1) { return limited }
-        if let fault = tokenFault() { return fault }
+        if let refused = admitSingleChange(project: project, surface: .v1) { return refused }
         do {
             let since = try await engine.createSubscription(project: project, registration: registration, topic: topic)
             return .json(200, subscriptionJSON(project: project, registration: registration, topic: topic, since: since))
         } catch {
-            return v1Error(error, registration: registration, topic: topic)
+            return v1Error(error)
         }
     }
 
@@ -98,14 +92,13 @@ extension FCMEmulator {
         -> WireResponse
     {
         if let problem = topicProblem(topic) { return problem }
-        if let limited = rateLimited(project: project, tokens: 1, surface: .v1) { return limited }
-        if let fault = tokenFault() { return fault }
+        if let refused = admitSingleChange(project: project, surface: .v1) { return refused }
         do {
             try await engine.deleteSubscription(project: project, registration: registration, topic: topic,
                 allowMissing: request.queryFlag("allow_missing", "allowMissing"))
             return .json(200, [String: Any]())
         } catch {
-            return v1Error(error, registration: registration, topic: topic)
+            return v1Error(error)
         }
     }
 
@@ -115,7 +108,7 @@ extension FCMEmulator {
             let since = try await engine.subscription(project: project, registration: registration, topic: topic)
             return .json(200, subscriptionJSON(project: project, registration: registration, topic: topic, since: since))
         } catch {
-            return v1Error(error, registration: registration, topic: topic)
+            return v1Error(error)
         }
     }
 
@@ -125,15 +118,14 @@ extension FCMEmulator {
     {
         if let problem = topicProblem(topic) { return problem }
         if request.queryFlag("allow_missing", "allowMissing") {
-            if let limited = rateLimited(project: project, tokens: 1, surface: .v1) { return limited }
-            if let fault = tokenFault() { return fault }
+            if let refused = admitSingleChange(project: project, surface: .v1) { return refused }
             do {
                 let since = try await engine.createSubscription(project: project, registration: registration, topic: topic)
                 return .json(200, subscriptionJSON(project: project, registration: registration, topic: topic, since: since))
             } catch let error as EngineError where error.code == .alreadyExists {
                 // Already there: return it as it is.
             } catch {
-                return v1Error(error, registration: registration, topic: topic)
+                return v1Error(error)
             }
         }
         return await getSubscription(project: project, registration: registration, topic: topic)

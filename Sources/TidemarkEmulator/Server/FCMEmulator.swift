@@ -178,6 +178,15 @@ public struct FCMEmulator: Sendable {
         return response
     }
 
+    /// Admits one single-token subscription change: nil to go on, or the 429 (rate limit) or the
+    /// injected per-token INTERNAL to send, shaped for `surface`.
+    func admitSingleChange(project: String, surface: Surface) -> WireResponse? {
+        if let limited = rateLimited(project: project, tokens: 1, surface: surface) { return limited }
+        guard control.drawTokenFault() else { return nil }
+        return surface == .v1
+            ? .status(500, "INTERNAL", "Internal error encountered (injected fault).") : .flatError(500, "INTERNAL")
+    }
+
     /// Parses a JSON object body; nil when it is not one.
     func jsonBody(_ request: WireRequest) -> [String: Any]? {
         if request.body.isEmpty { return [:] }
