@@ -92,4 +92,20 @@ public protocol Backend: Sendable {
 
     /// Removes members; removing the last one deletes the group.
     func removeFromGroup(name: String, key: String, tokens: [String]) async throws
+
+    /// Requests sent to FCM so far (retries included), or nil when the backend does not count them
+    /// and one call is one request.
+    func requestCount() -> Int?
+}
+
+extension Backend {
+    public func requestCount() -> Int? { nil }
+}
+
+/// A backend failure that says whether trying the same call again may help.
+///
+/// Backends that retry on their own (the HTTP client, per `RetryPolicy`) throw only what retries
+/// could not fix, and say so; the executor then does not retry it a second time.
+public protocol RetryableError: Error {
+    var isRetryable: Bool { get }
 }

@@ -33,31 +33,27 @@ public struct ExecutionReport: Sendable {
 /// Runs planned operations against a backend with bounded concurrency.
 ///
 /// Removals run before additions so no device passes 2000 topics; group calls run in order per group.
-/// Retryable per-token errors are retried for those tokens only; others are reported and the run goes on.
+/// Retryable per-token errors are retried for those tokens only, under the shared `RetryPolicy`;
+/// others are reported and the run goes on.
 public struct Executor: Sendable {
     public var backend: any Backend
     public var recorder: any ApplyRecorder
     public var parallelism: Int
-    public var maxAttempts: Int
-    /// Waits before a retry; attempt numbers start at 1. Injected so tests need not sleep.
-    public var backoff: @Sendable (Int) async throws -> Void
+    public var policy: RetryPolicy
+    /// Clock, sleep and jitter for retries; injected so tests need not sleep.
+    public var timing: RetryTiming
     public var progress: (@Sendable (ExecutionProgress) -> Void)?
 
-    public init(backend: any Backend, recorder: any ApplyRecorder, parallelism: Int = 8, maxAttempts: Int = 5,
-        backoff: @escaping @Sendable (Int) async throws -> Void = Executor.exponentialBackoff,
+    public init(backend: any Backend, recorder: any ApplyRecorder, parallelism: Int = 8,
+        policy: RetryPolicy = RetryPolicy(), timing: RetryTiming = .live,
         progress: (@Sendable (ExecutionProgress) -> Void)? = nil)
     {
         self.backend = backend
         self.recorder = recorder
         self.parallelism = max(1, parallelism)
-        self.maxAttempts = max(1, maxAttempts)
-        self.backoff = backoff
+        self.policy = policy
+        self.timing = timing
         self.progress = progress
-    }
-
-    @Sendable public static func exponentialBackoff(_ attempt: Int) async throws {
-        let millis = min(5_000, 100 << min(attempt, 6))
-        try await Task.sleep(for: .milliseconds(Int.random(in: 0...millis)))
     }
 
     /// Runs `operations` except those whose index is in `done`; `groupKeys` are the keys state knows.
@@ -65,6 +61,7 @@ public struct Executor: Sendable {
         async throws -> ExecutionReport
     {
         var report = ExecutionReport()
+        let requestsBefore = backend.requestCount()
         let pending = operations.indices.filter { !done.contains($0) }
         var tracker = Tracker(total: operations.count, tokensTotal: operations.reduce(0) { $0 + $1.tokens.count })
         for index in operations.indices where done.contains(index) { tracker.add(operations[index]) }
@@ -80,6 +77,7 @@ public struct Executor: Sendable {
         for phase in [unsubscribes, subscribes, groupOrder.map { groupSequences[$0]! }] where !phase.isEmpty {
             try await runPhase(phase, operations, groupKeys: groupKeys, &report, &tracker)
         }
+        if let requestsBefore, let after = backend.requestCount() { report.requests = after - requestsBefore }
         return report
     }
 
@@ -159,7 +157,10 @@ public struct Executor: Sendable {
             var outcomes = [TokenOutcome](repeating: .failed(.internalError), count: op.tokens.count)
             var remaining = Array(op.tokens.indices)
             var requests = 0
-            for attempt in 1...maxAttempts {
+            let started = timing.now()
+            var attempt = 0
+            while true {
+                attempt += 1
                 let tokens = remaining.map { op.tokens[$0] }
                 let answers = try await withRetries {
                     op.kind == .subscribe
@@ -173,8 +174,11 @@ public struct Executor: Sendable {
                     if case .failed(let error) = answer, error.isRetryable { retry.append(position) }
                 }
                 remaining = retry
-                if remaining.isEmpty || attempt == maxAttempts { break }
-                try await backoff(attempt)
+                if remaining.isEmpty { break }
+                guard case .retry(let delay) = policy.decide(.tokens, attempt: attempt, elapsed: timing.now() - started,
+                    timing: timing)
+                else { break }
+                try await timing.sleep(delay)
             }
             return (outcomes, nil, requests)
         case .groupCreate:
@@ -215,10 +219,13 @@ public struct Executor: Sendable {
         }
     }
 
-    /// Retries a whole call that failed with a transient error (anything but a `GroupError`).
+    /// Retries a whole call that failed with an error retries may fix: not a `GroupError`, not one the
+    /// backend already retried as far as the policy allows (`RetryableError.isRetryable == false`).
     private func withRetries<T: Sendable>(_ body: () async throws -> T) async throws -> T {
-        var attempt = 1
+        let started = timing.now()
+        var attempt = 0
         while true {
+            attempt += 1
             do {
                 return try await body()
             } catch let error as GroupError {
@@ -226,9 +233,11 @@ public struct Executor: Sendable {
             } catch is CancellationError {
                 throw CancellationError()
             } catch {
-                if attempt >= maxAttempts { throw error }
-                try await backoff(attempt)
-                attempt += 1
+                if let known = error as? any RetryableError, !known.isRetryable { throw error }
+                guard case .retry(let delay) = policy.decide(.network, attempt: attempt,
+                    elapsed: timing.now() - started, timing: timing)
+                else { throw error }
+                try await timing.sleep(delay)
             }
         }
     }

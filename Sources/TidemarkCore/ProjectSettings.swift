@@ -8,9 +8,21 @@ public struct ProjectSettings: Sendable, Equatable {
     public var transport: String?
     /// Subscription changes per second an apply may send (FCM's documented quota: 3000).
     public var qps: Double?
+    /// What `qps` counts: `tokens` (membership changes, the default) or `requests` (HTTP calls).
+    public var qpsUnit: String?
+    /// The service-account key file; `GOOGLE_APPLICATION_CREDENTIALS` wins.
+    public var credentials: String?
+    /// Base URL of `fcm.googleapis.com` (a proxy, say); `TIDEMARK_FCM_URL` wins.
+    public var fcmURL: String?
+    /// Base URL of `iid.googleapis.com`; `TIDEMARK_IID_URL` wins.
+    public var iidURL: String?
+    /// The sender ID (project number) sent as `project_id` on device-group calls; default: the project id.
+    public var senderID: String?
 
-    public static let keys = ["project", "backend", "manifests", "state", "transport", "qps"]
+    public static let keys = ["project", "backend", "manifests", "state", "transport", "qps", "qps_unit", "credentials",
+        "fcm_url", "iid_url", "sender_id"]
     public static let transports = ["v1", "iid"]
+    public static let qpsUnits = ["tokens", "requests"]
     public static let backends = ["embedded", "emulator", "fcm"]
 
     public init() {}
@@ -41,6 +53,20 @@ public struct ProjectSettings: Sendable, Equatable {
                 }
             case "manifests": settings.manifests = text
             case "state": settings.state = text
+            case "credentials": settings.credentials = text
+            case "sender_id": settings.senderID = text
+            case "fcm_url", "iid_url":
+                guard text.hasPrefix("https://") || text.hasPrefix("http://"), !text.hasSuffix("/") else {
+                    doc.error("'\(key)' must be a base URL such as https://fcm.googleapis.com (http or https, no trailing slash), not '\(text)'.", value)
+                    continue
+                }
+                if key == "fcm_url" { settings.fcmURL = text } else { settings.iidURL = text }
+            case "qps_unit":
+                if qpsUnits.contains(text) {
+                    settings.qpsUnit = text
+                } else {
+                    doc.error("unknown qps_unit '\(text)'; use tokens (membership changes) or requests (HTTP calls).", value)
+                }
             case "transport":
                 if transports.contains(text) {
                     settings.transport = text

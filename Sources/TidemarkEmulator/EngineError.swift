@@ -31,3 +31,8 @@ public struct EngineError: Error, Sendable, Equatable, CustomStringConvertible {
 
     public var description: String { detail.isEmpty ? code.rawValue : "\(code.rawValue): \(detail)" }
 }
+
+extension EngineError: RetryableError {
+    /// Overload and internal failures may pass; a malformed request never will.
+    public var isRetryable: Bool { [.unavailable, .internalError, .resourceExhausted].contains(code) }
+}

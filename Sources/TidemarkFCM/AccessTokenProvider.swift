@@ -3,10 +3,12 @@ import Foundation
 import NIOCore
 import NIOFoundationCompat
 import TidemarkAuth
+import TidemarkCore
 
 /// A problem with credentials, in one line that says what to fix. Never contains a credential.
-public struct CredentialError: Error, Sendable, Equatable, CustomStringConvertible {
+public struct CredentialError: RetryableError, Sendable, Equatable, CustomStringConvertible {
     public var message: String
+    public var isRetryable: Bool { false }
 
     public init(_ message: String) { self.message = message }
 

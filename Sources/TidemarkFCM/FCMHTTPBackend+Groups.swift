@@ -7,7 +7,7 @@ extension FCMHTTPBackend {
     var groupsURL: String { "\(endpoints.fcm)/fcm/notification" }
 
     func groupCall(_ body: [String: Any]) async throws -> Answer {
-        try await call(.POST, groupsURL, body: try JSONSerialization.data(withJSONObject: body), iidHeaders: true)
+        try await call(.POST, groupsURL, body: try JSONSerialization.data(withJSONObject: body), groupHeaders: true)
     }
 
     func groupFailure(_ answer: Answer, _ what: String) -> Error {
@@ -16,7 +16,7 @@ extension FCMHTTPBackend {
     }
 
     public func groupKey(name: String) async throws -> String? {
-        let answer = try await call(.GET, groupsURL + "?notification_key_name=\(Self.encode(name))", iidHeaders: true)
+        let answer = try await call(.GET, groupsURL + "?notification_key_name=\(Self.encode(name))", groupHeaders: true)
         if answer.status == 200, let key = answer.json["notification_key"] as? String { return key }
         if answer.code == GroupError.Kind.notFound.rawValue { return nil }
         throw groupFailure(answer, "Looking up device group '\(name)'")

@@ -28,7 +28,7 @@ extension FCMHTTPBackend {
             return try await forEachConcurrently(tokens.count) { i in
                 let url = registrationsURL(tokens[i]) + "?topic_name=\(Self.encode(topic))"
                 // 409 ALREADY_EXISTS: already subscribed, which is what we wanted.
-                return Self.outcome(try await call(.POST, url, body: Data("{}".utf8), cost: 1), success: [200, 409])
+                return Self.outcome(try await call(.POST, url, body: Data("{}".utf8), changes: 1), success: [200, 409])
             }
         case .iid:
             return try await batch("v1:batchAdd", topic: topic, tokens: tokens)
@@ -40,7 +40,7 @@ extension FCMHTTPBackend {
         case .v1:
             return try await forEachConcurrently(tokens.count) { i in
                 let url = registrationsURL(tokens[i]) + "/\(Self.encode(topic))?allow_missing=true"
-                return Self.outcome(try await call(.DELETE, url, cost: 1))
+                return Self.outcome(try await call(.DELETE, url, changes: 1))
             }
         case .iid:
             return try await batch("v1:batchRemove", topic: topic, tokens: tokens)
@@ -50,7 +50,7 @@ extension FCMHTTPBackend {
     /// One IID batch call; a whole-request failure that retries could not fix fails every token alike.
     func batch(_ operation: String, topic: String, tokens: [String]) async throws -> [TokenOutcome] {
         let body = try JSONSerialization.data(withJSONObject: ["to": "/topics/\(topic)", "registration_tokens": tokens])
-        let answer = try await call(.POST, "\(endpoints.iid)/iid/\(operation)", body: body, cost: Double(tokens.count),
+        let answer = try await call(.POST, "\(endpoints.iid)/iid/\(operation)", body: body, changes: tokens.count,
             iidHeaders: true)
         guard answer.status == 200 else {
             if answer.status == 400 || answer.status == 401 || answer.status == 403 {

@@ -3,6 +3,7 @@ import Foundation
 import NIOCore
 import NIOFoundationCompat
 import NIOHTTP1
+import Synchronization
 import TidemarkCore
 
 /// Which API carries topic subscriptions (design §1).
@@ -33,10 +34,29 @@ public struct FCMEndpoints: Sendable, Equatable {
 }
 
 /// A failure of an FCM call that retries could not fix, with what FCM answered. No credentials inside.
-public struct FCMCallError: Error, Sendable, CustomStringConvertible {
+public struct FCMCallError: RetryableError, Sendable, CustomStringConvertible {
     public var status: Int
     public var message: String
     public var description: String { message }
+    /// The client already retried as far as the policy allows.
+    public var isRetryable: Bool { false }
+}
+
+/// What the rate limit counts: FCM documents "3000 QPS" without saying whether a 1000-token IID
+/// batch is one query or a thousand.
+public enum QuotaUnit: String, Sendable, CaseIterable {
+    /// Membership changes: a batch of N tokens costs N.
+    case tokens
+    /// HTTP requests: a batch costs 1.
+    case requests
+}
+
+/// Counts FCM requests (retries included) across concurrent calls.
+final class RequestCounter: Sendable {
+    private let count = Atomic<Int>(0)
+
+    func increment() { count.add(1, ordering: .relaxed) }
+    var value: Int { count.load(ordering: .relaxed) }
 }
 
 /// The `emulator` and `fcm` backends: tidemark's HTTP client for FCM (reference §1, §2, §8).
@@ -44,31 +64,46 @@ public struct FCMCallError: Error, Sendable, CustomStringConvertible {
 /// The caller owns the `HTTPClient`. Every call takes an access token from the provider, waits
 /// for the rate limiter, and retries per the shared `RetryPolicy`.
 public struct FCMHTTPBackend: Backend {
+    /// How the client behaves; the defaults are FCM's documented limits.
+    public struct Options: Sendable {
+        public var transport: TopicTransport = .v1
+        /// Requests in flight at once for per-token work (v1 changes of one batch, refresh).
+        public var concurrency = 100
+        /// The client-side rate limit on subscription changes, or nil for none.
+        public var limiter: RateLimiter?
+        public var quotaUnit: QuotaUnit = .tokens
+        /// Sent as `project_id` on device-group calls; default: the project id.
+        public var senderID: String?
+        public var policy = RetryPolicy()
+        public var timing = RetryTiming.live
+
+        public init() {}
+    }
+
     public let identity: BackendIdentity
     let project: String
     let endpoints: FCMEndpoints
-    let transport: TopicTransport
     let client: HTTPClient
     let credentials: AccessTokenProvider
-    let limiter: RateLimiter?
-    let policy: RetryPolicy
-    /// Concurrent requests for per-token work (v1 changes, refresh).
-    let concurrency: Int
+    let options: Options
+    let counter = RequestCounter()
 
-    public init(kind: String, project: String, endpoints: FCMEndpoints, transport: TopicTransport, client: HTTPClient,
-        credentials: AccessTokenProvider, limiter: RateLimiter?, policy: RetryPolicy = RetryPolicy(),
-        concurrency: Int = 64)
+    var transport: TopicTransport { options.transport }
+
+    public init(kind: String, project: String, endpoints: FCMEndpoints, client: HTTPClient,
+        credentials: AccessTokenProvider, options: Options = Options())
     {
         identity = BackendIdentity(kind: kind, project: project)
         self.project = project
         self.endpoints = endpoints
-        self.transport = transport
         self.client = client
         self.credentials = credentials
-        self.limiter = limiter
-        self.policy = policy
-        self.concurrency = max(1, concurrency)
+        var options = options
+        options.concurrency = max(1, options.concurrency)
+        self.options = options
     }
+
+    public func requestCount() -> Int? { counter.value }
 
     struct Answer {
         var status: Int
@@ -87,23 +122,25 @@ public struct FCMHTTPBackend: Backend {
         }
     }
 
-    /// One call with auth, rate limiting (`cost` permits) and retries of retryable statuses and network errors.
-    func call(_ method: HTTPMethod, _ url: String, body: Data? = nil, cost: Double = 0, iidHeaders: Bool = false)
-        async throws -> Answer
+    /// One call with auth, rate limiting (`changes` subscription changes) and retries of retryable
+    /// statuses and network errors.
+    func call(_ method: HTTPMethod, _ url: String, body: Data? = nil, changes: Int = 0, iidHeaders: Bool = false,
+        groupHeaders: Bool = false) async throws -> Answer
     {
-        var random = SystemRandomNumberGenerator()
-        let started = ContinuousClock.now
+        let timing = options.timing
+        let started = timing.now()
         var attempt = 0
+        var refreshedToken = false
         while true {
             attempt += 1
-            if cost > 0, let limiter { try await limiter.acquire(cost) }
+            if changes > 0, let limiter = options.limiter {
+                try await limiter.acquire(options.quotaUnit == .tokens ? Double(changes) : 1)
+            }
             var request = HTTPClientRequest(url: url)
             request.method = method
             request.headers.add(name: "Authorization", value: "Bearer \(try await credentials.token())")
-            if iidHeaders {
-                request.headers.add(name: "access_token_auth", value: "true")
-                request.headers.add(name: "project_id", value: project)
-            }
+            if iidHeaders || groupHeaders { request.headers.add(name: "access_token_auth", value: "true") }
+            if groupHeaders { request.headers.add(name: "project_id", value: options.senderID ?? project) }
             if let body {
                 request.headers.add(name: "Content-Type", value: "application/json")
                 request.body = .bytes(ByteBuffer(data: body))
@@ -112,11 +149,14 @@ public struct FCMHTTPBackend: Backend {
             // The last answer of a retryable status: what the caller gets once retries stop.
             var unresolved: Answer?
             do {
+                counter.increment()
                 let response = try await client.execute(request, timeout: .seconds(60))
                 let bytes = try await response.body.collect(upTo: 16 << 20)
                 let json = (try? JSONSerialization.jsonObject(with: Data(buffer: bytes))) as? [String: Any] ?? [:]
                 let status = Int(response.status.code)
-                if status == 401, attempt == 1 {
+                if status == 401, !refreshedToken {
+                    // The token may have been revoked or expired early: fetch a new one, once.
+                    refreshedToken = true
                     await credentials.invalidate()
                     continue
                 }
@@ -131,8 +171,8 @@ public struct FCMHTTPBackend: Backend {
             } catch {
                 failure = .network
             }
-            switch policy.decide(failure, attempt: attempt, elapsed: ContinuousClock.now - started, using: &random) {
-            case .retry(let delay): try await Task.sleep(for: delay)
+            switch options.policy.decide(failure, attempt: attempt, elapsed: timing.now() - started, timing: timing) {
+            case .retry(let delay): try await timing.sleep(delay)
             case .giveUp(let reason):
                 if let unresolved { return unresolved }
                 throw FCMCallError(status: 0, message: "\(method) \(Self.redact(url)) failed: \(reason).")
@@ -159,7 +199,7 @@ public struct FCMHTTPBackend: Backend {
         var results = [T?](repeating: nil, count: count)
         try await withThrowingTaskGroup(of: (Int, T).self) { group in
             var next = 0
-            while next < min(concurrency, count) {
+            while next < min(options.concurrency, count) {
                 let i = next
                 group.addTask { (i, try await work(i)) }
                 next += 1

@@ -32,11 +32,19 @@ struct ApplyCommand: AsyncParsableCommand {
         valueName: "N"))
     var qps: Double?
 
+    @Option(help: ArgumentHelp(
+        "What --qps counts: tokens (membership changes, the default) or requests (HTTP calls; an IID batch is one).",
+        valueName: "UNIT"))
+    var qpsUnit: String?
+
     @Flag(help: "Plan from state alone, without reading FCM first.")
     var noRefresh = false
 
     func validate() throws {
         if let qps, !(qps > 0) { throw ValidationError("--qps must be a positive number, not \(qps).") }
+        if let qpsUnit, !ProjectSettings.qpsUnits.contains(qpsUnit) {
+            throw ValidationError("unknown --qps-unit '\(qpsUnit)'; use tokens or requests.")
+        }
         guard parallelism >= 1, parallelism <= 1000 else {
             throw ValidationError("--parallelism must be between 1 and 1000, not \(parallelism).")
         }
@@ -52,7 +60,7 @@ struct ApplyCommand: AsyncParsableCommand {
                 withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let lock = try StateLock.acquire(statePath: workspace.statePath, operation: "tidemark apply")
             defer { withExtendedLifetime(lock) {} }
-            try await workspace.withBackend(qps: qps) { backend in try await apply(workspace, backend) }
+            try await workspace.withBackend(qps: qps, qpsUnit: qpsUnit) { backend in try await apply(workspace, backend) }
         }
     }
 

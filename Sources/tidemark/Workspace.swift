@@ -91,11 +91,13 @@ struct Workspace {
 
     /// Runs `body` with the backend named by flag, tidemark.yaml, or the embedded default; an HTTP
     /// backend's client lives exactly as long as `body`.
-    func withBackend<T>(qps: Double? = nil, _ body: (any Backend) async throws -> T) async throws -> T {
+    func withBackend<T>(qps: Double? = nil, qpsUnit: String? = nil, _ body: (any Backend) async throws -> T)
+        async throws -> T
+    {
         guard backendKind == "emulator" || backendKind == "fcm" else { return try await body(try makeBackend()) }
         let client = HTTPClient(eventLoopGroupProvider: .singleton)
         do {
-            let result = try await body(try makeHTTPBackend(client: client, qps: qps))
+            let result = try await body(try makeHTTPBackend(client: client, qps: qps, qpsUnit: qpsUnit))
             try await client.shutdown()
             return result
         } catch {
@@ -104,13 +106,20 @@ struct Workspace {
         }
     }
 
-    func makeHTTPBackend(client: HTTPClient, qps: Double?) throws -> any Backend {
-        let environment = ProcessInfo.processInfo.environment
-        guard let keyPath = environment["GOOGLE_APPLICATION_CREDENTIALS"], !keyPath.isEmpty else {
-            throw CLIError(backendKind == "emulator"
-                ? "GOOGLE_APPLICATION_CREDENTIALS is not set; point it at the key file 'tidemark emulator serve' printed."
-                : "GOOGLE_APPLICATION_CREDENTIALS is not set; point it at the service account's JSON key.")
+    /// The key file: `GOOGLE_APPLICATION_CREDENTIALS`, else `credentials` in tidemark.yaml (relative to the project).
+    func credentialsPath(_ environment: [String: String]) throws -> String {
+        if let path = environment["GOOGLE_APPLICATION_CREDENTIALS"], !path.isEmpty { return path }
+        if let path = settings.credentials {
+            return path.hasPrefix("/") ? path : (root as NSString).appendingPathComponent(path)
         }
+        throw CLIError(backendKind == "emulator"
+            ? "GOOGLE_APPLICATION_CREDENTIALS is not set; point it at the key file 'tidemark emulator serve' printed."
+            : "GOOGLE_APPLICATION_CREDENTIALS is not set (nor 'credentials' in tidemark.yaml); point it at the service account's JSON key.")
+    }
+
+    func makeHTTPBackend(client: HTTPClient, qps: Double?, qpsUnit: String?) throws -> any Backend {
+        let environment = ProcessInfo.processInfo.environment
+        let keyPath = try credentialsPath(environment)
         let key = try ServiceAccountKey.load(path: keyPath)
         guard key.projectID == settings.project else {
             throw CLIError("the key in \(keyPath) is for project '\(key.projectID)', but this project is '\(settings.project)' (tidemark.yaml 'project'); use a key of '\(settings.project)'.")
@@ -122,14 +131,18 @@ struct Workspace {
             }
             endpoints = .emulator(host: host)
         } else {
-            endpoints = FCMEndpoints(fcm: environment["TIDEMARK_FCM_URL"] ?? FCMEndpoints.google.fcm,
-                iid: environment["TIDEMARK_IID_URL"] ?? FCMEndpoints.google.iid)
+            endpoints = FCMEndpoints(fcm: environment["TIDEMARK_FCM_URL"] ?? settings.fcmURL ?? FCMEndpoints.google.fcm,
+                iid: environment["TIDEMARK_IID_URL"] ?? settings.iidURL ?? FCMEndpoints.google.iid)
         }
-        let transport = TopicTransport(rawValue: options.transport ?? settings.transport ?? "v1") ?? .v1
-        return FCMHTTPBackend(kind: backendKind, project: settings.project, endpoints: endpoints, transport: transport,
-            client: client, credentials: AccessTokenProvider(key: key, client: client),
-            limiter: RateLimiter(rate: qps ?? settings.qps ?? Double(FCMLimits.defaultQuota),
-                burst: Double(FCMLimits.maxBatchTokens)))
+        var options = FCMHTTPBackend.Options()
+        options.transport = TopicTransport(rawValue: self.options.transport ?? settings.transport ?? "v1") ?? .v1
+        options.quotaUnit = QuotaUnit(rawValue: qpsUnit ?? settings.qpsUnit ?? "tokens") ?? .tokens
+        options.senderID = settings.senderID
+        let rate = qps ?? settings.qps ?? Double(FCMLimits.defaultQuota)
+        // A burst of a second's worth, at most one full batch: the first moments of an apply stay within quota.
+        options.limiter = RateLimiter(rate: rate, burst: min(rate, Double(FCMLimits.maxBatchTokens)))
+        return FCMHTTPBackend(kind: backendKind, project: settings.project, endpoints: endpoints, client: client,
+            credentials: AccessTokenProvider(key: key, client: client), options: options)
     }
 
     /// The in-process backend.

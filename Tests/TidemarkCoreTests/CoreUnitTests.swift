@@ -107,4 +107,24 @@ import Testing
             "tidemark.yaml:2:6: error: 'qps' must be a positive number of subscription changes per second (FCM allows 3000).",
         ])
     }
+
+    @Test func endpointsCredentialsAndUnits() {
+        let text = """
+            qps_unit: requests
+            credentials: keys/sa.json
+            fcm_url: http://127.0.0.1:8080
+            iid_url: https://proxy.example/iid
+            sender_id: "123456789"
+            """
+        let (settings, ok) = ProjectSettings.decode(text, file: "tidemark.yaml")
+        #expect(ok.isEmpty)
+        #expect(settings.qpsUnit == "requests" && settings.credentials == "keys/sa.json")
+        #expect(settings.fcmURL == "http://127.0.0.1:8080" && settings.iidURL == "https://proxy.example/iid")
+        #expect(settings.senderID == "123456789")
+        let (_, bad) = ProjectSettings.decode("qps_unit: calls\nfcm_url: fcm.googleapis.com\n", file: "tidemark.yaml")
+        #expect(bad.map(\.description) == [
+            "tidemark.yaml:1:11: error: unknown qps_unit 'calls'; use tokens (membership changes) or requests (HTTP calls).",
+            "tidemark.yaml:2:10: error: 'fcm_url' must be a base URL such as https://fcm.googleapis.com (http or https, no trailing slash), not 'fcm.googleapis.com'.",
+        ])
+    }
 }

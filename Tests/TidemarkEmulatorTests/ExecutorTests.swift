@@ -75,7 +75,8 @@ final class CountingBackend: Backend {
         #expect(topicCalls == 7)
         state.reconcileBookkeeping(with: desired, operations: result.operations)
         let recorder = MemoryRecorder(state: state)
-        let report = try await Executor(backend: backend, recorder: recorder, parallelism: 4, backoff: { _ in })
+        let report = try await Executor(backend: backend, recorder: recorder, parallelism: 4,
+            timing: VirtualRetryClock().timing)
             .run(result.operations)
         #expect(report.failures.isEmpty)
         #expect(backend.calls.withLock { $0 } == 7)
@@ -95,11 +96,10 @@ final class CountingBackend: Backend {
         await engine.injectError(.internalError, forToken: "b:APA91b")
         await engine.injectError(.invalidArgument, forToken: "c:APA91b")
         let ops = [PlannedOperation(kind: .subscribe, target: "t", tokens: ["a:APA91b", "b:APA91b", "c:APA91b"])]
-        let retries = Mutex<Int>(0)
-        let report = try await Executor(backend: backend, recorder: MemoryRecorder(state: State()), backoff: { _ in
-            retries.withLock { $0 += 1 }
-        }).run(ops)
-        #expect(retries.withLock { $0 } == 1)
+        let clock = VirtualRetryClock()
+        let report = try await Executor(backend: backend, recorder: MemoryRecorder(state: State()), timing: clock.timing)
+            .run(ops)
+        #expect(clock.sleeps.count == 1)
         #expect(report.requests == 2)
         #expect(report.failures.map(\.token) == ["c:APA91b"])
         #expect(await engine.subscribers(of: "t", project: "p") == ["a:APA91b", "b:APA91b"])

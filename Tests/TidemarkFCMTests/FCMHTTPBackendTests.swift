@@ -11,14 +11,20 @@ import TidemarkEmulator
     static func token(_ i: Int) -> String { "http\(i):APA91bH" + String(repeating: "h", count: 60) }
 
     func withBackend(_ transport: TopicTransport, policy: RetryPolicy = RetryPolicy(baseDelay: .milliseconds(5)),
+        configure: (inout FCMHTTPBackend.Options) -> Void = { _ in },
         _ body: (FCMHTTPBackend, EmulatorServer) async throws -> Void) async throws
     {
         try await AccessTokenProviderTests().withEmulator { server, client in
             let key = try ServiceAccountKey.load(path: server.keyFilePath)
             let base = server.emulator.control.baseURL
+            var options = FCMHTTPBackend.Options()
+            options.transport = transport
+            options.limiter = RateLimiter(rate: 5000)
+            options.policy = policy
+            options.concurrency = 16
+            configure(&options)
             let backend = FCMHTTPBackend(kind: "emulator", project: "fcm-test", endpoints: .emulator(host: base),
-                transport: transport, client: client, credentials: AccessTokenProvider(key: key, client: client),
-                limiter: RateLimiter(rate: 5000), policy: policy, concurrency: 16)
+                client: client, credentials: AccessTokenProvider(key: key, client: client), options: options)
             try await server.emulator.engine.register((0..<40).map { FCMEngine.Instance(token: Self.token($0)) },
                 project: "fcm-test")
             try await body(backend, server)
@@ -72,6 +78,49 @@ import TidemarkEmulator
             server.emulator.control.faults = FaultSettings()
             let statuses = try await backend.refresh(Array(tokens.prefix(transport == .v1 ? 8 : 40)))
             #expect(statuses.allSatisfy { $0 == .active(topics: ["flaky"]) })
+        }
+    }
+
+    /// The retry loop sleeps on the injected clock: Retry-After is honoured as a floor, and no test time passes.
+    @Test func retryLoopUsesTheInjectedClock() async throws {
+        let clock = VirtualRetryClock(seed: 3)
+        try await withBackend(.iid, configure: { $0.timing = clock.timing }) { backend, server in
+            var faults = FaultSettings()
+            faults.http429 = 0.5
+            faults.seed = 5
+            server.emulator.control.faults = faults
+            let started = ContinuousClock.now
+            for round in 0..<6 {
+                let outcomes = try await backend.subscribe(topic: "t\(round)", tokens: [Self.token(round)])
+                #expect(outcomes == [.ok])
+            }
+            #expect(ContinuousClock.now - started < .seconds(3))
+            let sleeps = clock.sleeps
+            #expect(!sleeps.isEmpty, "a 50% 429 rate over six calls must have been retried")
+            #expect(sleeps.allSatisfy { $0 >= .seconds(1) }, "the emulator's Retry-After: 1 is a floor: \(sleeps)")
+            // Every attempt is a request: six successes plus one per retry.
+            #expect(backend.requestCount() == 6 + sleeps.count)
+        }
+    }
+
+    /// `--qps-unit requests` charges an IID batch once; `tokens` charges every token in it.
+    @Test(arguments: QuotaUnit.allCases)
+    func quotaUnitDecidesWhatABatchCosts(_ unit: QuotaUnit) async throws {
+        try await withBackend(.iid, configure: {
+            $0.limiter = RateLimiter(rate: 50, burst: 50)
+            $0.quotaUnit = unit
+        }) { backend, _ in
+            let started = ContinuousClock.now
+            for round in 0..<3 {
+                let outcomes = try await backend.subscribe(topic: "q\(round)", tokens: (0..<40).map { Self.token($0) })
+                #expect(outcomes.allSatisfy { $0.isOK })
+            }
+            let elapsed = ContinuousClock.now - started
+            switch unit {
+            case .requests: #expect(elapsed < .seconds(1), "3 requests fit the burst of 50")
+            case .tokens: #expect(elapsed >= .milliseconds(1300), "120 tokens at 50/s past a burst of 50 take 1.4 s")
+            }
+            #expect(backend.requestCount() == 3)
         }
     }
 }

@@ -1,10 +1,12 @@
 import Foundation
 
-/// When to try an FCM call again, and how long to wait: one policy for every call (issue 5).
+/// When to try an FCM call again, and how long to wait: one policy for every call, HTTP requests
+/// and per-token retries alike.
 ///
 /// 429 and 503 (and 500, 502, 504, 408, and network errors) are retried with exponential backoff
-/// and full jitter, never sooner than a `Retry-After` the server sent; everything stops once the
-/// retry budget (wall time spent retrying) would be exceeded. Pure: the caller passes the attempt
+/// and full jitter, never sooner than a `Retry-After` the server sent; so are tokens that came back
+/// `RESOURCE_EXHAUSTED`, `INTERNAL` or `UNAVAILABLE`. Everything stops once the retry budget (wall
+/// time spent on one call or operation) would be exceeded. Pure: the caller passes the attempt
 /// number, the time already spent and the random source, so tests are deterministic.
 public struct RetryPolicy: Sendable, Equatable {
     public var baseDelay: Duration
@@ -13,7 +15,7 @@ public struct RetryPolicy: Sendable, Equatable {
     public var budget: Duration
 
     public init(baseDelay: Duration = .milliseconds(500), maxDelay: Duration = .seconds(60),
-        budget: Duration = .seconds(600))
+        budget: Duration = .seconds(300))
     {
         self.baseDelay = baseDelay
         self.maxDelay = maxDelay
@@ -26,6 +28,8 @@ public struct RetryPolicy: Sendable, Equatable {
         case status(Int, retryAfter: Duration?)
         /// The connection failed or was dropped before an answer.
         case network
+        /// Some tokens of a call came back with a retryable per-token error.
+        case tokens
     }
 
     public enum Decision: Sendable, Equatable {
@@ -44,7 +48,7 @@ public struct RetryPolicy: Sendable, Equatable {
         case .status(let status, let retryAfter):
             guard Self.isRetryable(status: status) else { return .giveUp(reason: "HTTP \(status) is not retryable") }
             floor = retryAfter ?? .zero
-        case .network: break
+        case .network, .tokens: break
         }
         let ceiling = min(maxDelay, baseDelay * (1 << min(attempt - 1, 30)))
         let jitter = Duration.nanoseconds(Int64.random(in: 0...max(0, ceiling.nanoseconds), using: &random))
@@ -53,6 +57,12 @@ public struct RetryPolicy: Sendable, Equatable {
             return .giveUp(reason: "the retry budget of \(budget.seconds) s is spent")
         }
         return .retry(after: delay)
+    }
+
+    /// The same decision, drawing jitter from `timing`.
+    public func decide(_ failure: Failure, attempt: Int, elapsed: Duration, timing: RetryTiming) -> Decision {
+        var random = timing.generator
+        return decide(failure, attempt: attempt, elapsed: elapsed, using: &random)
     }
 
     /// Parses a `Retry-After` value: delay-seconds or an HTTP date (RFC 9110 §10.2.3).
@@ -73,9 +83,9 @@ public struct RetryPolicy: Sendable, Equatable {
 }
 
 extension Duration {
-    var nanoseconds: Int64 {
+    public var nanoseconds: Int64 {
         components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000
     }
 
-    var seconds: Int64 { components.seconds }
+    public var seconds: Int64 { components.seconds }
 }

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 import TidemarkCore
-@testable import TidemarkFCM
+
 
 @Suite struct RetryPolicyTests {
     let policy = RetryPolicy(baseDelay: .milliseconds(500), maxDelay: .seconds(60), budget: .seconds(120))
