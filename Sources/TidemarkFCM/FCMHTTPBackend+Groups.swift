@@ -22,31 +22,26 @@ extension FCMHTTPBackend {
         throw groupFailure(answer, "Looking up device group '\(name)'")
     }
 
-    /// Creates the group; if the name is taken (a create that succeeded but whose answer was lost),
-    /// adopts it by look-up and adds the members.
+    /// Creates the group. A taken name is `GroupError(.alreadyExists)`: the executor adopts the group by look-up.
     public func createGroup(name: String, tokens: [String]) async throws -> String {
         let answer = try await groupCall(["operation": "create", "notification_key_name": name, "registration_ids": tokens])
         if answer.status == 200, let key = answer.json["notification_key"] as? String { return key }
-        if answer.code == GroupError.Kind.alreadyExists.rawValue, let key = try await groupKey(name: name) {
-            return try await addToGroup(name: name, key: key, tokens: tokens)
-        }
         throw groupFailure(answer, "Creating device group '\(name)'")
     }
 
-    /// Adds members; a group that vanished (emptied elsewhere) is created again.
+    /// Adds members. A group that vanished is `GroupError(.notFound)`: the executor creates it again.
     public func addToGroup(name: String, key: String, tokens: [String]) async throws -> String {
         let answer = try await groupCall(["operation": "add", "notification_key_name": name, "notification_key": key,
             "registration_ids": tokens])
         if answer.status == 200 { return answer.json["notification_key"] as? String ?? key }
-        if answer.code == GroupError.Kind.notFound.rawValue { return try await createGroup(name: name, tokens: tokens) }
         throw groupFailure(answer, "Adding to device group '\(name)'")
     }
 
-    /// Removes members; removing from a group that is already gone is done.
+    /// Removes members; a group that is already gone is `GroupError(.notFound)`, which the executor counts as done.
     public func removeFromGroup(name: String, key: String, tokens: [String]) async throws {
         let answer = try await groupCall(["operation": "remove", "notification_key_name": name, "notification_key": key,
             "registration_ids": tokens])
-        if answer.status == 200 || answer.code == GroupError.Kind.notFound.rawValue { return }
+        if answer.status == 200 { return }
         throw groupFailure(answer, "Removing from device group '\(name)'")
     }
 }

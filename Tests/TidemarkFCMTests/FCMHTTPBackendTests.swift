@@ -49,20 +49,6 @@ import TidemarkEmulator
         }
     }
 
-    @Test func groupsRoundTripAndRecreateAVanishedGroup() async throws {
-        try await withBackend(.v1) { backend, server in
-            #expect(try await backend.groupKey(name: "family") == nil)
-            let key = try await backend.createGroup(name: "family", tokens: [Self.token(1), Self.token(2)])
-            // Creating again adopts the existing group.
-            _ = try await backend.createGroup(name: "family", tokens: [Self.token(3)])
-            #expect(await server.emulator.engine.groupMembers(project: "fcm-test", name: "family")?.count == 3)
-            try await backend.removeFromGroup(name: "family", key: key, tokens: [Self.token(1), Self.token(2), Self.token(3)])
-            #expect(try await backend.groupKey(name: "family") == nil)
-            _ = try await backend.addToGroup(name: "family", key: key, tokens: [Self.token(4)])
-            #expect(await server.emulator.engine.groupMembers(project: "fcm-test", name: "family") == [Self.token(4)])
-        }
-    }
-
     @Test(arguments: TopicTransport.allCases)
     func retriesThroughInjected429sAnd503s(_ transport: TopicTransport) async throws {
         try await withBackend(transport) { backend, server in
