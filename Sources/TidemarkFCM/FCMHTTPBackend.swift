@@ -105,6 +105,17 @@ public struct FCMHTTPBackend: Backend {
 
     public func requestCount() -> Int? { counter.value }
 
+    /// An `HTTPClient` configuration for FCM: enough kept-alive HTTP/1 connections per host that
+    /// `connections` requests can be in flight (AsyncHTTPClient's default is 8; Google's hosts speak
+    /// HTTP/2 over TLS, where requests share connections anyway).
+    public static func clientConfiguration(connections: Int = 64) -> HTTPClient.Configuration {
+        var configuration = HTTPClient.Configuration()
+        configuration.connectionPool = .init(idleTimeout: .seconds(60),
+            concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, connections))
+        configuration.timeout = .init(connect: .seconds(10), read: .seconds(60))
+        return configuration
+    }
+
     struct Answer {
         var status: Int
         var json: [String: Any]

@@ -53,6 +53,9 @@ struct EmulatorServeCommand: AsyncParsableCommand {
     @Flag(help: "Switch the Instance ID API off for the project, as Google does for new projects.")
     var noIid = false
 
+    @Flag(help: "Keep every subscription change for the admin API (GET /emulator/v1/projects/P/changes); for tests.")
+    var recordChanges = false
+
     @Option(name: .customLong("fault-429"), help: ArgumentHelp("Share of FCM calls answered 429 (0-1).", valueName: "P"))
     var fault429: Double = 0
 
@@ -111,6 +114,7 @@ struct EmulatorServeCommand: AsyncParsableCommand {
                 answer: rateLimitPerToken ? .perToken : .http)
             options.faults = faultSettings
             options.iidEnabled = !noIid
+            options.recordChanges = recordChanges
             let server = try EmulatorServer(options: options)
             let keyFile = server.keyFilePath
             let state = data.map { "state in \($0)/emulator.db" } ?? "state in memory (use --data DIR to keep it)"

@@ -22,8 +22,15 @@ extension Workspace {
                 progress.update(done: done, total: total, unit: "tokens")
             }
             let all = TokenSet(sorted: Array(0..<UInt32(state.tokens.count)))
+            let large = state.tokens.count >= 20_000
+            let started = ContinuousClock.now
             observed = try await Refresher(backend: backend).refresh(all, table: state.tokens, groups: groups,
-                at: Int64(Date().timeIntervalSince1970), progress: state.tokens.count >= 20_000 ? report : nil)
+                at: Int64(Date().timeIntervalSince1970), progress: large ? report : nil)
+            if large {
+                let elapsed = ContinuousClock.now - started
+                let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18
+                Terminal.err("Refreshed \(PlanRenderer.formatCount(all.count)) registrations in \(String(format: "%.1f", seconds)) s (\(PlanRenderer.formatCount(Int(Double(all.count) / max(seconds, 0.001))))/s).")
+            }
         }
         let plan = Planner(tidemarkVersion: Workspace.version).plan(loaded: loaded, state: state, refresh: observed,
             backend: backend.identity, now: Date())

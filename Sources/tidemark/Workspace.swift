@@ -95,7 +95,7 @@ struct Workspace {
         async throws -> T
     {
         guard backendKind == "emulator" || backendKind == "fcm" else { return try await body(try makeBackend()) }
-        let client = HTTPClient(eventLoopGroupProvider: .singleton)
+        let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: FCMHTTPBackend.clientConfiguration())
         do {
             let result = try await body(try makeHTTPBackend(client: client, qps: qps, qpsUnit: qpsUnit))
             try await client.shutdown()

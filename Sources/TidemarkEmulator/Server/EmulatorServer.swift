@@ -59,6 +59,8 @@ public struct EmulatorServer: Sendable {
         public var rateLimit = RateLimitSettings()
         public var faults = FaultSettings()
         public var iidEnabled = true
+        /// Keep every subscription change for the admin API's `changes` (for crash and replay tests).
+        public var recordChanges = false
 
         public init() {}
     }
@@ -95,8 +97,10 @@ public struct EmulatorServer: Sendable {
         control.rateLimit = options.rateLimit
         control.faults = options.faults
         control.setIIDEnabled(options.iidEnabled, project: options.project)
+        let traffic = TrafficLog()
+        traffic.recording = options.recordChanges
         emulator = FCMEmulator(engine: try FCMEngine(configuration: engineConfiguration, store: store),
-            authority: authority, control: control, defaultProject: options.project)
+            authority: authority, control: control, traffic: traffic, defaultProject: options.project)
     }
 
     static func loadOrCreateKey(at path: String, project: String) throws -> ServiceAccountKey {

@@ -10,10 +10,11 @@ extension FCMEmulator {
         var rateLimit: RateLimitSettings?
         var autoRegister: Bool?
         var accessTokenLifetimeSeconds: Double?
+        var recordChanges: Bool?
 
         enum CodingKeys: String, CodingKey {
             case faults, rateLimit = "rate_limit", autoRegister = "auto_register"
-            case accessTokenLifetimeSeconds = "access_token_lifetime_seconds"
+            case accessTokenLifetimeSeconds = "access_token_lifetime_seconds", recordChanges = "record_changes"
         }
     }
 
@@ -36,6 +37,12 @@ extension FCMEmulator {
             }
             deliveries.clear()
             control.reset()
+            traffic.reset()
+            return .json(200, [String: Any]())
+        case ("GET", "traffic") where rest.count == 1:
+            return .encoded(200, traffic.counters)
+        case ("DELETE", "traffic") where rest.count == 1:
+            traffic.reset()
             return .json(200, [String: Any]())
         case (_, "projects") where rest.count >= 3:
             return await projectAdmin(request, project: rest[1], path: Array(rest.dropFirst(2)))
@@ -46,7 +53,7 @@ extension FCMEmulator {
 
     private func configResponse() async -> WireResponse {
         let body = ConfigBody(faults: control.faults, rateLimit: control.rateLimit, autoRegister: await engine.autoRegister,
-            accessTokenLifetimeSeconds: authority.tokenLifetime)
+            accessTokenLifetimeSeconds: authority.tokenLifetime, recordChanges: traffic.recording)
         var object = (try? JSONSerialization.jsonObject(with: JSONEncoder().encode(body))) as? [String: Any] ?? [:]
         object["default_project"] = defaultProject
         object["projects"] = authority.projects.sorted()
@@ -70,6 +77,7 @@ extension FCMEmulator {
             control.rateLimit = rateLimit
         }
         if let autoRegister = body.autoRegister { await engine.setAutoRegister(autoRegister) }
+        if let record = body.recordChanges { traffic.recording = record }
         if let lifetime = body.accessTokenLifetimeSeconds {
             guard lifetime > 0 else { return bad("access_token_lifetime_seconds must be positive.") }
             authority.tokenLifetime = lifetime
@@ -114,6 +122,9 @@ extension FCMEmulator {
             return await topicsAdmin(request, project: project, path: path)
         case (_, _, "groups"):
             return await groupsAdmin(request, project: project, path: path)
+        case ("GET", 1, "changes"):
+            let after = request.queryValue("after").flatMap { Int($0) } ?? 0
+            return .encoded(200, ["changes": traffic.changes(project: project, after: after)])
         case ("GET", 1, "deliveries"):
             let list = deliveries.deliveries(project: project, token: request.queryValue("token"))
             return .encoded(200, ["deliveries": list])

@@ -54,7 +54,12 @@ extension FCMEmulator {
         // Tokens drawn for an injected INTERNAL are left out of the call and answered INTERNAL.
         var failing = Set<Int>()
         for index in tokens.indices where control.drawTokenFault() { failing.insert(index) }
+        if !failing.isEmpty { traffic.count { $0.faults += 1 } }
         let passed = tokens.indices.filter { !failing.contains($0) }.map { tokens[$0] }
+        if !passed.isEmpty {
+            traffic.recordChange(project: project, operation: add ? "subscribe" : "unsubscribe", topic: topic,
+                tokens: passed, api: "iid")
+        }
         let outcomes: [TokenOutcome]
         do {
             if passed.isEmpty {
@@ -89,6 +94,8 @@ extension FCMEmulator {
         guard FCMLimits.topicNameProblem(bare) == nil else { return .flatError(400, "Topic name format is invalid") }
         guard FCMLimits.tokenProblem(token) == nil else { return .flatError(400, "InvalidToken") }
         if let refused = admitSingleChange(project: project, surface: .iid) { return refused }
+        traffic.recordChange(project: project, operation: add ? "subscribe" : "unsubscribe", topic: bare, tokens: [token],
+            api: "iid")
         do {
             let outcome =
                 add

@@ -80,6 +80,7 @@ extension FCMEmulator {
         }
         if let problem = topicProblem(topic) { return problem }
         if let refused = admitSingleChange(project: project, surface: .v1) { return refused }
+        traffic.recordChange(project: project, operation: "subscribe", topic: topic, tokens: [registration], api: "v1")
         do {
             let since = try await engine.createSubscription(project: project, registration: registration, topic: topic)
             return .json(200, subscriptionJSON(project: project, registration: registration, topic: topic, since: since))
@@ -93,6 +94,7 @@ extension FCMEmulator {
     {
         if let problem = topicProblem(topic) { return problem }
         if let refused = admitSingleChange(project: project, surface: .v1) { return refused }
+        traffic.recordChange(project: project, operation: "unsubscribe", topic: topic, tokens: [registration], api: "v1")
         do {
             try await engine.deleteSubscription(project: project, registration: registration, topic: topic,
                 allowMissing: request.queryFlag("allow_missing", "allowMissing"))
@@ -119,6 +121,7 @@ extension FCMEmulator {
         if let problem = topicProblem(topic) { return problem }
         if request.queryFlag("allow_missing", "allowMissing") {
             if let refused = admitSingleChange(project: project, surface: .v1) { return refused }
+            traffic.recordChange(project: project, operation: "subscribe", topic: topic, tokens: [registration], api: "v1")
             do {
                 let since = try await engine.createSubscription(project: project, registration: registration, topic: topic)
                 return .json(200, subscriptionJSON(project: project, registration: registration, topic: topic, since: since))

@@ -11,18 +11,21 @@ public struct FCMEmulator: Sendable {
     public let authority: AccessTokenAuthority
     public let control: EmulatorControl
     public let deliveries: DeliveryLog
+    public let traffic: TrafficLog
     /// The project whose key file the emulator wrote at start.
     public let defaultProject: String
     /// The wall clock, for timestamps and message IDs.
     let now: @Sendable () -> Date
 
     public init(engine: FCMEngine, authority: AccessTokenAuthority, control: EmulatorControl = EmulatorControl(),
-        deliveries: DeliveryLog = DeliveryLog(), defaultProject: String, now: @escaping @Sendable () -> Date = Date.init)
+        deliveries: DeliveryLog = DeliveryLog(), traffic: TrafficLog = TrafficLog(), defaultProject: String,
+        now: @escaping @Sendable () -> Date = Date.init)
     {
         self.engine = engine
         self.authority = authority
         self.control = control
         self.deliveries = deliveries
+        self.traffic = traffic
         self.defaultProject = defaultProject
         self.now = now
     }
@@ -84,9 +87,19 @@ public struct FCMEmulator: Sendable {
         case .refused(let response): return response
         case .granted(let granted): grant = granted
         }
+        traffic.count { counters in
+            counters.requests += 1
+            switch surface {
+            case .v1: counters.v1Requests += 1
+            case .iid: counters.iidRequests += 1
+            case .groups: counters.groupRequests += 1
+            }
+        }
         let latency = control.latency
         if latency > .zero { try? await Task.sleep(for: latency) }
-        switch control.drawFault() {
+        let fault = control.drawFault()
+        if fault != nil { traffic.count { $0.faults += 1 } }
+        switch fault {
         case .drop?:
             var response = WireResponse(status: 500)
             response.dropConnection = true
@@ -166,6 +179,7 @@ public struct FCMEmulator: Sendable {
     /// The rate limit for subscription changes: nil to go on, or the 429 to send.
     func rateLimited(project: String, tokens: Int, surface: Surface) -> WireResponse? {
         guard let wait = control.admit(project: project, tokens: tokens) else { return nil }
+        traffic.count { $0.rateLimited += 1 }
         var response: WireResponse =
             surface == .v1
             ? .status(429, "RESOURCE_EXHAUSTED",
@@ -183,6 +197,7 @@ public struct FCMEmulator: Sendable {
     func admitSingleChange(project: String, surface: Surface) -> WireResponse? {
         if let limited = rateLimited(project: project, tokens: 1, surface: surface) { return limited }
         guard control.drawTokenFault() else { return nil }
+        traffic.count { $0.faults += 1 }
         return surface == .v1
             ? .status(500, "INTERNAL", "Internal error encountered (injected fault).") : .flatError(500, "INTERNAL")
     }

@@ -1,0 +1,82 @@
+import Foundation
+import Synchronization
+
+/// What reached the emulator: counters of FCM requests, 429s and injected faults, and, when switched
+/// on, every subscription change it carried out, in order. Test harnesses read it through the admin
+/// API to check that a client sent the minimum of requests and never replayed finished work.
+public final class TrafficLog: Sendable {
+    /// One request that changed subscriptions (or would have: an unsubscribe of a missing membership).
+    public struct Change: Sendable, Codable, Equatable {
+        public var sequence: Int
+        public var project: String
+        /// `subscribe` or `unsubscribe`.
+        public var operation: String
+        public var topic: String
+        public var tokens: [String]
+        /// `v1` or `iid`.
+        public var api: String
+    }
+
+    public struct Counters: Sendable, Codable, Equatable {
+        /// Authenticated requests to FCM's surfaces (the admin API and the token endpoint excluded).
+        public var requests = 0
+        public var v1Requests = 0
+        public var iidRequests = 0
+        public var groupRequests = 0
+        /// Requests answered 429 by the rate limit.
+        public var rateLimited = 0
+        /// Requests answered with an injected fault (status, dropped connection or per-token INTERNAL).
+        public var faults = 0
+        /// Subscription changes that reached the engine, in tokens.
+        public var tokensChanged = 0
+
+        enum CodingKeys: String, CodingKey {
+            case requests, v1Requests = "v1_requests", iidRequests = "iid_requests", groupRequests = "group_requests"
+            case rateLimited = "rate_limited", faults, tokensChanged = "tokens_changed"
+        }
+    }
+
+    private struct Inner {
+        var counters = Counters()
+        var recording = false
+        var changes: [Change] = []
+        var sequence = 0
+    }
+
+    private let inner = Mutex(Inner())
+
+    public init() {}
+
+    public var counters: Counters { inner.withLock { $0.counters } }
+
+    /// Whether changes are recorded (off by default: a million-change apply would keep them all).
+    public var recording: Bool {
+        get { inner.withLock { $0.recording } }
+        set { inner.withLock { $0.recording = newValue } }
+    }
+
+    func count(_ update: (inout Counters) -> Void) { inner.withLock { update(&$0.counters) } }
+
+    func recordChange(project: String, operation: String, topic: String, tokens: [String], api: String) {
+        inner.withLock { inner in
+            inner.counters.tokensChanged += tokens.count
+            guard inner.recording else { return }
+            inner.sequence += 1
+            inner.changes.append(Change(sequence: inner.sequence, project: project, operation: operation, topic: topic,
+                tokens: tokens, api: api))
+        }
+    }
+
+    /// Recorded changes of `project` after `sequence`.
+    public func changes(project: String, after sequence: Int) -> [Change] {
+        inner.withLock { inner in inner.changes.filter { $0.sequence > sequence && $0.project == project } }
+    }
+
+    /// Zeroes the counters and forgets recorded changes; recording stays as it was.
+    public func reset() {
+        inner.withLock { inner in
+            inner.counters = Counters()
+            inner.changes = []
+        }
+    }
+}
