@@ -1,0 +1,220 @@
+"""Resilience checks for `tidemark apply` against the emulator (issue 5). Each prints what it tried
+and what it found, and the script exits 1 if any finds a lost or extra membership or a replay.
+
+  faults     30% 429s, 5% 500s, 5% per-token INTERNAL and added latency, over v1 and iid:
+             one apply converges with no missing and no extra membership (checked via the admin API).
+  kills      apply killed with SIGKILL at 20 random moments and rerun each time: it converges, and
+             no operation the journal had finished is ever sent again (the emulator records changes).
+  concurrent two applies at once: one proceeds, the other fails at once naming the lock holder.
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from harness import Emulator, make_project, tidemark, token  # noqa: E402
+
+PROJECT = "resilience"
+
+
+def write_drift_topic(work, devices):
+    """An authoritative topic declared for the even devices only; the emulator is seeded with odd ones too."""
+    with open(os.path.join(work, "manifests", "drift.yaml"), "w") as f:
+        f.write("topics:\n  - name: drift\n    mode: authoritative\n    members:\n")
+        for i in range(0, devices, 2):
+            f.write("      - device: d%07d\n" % i)
+        f.write("groups:\n  - notification_key_name: family\n    members: [{device: d0000000}, {device: d0000001}]\n")
+
+
+def expected_members(devices, topics):
+    want = {"bench-%d" % t: set(token(i) for i in range(devices)) for t in range(topics)}
+    want["drift"] = set(token(i) for i in range(0, devices, 2))
+    return want
+
+
+def compare(emulator, want):
+    """(missing, extra) memberships over the declared topics, read through the admin API."""
+    missing = extra = 0
+    for topic, members in want.items():
+        have = set(emulator.subscribers(topic))
+        missing += len(members - have)
+        extra += len(have - members)
+    return missing, extra
+
+
+def faults(binary, transport, devices=1000, topics=4):
+    work = tempfile.mkdtemp(prefix="tm-faults-")
+    flags = ["--fault-429", "0.3", "--fault-500", "0.05", "--fault-token-internal", "0.05", "--latency", "5",
+             "--seed", "7"]
+    try:
+        with Emulator(binary, PROJECT, *flags) as emulator:
+            tokens = make_project(work, PROJECT, devices, topics, transport)
+            write_drift_topic(work, devices)
+            emulator.register(tokens)
+            # Drift: every odd device subscribed itself to the authoritative topic.
+            emulator.project_admin("POST", "topics/drift/subscribers", {"tokens": tokens[1::2]})
+            want = expected_members(devices, topics)
+            print("faults/%s: %d devices, %d changes to make, with %s" % (
+                transport, devices, devices * topics + devices // 2 + devices // 2, " ".join(flags)), flush=True)
+            started = time.monotonic()
+            status, out, err = tidemark(binary, work, ["apply", "--auto-approve"], emulator.env, check=False)
+            traffic = emulator.traffic()
+            emulator.admin("PATCH", "config", {"faults": {}})
+            missing, extra = compare(emulator, want)
+            members = set(next((g["members"] for g in emulator.project_admin("GET", "groups")["groups"]
+                                 if g["name"] == "family"), []))
+            plan_status, plan_out, _ = tidemark(binary, work, ["plan", "--detailed-exitcode"], emulator.env, check=False)
+            print("  apply exit %d in %.1f s; emulator saw %d requests, %d answered 429, %d faults" % (
+                status, time.monotonic() - started, traffic["requests"], traffic["rate_limited"], traffic["faults"]))
+            print("  found: %d missing, %d extra memberships; group family has %d of 2 members; next plan exit %d" % (
+                missing, extra, len(members & {token(0), token(1)}), plan_status))
+            ok = status == 0 and missing == 0 and extra == 0 and members == {token(0), token(1)} and plan_status == 0
+            if not ok:
+                print(out[-1500:] + err[-1500:])
+            return ok
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def journal(work):
+    """(apply id, plan operations, done indices) of the unfinished apply, or None."""
+    path = os.path.join(work, ".tidemark", "state.db")
+    if not os.path.exists(path):
+        return None
+    db = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
+    try:
+        row = db.execute("SELECT id, plan FROM applies WHERE status = 'running' ORDER BY started_at DESC LIMIT 1"
+                         ).fetchone()
+        if row is None:
+            return None
+        done = {r[0] for r in db.execute("SELECT idx FROM apply_operations WHERE apply_id = ?", (row[0],))}
+        return row[0], json.loads(row[1])["operations"], done
+    except sqlite3.OperationalError:
+        return None
+    finally:
+        db.close()
+
+
+def kills(binary, rounds=20, devices=600, topics=30, seed=5):
+    rng = random.Random(seed)
+    work = tempfile.mkdtemp(prefix="tm-kills-")
+    try:
+        with Emulator(binary, PROJECT, "--record-changes", "--latency", "15") as emulator:
+            tokens = make_project(work, PROJECT, devices, topics, "v1")
+            emulator.register(tokens)
+            want = expected_members(devices, topics)
+            want.pop("drift")
+            print("kills: %d devices x %d topics (%d changes), apply killed with SIGKILL %d times" % (
+                devices, topics, devices * topics, rounds), flush=True)
+            seen = 0
+            replays = 0
+            kills_done = 0
+            resumed = 0
+            for k in range(rounds + 10):
+                before = journal(work)
+                process = subprocess.Popen([binary, "apply", "--auto-approve", "--parallelism", "2", "--qps", "600",
+                                            "-C", work], env=emulator.env, stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE, text=True)
+                killed = False
+                if kills_done < rounds:
+                    time.sleep(rng.uniform(0.3, 2.0))
+                    if process.poll() is None:
+                        process.send_signal(signal.SIGKILL)
+                        killed = True
+                        kills_done += 1
+                out, err = process.communicate()
+                if "Resuming the apply" in err:
+                    resumed += 1
+                changes = emulator.project_admin("GET", "changes?after=%d" % seen)["changes"]
+                if changes:
+                    seen = changes[-1]["sequence"]
+                if before:
+                    _, operations, done = before
+                    finished = {}
+                    for index in done:
+                        op = operations[index]
+                        for t in op["tokens"]:
+                            finished[(op["kind"], op["target"], t)] = index
+                    for change in changes:
+                        for t in change["tokens"]:
+                            if (change["operation"], change["topic"], t) in finished:
+                                replays += 1
+                if not killed:
+                    if process.returncode != 0:
+                        print("  an apply that was not killed exited %d:\n%s" % (process.returncode, err[-1500:]))
+                        return False
+                    if kills_done >= rounds:
+                        break
+            missing, extra = compare(emulator, want)
+            plan_status, _, _ = tidemark(binary, work, ["plan", "--detailed-exitcode"], emulator.env, check=False)
+            traffic = emulator.traffic()
+            print("  %d kills, %d resumed runs; %d requests in all, %d subscription changes sent for %d needed" % (
+                kills_done, resumed, traffic["requests"], traffic["tokens_changed"], devices * topics))
+            print("  found: %d missing, %d extra memberships; %d changes of finished operations sent again; "
+                  "next plan exit %d" % (missing, extra, replays, plan_status))
+            return kills_done >= rounds and missing == 0 and extra == 0 and replays == 0 and plan_status == 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def concurrent(binary, devices=400, topics=20):
+    work = tempfile.mkdtemp(prefix="tm-lock-")
+    try:
+        with Emulator(binary, PROJECT, "--latency", "20") as emulator:
+            tokens = make_project(work, PROJECT, devices, topics, "v1")
+            emulator.register(tokens)
+            print("concurrent: two applies of %d changes at once" % (devices * topics), flush=True)
+            first = subprocess.Popen([binary, "apply", "--auto-approve", "--qps", "1000", "-C", work],
+                                     env=emulator.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            lock = os.path.join(work, ".tidemark", "state.db.lock")
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not (os.path.exists(lock) and open(lock).read().strip()):
+                time.sleep(0.02)
+            started = time.monotonic()
+            status, _, err = tidemark(binary, work, ["apply", "--auto-approve"], emulator.env, check=False)
+            took = time.monotonic() - started
+            out, first_err = first.communicate()
+            message = next((l for l in err.splitlines() if "locked" in l), err.strip())
+            names_holder = ("pid %d" % first.pid) in err
+            missing, extra = compare(emulator, {"bench-%d" % t: set(tokens) for t in range(topics)})
+            print("  second apply: exit %d after %.2f s: %s" % (status, took, message))
+            print("  first apply: exit %d; found %d missing, %d extra memberships" % (first.returncode, missing, extra))
+            return status == 1 and took < 5 and names_holder and first.returncode == 0 and missing == 0 and extra == 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("binary")
+    parser.add_argument("checks", nargs="*", default=["faults", "kills", "concurrent"])
+    parser.add_argument("--kills", type=int, default=20)
+    args = parser.parse_args()
+    results = {}
+    for check in args.checks:
+        if check == "faults":
+            for transport in ("v1", "iid"):
+                results["faults/" + transport] = faults(args.binary, transport)
+        elif check == "kills":
+            results["kills"] = kills(args.binary, rounds=args.kills)
+        elif check == "concurrent":
+            results["concurrent"] = concurrent(args.binary)
+        else:
+            parser.error("unknown check %s" % check)
+    print()
+    for name, ok in results.items():
+        print("%-12s %s" % (name, "OK" if ok else "FAILED"))
+    sys.exit(0 if all(results.values()) else 1)
+
+
+if __name__ == "__main__":
+    main()
