@@ -22,5 +22,10 @@ if ! grep -q "✔ Test run with .* passed" /tmp/tidemark-test.log; then
     exit 1
 fi
 python3 scripts/check-schema.py
-TIDEMARK_BIN="$(swift build --show-bin-path)/tidemark" python3 Tests/compat/test_firebase_admin.py
+BIN="$(swift build --show-bin-path)/tidemark"
+TIDEMARK_BIN="$BIN" python3 Tests/compat/test_firebase_admin.py
+# tidemark's HTTP client against an independent fake of FCM (not tidemark's emulator).
+TIDEMARK_BIN="$BIN" python3 Tests/compat/test_fake_fcm.py
+# Faults, 20 SIGKILLs with resume and concurrent applies against the emulator (scripts/resilience.sh).
+python3 scripts/resilience/run.py "$BIN" --quick
 echo "All tests passed."

@@ -198,12 +198,14 @@ def main():
     parser.add_argument("binary")
     parser.add_argument("checks", nargs="*", default=["faults", "kills", "concurrent"])
     parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="smaller fault run, for the test suite")
     args = parser.parse_args()
     results = {}
     for check in args.checks:
         if check == "faults":
             for transport in ("v1", "iid"):
-                results["faults/" + transport] = faults(args.binary, transport)
+                size = dict(devices=300, topics=3) if args.quick else {}
+                results["faults/" + transport] = faults(args.binary, transport, **size)
         elif check == "kills":
             results["kills"] = kills(args.binary, rounds=args.kills)
         elif check == "concurrent":
