@@ -110,3 +110,21 @@ import TidemarkEmulator
         }
     }
 }
+
+extension FCMHTTPBackendTests {
+    @Test func validateOnlySendChecksTargetingWithoutDelivering() async throws {
+        try await withBackend(.v1) { backend, server in
+            _ = try await backend.subscribe(topic: "weather", tokens: [Self.token(1)])
+            let name = try await backend.send(to: .condition("'weather' in topics && !('news' in topics)"),
+                title: "Storm", validateOnly: true)
+            #expect(name == "projects/fcm-test/messages/fake_message_id")
+            #expect(server.emulator.deliveries.deliveries(project: "fcm-test", token: nil).isEmpty)
+            await #expect(throws: FCMHTTPBackend.SendError.self) {
+                try await backend.send(to: .condition("\"weather\" in topics"), validateOnly: true)
+            }
+            let sent = try await backend.send(to: .topic("weather"), body: "Gale warning", validateOnly: false)
+            #expect(sent.hasPrefix("projects/fcm-test/messages/") && !sent.hasSuffix("fake_message_id"))
+            #expect(server.emulator.deliveries.deliveries(project: "fcm-test", token: nil).first?.recipients == [Self.token(1)])
+        }
+    }
+}

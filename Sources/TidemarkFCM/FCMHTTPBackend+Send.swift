@@ -1,0 +1,47 @@
+import Foundation
+import NIOHTTP1
+import TidemarkCore
+
+/// `v1/projects/P/messages:send` (reference §3), used to check a message's targeting with
+/// `validate_only` before anything is delivered.
+extension FCMHTTPBackend {
+    /// Who a message goes to: exactly one target, as FCM requires.
+    public enum SendTarget: Sendable, Equatable {
+        case token(String)
+        case topic(String)
+        case condition(String)
+    }
+
+    /// A failed send, with FCM's error code (`FcmError.errorCode`, else `status`).
+    public struct SendError: RetryableError, Sendable, Equatable, CustomStringConvertible {
+        public var status: Int
+        public var code: String
+        public var message: String
+        public var isRetryable: Bool { false }
+        public var description: String { "FCM refused the message: HTTP \(status) \(code): \(message)" }
+    }
+
+    /// Sends (or with `validateOnly`, only validates) a notification; returns the message name.
+    public func send(to target: SendTarget, title: String? = nil, body: String? = nil, data: [String: String] = [:],
+        validateOnly: Bool) async throws -> String
+    {
+        var message: [String: Any] = [:]
+        switch target {
+        case .token(let token): message["token"] = token
+        case .topic(let topic): message["topic"] = topic
+        case .condition(let condition): message["condition"] = condition
+        }
+        var notification: [String: String] = [:]
+        if let title { notification["title"] = title }
+        if let body { notification["body"] = body }
+        if !notification.isEmpty { message["notification"] = notification }
+        if !data.isEmpty { message["data"] = data }
+        let payload = try JSONSerialization.data(withJSONObject: ["message": message, "validate_only": validateOnly])
+        let answer = try await call(.POST, "\(endpoints.fcm)/v1/projects/\(Self.encode(project))/messages:send",
+            body: payload)
+        if answer.status == 200, let name = answer.json["name"] as? String { return name }
+        let error = answer.json["error"] as? [String: Any]
+        throw SendError(status: answer.status, code: answer.code ?? "HTTP_\(answer.status)",
+            message: error?["message"] as? String ?? "")
+    }
+}
