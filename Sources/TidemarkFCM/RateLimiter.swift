@@ -7,6 +7,8 @@ public actor RateLimiter {
     public let rate: Double
     public let burst: Double
     private var level: Double
+    /// Permits taken so far: what the calls were charged.
+    public private(set) var charged: Double = 0
     private var last: ContinuousClock.Instant
     private let clock: ContinuousClock
 
@@ -25,6 +27,7 @@ public actor RateLimiter {
         // in arrival order and the actor is never held while sleeping.
         refill()
         level -= cost
+        charged += cost
         if level < 0 {
             try await Task.sleep(for: .nanoseconds(Int64(-level / rate * 1e9)))
         }
