@@ -93,9 +93,9 @@ extension FCMEmulator {
         let bare = topic.hasPrefix("/topics/") ? String(topic.dropFirst(8)) : topic
         guard FCMLimits.topicNameProblem(bare) == nil else { return .flatError(400, "Topic name format is invalid") }
         guard FCMLimits.tokenProblem(token) == nil else { return .flatError(400, "InvalidToken") }
-        if let refused = admitSingleChange(project: project, surface: .iid) { return refused }
-        traffic.recordChange(project: project, operation: add ? "subscribe" : "unsubscribe", topic: bare, tokens: [token],
-            api: "iid")
+        if let refused = admitSingleChange(project: project, surface: .iid, subscribe: add, topic: bare, token: token) {
+            return refused
+        }
         do {
             let outcome =
                 add

@@ -79,8 +79,11 @@ extension FCMEmulator {
             return .status(400, "INVALID_ARGUMENT", "topic_name is required: POST …/topicSubscriptions?topic_name=TOPIC.")
         }
         if let problem = topicProblem(topic) { return problem }
-        if let refused = admitSingleChange(project: project, surface: .v1) { return refused }
-        traffic.recordChange(project: project, operation: "subscribe", topic: topic, tokens: [registration], api: "v1")
+        if let refused = admitSingleChange(project: project, surface: .v1, subscribe: true, topic: topic,
+            token: registration)
+        {
+            return refused
+        }
         do {
             let since = try await engine.createSubscription(project: project, registration: registration, topic: topic)
             return .json(200, subscriptionJSON(project: project, registration: registration, topic: topic, since: since))
@@ -93,8 +96,11 @@ extension FCMEmulator {
         -> WireResponse
     {
         if let problem = topicProblem(topic) { return problem }
-        if let refused = admitSingleChange(project: project, surface: .v1) { return refused }
-        traffic.recordChange(project: project, operation: "unsubscribe", topic: topic, tokens: [registration], api: "v1")
+        if let refused = admitSingleChange(project: project, surface: .v1, subscribe: false, topic: topic,
+            token: registration)
+        {
+            return refused
+        }
         do {
             try await engine.deleteSubscription(project: project, registration: registration, topic: topic,
                 allowMissing: request.queryFlag("allow_missing", "allowMissing"))
@@ -120,8 +126,11 @@ extension FCMEmulator {
     {
         if let problem = topicProblem(topic) { return problem }
         if request.queryFlag("allow_missing", "allowMissing") {
-            if let refused = admitSingleChange(project: project, surface: .v1) { return refused }
-            traffic.recordChange(project: project, operation: "subscribe", topic: topic, tokens: [registration], api: "v1")
+            if let refused = admitSingleChange(project: project, surface: .v1, subscribe: true, topic: topic,
+                token: registration)
+            {
+                return refused
+            }
             do {
                 let since = try await engine.createSubscription(project: project, registration: registration, topic: topic)
                 return .json(200, subscriptionJSON(project: project, registration: registration, topic: topic, since: since))

@@ -192,11 +192,17 @@ public struct FCMEmulator: Sendable {
         return response
     }
 
-    /// Admits one single-token subscription change: nil to go on, or the 429 (rate limit) or the
-    /// injected per-token INTERNAL to send, shaped for `surface`.
-    func admitSingleChange(project: String, surface: Surface) -> WireResponse? {
+    /// Admits one single-token subscription change: nil to go on (the change is then recorded in the
+    /// traffic log), or the 429 (rate limit) or the injected per-token INTERNAL to send, shaped for `surface`.
+    func admitSingleChange(project: String, surface: Surface, subscribe: Bool, topic: String, token: String)
+        -> WireResponse?
+    {
         if let limited = rateLimited(project: project, tokens: 1, surface: surface) { return limited }
-        guard control.drawTokenFault() else { return nil }
+        guard control.drawTokenFault() else {
+            traffic.recordChange(project: project, operation: subscribe ? "subscribe" : "unsubscribe", topic: topic,
+                tokens: [token], api: surface == .v1 ? "v1" : "iid")
+            return nil
+        }
         traffic.count { $0.faults += 1 }
         return surface == .v1
             ? .status(500, "INTERNAL", "Internal error encountered (injected fault).") : .flatError(500, "INTERNAL")
