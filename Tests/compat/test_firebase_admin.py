@@ -10,17 +10,17 @@ Run: python3 Tests/compat/test_firebase_admin.py   (TIDEMARK_BIN selects the bin
 
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
-import urllib.request
 import warnings
 
 import firebase_admin
 from firebase_admin import credentials, exceptions, messaging
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "lib"))
+from harness import Emulator  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("TIDEMARK_BIN", os.path.join(ROOT, ".build", "debug", "tidemark"))
@@ -31,43 +31,25 @@ def token(i):
     return f"compat{i:04d}:APA91bH{'x' * 40}{i:04d}"
 
 
-class Emulator:
-    def __init__(self):
-        self.data = tempfile.mkdtemp(prefix="tidemark-compat-")
-        self.process = subprocess.Popen(
-            [BIN, "emulator", "serve", "--port", "0", "--data", self.data, "--project", PROJECT],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for line in self.process.stdout:
-            match = re.search(r"listening on (http://\S+)", line)
-            if match:
-                self.base = match.group(1)
-                break
-        else:
-            raise RuntimeError("the emulator did not start")
-        self.key_file = os.path.join(self.data, "service-account.json")
+def start_emulator():
+    """The emulator with a data directory, so its key file stays at a known path; stop with `stop_emulator`."""
+    emulator = Emulator(BIN, PROJECT, data=tempfile.mkdtemp(prefix="tidemark-compat-"))
+    return emulator.__enter__()
 
-    def admin(self, method, path, body=None):
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base + "/emulator/v1/" + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request) as response:
-            return json.loads(response.read() or b"{}")
 
-    def stop(self):
-        self.process.terminate()
-        self.process.wait(timeout=10)
-        self.process.stdout.close()
-        shutil.rmtree(self.data, ignore_errors=True)
+def stop_emulator(emulator):
+    emulator.__exit__(None, None, None)
+    shutil.rmtree(emulator.data, ignore_errors=True)
 
 
 class FirebaseAdminCompatTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.emulator = Emulator()
-        with open(cls.emulator.key_file) as f:
+        cls.emulator = start_emulator()
+        with open(cls.emulator.key) as f:
             key = json.load(f)
         assert key["token_uri"].startswith(cls.emulator.base), key["token_uri"]
-        cls.app = firebase_admin.initialize_app(credentials.Certificate(cls.emulator.key_file), name="compat")
+        cls.app = firebase_admin.initialize_app(credentials.Certificate(cls.emulator.key), name="compat")
         # The SDK hard-codes Google's hosts; these are its own class/instance attributes.
         messaging._MessagingService.IID_URL = cls.emulator.base
         messaging._MessagingService.FCM_URL = cls.emulator.base + "/v1/projects/{0}/messages:send"
@@ -81,7 +63,7 @@ class FirebaseAdminCompatTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         firebase_admin.delete_app(cls.app)
-        cls.emulator.stop()
+        stop_emulator(cls.emulator)
 
     def subscribers(self, topic):
         return set(self.emulator.admin("GET", f"projects/{PROJECT}/topics/{topic}/subscribers")["subscribers"])

@@ -45,6 +45,7 @@ class Emulator:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
             self.process.kill()
+        self.log.close()
         os.unlink(self.log.name)
 
     @property
