@@ -78,7 +78,8 @@ let package = Package(
         .testTarget(name: "TidemarkFCMTests", dependencies: ["TidemarkFCM", "TidemarkEmulator", "TidemarkAuth"]),
         .testTarget(name: "TidemarkStoreTests", dependencies: ["TidemarkStore", "TidemarkCore"]),
         .testTarget(
-            name: "TidemarkCLITests", dependencies: ["tidemark", "TidemarkCore", "TidemarkStore", "TidemarkAuth"]
+            name: "TidemarkCLITests",
+            dependencies: ["tidemark", "TidemarkCore", "TidemarkStore", "TidemarkAuth", .product(name: "Yams", package: "Yams")]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -17,7 +17,8 @@ public struct Differ: Sendable {
         public var diagnostics: [Diagnostic]
     }
 
-    public func diff(desired: DesiredState, state: State) -> Result {
+    /// Only topics and groups `targets` covers are diffed; the others are left as they are.
+    public func diff(desired: DesiredState, state: State, targets: Targets = .all) -> Result {
         var unsubscribes: [PlannedOperation] = []
         var subscribes: [PlannedOperation] = []
         var topicChanges: [TopicChange] = []
@@ -28,6 +29,7 @@ public struct Differ: Sendable {
 
         for spec in desired.topics {
             declared.insert(spec.name)
+            guard targets.coversTopic(spec.name) else { continue }
             let current = state.topics[spec.name] ?? TopicState()
             let live = spec.members.subtracting(state.dead)
             let add = live.subtracting(current.observed)
@@ -39,6 +41,16 @@ public struct Differ: Sendable {
             case .authoritative:
                 remove = current.observed.subtracting(spec.members).subtracting(state.dead)
                 notes.append("authoritative over devices tidemark knows; devices it has never seen are not visible to FCM reads and are not touched")
+            }
+            if !remove.isEmpty, !current.observed.isEmpty,
+                current.observed.union(add).subtracting(remove).subtracting(state.dead).isEmpty
+            {
+                let count = "\(remove.count) known subscriber\(remove.count == 1 ? "" : "s")"
+                if spec.protect {
+                    diagnostics.append(.error("topic '\(spec.name)' is protected (protect: true), and this plan would empty it: it unsubscribes all \(count). Declare members for it, or set protect: false if emptying it is intended.", at: spec.location))
+                } else if !spec.allowEmpty {
+                    diagnostics.append(.error("this plan would empty topic '\(spec.name)': it unsubscribes all \(count). Set 'allow_empty: true' on the topic if that is intended.", at: spec.location))
+                }
             }
             let deadDeclared = spec.members.intersection(state.dead)
             if !deadDeclared.isEmpty {
@@ -53,10 +65,13 @@ public struct Differ: Sendable {
                     unsubscribe: remove.count, removedFromManifests: false, notes: notes))
             }
         }
-        for name in state.topics.keys.sorted() where !declared.contains(name) {
+        for name in state.topics.keys.sorted() where !declared.contains(name) && targets.coversTopic(name) {
             let current = state.topics[name]!
             let remove = current.managed.intersection(current.observed).subtracting(state.dead)
             guard !remove.isEmpty else { continue }
+            if current.protect {
+                diagnostics.append(.error("topic '\(name)' is protected (protect: true when last applied) and is no longer in the manifests; removing it would unsubscribe the \(remove.count) membership\(remove.count == 1 ? "" : "s") tidemark made. Put it back, or first apply it with protect: false."))
+            }
             unsubscribes += batches(.unsubscribe, name, remove, state.tokens)
             removesPerToken.append(remove)
             topicChanges.append(TopicChange(topic: name, mode: current.mode, subscribe: 0, unsubscribe: remove.count,
@@ -64,7 +79,7 @@ public struct Differ: Sendable {
                 notes: ["no longer in the manifests: tidemark removes the memberships it made"]))
         }
         diagnostics += checkTopicCap(state: state, adds: addsPerToken, removes: removesPerToken)
-        let (groupOps, groupChanges, groupDiagnostics) = diffGroups(desired: desired, state: state)
+        let (groupOps, groupChanges, groupDiagnostics) = diffGroups(desired: desired, state: state, targets: targets)
         diagnostics += groupDiagnostics
         return Result(operations: unsubscribes + subscribes + groupOps, topics: topicChanges, groups: groupChanges,
             diagnostics: diagnostics)
@@ -101,13 +116,16 @@ public struct Differ: Sendable {
         return diagnostics
     }
 
-    private func diffGroups(desired: DesiredState, state: State) -> ([PlannedOperation], [GroupChange], [Diagnostic]) {
+    private func diffGroups(desired: DesiredState, state: State, targets: Targets)
+        -> ([PlannedOperation], [GroupChange], [Diagnostic])
+    {
         var operations: [PlannedOperation] = []
         var changes: [GroupChange] = []
         var diagnostics: [Diagnostic] = []
         var declared = Set<String>()
         for spec in desired.groups {
             declared.insert(spec.name)
+            guard targets.coversGroup(spec.name) else { continue }
             let live = spec.members.subtracting(state.dead)
             let names = { (set: TokenSet) in set.map { state.tokens[$0] }.sorted() }
             guard let current = state.groups[spec.name], current.key != nil else {
@@ -135,9 +153,12 @@ public struct Differ: Sendable {
             }
             changes.append(GroupChange(group: spec.name, action: .update, add: add.count, remove: remove.count, notes: []))
         }
-        for name in state.groups.keys.sorted() where !declared.contains(name) {
+        for name in state.groups.keys.sorted() where !declared.contains(name) && targets.coversGroup(name) {
             let current = state.groups[name]!
             guard current.key != nil, !current.members.isEmpty else { continue }
+            if current.protect {
+                diagnostics.append(.error("device group '\(name)' is protected (protect: true when last applied) and is no longer in the manifests; removing it would delete the group in FCM. Put it back, or first apply it with protect: false."))
+            }
             operations.append(PlannedOperation(kind: .groupRemove, target: name,
                 tokens: current.members.map { state.tokens[$0] }.sorted()))
             changes.append(GroupChange(group: name, action: .delete, add: 0, remove: current.members.count,

@@ -90,7 +90,10 @@ public struct Plan: Sendable, Codable {
     public var manifestsDigest: String
     public var backend: BackendIdentity
     public var refreshed: Bool
+    /// `--target` selectors of a partial plan; empty when it covers everything not excluded.
     public var targets: [String]
+    /// `--exclude` selectors of a partial plan (absent in plans before it existed).
+    public var excludes: [String]? = nil
     public var operations: [PlannedOperation]
     public var topics: [TopicChange]
     public var groups: [GroupChange]
@@ -119,6 +122,14 @@ public struct Plan: Sendable, Codable {
     }
 
     public var hasChanges: Bool { !operations.isEmpty }
+
+    /// The plan's `--target` / `--exclude` selection.
+    public var selection: Targets {
+        get throws(TargetError) { try Targets(include: targets, exclude: excludes ?? []) }
+    }
+
+    /// True when the plan covers only some topics and groups.
+    public var isPartial: Bool { !targets.isEmpty || !(excludes ?? []).isEmpty }
 
     public var subscribeCount: Int { operations.filter { $0.kind == .subscribe }.reduce(0) { $0 + $1.tokens.count } }
     public var unsubscribeCount: Int {

@@ -44,7 +44,17 @@ public struct PlanRenderer: Sendable {
     }
 
     public func render(_ plan: Plan) -> String {
-        var out: [String] = [verdict(plan)]
+        var out: [String] = []
+        let errors = plan.diagnostics.filter { $0.severity == .error }.count
+        if errors > 0 {
+            out.append("Error: this plan cannot be applied (\(errors) error\(errors == 1 ? "" : "s"), listed below).")
+        }
+        out.append(verdict(plan))
+        if plan.isPartial {
+            let selection = (try? plan.selection.summary) ?? plan.targets.joined(separator: ", ")
+            out.append("")
+            out.append("Partial plan (\(selection)): topics and groups outside the selection are not planned and may have changes of their own.")
+        }
         let destructive = destructiveLines(plan)
         if !destructive.isEmpty {
             out.append("")

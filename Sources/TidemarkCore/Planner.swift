@@ -11,8 +11,10 @@ public struct Planner: Sendable {
     }
 
     /// `state` must share its token table with `loaded` (the manifests were resolved into `state.tokens`).
+    /// A partial plan (`targets`) diffs only what it covers; `maxUnsubscribes` turns a plan past that
+    /// blast radius into an error.
     public func plan(loaded: LoadedManifests, state: State, refresh: RefreshResult?, backend: BackendIdentity,
-        now: Date) -> Plan
+        now: Date, targets: Targets = .all, maxUnsubscribes: UnsubscribeLimit? = nil) -> Plan
     {
         var working = state
         working.growToTable()
@@ -21,15 +23,23 @@ public struct Planner: Sendable {
             observations = working.observations(from: refresh)
             working.apply(observations, seen: refresh.refreshed)
         }
-        let result = differ.diff(desired: loaded.desired, state: working)
+        let result = differ.diff(desired: loaded.desired, state: working, targets: targets)
         var diagnostics = loaded.diagnostics.filter { $0.severity != .error } + result.diagnostics
         if !observations.dead.isEmpty {
             let names = observations.dead.prefix(5).map { describe($0, loaded.inventory) }.joined(separator: ", ")
             diagnostics.append(.warning("\(observations.dead.count) token(s) are no longer registered in FCM (\(names)\(observations.dead.count > 5 ? ", …" : "")); they are skipped. Remove them from the inventory or update their tokens."))
         }
-        return Plan(tidemarkVersion: tidemarkVersion, createdAt: now, lineage: state.lineage, serial: state.serial,
-            manifestsDigest: loaded.digest, backend: backend, refreshed: refresh != nil, operations: result.operations,
+        var plan = Plan(tidemarkVersion: tidemarkVersion, createdAt: now, lineage: state.lineage, serial: state.serial,
+            manifestsDigest: loaded.digest, backend: backend, refreshed: refresh != nil,
+            targets: targets.include.map(\.description), operations: result.operations,
             topics: result.topics, groups: result.groups, diagnostics: diagnostics, observations: observations)
+        plan.excludes = targets.exclude.map(\.description)
+        if let maxUnsubscribes,
+            let violation = maxUnsubscribes.violation(unsubscribes: plan.unsubscribeCount, known: working.observedMembershipCount)
+        {
+            plan.diagnostics.append(.error(violation))
+        }
+        return plan
     }
 
     private func describe(_ token: String, _ inventory: Inventory) -> String {

@@ -136,7 +136,10 @@ extension State {
 
     /// Before an apply: adopt declared memberships already in place, forget managed ones that are gone,
     /// and record each declared topic's mode. The planned removals stay managed until they run.
-    public mutating func reconcileBookkeeping(with desired: DesiredState, operations: [PlannedOperation]) {
+    /// A partial plan's bookkeeping touches only the topics and groups it `targets`.
+    public mutating func reconcileBookkeeping(with desired: DesiredState, operations: [PlannedOperation],
+        targets: Targets = .all)
+    {
         var removals: [String: TokenSet] = [:]
         for op in operations where op.kind == .unsubscribe {
             removals[op.target, default: TokenSet()].formUnion(TokenSet(op.tokens.compactMap { tokens.id($0) }))
@@ -144,6 +147,7 @@ extension State {
         var declared = Set<String>()
         for spec in desired.topics {
             declared.insert(spec.name)
+            guard targets.coversTopic(spec.name) else { continue }
             var topic = topics[spec.name] ?? TopicState()
             let live = spec.members.subtracting(dead)
             let pending = removals[spec.name] ?? TokenSet()
@@ -152,11 +156,13 @@ extension State {
             topic.protect = spec.protect
             topics[spec.name] = topic
         }
-        for name in Array(topics.keys) where !declared.contains(name) {
+        for name in Array(topics.keys) where !declared.contains(name) && targets.coversTopic(name) {
             topics[name]!.managed = topics[name]!.managed.intersection(removals[name] ?? TokenSet())
             if topics[name]!.managed.isEmpty, topics[name]!.observed.isEmpty { topics[name] = nil }
         }
-        for spec in desired.groups {
+        for spec in desired.groups where targets.coversGroup(spec.name) {
+            // A group about to be created keeps its protection from the start.
+            if groups[spec.name] == nil, spec.protect { groups[spec.name] = GroupState(key: nil) }
             groups[spec.name]?.protect = spec.protect
         }
     }

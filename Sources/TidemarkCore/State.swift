@@ -69,6 +69,9 @@ public struct State: Sendable {
         }
     }
 
+    /// Memberships tidemark knows of: observed subscriptions over every topic.
+    public var observedMembershipCount: Int { topics.values.reduce(0) { $0 + $1.observed.count } }
+
     /// The topics each token is observed in, counted; used for the 2000-topic cap.
     func observedTopicCounts() -> [UInt16] {
         var counts = [UInt16](repeating: 0, count: tokens.count)

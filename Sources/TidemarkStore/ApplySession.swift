@@ -27,7 +27,7 @@ public actor ApplySession: ApplyRecorder {
         state.growToTable()
         let seen = plan.observations.refreshedAt == nil ? TokenSet() : TokenSet(0..<UInt32(state.tokens.count))
         state.apply(plan.observations, seen: seen)
-        state.reconcileBookkeeping(with: desired, operations: plan.operations)
+        state.reconcileBookkeeping(with: desired, operations: plan.operations, targets: try plan.selection)
         var write = SQLiteStateStore.Write()
         // Every topic and group present before or after: rows that bookkeeping dropped are deleted too.
         write.topics = Array(Set(before.topics.keys).union(state.topics.keys))

@@ -17,6 +17,7 @@ struct ApplyCommand: AsyncParsableCommand {
     )
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var planning: PlanningOptions
 
     @Argument(help: ArgumentHelp("A plan saved with 'tidemark plan --out FILE'.", valueName: "PLANFILE"))
     var planFile: String?
@@ -78,10 +79,15 @@ struct ApplyCommand: AsyncParsableCommand {
             loaded = workspace.loadManifests(into: &state)
             try reportDiagnostics(loaded.diagnostics.filter { $0.severity == .error })
             try checkFresh(plan, state: state, loaded: loaded, backend: backend.identity, workspace: workspace)
+            try checkSelection(plan, state: state)
         } else {
-            let result = try await workspace.makePlan(store: existing, backend: backend, refresh: !noRefresh)
+            let result = try await workspace.makePlan(store: existing, backend: backend, refresh: !noRefresh,
+                targets: try planning.targets(), maxUnsubscribes: try planning.limit())
             (state, loaded, plan) = (result.state, result.loaded, result.plan)
             try workspace.output(plan, format: .text, inventory: loaded.inventory)
+            if plan.diagnostics.hasErrors {
+                throw CLIError("the plan has errors (above); nothing was changed.")
+            }
             if plan.hasChanges, !autoApprove {
                 guard Terminal.stdinIsTerminal else {
                     throw CLIError("apply needs confirmation: run it on a terminal, pass --auto-approve, or apply a saved plan file.")
@@ -124,6 +130,22 @@ struct ApplyCommand: AsyncParsableCommand {
             throw CLIError("\(planFile) is stale: an interrupted apply was finished first, so the state moved on. Make a new plan.")
         }
         return false
+    }
+
+    /// A saved plan runs with the selection it was made with: flags may repeat it, never change or widen it;
+    /// `--max-unsubscribes` still applies.
+    private func checkSelection(_ plan: Plan, state: State) throws {
+        let file = planFile ?? "the plan"
+        let saved = try plan.selection
+        let given = try planning.targets()
+        if given.isPartial, given != saved {
+            throw CLIError("\(file) was planned for \(saved.summary); --target/--exclude (\(given.summary)) cannot change what a saved plan covers. Make a new plan with those selectors.")
+        }
+        if let limit = try planning.limit(),
+            let violation = limit.violation(unsubscribes: plan.unsubscribeCount, known: state.observedMembershipCount)
+        {
+            throw CLIError("\(file) is refused: \(violation)")
+        }
     }
 
     private func checkFresh(_ plan: Plan, state: State, loaded: LoadedManifests, backend: BackendIdentity,

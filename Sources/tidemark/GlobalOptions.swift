@@ -32,5 +32,5 @@ struct GlobalOptions: ParsableArguments {
 }
 
 enum OutputFormat: String, ExpressibleByArgument, CaseIterable {
-    case text, json
+    case text, markdown, json
 }

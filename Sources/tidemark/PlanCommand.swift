@@ -14,12 +14,11 @@ struct PlanCommand: AsyncParsableCommand {
     )
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var planning: PlanningOptions
+    @OptionGroup var render: RenderOptions
 
     @Option(name: .long, help: ArgumentHelp("Save the plan as JSON, to apply exactly with 'tidemark apply FILE'.", valueName: "FILE"))
     var out: String?
-
-    @Option(help: "Output format: text or json (json carries full tokens).")
-    var format: OutputFormat = .text
 
     @Flag(help: "Exit 2 when the plan has changes, 0 when it has none, 1 on error.")
     var detailedExitcode = false
@@ -32,18 +31,27 @@ struct PlanCommand: AsyncParsableCommand {
             let workspace = try Workspace(global)
             let store = try workspace.openStore(create: false)
             let result = try await workspace.withBackend { backend in
-                try await workspace.makePlan(store: store, backend: backend, refresh: !noRefresh)
+                try await workspace.makePlan(store: store, backend: backend, refresh: !noRefresh,
+                    targets: try planning.targets(), maxUnsubscribes: try planning.limit())
             }
-            if let out {
-                var data = try Plan.encoder().encode(result.plan)
+            let plan = result.plan
+            let refused = plan.diagnostics.hasErrors
+            if let out, !refused {
+                var data = try Plan.encoder().encode(plan)
                 data.append(UInt8(ascii: "\n"))
                 try writeAtomically(data, to: out, mode: 0o600)
             }
-            try workspace.output(result.plan, format: format, inventory: result.loaded.inventory)
-            if let out, format == .text {
-                Terminal.out("Saved the plan to \(out); apply it exactly with: tidemark apply \(out)\n")
+            try workspace.output(plan, format: render.format, inventory: result.loaded.inventory,
+                partsDir: render.partsDir, planFile: refused ? nil : out)
+            if refused {
+                let errors = plan.diagnostics.filter { $0.severity == .error }.count
+                Terminal.err("\(errors) error\(errors == 1 ? "" : "s") in the plan; it cannot be applied\(out != nil ? " and was not saved" : "").")
+                throw ExitCode.failure
             }
-            if detailedExitcode, result.plan.hasChanges { throw ExitCode(2) }
+            if let out, render.format == .text {
+                try Terminal.write("Saved the plan to \(out); apply it exactly with: tidemark apply \(out)\n")
+            }
+            if detailedExitcode, plan.hasChanges { throw ExitCode(2) }
         }
     }
 }

@@ -5,7 +5,7 @@ import TidemarkCore
 struct ShowCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "show",
-        abstract: "Render a saved plan file."
+        abstract: "Render a saved plan file as text, markdown (pull-request comments) or JSON."
     )
 
     @OptionGroup var global: GlobalOptions
@@ -13,14 +13,14 @@ struct ShowCommand: AsyncParsableCommand {
     @Argument(help: ArgumentHelp("A plan saved with 'tidemark plan --out FILE'.", valueName: "PLANFILE"))
     var planFile: String
 
-    @Option(help: "Output format: text or json.")
-    var format: OutputFormat = .text
+    @OptionGroup var render: RenderOptions
 
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
             let plan = try readPlan(planFile)
-            try workspace.output(plan, format: format, inventory: nil)
+            try workspace.output(plan, format: render.format, inventory: nil, partsDir: render.partsDir,
+                planFile: planFile)
         }
     }
 }
@@ -38,9 +38,16 @@ func readPlan(_ path: String) throws -> Plan {
     guard version <= Plan.currentFormatVersion else {
         throw CLIError("\(path) has plan format \(version); this tidemark reads up to \(Plan.currentFormatVersion). Upgrade tidemark.")
     }
+    let plan: Plan
     do {
-        return try Plan.decoder().decode(Plan.self, from: data)
+        plan = try Plan.decoder().decode(Plan.self, from: data)
     } catch {
         throw CLIError("\(path) is not a valid tidemark plan: \(error).")
     }
+    do {
+        _ = try plan.selection
+    } catch {
+        throw CLIError("\(path) has an invalid target selection: \(error.description)")
+    }
+    return plan
 }

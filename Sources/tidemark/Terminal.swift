@@ -12,6 +12,17 @@ enum Terminal {
         FileHandle.standardOutput.write(Data(text.utf8))
     }
 
+    /// Writes to standard output, reporting a failed write (a full disk, a closed pipe) as an error.
+    static func write(_ text: String) throws { try write(Data(text.utf8)) }
+
+    static func write(_ data: Data) throws {
+        do {
+            try FileHandle.standardOutput.write(contentsOf: data)
+        } catch {
+            throw CLIError("could not write to standard output (\(error.localizedDescription)); the output is incomplete.")
+        }
+    }
+
     static func err(_ text: String) {
         FileHandle.standardError.write(Data((text.hasSuffix("\n") ? text : text + "\n").utf8))
     }

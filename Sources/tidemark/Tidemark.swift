@@ -16,7 +16,8 @@ struct Tidemark: AsyncParsableCommand {
             """,
         version: Workspace.version,
         subcommands: [
-            ValidateCommand.self, PlanCommand.self, ApplyCommand.self, ShowCommand.self, EmulatorCommand.self,
+            ValidateCommand.self, PlanCommand.self, ApplyCommand.self, DriftCommand.self, ShowCommand.self,
+            ImportCommand.self, AudienceCommand.self, FmtCommand.self, EmulatorCommand.self,
         ]
     )
 }

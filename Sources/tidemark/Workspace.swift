@@ -168,8 +168,11 @@ struct Workspace {
     }
 
     func renderer(_ inventory: Inventory?) -> PlanRenderer {
-        PlanRenderer(showTokens: options.showTokens, deviceName: { token in
-            inventory?.index(ofToken: token).map { "device \(inventory!.deviceIDs[$0])" }
-        })
+        PlanRenderer(showTokens: options.showTokens, deviceName: deviceNamer(inventory))
+    }
+
+    /// Names a token's device for human output, when the inventory knows it.
+    func deviceNamer(_ inventory: Inventory?) -> @Sendable (String) -> String? {
+        { token in inventory?.index(ofToken: token).map { "device \(inventory!.deviceIDs[$0])" } }
     }
 }

@@ -99,7 +99,8 @@ import Testing
     @Test func everyCommandHasHelp() throws {
         let cli = try CLIRunner()
         defer { cli.remove() }
-        for command in [[], ["validate"], ["plan"], ["apply"], ["show"]] {
+        for command in [[], ["validate"], ["plan"], ["apply"], ["show"], ["drift"], ["import"], ["audience"], ["fmt"],
+            ["emulator", "serve"]] {
             let help = try cli.run(command + ["--help"])
             #expect(help.status == 0)
             #expect(help.stdout.contains("USAGE:"))

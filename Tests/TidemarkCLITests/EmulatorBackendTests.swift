@@ -7,13 +7,9 @@ import Testing
     @Test func demoAppliesOverHTTPAndConvergesOverBothTransports() async throws {
         let cli = try CLIRunner(demo: true)
         defer { cli.remove() }
-        let server = try EmulatorServeTests.Server.start(cli, data: nil,
-            extra: ["--auto-register", "--rate-limit", "0", "--project", "tidemark-demo"])
+        let server = try EmulatorServeTests.Server.startForDemo(cli)
         defer { _ = server.stop() }
-        let environment = [
-            "FCM_EMULATOR_HOST": String(server.base.dropFirst("http://".count)),
-            "GOOGLE_APPLICATION_CREDENTIALS": server.keyFile,
-        ]
+        let environment = server.environment
         let apply = try cli.run(["apply", "--auto-approve", "--backend", "emulator"], environment: environment)
         #expect(apply.status == 0, "\(apply.stderr)")
         #expect(apply.stdout.contains("Apply complete"))

@@ -33,6 +33,16 @@ import FoundationNetworking
             return Server(process: process, base: String(base), keyFile: String(keyFile))
         }
 
+        /// What a tidemark process needs to use this emulator as its backend.
+        var environment: [String: String] {
+            ["FCM_EMULATOR_HOST": String(base.dropFirst("http://".count)), "GOOGLE_APPLICATION_CREDENTIALS": keyFile]
+        }
+
+        /// An emulator for the demo project that accepts the demo's tokens and has no rate limit.
+        static func startForDemo(_ cli: CLIRunner) throws -> Server {
+            try start(cli, data: nil, extra: ["--auto-register", "--rate-limit", "0", "--project", "tidemark-demo"])
+        }
+
         func stop() -> Int32 {
             process.terminate()
             process.waitUntilExit()

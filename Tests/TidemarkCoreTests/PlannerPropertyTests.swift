@@ -54,8 +54,9 @@ import Testing
         var topics: [DesiredTopic] = []
         for topic in topicNames where Int.random(in: 0..<5, using: &rng) > 0 {
             let members = known.filter { _ in Int.random(in: 0..<3, using: &rng) == 0 }.map { state.tokens.id($0)! }
+            // allow_empty: these worlds test convergence; the emptying rail has its own tests.
             topics.append(DesiredTopic(name: topic, mode: Bool.random(using: &rng) ? .additive : .authoritative,
-                members: TokenSet(members)))
+                allowEmpty: true, members: TokenSet(members)))
         }
         let desired = DesiredState(topics: topics, groups: [],
             knownTokens: TokenSet(sorted: Array(0..<UInt32(state.tokens.count))))

@@ -1,0 +1,69 @@
+/// Who a message sent to an FCM condition would reach, judged from the manifests or from what
+/// tidemark last observed.
+public struct Audience: Sendable {
+    public enum Source: String, Sendable, Codable, CaseIterable {
+        /// The memberships the manifests declare.
+        case desired
+        /// The memberships state last observed (after a refresh or an apply).
+        case observed
+    }
+
+    public var condition: FCMCondition
+    public var source: Source
+    /// Reached tokens, sorted.
+    public var tokens: [String]
+    /// Topics of the condition that `source` does not know at all.
+    public var unknownTopics: [String]
+
+    /// Evaluates `condition` for every live known token: `desired` members, or `state`'s observed sets.
+    public init(condition: FCMCondition, source: Source, desired: DesiredState, state: State) {
+        self.condition = condition
+        self.source = source
+        var sets: [String: TokenSet] = [:]
+        let names = Set(condition.topics)
+        switch source {
+        case .desired:
+            for topic in desired.topics where names.contains(topic.name) { sets[topic.name] = topic.members }
+        case .observed:
+            for name in names { if let topic = state.topics[name] { sets[name] = topic.observed } }
+        }
+        unknownTopics = names.filter { sets[$0] == nil }.sorted()
+        var reached: [String] = []
+        let candidates: TokenSet
+        if condition.matches({ _ in false }) {
+            // A negated condition reaches devices in none of the topics: every known device is a candidate.
+            let known = source == .desired ? desired.knownTokens : TokenSet(Array(0..<UInt32(state.tokens.count)))
+            candidates = known.union(TokenSet.union(of: Array(sets.values)))
+        } else {
+            // Otherwise a device must be in at least one named topic.
+            candidates = TokenSet.union(of: Array(sets.values))
+        }
+        for id in candidates where !state.dead.contains(id) {
+            if condition.matches({ sets[$0]?.contains(id) ?? false }) { reached.append(state.tokens[id]) }
+        }
+        tokens = reached.sorted()
+    }
+}
+
+extension State {
+    /// `tidemark import`: records what a refresh saw and adopts, for declared topics that `targets`
+    /// covers, the observed memberships of declared members as tidemark's own. Never forgets
+    /// anything it managed before; returns how many memberships were adopted per topic.
+    @discardableResult
+    public mutating func adopt(_ desired: DesiredState, targets: Targets = .all) -> [String: Int] {
+        var adopted: [String: Int] = [:]
+        for spec in desired.topics where targets.coversTopic(spec.name) {
+            var topic = topics[spec.name] ?? TopicState()
+            let found = spec.members.subtracting(dead).intersection(topic.observed).subtracting(topic.managed)
+            topic.managed.formUnion(found)
+            topic.mode = spec.mode
+            topic.protect = spec.protect
+            topics[spec.name] = topic
+            if !found.isEmpty { adopted[spec.name] = found.count }
+        }
+        for spec in desired.groups where targets.coversGroup(spec.name) {
+            groups[spec.name]?.protect = spec.protect
+        }
+        return adopted
+    }
+}

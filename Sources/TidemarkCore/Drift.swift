@@ -1,0 +1,274 @@
+import Foundation
+
+/// What moved in FCM since tidemark last looked, that nobody planned: a refresh classified against
+/// the manifests and state. `tidemark apply` corrects every kind.
+public struct DriftReport: Sendable, Codable {
+    public enum Kind: String, Sendable, Codable, CaseIterable {
+        /// A device subscribed itself to an authoritative topic it is not declared in.
+        case selfSubscribed = "self_subscribed"
+        /// A device declared in a topic, and seen subscribed before, is no longer subscribed.
+        case dropped
+        /// FCM no longer knows the token (app uninstalled, token rotated or expired).
+        case deadToken = "dead_token"
+        /// A device group tidemark made no longer exists. (A group's key is not compared: FCM may
+        /// answer a look-up with any of a group's key aliases.)
+        case vanishedGroup = "vanished_group"
+
+        public var heading: String {
+            switch self {
+            case .selfSubscribed: "Devices that subscribed themselves to authoritative topics"
+            case .dropped: "Devices that dropped declared topics"
+            case .deadToken: "Dead tokens"
+            case .vanishedGroup: "Vanished device groups"
+            }
+        }
+
+        /// What `apply` does about it.
+        public var correction: String {
+            switch self {
+            case .selfSubscribed: "apply unsubscribes them"
+            case .dropped: "apply subscribes them again"
+            case .deadToken: "apply records them as dead and skips them; update or remove them in the inventory"
+            case .vanishedGroup: "apply creates the group again"
+            }
+        }
+    }
+
+    public struct Item: Sendable, Codable, Equatable {
+        public var kind: Kind
+        public var topic: String?
+        public var group: String?
+        public var token: String?
+        public var device: String?
+
+        public init(kind: Kind, topic: String? = nil, group: String? = nil, token: String? = nil, device: String? = nil) {
+            self.kind = kind
+            self.topic = topic
+            self.group = group
+            self.token = token
+            self.device = device
+        }
+    }
+
+    public var formatVersion = 1
+    public var tidemarkVersion: String
+    public var checkedAt: Date
+    public var lineage: String
+    public var serial: Int
+    public var backend: BackendIdentity
+    /// Registrations read.
+    public var registrationsRead: Int
+    public var items: [Item]
+    /// Changes a plan made now would carry out (drift corrections and unapplied manifest edits), in tokens and group calls.
+    public var pendingChanges: Int
+
+    public init(tidemarkVersion: String, checkedAt: Date, lineage: String, serial: Int, backend: BackendIdentity,
+        registrationsRead: Int, items: [Item], pendingChanges: Int)
+    {
+        self.tidemarkVersion = tidemarkVersion
+        self.checkedAt = checkedAt
+        self.lineage = lineage
+        self.serial = serial
+        self.backend = backend
+        self.registrationsRead = registrationsRead
+        self.items = items
+        self.pendingChanges = pendingChanges
+    }
+
+    public var hasDrift: Bool { !items.isEmpty }
+
+    public func count(_ kind: Kind) -> Int { items.reduce(0) { $0 + ($1.kind == kind ? 1 : 0) } }
+
+    /// Sorts what a refresh saw into kinds of drift. `state` is state before the refresh, sharing
+    /// its token table with `desired`.
+    public static func classify(_ observations: Observations, desired: DesiredState, state: State,
+        inventory: Inventory) -> [Item]
+    {
+        func device(_ token: String) -> String? { inventory.index(ofToken: token).map { inventory.deviceIDs[$0] } }
+        var items: [Item] = []
+        let topics = Dictionary(desired.topics.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        for delta in observations.topics {
+            guard let spec = topics[delta.topic] else { continue }
+            if spec.mode == .authoritative {
+                for token in delta.subscribed {
+                    guard let id = state.tokens.id(token), !spec.members.contains(id) else { continue }
+                    items.append(Item(kind: .selfSubscribed, topic: delta.topic, token: token, device: device(token)))
+                }
+            }
+            for token in delta.unsubscribed {
+                guard let id = state.tokens.id(token), spec.members.contains(id) else { continue }
+                // A token that died is reported once, as dead, not in every topic it was in.
+                if observations.dead.contains(token) { continue }
+                items.append(Item(kind: .dropped, topic: delta.topic, token: token, device: device(token)))
+            }
+        }
+        for token in observations.dead {
+            items.append(Item(kind: .deadToken, token: token, device: device(token)))
+        }
+        for entry in observations.groupKeys where entry.key == nil {
+            guard let known = state.groups[entry.group], known.key != nil else { continue }
+            items.append(Item(kind: .vanishedGroup, group: entry.group))
+        }
+        return items
+    }
+}
+
+extension DriftReport {
+    public static func encoder(pretty: Bool = true) -> JSONEncoder { Plan.encoder(pretty: pretty) }
+}
+
+/// Renders a drift report for people (text and markdown) and for log pipelines (NDJSON events).
+public struct DriftRenderer: Sendable {
+    public var showTokens: Bool
+    /// Items listed per kind and topic before "… and N more".
+    public var itemsPerSection: Int
+    public var packer: MarkdownPacker
+
+    public init(showTokens: Bool = false, itemsPerSection: Int = 20, packer: MarkdownPacker = MarkdownPacker()) {
+        self.showTokens = showTokens
+        self.itemsPerSection = itemsPerSection
+        self.packer = packer
+    }
+
+    /// "Drift: 3 devices subscribed themselves to authoritative topics, 1 dead token."
+    public func verdict(_ report: DriftReport) -> String {
+        guard report.hasDrift else {
+            let read = PlanRenderer.formatCount(report.registrationsRead)
+            return "No drift: FCM matches what tidemark last saw (\(read) registration\(report.registrationsRead == 1 ? "" : "s") read)."
+        }
+        var parts: [String] = []
+        for kind in DriftReport.Kind.allCases {
+            let n = report.count(kind)
+            guard n > 0 else { continue }
+            let count = PlanRenderer.formatCount(n)
+            let part = switch kind {
+            case .selfSubscribed: "\(count) self-subscription\(n == 1 ? "" : "s") to authoritative topics"
+            case .dropped: "\(count) declared membership\(n == 1 ? "" : "s") dropped"
+            case .deadToken: "\(count) dead token\(n == 1 ? "" : "s")"
+            case .vanishedGroup: "\(count) vanished group\(n == 1 ? "" : "s")"
+            }
+            parts.append(part)
+        }
+        return "Drift: " + parts.joined(separator: ", ") + "."
+    }
+
+    private func advice(_ report: DriftReport) -> String {
+        guard report.pendingChanges > 0 else {
+            return report.hasDrift ? "Nothing for apply to change; the drift is recorded at the next apply." : "Nothing to apply."
+        }
+        return "Run 'tidemark apply' to correct it: a plan now makes \(PlanRenderer.formatCount(report.pendingChanges)) change\(report.pendingChanges == 1 ? "" : "s") (unapplied manifest edits included)."
+    }
+
+    /// Per kind, the affected items grouped by topic or group, capped.
+    private func sections(_ report: DriftReport) -> [(kind: DriftReport.Kind, lines: [String])] {
+        var result: [(DriftReport.Kind, [String])] = []
+        for kind in DriftReport.Kind.allCases {
+            let items = report.items.filter { $0.kind == kind }
+            guard !items.isEmpty else { continue }
+            var lines: [String] = []
+            let byPlace = Dictionary(grouping: items, by: { $0.topic ?? $0.group ?? "" })
+            for place in byPlace.keys.sorted() {
+                let entries = byPlace[place]!
+                if !place.isEmpty, kind != .vanishedGroup {
+                    lines.append("\(place): \(PlanRenderer.formatCount(entries.count))")
+                }
+                for item in entries.prefix(itemsPerSection) {
+                    if let token = item.token {
+                        lines.append("  \(show(token))\(item.device.map { " (device \($0))" } ?? "")")
+                    } else if let group = item.group {
+                        lines.append("  \(group)")
+                    }
+                }
+                if entries.count > itemsPerSection {
+                    lines.append("  … and \(PlanRenderer.formatCount(entries.count - itemsPerSection)) more")
+                }
+            }
+            result.append((kind, lines))
+        }
+        return result
+    }
+
+    public func text(_ report: DriftReport) -> String {
+        var out = [verdict(report)]
+        for (kind, lines) in sections(report) {
+            out.append("")
+            out.append("\(kind.heading) (\(kind.correction)):")
+            out += lines.map { "  " + $0 }
+        }
+        out.append("")
+        out.append(advice(report))
+        out.append(provenance(report))
+        return out.joined(separator: "\n") + "\n"
+    }
+
+    public func markdown(_ report: DriftReport) -> [String] {
+        let icon = report.hasDrift ? "🌊" : "✅"
+        let head = "### \(icon) tidemark drift: \(MarkdownPlanRenderer.escape(verdict(report)))"
+        var blocks: [MarkdownBlock] = []
+        if report.hasDrift {
+            let rows = DriftReport.Kind.allCases.filter { report.count($0) > 0 }.map {
+                "| \($0.heading) | \(PlanRenderer.formatCount(report.count($0))) | \($0.correction) |"
+            }
+            blocks.append(MarkdownBlock(open: "| Drift | Count | Correction |\n|---|--:|---|", lines: rows))
+        }
+        for (kind, lines) in sections(report) {
+            let title = "\(kind.heading): \(PlanRenderer.formatCount(report.count(kind)))"
+            blocks.append(MarkdownBlock(open: "<details><summary>\(title)</summary>\n\n```", lines: lines,
+                close: "```\n\n</details>", reopen: "<details><summary>\(title) (continued)</summary>\n\n```"))
+        }
+        blocks.append(.text(MarkdownPlanRenderer.escape(advice(report))))
+        blocks.append(.text("<sub>\(MarkdownPlanRenderer.escape(provenance(report)))</sub>"))
+        return packer.pack(head: head, blocks: blocks,
+            continued: { part, count in "### tidemark drift (continued, part \(part) of \(count))" },
+            truncated: { omitted in "**Truncated:** \(omitted) more section\(omitted == 1 ? "" : "s") did not fit; `tidemark drift --format json` has everything." })
+    }
+
+    /// One JSON object per line: a `drift` event per item, then a `summary` event. Tokens are redacted
+    /// unless `showTokens`, as logs are read by people.
+    public func ndjson(_ report: DriftReport) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        struct Event: Encodable {
+            var event: String
+            var time: Date
+            var kind: String?
+            var topic: String?
+            var group: String?
+            var token: String?
+            var device: String?
+            var counts: [String: Int]?
+            var drift: Bool?
+            var registrationsRead: Int?
+            var pendingChanges: Int?
+            var backend: String?
+
+            enum CodingKeys: String, CodingKey {
+                case event, time, kind, topic, group, token, device, counts, drift, backend
+                case registrationsRead = "registrations_read"
+                case pendingChanges = "pending_changes"
+            }
+        }
+        var lines: [String] = []
+        func emit(_ event: Event) {
+            if let data = try? encoder.encode(event) { lines.append(String(decoding: data, as: UTF8.self)) }
+        }
+        for item in report.items {
+            emit(Event(event: "drift", time: report.checkedAt, kind: item.kind.rawValue, topic: item.topic,
+                group: item.group, token: item.token.map(show), device: item.device))
+        }
+        var counts: [String: Int] = [:]
+        for kind in DriftReport.Kind.allCases { counts[kind.rawValue] = report.count(kind) }
+        emit(Event(event: "summary", time: report.checkedAt, counts: counts, drift: report.hasDrift,
+            registrationsRead: report.registrationsRead, pendingChanges: report.pendingChanges,
+            backend: report.backend.description))
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    private func show(_ token: String) -> String { showTokens ? token : Redaction.redact(token) }
+
+    private func provenance(_ report: DriftReport) -> String {
+        let state = report.lineage.isEmpty ? "no state yet" : "state \(report.lineage.prefix(8)) serial \(report.serial)"
+        return "Checked \(ISO8601DateFormatter().string(from: report.checkedAt)) against \(report.backend); \(state)."
+    }
+}

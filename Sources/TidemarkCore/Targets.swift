@@ -1,0 +1,154 @@
+import Foundation
+
+/// Which topics and groups a partial plan covers: `--target` / `--exclude` selectors such as
+/// `topic:weather-*`, `group:user-*`, or a bare glob that matches both kinds.
+public struct Targets: Sendable, Equatable {
+    public enum Kind: String, Sendable {
+        case topic, group
+    }
+
+    public struct Selector: Sendable, Equatable, CustomStringConvertible {
+        /// nil matches topics and groups alike.
+        public var kind: Kind?
+        public var pattern: String
+
+        /// Parses `topic:GLOB`, `group:GLOB` or `GLOB`; globs know `*` (any run) and `?` (one character).
+        public init(parsing text: String) throws(TargetError) {
+            var kind: Kind?
+            var pattern = Substring(text)
+            if let colon = text.firstIndex(of: ":") {
+                let prefix = String(text[..<colon])
+                guard let parsed = Kind(rawValue: prefix) else {
+                    throw TargetError("'\(text)' is not a selector: the part before ':' must be 'topic' or 'group', not '\(prefix)'.")
+                }
+                kind = parsed
+                pattern = text[text.index(after: colon)...]
+            }
+            guard !pattern.isEmpty else {
+                throw TargetError("'\(text)' is not a selector: give a name or glob, e.g. topic:weather-* or group:user-*.")
+            }
+            self.kind = kind
+            self.pattern = String(pattern)
+        }
+
+        public func matches(_ kind: Kind, _ name: String) -> Bool {
+            if let own = self.kind, own != kind { return false }
+            return Self.glob(Array(pattern.unicodeScalars), Array(name.unicodeScalars))
+        }
+
+        public var description: String { kind.map { "\($0.rawValue):\(pattern)" } ?? pattern }
+
+        /// Iterative glob match with backtracking to the last `*`: linear in practice, no recursion.
+        static func glob(_ pattern: [Unicode.Scalar], _ name: [Unicode.Scalar]) -> Bool {
+            var p = 0, n = 0
+            var star = -1, mark = 0
+            while n < name.count {
+                if p < pattern.count, pattern[p] == "?" || pattern[p] == name[n] {
+                    p += 1
+                    n += 1
+                } else if p < pattern.count, pattern[p] == "*" {
+                    star = p
+                    mark = n
+                    p += 1
+                } else if star >= 0 {
+                    p = star + 1
+                    mark += 1
+                    n = mark
+                } else {
+                    return false
+                }
+            }
+            while p < pattern.count, pattern[p] == "*" { p += 1 }
+            return p == pattern.count
+        }
+    }
+
+    public var include: [Selector]
+    public var exclude: [Selector]
+
+    public init(include: [Selector] = [], exclude: [Selector] = []) {
+        self.include = include
+        self.exclude = exclude
+    }
+
+    public init(include: [String], exclude: [String]) throws(TargetError) {
+        var included: [Selector] = []
+        for text in include { included.append(try Selector(parsing: text)) }
+        var excluded: [Selector] = []
+        for text in exclude { excluded.append(try Selector(parsing: text)) }
+        self.init(include: included, exclude: excluded)
+    }
+
+    /// Every topic and group.
+    public static let all = Targets()
+
+    /// True when the plan is limited to some topics or groups.
+    public var isPartial: Bool { !include.isEmpty || !exclude.isEmpty }
+
+    public func covers(_ kind: Kind, _ name: String) -> Bool {
+        if !include.isEmpty, !include.contains(where: { $0.matches(kind, name) }) { return false }
+        return !exclude.contains { $0.matches(kind, name) }
+    }
+
+    public func coversTopic(_ name: String) -> Bool { covers(.topic, name) }
+    public func coversGroup(_ name: String) -> Bool { covers(.group, name) }
+
+    /// "only topic:weather-*, group:user-*; excluding topic:weather-test".
+    public var summary: String {
+        var parts: [String] = []
+        if !include.isEmpty { parts.append("only " + include.map(\.description).joined(separator: ", ")) }
+        if !exclude.isEmpty { parts.append("excluding " + exclude.map(\.description).joined(separator: ", ")) }
+        return parts.isEmpty ? "everything" : parts.joined(separator: "; ")
+    }
+}
+
+public struct TargetError: Error, Sendable, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// `--max-unsubscribes N|P%`: the blast radius past which a plan is refused.
+public struct UnsubscribeLimit: Sendable, Equatable, CustomStringConvertible {
+    public enum Bound: Sendable, Equatable {
+        case count(Int)
+        /// A share of the memberships tidemark knows of (observed, over every topic).
+        case percent(Double)
+    }
+
+    public var bound: Bound
+
+    public init(parsing text: String) throws(TargetError) {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        if trimmed.hasSuffix("%") {
+            guard let value = Double(trimmed.dropLast()), value >= 0, value <= 100 else {
+                throw TargetError("--max-unsubscribes '\(text)' is not a percentage between 0% and 100%.")
+            }
+            bound = .percent(value)
+        } else {
+            guard let value = Int(trimmed), value >= 0 else {
+                throw TargetError("--max-unsubscribes '\(text)' is neither a number of unsubscriptions (e.g. 500) nor a percentage (e.g. 5%).")
+            }
+            bound = .count(value)
+        }
+    }
+
+    public var description: String {
+        switch bound {
+        case .count(let n): "\(n)"
+        case .percent(let p): p == p.rounded() ? "\(Int(p))%" : "\(p)%"
+        }
+    }
+
+    /// Why `unsubscribes` out of `known` memberships crosses the limit, or nil when it does not.
+    public func violation(unsubscribes: Int, known: Int) -> String? {
+        let allowed: Int
+        switch bound {
+        case .count(let n): allowed = n
+        case .percent(let p): allowed = Int((Double(known) * p / 100).rounded(.down))
+        }
+        guard unsubscribes > allowed else { return nil }
+        let percent = known > 0 ? String(format: "%.1f", Double(unsubscribes) * 100 / Double(known)) : ""
+        let share = known > 0 ? " (\(percent)% of the \(PlanRenderer.formatCount(known)) memberships tidemark knows)" : ""
+        return "the plan would unsubscribe \(PlanRenderer.formatCount(unsubscribes)) memberships\(share), more than --max-unsubscribes \(self) allows (\(PlanRenderer.formatCount(allowed))). Check the manifests, narrow the plan with --target, or raise the limit."
+    }
+}

@@ -1,0 +1,66 @@
+import ArgumentParser
+import Foundation
+import TidemarkCore
+
+struct DriftCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "drift",
+        abstract: "Find what moved in FCM since the last apply, without changing anything.",
+        discussion: """
+            Reads every known token and group from the backend and classifies what nobody planned: \
+            devices that subscribed themselves to authoritative topics, devices that dropped declared \
+            topics, dead tokens, vanished device groups. Neither FCM nor the state file is \
+            changed; 'tidemark apply' corrects the drift. For scheduled jobs: --detailed-exitcode exits 2 \
+            when there is drift; --json writes one event per line for log pipelines.
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var render: RenderOptions
+
+    @Flag(help: "Exit 2 when drift was found, 0 when none, 1 on error.")
+    var detailedExitcode = false
+
+    @Flag(name: .customLong("json"), help: "Write an NDJSON event stream (one 'drift' event per finding, then a 'summary'); tokens redacted unless --show-tokens.")
+    var ndjson = false
+
+    func validate() throws {
+        if ndjson, render.format != .text {
+            throw ValidationError("--json writes the event stream; it cannot be combined with --format \(render.format.rawValue).")
+        }
+    }
+
+    func run() async throws {
+        try await runReportingErrors {
+            let workspace = try Workspace(global)
+            let store = try workspace.openStore(create: false)
+            let (state, loaded) = try await workspace.loadStateAndManifests(store)
+            try reportDiagnostics(loaded.diagnostics.filter { $0.severity == .error })
+            let report = try await workspace.withBackend { backend in
+                let refresh = try await workspace.refresh(state: state, loaded: loaded, backend: backend)
+                let plan = Planner(tidemarkVersion: Workspace.version).plan(loaded: loaded, state: state,
+                    refresh: refresh, backend: backend.identity, now: Date())
+                let items = DriftReport.classify(plan.observations, desired: loaded.desired, state: state,
+                    inventory: loaded.inventory)
+                let pending = plan.subscribeCount + plan.unsubscribeCount + plan.operations.filter(\.kind.isGroup).count
+                return DriftReport(tidemarkVersion: Workspace.version, checkedAt: Date(), lineage: state.lineage,
+                    serial: state.serial, backend: backend.identity, registrationsRead: refresh.refreshed.count,
+                    items: items, pendingChanges: pending)
+            }
+            let renderer = DriftRenderer(showTokens: global.showTokens)
+            if ndjson {
+                try Terminal.write(renderer.ndjson(report))
+            } else {
+                switch render.format {
+                case .text: try Terminal.write(renderer.text(report))
+                case .markdown: try workspace.writeMarkdown(renderer.markdown(report), partsDir: render.partsDir)
+                case .json:
+                    var data = try DriftReport.encoder().encode(report)
+                    data.append(UInt8(ascii: "\n"))
+                    try Terminal.write(data)
+                }
+            }
+            if detailedExitcode, report.hasDrift { throw ExitCode(2) }
+        }
+    }
+}

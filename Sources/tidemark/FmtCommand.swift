@@ -1,0 +1,69 @@
+import ArgumentParser
+import Foundation
+import TidemarkCore
+
+struct FmtCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "fmt",
+        abstract: "Rewrite the manifests in canonical form: stable key order, sorted member lists.",
+        discussion: """
+            Every *.yaml / *.yml file in the manifests directory is rewritten in place (atomically) \
+            when it is not canonical. Comments, blank lines, quoting and short [flow] lists are kept; \
+            the result is checked to mean exactly what the file meant. With --check nothing is written: \
+            the files that need formatting are listed and the exit code is 1, for CI.
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Flag(help: "Write nothing; list files that are not canonical and exit 1 if there are any.")
+    var check = false
+
+    func run() async throws {
+        try await runReportingErrors {
+            let workspace = try Workspace(global)
+            let files = try manifestFiles(workspace.manifestsPath)
+            var changed: [String] = []
+            var problems: [Diagnostic] = []
+            for name in files {
+                let path = (workspace.manifestsPath as NSString).appendingPathComponent(name)
+                let display = (workspace.manifestsDisplay as NSString).appendingPathComponent(name)
+                guard let data = FileManager.default.contents(atPath: path) else {
+                    throw CLIError("cannot read \(display).")
+                }
+                let text = String(decoding: data, as: UTF8.self)
+                switch ManifestFormatter().format(text, file: display) {
+                case .failed(let diagnostics):
+                    problems += diagnostics
+                case .formatted(let formatted) where formatted != text:
+                    changed.append(display)
+                    if !check {
+                        let mode = ((try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? Int) ?? 0o644
+                        try writeAtomically(Data(formatted.utf8), to: path, mode: mode)
+                    }
+                case .formatted:
+                    break
+                }
+            }
+            for diagnostic in problems { Terminal.err(diagnostic.description) }
+            if check {
+                for file in changed { try Terminal.write("\(file)\n") }
+                if !changed.isEmpty {
+                    Terminal.err("\(changed.count) file\(changed.count == 1 ? " is" : "s are") not formatted; run 'tidemark fmt' and commit the result.")
+                    throw ExitCode.failure
+                }
+            } else {
+                for file in changed { try Terminal.write("formatted \(file)\n") }
+            }
+            if !problems.isEmpty { throw ExitCode.failure }
+        }
+    }
+
+    /// The manifest files, sorted, relative to the directory.
+    private func manifestFiles(_ directory: String) throws -> [String] {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else {
+            throw CLIError("the manifests directory \(directory) does not exist; pass --manifests DIR or -C DIR.")
+        }
+        return names.filter { $0.hasSuffix(".yaml") || $0.hasSuffix(".yml") }.sorted()
+    }
+}

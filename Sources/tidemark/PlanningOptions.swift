@@ -1,0 +1,58 @@
+import ArgumentParser
+import TidemarkCore
+
+/// What a plan covers and how far it may reach: `--target`, `--exclude`, `--max-unsubscribes`.
+struct PlanningOptions: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp(
+        "Plan only these topics or groups: topic:GLOB, group:GLOB or GLOB (both kinds); * and ? are wildcards. Repeatable.",
+        valueName: "SEL"))
+    var target: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("Leave these topics or groups out of the plan (same syntax as --target). Repeatable.",
+        valueName: "SEL"))
+    var exclude: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp(
+        "Refuse a plan that unsubscribes more than N memberships, or more than P% of the memberships tidemark knows.",
+        valueName: "N|P%"))
+    var maxUnsubscribes: String?
+
+    func validate() throws {
+        _ = try targets()
+        _ = try limit()
+    }
+
+    func targets() throws -> Targets {
+        do {
+            return try Targets(include: target, exclude: exclude)
+        } catch let error as TargetError {
+            throw ValidationError(error.description)
+        }
+    }
+
+    func limit() throws -> UnsubscribeLimit? {
+        guard let maxUnsubscribes else { return nil }
+        do {
+            return try UnsubscribeLimit(parsing: maxUnsubscribes)
+        } catch let error as TargetError {
+            throw ValidationError(error.description)
+        }
+    }
+}
+
+/// `--format` and where markdown parts go, for commands that render plans or reports.
+struct RenderOptions: ParsableArguments {
+    @Option(help: "Output format: text, markdown (pull-request comments) or json (full data, full tokens).")
+    var format: OutputFormat = .text
+
+    @Option(name: .long, help: ArgumentHelp(
+        "With --format markdown: write each comment-sized part to DIR/part-1.md, part-2.md, … as well.",
+        valueName: "DIR"))
+    var partsDir: String?
+
+    func validate() throws {
+        if partsDir != nil, format != .markdown {
+            throw ValidationError("--parts-dir needs --format markdown.")
+        }
+    }
+}

@@ -1,0 +1,304 @@
+import Foundation
+import Testing
+import Yams
+
+/// The pull-request and schedule features end to end: partial plans, safety rails, markdown,
+/// drift seeded through the emulator's admin API, import, audience, fmt and the CI recipes.
+@Suite(.serialized) struct PullRequestWorkflowTests {
+    /// The demo inventory's rows by device id: (token, region).
+    static func demoDevices() throws -> [String: (token: String, region: String)] {
+        let csv = try String(contentsOf: CLIRunner.repositoryRoot.appendingPathComponent("manifests/inventory/devices.csv"), encoding: .utf8)
+        var result: [String: (String, String)] = [:]
+        for line in csv.split(separator: "\n").dropFirst() {
+            let fields = line.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+            result[fields[0]] = (fields[1], fields[3])
+        }
+        return result
+    }
+
+    @Test func partialPlansStayPartial() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let plan = try cli.run(["plan", "--target", "topic:weather-*", "--exclude", "weather-daily-*", "--out", "weather.json",
+            "--detailed-exitcode"])
+        #expect(plan.status == 2, "\(plan.stderr)")
+        #expect(plan.stdout.contains("Partial plan (only topic:weather-*; excluding weather-daily-*)"))
+        let saved = try JSONSerialization.jsonObject(with: Data(contentsOf: cli.project.appendingPathComponent("weather.json"))) as! [String: Any]
+        let targets = Set(((saved["operations"] as? [[String: Any]]) ?? []).compactMap { $0["target"] as? String })
+        #expect(!targets.isEmpty && targets.allSatisfy { $0.hasPrefix("weather-") && !$0.hasPrefix("weather-daily-") }, "\(targets)")
+        #expect(saved["targets"] as? [String] == ["topic:weather-*"])
+        #expect(saved["excludes"] as? [String] == ["weather-daily-*"])
+
+        // The saved plan cannot be widened or changed by flags.
+        let widened = try cli.run(["apply", "weather.json", "--target", "*"])
+        #expect(widened.status == 1)
+        #expect(widened.stderr.contains("cannot change what a saved plan covers"))
+        #expect(try cli.run(["apply", "weather.json"]).status == 0)
+        // The weather topics are done; everything else is still to do.
+        #expect(try cli.run(["plan", "--target", "topic:weather-*", "--exclude", "weather-daily-*", "--detailed-exitcode"]).status == 0)
+        let rest = try cli.run(["plan", "--out", "rest.json", "--format", "json"])
+        let restPlan = try JSONSerialization.jsonObject(with: Data(rest.stdout.utf8)) as! [String: Any]
+        let restTargets = Set(((restPlan["operations"] as? [[String: Any]]) ?? []).compactMap { $0["target"] as? String })
+        #expect(restTargets.contains("weather-daily-en") && restTargets.contains("ops-canary"))
+        #expect(!restTargets.contains("weather-severe-north-sea"))
+        let bad = try cli.run(["plan", "--target", "topics:x"])
+        #expect(bad.status != 0 && bad.stderr.contains("must be 'topic' or 'group'"))
+    }
+
+    @Test func safetyRailsStopPlansThatCrossThem() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        #expect(try cli.run(["apply", "--auto-approve"]).status == 0)
+        // weather.yaml holds two protected authoritative topics; dropping the file would remove them.
+        let weather = cli.project.appendingPathComponent("manifests/weather.yaml")
+        let original = try String(contentsOf: weather, encoding: .utf8)
+        try FileManager.default.removeItem(at: weather)
+        let plan = try cli.run(["plan", "--out", "plan.json"])
+        #expect(plan.status == 1)
+        #expect(plan.stdout.hasPrefix("Error: this plan cannot be applied"))
+        #expect(plan.stdout.contains("topic 'weather-severe-north-sea' is protected (protect: true when last applied)"))
+        #expect(plan.stderr.contains("it cannot be applied and was not saved"))
+        #expect(!FileManager.default.fileExists(atPath: cli.project.appendingPathComponent("plan.json").path))
+        let apply = try cli.run(["apply", "--auto-approve"])
+        #expect(apply.status == 1 && apply.stderr.contains("the plan has errors"))
+        // Excluding the protected topics, the rest of the removal goes ahead.
+        #expect(try cli.run(["plan", "--exclude", "topic:weather-severe-*"]).status == 0)
+        try original.write(to: weather, atomically: true, encoding: .utf8)
+
+        // The blast radius: removing scores.yaml unsubscribes hundreds of memberships.
+        try FileManager.default.removeItem(at: cli.project.appendingPathComponent("manifests/scores.yaml"))
+        let capped = try cli.run(["plan", "--max-unsubscribes", "10"])
+        #expect(capped.status == 1)
+        #expect(capped.stdout.contains("more than --max-unsubscribes 10 allows (10)"))
+        #expect(try cli.run(["plan", "--max-unsubscribes", "100%"]).status == 0)
+        #expect(try cli.run(["plan", "--out", "removal.json"]).status == 0)
+        let refused = try cli.run(["apply", "removal.json", "--max-unsubscribes", "1%"])
+        #expect(refused.status == 1 && refused.stderr.contains("removal.json is refused: the plan would unsubscribe"))
+        #expect(try cli.run(["apply", "removal.json", "--max-unsubscribes", "100%"]).status == 0)
+    }
+
+    @Test func markdownPlanForPullRequests() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let plan = try cli.run(["plan", "--format", "markdown", "--parts-dir", "comment", "--out", "plan.json"])
+        #expect(plan.status == 0, "\(plan.stderr)")
+        #expect(plan.stdout.hasPrefix("### 📝 tidemark: Plan: "))
+        #expect(plan.stdout.contains("| Topic / group | Kind | Mode | Adds | Removes | Notes |"))
+        #expect(plan.stdout.contains("<details><summary>`weather-daily-en`"))
+        let part = try String(contentsOf: cli.project.appendingPathComponent("comment/part-1.md"), encoding: .utf8)
+        #expect(plan.stdout.hasPrefix(part))
+        #expect(part.contains("Full plan: `plan.json`"))
+        for (id, device) in try Self.demoDevices() where id.hasSuffix("7") {
+            #expect(!plan.stdout.contains(device.token), "the token of \(id) appears in full")
+        }
+        let show = try cli.run(["show", "plan.json", "--format", "markdown"])
+        #expect(show.status == 0 && show.stdout.hasPrefix("### 📝 tidemark: Plan: "))
+        let misuse = try cli.run(["plan", "--parts-dir", "x"])
+        #expect(misuse.status != 0 && misuse.stderr.contains("--parts-dir needs --format markdown"))
+    }
+
+    @Test func aPlanThatCannotBeWrittenNeverExitsZero() throws {
+        guard FileManager.default.fileExists(atPath: "/dev/full") else { return }
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        for format in ["text", "markdown", "json"] {
+            let process = Process()
+            process.executableURL = CLIRunner.binary
+            process.arguments = ["plan", "--format", format, "--detailed-exitcode"]
+            process.currentDirectoryURL = cli.project
+            process.standardOutput = FileHandle(forWritingAtPath: "/dev/full")
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 1, "\(format): exit \(process.terminationStatus)")
+        }
+    }
+
+    @Test func driftSeededThroughTheAdminAPIIsFoundAndCorrected() async throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let server = try EmulatorServeTests.Server.startForDemo(cli)
+        defer { _ = server.stop() }
+        let environment = server.environment
+        let backend = ["--backend", "emulator"]
+        #expect(try cli.run(["apply", "--auto-approve"] + backend, environment: environment).status == 0)
+        let none = try cli.run(["drift", "--detailed-exitcode"] + backend, environment: environment)
+        #expect(none.status == 0, "\(none.stdout)\(none.stderr)")
+        #expect(none.stdout.hasPrefix("No drift"))
+
+        let devices = try Self.demoDevices()
+        let outsider = devices.first { $0.value.region == "irish-sea" }!
+        let members = devices.filter { $0.value.region == "north-sea" }.keys.sorted()
+        let (dropper, corpse) = (devices[members[0]]!, devices[members[1]]!)
+        let project = "/emulator/v1/projects/tidemark-demo"
+        let topic = "\(project)/topics/weather-severe-north-sea/subscribers"
+        #expect(try await server.call("POST", topic, body: server.json(["tokens": [outsider.value.token]])).0 == 200)
+        #expect(try await server.call("DELETE", topic, body: server.json(["tokens": [dropper.token]])).0 == 200)
+        #expect(try await server.call("DELETE", "\(project)/registrations/\(corpse.token)").0 == 200)
+        #expect(try await server.call("DELETE", "\(project)/groups/oncall-phones").0 == 200)
+
+        let drift = try cli.run(["drift", "--detailed-exitcode"] + backend, environment: environment)
+        #expect(drift.status == 2, "\(drift.stdout)\(drift.stderr)")
+        #expect(drift.stdout.hasPrefix("Drift: 1 self-subscription to authoritative topics, 1 declared membership dropped, 1 dead token, 1 vanished group."), "\(drift.stdout)")
+        #expect(drift.stdout.contains("(device \(outsider.key))"))
+        #expect(!drift.stdout.contains(outsider.value.token))
+        let events = try cli.run(["drift", "--json"] + backend, environment: environment)
+        #expect(events.status == 0)
+        let lines = events.stdout.split(separator: "\n").map { try! JSONSerialization.jsonObject(with: Data($0.utf8)) as! [String: Any] }
+        #expect(Set(lines.compactMap { $0["kind"] as? String }) == ["self_subscribed", "dropped", "dead_token", "vanished_group"])
+        #expect(lines.last?["event"] as? String == "summary" && lines.last?["drift"] as? Bool == true)
+        let markdown = try cli.run(["drift", "--format", "markdown"] + backend, environment: environment)
+        #expect(markdown.stdout.hasPrefix("### 🌊 tidemark drift: Drift: "))
+        let json = try cli.run(["drift", "--format", "json"] + backend, environment: environment)
+        #expect(json.stdout.contains(outsider.value.token), "JSON carries full data")
+
+        // One apply removes it all; the dead token is recorded and no longer drift.
+        let apply = try cli.run(["apply", "--auto-approve"] + backend, environment: environment)
+        #expect(apply.status == 0, "\(apply.stderr)")
+        let after = try cli.run(["drift", "--detailed-exitcode"] + backend, environment: environment)
+        #expect(after.status == 0, "\(after.stdout)")
+        #expect(try cli.run(["plan", "--detailed-exitcode"] + backend, environment: environment).status == 0)
+        let (_, subscribers) = try await server.call("GET", "\(project)/topics/weather-severe-north-sea/subscribers")
+        let now = Set((subscribers["subscribers"] as? [String]) ?? [])
+        #expect(!now.contains(outsider.value.token) && now.contains(dropper.token))
+        let (status, _) = try await server.call("GET", "\(project)/groups/oncall-phones")
+        #expect(status == 200)
+    }
+
+    @Test func importAdoptsExistingMembershipsWithoutChangingFCM() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        #expect(try cli.run(["apply", "--auto-approve"]).status == 0)
+        // Lose state: the memberships exist in FCM (the embedded engine), but tidemark no longer knows it made them.
+        try FileManager.default.removeItem(at: cli.project.appendingPathComponent(".tidemark/state.db"))
+        let dry = try cli.run(["import", "--dry-run"])
+        #expect(dry.status == 0 && dry.stdout.contains("Would adopt") && dry.stdout.contains("Dry run: state was not written."))
+        #expect(!FileManager.default.fileExists(atPath: cli.project.appendingPathComponent(".tidemark/state.db").path))
+        let imported = try cli.run(["import"])
+        #expect(imported.status == 0, "\(imported.stderr)")
+        #expect(imported.stdout.contains("weather-daily-en: "))
+        #expect(imported.stdout.contains("4 declared device groups found in FCM"))
+        // Every topic membership is in place; only the groups' members, which FCM cannot list, are added again.
+        #expect(try cli.run(["plan", "--target", "topic:*", "--detailed-exitcode"]).status == 0)
+        let groups = try cli.run(["plan", "--format", "json"])
+        let operations = (try JSONSerialization.jsonObject(with: Data(groups.stdout.utf8)) as! [String: Any])["operations"] as! [[String: Any]]
+        #expect(operations.allSatisfy { $0["kind"] as? String == "group_add" }, "\(operations.map { $0["kind"]! })")
+        // Because the memberships are tidemark's again, dropping a topic unsubscribes them.
+        try FileManager.default.removeItem(at: cli.project.appendingPathComponent("manifests/scores.yaml"))
+        let plan = try cli.run(["plan", "--detailed-exitcode"])
+        #expect(plan.status == 2 && plan.stdout.contains("(topic removed from the manifests)"))
+    }
+
+    @Test func audienceCountsWhoAConditionReaches() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let northSea = try Self.demoDevices().values.filter { $0.region == "north-sea" }.count
+        let desired = try cli.run(["audience", "'weather-severe-north-sea' in topics"])
+        #expect(desired.status == 0, "\(desired.stderr)")
+        #expect(desired.stdout.hasPrefix("The condition reaches \(northSea) devices as the manifests declare them."))
+        #expect(desired.stdout.contains("By platform: "))
+        // Before any apply nothing is observed; after it, the same devices.
+        let before = try cli.run(["audience", "'weather-severe-north-sea' in topics", "--from", "observed"])
+        #expect(before.stdout.hasPrefix("The condition reaches 0 devices"))
+        #expect(try cli.run(["apply", "--auto-approve"]).status == 0)
+        let after = try cli.run(["audience", "'weather-severe-north-sea' in topics", "--from", "observed", "--refresh", "--format", "json"])
+        let json = try JSONSerialization.jsonObject(with: Data(after.stdout.utf8)) as! [String: Any]
+        #expect(json["count"] as? Int == northSea)
+        let negated = try cli.run(["audience", "!('weather-severe-north-sea' in topics) && !('nope' in topics)", "--format", "json"])
+        let all = try JSONSerialization.jsonObject(with: Data(negated.stdout.utf8)) as! [String: Any]
+        #expect((all["count"] as? Int ?? 0) > 2000)
+        #expect(all["unknown_topics"] as? [String] == ["nope"])
+        let invalid = try cli.run(["audience", "'a' in topics &&"])
+        #expect(invalid.status == 1 && invalid.stderr.contains("column"))
+    }
+
+    @Test func fmtMakesManifestsCanonicalAndKeepsComments() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        // The demo manifests are canonical.
+        let demo = try cli.run(["fmt", "--check"])
+        #expect(demo.status == 0, "\(demo.stdout)\(demo.stderr)")
+        try cli.write("manifests/messy.yaml", """
+            # Header comment.
+            groups:
+              - members:
+                  - devices: [dev-00003, dev-00001]   # two phones
+                notification_key_name: messy-group
+            topics:
+
+              # The canary.
+              - members: [{tokens: ["zz:APA91bZZ", "aa:APA91bAA"]}]
+                protect: true
+                name: messy-topic
+                mode: authoritative
+                description: 'It''s messy'
+
+            """)
+        let check = try cli.run(["fmt", "--check"])
+        #expect(check.status == 1)
+        #expect(check.stdout == "manifests/messy.yaml\n")
+        #expect(try cli.run(["fmt"]).stdout == "formatted manifests/messy.yaml\n")
+        let formatted = try String(contentsOf: cli.project.appendingPathComponent("manifests/messy.yaml"), encoding: .utf8)
+        #expect(formatted == """
+            # Header comment.
+            topics:
+
+              # The canary.
+              - name: messy-topic
+                description: 'It''s messy'
+                mode: authoritative
+                protect: true
+                members: [{tokens: ["aa:APA91bAA", "zz:APA91bZZ"]}]
+            groups:
+              - notification_key_name: messy-group
+                members:
+                  - devices: [dev-00001, dev-00003] # two phones
+
+            """)
+        #expect(try cli.run(["fmt", "--check"]).status == 0)
+        #expect(try cli.run(["validate"]).status == 0)
+        try cli.write("manifests/broken.yaml", "topics: [\n")
+        let broken = try cli.run(["fmt"])
+        #expect(broken.status == 1 && broken.stderr.contains("manifests/broken.yaml:"))
+    }
+
+    /// The CI recipes are valid YAML, and every tidemark command in them exists with the flags they use.
+    @Test func ciRecipesAreValid() throws {
+        let cli = try CLIRunner()
+        defer { cli.remove() }
+        let root = CLIRunner.repositoryRoot.appendingPathComponent("examples")
+        let files = ["github/tidemark.yml", "github/actions/install-tidemark/action.yml", "gitlab/.gitlab-ci.yml"]
+        var commands: [String] = []
+        for file in files {
+            let text = try String(contentsOf: root.appendingPathComponent(file), encoding: .utf8)
+            // Composed, not loaded: YAML 1.1 reads GitHub's `on:` key as a boolean.
+            let node = try #require(try Yams.compose(yaml: text), "\(file) is empty")
+            let mapping = try #require(node.mapping, "\(file) is not a YAML mapping")
+            let keys = Set(mapping.map { $0.key.string ?? "" })
+            if file == "github/tidemark.yml" {
+                #expect(keys.isSuperset(of: ["name", "on", "jobs", "permissions"]))
+                let jobs = Set((node["jobs"]?.mapping ?? [:]).map { $0.key.string ?? "" })
+                #expect(jobs == ["plan", "apply", "drift"])
+                let triggers = Set((node["on"]?.mapping ?? [:]).map { $0.key.string ?? "" })
+                #expect(triggers.isSuperset(of: ["pull_request", "push", "schedule"]))
+            }
+            if file == "gitlab/.gitlab-ci.yml" {
+                #expect(keys.isSuperset(of: ["stages", "plan", "apply", "drift"]))
+            }
+            for match in text.matches(of: /tidemark (validate|plan|apply|drift|show|fmt|import|audience)[^\n]*(\\\n[^\n]*)*/) {
+                commands.append(String(match.output.0).replacingOccurrences(of: "\\\n", with: " "))
+            }
+        }
+        #expect(commands.count >= 8)
+        var helpCache: [String: String] = [:]
+        for command in commands {
+            let words = command.split(separator: " ").map(String.init)
+            let sub = words[1]
+            let help = try helpCache[sub] ?? cli.run([sub, "--help"]).stdout
+            helpCache[sub] = help
+            for flag in words.dropFirst(2) where flag.hasPrefix("--") {
+                #expect(help.contains(flag), "`\(command)`: \(flag) is not an option of tidemark \(sub)")
+            }
+        }
+    }
+}
