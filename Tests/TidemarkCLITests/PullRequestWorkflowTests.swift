@@ -97,6 +97,41 @@ import Yams
         #expect(misuse.status != 0 && misuse.stderr.contains("--parts-dir needs --format markdown"))
     }
 
+    /// Thousands of changed tokens across 200 topics: still a readable set of comments.
+    @Test func largeMarkdownPlanFitsInComments() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let regions = ["north-sea", "baltic", "atlantic", "channel", "irish-sea"]
+        let topics = (0..<200).map { i in
+            "  - name: big-\(String(format: "%03d", i))\n    members: [{selector: {region: \(regions[i % regions.count])}}]"
+        }
+        try cli.write("manifests/big.yaml", "topics:\n" + topics.joined(separator: "\n") + "\n")
+        let plan = try cli.run(["plan", "--format", "markdown", "--parts-dir", "parts", "--out", "big.json"])
+        #expect(plan.status == 0, "\(plan.stderr)")
+        let names = try FileManager.default.contentsOfDirectory(atPath: cli.project.appendingPathComponent("parts").path)
+        #expect(names.count >= 2)
+        let devices = try Self.demoDevices()
+        for name in names {
+            let part = try String(contentsOf: cli.project.appendingPathComponent("parts/\(name)"), encoding: .utf8)
+            #expect(part.utf8.count < 65_536, "\(name): \(part.utf8.count) bytes")
+            #expect(name == "part-1.md" ? part.hasPrefix("### 📝 tidemark: Plan: 223 topics and 4 groups change: ")
+                : part.hasPrefix("### tidemark plan (continued, part "), "\(name)")
+            for device in devices.values.prefix(300) { #expect(!part.contains(device.token)) }
+        }
+        #expect(plan.stdout.contains("<details><summary>`big-000`: +"))
+        #expect(plan.stdout.contains("more (all are in the JSON plan)"))
+    }
+
+    /// Off a terminal, long work prints plain progress lines (done / total, rate, ETA).
+    @Test func longApplyReportsProgress() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let apply = try cli.run(["apply", "--auto-approve"])
+        #expect(apply.status == 0)
+        #expect(apply.stderr.contains(/Applying: ([0-9,]+)\/\1 tokens \(100%\), [0-9,]+\/s, ETA 0s/), "\(apply.stderr)")
+        #expect(!apply.stderr.contains("\u{1B}["), "no terminal escapes when stderr is not a terminal")
+    }
+
     @Test func aPlanThatCannotBeWrittenNeverExitsZero() throws {
         guard FileManager.default.fileExists(atPath: "/dev/full") else { return }
         let cli = try CLIRunner(demo: true)
