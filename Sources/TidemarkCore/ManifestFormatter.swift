@@ -21,8 +21,10 @@ public struct ManifestFormatter: Sendable {
 
     public func format(_ text: String, file: String) -> Outcome {
         var doc = YAMLDocument(file: file)
-        guard let root = doc.compose(text) else { return .failed(doc.diagnostics) }
+        let composed = doc.compose(text)
+        if !doc.diagnostics.isEmpty { return .failed(doc.diagnostics) }
         var emitter = Emitter(source: text, lineWidth: lineWidth)
+        guard let root = composed else { return .formatted(emitter.finishComments()) }  // comments only
         if case .scalar(let s) = root, s.string.isEmpty {
             return .formatted(emitter.finishComments())
         }
@@ -127,7 +129,9 @@ private struct Emitter {
     /// Full-line comments by the source line of the node they precede.
     var commentsBefore: [Int: [(line: Int, text: String)]] = [:]
     /// Comments after the last node.
-    var trailingComments: [String] = []
+    var trailingComments: [(line: Int, text: String)] = []
+    /// Whether the document opened with an explicit `---`.
+    var documentStart = false
     /// End-of-line comments by source line.
     var endOfLine: [Int: String] = [:]
     var emittedLines = Set<Int>()
@@ -146,8 +150,10 @@ private struct Emitter {
                 if let anchor = starts.first(where: { $0 > number }) {
                     commentsBefore[anchor, default: []].append((number, text))
                 } else {
-                    trailingComments.append(text)
+                    trailingComments.append((number, text))
                 }
+            } else if trimmed.hasPrefix("---"), starts.first.map({ number < $0 }) ?? true {
+                documentStart = true
             } else if let comment = Self.endOfLineComment(raw) {
                 endOfLine[number] = comment
             }
@@ -228,13 +234,18 @@ private struct Emitter {
         // Comments whose node was never written on its own line (e.g. inside a flow collection).
         for key in commentsBefore.keys.sorted() { out += commentsBefore[key]!.map(\.text) }
         for key in endOfLine.keys.sorted() { out.append(endOfLine[key]!) }
-        if !trailingComments.isEmpty, !out.isEmpty, out.last != "" { out.append("") }
-        out += trailingComments
+        if let first = trailingComments.first?.line, !out.isEmpty, out.last != "", first >= 2,
+            lines[first - 2].allSatisfy({ $0 == " " || $0 == "\t" })
+        {
+            out.append("")
+        }
+        out += trailingComments.map(\.text)
         while out.last == "" { out.removeLast() }
         return out.isEmpty ? "" : out.joined(separator: "\n") + "\n"
     }
 
     mutating func emitDocument(_ root: Node) {
+        if documentStart { out.append("---") }
         // Comments above the first key head the file, whatever key comes first after formatting.
         leadIn(root.mark?.line, indent: 0)
         guard case .mapping(let map) = root else {
