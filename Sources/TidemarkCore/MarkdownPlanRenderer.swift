@@ -40,7 +40,9 @@ public struct MarkdownPlanRenderer: Sendable {
         }
         let destructive = text.destructiveLines(plan)
         if !destructive.isEmpty {
-            blocks.append(MarkdownBlock(open: "**⚠️ Destructive changes**\n", lines: destructive.map { "- " + Self.escape($0) }))
+            var lines = destructive.prefix(25).map { "- " + Self.escape($0) }
+            if destructive.count > 25 { lines.append("- … and \(destructive.count - 25) more (see the table)") }
+            blocks.append(MarkdownBlock(open: "**⚠️ Destructive changes**\n", lines: lines))
         }
         if !plan.topics.isEmpty || !plan.groups.isEmpty {
             var rows: [String] = []

@@ -28,7 +28,8 @@ extension FCMHTTPBackend {
             return try await forEachConcurrently(tokens.count) { i in
                 let url = registrationsURL(tokens[i]) + "?topic_name=\(Self.encode(topic))"
                 // 409 ALREADY_EXISTS: already subscribed, which is what we wanted.
-                return Self.outcome(try await call(.POST, url, body: Data("{}".utf8), changes: 1), success: [200, 409])
+                return Self.outcome(try await call(.POST, url, body: Data("{}".utf8), changes: 1, successBody: false),
+                    success: [200, 409])
             }
         case .iid:
             return try await batch("v1:batchAdd", topic: topic, tokens: tokens)
@@ -40,7 +41,7 @@ extension FCMHTTPBackend {
         case .v1:
             return try await forEachConcurrently(tokens.count) { i in
                 let url = registrationsURL(tokens[i]) + "/\(Self.encode(topic))?allow_missing=true"
-                return Self.outcome(try await call(.DELETE, url, changes: 1))
+                return Self.outcome(try await call(.DELETE, url, changes: 1, successBody: false))
             }
         case .iid:
             return try await batch("v1:batchRemove", topic: topic, tokens: tokens)

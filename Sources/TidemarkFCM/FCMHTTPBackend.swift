@@ -135,8 +135,9 @@ public struct FCMHTTPBackend: Backend {
 
     /// One call with auth, rate limiting (`changes` subscription changes) and retries of retryable
     /// statuses and network errors.
+    /// `successBody: false` skips parsing a 2xx answer's body (the v1 changes need only the status).
     func call(_ method: HTTPMethod, _ url: String, body: Data? = nil, changes: Int = 0, iidHeaders: Bool = false,
-        groupHeaders: Bool = false) async throws -> Answer
+        groupHeaders: Bool = false, successBody: Bool = true) async throws -> Answer
     {
         let timing = options.timing
         let started = timing.now()
@@ -163,8 +164,9 @@ public struct FCMHTTPBackend: Backend {
                 counter.increment()
                 let response = try await client.execute(request, timeout: .seconds(60))
                 let bytes = try await response.body.collect(upTo: 16 << 20)
-                let json = (try? JSONSerialization.jsonObject(with: Data(buffer: bytes))) as? [String: Any] ?? [:]
                 let status = Int(response.status.code)
+                let json = !successBody && (200..<300).contains(status) ? [:]
+                    : (try? JSONSerialization.jsonObject(with: Data(buffer: bytes))) as? [String: Any] ?? [:]
                 if status == 401, !refreshedToken {
                     // The token may have been revoked or expired early: fetch a new one, once.
                     refreshedToken = true

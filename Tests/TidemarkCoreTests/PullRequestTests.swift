@@ -86,6 +86,7 @@ private struct Fixture {
         #expect(partial.targets == ["topic:weather-*"] && partial.excludes == ["weather-b"])
         #expect(partial.isPartial)
         #expect(PlanRenderer().render(partial).contains("Partial plan (only topic:weather-*; excluding weather-b)"))
+        #expect(MarkdownPlanRenderer().render(partial)[0].contains("> **Partial plan** (only topic:weather-*; excluding weather-b)"))
         let full = fixture.plan()
         #expect(Set(full.operations.map(\.target)) == ["weather-a", "weather-b", "scores", "user-1", "old-topic"])
         #expect(!full.isPartial)
