@@ -156,6 +156,10 @@ public struct DriftRenderer: Sendable {
         guard report.pendingChanges > 0 else {
             return report.hasDrift ? "Nothing for apply to change; the drift is recorded at the next apply." : "Nothing to apply."
         }
+        if !report.hasDrift {
+            let n = report.pendingChanges
+            return "The manifests have \(PlanRenderer.formatCount(n)) change\(n == 1 ? "" : "s") not yet applied; 'tidemark plan' shows them."
+        }
         return "Run 'tidemark apply' to correct it: a plan now makes \(PlanRenderer.formatCount(report.pendingChanges)) change\(report.pendingChanges == 1 ? "" : "s") (unapplied manifest edits included)."
     }
 
