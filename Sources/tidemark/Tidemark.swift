@@ -17,7 +17,7 @@ struct Tidemark: AsyncParsableCommand {
         version: Workspace.version,
         subcommands: [
             ValidateCommand.self, PlanCommand.self, ApplyCommand.self, DriftCommand.self, ShowCommand.self,
-            ImportCommand.self, AudienceCommand.self, FmtCommand.self, EmulatorCommand.self,
+            ImportCommand.self, AudienceCommand.self, FmtCommand.self, StateCommand.self, EmulatorCommand.self,
         ]
     )
 }

@@ -100,7 +100,7 @@ import Testing
         let cli = try CLIRunner()
         defer { cli.remove() }
         for command in [[], ["validate"], ["plan"], ["apply"], ["show"], ["drift"], ["import"], ["audience"], ["fmt"],
-            ["emulator", "serve"]] {
+            ["state"], ["state", "list"], ["state", "show"], ["state", "lock"], ["emulator", "serve"]] {
             let help = try cli.run(command + ["--help"])
             #expect(help.status == 0)
             #expect(help.stdout.contains("USAGE:"))

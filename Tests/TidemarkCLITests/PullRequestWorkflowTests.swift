@@ -297,6 +297,37 @@ import Yams
         #expect(broken.status == 1 && broken.stderr.contains("manifests/broken.yaml:"))
     }
 
+    @Test func stateCommandsShowWhatTidemarkRemembers() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let none = try cli.run(["state", "list"])
+        #expect(none.status == 1 && none.stderr.contains("there is no state at .tidemark/state.db yet"))
+        #expect(try cli.run(["apply", "--auto-approve"]).status == 0)
+        let list = try cli.run(["state", "list"])
+        #expect(list.status == 0)
+        #expect(list.stdout.contains("ops-canary") && list.stdout.contains("protected"))
+        #expect(list.stdout.contains("Latest applies:") && list.stdout.contains("finished"))
+        let json = try JSONSerialization.jsonObject(with: Data(try cli.run(["state", "list", "--format", "json"]).stdout.utf8)) as! [String: Any]
+        #expect((json["topics"] as? [[String: Any]])?.count == 23)
+        let show = try cli.run(["state", "show", "group:oncall-phones"])
+        #expect(show.status == 0 && show.stdout.contains("(device oncall-pixel-8)"))
+        for device in try Self.demoDevices().values.prefix(50) { #expect(!show.stdout.contains(device.token)) }
+        #expect(try cli.run(["state", "show", "topic:nope"]).status == 1)
+        #expect(try cli.run(["state", "lock"]).stdout.contains("is not locked"))
+
+        // While an apply runs, the lock names it.
+        try FileManager.default.removeItem(at: cli.project.appendingPathComponent("manifests/scores.yaml"))
+        let (apply, _, _) = try cli.start(["apply", "--auto-approve", "--parallelism", "1"],
+            environment: ["TIDEMARK_EMBEDDED_LATENCY_MS": "200"])
+        defer { if apply.isRunning { apply.terminate() }; apply.waitUntilExit() }
+        var held: CLIRunner.Result?
+        for _ in 0..<100 where held == nil {
+            let lock = try cli.run(["state", "lock"])
+            if lock.status == 2 { held = lock } else { Thread.sleep(forTimeInterval: 0.1) }
+        }
+        #expect(held?.stdout.contains("is locked: tidemark apply (pid \(apply.processIdentifier)") == true, "\(held?.stdout ?? "never locked")")
+    }
+
     /// The CI recipes are valid YAML, and every tidemark command in them exists with the flags they use.
     @Test func ciRecipesAreValid() throws {
         let cli = try CLIRunner()

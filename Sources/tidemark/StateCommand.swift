@@ -1,0 +1,181 @@
+import ArgumentParser
+import Foundation
+import TidemarkCore
+import TidemarkStore
+
+/// `tidemark state …`: what tidemark remembers, for people debugging a plan.
+struct StateCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "state",
+        abstract: "Inspect tidemark's state: topics and groups it manages, past applies, the lock.",
+        subcommands: [StateListCommand.self, StateShowCommand.self, StateLockCommand.self]
+    )
+}
+
+struct StateListCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "list",
+        abstract: "List the topics and groups in state, with counts, and the latest applies."
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Option(help: "Output format: text or json.")
+    var format: OutputFormat = .text
+
+    func validate() throws {
+        if format == .markdown { throw ValidationError("state list prints text or json.") }
+    }
+
+    func run() async throws {
+        try await runReportingErrors {
+            let workspace = try Workspace(global)
+            guard let store = try workspace.openStore(create: false) else {
+                throw CLIError("there is no state at \(workspace.stateDisplay) yet; 'tidemark apply' or 'tidemark import' creates it.")
+            }
+            let state = try store.load()
+            let applies = try store.applies(limit: 10)
+            if format == .json {
+                struct Output: Encodable {
+                    struct Topic: Encodable { var name: String; var mode: String; var protect: Bool; var managed: Int; var observed: Int }
+                    struct Group: Encodable { var name: String; var exists: Bool; var protect: Bool; var members: Int }
+                    struct Apply: Encodable { var id: String; var status: String; var startedAt: Int64; var operations: Int; var done: Int }
+                    var lineage: String
+                    var serial: Int
+                    var tokens: Int
+                    var dead: Int
+                    var topics: [Topic]
+                    var groups: [Group]
+                    var applies: [Apply]
+                }
+                let output = Output(lineage: state.lineage, serial: state.serial, tokens: state.tokens.count,
+                    dead: state.dead.count,
+                    topics: state.topics.keys.sorted().map { name in
+                        let t = state.topics[name]!
+                        return .init(name: name, mode: t.mode.rawValue, protect: t.protect, managed: t.managed.count,
+                            observed: t.observed.count)
+                    },
+                    groups: state.groups.keys.sorted().map { name in
+                        let g = state.groups[name]!
+                        return .init(name: name, exists: g.key != nil, protect: g.protect, members: g.members.count)
+                    },
+                    applies: applies.map { .init(id: $0.id, status: $0.status, startedAt: $0.startedAt, operations: $0.operations, done: $0.done) })
+                var data = try Plan.encoder().encode(output)
+                data.append(UInt8(ascii: "\n"))
+                try Terminal.write(data)
+                return
+            }
+            var lines = ["State \(workspace.stateDisplay): lineage \(state.lineage), serial \(state.serial); \(PlanRenderer.formatCount(state.tokens.count)) tokens known, \(PlanRenderer.formatCount(state.dead.count)) dead."]
+            if !state.topics.isEmpty {
+                lines.append("")
+                lines.append("Topics (managed = memberships tidemark made; observed = last seen in FCM):")
+                let width = min(40, state.topics.keys.map(\.count).max() ?? 0)
+                for name in state.topics.keys.sorted() {
+                    let t = state.topics[name]!
+                    let padded = name.padding(toLength: max(width, name.count), withPad: " ", startingAt: 0)
+                    lines.append("  \(padded)  \(t.mode.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0))  managed \(PlanRenderer.formatCount(t.managed.count)), observed \(PlanRenderer.formatCount(t.observed.count))\(t.protect ? ", protected" : "")")
+                }
+            }
+            if !state.groups.isEmpty {
+                lines.append("")
+                lines.append("Device groups:")
+                for name in state.groups.keys.sorted() {
+                    let g = state.groups[name]!
+                    lines.append("  \(name)  \(g.key == nil ? "not created" : "exists"), \(g.members.count) member\(g.members.count == 1 ? "" : "s")\(g.protect ? ", protected" : "")")
+                }
+            }
+            if !applies.isEmpty {
+                lines.append("")
+                lines.append("Latest applies:")
+                let formatter = ISO8601DateFormatter()
+                for apply in applies {
+                    let started = formatter.string(from: Date(timeIntervalSince1970: TimeInterval(apply.startedAt)))
+                    lines.append("  \(started)  \(apply.status.padding(toLength: 9, withPad: " ", startingAt: 0))  \(apply.done)/\(apply.operations) operations  (\(apply.id.prefix(8)))")
+                }
+            }
+            try Terminal.write(lines.joined(separator: "\n") + "\n")
+        }
+    }
+}
+
+struct StateShowCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "show",
+        abstract: "Show one topic or group from state: its managed and observed members, redacted.",
+        discussion: "NAME is topic:NAME, group:NAME, or a bare name (a topic first, then a group)."
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: ArgumentHelp("The topic or group.", valueName: "NAME"))
+    var name: String
+
+    @Option(help: "Members to list per section (0 lists none).")
+    var limit = 50
+
+    func run() async throws {
+        try await runReportingErrors {
+            let workspace = try Workspace(global)
+            guard let store = try workspace.openStore(create: false) else {
+                throw CLIError("there is no state at \(workspace.stateDisplay) yet.")
+            }
+            var state = try store.load()
+            let loaded = workspace.loadManifests(into: &state)
+            let namer = workspace.deviceNamer(loaded.inventory)
+            func list(_ set: TokenSet) -> [String] {
+                var lines = set.prefix(limit).map { id -> String in
+                    let token = state.tokens[id]
+                    let shown = global.showTokens ? token : Redaction.redact(token)
+                    return "    \(shown)\(namer(token).map { " (\($0))" } ?? "")"
+                }
+                if set.count > limit { lines.append("    … and \(PlanRenderer.formatCount(set.count - limit)) more") }
+                return lines
+            }
+            let kind = name.hasPrefix("group:") ? "group" : name.hasPrefix("topic:") ? "topic" : nil
+            let bare = kind.map { String(name.dropFirst($0.count + 1)) } ?? name
+            var lines: [String] = []
+            if kind != "group", let topic = state.topics[bare] {
+                lines.append("Topic '\(bare)': \(topic.mode.rawValue)\(topic.protect ? ", protected" : "")")
+                lines.append("  managed (\(PlanRenderer.formatCount(topic.managed.count))):")
+                lines += list(topic.managed)
+                lines.append("  observed (\(PlanRenderer.formatCount(topic.observed.count))):")
+                lines += list(topic.observed)
+            } else if kind != "topic", let group = state.groups[bare] {
+                lines.append("Device group '\(bare)': \(group.key == nil ? "not created in FCM" : "exists in FCM (key kept in state)")\(group.protect ? ", protected" : "")")
+                lines.append("  members (\(group.members.count)):")
+                lines += list(group.members)
+            } else {
+                throw CLIError("state has no \(kind ?? "topic or group") named '\(bare)'; 'tidemark state list' shows what it has.")
+            }
+            try Terminal.write(lines.joined(separator: "\n") + "\n")
+        }
+    }
+}
+
+struct StateLockCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "lock",
+        abstract: "Say whether a run holds the state lock, and which.",
+        discussion: "The lock is an flock(2) lock: the kernel releases it when the holding process ends, even when it is killed, so there is never a stale lock to force open. Exit 0 when it is free, 2 when a run holds it."
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    func run() async throws {
+        try await runReportingErrors {
+            let workspace = try Workspace(global)
+            guard FileManager.default.fileExists(atPath: workspace.statePath) else {
+                try Terminal.write("There is no state at \(workspace.stateDisplay) yet, so nothing holds its lock.\n")
+                return
+            }
+            do {
+                let lock = try StateLock.acquire(statePath: workspace.statePath, operation: "tidemark state lock")
+                withExtendedLifetime(lock) {}
+                try Terminal.write("The state \(workspace.stateDisplay) is not locked.\n")
+            } catch let error as StateStoreError where error.code == .locked {
+                try Terminal.write("The state \(workspace.stateDisplay) is locked: \(error.detail).\n")
+                throw ExitCode(2)
+            }
+        }
+    }
+}
