@@ -1,3 +1,4 @@
+import Foundation
 import Synchronization
 
 /// Time and randomness for retries: the real clock, or a virtual one so tests never sleep and
@@ -8,13 +9,16 @@ public struct RetryTiming: Sendable {
     public var sleep: @Sendable (Duration) async throws -> Void
     /// A uniformly distributed 64-bit value, for jitter.
     public var random: @Sendable () -> UInt64
+    /// The calendar time, for a `Retry-After` given as an HTTP date.
+    public var wallClock: @Sendable () -> Date
 
     public init(now: @escaping @Sendable () -> Duration, sleep: @escaping @Sendable (Duration) async throws -> Void,
-        random: @escaping @Sendable () -> UInt64)
+        random: @escaping @Sendable () -> UInt64, wallClock: @escaping @Sendable () -> Date = { Date() })
     {
         self.now = now
         self.sleep = sleep
         self.random = random
+        self.wallClock = wallClock
     }
 
     /// The continuous clock, `Task.sleep` and the system's random numbers.
@@ -43,10 +47,17 @@ public final class VirtualRetryClock: Sendable {
 
     private let inner: Mutex<Inner>
 
-    public init(seed: UInt64 = 1) { inner = Mutex(Inner(random: SeededGenerator(seed: seed))) }
+    /// Calendar time at virtual time zero.
+    public let epoch: Date
+
+    public init(seed: UInt64 = 1, epoch: Date = Date(timeIntervalSince1970: 1_800_000_000)) {
+        inner = Mutex(Inner(random: SeededGenerator(seed: seed)))
+        self.epoch = epoch
+    }
 
     public var timing: RetryTiming {
-        RetryTiming(now: { self.now }, sleep: { self.advance($0) }, random: { self.inner.withLock { $0.random.next() } })
+        RetryTiming(now: { self.now }, sleep: { self.advance($0) }, random: { self.inner.withLock { $0.random.next() } },
+            wallClock: { self.epoch.addingTimeInterval(Double(self.now.components.seconds) + Double(self.now.components.attoseconds) * 1e-18) })
     }
 
     public var now: Duration { inner.withLock { $0.now } }

@@ -175,7 +175,7 @@ public struct FCMHTTPBackend: Backend {
                 }
                 guard RetryPolicy.isRetryable(status: status) else { return Answer(status: status, json: json) }
                 failure = .status(status, retryAfter: response.headers.first(name: "Retry-After")
-                    .flatMap { RetryPolicy.parseRetryAfter($0, now: Date()) })
+                    .flatMap { RetryPolicy.parseRetryAfter($0, now: timing.wallClock()) })
                 unresolved = Answer(status: status, json: json)
             } catch is CancellationError {
                 throw CancellationError()

@@ -19,7 +19,11 @@ struct ShowCommand: AsyncParsableCommand {
         try await runReportingErrors {
             let workspace = try Workspace(global)
             let plan = try readPlan(planFile)
-            try workspace.output(plan, format: render.format, inventory: nil, partsDir: render.partsDir,
+            // Device ids from the inventory when the manifests can be read; the plan shows without them otherwise.
+            var scratch = State(lineage: "", serial: 0)
+            let loaded = render.format == .json ? nil : workspace.loadManifests(into: &scratch)
+            let inventory = loaded.flatMap { $0.diagnostics.hasErrors ? nil : $0.inventory }
+            try workspace.output(plan, format: render.format, inventory: inventory, partsDir: render.partsDir,
                 planFile: planFile)
         }
     }

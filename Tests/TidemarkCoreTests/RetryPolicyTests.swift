@@ -53,4 +53,17 @@ import TidemarkCore
         #expect(RetryPolicy.parseRetryAfter("soon", now: now) == nil)
         #expect(RetryPolicy.parseRetryAfter("-5", now: now) == nil)
     }
+
+    @Test func virtualWallClockMovesWithSleeps() {
+        let clock = VirtualRetryClock(epoch: Date(timeIntervalSince1970: 1_000))
+        clock.advance(.milliseconds(2_500))
+        #expect(clock.timing.wallClock() == Date(timeIntervalSince1970: 1_002.5))
+        // An HTTP-date Retry-After (whole seconds) is measured from the virtual now: 1,006 − 1,002.5.
+        let later = Date(timeIntervalSince1970: 1_006)
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        #expect(RetryPolicy.parseRetryAfter(formatter.string(from: later), now: clock.timing.wallClock()) == .milliseconds(3_500))
+    }
 }
