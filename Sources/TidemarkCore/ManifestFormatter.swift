@@ -134,7 +134,8 @@ private struct Emitter {
     var documentStart = false
     /// End-of-line comments by source line.
     var endOfLine: [Int: String] = [:]
-    var emittedLines = Set<Int>()
+    /// Source lines whose preceding comments and blank line were written.
+    var ledIn = Set<Int>()
 
     init(source: String, lineWidth: Int) {
         self.lineWidth = lineWidth
@@ -195,37 +196,27 @@ private struct Emitter {
     /// Adds one output line that starts at source line `source` (when known), with the comments and
     /// blank line that preceded it there.
     mutating func line(_ text: String, indent: Int, source: Int?) {
-        let pad = String(repeating: " ", count: indent)
-        var text = pad + text
-        if let source, !emittedLines.contains(source) {
-            emittedLines.insert(source)
-            let comments = commentsBefore.removeValue(forKey: source) ?? []
-            let first = comments.first?.line ?? source
-            if !out.isEmpty, first >= 2, lines[first - 2].allSatisfy({ $0 == " " || $0 == "\t" }), out.last != "" {
-                out.append("")
-            }
-            for (index, comment) in comments.enumerated() {
-                out.append(pad + comment.text)
-                // Keep a blank line that separated comment paragraphs.
-                if index + 1 < comments.count, comments[index + 1].line > comment.line + 1, out.last != "" { out.append("") }
-            }
-            if let trailing = endOfLine.removeValue(forKey: source) { text += " " + trailing }
-        }
+        leadIn(source, indent: indent)
+        var text = String(repeating: " ", count: indent) + text
+        if let source, let trailing = endOfLine.removeValue(forKey: source) { text += " " + trailing }
         out.append(text)
     }
 
-    /// Writes the blank line and comments that preceded source line `source`, before a node that
-    /// starts there but is written later in the output than its first line (a reordered list item,
-    /// the document's header comments).
+    /// Writes, once per source line, the blank line and comments that preceded a node starting at
+    /// `source`: before its first output line, or earlier when the node is written later than its
+    /// first line (a reordered list item, the document's header comments).
     mutating func leadIn(_ source: Int?, indent: Int) {
-        guard let source, let comments = commentsBefore.removeValue(forKey: source) else { return }
-        let first = comments[0].line
+        guard let source, !ledIn.contains(source) else { return }
+        ledIn.insert(source)
+        let comments = commentsBefore.removeValue(forKey: source) ?? []
+        let first = comments.first?.line ?? source
         if !out.isEmpty, first >= 2, lines[first - 2].allSatisfy({ $0 == " " || $0 == "\t" }), out.last != "" {
             out.append("")
         }
         let pad = String(repeating: " ", count: indent)
         for (index, comment) in comments.enumerated() {
             out.append(pad + comment.text)
+            // Keep a blank line that separated comment paragraphs.
             if index + 1 < comments.count, comments[index + 1].line > comment.line + 1, out.last != "" { out.append("") }
         }
     }

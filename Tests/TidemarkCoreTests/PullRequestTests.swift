@@ -397,3 +397,14 @@ private struct Fixture {
         #expect(format(out) == out)
     }
 }
+
+@Suite struct ManifestFormatterBlankLineTests {
+    @Test func aBlankLineBeforeAReorderedItemStaysBeforeIt() {
+        let input = "topics:\n  - name: a\n    members: [{devices: [x]}]\n\n  - members: [{devices: [y]}]\n    name: b\n"
+        guard case .formatted(let out) = ManifestFormatter().format(input, file: "m.yaml") else {
+            Issue.record("formatting failed")
+            return
+        }
+        #expect(out == "topics:\n  - name: a\n    members: [{devices: [x]}]\n\n  - name: b\n    members: [{devices: [y]}]\n")
+    }
+}
