@@ -113,10 +113,6 @@ public struct DriftReport: Sendable, Codable {
     }
 }
 
-extension DriftReport {
-    public static func encoder(pretty: Bool = true) -> JSONEncoder { Plan.encoder(pretty: pretty) }
-}
-
 /// Renders a drift report for people (text and markdown) and for log pipelines (NDJSON events).
 public struct DriftRenderer: Sendable {
     public var showTokens: Bool

@@ -31,8 +31,7 @@ public struct MarkdownPlanRenderer: Sendable {
         let head = "### \(icon) tidemark: \(Self.escape(text.verdict(plan)))"
         var blocks: [MarkdownBlock] = []
         if plan.isPartial {
-            let selection = (try? plan.selection.summary) ?? plan.targets.joined(separator: ", ")
-            blocks.append(.text("> **Partial plan** (\(Self.escape(selection))): topics and groups outside the selection are not planned and may have changes of their own."))
+            blocks.append(.text("> **Partial plan** (\(Self.escape(plan.selectionSummary))): topics and groups outside the selection are not planned and may have changes of their own."))
         }
         let errors = plan.diagnostics.filter { $0.severity == .error }
         if !errors.isEmpty {
@@ -134,7 +133,7 @@ public struct MarkdownPlanRenderer: Sendable {
 
 /// The plan's operations grouped by target, so rendering is linear in the plan's size.
 struct OperationIndex {
-    private var topicTokens: [String: [PlannedOperation.Kind: [String]]] = [:]
+    private var topicOperations: [String: [PlannedOperation.Kind: [PlannedOperation]]] = [:]
     private var groups: [String: [PlannedOperation]] = [:]
 
     init(_ plan: Plan) {
@@ -142,11 +141,16 @@ struct OperationIndex {
             if op.kind.isGroup {
                 groups[op.target, default: []].append(op)
             } else {
-                topicTokens[op.target, default: [:]][op.kind, default: []].append(contentsOf: op.tokens)
+                topicOperations[op.target, default: [:]][op.kind, default: []].append(op)
             }
         }
     }
 
-    func tokens(_ kind: PlannedOperation.Kind, _ topic: String) -> [String] { topicTokens[topic]?[kind] ?? [] }
+    /// A topic's batches of one kind, in plan order.
+    func operations(_ kind: PlannedOperation.Kind, _ topic: String) -> [PlannedOperation] {
+        topicOperations[topic]?[kind] ?? []
+    }
+
+    func tokens(_ kind: PlannedOperation.Kind, _ topic: String) -> [String] { operations(kind, topic).flatMap(\.tokens) }
     func groupOperations(_ group: String) -> [PlannedOperation] { groups[group] ?? [] }
 }

@@ -128,6 +128,11 @@ public struct Plan: Sendable, Codable {
         get throws(TargetError) { try Targets(include: targets, exclude: excludes ?? []) }
     }
 
+    /// "only topic:weather-*; excluding …", for the partial-plan banner.
+    public var selectionSummary: String {
+        (try? selection.summary) ?? targets.joined(separator: ", ")
+    }
+
     /// True when the plan covers only some topics and groups.
     public var isPartial: Bool { !targets.isEmpty || !(excludes ?? []).isEmpty }
 

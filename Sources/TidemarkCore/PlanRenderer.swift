@@ -51,9 +51,8 @@ public struct PlanRenderer: Sendable {
         }
         out.append(verdict(plan))
         if plan.isPartial {
-            let selection = (try? plan.selection.summary) ?? plan.targets.joined(separator: ", ")
             out.append("")
-            out.append("Partial plan (\(selection)): topics and groups outside the selection are not planned and may have changes of their own.")
+            out.append("Partial plan (\(plan.selectionSummary)): topics and groups outside the selection are not planned and may have changes of their own.")
         }
         let destructive = destructiveLines(plan)
         if !destructive.isEmpty {
@@ -61,6 +60,7 @@ public struct PlanRenderer: Sendable {
             out.append("Destructive changes:")
             out += destructive.map { "  ! " + $0 }
         }
+        let index = OperationIndex(plan)
         if !plan.topics.isEmpty {
             out.append("")
             out.append("Topics:")
@@ -70,7 +70,7 @@ public struct PlanRenderer: Sendable {
                 let name = change.topic.padding(toLength: max(width, change.topic.count), withPad: " ", startingAt: 0)
                 out.append("  \(symbol) \(name)  \(change.mode.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0))  +\(Self.formatCount(change.subscribe))  −\(Self.formatCount(change.unsubscribe))")
                 for note in change.notes { out.append("      note: \(note)") }
-                out += tokenLines(plan, topic: change.topic)
+                out += tokenLines(index, topic: change.topic)
             }
         }
         if !plan.groups.isEmpty {
@@ -84,7 +84,7 @@ public struct PlanRenderer: Sendable {
                 }
                 out.append("  \(symbol) \(change.group)  \(change.action.rawValue)  +\(change.add)  −\(change.remove)")
                 for note in change.notes { out.append("      note: \(note)") }
-                for op in plan.operations where op.kind.isGroup && op.target == change.group {
+                for op in index.groupOperations(change.group) {
                     let verb = switch op.kind {
                     case .groupCreate: "create with"
                     case .groupAdd: "add"
@@ -116,10 +116,10 @@ public struct PlanRenderer: Sendable {
         return lines
     }
 
-    private func tokenLines(_ plan: Plan, topic: String) -> [String] {
+    private func tokenLines(_ index: OperationIndex, topic: String) -> [String] {
         var lines: [String] = []
         for kind in [PlannedOperation.Kind.unsubscribe, .subscribe] {
-            let ops = plan.operations.filter { $0.kind == kind && $0.target == topic }
+            let ops = index.operations(kind, topic)
             let total = ops.reduce(0) { $0 + $1.tokens.count }
             guard total > 0 else { continue }
             let sign = kind == .subscribe ? "+" : "−"

@@ -18,11 +18,7 @@ public struct Planner: Sendable {
     {
         var working = state
         working.growToTable()
-        var observations = Observations()
-        if let refresh {
-            observations = working.observations(from: refresh)
-            working.apply(observations, seen: refresh.refreshed)
-        }
+        let observations = refresh.map { working.absorb($0) } ?? Observations()
         let result = differ.diff(desired: loaded.desired, state: working, targets: targets)
         var diagnostics = loaded.diagnostics.filter { $0.severity != .error } + result.diagnostics
         if !observations.dead.isEmpty {

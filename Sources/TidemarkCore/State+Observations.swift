@@ -46,6 +46,14 @@ extension State {
 
     func strings(_ set: TokenSet) -> [String] { set.map { tokens[$0] }.sorted() }
 
+    /// Records what `refresh` read and returns how it differed from what state remembered.
+    @discardableResult
+    public mutating func absorb(_ refresh: RefreshResult) -> Observations {
+        let observations = observations(from: refresh)
+        apply(observations, seen: refresh.refreshed)
+        return observations
+    }
+
     /// Records observations in state: observed memberships, dead tokens, group keys and when tokens were seen.
     ///
     /// `seen` are the tokens the refresh read; they get `refreshedAt` as their last-seen time.

@@ -29,9 +29,7 @@ public actor ApplySession: ApplyRecorder {
         state.apply(plan.observations, seen: seen)
         state.reconcileBookkeeping(with: desired, operations: plan.operations, targets: try plan.selection)
         var write = SQLiteStateStore.Write()
-        // Every topic and group present before or after: rows that bookkeeping dropped are deleted too.
-        write.topics = Array(Set(before.topics.keys).union(state.topics.keys))
-        write.groups = Array(Set(before.groups.keys).union(state.groups.keys))
+        write.includeTopicsAndGroups(before: before, after: state)
         if plan.observations.refreshedAt != nil {
             write.allTokens = true
         } else {

@@ -202,6 +202,12 @@ public final class SQLiteStateStore: Sendable {
         public var finishApply: (id: String, status: String)?
 
         public init() {}
+
+        /// Every topic and group present in `before` or `after`: rows that `after` dropped are deleted.
+        public mutating func includeTopicsAndGroups(before: State, after: State) {
+            topics = Array(Set(before.topics.keys).union(after.topics.keys))
+            groups = Array(Set(before.groups.keys).union(after.groups.keys))
+        }
     }
 
     /// Writes the parts of `state` named by `write`, and returns the new serial (also set in `state`).

@@ -57,9 +57,7 @@ struct ApplyCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
-            try FileManager.default.createDirectory(atPath: (workspace.statePath as NSString).deletingLastPathComponent,
-                withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            let lock = try StateLock.acquire(statePath: workspace.statePath, operation: "tidemark apply")
+            let lock = try workspace.lockState(for: "tidemark apply")
             defer { withExtendedLifetime(lock) {} }
             try await workspace.withBackend(qps: qps, qpsUnit: qpsUnit) { backend in try await apply(workspace, backend) }
         }
@@ -82,7 +80,7 @@ struct ApplyCommand: AsyncParsableCommand {
             try checkSelection(plan, state: state)
         } else {
             let result = try await workspace.makePlan(store: existing, backend: backend, refresh: !noRefresh,
-                targets: try planning.targets(), maxUnsubscribes: try planning.limit())
+                targets: try planning.selection.targets(), maxUnsubscribes: try planning.limit())
             (state, loaded, plan) = (result.state, result.loaded, result.plan)
             try workspace.output(plan, format: .text, inventory: loaded.inventory)
             if plan.diagnostics.hasErrors {
@@ -102,8 +100,7 @@ struct ApplyCommand: AsyncParsableCommand {
             if planFile != nil { Terminal.out("The plan has no changes; nothing to apply.\n") }
             return
         }
-        let store = try existing ?? workspace.openStore(create: true)!
-        if existing == nil { state.lineage = try store.load().lineage }
+        let store = try workspace.storeForWriting(existing, state: &state)
         let session = try ApplySession.begin(plan: plan, desired: loaded.desired, store: store, state: state)
         try await execute(plan, done: [], session: session, backend: backend)
     }
@@ -137,7 +134,7 @@ struct ApplyCommand: AsyncParsableCommand {
     private func checkSelection(_ plan: Plan, state: State) throws {
         let file = planFile ?? "the plan"
         let saved = try plan.selection
-        let given = try planning.targets()
+        let given = try planning.selection.targets()
         if given.isPartial, given != saved {
             throw CLIError("\(file) was planned for \(saved.summary); --target/--exclude (\(given.summary)) cannot change what a saved plan covers. Make a new plan with those selectors.")
         }

@@ -60,7 +60,7 @@ struct AudienceCommand: AsyncParsableCommand {
                 let observed = try await workspace.withBackend { backend in
                     try await workspace.refresh(state: state, loaded: loaded, backend: backend)
                 }
-                state.apply(state.observations(from: observed), seen: observed.refreshed)
+                state.absorb(observed)
             }
             let audience = Audience(condition: parsed, source: source, desired: loaded.desired, state: state)
             if format == .json {
@@ -79,11 +79,9 @@ struct AudienceCommand: AsyncParsableCommand {
                 let devices = audience.tokens.map { token in
                     Output.Device(token: token, device: loaded.inventory.index(ofToken: token).map { loaded.inventory.deviceIDs[$0] })
                 }
-                var data = try Plan.encoder().encode(Output(condition: condition, evaluatedAs: parsed.description,
+                try Terminal.writeJSON(Output(condition: condition, evaluatedAs: parsed.description,
                     from: source.rawValue, count: audience.tokens.count, unknownTopics: audience.unknownTopics,
                     devices: devices))
-                data.append(UInt8(ascii: "\n"))
-                try Terminal.write(data)
                 return
             }
             for topic in audience.unknownTopics {

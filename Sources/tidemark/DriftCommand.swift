@@ -55,9 +55,7 @@ struct DriftCommand: AsyncParsableCommand {
                 case .text: try Terminal.write(renderer.text(report))
                 case .markdown: try workspace.writeMarkdown(renderer.markdown(report), partsDir: render.partsDir)
                 case .json:
-                    var data = try DriftReport.encoder().encode(report)
-                    data.append(UInt8(ascii: "\n"))
-                    try Terminal.write(data)
+                    try Terminal.writeJSON(report)
                 }
             }
             if detailedExitcode, report.hasDrift { throw ExitCode(2) }

@@ -18,28 +18,16 @@ struct ImportCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Option(name: .long, help: ArgumentHelp("Import only these topics or groups (topic:GLOB, group:GLOB or GLOB). Repeatable.",
-        valueName: "SEL"))
-    var target: [String] = []
-
-    @Option(name: .long, help: ArgumentHelp("Leave these topics or groups out (same syntax). Repeatable.", valueName: "SEL"))
-    var exclude: [String] = []
+    @OptionGroup var selection: TargetOptions
 
     @Flag(help: "Show what would be adopted, without writing state.")
     var dryRun = false
 
     func run() async throws {
         try await runReportingErrors {
-            let targets: Targets
-            do {
-                targets = try Targets(include: target, exclude: exclude)
-            } catch let error as TargetError {
-                throw ValidationError(error.description)
-            }
+            let targets = try selection.targets()
             let workspace = try Workspace(global)
-            try FileManager.default.createDirectory(atPath: (workspace.statePath as NSString).deletingLastPathComponent,
-                withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            let lock = dryRun ? nil : try StateLock.acquire(statePath: workspace.statePath, operation: "tidemark import")
+            let lock = dryRun ? nil : try workspace.lockState(for: "tidemark import")
             defer { withExtendedLifetime(lock) {} }
             let existing = try workspace.openStore(create: false)
             if let existing, try existing.unfinishedApply() != nil {
@@ -51,7 +39,7 @@ struct ImportCommand: AsyncParsableCommand {
                 try await workspace.refresh(state: state, loaded: loaded, backend: backend)
             }
             let before = state
-            state.apply(state.observations(from: refresh), seen: refresh.refreshed)
+            state.absorb(refresh)
             let adopted = state.adopt(loaded.desired, targets: targets)
             let total = adopted.values.reduce(0, +)
             let groups = loaded.desired.groups.filter { targets.coversGroup($0.name) && state.groups[$0.name]?.key != nil }
@@ -67,11 +55,9 @@ struct ImportCommand: AsyncParsableCommand {
             if dryRun {
                 lines.append("Dry run: state was not written.")
             } else {
-                let store = try existing ?? workspace.openStore(create: true)!
-                if existing == nil { state.lineage = try store.load().lineage }
+                let store = try workspace.storeForWriting(existing, state: &state)
                 var write = SQLiteStateStore.Write()
-                write.topics = Array(Set(before.topics.keys).union(state.topics.keys))
-                write.groups = Array(Set(before.groups.keys).union(state.groups.keys))
+                write.includeTopicsAndGroups(before: before, after: state)
                 write.allTokens = true
                 let serial = try store.save(&state, write)
                 lines.append("State \(workspace.stateDisplay) is now at serial \(serial). 'tidemark plan' shows what is left to change.")

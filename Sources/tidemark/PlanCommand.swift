@@ -32,14 +32,12 @@ struct PlanCommand: AsyncParsableCommand {
             let store = try workspace.openStore(create: false)
             let result = try await workspace.withBackend { backend in
                 try await workspace.makePlan(store: store, backend: backend, refresh: !noRefresh,
-                    targets: try planning.targets(), maxUnsubscribes: try planning.limit())
+                    targets: try planning.selection.targets(), maxUnsubscribes: try planning.limit())
             }
             let plan = result.plan
             let refused = plan.diagnostics.hasErrors
             if let out, !refused {
-                var data = try Plan.encoder().encode(plan)
-                data.append(UInt8(ascii: "\n"))
-                try writeAtomically(data, to: out, mode: 0o600)
+                try writeAtomically(jsonFile(plan), to: out, mode: 0o600)
             }
             try workspace.output(plan, format: render.format, inventory: result.loaded.inventory,
                 partsDir: render.partsDir, planFile: refused ? nil : out)

@@ -56,9 +56,7 @@ extension Workspace {
                 deviceName: deviceNamer(inventory))
             try writeMarkdown(markdown.render(plan), partsDir: partsDir)
         case .json:
-            var data = try Plan.encoder().encode(plan)
-            data.append(UInt8(ascii: "\n"))
-            try Terminal.write(data)
+            try Terminal.writeJSON(plan)
         }
     }
 

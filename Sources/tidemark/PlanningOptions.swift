@@ -1,26 +1,18 @@
 import ArgumentParser
 import TidemarkCore
 
-/// What a plan covers and how far it may reach: `--target`, `--exclude`, `--max-unsubscribes`.
-struct PlanningOptions: ParsableArguments {
+/// `--target` / `--exclude`: which topics and groups a command covers.
+struct TargetOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp(
-        "Plan only these topics or groups: topic:GLOB, group:GLOB or GLOB (both kinds); * and ? are wildcards. Repeatable.",
+        "Only these topics or groups: topic:GLOB, group:GLOB or GLOB (both kinds); * and ? are wildcards. Repeatable.",
         valueName: "SEL"))
     var target: [String] = []
 
-    @Option(name: .long, help: ArgumentHelp("Leave these topics or groups out of the plan (same syntax as --target). Repeatable.",
+    @Option(name: .long, help: ArgumentHelp("Leave these topics or groups out (same syntax as --target). Repeatable.",
         valueName: "SEL"))
     var exclude: [String] = []
 
-    @Option(name: .long, help: ArgumentHelp(
-        "Refuse a plan that unsubscribes more than N memberships, or more than P% of the memberships tidemark knows.",
-        valueName: "N|P%"))
-    var maxUnsubscribes: String?
-
-    func validate() throws {
-        _ = try targets()
-        _ = try limit()
-    }
+    func validate() throws { _ = try targets() }
 
     func targets() throws -> Targets {
         do {
@@ -29,6 +21,18 @@ struct PlanningOptions: ParsableArguments {
             throw ValidationError(error.description)
         }
     }
+}
+
+/// What a plan covers and how far it may reach: the target selection and `--max-unsubscribes`.
+struct PlanningOptions: ParsableArguments {
+    @OptionGroup var selection: TargetOptions
+
+    @Option(name: .long, help: ArgumentHelp(
+        "Refuse a plan that unsubscribes more than N memberships, or more than P% of the memberships tidemark knows.",
+        valueName: "N|P%"))
+    var maxUnsubscribes: String?
+
+    func validate() throws { _ = try limit() }
 
     func limit() throws -> UnsubscribeLimit? {
         guard let maxUnsubscribes else { return nil }

@@ -60,9 +60,7 @@ struct StateListCommand: AsyncParsableCommand {
                         return .init(name: name, exists: g.key != nil, protect: g.protect, members: g.members.count)
                     },
                     applies: applies.map { .init(id: $0.id, status: $0.status, startedAt: $0.startedAt, operations: $0.operations, done: $0.done) })
-                var data = try Plan.encoder().encode(output)
-                data.append(UInt8(ascii: "\n"))
-                try Terminal.write(data)
+                try Terminal.writeJSON(output)
                 return
             }
             var lines = ["State \(workspace.stateDisplay): lineage \(state.lineage), serial \(state.serial); \(PlanRenderer.formatCount(state.tokens.count)) tokens known, \(PlanRenderer.formatCount(state.dead.count)) dead."]

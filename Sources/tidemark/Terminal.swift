@@ -23,6 +23,9 @@ enum Terminal {
         }
     }
 
+    /// Writes `value` as pretty JSON (snake_case keys, ISO 8601 dates, as plan files are) and a newline.
+    static func writeJSON(_ value: some Encodable) throws { try write(jsonFile(value)) }
+
     static func err(_ text: String) {
         FileHandle.standardError.write(Data((text.hasSuffix("\n") ? text : text + "\n").utf8))
     }
@@ -33,6 +36,13 @@ enum Terminal {
         FileHandle.standardError.write(Data("  Only 'yes' will be accepted: ".utf8))
         return readLine()?.trimmingCharacters(in: .whitespaces) == "yes"
     }
+}
+
+/// `value` as the JSON tidemark writes to files and standard output, with a final newline.
+func jsonFile(_ value: some Encodable) throws -> Data {
+    var data = try Plan.encoder().encode(value)
+    data.append(UInt8(ascii: "\n"))
+    return data
 }
 
 /// Progress of long work: a redrawn line on a terminal, a plain line every few seconds otherwise.

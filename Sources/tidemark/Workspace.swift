@@ -55,6 +55,30 @@ struct Workspace {
 
     var stateDisplay: String { Self.display(options.directory, settings.state ?? ".tidemark/state.db") }
 
+    /// The directory that holds state (and the embedded backend), created private to the user.
+    @discardableResult
+    func ensureStateDirectory() throws -> String {
+        let directory = (statePath as NSString).deletingLastPathComponent
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700])
+        return directory
+    }
+
+    /// Takes the state lock for a run that writes state, creating the state directory first.
+    func lockState(for operation: String) throws -> StateLock {
+        try ensureStateDirectory()
+        return try StateLock.acquire(statePath: statePath, operation: operation)
+    }
+
+    /// `existing`, or a new state file; a new file's lineage is copied into `state`, which was
+    /// planned before the file existed.
+    func storeForWriting(_ existing: SQLiteStateStore?, state: inout State) throws -> SQLiteStateStore {
+        if let existing { return existing }
+        let store = try openStore(create: true)!
+        state.lineage = try store.load().lineage
+        return store
+    }
+
     /// Opens the state file; nil when there is none yet and `create` is false.
     func openStore(create: Bool) throws -> SQLiteStateStore? {
         try SQLiteStateStore.open(path: statePath, create: create)
@@ -149,9 +173,7 @@ struct Workspace {
     func makeBackend() throws -> any Backend {
         switch backendKind {
         case "embedded":
-            let directory = (statePath as NSString).deletingLastPathComponent
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
-                attributes: [.posixPermissions: 0o700])
+            let directory = try ensureStateDirectory()
             let store = try SQLiteEngineStore(path: (directory as NSString).appendingPathComponent("embedded.db"))
             var configuration = FCMEngine.Configuration(autoRegister: true)
             if let text = ProcessInfo.processInfo.environment["TIDEMARK_EMBEDDED_LATENCY_MS"] {
