@@ -22,11 +22,12 @@ let package = Package(
     targets: [
         .target(
             name: "TidemarkCore",
-            dependencies: [.product(name: "Yams", package: "Yams")]
+            dependencies: [.product(name: "Yams", package: "Yams"), .product(name: "Crypto", package: "swift-crypto")]
         ),
         .target(
             name: "TidemarkAuth",
             dependencies: [
+                "TidemarkCore",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
             ]
@@ -67,19 +68,24 @@ let package = Package(
             dependencies: ["TidemarkCore", "TidemarkStore"],
             path: "Sources/tidemark-bench"
         ),
-        .testTarget(name: "TidemarkCoreTests", dependencies: ["TidemarkCore"]),
+        // Conformance suites, in-memory twins, a manual clock and fixtures, for every test target.
+        .target(name: "TidemarkTesting", dependencies: ["TidemarkCore", "TidemarkEmulator"]),
+        .testTarget(name: "TidemarkCoreTests", dependencies: ["TidemarkCore", "TidemarkTesting", "TidemarkEmulator"]),
         .testTarget(
             name: "TidemarkEmulatorTests",
-            dependencies: [
-                "TidemarkEmulator", "TidemarkCore", "TidemarkAuth",
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
-            ]
+            dependencies: ["TidemarkEmulator", "TidemarkCore", "TidemarkAuth", "TidemarkTesting"]
         ),
-        .testTarget(name: "TidemarkFCMTests", dependencies: ["TidemarkFCM", "TidemarkEmulator", "TidemarkAuth"]),
-        .testTarget(name: "TidemarkStoreTests", dependencies: ["TidemarkStore", "TidemarkCore"]),
+        .testTarget(
+            name: "TidemarkFCMTests",
+            dependencies: ["TidemarkFCM", "TidemarkEmulator", "TidemarkAuth", "TidemarkTesting"]
+        ),
+        .testTarget(name: "TidemarkStoreTests", dependencies: ["TidemarkStore", "TidemarkCore", "TidemarkTesting"]),
         .testTarget(
             name: "TidemarkCLITests",
-            dependencies: ["tidemark", "TidemarkCore", "TidemarkStore", "TidemarkAuth", .product(name: "Yams", package: "Yams")]
+            dependencies: [
+                "tidemark", "TidemarkCore", "TidemarkStore", "TidemarkAuth", "TidemarkTesting",
+                .product(name: "Yams", package: "Yams"),
+            ]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -1,4 +1,5 @@
 import CryptoExtras
+import TidemarkCore
 import Foundation
 
 /// A Google service-account key file, as `GOOGLE_APPLICATION_CREDENTIALS` names it (reference §4.1).
@@ -59,7 +60,7 @@ public struct ServiceAccountKey: Codable, Sendable, Equatable, CustomStringConve
         -> ServiceAccountKey
     {
         let privateKey = try _RSA.Signing.PrivateKey(keySize: .bits2048)
-        let keyID = SHA256Hex.digest(privateKey.publicKey.derRepresentation).prefix(40)
+        let keyID = SHA256Digest.hex(privateKey.publicKey.derRepresentation).prefix(40)
         var clientID = ""
         var generator = SystemRandomNumberGenerator()
         for _ in 0..<21 { clientID += String(generator.next() % 10) }

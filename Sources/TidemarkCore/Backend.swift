@@ -1,15 +1,14 @@
 /// Which FCM a plan was made against.
 public struct BackendIdentity: Sendable, Codable, Equatable, CustomStringConvertible {
-    /// `embedded`, `emulator` or `fcm`.
-    public var kind: String
+    public var kind: BackendKind
     public var project: String
 
-    public init(kind: String, project: String) {
+    public init(kind: BackendKind, project: String) {
         self.kind = kind
         self.project = project
     }
 
-    public var description: String { "\(kind) (project \(project))" }
+    public var description: String { "\(kind.rawValue) (project \(project))" }
 }
 
 /// What a backend knows of one registration token.
@@ -28,25 +27,89 @@ public enum TokenOutcome: Sendable, Equatable, Codable {
     public var isOK: Bool { self == .ok }
 }
 
-/// Per-token error codes as FCM reports them.
+/// A per-token error as FCM reports it.
 public struct TokenError: Error, Sendable, Hashable, Codable, CustomStringConvertible {
-    public var code: String
+    /// FCM's error codes that tidemark acts on; any other is kept by name.
+    public enum Code: Sendable, Hashable, Comparable, CustomStringConvertible {
+        case notFound
+        case invalidArgument
+        case tooManyTopics
+        case `internal`
+        case resourceExhausted
+        case unavailable
+        case deadlineExceeded
+        case other(String)
 
-    public init(_ code: String) { self.code = code }
+        static let known: [Code] = [.notFound, .invalidArgument, .tooManyTopics, .internal, .resourceExhausted,
+            .unavailable, .deadlineExceeded]
 
-    public static let notFound = TokenError("NOT_FOUND")
-    public static let invalidArgument = TokenError("INVALID_ARGUMENT")
-    public static let tooManyTopics = TokenError("TOO_MANY_TOPICS")
-    public static let internalError = TokenError("INTERNAL")
-    public static let resourceExhausted = TokenError("RESOURCE_EXHAUSTED")
-    public static let unavailable = TokenError("UNAVAILABLE")
+        public init(_ rawValue: String) {
+            self = Self.known.first { $0.rawValue == rawValue } ?? .other(rawValue)
+        }
+
+        public var rawValue: String {
+            switch self {
+            case .notFound: "NOT_FOUND"
+            case .invalidArgument: "INVALID_ARGUMENT"
+            case .tooManyTopics: "TOO_MANY_TOPICS"
+            case .internal: "INTERNAL"
+            case .resourceExhausted: "RESOURCE_EXHAUSTED"
+            case .unavailable: "UNAVAILABLE"
+            case .deadlineExceeded: "DEADLINE_EXCEEDED"
+            case .other(let code): code
+            }
+        }
+
+        public var description: String { rawValue }
+
+        public static func < (a: Code, b: Code) -> Bool { a.rawValue < b.rawValue }
+    }
+
+    public var code: Code
+
+    public init(_ code: Code) { self.code = code }
+    public init(_ code: String) { self.code = Code(code) }
+
+    public static let notFound = TokenError(.notFound)
+    public static let invalidArgument = TokenError(.invalidArgument)
+    public static let tooManyTopics = TokenError(.tooManyTopics)
+    public static let internalError = TokenError(.internal)
+    public static let resourceExhausted = TokenError(.resourceExhausted)
+    public static let unavailable = TokenError(.unavailable)
 
     /// Errors worth trying again for the same token.
     public var isRetryable: Bool {
-        ["INTERNAL", "RESOURCE_EXHAUSTED", "UNAVAILABLE", "DEADLINE_EXCEEDED"].contains(code)
+        switch code {
+        case .internal, .resourceExhausted, .unavailable, .deadlineExceeded: true
+        default: false
+        }
     }
 
-    public var description: String { code }
+    /// The token is unknown to FCM: recorded as dead and skipped from then on.
+    public var meansUnregistered: Bool { code == .notFound }
+
+    /// What the error means for the person reading an apply's summary.
+    public var advice: String {
+        switch code {
+        case .notFound: "unregistered in FCM; recorded and skipped from now on"
+        case .tooManyTopics: "the device holds 2000 topics already"
+        default: "not retried"
+        }
+    }
+
+    public var description: String { code.rawValue }
+
+    private enum CodingKeys: String, CodingKey { case code }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        code = Code(try container.decode(String.self, forKey: .code))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(code.rawValue, forKey: .code)
+    }
 }
 
 /// A failure of a device-group call, with FCM's error text.

@@ -41,11 +41,11 @@ public struct Executor: Sendable {
     public var parallelism: Int
     public var policy: RetryPolicy
     /// Clock, sleep and jitter for retries; injected so tests need not sleep.
-    public var timing: RetryTiming
+    public var timing: Timing
     public var progress: (@Sendable (ExecutionProgress) -> Void)?
 
     public init(backend: any Backend, recorder: any ApplyRecorder, parallelism: Int = 8,
-        policy: RetryPolicy = RetryPolicy(), timing: RetryTiming = .live,
+        policy: RetryPolicy = RetryPolicy(), timing: Timing = .live,
         progress: (@Sendable (ExecutionProgress) -> Void)? = nil)
     {
         self.backend = backend
@@ -106,47 +106,39 @@ public struct Executor: Sendable {
     }
 
     /// Runs sequences of operations, sequences in parallel; each sequence's operations one after another.
+    /// Every operation is journaled as soon as it finishes, before the next of its sequence starts, so a
+    /// failure in a later step of a group never loses the steps before it.
     private func runPhase(_ sequences: [[Int]], _ operations: [PlannedOperation], groupKeys: [String: String],
         _ report: inout ExecutionReport, _ tracker: inout Tracker) async throws
     {
-        try await withThrowingTaskGroup(of: [Finished].self) { group in
-            var next = 0
-            func launch() {
-                guard next < sequences.count else { return }
-                let sequence = sequences[next]
-                next += 1
-                group.addTask {
-                    var finished: [Finished] = []
-                    var key = groupKeys[operations[sequence[0]].target]
-                    for index in sequence {
-                        let result = try await perform(operations[index], key: key)
-                        key = result.groupKey ?? key
-                        finished.append(Finished(index: index, outcomes: result.outcomes, groupKey: result.groupKey,
-                            requests: result.requests))
-                    }
-                    return finished
-                }
+        try await BoundedConcurrency.forEach(sequences.count, width: parallelism) { [self] s in
+            let sequence = sequences[s]
+            var finished: [Finished] = []
+            var key = groupKeys[operations[sequence[0]].target]
+            for index in sequence {
+                let result = try await perform(operations[index], key: key)
+                key = result.groupKey ?? key
+                try await recorder.completed(index: index, operation: operations[index], outcomes: result.outcomes,
+                    groupKey: result.groupKey)
+                finished.append(Finished(index: index, outcomes: result.outcomes, groupKey: result.groupKey,
+                    requests: result.requests))
             }
-            for _ in 0..<parallelism { launch() }
-            while let results = try await group.next() {
-                for result in results {
-                    let op = operations[result.index]
-                    try await recorder.completed(index: result.index, operation: op, outcomes: result.outcomes,
-                        groupKey: result.groupKey)
-                    report.operationsRun += 1
-                    report.requests += result.requests
-                    for (token, outcome) in zip(op.tokens, result.outcomes) {
-                        switch outcome {
-                        case .ok: report.tokensChanged += 1
-                        case .failed(let error):
-                            report.failures.append(TokenFailure(operation: result.index, kind: op.kind, target: op.target,
-                                token: token, error: error))
-                        }
+            return finished
+        } each: { _, results in
+            for result in results {
+                let op = operations[result.index]
+                report.operationsRun += 1
+                report.requests += result.requests
+                for (token, outcome) in zip(op.tokens, result.outcomes) {
+                    switch outcome {
+                    case .ok: report.tokensChanged += 1
+                    case .failed(let error):
+                        report.failures.append(TokenFailure(operation: result.index, kind: op.kind, target: op.target,
+                            token: token, error: error))
                     }
-                    tracker.add(op)
-                    progress?(tracker.snapshot)
                 }
-                launch()
+                tracker.add(op)
+                progress?(tracker.snapshot)
             }
         }
     }

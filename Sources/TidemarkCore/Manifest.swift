@@ -94,10 +94,22 @@ public struct ManifestSet: Sendable {
     public var topics: [TopicSpec] = []
     public var groups: [GroupSpec] = []
     /// Inventory files (CSV or JSON lines), paths relative to the manifests directory.
-    public var inventoryFiles: [Located<String>] = []
+    public var inventoryFiles: [InventoryFileSpec] = []
     public var devices: [DeviceSpec] = []
     /// The manifest files read, relative to the manifests directory, in order.
     public var files: [String] = []
 
     public init() {}
+}
+
+/// An inventory file the manifests name, and its format when they say it.
+public struct InventoryFileSpec: Sendable {
+    public var path: Located<String>
+    /// nil: from the file's suffix.
+    public var format: InventoryFormat?
+
+    public init(path: Located<String>, format: InventoryFormat? = nil) {
+        self.path = path
+        self.format = format
+    }
 }

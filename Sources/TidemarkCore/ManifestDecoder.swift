@@ -2,12 +2,13 @@ import Yams
 
 /// Decodes manifest YAML into a `ManifestSet`, reporting every problem with its place.
 public struct ManifestDecoder {
-    static let topLevelKeys = ["inventory", "topics", "groups"]
-    static let inventoryKeys = ["files", "devices"]
-    static let deviceKeys = ["id", "token", "labels"]
-    static let topicKeys = ["name", "mode", "protect", "allow_empty", "description", "members"]
-    static let groupKeys = ["notification_key_name", "protect", "description", "members"]
-    static let memberKeys = ["token", "tokens", "device", "devices", "selector", "file"]
+    static let topLevelKeys = ManifestSchema.keys(.root)
+    static let inventoryKeys = ManifestSchema.keys(.inventory)
+    static let inventoryFileKeys = ManifestSchema.keys(.inventoryFile)
+    static let deviceKeys = ManifestSchema.keys(.device)
+    static let topicKeys = ManifestSchema.keys(.topic)
+    static let groupKeys = ManifestSchema.keys(.group)
+    static let memberKeys = ManifestSchema.keys(.member)
 
     public init() {}
 
@@ -42,8 +43,14 @@ public struct ManifestDecoder {
         for (key, _, value) in pairs {
             switch key {
             case "files":
-                for (path, pathNode) in doc.strings(value, "'inventory.files'") ?? [] {
-                    set.inventoryFiles.append(Located(path, at: doc.location(pathNode)))
+                let items: [(Node, String)]
+                if case .sequence(let sequence) = value {
+                    items = sequence.map { ($0, "each item of 'inventory.files'") }
+                } else {
+                    items = [(value, "'inventory.files'")]
+                }
+                for (item, what) in items {
+                    if let file = decodeInventoryFile(item, what: what, &doc) { set.inventoryFiles.append(file) }
                 }
             case "devices":
                 for item in doc.sequence(value, "'inventory.devices'") ?? [] {
@@ -52,6 +59,34 @@ public struct ManifestDecoder {
             default: break
             }
         }
+    }
+
+    /// A file name, or `{path: …, format: csv|jsonl}` for a name that does not say its format.
+    private func decodeInventoryFile(_ node: Node, what: String, _ doc: inout YAMLDocument) -> InventoryFileSpec? {
+        guard case .mapping = node else {
+            return doc.string(node, what).map { InventoryFileSpec(path: Located($0, at: doc.location(node))) }
+        }
+        guard let pairs = doc.mapping(node, "an inventory file", allowed: Self.inventoryFileKeys) else { return nil }
+        var path: Located<String>?
+        var format: InventoryFormat?
+        for (key, _, value) in pairs {
+            switch key {
+            case "path": path = doc.string(value, "'path'").map { Located($0, at: doc.location(value)) }
+            case "format":
+                guard let text = doc.string(value, "'format'") else { continue }
+                if let known = InventoryFormat(rawValue: text) {
+                    format = known
+                } else {
+                    doc.error("unknown inventory format '\(text)'; use \(InventoryFormat.choices).", value)
+                }
+            default: break
+            }
+        }
+        guard let path else {
+            doc.error("an inventory file needs a 'path'.", node)
+            return nil
+        }
+        return InventoryFileSpec(path: path, format: format)
     }
 
     private func decodeDevice(_ node: Node, _ doc: inout YAMLDocument) -> DeviceSpec? {

@@ -42,13 +42,14 @@ public struct ManifestFormatter: Sendable {
 
     /// Where a node sits in the manifest schema, which decides key order and list sorting.
     enum Context: Equatable {
-        case root, inventory, device, labels, topic, group, member, selector, sortedList, plain
+        case root, inventory, inventoryFile, device, labels, topic, group, member, selector, sortedList, plain
 
         func child(key: String) -> Context {
             switch (self, key) {
             case (.root, "inventory"): .inventory
             case (.root, "topics"): .topic  // the items of the list
             case (.root, "groups"): .group
+            case (.inventory, "files"): .inventoryFile
             case (.inventory, "devices"): .device
             case (.device, "labels"): .labels
             case (.topic, "members"), (.group, "members"): .member
@@ -63,12 +64,13 @@ public struct ManifestFormatter: Sendable {
         func rank(_ key: String) -> Int? {
             let order: [String]
             switch self {
-            case .root: order = ["inventory", "topics", "groups"]
-            case .inventory: order = ["files", "devices"]
-            case .device: order = ["id", "token", "labels"]
-            case .topic: order = ["name", "description", "mode", "protect", "allow_empty", "members"]
-            case .group: order = ["notification_key_name", "description", "protect", "members"]
-            case .member: order = ["token", "tokens", "device", "devices", "selector", "file"]
+            case .root: order = ManifestSchema.keys(.root)
+            case .inventory: order = ManifestSchema.keys(.inventory)
+            case .inventoryFile: order = ManifestSchema.keys(.inventoryFile)
+            case .device: order = ManifestSchema.keys(.device)
+            case .topic: order = ManifestSchema.keys(.topic)
+            case .group: order = ManifestSchema.keys(.group)
+            case .member: order = ManifestSchema.keys(.member)
             case .labels, .selector, .sortedList: return nil  // alphabetical
             case .plain: return 0
             }

@@ -12,19 +12,24 @@ public struct LoadedManifests: Sendable {
 }
 
 /// Reads all `*.yaml` / `*.yml` files of a manifests directory, merges them, loads the inventory and resolves members.
-public struct ManifestLoader: Sendable {
+public struct ManifestLoader: ManifestSource {
     public let files: FileSource
+    /// Sources beyond those the manifests declare (from the project's configuration).
+    public var extraSources: [any InventorySource]
 
-    public init(files: FileSource) { self.files = files }
+    public init(files: FileSource, extraSources: [any InventorySource] = []) {
+        self.files = files
+        self.extraSources = extraSources
+    }
 
     /// Loads and validates; new tokens are interned into `table` (pass the state's table).
-    public func load(into table: inout TokenTable) -> LoadedManifests {
-        read().resolve(into: &table)
+    public func load(into table: inout TokenTable) async -> LoadedManifests {
+        await read().resolve(into: &table)
     }
 
     /// Reads and decodes manifests and inventory without touching a token table, so a caller can load
     /// state at the same time and resolve afterwards.
-    public func read() -> ReadManifests {
+    public func read() async -> ReadManifests {
         let recording = RecordingFileSource(files)
         var manifests = ManifestSet()
         var diagnostics: [Diagnostic] = []
@@ -51,9 +56,37 @@ public struct ManifestLoader: Sendable {
                 diagnostics.append(.error("cannot read: \(error)", at: SourceLocation(file: files.displayPath(name), line: 1, column: 1)))
             }
         }
-        let (inventory, inventoryDiagnostics) = InventoryLoader().load(manifests, files: recording)
-        diagnostics += inventoryDiagnostics
-        return ReadManifests(manifests: manifests, inventory: inventory, diagnostics: diagnostics, files: recording)
+        var builder = InventoryBuilder()
+        for (source, location) in inventorySources(manifests, &diagnostics) {
+            do {
+                let snapshot = try await source.load(into: &builder)
+                if !snapshot.identity.isEmpty { recording.record(source.name, hash: snapshot.identity) }
+            } catch {
+                if let location {
+                    diagnostics.append(.error("cannot read inventory file '\(source.name)': \(error); check the path, which is relative to the manifests directory.", at: location))
+                } else {
+                    diagnostics.append(.error("cannot read inventory '\(source.name)': \(error)"))
+                }
+            }
+        }
+        diagnostics += builder.diagnostics
+        return ReadManifests(manifests: manifests, inventory: builder.inventory, diagnostics: diagnostics, files: recording)
+    }
+
+    /// The sources the manifests declare (inline devices, then files in order), then the extra ones.
+    func inventorySources(_ manifests: ManifestSet, _ diagnostics: inout [Diagnostic])
+        -> [(any InventorySource, SourceLocation?)]
+    {
+        var sources: [(any InventorySource, SourceLocation?)] = []
+        if !manifests.devices.isEmpty { sources.append((InlineInventorySource(manifests.devices), nil)) }
+        for file in manifests.inventoryFiles {
+            guard let format = file.format ?? InventoryFormat(suffixOf: file.path.value) else {
+                diagnostics.append(.error("inventory file '\(file.path.value)' must end in .csv or .jsonl, or say its format: {path: \(file.path.value), format: csv}.", at: file.path.location))
+                continue
+            }
+            sources.append((FileInventorySource(path: file.path.value, format: format, files: files), file.path.location))
+        }
+        return sources + extraSources.map { ($0, nil) }
     }
 }
 
@@ -85,6 +118,11 @@ final class RecordingFileSource: FileSource {
         let hash = SHA256Digest.hex(data)
         hashes.withLock { $0[path] = hash }
         return data
+    }
+
+    /// Records a source that was read without this file source, by its name and digest.
+    func record(_ name: String, hash: String) {
+        hashes.withLock { $0[name] = hash }
     }
 
     func list(_ directory: String) throws -> [String] { try base.list(directory) }

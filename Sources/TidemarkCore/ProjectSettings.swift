@@ -1,15 +1,15 @@
 /// `tidemark.yaml`, the optional project file: backend, project id, manifests and state paths.
 public struct ProjectSettings: Sendable, Equatable {
     public var project = "tidemark-demo"
-    public var backend: String?
+    public var backend: BackendKind?
     public var manifests: String?
     public var state: String?
     /// How topic changes reach FCM: `v1` (default) or `iid`.
-    public var transport: String?
+    public var transport: TopicTransport?
     /// Subscription changes per second an apply may send (FCM's documented quota: 3000).
     public var qps: Double?
     /// What `qps` counts: `tokens` (membership changes, the default) or `requests` (HTTP calls).
-    public var qpsUnit: String?
+    public var qpsUnit: QuotaUnit?
     /// The service-account key file; `GOOGLE_APPLICATION_CREDENTIALS` wins.
     public var credentials: String?
     /// Base URL of `fcm.googleapis.com` (a proxy, say); `TIDEMARK_FCM_URL` wins.
@@ -21,9 +21,6 @@ public struct ProjectSettings: Sendable, Equatable {
 
     public static let keys = ["project", "backend", "manifests", "state", "transport", "qps", "qps_unit", "credentials",
         "fcm_url", "iid_url", "sender_id"]
-    public static let transports = ["v1", "iid"]
-    public static let qpsUnits = ["tokens", "requests"]
-    public static let backends = ["embedded", "emulator", "fcm"]
 
     public init() {}
 
@@ -46,8 +43,8 @@ public struct ProjectSettings: Sendable, Equatable {
             switch key {
             case "project": settings.project = text
             case "backend":
-                if backends.contains(text) {
-                    settings.backend = text
+                if let kind = BackendKind(rawValue: text) {
+                    settings.backend = kind
                 } else {
                     doc.error("unknown backend '\(text)'; use embedded, emulator or fcm.", value)
                 }
@@ -62,14 +59,14 @@ public struct ProjectSettings: Sendable, Equatable {
                 }
                 if key == "fcm_url" { settings.fcmURL = text } else { settings.iidURL = text }
             case "qps_unit":
-                if qpsUnits.contains(text) {
-                    settings.qpsUnit = text
+                if let unit = QuotaUnit(rawValue: text) {
+                    settings.qpsUnit = unit
                 } else {
                     doc.error("unknown qps_unit '\(text)'; use tokens (membership changes) or requests (HTTP calls).", value)
                 }
             case "transport":
-                if transports.contains(text) {
-                    settings.transport = text
+                if let transport = TopicTransport(rawValue: text) {
+                    settings.transport = transport
                 } else {
                     doc.error("unknown transport '\(text)'; use v1 (the FCM topic subscription API) or iid.", value)
                 }

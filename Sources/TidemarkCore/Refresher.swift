@@ -19,31 +19,22 @@ public struct Refresher: Sendable {
         var dead: [UInt32] = []
         let chunks = stride(from: 0, to: all.count, by: chunkSize).map { all[$0..<min($0 + chunkSize, all.count)] }
         var done = 0
-        try await withThrowingTaskGroup(of: (ArraySlice<UInt32>, [RegistrationStatus]).self) { group in
-            var next = 0
-            func launch() {
-                guard next < chunks.count else { return }
-                let chunk = chunks[next]
-                next += 1
-                let tokens = chunk.map { table[$0] }
-                group.addTask { (chunk, try await backend.refresh(tokens)) }
+        try await BoundedConcurrency.forEach(chunks.count, width: parallelism) { [backend] i in
+            try await backend.refresh(chunks[i].map { table[$0] })
+        } each: { i, statuses in
+            let chunk = chunks[i]
+            guard statuses.count == chunk.count else {
+                throw RefreshError(message: "the backend answered \(statuses.count) statuses for \(chunk.count) tokens; refusing to plan on a partial read.")
             }
-            for _ in 0..<parallelism { launch() }
-            while let (chunk, statuses) = try await group.next() {
-                guard statuses.count == chunk.count else {
-                    throw RefreshError(message: "the backend answered \(statuses.count) statuses for \(chunk.count) tokens; refusing to plan on a partial read.")
+            for (id, status) in zip(chunk, statuses) {
+                switch status {
+                case .notFound: dead.append(id)
+                case .active(let topics):
+                    for topic in topics { subscribed[topic, default: []].append(id) }
                 }
-                for (id, status) in zip(chunk, statuses) {
-                    switch status {
-                    case .notFound: dead.append(id)
-                    case .active(let topics):
-                        for topic in topics { subscribed[topic, default: []].append(id) }
-                    }
-                }
-                done += chunk.count
-                progress?(done, all.count)
-                launch()
             }
+            done += chunk.count
+            progress?(done, all.count)
         }
         var keys: [String: String?] = [:]
         for name in groups {

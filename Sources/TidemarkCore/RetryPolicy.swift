@@ -60,7 +60,7 @@ public struct RetryPolicy: Sendable, Equatable {
     }
 
     /// The same decision, drawing jitter from `timing`.
-    public func decide(_ failure: Failure, attempt: Int, elapsed: Duration, timing: RetryTiming) -> Decision {
+    public func decide(_ failure: Failure, attempt: Int, elapsed: Duration, timing: Timing) -> Decision {
         var random = timing.generator
         return decide(failure, attempt: attempt, elapsed: elapsed, using: &random)
     }

@@ -49,7 +49,9 @@ public struct State: Sendable {
     public var topics: [String: TopicState]
     public var groups: [String: GroupState]
 
-    public init(lineage: String = UUID().uuidString.lowercased(), serial: Int = 0, tokens: TokenTable = TokenTable(),
+    /// A state that was never saved has an empty lineage; the first save gives it one (drawn from
+    /// the injected `Timing`, so nothing here draws randomness).
+    public init(lineage: String = "", serial: Int = 0, tokens: TokenTable = TokenTable(),
         seenAt: [Int64] = [], dead: TokenSet = TokenSet(), topics: [String: TopicState] = [:],
         groups: [String: GroupState] = [:])
     {

@@ -10,7 +10,7 @@ public struct EmbeddedBackend: Backend {
         self.project = project
     }
 
-    public var identity: BackendIdentity { BackendIdentity(kind: "embedded", project: project) }
+    public var identity: BackendIdentity { BackendIdentity(kind: .embedded, project: project) }
 
     public func refresh(_ tokens: [String]) async throws -> [RegistrationStatus] {
         var statuses: [RegistrationStatus] = []

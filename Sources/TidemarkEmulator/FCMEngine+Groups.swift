@@ -6,7 +6,7 @@ import TidemarkCore
 extension FCMEngine {
     private func newKey() -> String {
         keyCounter &+= 1
-        var generator = SystemRandomNumberGenerator()
+        var generator = timing.generator
         let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
         let body = String((0..<134).map { _ in alphabet[Int(generator.next() % 64)] })
         return "APA91b" + body

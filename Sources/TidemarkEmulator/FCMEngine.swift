@@ -47,7 +47,7 @@ public actor FCMEngine {
 
     public let configuration: Configuration
     let store: (any EngineStore)?
-    private let now: @Sendable () -> Date
+    let timing: Timing
     private var registrations: [String: Registration]
     var groups: [GroupID: Group]
     var groupByKey: [String: GroupID]
@@ -63,11 +63,11 @@ public actor FCMEngine {
     }
 
     public init(configuration: Configuration = Configuration(), store: (any EngineStore)? = nil,
-        now: @escaping @Sendable () -> Date = Date.init) throws
+        timing: Timing = .live) throws
     {
         self.configuration = configuration
         self.store = store
-        self.now = now
+        self.timing = timing
         autoRegister = configuration.autoRegister
         let snapshot = try store?.load() ?? EngineSnapshot()
         registrations = snapshot.registrations
@@ -87,7 +87,7 @@ public actor FCMEngine {
         throws
     {
         guard FCMLimits.tokenProblem(token) == nil else { throw EngineError(.invalidArgument, "malformed token") }
-        let registration = Registration(project: project, platform: platform, app: app, registeredAt: now(),
+        let registration = Registration(project: project, platform: platform, app: app, registeredAt: timing.wallClock(),
             topics: registrations[token]?.topics ?? [:], unregistered: false)
         registrations[token] = registration
         try store?.persist([.registration(token, registration)])
@@ -96,7 +96,7 @@ public actor FCMEngine {
     /// Marks an app instance as gone (the app was uninstalled): later calls for it get NOT_FOUND.
     public func unregister(token: String) throws {
         var registration = registrations[token] ?? Registration(project: "", platform: "ANDROID", app: "",
-            registeredAt: now(), topics: [:], unregistered: true)
+            registeredAt: timing.wallClock(), topics: [:], unregistered: true)
         registration.unregistered = true
         registration.topics = [:]
         registrations[token] = registration
@@ -122,7 +122,7 @@ public actor FCMEngine {
         for instance in instances where FCMLimits.tokenProblem(instance.token) != nil {
             throw EngineError(.invalidArgument, "malformed token '\(instance.token.prefix(40))'")
         }
-        let at = now()
+        let at = timing.wallClock()
         var changes: [EngineChange] = []
         changes.reserveCapacity(instances.count)
         for instance in instances {
@@ -184,7 +184,7 @@ public actor FCMEngine {
         }
         guard autoRegister else { return .failure(.notFound) }
         let registration = Registration(project: project, platform: "ANDROID", app: "com.example.app",
-            registeredAt: now(), topics: [:], unregistered: false)
+            registeredAt: timing.wallClock(), topics: [:], unregistered: false)
         if create {
             registrations[token] = registration
             changes.append(.registration(token, registration))
@@ -207,7 +207,7 @@ public actor FCMEngine {
     public func batchAdd(project: String, topic: String, tokens: [String]) throws -> [TokenOutcome] {
         try checkBatch(topic: topic, tokens: tokens)
         var changes: [EngineChange] = []
-        let at = now()
+        let at = timing.wallClock()
         let outcomes = tokens.map { token -> TokenOutcome in
             if let injected = injectedErrors.removeValue(forKey: token) { return .failed(injected) }
             if let error = liveError(token, project: project, create: true, changes: &changes) { return .failed(error) }
@@ -255,8 +255,8 @@ public actor FCMEngine {
         }
         let outcome = try batchAdd(project: project, topic: topic, tokens: [token])[0]
         switch outcome {
-        case .ok: return registrations[token]?.topics[topic] ?? now()
-        case .failed(let error): throw EngineError(EngineError.Code(rawValue: error.code) ?? .internalError)
+        case .ok: return registrations[token]?.topics[topic] ?? timing.wallClock()
+        case .failed(let error): throw EngineError(EngineError.Code(rawValue: error.code.rawValue) ?? .internalError)
         }
     }
 
@@ -264,7 +264,7 @@ public actor FCMEngine {
     public func subscription(project: String, registration token: String, topic: String) throws -> Date {
         var ignored: [EngineChange] = []
         switch liveRegistration(token, project: project, create: false, changes: &ignored) {
-        case .failure(let error): throw EngineError(EngineError.Code(rawValue: error.code) ?? .notFound, "registration")
+        case .failure(let error): throw EngineError(EngineError.Code(rawValue: error.code.rawValue) ?? .notFound, "registration")
         case .success(let registration):
             guard let since = registration.topics[topic] else { throw EngineError(.notFound, "topic subscription not found") }
             return since
@@ -275,10 +275,10 @@ public actor FCMEngine {
     public func deleteSubscription(project: String, registration token: String, topic: String, allowMissing: Bool) throws {
         var changes: [EngineChange] = []
         if let injected = injectedErrors.removeValue(forKey: token) {
-            throw EngineError(EngineError.Code(rawValue: injected.code) ?? .internalError)
+            throw EngineError(EngineError.Code(rawValue: injected.code.rawValue) ?? .internalError)
         }
         if let error = liveError(token, project: project, create: false, changes: &changes) {
-            throw EngineError(EngineError.Code(rawValue: error.code) ?? .notFound, "registration not found")
+            throw EngineError(EngineError.Code(rawValue: error.code.rawValue) ?? .notFound, "registration not found")
         }
         guard registrations[token]?.topics.removeValue(forKey: topic) != nil else {
             if allowMissing { return }

@@ -51,19 +51,19 @@ public actor AccessTokenProvider {
 
     private let key: ServiceAccountKey
     private let client: HTTPClient
-    private let now: @Sendable () -> Date
+    private let timing: Timing
     private var cached: (token: String, expires: Date)?
     private var inFlight: Task<(String, Date), any Error>?
 
-    public init(key: ServiceAccountKey, client: HTTPClient, now: @escaping @Sendable () -> Date = Date.init) {
+    public init(key: ServiceAccountKey, client: HTTPClient, timing: Timing = .live) {
         self.key = key
         self.client = client
-        self.now = now
+        self.timing = timing
     }
 
     /// A valid access token, fetching a new one when the cached one is within a minute of expiring.
     public func token() async throws -> String {
-        if let cached, cached.expires.timeIntervalSince(now()) > 60 { return cached.token }
+        if let cached, cached.expires.timeIntervalSince(timing.wallClock()) > 60 { return cached.token }
         if let inFlight { return try await inFlight.value.0 }
         let task = Task { try await self.fetch() }
         inFlight = task
@@ -77,7 +77,7 @@ public actor AccessTokenProvider {
     public func invalidate() { cached = nil }
 
     private func fetch() async throws -> (String, Date) {
-        let issuedAt = now()
+        let issuedAt = timing.wallClock()
         let iat = Int(issuedAt.timeIntervalSince1970)
         let assertion = try JWT.sign(JWTClaims(iss: key.clientEmail, aud: key.tokenURI, scope: Self.scope, iat: iat,
             exp: iat + 3600), keyID: key.privateKeyID, with: try key.signingKey())

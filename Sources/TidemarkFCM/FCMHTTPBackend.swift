@@ -7,13 +7,6 @@ import Synchronization
 import TidemarkCore
 
 /// Which API carries topic subscriptions (design §1).
-public enum TopicTransport: String, Sendable, CaseIterable {
-    /// The FCM topic subscription API: one request per membership change.
-    case v1
-    /// The deprecated Instance ID batch API: up to 1000 tokens a request.
-    case iid
-}
-
 /// Where FCM's surfaces live: Google's hosts, or the emulator's one address for all of them.
 public struct FCMEndpoints: Sendable, Equatable {
     public var fcm: String
@@ -44,13 +37,6 @@ public struct FCMCallError: RetryableError, Sendable, CustomStringConvertible {
 
 /// What the rate limit counts: FCM documents "3000 QPS" without saying whether a 1000-token IID
 /// batch is one query or a thousand.
-public enum QuotaUnit: String, Sendable, CaseIterable {
-    /// Membership changes: a batch of N tokens costs N.
-    case tokens
-    /// HTTP requests: a batch costs 1.
-    case requests
-}
-
 /// Counts FCM requests (retries included) across concurrent calls.
 final class RequestCounter: Sendable {
     private let count = Atomic<Int>(0)
@@ -75,7 +61,7 @@ public struct FCMHTTPBackend: Backend {
         /// Sent as `project_id` on device-group calls; default: the project id.
         public var senderID: String?
         public var policy = RetryPolicy()
-        public var timing = RetryTiming.live
+        public var timing = Timing.live
 
         public init() {}
     }
@@ -90,7 +76,7 @@ public struct FCMHTTPBackend: Backend {
 
     var transport: TopicTransport { options.transport }
 
-    public init(kind: String, project: String, endpoints: FCMEndpoints, client: HTTPClient,
+    public init(kind: BackendKind, project: String, endpoints: FCMEndpoints, client: HTTPClient,
         credentials: AccessTokenProvider, options: Options = Options())
     {
         identity = BackendIdentity(kind: kind, project: project)
@@ -209,23 +195,6 @@ public struct FCMHTTPBackend: Backend {
     func forEachConcurrently<T: Sendable>(_ count: Int, _ work: @escaping @Sendable (Int) async throws -> T)
         async throws -> [T]
     {
-        var results = [T?](repeating: nil, count: count)
-        try await withThrowingTaskGroup(of: (Int, T).self) { group in
-            var next = 0
-            while next < min(options.concurrency, count) {
-                let i = next
-                group.addTask { (i, try await work(i)) }
-                next += 1
-            }
-            while let (i, value) = try await group.next() {
-                results[i] = value
-                if next < count {
-                    let j = next
-                    group.addTask { (j, try await work(j)) }
-                    next += 1
-                }
-            }
-        }
-        return results.map { $0! }
+        try await BoundedConcurrency.map(count, width: options.concurrency, work)
     }
 }

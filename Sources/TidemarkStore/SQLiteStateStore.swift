@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import Synchronization
 import TidemarkCore
 
 /// tidemark's state in a local SQLite file (default `.tidemark/state.db`), private to its user.
@@ -7,79 +8,91 @@ import TidemarkCore
 /// Memberships are stored per topic as sorted arrays of token ids (blobs), so a state of five
 /// million memberships loads in a fraction of a second. Every write is one transaction that also
 /// bumps the serial; the apply journal lives in the same file, so a batch and its journal entry
-/// commit together.
-public final class SQLiteStateStore: Sendable {
+/// commit together. Nothing touches the disk until the first `load` or `save`; the file is created
+/// by the first `save`.
+public final class SQLiteStateStore: StateStore {
     /// 'TDMK', set as SQLite's application_id so a foreign database is recognised at once.
     static let applicationID: Int32 = 0x5444_4D4B
     static let formatVersion = 1
 
     public let path: String
-    private let queue: DatabaseQueue
+    public let location: String
+    private let opened = Mutex<DatabaseQueue?>(nil)
 
-    /// Opens an existing state file, refusing one that is not tidemark's or is damaged.
-    /// Returns nil when no file exists and `create` is false.
-    public static func open(path: String, create: Bool) throws -> SQLiteStateStore? {
-        let fm = FileManager.default
-        if !fm.fileExists(atPath: path) {
-            guard create else { return nil }
-            let directory = (path as NSString).deletingLastPathComponent
-            if !directory.isEmpty {
-                try fm.createDirectory(atPath: directory, withIntermediateDirectories: true,
-                    attributes: [.posixPermissions: 0o700])
-            }
-            guard fm.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]) else {
-                throw StateStoreError(.io, path: path, "cannot create the file")
-            }
-            return try SQLiteStateStore(path: path, initialize: true)
-        }
-        try checkHeader(path)
-        return try SQLiteStateStore(path: path, initialize: false)
+    /// A store for the file at `path`; `location` is how messages name it (default: the path).
+    public init(path: String, location: String? = nil) {
+        self.path = path
+        self.location = location ?? path
     }
 
-    private static func checkHeader(_ path: String) throws {
+    /// Opens the file when it exists, refusing one that is not tidemark's or is damaged; nil when it
+    /// does not exist and `create` is false. A new file gets `lineage`.
+    private func queue(create: Bool, lineage: String = "", now: Int64 = 0) throws -> DatabaseQueue? {
+        try opened.withLock { opened -> DatabaseQueue? in
+            if let opened { return opened }
+            let fm = FileManager.default
+            let initialize: Bool
+            if fm.fileExists(atPath: path) {
+                try checkHeader()
+                initialize = false
+            } else {
+                guard create else { return nil }
+                let directory = (path as NSString).deletingLastPathComponent
+                if !directory.isEmpty {
+                    try fm.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                        attributes: [.posixPermissions: 0o700])
+                }
+                guard fm.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]) else {
+                    throw StateStoreError(.io, path: location, "cannot create the file")
+                }
+                initialize = true
+            }
+            var configuration = Configuration()
+            configuration.busyMode = .timeout(5)
+            configuration.prepareDatabase { db in
+                try db.execute(sql: "PRAGMA synchronous = FULL")
+            }
+            let queue: DatabaseQueue
+            do {
+                queue = try DatabaseQueue(path: path, configuration: configuration)
+                if initialize {
+                    try queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA journal_mode = WAL") }
+                    try queue.write { db in try Self.createSchema(db, lineage: lineage, now: now) }
+                } else {
+                    try queue.read { db in try self.verify(db) }
+                }
+            } catch let error as StateStoreError {
+                throw error
+            } catch let error as DatabaseError {
+                throw translate(error)
+            }
+            _ = chmod(path, 0o600)
+            opened = queue
+            return queue
+        }
+    }
+
+    private func checkHeader() throws {
         guard let handle = FileHandle(forReadingAtPath: path) else {
-            throw StateStoreError(.io, path: path, "cannot read the file; check its permissions")
+            throw StateStoreError(.io, path: location, "cannot read the file; check its permissions")
         }
         defer { try? handle.close() }
         let header = (try? handle.read(upToCount: 16)) ?? Data()
         if header.isEmpty {
-            throw StateStoreError(.damaged, path: path, "the file is empty")
+            throw StateStoreError(.damaged, path: location, "the file is empty")
         }
-        guard header == Data("SQLite format 3\u{0}".utf8) else { throw StateStoreError(.notSQLite, path: path, "") }
+        guard header == Data("SQLite format 3\u{0}".utf8) else { throw StateStoreError(.notSQLite, path: location, "") }
     }
 
-    private init(path: String, initialize: Bool) throws {
-        self.path = path
-        var configuration = Configuration()
-        configuration.busyMode = .timeout(5)
-        configuration.prepareDatabase { db in
-            try db.execute(sql: "PRAGMA synchronous = FULL")
-        }
-        do {
-            queue = try DatabaseQueue(path: path, configuration: configuration)
-            if initialize {
-                try queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA journal_mode = WAL") }
-                try queue.write { db in try Self.createSchema(db) }
-            } else {
-                try queue.read { db in try Self.verify(db, path: path) }
-            }
-        } catch let error as StateStoreError {
-            throw error
-        } catch let error as DatabaseError {
-            throw Self.translate(error, path: path)
-        }
-        _ = chmod(path, 0o600)
-    }
-
-    static func translate(_ error: DatabaseError, path: String) -> StateStoreError {
+    func translate(_ error: DatabaseError) -> StateStoreError {
         switch error.resultCode {
-        case .SQLITE_NOTADB: StateStoreError(.notSQLite, path: path, "")
-        case .SQLITE_CORRUPT: StateStoreError(.damaged, path: path, error.message ?? "corrupt")
-        default: StateStoreError(.io, path: path, error.message ?? "\(error)")
+        case .SQLITE_NOTADB: StateStoreError(.notSQLite, path: location, "")
+        case .SQLITE_CORRUPT: StateStoreError(.damaged, path: location, error.message ?? "corrupt")
+        default: StateStoreError(.io, path: location, error.message ?? "\(error)")
         }
     }
 
-    private static func createSchema(_ db: Database) throws {
+    private static func createSchema(_ db: Database, lineage: String, now: Int64) throws {
         try db.execute(sql: """
             PRAGMA application_id = \(applicationID);
             CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -94,30 +107,29 @@ public final class SQLiteStateStore: Sendable {
             CREATE TABLE apply_operations (apply_id TEXT NOT NULL, idx INTEGER NOT NULL, finished_at INTEGER NOT NULL,
                 ok INTEGER NOT NULL, failed INTEGER NOT NULL, PRIMARY KEY (apply_id, idx)) WITHOUT ROWID;
             """)
-        let lineage = UUID().uuidString.lowercased()
         for (key, value) in [("format", "tidemark-state"), ("format_version", String(formatVersion)),
-            ("lineage", lineage), ("serial", "0"), ("created_at", String(Int64(Date().timeIntervalSince1970)))]
+            ("lineage", lineage), ("serial", "0"), ("created_at", String(now))]
         {
             try db.execute(sql: "INSERT INTO meta (key, value) VALUES (?, ?)", arguments: [key, value])
         }
     }
 
-    private static func verify(_ db: Database, path: String) throws {
+    private func verify(_ db: Database) throws {
         let id = try Int32.fetchOne(db, sql: "PRAGMA application_id") ?? 0
-        guard id == applicationID else {
-            throw StateStoreError(.foreign, path: path, "its application id is \(id), not tidemark's")
+        guard id == Self.applicationID else {
+            throw StateStoreError(.foreign, path: location, "its application id is \(id), not tidemark's")
         }
         guard try db.tableExists("meta"),
             try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'format'") == "tidemark-state"
         else {
-            throw StateStoreError(.damaged, path: path, "its 'meta' table is missing")
+            throw StateStoreError(.damaged, path: location, "its 'meta' table is missing")
         }
         let version = Int(try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'format_version'") ?? "") ?? 0
-        if version > formatVersion {
-            throw StateStoreError(.newerFormat, path: path, "format version \(version); this tidemark reads \(formatVersion)")
+        if version > Self.formatVersion {
+            throw StateStoreError(.newerFormat, path: location, "format version \(version); this tidemark reads \(Self.formatVersion)")
         }
         for table in ["tokens", "topics", "groups", "applies", "apply_operations"] where try !db.tableExists(table) {
-            throw StateStoreError(.damaged, path: path, "table '\(table)' is missing")
+            throw StateStoreError(.damaged, path: location, "table '\(table)' is missing")
         }
     }
 
@@ -125,15 +137,16 @@ public final class SQLiteStateStore: Sendable {
         do {
             return try body()
         } catch let error as DatabaseError {
-            throw Self.translate(error, path: path)
+            throw translate(error)
         }
     }
 
     // MARK: - Reading
 
     /// The whole state.
-    public func load() throws -> State {
-        try run {
+    public func load() async throws -> State? {
+        guard let queue = try queue(create: false) else { return nil }
+        return try run {
             try queue.read { db in
                 let lineage = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'lineage'") ?? ""
                 let serial = Int(try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'serial'") ?? "0") ?? 0
@@ -149,7 +162,7 @@ public final class SQLiteStateStore: Sendable {
                     let id: Int64 = row[0]
                     let token: String = row[1]
                     guard Int(id) == table.count, table.intern(token) == UInt32(id) else {
-                        throw StateStoreError(.damaged, path: path, "token ids are not dense at id \(id)")
+                        throw StateStoreError(.damaged, path: location, "token ids are not dense at id \(id)")
                     }
                     seenAt.append(row[2])
                     if (row[3] as Int64) != 0 { dead.append(UInt32(id)) }
@@ -171,13 +184,13 @@ public final class SQLiteStateStore: Sendable {
     }
 
     private func decode(_ data: Data, count: Int) throws -> TokenSet {
-        guard data.count % 4 == 0 else { throw StateStoreError(.damaged, path: path, "a membership list has a bad length") }
+        guard data.count % 4 == 0 else { throw StateStoreError(.damaged, path: location, "a membership list has a bad length") }
         var ids = [UInt32](repeating: 0, count: data.count / 4)
         _ = ids.withUnsafeMutableBytes { data.copyBytes(to: $0) }
         for i in ids.indices {
             ids[i] = UInt32(littleEndian: ids[i])
             if Int(ids[i]) >= count || (i > 0 && ids[i] <= ids[i - 1]) {
-                throw StateStoreError(.damaged, path: path, "a membership list refers to an unknown token")
+                throw StateStoreError(.damaged, path: location, "a membership list refers to an unknown token")
             }
         }
         return TokenSet(sorted: ids)
@@ -190,31 +203,12 @@ public final class SQLiteStateStore: Sendable {
 
     // MARK: - Writing
 
-    /// What one write changes; everything in it commits in one transaction with the serial bump.
-    public struct Write {
-        public var topics: [String] = []
-        public var groups: [String] = []
-        /// Tokens whose last-seen time or liveness changed.
-        public var tokens: [UInt32] = []
-        public var allTokens = false
-        public var beginApply: (id: String, plan: Plan)?
-        public var finishedOperation: (applyID: String, index: Int, ok: Int, failed: Int)?
-        public var finishApply: (id: String, status: String)?
-
-        public init() {}
-
-        /// Every topic and group present in `before` or `after`: rows that `after` dropped are deleted.
-        public mutating func includeTopicsAndGroups(before: State, after: State) {
-            topics = Array(Set(before.topics.keys).union(after.topics.keys))
-            groups = Array(Set(before.groups.keys).union(after.groups.keys))
-        }
-    }
-
     /// Writes the parts of `state` named by `write`, and returns the new serial (also set in `state`).
     @discardableResult
-    public func save(_ state: inout State, _ write: Write, at now: Int64 = Int64(Date().timeIntervalSince1970)) throws -> Int {
+    public func save(_ state: inout State, _ write: StateWrite, at now: Int64) async throws -> Int {
         state.growToTable()
         let snapshot = state
+        let queue = try queue(create: true, lineage: state.lineage, now: now)!
         let serial = try run {
             try queue.write { db -> Int in
                 let stored = try Int.fetchOne(db, sql: "SELECT count(*) FROM tokens") ?? 0
@@ -251,8 +245,8 @@ public final class SQLiteStateStore: Sendable {
                     let data = try Plan.encoder(pretty: false).encode(plan)
                     try db.execute(sql: """
                         INSERT INTO applies (id, started_at, status, manifests_digest, operations_digest, operation_count, plan)
-                        VALUES (?, ?, 'running', ?, ?, ?, ?)
-                        """, arguments: [id, now, plan.manifestsDigest, plan.operationsDigest, plan.operations.count, data])
+                        VALUES (?, ?, ?, ?, ?, ?, ?)
+                        """, arguments: [id, now, ApplyStatus.running.rawValue, plan.manifestsDigest, plan.operationsDigest, plan.operations.count, data])
                 }
                 if let entry = write.finishedOperation {
                     try db.execute(sql: """
@@ -260,7 +254,7 @@ public final class SQLiteStateStore: Sendable {
                         """, arguments: [entry.applyID, entry.index, now, entry.ok, entry.failed])
                 }
                 if let (id, status) = write.finishApply {
-                    try db.execute(sql: "UPDATE applies SET status = ?, finished_at = ? WHERE id = ?", arguments: [status, now, id])
+                    try db.execute(sql: "UPDATE applies SET status = ?, finished_at = ? WHERE id = ?", arguments: [status.rawValue, now, id])
                 }
                 let current = Int(try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'serial'") ?? "0") ?? 0
                 try db.execute(sql: "UPDATE meta SET value = ? WHERE key = 'serial'", arguments: [String(current + 1)])
@@ -273,23 +267,21 @@ public final class SQLiteStateStore: Sendable {
 
     // MARK: - Journal
 
-    /// An apply that started and did not finish (the process was killed or failed).
-    public struct UnfinishedApply: Sendable {
-        public var id: String
-        public var startedAt: Date
-        public var plan: Plan
-        public var done: Set<Int>
-    }
-
-    public func unfinishedApply() throws -> UnfinishedApply? {
-        try run {
+    public func unfinishedApply() async throws -> UnfinishedApply? {
+        guard let queue = try queue(create: false) else { return nil }
+        return try run {
             try queue.read { db in
                 guard let row = try Row.fetchOne(db, sql: """
                     SELECT id, started_at, plan FROM applies WHERE status = 'running' ORDER BY started_at DESC LIMIT 1
                     """)
                 else { return nil }
                 let id: String = row[0]
-                let plan = try Plan.decoder().decode(Plan.self, from: row[2] as Data)
+                let plan: Plan
+                do {
+                    plan = try Plan.decoder().decode(Plan.self, from: row[2] as Data)
+                } catch {
+                    throw StateStoreError(.damaged, path: location, "the journal's plan of apply \(id) cannot be read")
+                }
                 let done = try Int.fetchAll(db, sql: "SELECT idx FROM apply_operations WHERE apply_id = ?", arguments: [id])
                 return UnfinishedApply(id: id, startedAt: Date(timeIntervalSince1970: TimeInterval(row[1] as Int64)),
                     plan: plan, done: Set(done))
@@ -297,16 +289,31 @@ public final class SQLiteStateStore: Sendable {
         }
     }
 
-    /// Summary lines of past applies, newest first.
-    public func applies(limit: Int = 20) throws -> [(id: String, status: String, startedAt: Int64, operations: Int, done: Int)] {
-        try run {
+    public func applies(limit: Int) async throws -> [ApplyRecord] {
+        guard let queue = try queue(create: false) else { return [] }
+        return try run {
             try queue.read { db in
                 try Row.fetchAll(db, sql: """
                     SELECT a.id, a.status, a.started_at, a.operation_count,
                         (SELECT count(*) FROM apply_operations o WHERE o.apply_id = a.id)
                     FROM applies a ORDER BY a.started_at DESC LIMIT ?
-                    """, arguments: [limit]).map { ($0[0], $0[1], $0[2], $0[3], $0[4]) }
+                    """, arguments: [limit]).map { row in
+                        guard let status = ApplyStatus(rawValue: row[1]) else {
+                            throw StateStoreError(.damaged, path: location, "apply \(row[0] as String) has an unknown status")
+                        }
+                        return ApplyRecord(id: row[0], status: status, startedAt: row[2], operations: row[3], done: row[4])
+                    }
             }
         }
+    }
+
+    // MARK: - Lock
+
+    public func lock(_ holder: LockHolder) async throws -> any StateLease {
+        try StateLock.acquire(statePath: path, location: location, holder: holder)
+    }
+
+    public func lockHolder() async throws -> LockHolder? {
+        try StateLock.holder(statePath: path, location: location)
     }
 }

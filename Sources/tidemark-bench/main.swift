@@ -18,7 +18,7 @@ struct Generator {
     static let languages = ["en", "de", "fr", "es", "it", "nl", "pl", "pt", "sv", "ja"]
     static let cohorts = (0..<35).map { "c\($0)" }
 
-    func run(_ directory: String) throws {
+    func run(_ directory: String) async throws {
         var rng = SeededGenerator(seed: seed)
         let fm = FileManager.default
         try fm.createDirectory(atPath: directory + "/manifests", withIntermediateDirectories: true)
@@ -55,10 +55,10 @@ struct Generator {
         // The state a previous apply left: the desired memberships, with `churn` of them different.
         let statePath = directory + "/.tidemark/state.db"
         try? fm.removeItem(atPath: statePath)
-        guard let store = try SQLiteStateStore.open(path: statePath, create: true) else { return }
-        var state = try store.load()
+        let store = SQLiteStateStore(path: statePath)
+        var state = State(lineage: Timing.live.uuid(), serial: 0)
         let files = PlainFiles(root: directory + "/manifests")
-        let loaded = ManifestLoader(files: files).load(into: &state.tokens)
+        let loaded = await ManifestLoader(files: files).load(into: &state.tokens)
         guard !loaded.diagnostics.hasErrors else { throw DiagnosticsError(loaded.diagnostics) }
         state.growToTable()
         var memberships = 0
@@ -73,9 +73,9 @@ struct Generator {
             memberships += set.count
             state.topics[topic.name] = TopicState(mode: topic.mode, managed: set, observed: set)
         }
-        var write = SQLiteStateStore.Write()
+        var write = StateWrite()
         write.topics = Array(state.topics.keys)
-        try store.save(&state, write)
+        try await store.save(&state, write, at: Timing.live.unixTime())
         print("generated \(devices) devices, \(loaded.desired.topics.count) topics, \(memberships) memberships in state, \(changed) differing from the manifests (\(String(format: "%.2f", Double(changed) * 100 / Double(max(1, memberships))))%)")
     }
 }
@@ -104,7 +104,7 @@ while index + 1 < arguments.count {
     index += 2
 }
 do {
-    try generator.run(directory)
+    try await generator.run(directory)
 } catch {
     FileHandle.standardError.write(Data("error: \(error)\n".utf8))
     exit(1)

@@ -52,17 +52,12 @@ struct AudienceCommand: AsyncParsableCommand {
                 throw CLIError("\(error.description) The condition was: \(condition)")
             }
             let workspace = try Workspace(global)
-            let store = try workspace.openStore(create: false)
-            var (state, loaded) = try await workspace.loadStateAndManifests(store)
-            try reportDiagnostics(loaded.diagnostics.filter { $0.severity == .error })
             let source = Audience.Source(rawValue: from)!
-            if refresh {
-                let observed = try await workspace.withBackend { backend in
-                    try await workspace.refresh(state: state, loaded: loaded, backend: backend)
-                }
-                state.absorb(observed)
-            }
-            let audience = Audience(condition: parsed, source: source, desired: loaded.desired, state: state)
+            let workflow = AudienceWorkflow(manifests: workspace.manifestSource(), store: workspace.stateStore(),
+                output: TerminalOutput())
+            let (audience, loaded) = refresh
+                ? try await workspace.withBackend { backend in try await workflow.run(parsed, source: source, refreshFrom: backend) }
+                : try await workflow.run(parsed, source: source)
             if format == .json {
                 struct Output: Encodable {
                     var condition: String

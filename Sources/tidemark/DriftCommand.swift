@@ -33,19 +33,8 @@ struct DriftCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
-            let store = try workspace.openStore(create: false)
-            let (state, loaded) = try await workspace.loadStateAndManifests(store)
-            try reportDiagnostics(loaded.diagnostics.filter { $0.severity == .error })
             let report = try await workspace.withBackend { backend in
-                let refresh = try await workspace.refresh(state: state, loaded: loaded, backend: backend)
-                let plan = Planner(tidemarkVersion: Workspace.version).plan(loaded: loaded, state: state,
-                    refresh: refresh, backend: backend.identity, now: Date())
-                let items = DriftReport.classify(plan.observations, desired: loaded.desired, state: state,
-                    inventory: loaded.inventory)
-                let pending = plan.subscribeCount + plan.unsubscribeCount + plan.operations.filter(\.kind.isGroup).count
-                return DriftReport(tidemarkVersion: Workspace.version, checkedAt: Date(), lineage: state.lineage,
-                    serial: state.serial, backend: backend.identity, registrationsRead: refresh.refreshed.count,
-                    items: items, pendingChanges: pending)
+                try await DriftWorkflow(workspace.parts(backend)).run()
             }
             let renderer = DriftRenderer(showTokens: global.showTokens)
             if ndjson {
@@ -58,7 +47,7 @@ struct DriftCommand: AsyncParsableCommand {
                     try Terminal.writeJSON(report)
                 }
             }
-            if detailedExitcode, report.hasDrift { throw ExitCode(2) }
+            try end(with: report.exitStatus(detailedExitcode: detailedExitcode))
         }
     }
 }

@@ -12,25 +12,20 @@ struct GlobalOptions: ParsableArguments {
 
     @Option(help: ArgumentHelp("Backend: embedded (in-process emulator, the default), emulator or fcm.",
         valueName: "KIND"))
-    var backend: String?
+    var backend: BackendKind?
 
     @Option(help: ArgumentHelp("Topic API for the emulator and fcm backends: v1 (default) or iid (deprecated by Google).",
         valueName: "API"))
-    var transport: String?
+    var transport: TopicTransport?
 
     @Flag(help: "Show registration tokens in full in human output (they are redacted by default).")
     var showTokens = false
-
-    func validate() throws {
-        if let backend, !ProjectSettings.backends.contains(backend) {
-            throw ValidationError("unknown backend '\(backend)'; use embedded, emulator or fcm.")
-        }
-        if let transport, !ProjectSettings.transports.contains(transport) {
-            throw ValidationError("unknown transport '\(transport)'; use v1 or iid.")
-        }
-    }
 }
 
 enum OutputFormat: String, ExpressibleByArgument, CaseIterable {
     case text, markdown, json
 }
+
+extension BackendKind: ExpressibleByArgument {}
+extension TopicTransport: ExpressibleByArgument {}
+extension QuotaUnit: ExpressibleByArgument {}

@@ -29,27 +29,25 @@ struct PlanCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
-            let store = try workspace.openStore(create: false)
-            let result = try await workspace.withBackend { backend in
-                try await workspace.makePlan(store: store, backend: backend, refresh: !noRefresh,
-                    targets: try planning.selection.targets(), maxUnsubscribes: try planning.limit())
+            let request = PlanRequest(refresh: !noRefresh, targets: try planning.selection.targets(),
+                maxUnsubscribes: try planning.limit())
+            let outcome = try await workspace.withBackend { backend in
+                try await PlanWorkflow(workspace.parts(backend)).run(request)
             }
-            let plan = result.plan
+            let plan = outcome.plan
             let refused = plan.diagnostics.hasErrors
             if let out, !refused {
                 try writeAtomically(jsonFile(plan), to: out, mode: 0o600)
             }
-            try workspace.output(plan, format: render.format, inventory: result.loaded.inventory,
+            try workspace.output(plan, format: render.format, inventory: outcome.loaded.inventory,
                 partsDir: render.partsDir, planFile: refused ? nil : out)
             if refused {
                 let errors = plan.diagnostics.filter { $0.severity == .error }.count
                 Terminal.err("\(errors) error\(errors == 1 ? "" : "s") in the plan; it cannot be applied\(out != nil ? " and was not saved" : "").")
-                throw ExitCode.failure
-            }
-            if let out, render.format == .text {
+            } else if let out, render.format == .text {
                 try Terminal.write("Saved the plan to \(out); apply it exactly with: tidemark apply \(out)\n")
             }
-            if detailedExitcode, plan.hasChanges { throw ExitCode(2) }
+            try end(with: outcome.exitStatus(detailedExitcode: detailedExitcode))
         }
     }
 }

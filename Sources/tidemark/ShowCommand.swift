@@ -20,8 +20,7 @@ struct ShowCommand: AsyncParsableCommand {
             let workspace = try Workspace(global)
             let plan = try readPlan(planFile)
             // Device ids from the inventory when the manifests can be read; the plan shows without them otherwise.
-            var scratch = State(lineage: "", serial: 0)
-            let loaded = render.format == .json ? nil : workspace.loadManifests(into: &scratch)
+            let loaded = render.format == .json ? nil : await workspace.loadManifests()
             let inventory = loaded.flatMap { $0.diagnostics.hasErrors ? nil : $0.inventory }
             try workspace.output(plan, format: render.format, inventory: inventory, partsDir: render.partsDir,
                 planFile: planFile)

@@ -1,7 +1,6 @@
 import ArgumentParser
 import Foundation
 import TidemarkCore
-import TidemarkStore
 
 /// `tidemark state …`: what tidemark remembers, for people debugging a plan.
 struct StateCommand: AsyncParsableCommand {
@@ -30,11 +29,11 @@ struct StateListCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
-            guard let store = try workspace.openStore(create: false) else {
+            let store = workspace.stateStore()
+            guard let state = try await store.load() else {
                 throw CLIError("there is no state at \(workspace.stateDisplay) yet; 'tidemark apply' or 'tidemark import' creates it.")
             }
-            let state = try store.load()
-            let applies = try store.applies(limit: 10)
+            let applies = try await store.applies(limit: 10)
             if format == .json {
                 struct Output: Encodable {
                     struct Topic: Encodable { var name: String; var mode: String; var protect: Bool; var managed: Int; var observed: Int }
@@ -59,7 +58,7 @@ struct StateListCommand: AsyncParsableCommand {
                         let g = state.groups[name]!
                         return .init(name: name, exists: g.key != nil, protect: g.protect, members: g.members.count)
                     },
-                    applies: applies.map { .init(id: $0.id, status: $0.status, startedAt: $0.startedAt, operations: $0.operations, done: $0.done) })
+                    applies: applies.map { .init(id: $0.id, status: $0.status.rawValue, startedAt: $0.startedAt, operations: $0.operations, done: $0.done) })
                 try Terminal.writeJSON(output)
                 return
             }
@@ -88,7 +87,7 @@ struct StateListCommand: AsyncParsableCommand {
                 let formatter = ISO8601DateFormatter()
                 for apply in applies {
                     let started = formatter.string(from: Date(timeIntervalSince1970: TimeInterval(apply.startedAt)))
-                    lines.append("  \(started)  \(apply.status.padding(toLength: 9, withPad: " ", startingAt: 0))  \(apply.done)/\(apply.operations) operations  (\(apply.id.prefix(8)))")
+                    lines.append("  \(started)  \(apply.status.rawValue.padding(toLength: 9, withPad: " ", startingAt: 0))  \(apply.done)/\(apply.operations) operations  (\(apply.id.prefix(8)))")
                 }
             }
             try Terminal.write(lines.joined(separator: "\n") + "\n")
@@ -114,11 +113,10 @@ struct StateShowCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
-            guard let store = try workspace.openStore(create: false) else {
+            guard var state = try await workspace.stateStore().load() else {
                 throw CLIError("there is no state at \(workspace.stateDisplay) yet.")
             }
-            var state = try store.load()
-            let loaded = workspace.loadManifests(into: &state)
+            let loaded = await workspace.manifestSource().load(into: &state.tokens)
             let namer = workspace.deviceNamer(loaded.inventory)
             func list(_ set: TokenSet) -> [String] {
                 var lines = set.prefix(limit).map { id -> String in
@@ -162,18 +160,16 @@ struct StateLockCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
-            guard FileManager.default.fileExists(atPath: workspace.statePath) else {
+            let store = workspace.stateStore()
+            guard try await store.load() != nil else {
                 try Terminal.write("There is no state at \(workspace.stateDisplay) yet, so nothing holds its lock.\n")
                 return
             }
-            do {
-                let lock = try StateLock.acquire(statePath: workspace.statePath, operation: "tidemark state lock")
-                withExtendedLifetime(lock) {}
-                try Terminal.write("The state \(workspace.stateDisplay) is not locked.\n")
-            } catch let error as StateStoreError where error.code == .locked {
-                try Terminal.write("The state \(workspace.stateDisplay) is locked: \(error.detail).\n")
+            if let holder = try await store.lockHolder() {
+                try Terminal.write("The state \(workspace.stateDisplay) is locked: \(holder).\n")
                 throw ExitCode(2)
             }
+            try Terminal.write("The state \(workspace.stateDisplay) is not locked.\n")
         }
     }
 }

@@ -81,3 +81,27 @@ final class ProgressReporter: Sendable {
         }
     }
 }
+
+/// Renders workflow events for a person: diagnostics and notices on standard error, progress as a
+/// bar on a terminal and as a line every few seconds otherwise.
+final class TerminalOutput: WorkflowOutput {
+    private let refreshing = ProgressReporter(label: "Refreshing")
+    private let applying = ProgressReporter(label: "Applying")
+
+    func emit(_ event: WorkflowEvent) {
+        switch event {
+        case .diagnostics(let diagnostics):
+            for diagnostic in diagnostics { Terminal.err(diagnostic.description) }
+        case .refreshProgress(let done, let total):
+            refreshing.update(done: done, total: total, unit: "tokens")
+        case .refreshed(let registrations, let seconds):
+            Terminal.err("Refreshed \(PlanRenderer.formatCount(registrations)) registrations in \(String(format: "%.1f", seconds)) s (\(PlanRenderer.formatCount(Int(Double(registrations) / max(seconds, 0.001))))/s).")
+        case .applyProgress(let progress):
+            applying.update(done: progress.tokensDone, total: progress.tokensTotal, unit: "tokens")
+        case .resuming(let startedAt, let done, let total):
+            Terminal.err("Resuming the apply started at \(ISO8601DateFormatter().string(from: startedAt)) that was interrupted: \(done) of \(total) operations were done; running the \(total - done) remaining.")
+        case .abandoned(let startedAt):
+            Terminal.err("An apply started at \(ISO8601DateFormatter().string(from: startedAt)) was interrupted, and the manifests or backend changed since; it is abandoned and a new plan is made from the current state.")
+        }
+    }
+}

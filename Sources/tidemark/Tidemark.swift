@@ -1,7 +1,6 @@
 import ArgumentParser
 import Foundation
 import TidemarkCore
-import TidemarkStore
 
 @main
 struct Tidemark: AsyncParsableCommand {
@@ -31,6 +30,13 @@ func runReportingErrors(_ body: () async throws -> Void) async throws {
     } catch let error as DiagnosticsError {
         for diagnostic in error.diagnostics { Terminal.err(diagnostic.description) }
         throw ExitCode.failure
+    } catch WorkflowError.invalidManifests(let count) {
+        // The diagnostics were printed as the workflow reported them.
+        Terminal.err(WorkflowError.invalidManifests(errorCount: count).description)
+        throw ExitCode.failure
+    } catch let error as WorkflowError {
+        Terminal.err("error: \(error.description)")
+        throw ExitCode.failure
     } catch let error as StateStoreError {
         Terminal.err("error: \(error.description)")
         throw ExitCode.failure
@@ -47,12 +53,17 @@ func runReportingErrors(_ body: () async throws -> Void) async throws {
     }
 }
 
+/// Ends the command with `status`: nothing for success, else that exit code.
+func end(with status: ExitStatus) throws {
+    if status != .success { throw ExitCode(status.rawValue) }
+}
+
 /// Prints diagnostics and stops with exit 1 when any is an error.
 func reportDiagnostics(_ diagnostics: [Diagnostic]) throws {
     for diagnostic in diagnostics { Terminal.err(diagnostic.description) }
     let errors = diagnostics.errorCount
     if errors > 0 {
-        Terminal.err("\(errors) error\(errors == 1 ? "" : "s") found; nothing was planned or changed.")
+        Terminal.err(WorkflowError.invalidManifests(errorCount: errors).description)
         throw ExitCode.failure
     }
 }

@@ -13,8 +13,7 @@ struct ValidateCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
-            var state = State(lineage: "", serial: 0)
-            let loaded = workspace.loadManifests(into: &state)
+            let loaded = await workspace.loadManifests()
             try reportDiagnostics(loaded.diagnostics)
             let members = loaded.desired.topics.reduce(0) { $0 + $1.members.count }
             Terminal.out("The manifests are valid: \(loaded.manifests.files.count) file(s), \(loaded.desired.topics.count) topics, \(loaded.desired.groups.count) device groups, \(PlanRenderer.formatCount(loaded.inventory.count)) devices, \(PlanRenderer.formatCount(members)) declared memberships.\n")

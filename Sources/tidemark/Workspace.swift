@@ -14,7 +14,9 @@ struct Workspace {
     let manifestsPath: String
     let manifestsDisplay: String
     let statePath: String
-    let backendKind: String
+    let backendKind: BackendKind
+    /// The one clock and random source of this run.
+    let timing = Timing.live
 
     static let version = "0.1.0"
 
@@ -45,7 +47,7 @@ struct Workspace {
         }
         let state = settings.state ?? ".tidemark/state.db"
         statePath = state.hasPrefix("/") ? state : (root as NSString).appendingPathComponent(state)
-        backendKind = options.backend ?? settings.backend ?? "embedded"
+        backendKind = options.backend ?? settings.backend ?? .embedded
     }
 
     static func display(_ directory: String, _ path: String) -> String {
@@ -64,61 +66,41 @@ struct Workspace {
         return directory
     }
 
-    /// Takes the state lock for a run that writes state, creating the state directory first.
-    func lockState(for operation: String) throws -> StateLock {
-        try ensureStateDirectory()
-        return try StateLock.acquire(statePath: statePath, operation: operation)
+    /// The state store tidemark.yaml names (default `.tidemark/state.db`).
+    func stateStore() -> any StateStore {
+        SQLiteStateStore(path: statePath, location: stateDisplay)
     }
 
-    /// `existing`, or a new state file; a new file's lineage is copied into `state`, which was
-    /// planned before the file existed.
-    func storeForWriting(_ existing: SQLiteStateStore?, state: inout State) throws -> SQLiteStateStore {
-        if let existing { return existing }
-        let store = try openStore(create: true)!
-        state.lineage = try store.load().lineage
-        return store
+    /// Who this run is, for the state lock.
+    func lockHolder(_ operation: String) -> LockHolder {
+        let environment = ProcessInfo.processInfo.environment
+        return LockHolder(operation: operation, user: environment["USER"] ?? String(getuid()),
+            host: ProcessInfo.processInfo.hostName, pid: getpid(), since: timing.wallClock())
     }
 
-    /// Opens the state file; nil when there is none yet and `create` is false.
-    func openStore(create: Bool) throws -> SQLiteStateStore? {
-        try SQLiteStateStore.open(path: statePath, create: create)
+    /// The manifests directory on disk, and the inventory it names.
+    func manifestSource() -> ManifestLoader {
+        ManifestLoader(files: DiskFileSource(root: manifestsPath, displayRoot: manifestsDisplay))
     }
 
-    /// The current state, or an empty one (lineage "", serial 0) when no state file exists.
-    func loadState(_ store: SQLiteStateStore?) throws -> State {
-        try store?.load() ?? State(lineage: "", serial: 0)
+    /// Reads and resolves the manifests on their own (validate, show), with a scratch token table.
+    func loadManifests() async -> LoadedManifests {
+        var table = TokenTable()
+        return await manifestSource().load(into: &table)
     }
 
-    /// Reads and resolves the manifests, interning their tokens into `state`'s table.
-    func loadManifests(into state: inout State) -> LoadedManifests {
-        resolve(readManifests(), into: &state)
-    }
-
-    func readManifests() -> ReadManifests {
-        ManifestLoader(files: DiskFileSource(root: manifestsPath, displayRoot: manifestsDisplay)).read()
-    }
-
-    func resolve(_ read: ReadManifests, into state: inout State) -> LoadedManifests {
-        let loaded = read.resolve(into: &state.tokens)
-        state.growToTable()
-        return loaded
-    }
-
-    /// Loads state and reads the manifests at the same time (they are independent until resolution).
-    func loadStateAndManifests(_ store: SQLiteStateStore?) async throws -> (State, LoadedManifests) {
-        async let loading = loadState(store)
-        let read = readManifests()
-        var state = try await loading
-        let loaded = resolve(read, into: &state)
-        return (state, loaded)
+    /// The parts a core workflow runs on, over `backend`.
+    func parts(_ backend: any Backend, parallelism: Int = 8) -> WorkflowParts {
+        WorkflowParts(manifests: manifestSource(), store: stateStore(), backend: backend, timing: timing,
+            output: TerminalOutput(), tidemarkVersion: Workspace.version, parallelism: parallelism)
     }
 
     /// Runs `body` with the backend named by flag, tidemark.yaml, or the embedded default; an HTTP
     /// backend's client lives exactly as long as `body`.
-    func withBackend<T>(qps: Double? = nil, qpsUnit: String? = nil, _ body: (any Backend) async throws -> T)
+    func withBackend<T>(qps: Double? = nil, qpsUnit: QuotaUnit? = nil, _ body: (any Backend) async throws -> T)
         async throws -> T
     {
-        guard backendKind == "emulator" || backendKind == "fcm" else { return try await body(try makeBackend()) }
+        guard backendKind.isHTTP else { return try await body(try makeBackend()) }
         let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: FCMHTTPBackend.clientConfiguration())
         do {
             let result = try await body(try makeHTTPBackend(client: client, qps: qps, qpsUnit: qpsUnit))
@@ -136,12 +118,12 @@ struct Workspace {
         if let path = settings.credentials {
             return path.hasPrefix("/") ? path : (root as NSString).appendingPathComponent(path)
         }
-        throw CLIError(backendKind == "emulator"
+        throw CLIError(backendKind == .emulator
             ? "GOOGLE_APPLICATION_CREDENTIALS is not set; point it at the key file 'tidemark emulator serve' printed."
             : "GOOGLE_APPLICATION_CREDENTIALS is not set (nor 'credentials' in tidemark.yaml); point it at the service account's JSON key.")
     }
 
-    func makeHTTPBackend(client: HTTPClient, qps: Double?, qpsUnit: String?) throws -> any Backend {
+    func makeHTTPBackend(client: HTTPClient, qps: Double?, qpsUnit: QuotaUnit?) throws -> any Backend {
         let environment = ProcessInfo.processInfo.environment
         let keyPath = try credentialsPath(environment)
         let key = try ServiceAccountKey.load(path: keyPath)
@@ -149,7 +131,7 @@ struct Workspace {
             throw CLIError("the key in \(keyPath) is for project '\(key.projectID)', but this project is '\(settings.project)' (tidemark.yaml 'project'); use a key of '\(settings.project)'.")
         }
         let endpoints: FCMEndpoints
-        if backendKind == "emulator" {
+        if backendKind == .emulator {
             guard let host = environment["FCM_EMULATOR_HOST"], !host.isEmpty else {
                 throw CLIError("FCM_EMULATOR_HOST is not set; set it to the address 'tidemark emulator serve' printed, e.g. 127.0.0.1:9099.")
             }
@@ -159,20 +141,21 @@ struct Workspace {
                 iid: environment["TIDEMARK_IID_URL"] ?? settings.iidURL ?? FCMEndpoints.google.iid)
         }
         var options = FCMHTTPBackend.Options()
-        options.transport = TopicTransport(rawValue: self.options.transport ?? settings.transport ?? "v1") ?? .v1
-        options.quotaUnit = QuotaUnit(rawValue: qpsUnit ?? settings.qpsUnit ?? "tokens") ?? .tokens
+        options.transport = self.options.transport ?? settings.transport ?? .v1
+        options.quotaUnit = qpsUnit ?? settings.qpsUnit ?? .tokens
         options.senderID = settings.senderID
         let rate = qps ?? settings.qps ?? Double(FCMLimits.defaultQuota)
         // A burst of a second's worth, at most one full batch: the first moments of an apply stay within quota.
-        options.limiter = RateLimiter(rate: rate, burst: min(rate, Double(FCMLimits.maxBatchTokens)))
+        options.limiter = RateLimiter(rate: rate, burst: min(rate, Double(FCMLimits.maxBatchTokens)), timing: timing)
+        options.timing = timing
         return FCMHTTPBackend(kind: backendKind, project: settings.project, endpoints: endpoints, client: client,
-            credentials: AccessTokenProvider(key: key, client: client), options: options)
+            credentials: AccessTokenProvider(key: key, client: client, timing: timing), options: options)
     }
 
     /// The in-process backend.
     func makeBackend() throws -> any Backend {
         switch backendKind {
-        case "embedded":
+        case .embedded:
             let directory = try ensureStateDirectory()
             let store = try SQLiteEngineStore(path: (directory as NSString).appendingPathComponent("embedded.db"))
             var configuration = FCMEngine.Configuration(autoRegister: true)
@@ -182,10 +165,10 @@ struct Workspace {
                 }
                 configuration.latency = .milliseconds(millis)
             }
-            let engine = try FCMEngine(configuration: configuration, store: store)
+            let engine = try FCMEngine(configuration: configuration, store: store, timing: timing)
             return EmbeddedBackend(engine: engine, project: settings.project)
-        default:
-            throw CLIError("the '\(backendKind)' backend is not available in this build yet; use --backend embedded.")
+        case .emulator, .fcm:
+            throw CLIError("the '\(backendKind)' backend talks HTTP; it is made by withBackend.")
         }
     }
 

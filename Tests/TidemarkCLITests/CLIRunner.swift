@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Runs the built `tidemark` binary in a scratch project, as a user would.
 struct CLIRunner {
@@ -64,8 +65,18 @@ struct CLIRunner {
     @discardableResult
     func run(_ arguments: [String], environment: [String: String] = [:]) throws -> Result {
         let (process, out, err) = try start(arguments, environment: environment)
+        // Both pipes are drained at once: reading one to its end first would deadlock once the
+        // process filled the other's buffer.
+        let stderrData = Mutex(Data())
+        let stderrDone = DispatchSemaphore(value: 0)
+        let drain = Thread {
+            stderrData.withLock { $0 = err.fileHandleForReading.readDataToEndOfFile() }
+            stderrDone.signal()
+        }
+        drain.start()
         let stdout = out.fileHandleForReading.readDataToEndOfFile()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        stderrDone.wait()
+        let stderr = stderrData.withLock { $0 }
         process.waitUntilExit()
         return Result(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
             stderr: String(decoding: stderr, as: UTF8.self))

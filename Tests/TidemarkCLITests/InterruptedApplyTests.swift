@@ -1,6 +1,5 @@
 import Foundation
 import Testing
-import TidemarkStore
 
 /// An apply killed with SIGKILL part-way resumes with only the remaining work and converges;
 /// a second apply while one runs fails at once naming the holder.
@@ -22,12 +21,17 @@ import TidemarkStore
         defer { cli.remove() }
         let slow = ["TIDEMARK_EMBEDDED_LATENCY_MS": "100"]
         let (process, _, _) = try cli.start(["apply", "--auto-approve", "--parallelism", "1"], environment: slow)
-        // Wait until the journal shows a few finished batches, then kill without warning.
-        let statePath = cli.project.appendingPathComponent(".tidemark/state.db").path
+        // Wait until the journal shows a few finished batches, then kill without warning. (Polled
+        // through 'tidemark state list', a reader in another process, as a second runner would be.)
+        struct Listing: Decodable {
+            struct Apply: Decodable { var status: String; var done: Int }
+            var applies: [Apply]
+        }
         let deadline = Date().addingTimeInterval(60)
         while Date() < deadline, process.isRunning {
-            if let store = try? SQLiteStateStore.open(path: statePath, create: false),
-                let unfinished = try? store.unfinishedApply(), unfinished.done.count >= 3
+            if let listing = try? cli.run(["state", "list", "--format", "json"]), listing.status == 0,
+                let parsed = try? JSONDecoder().decode(Listing.self, from: Data(listing.stdout.utf8)),
+                let latest = parsed.applies.first, latest.status == "running", latest.done >= 3
             {
                 break
             }

@@ -35,7 +35,7 @@ import Testing
 @Suite struct RenderingTests {
     func plan(_ operations: [PlannedOperation], topics: [TopicChange] = [], groups: [GroupChange] = []) -> Plan {
         Plan(tidemarkVersion: "test", createdAt: Date(timeIntervalSince1970: 0), lineage: "0123456789abcdef", serial: 7,
-            manifestsDigest: String(repeating: "ab", count: 32), backend: BackendIdentity(kind: "embedded", project: "p"),
+            manifestsDigest: String(repeating: "ab", count: 32), backend: BackendIdentity(kind: .embedded, project: "p"),
             refreshed: true, operations: operations, topics: topics, groups: groups, diagnostics: [],
             observations: Observations())
     }
@@ -100,7 +100,7 @@ import Testing
     @Test func transportAndQPS() {
         let (settings, ok) = ProjectSettings.decode("transport: iid\nqps: 1500\n", file: "tidemark.yaml")
         #expect(ok.isEmpty)
-        #expect(settings.transport == "iid" && settings.qps == 1500)
+        #expect(settings.transport == .iid && settings.qps == 1500)
         let (_, bad) = ProjectSettings.decode("transport: grpc\nqps: fast\n", file: "tidemark.yaml")
         #expect(bad.map(\.description) == [
             "tidemark.yaml:1:12: error: unknown transport 'grpc'; use v1 (the FCM topic subscription API) or iid.",
@@ -118,7 +118,7 @@ import Testing
             """
         let (settings, ok) = ProjectSettings.decode(text, file: "tidemark.yaml")
         #expect(ok.isEmpty)
-        #expect(settings.qpsUnit == "requests" && settings.credentials == "keys/sa.json")
+        #expect(settings.qpsUnit == .requests && settings.credentials == "keys/sa.json")
         #expect(settings.fcmURL == "http://127.0.0.1:8080" && settings.iidURL == "https://proxy.example/iid")
         #expect(settings.senderID == "123456789")
         let (_, bad) = ProjectSettings.decode("qps_unit: calls\nfcm_url: fcm.googleapis.com\n", file: "tidemark.yaml")

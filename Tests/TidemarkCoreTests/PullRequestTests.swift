@@ -7,13 +7,13 @@ private struct Fixture {
     var loaded: LoadedManifests
     var state: State
 
-    init(_ yaml: String, devices: Int = 6) {
+    init(_ yaml: String, devices: Int = 6) async {
         var files = ["topics.yaml": yaml]
         files["inv.yaml"] = "inventory:\n  files: [inventory.csv]\n"
         files["inventory.csv"] = "device_id,token,team\n" + (0..<devices).map { "d\($0),\(Fixture.token($0)),t\($0 % 2)" }
             .joined(separator: "\n") + "\n"
         var state = State(lineage: "lineage-1", serial: 3)
-        loaded = ManifestLoader(files: InMemoryFileSource(files)).load(into: &state.tokens)
+        loaded = await ManifestLoader(files: InMemoryFileSource(files)).load(into: &state.tokens)
         state.growToTable()
         self.state = state
     }
@@ -32,7 +32,7 @@ private struct Fixture {
 
     func plan(targets: Targets = .all, limit: UnsubscribeLimit? = nil, refresh: RefreshResult? = nil) -> Plan {
         Planner(tidemarkVersion: "test").plan(loaded: loaded, state: state, refresh: refresh,
-            backend: BackendIdentity(kind: "embedded", project: "p"), now: Date(timeIntervalSince1970: 0),
+            backend: BackendIdentity(kind: .embedded, project: "p"), now: Date(timeIntervalSince1970: 0),
             targets: targets, maxUnsubscribes: limit)
     }
 }
@@ -67,8 +67,8 @@ private struct Fixture {
         #expect(targets.summary == "only topic:weather-*, group:user-*; excluding topic:weather-test")
     }
 
-    @Test func partialPlanTouchesOnlyTargets() throws {
-        var fixture = Fixture("""
+    @Test func partialPlanTouchesOnlyTargets() async throws {
+        var fixture = await Fixture("""
             topics:
               - name: weather-a
                 members: [{devices: [d0, d1]}]
@@ -101,8 +101,8 @@ private struct Fixture {
         #expect(state.topics["old-topic"]?.managed.isEmpty == true)
     }
 
-    @Test func savedPlanRoundTripsItsSelection() throws {
-        let fixture = Fixture("topics:\n  - name: a\n    members: [{devices: [d0]}]\n")
+    @Test func savedPlanRoundTripsItsSelection() async throws {
+        let fixture = await Fixture("topics:\n  - name: a\n    members: [{devices: [d0]}]\n")
         let plan = fixture.plan(targets: try Targets(include: ["a"], exclude: ["group:*"]))
         let decoded = try Plan.decoder().decode(Plan.self, from: try Plan.encoder().encode(plan))
         #expect(try decoded.selection == plan.selection)
@@ -130,8 +130,8 @@ private struct Fixture {
             members: [{devices: [d0]}]
         """
 
-    @Test func emptyingATopicNeedsAllowEmptyAndNeverPassesProtect() {
-        var fixture = Fixture(Self.yaml)
+    @Test func emptyingATopicNeedsAllowEmptyAndNeverPassesProtect() async {
+        var fixture = await Fixture(Self.yaml)
         // Every topic holds d1..d3 but not d0, and d0 is dead: each plan would empty them.
         for name in ["guarded", "open", "emptiable"] { fixture.observe(name, [1, 2, 3], managed: false, mode: .authoritative) }
         fixture.state.dead = TokenSet([fixture.id(0)])
@@ -144,16 +144,16 @@ private struct Fixture {
         #expect(PlanRenderer().render(plan).hasPrefix("Error: this plan cannot be applied (2 errors"))
     }
 
-    @Test func nonEmptyingRemovalsPass() {
-        var fixture = Fixture(Self.yaml)
+    @Test func nonEmptyingRemovalsPass() async {
+        var fixture = await Fixture(Self.yaml)
         for name in ["guarded", "open", "emptiable"] { fixture.observe(name, [0, 1, 2], managed: false, mode: .authoritative) }
         let plan = fixture.plan()
         #expect(!plan.diagnostics.hasErrors)
         #expect(plan.unsubscribeCount == 6)
     }
 
-    @Test func removingProtectedTopicsAndGroupsIsRefused() {
-        var fixture = Fixture("topics:\n  - name: kept\n    members: [{devices: [d0]}]\n")
+    @Test func removingProtectedTopicsAndGroupsIsRefused() async {
+        var fixture = await Fixture("topics:\n  - name: kept\n    members: [{devices: [d0]}]\n")
         fixture.observe("gone-protected", [1, 2], protect: true)
         fixture.observe("gone-open", [3])
         fixture.state.groups["vip"] = GroupState(key: "k1", protect: true, members: TokenSet([fixture.id(4)]))
@@ -167,8 +167,8 @@ private struct Fixture {
         #expect(!partial.diagnostics.hasErrors)
     }
 
-    @Test func maxUnsubscribesCountsAndPercent() throws {
-        var fixture = Fixture("topics:\n  - name: a\n    mode: authoritative\n    members: [{devices: [d0]}]\n")
+    @Test func maxUnsubscribesCountsAndPercent() async throws {
+        var fixture = await Fixture("topics:\n  - name: a\n    mode: authoritative\n    members: [{devices: [d0]}]\n")
         fixture.observe("a", [0, 1, 2, 3], managed: false, mode: .authoritative)
         fixture.observe("other", [0, 1, 2, 3, 4, 5], managed: false)
         // The plan removes 3 of 10 known memberships.
@@ -202,7 +202,7 @@ private struct Fixture {
         }
         operations.append(PlannedOperation(kind: .groupRemove, target: "user-9", tokens: ["grp-secret-token:APA91b\(String(repeating: "G", count: 100))"]))
         return Plan(tidemarkVersion: "test", createdAt: Date(timeIntervalSince1970: 0), lineage: "0123456789abcdef",
-            serial: 7, manifestsDigest: String(repeating: "ab", count: 32), backend: BackendIdentity(kind: "fcm", project: "p"),
+            serial: 7, manifestsDigest: String(repeating: "ab", count: 32), backend: BackendIdentity(kind: .fcm, project: "p"),
             refreshed: true, operations: operations, topics: topics,
             groups: [GroupChange(group: "user-9", action: .delete, add: 0, remove: 1, notes: [])],
             diagnostics: [.warning("3 token(s) are no longer registered <b>")], observations: Observations())
@@ -250,7 +250,7 @@ private struct Fixture {
 
     @Test func smallPlanIsOnePart() {
         let plan = Plan(tidemarkVersion: "t", createdAt: Date(), lineage: "", serial: 0, manifestsDigest: "00",
-            backend: BackendIdentity(kind: "embedded", project: "p"), refreshed: false, operations: [], topics: [],
+            backend: BackendIdentity(kind: .embedded, project: "p"), refreshed: false, operations: [], topics: [],
             groups: [], diagnostics: [], observations: Observations())
         let parts = MarkdownPlanRenderer().render(plan)
         #expect(parts.count == 1)
@@ -271,8 +271,8 @@ private struct Fixture {
 }
 
 @Suite struct DriftTests {
-    @Test func classifiesEveryKind() {
-        var fixture = Fixture("""
+    @Test func classifiesEveryKind() async {
+        var fixture = await Fixture("""
             topics:
               - name: auth
                 mode: authoritative
@@ -306,7 +306,7 @@ private struct Fixture {
         #expect(items.count == 4)
 
         let report = DriftReport(tidemarkVersion: "t", checkedAt: Date(timeIntervalSince1970: 0), lineage: "l",
-            serial: 1, backend: BackendIdentity(kind: "emulator", project: "p"), registrationsRead: 6, items: items,
+            serial: 1, backend: BackendIdentity(kind: .emulator, project: "p"), registrationsRead: 6, items: items,
             pendingChanges: 4)
         let renderer = DriftRenderer()
         #expect(renderer.verdict(report) == "Drift: 1 self-subscription to authoritative topics, 1 declared membership dropped, 1 dead token, 1 vanished group.")
@@ -324,7 +324,7 @@ private struct Fixture {
         #expect((events.last?["counts"] as? [String: Int])?["dead_token"] == 1)
         #expect(events.first { $0["kind"] as? String == "dead_token" }?["token"] as? String == Redaction.redact(Fixture.token(0)))
         #expect(renderer.verdict(DriftReport(tidemarkVersion: "t", checkedAt: Date(), lineage: "", serial: 0,
-            backend: BackendIdentity(kind: "embedded", project: "p"), registrationsRead: 1, items: [], pendingChanges: 0))
+            backend: BackendIdentity(kind: .embedded, project: "p"), registrationsRead: 1, items: [], pendingChanges: 0))
             == "No drift: FCM matches what tidemark last saw (1 registration read).")
     }
 }

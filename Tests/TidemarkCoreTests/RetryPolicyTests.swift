@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TidemarkCore
+import TidemarkTesting
 
 
 @Suite struct RetryPolicyTests {
@@ -55,7 +56,7 @@ import TidemarkCore
     }
 
     @Test func virtualWallClockMovesWithSleeps() {
-        let clock = VirtualRetryClock(epoch: Date(timeIntervalSince1970: 1_000))
+        let clock = ManualClock(epoch: Date(timeIntervalSince1970: 1_000))
         clock.advance(.milliseconds(2_500))
         #expect(clock.timing.wallClock() == Date(timeIntervalSince1970: 1_002.5))
         // An HTTP-date Retry-After (whole seconds) is measured from the virtual now: 1,006 − 1,002.5.

@@ -16,19 +16,19 @@ private typealias Loc = TidemarkCore.SourceLocation
         d3,ccccccccccc:APA91bCCCC,android,south
         """
 
-    func diagnostics(_ files: [String: String]) -> [Diagnostic] {
+    func diagnostics(_ files: [String: String]) async -> [Diagnostic] {
         var all = files
         if all["inventory.csv"] == nil { all["inventory.csv"] = Self.inventory }
         if all["inv.yaml"] == nil { all["inv.yaml"] = "inventory:\n  files: [inventory.csv]\n" }
         var table = TokenTable()
-        return ManifestLoader(files: InMemoryFileSource(all)).load(into: &table).diagnostics
+        return await ManifestLoader(files: InMemoryFileSource(all)).load(into: &table).diagnostics
     }
 
     func expectError(_ yaml: String, line: Int, column: Int? = nil, containing parts: [String],
-        file: String = "topics.yaml", extra: [String: String] = [:]) {
+        file: String = "topics.yaml", extra: [String: String] = [:]) async {
         var files = extra
         files[file] = yaml
-        let found = diagnostics(files).filter { $0.severity == .error }
+        let found = await diagnostics(files).filter { $0.severity == .error }
         let match = found.first { d in
             d.location?.file == file && d.location?.line == line && (column == nil || d.location?.column == column)
                 && parts.allSatisfy { d.message.contains($0) }
@@ -36,8 +36,8 @@ private typealias Loc = TidemarkCore.SourceLocation
         #expect(match != nil, "expected an error at \(file):\(line) containing \(parts); got:\n\(found.map(\.description).joined(separator: "\n"))")
     }
 
-    @Test func validManifestsHaveNoErrors() {
-        let found = diagnostics(["topics.yaml": """
+    @Test func validManifestsHaveNoErrors() async {
+        let found = await diagnostics(["topics.yaml": """
             topics:
               - name: weather-north
                 mode: authoritative
@@ -55,46 +55,46 @@ private typealias Loc = TidemarkCore.SourceLocation
         #expect(!found.hasErrors, "\(found)")
     }
 
-    @Test func yamlSyntaxErrorNamesFileAndLine() {
-        expectError("topics:\n  - name: a\n    members: [\n  - name: b\n", line: 4, containing: ["YAML syntax error"])
+    @Test func yamlSyntaxErrorNamesFileAndLine() async {
+        await expectError("topics:\n  - name: a\n    members: [\n  - name: b\n", line: 4, containing: ["YAML syntax error"])
     }
 
-    @Test func unknownKeySuggestsTheNearOne() {
-        expectError("topics:\n  - name: a\n    mebmers: []\n", line: 3, column: 5, containing: ["unknown key 'mebmers'", "did you mean 'members'"])
-        expectError("topcs: []\n", line: 1, column: 1, containing: ["unknown key 'topcs'", "did you mean 'topics'"])
+    @Test func unknownKeySuggestsTheNearOne() async {
+        await expectError("topics:\n  - name: a\n    mebmers: []\n", line: 3, column: 5, containing: ["unknown key 'mebmers'", "did you mean 'members'"])
+        await expectError("topcs: []\n", line: 1, column: 1, containing: ["unknown key 'topcs'", "did you mean 'topics'"])
     }
 
-    @Test func wrongTypes() {
-        expectError("topics:\n  - name: a\n    protect: maybe\n    members: [{devices: [d1]}]\n", line: 3, column: 14,
+    @Test func wrongTypes() async {
+        await expectError("topics:\n  - name: a\n    protect: maybe\n    members: [{devices: [d1]}]\n", line: 3, column: 14,
             containing: ["'protect' must be true or false", "'maybe'"])
-        expectError("topics:\n  name: a\n", line: 2, column: 3, containing: ["'topics' must be a list"])
-        expectError("topics:\n  - name: a\n    mode: exclusive\n    members: [{devices: [d1]}]\n", line: 3, column: 11,
+        await expectError("topics:\n  name: a\n", line: 2, column: 3, containing: ["'topics' must be a list"])
+        await expectError("topics:\n  - name: a\n    mode: exclusive\n    members: [{devices: [d1]}]\n", line: 3, column: 11,
             containing: ["unknown mode 'exclusive'", "additive"])
     }
 
-    @Test func invalidTopicName() {
-        expectError("topics:\n  - name: news/today\n    members: [{devices: [d1]}]\n", line: 2, column: 11,
+    @Test func invalidTopicName() async {
+        await expectError("topics:\n  - name: news/today\n    members: [{devices: [d1]}]\n", line: 2, column: 11,
             containing: ["invalid topic name 'news/today'", "'/' is not allowed"])
-        expectError("topics:\n  - name: /topics/news\n    members: [{devices: [d1]}]\n", line: 2, containing: ["without the '/topics/' prefix"])
+        await expectError("topics:\n  - name: /topics/news\n    members: [{devices: [d1]}]\n", line: 2, containing: ["without the '/topics/' prefix"])
     }
 
-    @Test func groupOverTwentyMembers() {
+    @Test func groupOverTwentyMembers() async {
         let devices = (1...21).map { "g\($0),gggggggggg\($0):APA91b,android,north" }.joined(separator: "\n")
-        expectError("groups:\n  - notification_key_name: big\n    members: [{selector: {platform: android}}]\n",
+        await expectError("groups:\n  - notification_key_name: big\n    members: [{selector: {platform: android}}]\n",
             line: 2, containing: ["'big' has 2", "at most 20"],
             extra: ["inventory.csv": Self.inventory + "\n" + devices])
     }
 
-    @Test func deviceOverTwoThousandTopics() {
+    @Test func deviceOverTwoThousandTopics() async {
         let topics = (0...2000).map { "  - name: t\($0)\n    members: [{devices: [d1]}]" }.joined(separator: "\n")
-        let found = diagnostics(["topics.yaml": "topics:\n" + topics])
+        let found = await diagnostics(["topics.yaml": "topics:\n" + topics])
         let error = found.first { $0.message.contains("would be subscribed to 2001 topics") }
         #expect(error?.location == Loc(file: "inventory.csv", line: 2, column: 1))
         #expect(error?.message.contains("device 'd1'") == true)
     }
 
-    @Test func sameTopicTwiceNamesBothPlaces() {
-        let found = diagnostics([
+    @Test func sameTopicTwiceNamesBothPlaces() async {
+        let found = await diagnostics([
             "a.yaml": "topics:\n  - name: news\n    members: [{devices: [d1]}]\n",
             "b.yaml": "\ntopics:\n  - name: news\n    members: [{devices: [d2]}]\n",
         ])
@@ -103,63 +103,63 @@ private typealias Loc = TidemarkCore.SourceLocation
         #expect(error?.message.contains("a.yaml:2:11") == true)
     }
 
-    @Test func sameGroupTwice() {
-        expectError("groups:\n  - notification_key_name: g\n    members: [{devices: [d1]}]\n  - notification_key_name: g\n    members: [{devices: [d2]}]\n",
+    @Test func sameGroupTwice() async {
+        await expectError("groups:\n  - notification_key_name: g\n    members: [{devices: [d1]}]\n  - notification_key_name: g\n    members: [{devices: [d2]}]\n",
             line: 4, containing: ["device group 'g' is defined twice", "topics.yaml:2:28"])
     }
 
-    @Test func unknownDeviceSuggests() {
-        expectError("topics:\n  - name: a\n    members: [{devices: [d1, d9]}]\n", line: 3, containing: ["unknown device 'd9'", "did you mean"])
+    @Test func unknownDeviceSuggests() async {
+        await expectError("topics:\n  - name: a\n    members: [{devices: [d1, d9]}]\n", line: 3, containing: ["unknown device 'd9'", "did you mean"])
     }
 
-    @Test func unknownLabelSuggests() {
-        expectError("topics:\n  - name: a\n    members:\n      - selector: {regoin: north}\n", line: 4, column: 20,
+    @Test func unknownLabelSuggests() async {
+        await expectError("topics:\n  - name: a\n    members:\n      - selector: {regoin: north}\n", line: 4, column: 20,
             containing: ["unknown label 'regoin'", "did you mean 'region'"])
     }
 
-    @Test func selectorMatchingNothing() {
-        expectError("topics:\n  - name: a\n    members:\n      - selector: {region: nroth}\n", line: 4, column: 19,
+    @Test func selectorMatchingNothing() async {
+        await expectError("topics:\n  - name: a\n    members:\n      - selector: {region: nroth}\n", line: 4, column: 19,
             containing: ["matches no device", "no value 'nroth'", "did you mean 'north'"])
-        expectError("topics:\n  - name: a\n    members:\n      - selector: {region: north, platform: ios}\n", line: 4,
+        await expectError("topics:\n  - name: a\n    members:\n      - selector: {region: north, platform: ios}\n", line: 4,
             containing: ["matches no device"])
     }
 
-    @Test func emptyTopicNeedsAllowEmpty() {
-        expectError("topics:\n  - name: a\n    members: []\n", line: 2, containing: ["'a' has no members", "allow_empty: true"])
-        let allowed = diagnostics(["topics.yaml": "topics:\n  - name: a\n    allow_empty: true\n    members: []\n"])
+    @Test func emptyTopicNeedsAllowEmpty() async {
+        await expectError("topics:\n  - name: a\n    members: []\n", line: 2, containing: ["'a' has no members", "allow_empty: true"])
+        let allowed = await diagnostics(["topics.yaml": "topics:\n  - name: a\n    allow_empty: true\n    members: []\n"])
         #expect(!allowed.hasErrors)
     }
 
-    @Test func memberEntryWithTwoKinds() {
-        expectError("topics:\n  - name: a\n    members:\n      - {devices: [d1], token: x}\n", line: 4,
+    @Test func memberEntryWithTwoKinds() async {
+        await expectError("topics:\n  - name: a\n    members:\n      - {devices: [d1], token: x}\n", line: 4,
             containing: ["names 2 kinds"])
     }
 
-    @Test func badTokensInFilesAndInline() {
-        expectError("topics:\n  - name: a\n    members: [{file: beta.txt}]\n", line: 3, containing: ["not a registration token"],
+    @Test func badTokensInFilesAndInline() async {
+        await expectError("topics:\n  - name: a\n    members: [{file: beta.txt}]\n", line: 3, containing: ["not a registration token"],
             file: "beta.txt", extra: ["topics.yaml": "topics:\n  - name: a\n    members: [{file: beta.txt}]\n"])
         var files = ["topics.yaml": "topics:\n  - name: a\n    members: [{file: beta.txt}]\n"]
         files["beta.txt"] = "# testers\nokokokok:APA91b\nnot a token\n"
-        let found = diagnostics(files)
+        let found = await diagnostics(files)
         #expect(found.contains { $0.location == Loc(file: "beta.txt", line: 3, column: 1) && $0.message.contains("' '") })
-        expectError("topics:\n  - name: a\n    members: [{token: \"has space\"}]\n", line: 3, containing: ["not a valid token"])
+        await expectError("topics:\n  - name: a\n    members: [{token: \"has space\"}]\n", line: 3, containing: ["not a valid token"])
     }
 
-    @Test func inventoryProblems() {
+    @Test func inventoryProblems() async {
         let csv = "device_id,token,platform\nd1,\(Self.tokenA),android\nd1,zzzzzzzzzzz:APA91b,ios\nd2,\(Self.tokenA),ios\nd3,x y,ios\nd4,only-two\n"
-        let found = diagnostics(["inventory.csv": csv, "topics.yaml": "topics: []\n"])
+        let found = await diagnostics(["inventory.csv": csv, "topics.yaml": "topics: []\n"])
         #expect(found.contains { $0.location?.line == 3 && $0.message.contains("'d1' is declared twice") && $0.message.contains("inventory.csv:2") })
         #expect(found.contains { $0.location?.line == 4 && $0.message.contains("same token as device 'd1'") })
         #expect(found.contains { $0.location?.line == 5 && $0.message.contains("not valid") })
         #expect(found.contains { $0.location?.line == 6 && $0.message.contains("2 fields but the header has 3") })
-        let missing = diagnostics(["inv.yaml": "inventory:\n  files: [nope.csv]\n", "topics.yaml": "topics: []\n"])
+        let missing = await diagnostics(["inv.yaml": "inventory:\n  files: [nope.csv]\n", "topics.yaml": "topics: []\n"])
         #expect(missing.contains { $0.location == Loc(file: "inv.yaml", line: 2, column: 11) && $0.message.contains("cannot read inventory file 'nope.csv'") })
     }
 
-    @Test func jsonLinesInventory() {
+    @Test func jsonLinesInventory() async {
         let jsonl = "{\"id\":\"j1\",\"token\":\"\(Self.tokenA)\",\"labels\":{\"region\":\"north\"}}\n\n{\"id\":\"j2\",\"tokn\":\"x\"}\nnot json\n"
         var table = TokenTable()
-        let loaded = ManifestLoader(files: InMemoryFileSource([
+        let loaded = await ManifestLoader(files: InMemoryFileSource([
             "inv.yaml": "inventory:\n  files: [devices.jsonl]\n",
             "devices.jsonl": jsonl,
             "topics.yaml": "topics:\n  - name: a\n    members: [{selector: {region: north}}]\n",
@@ -170,9 +170,9 @@ private typealias Loc = TidemarkCore.SourceLocation
         #expect(loaded.desired.topics.first?.members.count == 1)
     }
 
-    @Test func selectorsCombineAndNegate() {
+    @Test func selectorsCombineAndNegate() async {
         var table = TokenTable()
-        let loaded = ManifestLoader(files: InMemoryFileSource([
+        let loaded = await ManifestLoader(files: InMemoryFileSource([
             "inv.yaml": "inventory:\n  files: [inventory.csv]\n",
             "inventory.csv": Self.inventory,
             "topics.yaml": """
@@ -194,16 +194,17 @@ private typealias Loc = TidemarkCore.SourceLocation
         #expect(members("not-in") == [Self.tokenA, "ccccccccccc:APA91bCCCC"])
     }
 
-    @Test func digestChangesWithAnyInput() {
-        func digest(_ extra: String) -> String {
+    @Test func digestChangesWithAnyInput() async {
+        func digest(_ extra: String) async -> String {
             var table = TokenTable()
-            return ManifestLoader(files: InMemoryFileSource([
+            return await ManifestLoader(files: InMemoryFileSource([
                 "inv.yaml": "inventory:\n  files: [inventory.csv]\n",
                 "inventory.csv": Self.inventory + extra,
                 "topics.yaml": "topics:\n  - name: a\n    members: [{devices: [d1]}]\n",
             ])).load(into: &table).digest
         }
-        #expect(digest("") == digest(""))
-        #expect(digest("") != digest("\nd4,ddddddddddd:APA91b,ios,north"))
+        let plain = await digest("")
+        #expect(await digest("") == plain)
+        #expect(await digest("\nd4,ddddddddddd:APA91b,ios,north") != plain)
     }
 }

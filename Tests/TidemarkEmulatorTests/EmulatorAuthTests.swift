@@ -3,6 +3,7 @@ import Synchronization
 import Testing
 import TidemarkAuth
 import TidemarkCore
+import TidemarkTesting
 @testable import TidemarkEmulator
 
 @Suite struct EmulatorAuthTests {
@@ -57,11 +58,11 @@ import TidemarkCore
     }
 
     @Test func accessTokensExpireAndAreBoundToTheirProject() async throws {
-        let clock = TestClock()
-        let authority = AccessTokenAuthority(now: { clock.date })
+        let clock = ManualClock()
+        let authority = AccessTokenAuthority(timing: clock.timing)
         try authority.trust(EmulatorHarness.sharedKey)
         authority.tokenLifetime = 60
-        let now = Int(clock.date.timeIntervalSince1970)
+        let now = Int(clock.timing.wallClock().timeIntervalSince1970)
         let key = EmulatorHarness.sharedKey
         let assertion = try JWT.sign(JWTClaims(iss: key.clientEmail, aud: "a",
             scope: "https://www.googleapis.com/auth/cloud-platform", iat: now, exp: now + 3600),
@@ -69,7 +70,7 @@ import TidemarkCore
         let (token, grant) = try authority.exchange(assertion: assertion)
         #expect(grant.project == EmulatorHarness.project)
         #expect(authority.authenticate(bearer: token) == .granted(grant))
-        clock.advance(61)
+        clock.advance(.seconds(61))
         #expect(authority.authenticate(bearer: token) == .expired)
         #expect(authority.authenticate(bearer: "ya29.made-up") == .invalid)
     }
@@ -106,10 +107,3 @@ import TidemarkCore
     }
 }
 
-/// A settable clock for expiry tests.
-final class TestClock: Sendable {
-    private let current = Mutex(Date(timeIntervalSince1970: 1_800_000_000))
-    var date: Date { current.withLock { $0 } }
-    var seconds: Double { date.timeIntervalSince1970 }
-    func advance(_ seconds: TimeInterval) { current.withLock { $0 += seconds } }
-}

@@ -15,12 +15,12 @@ struct EmulatorHarness {
     static let otherKey: ServiceAccountKey = try! ServiceAccountKey.generate(projectID: "someone-else",
         tokenURI: "http://127.0.0.1:9099/token")
 
-    init(store: (any EngineStore)? = nil, clock: (@Sendable () -> Double)? = nil, rateLimit: Double = 0) throws {
+    init(store: (any EngineStore)? = nil, timing: Timing = .live, rateLimit: Double = 0) throws {
         key = Self.sharedKey
         let authority = AccessTokenAuthority()
         try authority.trust(key)
         try authority.trust(Self.otherKey)
-        let control = EmulatorControl(clock: clock)
+        let control = EmulatorControl(timing: timing)
         control.rateLimit = RateLimitSettings(perSecond: rateLimit)
         emulator = FCMEmulator(engine: try FCMEngine(configuration: .init(autoRegister: false), store: store),
             authority: authority, control: control, defaultProject: Self.project)

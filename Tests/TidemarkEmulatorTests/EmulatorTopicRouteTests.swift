@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TidemarkCore
+import TidemarkTesting
 @testable import TidemarkEmulator
 
 @Suite struct EmulatorTopicRouteTests {
@@ -137,8 +138,8 @@ import TidemarkCore
     }
 
     @Test func rateLimitAnswers429WithRetryAfter() async throws {
-        let clock = TestClock()
-        let h = try H(clock: { clock.seconds }, rateLimit: 10)
+        let clock = ManualClock()
+        let h = try H(timing: clock.timing, rateLimit: 10)
         let auth = h.bearer(try await h.accessToken())
         let tokens = (0..<15).map { H.token($0) }
         try await h.register(tokens)
@@ -151,7 +152,7 @@ import TidemarkCore
         #expect(limited.status == 429)
         #expect(limited.errorStatus == "RESOURCE_EXHAUSTED")
         #expect(limited.header("Retry-After") == "1")
-        clock.advance(1)
+        clock.advance(.seconds(1))
         #expect(await h.call("POST", H.v1Path(tokens[14]) + "?topic_name=news", headers: auth, json: [:]).status == 200)
 
         // IID over the limit: a whole-request 429, or per-token RESOURCE_EXHAUSTED inside a 200.

@@ -16,7 +16,7 @@ import TidemarkCore
         try await engine.unregister(token: "bbbbbbbb:APA91b")
         let backend = EmbeddedBackend(engine: engine, project: "p")
         var state = State(lineage: "", serial: 0)
-        let loaded = ManifestLoader(files: files).load(into: &state.tokens)
+        let loaded = await ManifestLoader(files: files).load(into: &state.tokens)
         state.growToTable()
         let refresh = try await Refresher(backend: backend).refresh(TokenSet(0..<UInt32(state.tokens.count)),
             table: state.tokens, groups: [], at: 1)

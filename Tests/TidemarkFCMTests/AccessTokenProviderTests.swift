@@ -4,16 +4,11 @@ import Synchronization
 import Testing
 import TidemarkAuth
 import TidemarkEmulator
+import TidemarkTesting
 @testable import TidemarkFCM
 
 /// The OAuth2 flow against the emulator's real token endpoint, on a live socket (port 0).
 @Suite struct AccessTokenProviderTests {
-    final class Clock: Sendable {
-        private let current = Mutex(Date())
-        var date: Date { current.withLock { $0 } }
-        func advance(_ seconds: TimeInterval) { current.withLock { $0 += seconds } }
-    }
-
     /// Runs `body` with a live emulator and an HTTP client, then shuts both down.
     func withEmulator(_ body: (EmulatorServer, HTTPClient) async throws -> Void) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tm-fcm-\(UUID().uuidString)").path
@@ -43,13 +38,13 @@ import TidemarkEmulator
     @Test func fetchesCachesAndRefreshesBeforeExpiry() async throws {
         try await withEmulator { server, client in
             server.emulator.authority.tokenLifetime = 90
-            let clock = Clock()
+            let clock = ManualClock(epoch: Date())
             let key = try ServiceAccountKey.load(path: server.keyFilePath)
-            let provider = AccessTokenProvider(key: key, client: client, now: { clock.date })
+            let provider = AccessTokenProvider(key: key, client: client, timing: clock.timing)
             let first = try await provider.token()
             #expect(try await provider.token() == first)
             // 50 s left: within the refresh margin, so a new token is fetched.
-            clock.advance(40)
+            clock.advance(.seconds(40))
             let second = try await provider.token()
             #expect(second != first)
             #expect(server.emulator.authority.authenticate(bearer: second) != .invalid)

@@ -3,6 +3,7 @@ import Foundation
 import Testing
 import TidemarkAuth
 import TidemarkCore
+import TidemarkTesting
 import TidemarkEmulator
 @testable import TidemarkFCM
 
@@ -23,7 +24,7 @@ import TidemarkEmulator
             options.policy = policy
             options.concurrency = 16
             configure(&options)
-            let backend = FCMHTTPBackend(kind: "emulator", project: "fcm-test", endpoints: .emulator(host: base),
+            let backend = FCMHTTPBackend(kind: .emulator, project: "fcm-test", endpoints: .emulator(host: base),
                 client: client, credentials: AccessTokenProvider(key: key, client: client), options: options)
             try await server.emulator.engine.register((0..<40).map { FCMEngine.Instance(token: Self.token($0)) },
                 project: "fcm-test")
@@ -69,7 +70,7 @@ import TidemarkEmulator
 
     /// The retry loop sleeps on the injected clock: Retry-After is honoured as a floor, and no test time passes.
     @Test func retryLoopUsesTheInjectedClock() async throws {
-        let clock = VirtualRetryClock(seed: 3)
+        let clock = ManualClock(seed: 3)
         try await withBackend(.iid, configure: { $0.timing = clock.timing }) { backend, server in
             var faults = FaultSettings()
             faults.http429 = 0.5

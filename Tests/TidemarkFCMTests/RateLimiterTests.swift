@@ -1,18 +1,36 @@
 import Foundation
 import Testing
+import TidemarkCore
+import TidemarkTesting
 @testable import TidemarkFCM
 
 @Suite struct RateLimiterTests {
+    /// On a manual clock: a burst passes at once, then callers are held to the rate, to the millisecond.
     @Test func holdsCallersToTheRate() async throws {
-        let limiter = RateLimiter(rate: 200, burst: 20)
-        let start = ContinuousClock.now
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for _ in 0..<120 { group.addTask { try await limiter.acquire() } }
-            try await group.waitForAll()
-        }
-        let elapsed = ContinuousClock.now - start
-        // 20 at once, then 100 more at 200/s: never faster than 0.5 s. (No upper bound: a loaded
-        // machine may be slower, which is not the limiter's doing.)
-        #expect(elapsed >= .milliseconds(495), "\(elapsed)")
+        let clock = ManualClock()
+        let limiter = RateLimiter(rate: 200, burst: 20, timing: clock.timing)
+        for _ in 0..<20 { try await limiter.acquire() }
+        #expect(clock.sleeps.isEmpty, "the burst needs no wait")
+        for _ in 0..<100 { try await limiter.acquire() }
+        let waited = Timing.seconds(clock.now)
+        #expect(abs(waited - 0.5) < 0.001, "100 more at 200/s take half a second, not \(waited)")
+        #expect(await limiter.charged == 120)
+    }
+
+    /// A cost above the burst (a 1000-token batch under a small quota) waits until the bucket filled to it.
+    @Test func aBatchLargerThanTheBurstWaitsForItsShare() async throws {
+        let clock = ManualClock()
+        let limiter = RateLimiter(rate: 100, burst: 100, timing: clock.timing)
+        try await limiter.acquire(1000)
+        #expect(abs(Timing.seconds(clock.now) - 9) < 0.001)
+    }
+
+    @Test func bucketTakesOrSaysHowLongToWait() {
+        var bucket = TokenBucket(rate: 10, capacity: 10, at: 0)
+        #expect(bucket.take(10, at: 0) == nil)
+        #expect(bucket.take(1, at: 0) == 0.1)
+        #expect(bucket.take(1, at: 0.1) == nil)
+        #expect(bucket.reserve(5, at: 0.1) == 0.5)
+        #expect(bucket.level == -5)
     }
 }

@@ -2,6 +2,7 @@ import CryptoExtras
 import Foundation
 import Synchronization
 import TidemarkAuth
+import TidemarkCore
 
 /// The emulator's OAuth2 side: the service-account keys it trusts, and the access tokens it issued.
 ///
@@ -35,9 +36,10 @@ public final class AccessTokenAuthority: Sendable {
     ]
 
     private let state = Mutex(State())
-    private let now: @Sendable () -> Date
+    private let timing: Timing
 
-    public init(now: @escaping @Sendable () -> Date = Date.init) { self.now = now }
+    /// `timing` is the clock for token lifetimes and the source of the tokens' random bytes.
+    public init(timing: Timing = .live) { self.timing = timing }
 
     /// Trusts the public half of `key` for its project.
     public func trust(_ key: ServiceAccountKey) throws {
@@ -83,7 +85,7 @@ public final class AccessTokenAuthority: Sendable {
         guard let key = candidates.first(where: { jwt.isSigned(by: $0.publicKey) }) else {
             throw AuthError(.badSignature, "Invalid JWT Signature.")
         }
-        try jwt.checkTimes(now: now())
+        try jwt.checkTimes(now: timing.wallClock())
         return (key, jwt)
     }
 
@@ -91,11 +93,11 @@ public final class AccessTokenAuthority: Sendable {
     public func exchange(assertion: String) throws -> (token: String, grant: Grant) {
         let (key, jwt) = try verify(assertion)
         let scopes = (jwt.claims.scope ?? "").split(separator: " ").map(String.init)
-        var random = SystemRandomNumberGenerator()
+        var random = timing.generator
         var bytes = [UInt8](repeating: 0, count: 48)
         for i in bytes.indices { bytes[i] = UInt8.random(in: 0...255, using: &random) }
         let token = "ya29.emu." + Base64URL.encode(bytes)
-        let issuedAt = now()
+        let issuedAt = timing.wallClock()
         return state.withLock { state in
             let grant = Grant(project: key.project, clientEmail: key.clientEmail, scopes: scopes,
                 expires: issuedAt.addingTimeInterval(state.lifetime))
@@ -118,7 +120,7 @@ public final class AccessTokenAuthority: Sendable {
 
     /// Checks a bearer credential: an access token this authority issued, or a self-signed JWT (reference §4.3).
     public func authenticate(bearer: String) -> Verdict {
-        let at = now()
+        let at = timing.wallClock()
         if let grant = state.withLock({ $0.tokens[bearer] }) {
             guard grant.expires > at else { return .expired }
             return Self.hasScope(grant.scopes) ? .granted(grant) : .insufficientScopes

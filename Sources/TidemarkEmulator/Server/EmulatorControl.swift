@@ -89,32 +89,6 @@ public struct RateLimitSettings: Codable, Sendable, Equatable {
     }
 }
 
-/// A token bucket: `rate` tokens a second, holding at most `capacity`. Pure; time is passed in.
-struct TokenBucket: Sendable {
-    var rate: Double
-    var capacity: Double
-    var level: Double
-    var last: Double
-
-    init(rate: Double, capacity: Double, at time: Double) {
-        self.rate = rate
-        self.capacity = capacity
-        level = capacity
-        last = time
-    }
-
-    /// Takes `cost` tokens, or returns how many seconds until they will be there.
-    mutating func take(_ cost: Double, at time: Double) -> Double? {
-        level = min(capacity, level + max(0, time - last) * rate)
-        last = max(last, time)
-        if level >= cost {
-            level -= cost
-            return nil
-        }
-        return (cost - level) / rate
-    }
-}
-
 /// The emulator's run-time switches: faults, rate limits, per-project API availability.
 public final class EmulatorControl: Sendable {
     public enum Fault: Sendable, Equatable {
@@ -132,19 +106,11 @@ public final class EmulatorControl: Sendable {
     }
 
     private let state = Mutex(State())
-    private let clock: @Sendable () -> Double
+    private let timing: Timing
 
-    /// `clock` gives monotonic seconds; tests pass their own.
-    public init(clock: (@Sendable () -> Double)? = nil) {
-        if let clock {
-            self.clock = clock
-        } else {
-            let start = ContinuousClock.now
-            self.clock = {
-                let elapsed = ContinuousClock.now - start
-                return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18
-            }
-        }
+    /// `timing` is the clock rate limits run on; tests pass a manual one.
+    public init(timing: Timing = .live) {
+        self.timing = timing
     }
 
     public var faults: FaultSettings {
@@ -179,7 +145,7 @@ public final class EmulatorControl: Sendable {
 
     /// Admits a subscription change of `tokens` tokens, or returns the seconds to wait (for `Retry-After`).
     public func admit(project: String, tokens: Int) -> Double? {
-        let time = clock()
+        let time = Timing.seconds(timing.now())
         return state.withLock { state in
             let settings = state.rateLimit
             guard settings.perSecond > 0 else { return nil }

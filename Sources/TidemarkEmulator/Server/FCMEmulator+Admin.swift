@@ -202,7 +202,7 @@ extension FCMEmulator {
                         request.method == "POST"
                         ? try await engine.batchAdd(project: project, topic: path[1], tokens: chunk)
                         : try await engine.batchRemove(project: project, topic: path[1], tokens: chunk)
-                    results += outcomes.map { if case .failed(let e) = $0 { ["error": e.code] } else { [:] } }
+                    results += outcomes.map { if case .failed(let e) = $0 { ["error": e.code.rawValue] } else { [:] } }
                 }
             } catch {
                 return bad("\(error)")

@@ -81,7 +81,7 @@ extension FCMEmulator {
             if failing.contains(index) {
                 results.append(["error": "INTERNAL"])
             } else if case .failed(let error)? = next.next() {
-                results.append(["error": error.code])
+                results.append(["error": error.code.rawValue])
             } else {
                 results.append([:])
             }
@@ -105,7 +105,7 @@ extension FCMEmulator {
             case .ok: return .json(200, [String: Any]())
             case .failed(let error) where error == .notFound: return .flatError(404, "NOT_FOUND")
             case .failed(let error) where error == .invalidArgument: return .flatError(400, "INVALID_ARGUMENT")
-            case .failed(let error): return .flatError(400, error.code)
+            case .failed(let error): return .flatError(400, error.code.rawValue)
             }
         } catch let error as EngineError {
             return .flatError(400, error.code.rawValue)

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 import TidemarkCore
+import TidemarkTesting
 @testable import TidemarkEmulator
 
 /// Records finished operations in memory, as the SQLite session does on disk.
@@ -76,7 +77,7 @@ final class CountingBackend: Backend {
         state.reconcileBookkeeping(with: desired, operations: result.operations)
         let recorder = MemoryRecorder(state: state)
         let report = try await Executor(backend: backend, recorder: recorder, parallelism: 4,
-            timing: VirtualRetryClock().timing)
+            timing: ManualClock().timing)
             .run(result.operations)
         #expect(report.failures.isEmpty)
         #expect(backend.calls.withLock { $0 } == 7)
@@ -96,7 +97,7 @@ final class CountingBackend: Backend {
         await engine.injectError(.internalError, forToken: "b:APA91b")
         await engine.injectError(.invalidArgument, forToken: "c:APA91b")
         let ops = [PlannedOperation(kind: .subscribe, target: "t", tokens: ["a:APA91b", "b:APA91b", "c:APA91b"])]
-        let clock = VirtualRetryClock()
+        let clock = ManualClock()
         let report = try await Executor(backend: backend, recorder: MemoryRecorder(state: State()), timing: clock.timing)
             .run(ops)
         #expect(clock.sleeps.count == 1)

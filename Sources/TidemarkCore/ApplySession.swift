@@ -1,0 +1,91 @@
+import Foundation
+
+/// Journals an apply: each finished operation updates state and commits with its journal entry.
+public actor ApplySession: ApplyRecorder {
+    public nonisolated let id: String
+    private let store: any StateStore
+    private let timing: Timing
+    public private(set) var state: State
+    /// Saves run one at a time, in the order they were asked for: the actor is reentrant at every
+    /// `await`, and a save from an older snapshot must never land after a newer one.
+    private var saving = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    init(id: String, store: any StateStore, state: State, timing: Timing) {
+        self.id = id
+        self.store = store
+        self.state = state
+        self.timing = timing
+    }
+
+    /// Starts a new apply: records the plan's observations and bookkeeping with the journal header, in
+    /// one save. A state that does not exist yet is created by that save.
+    public static func begin(plan: Plan, desired: DesiredState, store: any StateStore, state: State,
+        timing: Timing = .live) async throws -> ApplySession
+    {
+        let before = state
+        var state = state
+        state.growToTable()
+        let seen = plan.observations.refreshedAt == nil ? TokenSet() : TokenSet(0..<UInt32(state.tokens.count))
+        state.apply(plan.observations, seen: seen)
+        state.reconcileBookkeeping(with: desired, operations: plan.operations, targets: try plan.selection)
+        var write = StateWrite()
+        write.includeTopicsAndGroups(before: before, after: state)
+        if plan.observations.refreshedAt != nil {
+            write.allTokens = true
+        } else {
+            write.tokens = (plan.observations.dead + plan.observations.revived).compactMap { state.tokens.id($0) }
+        }
+        let id = timing.uuid()
+        write.beginApply = (id, plan)
+        try await store.save(&state, write, at: timing.unixTime())
+        return ApplySession(id: id, store: store, state: state, timing: timing)
+    }
+
+    /// Continues an apply that was interrupted.
+    public static func resume(_ unfinished: UnfinishedApply, store: any StateStore, state: State,
+        timing: Timing = .live) -> ApplySession
+    {
+        ApplySession(id: unfinished.id, store: store, state: state, timing: timing)
+    }
+
+    /// Records a finished operation in state and journals it, in one save; callable from many tasks.
+    public func completed(index: Int, operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?)
+        async throws
+    {
+        try await oneAtATime {
+            let at = timing.unixTime()
+            var next = state
+            let changedTopics = next.record(operation, outcomes: outcomes, groupKey: groupKey, at: at)
+            var write = StateWrite()
+            if operation.kind.isGroup { write.groups = [operation.target] }
+            write.topics = Array(changedTopics)
+            write.tokens = operation.tokens.compactMap { next.tokens.id($0) }
+            let ok = outcomes.filter(\.isOK).count
+            write.finishedOperation = JournalEntry(applyID: id, index: index, ok: ok, failed: outcomes.count - ok)
+            try await store.save(&next, write, at: at)
+            state = next
+        }
+    }
+
+    /// Marks the apply finished (or abandoned) in the journal.
+    public func finish(status: ApplyStatus = .finished) async throws {
+        try await oneAtATime {
+            var next = state
+            var write = StateWrite()
+            write.finishApply = (id, status)
+            try await store.save(&next, write, at: timing.unixTime())
+            state = next
+        }
+    }
+
+    private func oneAtATime(_ body: () async throws -> Void) async throws {
+        while saving { await withCheckedContinuation { waiting.append($0) } }
+        saving = true
+        defer {
+            saving = false
+            if !waiting.isEmpty { waiting.removeFirst().resume() }
+        }
+        try await body()
+    }
+}

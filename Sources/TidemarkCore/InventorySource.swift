@@ -1,0 +1,105 @@
+import Foundation
+
+/// Where devices come from: a file, inline devices, a database, a command.
+///
+/// A source streams its devices into an `InventoryBuilder`, which checks each one (a valid token,
+/// no device or token twice) and reports problems with their place; the source reports problems
+/// of its own (a row it cannot parse) through the builder too, and throws only when it cannot be
+/// read at all. Every source passes `TidemarkTesting.InventorySourceConformance`.
+public protocol InventorySource: Sendable {
+    /// How the source is named in messages, and its key in the manifests digest.
+    var name: String { get }
+
+    /// Streams every device into `builder`, and says which snapshot of the source it read.
+    func load(into builder: inout InventoryBuilder) async throws -> InventorySnapshot
+}
+
+/// Which version of a source a load read: a saved plan made from another snapshot is stale.
+public struct InventorySnapshot: Sendable, Equatable {
+    /// A digest of what was read (a file's SHA-256), or an identity the source vouches for.
+    public var identity: String
+
+    public init(identity: String) { self.identity = identity }
+}
+
+/// The formats an inventory file can have.
+public enum InventoryFormat: String, Sendable, CaseIterable, Codable {
+    /// A header row naming `device_id` (or `id`) and `token`; every other column is a label.
+    case csv
+    /// One JSON object a line: `{"id": …, "token": …, "labels": {…}}`.
+    case jsonl
+
+    /// The format a file's name implies, when it implies one.
+    public init?(suffixOf path: String) {
+        if path.hasSuffix(".csv") {
+            self = .csv
+        } else if path.hasSuffix(".jsonl") || path.hasSuffix(".ndjson") {
+            self = .jsonl
+        } else {
+            return nil
+        }
+    }
+}
+
+/// Builds an `Inventory` from any number of sources, checking every device on the way in.
+public struct InventoryBuilder: Sendable {
+    public private(set) var inventory = Inventory()
+    public private(set) var diagnostics: [Diagnostic] = []
+
+    public init() {}
+
+    /// A handle for one source's devices.
+    public struct SourceHandle: Sendable, Equatable {
+        let index: UInt16
+        public let file: String
+    }
+
+    /// Registers a source (a file name, or a description such as `postgres: fcm_tokens`).
+    public mutating func source(_ file: String) -> SourceHandle {
+        SourceHandle(index: inventory.source(file), file: file)
+    }
+
+    /// The column of a label name; resolve names once per source, then add devices by slot.
+    public mutating func labelSlot(_ name: String) -> Int { inventory.labelSlot(name) }
+
+    public mutating func reserveCapacity(_ devices: Int) { inventory.reserveCapacity(inventory.count + devices) }
+
+    /// Adds a device with labels by name; returns false (with a diagnostic) when it is refused.
+    @discardableResult
+    public mutating func add(id: String, token: String, labels: [(String, String)], from source: SourceHandle, line: Int,
+        column: Int = 1) -> Bool
+    {
+        let slots = labels.map { (labelSlot($0.0), $0.1) }
+        return add(id: id, token: token, slots: slots, from: source, line: line, column: column)
+    }
+
+    /// Adds a device with labels by slot; returns false (with a diagnostic) when it is refused.
+    @discardableResult
+    public mutating func add(id: String, token: String, slots: some Sequence<(Int, String)>, from source: SourceHandle,
+        line: Int, column: Int = 1) -> Bool
+    {
+        let location = SourceLocation(file: source.file, line: line, column: column)
+        if id.isEmpty {
+            diagnostics.append(.error("row has an empty device_id.", at: location))
+            return false
+        }
+        if let problem = FCMLimits.tokenProblem(token) {
+            diagnostics.append(.error("token of device '\(id)' is not valid: \(problem).", at: location))
+            return false
+        }
+        switch inventory.add(id: id, token: token, slots: slots, source: source.index, line: line, column: column) {
+        case nil:
+            return true
+        case .duplicateID(let other):
+            diagnostics.append(.error("device id '\(id)' is declared twice; the other is at \(inventory.location(ofDevice: other)). Device ids must be unique.", at: location))
+        case .duplicateToken(let other):
+            diagnostics.append(.error("device '\(id)' has the same token as device '\(inventory.deviceIDs[other])' at \(inventory.location(ofDevice: other)); a token belongs to one device.", at: location))
+        }
+        return false
+    }
+
+    /// Reports a problem of a source's own, such as a row it cannot parse.
+    public mutating func error(_ message: String, at location: SourceLocation) {
+        diagnostics.append(.error(message, at: location))
+    }
+}

@@ -1,0 +1,134 @@
+import Foundation
+
+/// Devices declared inline in the manifests (`inventory.devices`).
+public struct InlineInventorySource: InventorySource {
+    public var devices: [DeviceSpec]
+
+    public init(_ devices: [DeviceSpec]) { self.devices = devices }
+
+    public var name: String { "inline devices" }
+
+    public func load(into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
+        var handles: [String: InventoryBuilder.SourceHandle] = [:]
+        for device in devices {
+            let file = device.id.location.file
+            let handle = handles[file] ?? builder.source(file)
+            handles[file] = handle
+            if let problem = FCMLimits.tokenProblem(device.token.value) {
+                builder.error("token of device '\(device.id.value)' is not valid: \(problem).", at: device.token.location)
+                continue
+            }
+            builder.add(id: device.id.value, token: device.token.value,
+                labels: device.labels.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }, from: handle,
+                line: device.id.location.line, column: device.id.location.column)
+        }
+        // The manifests that declare them are in the digest already.
+        return InventorySnapshot(identity: "")
+    }
+}
+
+/// An inventory file, CSV or JSON lines, read through a `FileSource`.
+public struct FileInventorySource: InventorySource {
+    /// The path as the manifests name it (relative to the manifests directory, or absolute).
+    public var path: String
+    public var format: InventoryFormat
+    public var files: any FileSource
+
+    public init(path: String, format: InventoryFormat, files: any FileSource) {
+        self.path = path
+        self.format = format
+        self.files = files
+    }
+
+    public var name: String { path }
+
+    public func load(into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
+        let data = try files.read(path)
+        let display = files.displayPath(path)
+        switch format {
+        case .csv: Self.loadCSV(data, file: display, into: &builder)
+        case .jsonl: Self.loadJSONLines(data, file: display, into: &builder)
+        }
+        return InventorySnapshot(identity: SHA256Digest.hex(data))
+    }
+
+    /// CSV: a header row naming `device_id` (or `id`), `token`, and any label columns.
+    static func loadCSV(_ data: Data, file: String, into builder: inout InventoryBuilder) {
+        let source = builder.source(file)
+        var reader = CSVReader(data)
+        guard let header = reader.next() else {
+            builder.error("inventory file is empty; it needs a header row such as 'device_id,token,platform'.",
+                at: SourceLocation(file: file, line: 1, column: 1))
+            return
+        }
+        let names = header.fields.map { $0.trimmingCharacters(in: .whitespaces) }
+        guard let idColumn = names.firstIndex(where: { $0 == "device_id" || $0 == "id" }),
+            let tokenColumn = names.firstIndex(of: "token")
+        else {
+            builder.error("the header row must name a 'device_id' and a 'token' column; found \(names.joined(separator: ",")).",
+                at: SourceLocation(file: file, line: header.line, column: 1))
+            return
+        }
+        let labelColumns = names.indices.filter { $0 != idColumn && $0 != tokenColumn && !names[$0].isEmpty }
+        let slots = labelColumns.map { builder.labelSlot(names[$0]) }
+        builder.reserveCapacity(data.count / 120)
+        while let row = reader.next() {
+            let location = SourceLocation(file: file, line: row.line, column: 1)
+            if let problem = row.problem {
+                builder.error(problem, at: location)
+                continue
+            }
+            if row.fields.count == 1, row.fields[0].isEmpty { continue }
+            guard row.fields.count == names.count else {
+                builder.error("row has \(row.fields.count) fields but the header has \(names.count); quote values that contain commas.", at: location)
+                continue
+            }
+            builder.add(id: row.fields[idColumn], token: row.fields[tokenColumn],
+                slots: zip(slots, labelColumns).lazy.map { ($0.0, row.fields[$0.1]) }, from: source, line: row.line)
+        }
+    }
+
+    /// JSON lines: one object a line, `{"id": …, "token": …, "labels": {…}}`.
+    static func loadJSONLines(_ data: Data, file: String, into builder: inout InventoryBuilder) {
+        let source = builder.source(file)
+        var line = 0
+        for slice in data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
+            line += 1
+            let trimmed = slice.drop { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
+            if trimmed.isEmpty || trimmed == Data([UInt8(ascii: "\r")]) { continue }
+            let location = SourceLocation(file: file, line: line, column: 1)
+            guard let object = (try? JSONSerialization.jsonObject(with: Data(slice))) as? [String: Any] else {
+                builder.error("line is not a JSON object; each line must look like {\"id\": \"…\", \"token\": \"…\", \"labels\": {…}}.", at: location)
+                continue
+            }
+            let unknown = object.keys.filter { !["id", "device_id", "token", "labels"].contains($0) }.sorted()
+            if let key = unknown.first {
+                builder.error("unknown key '\(key)'; a device line has id, token and labels.", at: location)
+                continue
+            }
+            guard let id = (object["id"] ?? object["device_id"]) as? String, !id.isEmpty,
+                let token = object["token"] as? String
+            else {
+                builder.error("a device line needs string 'id' and 'token' fields.", at: location)
+                continue
+            }
+            var labels: [(String, String)] = []
+            if let raw = object["labels"] {
+                guard let map = raw as? [String: Any] else {
+                    builder.error("'labels' of device '\(id)' must be an object of strings.", at: location)
+                    continue
+                }
+                for (key, value) in map.sorted(by: { $0.key < $1.key }) {
+                    if let s = value as? String {
+                        labels.append((key, s))
+                    } else if let n = value as? NSNumber {
+                        labels.append((key, n.stringValue))
+                    } else {
+                        builder.error("label '\(key)' of device '\(id)' must be a string.", at: location)
+                    }
+                }
+            }
+            builder.add(id: id, token: token, labels: labels, from: source, line: line)
+        }
+    }
+}

@@ -1,0 +1,32 @@
+/// The shape of a manifest, described once: the decoder allows these keys, the formatter writes
+/// them in this order, and a test checks that the JSON Schema in `schema/` names the same keys.
+public enum ManifestSchema {
+    /// The kinds of mapping a manifest has.
+    public enum Node: String, Sendable, CaseIterable {
+        case root, inventory, inventoryFile, device, topic, group, member
+    }
+
+    /// The keys a node may have, in canonical order.
+    public static func keys(_ node: Node) -> [String] {
+        switch node {
+        case .root: ["inventory", "topics", "groups"]
+        case .inventory: ["files", "devices"]
+        case .inventoryFile: ["path", "format"]
+        case .device: ["id", "token", "labels"]
+        case .topic: ["name", "description", "mode", "protect", "allow_empty", "members"]
+        case .group: ["notification_key_name", "description", "protect", "members"]
+        case .member: ["token", "tokens", "device", "devices", "selector", "file"]
+        }
+    }
+
+    /// Keys a node must have.
+    public static func required(_ node: Node) -> [String] {
+        switch node {
+        case .inventoryFile: ["path"]
+        case .device: ["id", "token"]
+        case .topic: ["name"]
+        case .group: ["notification_key_name"]
+        default: []
+        }
+    }
+}

@@ -1,0 +1,197 @@
+import Foundation
+
+/// Where tidemark keeps its state: a local SQLite file today, a shared database tomorrow.
+///
+/// Every store passes one conformance suite (`TidemarkTesting.StateStoreConformance`). A store
+/// holds at most one state; `load` answers nil until the first `save` creates it. Each `save`
+/// writes only the parts its `StateWrite` names, in one transaction with the serial bump and the
+/// journal entries it carries, so a batch and its journal entry land together or not at all.
+public protocol StateStore: Sendable {
+    /// How the store is named in messages (a path as the user wrote it, or a redacted URL).
+    var location: String { get }
+
+    /// The whole state, or nil when none was ever saved.
+    func load() async throws -> State?
+
+    /// Writes the parts of `state` that `write` names and bumps the serial; creates the state on the
+    /// first save (keeping `state.lineage`). Returns the new serial, also set in `state`.
+    @discardableResult
+    func save(_ state: inout State, _ write: StateWrite, at now: Int64) async throws -> Int
+
+    /// The newest apply that started and did not finish, with the operations it finished.
+    func unfinishedApply() async throws -> UnfinishedApply?
+
+    /// Past applies, newest first.
+    func applies(limit: Int) async throws -> [ApplyRecord]
+
+    /// Takes the store's exclusive lock for `holder`, or throws `StateStoreError` `.locked` naming
+    /// whoever holds it. The lock lasts until the lease is released (or its process ends).
+    func lock(_ holder: LockHolder) async throws -> any StateLease
+
+    /// Who holds the lock now, or nil when it is free.
+    func lockHolder() async throws -> LockHolder?
+}
+
+/// A held state lock.
+public protocol StateLease: Sendable {
+    func release() async
+}
+
+extension StateStore {
+    /// Runs `body` holding the lock, and releases it however `body` ends.
+    public func withLock<T: Sendable>(_ holder: LockHolder, _ body: () async throws -> T) async throws -> T {
+        let lease = try await lock(holder)
+        do {
+            let result = try await body()
+            await lease.release()
+            return result
+        } catch {
+            await lease.release()
+            throw error
+        }
+    }
+}
+
+/// Who holds (or asks for) a state lock, as a second run is told.
+public struct LockHolder: Sendable, Equatable, Codable, CustomStringConvertible {
+    /// The command, such as `tidemark apply`.
+    public var operation: String
+    public var user: String
+    public var host: String
+    public var pid: Int32
+    public var since: Date
+
+    public init(operation: String, user: String, host: String, pid: Int32, since: Date) {
+        self.operation = operation
+        self.user = user
+        self.host = host
+        self.pid = pid
+        self.since = since
+    }
+
+    public var description: String {
+        "\(operation) (pid \(pid), user \(user) on \(host)) since \(ISO8601DateFormatter().string(from: since))"
+    }
+}
+
+/// What one save changes; everything in it commits in one transaction with the serial bump.
+public struct StateWrite: Sendable {
+    /// Topics whose rows are written (or deleted, when `state` no longer has them).
+    public var topics: [String] = []
+    /// Groups whose rows are written (or deleted).
+    public var groups: [String] = []
+    /// Tokens whose last-seen time or liveness changed. New tokens are always written.
+    public var tokens: [UInt32] = []
+    /// Every token's last-seen time and liveness (after a full refresh).
+    public var allTokens = false
+    /// Journal: an apply starts with this id and plan.
+    public var beginApply: (id: String, plan: Plan)?
+    /// Journal: one operation of an apply finished.
+    public var finishedOperation: JournalEntry?
+    /// Journal: an apply ended.
+    public var finishApply: (id: String, status: ApplyStatus)?
+
+    public init() {}
+
+    /// Every topic and group present in `before` or `after`: rows that `after` dropped are deleted.
+    public mutating func includeTopicsAndGroups(before: State, after: State) {
+        topics = Array(Set(before.topics.keys).union(after.topics.keys))
+        groups = Array(Set(before.groups.keys).union(after.groups.keys))
+    }
+}
+
+/// One finished operation of an apply, as journaled.
+public struct JournalEntry: Sendable, Equatable {
+    public var applyID: String
+    public var index: Int
+    public var ok: Int
+    public var failed: Int
+
+    public init(applyID: String, index: Int, ok: Int, failed: Int) {
+        self.applyID = applyID
+        self.index = index
+        self.ok = ok
+        self.failed = failed
+    }
+}
+
+/// How an apply ended, as the journal records it.
+public enum ApplyStatus: String, Sendable, Codable, CaseIterable {
+    case running, finished, abandoned
+}
+
+/// An apply that started and did not finish (the process was killed or failed).
+public struct UnfinishedApply: Sendable {
+    public var id: String
+    public var startedAt: Date
+    public var plan: Plan
+    /// Indices of the plan's operations that finished.
+    public var done: Set<Int>
+
+    public init(id: String, startedAt: Date, plan: Plan, done: Set<Int>) {
+        self.id = id
+        self.startedAt = startedAt
+        self.plan = plan
+        self.done = done
+    }
+}
+
+/// One line of the apply history.
+public struct ApplyRecord: Sendable, Equatable, Codable {
+    public var id: String
+    public var status: ApplyStatus
+    public var startedAt: Int64
+    public var operations: Int
+    public var done: Int
+
+    public init(id: String, status: ApplyStatus, startedAt: Int64, operations: Int, done: Int) {
+        self.id = id
+        self.status = status
+        self.startedAt = startedAt
+        self.operations = operations
+        self.done = done
+    }
+}
+
+/// Why a state store cannot be used; every case says what to do.
+public struct StateStoreError: Error, CustomStringConvertible, Sendable {
+    public enum Code: Sendable {
+        case notSQLite
+        case foreign
+        case damaged
+        case newerFormat
+        case locked
+        case io
+    }
+
+    public var code: Code
+    /// The store's location as shown to the user.
+    public var path: String
+    public var detail: String
+    /// Who holds the lock, for `.locked`.
+    public var holder: LockHolder?
+
+    public init(_ code: Code, path: String, _ detail: String, holder: LockHolder? = nil) {
+        self.code = code
+        self.path = path
+        self.detail = detail
+        self.holder = holder
+    }
+
+    public var description: String {
+        switch code {
+        case .notSQLite:
+            "\(path) is not a tidemark state file (it is not an SQLite database). It was left untouched; move it away or point 'state' in tidemark.yaml elsewhere."
+        case .foreign:
+            "\(path) is an SQLite database but not a tidemark state file (\(detail)). It was left untouched; move it away or point 'state' in tidemark.yaml elsewhere."
+        case .damaged:
+            "\(path) is damaged (\(detail)). It was left untouched; restore it from a backup, or move it away and run 'tidemark import' to adopt the current memberships."
+        case .newerFormat:
+            "\(path) was written by a newer tidemark (\(detail)); upgrade tidemark to use it."
+        case .locked:
+            "the state \(path) is locked by \(detail). Wait for that run to finish; the lock is released when its process ends."
+        case .io:
+            "cannot use the state \(path): \(detail)"
+        }
+    }
+}

@@ -1,0 +1,42 @@
+/// Which FCM tidemark talks to.
+public enum BackendKind: String, Sendable, Codable, CaseIterable, CustomStringConvertible {
+    /// The emulator's engine in-process, persisted under `.tidemark/`: no account needed.
+    case embedded
+    /// tidemark's emulator over HTTP (`FCM_EMULATOR_HOST`).
+    case emulator
+    /// The real service.
+    case fcm
+
+    public var description: String { rawValue }
+    /// Whether calls go over HTTP through tidemark's client.
+    public var isHTTP: Bool { self != .embedded }
+}
+
+/// How topic changes reach FCM.
+public enum TopicTransport: String, Sendable, Codable, CaseIterable, CustomStringConvertible {
+    /// The FCM topic subscription API: one request per membership change.
+    case v1
+    /// The deprecated Instance ID batch API: up to 1000 tokens a request.
+    case iid
+
+    public var description: String { rawValue }
+}
+
+/// What a subscription-change quota counts.
+public enum QuotaUnit: String, Sendable, Codable, CaseIterable, CustomStringConvertible {
+    /// Membership changes: a batch of N tokens costs N.
+    case tokens
+    /// HTTP requests: a batch costs 1.
+    case requests
+
+    public var description: String { rawValue }
+}
+
+extension CaseIterable where Self: RawRepresentable, RawValue == String {
+    /// "a, b or c", for messages.
+    public static var choices: String {
+        let names = allCases.map(\.rawValue)
+        guard names.count > 1 else { return names.joined() }
+        return names.dropLast().joined(separator: ", ") + " or " + names.last!
+    }
+}

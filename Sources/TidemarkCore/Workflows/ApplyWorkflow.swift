@@ -1,0 +1,224 @@
+import Foundation
+
+/// Whether the person running apply said yes to the plan.
+public enum Approval: Sendable {
+    case approved
+    case declined
+    /// Nobody can be asked (not a terminal, no --auto-approve).
+    case unavailable
+}
+
+/// What apply is asked to do.
+public struct ApplyRequest: Sendable {
+    /// A saved plan to carry out exactly, and the name to call it by; nil plans afresh.
+    public var savedPlan: (plan: Plan, file: String)?
+    /// For a fresh plan: refresh, selection and blast radius. For a saved plan, a selection given
+    /// again must equal the plan's, and `maxUnsubscribes` still applies.
+    public var planning: PlanRequest
+    /// Asked before a fresh plan with changes runs; the plan was shown through `planReady`.
+    public var approve: @Sendable (Plan) async -> Approval
+    /// Called with a fresh plan before approval, to show it.
+    public var planReady: @Sendable (PlanOutcome) async throws -> Void
+
+    public init(savedPlan: (plan: Plan, file: String)? = nil, planning: PlanRequest = PlanRequest(),
+        approve: @escaping @Sendable (Plan) async -> Approval = { _ in .approved },
+        planReady: @escaping @Sendable (PlanOutcome) async throws -> Void = { _ in })
+    {
+        self.savedPlan = savedPlan
+        self.planning = planning
+        self.approve = approve
+        self.planReady = planReady
+    }
+}
+
+/// What an apply did.
+public struct ApplySummary: Sendable {
+    public var subscribed: Int
+    public var unsubscribed: Int
+    public var groupCalls: Int
+    public var requests: Int
+    public var seconds: Double
+    public var failures: [TokenFailure]
+
+    /// Failures by error code, codes in order.
+    public var failuresByCode: [(code: TokenError.Code, failures: [TokenFailure])] {
+        Dictionary(grouping: failures, by: \.error.code).sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+    }
+
+    /// Whether some token failed for a reason other than being unregistered: the run did not do all it should.
+    public var hasUnexpectedFailures: Bool { failures.contains { !$0.error.meansUnregistered } }
+}
+
+/// How an apply ended.
+public struct ApplyOutcome: Sendable {
+    public enum Result: Sendable {
+        /// The plan ran.
+        case applied(ApplySummary)
+        /// Nothing to change; `savedPlan` says a saved plan was empty.
+        case nothingToDo(savedPlan: Bool)
+        /// The person said no.
+        case declined
+        /// Only the interrupted apply ran: it was the saved plan given, or it left failures, so
+        /// nothing new was planned.
+        case resumedOnly
+    }
+
+    /// An interrupted apply that was finished first.
+    public var resumed: ApplySummary?
+    public var result: Result
+
+    /// Whether a token failed, in either apply, for a reason other than being unregistered.
+    public var hasUnexpectedFailures: Bool {
+        if resumed?.hasUnexpectedFailures == true { return true }
+        if case .applied(let summary) = result { return summary.hasUnexpectedFailures }
+        return false
+    }
+
+    /// Exit 1 when a token could not be changed for a reason other than being unregistered, or the
+    /// person said no.
+    public var exitStatus: ExitStatus {
+        if hasUnexpectedFailures { return .failure }
+        if case .declined = result { return .failure }
+        return .success
+    }
+}
+
+/// `tidemark apply`: finish an interrupted apply (or abandon it when the manifests or backend
+/// changed), then carry out a fresh or saved plan, journaling every operation.
+///
+/// The caller holds the state lock around `run`.
+public struct ApplyWorkflow: Sendable {
+    public var parts: WorkflowParts
+
+    public init(_ parts: WorkflowParts) { self.parts = parts }
+
+    public func run(_ request: ApplyRequest) async throws -> ApplyOutcome {
+        var resumed: ApplySummary?
+        if let unfinished = try await parts.store.unfinishedApply() {
+            switch try await resume(unfinished, request) {
+            case .finishedSavedPlan(let summary): return ApplyOutcome(resumed: summary, result: .resumedOnly)
+            case .finished(let summary):
+                if summary.hasUnexpectedFailures { return ApplyOutcome(resumed: summary, result: .resumedOnly) }
+                resumed = summary
+            case .abandoned: break
+            }
+        }
+        var state: State
+        var loaded: LoadedManifests
+        let plan: Plan
+        if let (saved, file) = request.savedPlan {
+            (state, loaded) = try await parts.loadStateAndManifests()
+            try parts.stopOnErrors(loaded)
+            try checkFresh(saved, file: file, state: state, loaded: loaded)
+            try checkSelection(saved, file: file, request: request.planning, state: state)
+            plan = saved
+        } else {
+            let outcome = try await PlanWorkflow(parts).run(request.planning)
+            (state, loaded, plan) = (outcome.state, outcome.loaded, outcome.plan)
+            try await request.planReady(outcome)
+            if plan.diagnostics.hasErrors { throw WorkflowError.planHasErrors }
+            if plan.hasChanges {
+                switch await request.approve(plan) {
+                case .approved: break
+                case .declined: return ApplyOutcome(resumed: resumed, result: .declined)
+                case .unavailable: throw WorkflowError.confirmationUnavailable
+                }
+            }
+        }
+        if !plan.hasChanges, plan.observations.isEmpty {
+            return ApplyOutcome(resumed: resumed, result: .nothingToDo(savedPlan: request.savedPlan != nil))
+        }
+        if state.lineage.isEmpty { state.lineage = parts.timing.uuid() }
+        let session = try await ApplySession.begin(plan: plan, desired: loaded.desired, store: parts.store, state: state,
+            timing: parts.timing)
+        let summary = try await execute(plan, done: [], session: session)
+        return ApplyOutcome(resumed: resumed, result: .applied(summary))
+    }
+
+    enum Resumption {
+        case finishedSavedPlan(ApplySummary)
+        case finished(ApplySummary)
+        case abandoned
+    }
+
+    /// Finishes an interrupted apply when it was made from the same manifests and backend; abandons it otherwise.
+    func resume(_ unfinished: UnfinishedApply, _ request: ApplyRequest) async throws -> Resumption {
+        let (state, loaded) = try await parts.loadStateAndManifests()
+        let session = ApplySession.resume(unfinished, store: parts.store, state: state, timing: parts.timing)
+        guard unfinished.plan.manifestsDigest == loaded.digest, unfinished.plan.backend == parts.backend.identity,
+            !loaded.diagnostics.hasErrors
+        else {
+            parts.output.emit(.abandoned(startedAt: unfinished.startedAt))
+            try await session.finish(status: .abandoned)
+            return .abandoned
+        }
+        parts.output.emit(.resuming(startedAt: unfinished.startedAt, done: unfinished.done.count,
+            total: unfinished.plan.operations.count))
+        let summary = try await execute(unfinished.plan, done: unfinished.done, session: session)
+        if let (saved, file) = request.savedPlan {
+            guard saved.operationsDigest == unfinished.plan.operationsDigest else {
+                throw WorkflowError.stalePlan(StalePlan(file: file, stateLocation: parts.store.location,
+                    reason: .interruptedApplyFinished))
+            }
+            return .finishedSavedPlan(summary)
+        }
+        return .finished(summary)
+    }
+
+    /// A saved plan applies only to the state, manifests and backend it was made from.
+    func checkFresh(_ plan: Plan, file: String, state: State, loaded: LoadedManifests) throws {
+        func stale(_ reason: StalePlan.Reason) -> WorkflowError {
+            .stalePlan(StalePlan(file: file, stateLocation: parts.store.location, reason: reason))
+        }
+        if plan.lineage != state.lineage {
+            if plan.lineage.isEmpty { throw stale(.madeBeforeState(lineage: state.lineage)) }
+            throw stale(.otherLineage(plan: plan.lineage, state: state.lineage))
+        }
+        if plan.serial != state.serial { throw stale(.serialMoved(plan: plan.serial, state: state.serial)) }
+        if plan.manifestsDigest != loaded.digest {
+            throw stale(.manifestsChanged(plan: plan.manifestsDigest, now: loaded.digest))
+        }
+        if plan.backend != parts.backend.identity { throw stale(.otherBackend(plan: plan.backend, now: parts.backend.identity)) }
+    }
+
+    /// A saved plan runs with the selection it was made with: flags may repeat it, never change or widen it;
+    /// `maxUnsubscribes` still applies.
+    func checkSelection(_ plan: Plan, file: String, request: PlanRequest, state: State) throws {
+        let saved = try plan.selection
+        if request.targets.isPartial, request.targets != saved {
+            throw WorkflowError.stalePlan(StalePlan(file: file, stateLocation: parts.store.location,
+                reason: .selectionChanged(planned: saved.summary, given: request.targets.summary)))
+        }
+        if let limit = request.maxUnsubscribes,
+            let violation = limit.violation(unsubscribes: plan.unsubscribeCount, known: state.observedMembershipCount)
+        {
+            throw WorkflowError.stalePlan(StalePlan(file: file, stateLocation: parts.store.location,
+                reason: .tooManyUnsubscribes(violation)))
+        }
+    }
+
+    func execute(_ plan: Plan, done: Set<Int>, session: ApplySession) async throws -> ApplySummary {
+        let started = parts.timing.now()
+        let state = await session.state
+        let keys = state.groups.compactMapValues(\.key)
+        let total = plan.operations.reduce(0) { $0 + $1.tokens.count }
+        let output = parts.output
+        let report: @Sendable (ExecutionProgress) -> Void = { output.emit(.applyProgress($0)) }
+        let executor = Executor(backend: parts.backend, recorder: session, parallelism: parts.parallelism,
+            timing: parts.timing, progress: total >= 5_000 ? report : nil)
+        let executed = try await executor.run(plan.operations, done: done, groupKeys: keys)
+        try await session.finish()
+        return Self.summary(of: plan, done: done, report: executed, seconds: Timing.seconds(parts.timing.now() - started))
+    }
+
+    static func summary(of plan: Plan, done: Set<Int>, report: ExecutionReport, seconds: Double) -> ApplySummary {
+        let remaining = plan.operations.indices.filter { !done.contains($0) }.map { plan.operations[$0] }
+        let subscribed = remaining.filter { $0.kind == .subscribe }.reduce(0) { $0 + $1.tokens.count }
+        let unsubscribed = remaining.filter { $0.kind == .unsubscribe }.reduce(0) { $0 + $1.tokens.count }
+        let failures = report.failures
+        return ApplySummary(subscribed: subscribed - failures.filter { $0.kind == .subscribe }.count,
+            unsubscribed: unsubscribed - failures.filter { $0.kind == .unsubscribe }.count,
+            groupCalls: remaining.filter(\.kind.isGroup).count, requests: report.requests, seconds: seconds,
+            failures: failures)
+    }
+}

@@ -1,0 +1,35 @@
+import Foundation
+
+/// `tidemark audience`: who a send to a condition reaches, by the manifests or by what tidemark
+/// observed (read afresh from a backend when one is given). Writes nothing.
+public struct AudienceWorkflow: Sendable {
+    public var manifests: any ManifestSource
+    public var store: any StateStore
+    public var output: any WorkflowOutput
+
+    public init(manifests: any ManifestSource, store: any StateStore, output: any WorkflowOutput = SilentOutput()) {
+        self.manifests = manifests
+        self.store = store
+        self.output = output
+    }
+
+    /// `refreshFrom`: read every known registration from this backend first (for `source: .observed`).
+    public func run(_ condition: FCMCondition, source: Audience.Source, refreshFrom backend: (any Backend)? = nil,
+        timing: Timing = .live) async throws -> (Audience, LoadedManifests)
+    {
+        var (state, loaded) = try await WorkflowParts.loadStateAndManifests(manifests: manifests, store: store)
+        if let backend {
+            let parts = WorkflowParts(manifests: manifests, store: store, backend: backend, timing: timing, output: output,
+                tidemarkVersion: "")
+            try parts.stopOnErrors(loaded)
+            state.absorb(try await parts.refreshAll(state: state, loaded: loaded))
+        } else {
+            let errors = loaded.diagnostics.filter { $0.severity == .error }
+            if !errors.isEmpty {
+                output.emit(.diagnostics(errors))
+                throw WorkflowError.invalidManifests(errorCount: errors.count)
+            }
+        }
+        return (Audience(condition: condition, source: source, desired: loaded.desired, state: state), loaded)
+    }
+}

@@ -1,0 +1,30 @@
+import Foundation
+
+/// `tidemark drift`: read FCM and classify what moved that nobody planned. Writes nothing.
+public struct DriftWorkflow: Sendable {
+    public var parts: WorkflowParts
+
+    public init(_ parts: WorkflowParts) { self.parts = parts }
+
+    public func run() async throws -> DriftReport {
+        let (state, loaded) = try await parts.loadStateAndManifests()
+        try parts.stopOnErrors(loaded)
+        let refresh = try await parts.refreshAll(state: state, loaded: loaded)
+        let now = parts.timing.wallClock()
+        let plan = Planner(tidemarkVersion: parts.tidemarkVersion).plan(loaded: loaded, state: state, refresh: refresh,
+            backend: parts.backend.identity, now: now)
+        let items = DriftReport.classify(plan.observations, desired: loaded.desired, state: state,
+            inventory: loaded.inventory)
+        let pending = plan.subscribeCount + plan.unsubscribeCount + plan.operations.filter(\.kind.isGroup).count
+        return DriftReport(tidemarkVersion: parts.tidemarkVersion, checkedAt: now, lineage: state.lineage,
+            serial: state.serial, backend: parts.backend.identity, registrationsRead: refresh.refreshed.count,
+            items: items, pendingChanges: pending)
+    }
+}
+
+extension DriftReport {
+    /// How `tidemark drift` ends: 2 for drift when asked.
+    public func exitStatus(detailedExitcode: Bool) -> ExitStatus {
+        detailedExitcode && hasDrift ? .changes : .success
+    }
+}

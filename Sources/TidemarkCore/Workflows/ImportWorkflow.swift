@@ -1,0 +1,44 @@
+import Foundation
+
+/// What `tidemark import` adopted.
+public struct ImportOutcome: Sendable {
+    /// Memberships adopted per declared topic.
+    public var adopted: [String: Int]
+    public var registrationsRead: Int
+    public var dead: Int
+    /// Declared groups found in FCM.
+    public var groupsFound: [String]
+    /// The serial state was written at; nil on a dry run.
+    public var serial: Int?
+
+    public var adoptedTotal: Int { adopted.values.reduce(0, +) }
+}
+
+/// `tidemark import`: read FCM and adopt memberships that already exist, without changing FCM.
+///
+/// The caller holds the state lock around `run` unless it is a dry run.
+public struct ImportWorkflow: Sendable {
+    public var parts: WorkflowParts
+
+    public init(_ parts: WorkflowParts) { self.parts = parts }
+
+    public func run(targets: Targets = .all, dryRun: Bool = false) async throws -> ImportOutcome {
+        if try await parts.store.unfinishedApply() != nil { throw WorkflowError.unfinishedApply }
+        var (state, loaded) = try await parts.loadStateAndManifests()
+        try parts.stopOnErrors(loaded)
+        let refresh = try await parts.refreshAll(state: state, loaded: loaded)
+        let before = state
+        state.absorb(refresh)
+        let adopted = state.adopt(loaded.desired, targets: targets)
+        let groups = loaded.desired.groups.map(\.name).filter { targets.coversGroup($0) && state.groups[$0]?.key != nil }
+        var outcome = ImportOutcome(adopted: adopted, registrationsRead: refresh.refreshed.count,
+            dead: refresh.dead.count, groupsFound: groups, serial: nil)
+        guard !dryRun else { return outcome }
+        if state.lineage.isEmpty { state.lineage = parts.timing.uuid() }
+        var write = StateWrite()
+        write.includeTopicsAndGroups(before: before, after: state)
+        write.allTokens = true
+        outcome.serial = try await parts.store.save(&state, write, at: parts.timing.unixTime())
+        return outcome
+    }
+}

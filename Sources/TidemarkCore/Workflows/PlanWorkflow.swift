@@ -1,0 +1,89 @@
+import Foundation
+
+/// What a plan covers and how far it may reach.
+public struct PlanRequest: Sendable {
+    /// Read FCM first (false: plan from state alone).
+    public var refresh: Bool
+    public var targets: Targets
+    public var maxUnsubscribes: UnsubscribeLimit?
+
+    public init(refresh: Bool = true, targets: Targets = .all, maxUnsubscribes: UnsubscribeLimit? = nil) {
+        self.refresh = refresh
+        self.targets = targets
+        self.maxUnsubscribes = maxUnsubscribes
+    }
+}
+
+/// A plan and what it was made from, kept together so apply can carry it out.
+public struct PlanOutcome: Sendable {
+    public var state: State
+    public var loaded: LoadedManifests
+    public var plan: Plan
+
+    /// How `tidemark plan` ends: an error when the plan has errors, else 2 for changes when asked.
+    public func exitStatus(detailedExitcode: Bool) -> ExitStatus {
+        if plan.diagnostics.hasErrors { return .failure }
+        return detailedExitcode && plan.hasChanges ? .changes : .success
+    }
+}
+
+/// `tidemark plan`: load state and manifests, refresh unless told not to, and diff. Writes nothing.
+public struct PlanWorkflow: Sendable {
+    public var parts: WorkflowParts
+
+    public init(_ parts: WorkflowParts) { self.parts = parts }
+
+    public func run(_ request: PlanRequest) async throws -> PlanOutcome {
+        let (state, loaded) = try await parts.loadStateAndManifests()
+        try parts.stopOnErrors(loaded)
+        let observed = request.refresh ? try await parts.refreshAll(state: state, loaded: loaded) : nil
+        let plan = Planner(tidemarkVersion: parts.tidemarkVersion).plan(loaded: loaded, state: state, refresh: observed,
+            backend: parts.backend.identity, now: parts.timing.wallClock(), targets: request.targets,
+            maxUnsubscribes: request.maxUnsubscribes)
+        return PlanOutcome(state: state, loaded: loaded, plan: plan)
+    }
+}
+
+extension WorkflowParts {
+    /// Loads state and reads the manifests at the same time (they are independent until resolution),
+    /// then resolves the manifests' tokens into the state's table.
+    public func loadStateAndManifests() async throws -> (State, LoadedManifests) {
+        try await Self.loadStateAndManifests(manifests: manifests, store: store)
+    }
+
+    static func loadStateAndManifests(manifests: any ManifestSource, store: any StateStore) async throws
+        -> (State, LoadedManifests)
+    {
+        // The stored state, or an empty one (lineage "", serial 0) when none exists yet.
+        async let loading = store.load()
+        let read = await manifests.read()
+        var state = try await loading ?? State(lineage: "", serial: 0)
+        let loaded = read.resolve(into: &state.tokens)
+        state.growToTable()
+        return (state, loaded)
+    }
+
+    /// Reports the manifests' errors and stops when there are any.
+    func stopOnErrors(_ loaded: LoadedManifests) throws {
+        let errors = loaded.diagnostics.filter { $0.severity == .error }
+        guard !errors.isEmpty else { return }
+        output.emit(.diagnostics(errors))
+        throw WorkflowError.invalidManifests(errorCount: errors.count)
+    }
+
+    /// Reads every known token and every declared or remembered group from the backend.
+    func refreshAll(state: State, loaded: LoadedManifests) async throws -> RefreshResult {
+        let groups = Set(loaded.desired.groups.map(\.name)).union(state.groups.keys).sorted()
+        let all = TokenSet(sorted: Array(0..<UInt32(state.tokens.count)))
+        let large = all.count >= progressThreshold
+        let output = self.output
+        let report: @Sendable (Int, Int) -> Void = { done, total in output.emit(.refreshProgress(done: done, total: total)) }
+        let started = timing.now()
+        let observed = try await Refresher(backend: backend).refresh(all, table: state.tokens,
+            groups: groups, at: timing.unixTime(), progress: large ? report : nil)
+        if large {
+            output.emit(.refreshed(registrations: all.count, seconds: Timing.seconds(timing.now() - started)))
+        }
+        return observed
+    }
+}

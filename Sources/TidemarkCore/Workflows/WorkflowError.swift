@@ -1,0 +1,85 @@
+import Foundation
+
+/// Why a workflow stopped without doing its work; each case reads as one clear message.
+public enum WorkflowError: Error, Sendable, CustomStringConvertible {
+    /// The manifests have errors; they were reported through the output.
+    case invalidManifests(errorCount: Int)
+    /// The plan has errors (a refused blast radius, say); nothing was changed.
+    case planHasErrors
+    /// Apply needs a yes, and nobody can give one here.
+    case confirmationUnavailable
+    /// A saved plan that may not be applied.
+    case stalePlan(StalePlan)
+    /// Import while an apply is unfinished.
+    case unfinishedApply
+
+    public var description: String {
+        switch self {
+        case .invalidManifests(let count):
+            "\(count) error\(count == 1 ? "" : "s") found; nothing was planned or changed."
+        case .planHasErrors:
+            "the plan has errors (above); nothing was changed."
+        case .confirmationUnavailable:
+            "apply needs confirmation: run it on a terminal, pass --auto-approve, or apply a saved plan file."
+        case .stalePlan(let stale):
+            stale.description
+        case .unfinishedApply:
+            "an apply was interrupted; finish it with 'tidemark apply' before importing."
+        }
+    }
+}
+
+/// Why a saved plan is refused: it no longer describes what applying it would do.
+public struct StalePlan: Sendable, CustomStringConvertible {
+    public enum Reason: Sendable, Equatable {
+        /// Made before any state existed; state exists now.
+        case madeBeforeState(lineage: String)
+        /// Made for another state.
+        case otherLineage(plan: String, state: String)
+        /// The state moved on since.
+        case serialMoved(plan: Int, state: Int)
+        /// The manifests or inventory changed since.
+        case manifestsChanged(plan: String, now: String)
+        /// Made for another backend or project.
+        case otherBackend(plan: BackendIdentity, now: BackendIdentity)
+        /// An interrupted apply was finished first.
+        case interruptedApplyFinished
+        /// Flags try to change the plan's selection.
+        case selectionChanged(planned: String, given: String)
+        /// The plan unsubscribes more than allowed.
+        case tooManyUnsubscribes(String)
+    }
+
+    /// The plan file as the user named it.
+    public var file: String
+    /// Where state lives, as shown.
+    public var stateLocation: String
+    public var reason: Reason
+
+    public init(file: String, stateLocation: String, reason: Reason) {
+        self.file = file
+        self.stateLocation = stateLocation
+        self.reason = reason
+    }
+
+    public var description: String {
+        switch reason {
+        case .madeBeforeState(let lineage):
+            "\(file) is stale: it was made before any state existed, but \(stateLocation) now exists (lineage \(lineage.prefix(8))). Make a new plan."
+        case .otherLineage(let plan, let state):
+            "\(file) was made for another state (lineage \(plan.prefix(8)), this state is \(state.isEmpty ? "missing" : String(state.prefix(8)))). Make a new plan against this state."
+        case .serialMoved(let plan, let state):
+            "\(file) is stale: the state moved from serial \(plan) (when planned) to \(state). Make a new plan."
+        case .manifestsChanged(let plan, let now):
+            "\(file) is stale: the manifests or inventory changed since it was made (sha256 \(plan.prefix(12)) then, \(now.prefix(12)) now). Make a new plan."
+        case .otherBackend(let plan, let now):
+            "\(file) was made for backend \(plan), but this run uses \(now). Use the same backend and project, or make a new plan."
+        case .interruptedApplyFinished:
+            "\(file) is stale: an interrupted apply was finished first, so the state moved on. Make a new plan."
+        case .selectionChanged(let planned, let given):
+            "\(file) was planned for \(planned); --target/--exclude (\(given)) cannot change what a saved plan covers. Make a new plan with those selectors."
+        case .tooManyUnsubscribes(let violation):
+            "\(file) is refused: \(violation)"
+        }
+    }
+}

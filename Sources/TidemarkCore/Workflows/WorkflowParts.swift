@@ -1,0 +1,72 @@
+import Foundation
+
+/// Reads the manifests and the inventory they name; the CLI passes the disk, tests memory.
+public protocol ManifestSource: Sendable {
+    func read() async -> ReadManifests
+}
+
+/// What a workflow tells the person running it while it works; the CLI renders, tests record.
+public enum WorkflowEvent: Sendable {
+    /// Diagnostics worth showing before the workflow stops or goes on.
+    case diagnostics([Diagnostic])
+    /// A refresh read `done` of `total` registrations.
+    case refreshProgress(done: Int, total: Int)
+    /// A large refresh finished.
+    case refreshed(registrations: Int, seconds: Double)
+    /// An apply finished operations worth `tokensDone` of `tokensTotal` tokens.
+    case applyProgress(ExecutionProgress)
+    /// An interrupted apply is being finished.
+    case resuming(startedAt: Date, done: Int, total: Int)
+    /// An interrupted apply was given up, because the manifests or backend changed since.
+    case abandoned(startedAt: Date)
+}
+
+/// Receives workflow events.
+public protocol WorkflowOutput: Sendable {
+    func emit(_ event: WorkflowEvent)
+}
+
+/// An output that drops everything.
+public struct SilentOutput: WorkflowOutput {
+    public init() {}
+    public func emit(_ event: WorkflowEvent) {}
+}
+
+/// The parts every workflow runs on: where the desired state comes from, where state lives, which
+/// FCM it talks to, and the clock. The CLI builds them from flags and settings; tests from twins.
+public struct WorkflowParts: Sendable {
+    public var manifests: any ManifestSource
+    public var store: any StateStore
+    public var backend: any Backend
+    public var timing: Timing
+    public var output: any WorkflowOutput
+    public var tidemarkVersion: String
+    /// Requests in flight at once, for refreshes and applies.
+    public var parallelism: Int
+    /// Refreshes of at least this many registrations report progress and their rate.
+    public var progressThreshold: Int
+
+    public init(manifests: any ManifestSource, store: any StateStore, backend: any Backend, timing: Timing = .live,
+        output: any WorkflowOutput = SilentOutput(), tidemarkVersion: String, parallelism: Int = 8,
+        progressThreshold: Int = 20_000)
+    {
+        self.manifests = manifests
+        self.store = store
+        self.backend = backend
+        self.timing = timing
+        self.output = output
+        self.tidemarkVersion = tidemarkVersion
+        self.parallelism = max(1, parallelism)
+        self.progressThreshold = progressThreshold
+    }
+}
+
+/// How a command ends, as CI reads it.
+public enum ExitStatus: Int32, Sendable {
+    /// Success, or no changes.
+    case success = 0
+    /// An error: nothing (or not everything) was done.
+    case failure = 1
+    /// There are changes (or drift); only with `--detailed-exitcode`.
+    case changes = 2
+}

@@ -1,0 +1,119 @@
+import Foundation
+import TidemarkCore
+
+/// State in memory: the twin of the SQLite store for unit tests, passing the same conformance suite.
+///
+/// Like the real stores it keeps only what a write names (plus new tokens), bumps the serial once
+/// per save, journals applies, and lets one lease hold the lock at a time.
+public actor InMemoryStateStore: StateStore {
+    public nonisolated let location: String
+
+    private struct Stored {
+        var lineage: String
+        var serial = 0
+        var tokens: [String] = []
+        var seenAt: [Int64] = []
+        var dead: Set<UInt32> = []
+        var topics: [String: TopicState] = [:]
+        var groups: [String: GroupState] = [:]
+    }
+
+    private struct Journal {
+        var startedAt: Int64
+        var status: ApplyStatus
+        var plan: Plan
+        var done: Set<Int> = []
+    }
+
+    private var stored: Stored?
+    private var journal: [(id: String, entry: Journal)] = []
+    private var holder: (id: UInt64, holder: LockHolder)?
+    private var nextLease: UInt64 = 0
+    /// Saves so far, for tests that count writes.
+    public private(set) var saveCount = 0
+    /// When set, the next save fails with this error and writes nothing (a full disk, a lost connection).
+    public var failNextSave: (any Error)?
+
+    public init(location: String = "memory") { self.location = location }
+
+    public func setFailNextSave(_ error: (any Error)?) { failNextSave = error }
+
+    public func load() async throws -> State? {
+        guard let stored else { return nil }
+        var table = TokenTable()
+        for token in stored.tokens { table.intern(token) }
+        return State(lineage: stored.lineage, serial: stored.serial, tokens: table, seenAt: stored.seenAt,
+            dead: TokenSet(stored.dead), topics: stored.topics, groups: stored.groups)
+    }
+
+    public func save(_ state: inout State, _ write: StateWrite, at now: Int64) async throws -> Int {
+        if let failure = failNextSave {
+            failNextSave = nil
+            throw failure
+        }
+        state.growToTable()
+        var next = stored ?? Stored(lineage: state.lineage)
+        let known = next.tokens.count
+        for id in known..<state.tokens.count {
+            next.tokens.append(state.tokens[UInt32(id)])
+            next.seenAt.append(state.seenAt[id])
+            if state.dead.contains(UInt32(id)) { next.dead.insert(UInt32(id)) }
+        }
+        let touched: [UInt32] = write.allTokens ? Array(0..<UInt32(min(known, state.tokens.count))) : write.tokens
+        for id in touched where Int(id) < known {
+            next.seenAt[Int(id)] = state.seenAt[Int(id)]
+            if state.dead.contains(id) { next.dead.insert(id) } else { next.dead.remove(id) }
+        }
+        for name in Set(write.topics) { next.topics[name] = state.topics[name] }
+        for name in Set(write.groups) { next.groups[name] = state.groups[name] }
+        if let (id, plan) = write.beginApply {
+            journal.append((id, Journal(startedAt: now, status: .running, plan: plan)))
+        }
+        if let entry = write.finishedOperation, let i = journal.firstIndex(where: { $0.id == entry.applyID }) {
+            journal[i].entry.done.insert(entry.index)
+        }
+        if let (id, status) = write.finishApply, let i = journal.firstIndex(where: { $0.id == id }) {
+            journal[i].entry.status = status
+        }
+        next.serial += 1
+        stored = next
+        saveCount += 1
+        state.serial = next.serial
+        return next.serial
+    }
+
+    public func unfinishedApply() async throws -> UnfinishedApply? {
+        guard let last = journal.filter({ $0.entry.status == .running }).max(by: { $0.entry.startedAt < $1.entry.startedAt })
+        else { return nil }
+        return UnfinishedApply(id: last.id, startedAt: Date(timeIntervalSince1970: TimeInterval(last.entry.startedAt)),
+            plan: last.entry.plan, done: last.entry.done)
+    }
+
+    public func applies(limit: Int) async throws -> [ApplyRecord] {
+        journal.reversed().sorted { $0.entry.startedAt > $1.entry.startedAt }.prefix(limit).map {
+            ApplyRecord(id: $0.id, status: $0.entry.status, startedAt: $0.entry.startedAt,
+                operations: $0.entry.plan.operations.count, done: $0.entry.done.count)
+        }
+    }
+
+    public func lock(_ holder: LockHolder) async throws -> any StateLease {
+        if let current = self.holder {
+            throw StateStoreError(.locked, path: location, current.holder.description, holder: current.holder)
+        }
+        nextLease += 1
+        self.holder = (nextLease, holder)
+        return Lease(store: self, id: nextLease)
+    }
+
+    public func lockHolder() async throws -> LockHolder? { holder?.holder }
+
+    fileprivate func release(_ id: UInt64) {
+        if holder?.id == id { holder = nil }
+    }
+
+    private struct Lease: StateLease {
+        let store: InMemoryStateStore
+        let id: UInt64
+        func release() async { await store.release(id) }
+    }
+}

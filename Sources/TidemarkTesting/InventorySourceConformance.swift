@@ -1,0 +1,159 @@
+import Foundation
+import Testing
+import TidemarkCore
+
+/// A device as a conformance check hands it to a source under test.
+public struct FixtureDevice: Sendable, Equatable {
+    public var id: String
+    public var token: String
+    public var labels: [String: String]
+
+    public init(id: String, token: String, labels: [String: String] = [:]) {
+        self.id = id
+        self.token = token
+        self.labels = labels
+    }
+}
+
+/// One suite for every `InventorySource`: give it a way to make a source holding given devices.
+///
+/// ```swift
+/// @Test(arguments: InventorySourceConformance.Check.allCases)
+/// func conforms(_ check: InventorySourceConformance.Check) async throws {
+///     try await InventorySourceConformance.run(check) { devices in InMemoryInventorySource(devices) }
+/// }
+/// ```
+public enum InventorySourceConformance {
+    public enum Check: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        case loadsEveryDeviceWithItsLabels
+        case loadsNothingFromAnEmptySource
+        case snapshotFollowsTheContent
+        case reportsDuplicatesNamingBothPlaces
+        case refusesInvalidTokensAndKeepsTheRest
+        case combinesWithOtherSources
+
+        public var testDescription: String { rawValue }
+    }
+
+    public typealias Make = @Sendable ([FixtureDevice]) async throws -> any InventorySource
+
+    public static func run(_ check: Check, _ make: Make) async throws {
+        switch check {
+        case .loadsEveryDeviceWithItsLabels: try await loadsEveryDevice(make)
+        case .loadsNothingFromAnEmptySource: try await loadsNothing(make)
+        case .snapshotFollowsTheContent: try await snapshotFollowsTheContent(make)
+        case .reportsDuplicatesNamingBothPlaces: try await reportsDuplicates(make)
+        case .refusesInvalidTokensAndKeepsTheRest: try await refusesInvalidTokens(make)
+        case .combinesWithOtherSources: try await combines(make)
+        }
+    }
+
+    static func devices(_ range: Range<Int>) -> [FixtureDevice] {
+        range.map { i in
+            FixtureDevice(id: "device-\(i)", token: Fixtures.token(i, prefix: "inv"),
+                labels: i % 3 == 0 ? [:] : ["platform": i % 2 == 0 ? "ios" : "android", "region": "r\(i % 5)"])
+        }
+    }
+
+    static func load(_ source: any InventorySource, into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
+        try await source.load(into: &builder)
+    }
+
+    static func loadsEveryDevice(_ make: Make) async throws {
+        let expected = devices(0..<500)
+        var builder = InventoryBuilder()
+        _ = try await load(try await make(expected), into: &builder)
+        #expect(builder.diagnostics.isEmpty, "\(builder.diagnostics.prefix(3))")
+        let inventory = builder.inventory
+        #expect(inventory.count == expected.count)
+        for device in expected {
+            guard let index = inventory.index(ofDevice: device.id) else {
+                Issue.record("device \(device.id) is missing")
+                continue
+            }
+            #expect(inventory.tokens[index] == device.token)
+            #expect(inventory.index(ofToken: device.token) == index)
+            for key in ["platform", "region"] {
+                #expect(inventory.label(key, ofDevice: index) == device.labels[key], "label \(key) of \(device.id)")
+            }
+        }
+    }
+
+    static func loadsNothing(_ make: Make) async throws {
+        var builder = InventoryBuilder()
+        _ = try await load(try await make([]), into: &builder)
+        #expect(builder.inventory.count == 0 && builder.diagnostics.isEmpty)
+    }
+
+    static func snapshotFollowsTheContent(_ make: Make) async throws {
+        var scratch = InventoryBuilder()
+        let first = try await load(try await make(devices(0..<20)), into: &scratch)
+        scratch = InventoryBuilder()
+        let again = try await load(try await make(devices(0..<20)), into: &scratch)
+        scratch = InventoryBuilder()
+        var changed = devices(0..<20)
+        changed[7].token = Fixtures.token(7, prefix: "rotated")
+        let other = try await load(try await make(changed), into: &scratch)
+        #expect(!first.identity.isEmpty, "a source says which snapshot it read")
+        #expect(first == again, "the same devices are the same snapshot")
+        #expect(first != other, "a rotated token is another snapshot")
+    }
+
+    static func reportsDuplicates(_ make: Make) async throws {
+        var list = devices(0..<5)
+        list.append(FixtureDevice(id: "device-2", token: Fixtures.token(99, prefix: "inv")))
+        list.append(FixtureDevice(id: "device-77", token: list[1].token))
+        var builder = InventoryBuilder()
+        let source = try await make(list)
+        _ = try await load(source, into: &builder)
+        #expect(builder.inventory.count == 5)
+        let messages = builder.diagnostics.map(\.description)
+        #expect(builder.diagnostics.count == 2, "\(messages)")
+        #expect(messages.contains { $0.contains("device id 'device-2' is declared twice") })
+        #expect(messages.contains { $0.contains("device 'device-77' has the same token as device 'device-1'") })
+    }
+
+    static func refusesInvalidTokens(_ make: Make) async throws {
+        var list = devices(0..<3)
+        list.insert(FixtureDevice(id: "bad", token: "has spaces in it"), at: 1)
+        var builder = InventoryBuilder()
+        _ = try await load(try await make(list), into: &builder)
+        #expect(builder.inventory.count == 3)
+        #expect(builder.inventory.index(ofDevice: "bad") == nil)
+        let messages = builder.diagnostics.map(\.description)
+        #expect(messages.count == 1 && messages[0].contains("token of device 'bad' is not valid"), "\(messages)")
+    }
+
+    static func combines(_ make: Make) async throws {
+        var builder = InventoryBuilder()
+        let other = builder.source("other.csv")
+        builder.add(id: "device-1", token: Fixtures.token(1000, prefix: "o"), labels: [], from: other, line: 2)
+        _ = try await load(try await make(devices(0..<3)), into: &builder)
+        #expect(builder.inventory.count == 3, "device-1 stays the first source's")
+        let messages = builder.diagnostics.map(\.description)
+        #expect(messages.count == 1 && messages[0].contains("the other is at other.csv:2"), "\(messages)")
+    }
+}
+
+/// Devices in memory: the twin of file and database sources for unit tests.
+public struct InMemoryInventorySource: InventorySource {
+    public var name: String
+    public var devices: [FixtureDevice]
+
+    public init(_ devices: [FixtureDevice], name: String = "memory") {
+        self.devices = devices
+        self.name = name
+    }
+
+    public func load(into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
+        let source = builder.source(name)
+        var digest = SHA256Digest()
+        for (line, device) in devices.enumerated() {
+            let labels = device.labels.sorted { $0.key < $1.key }
+            digest.update("\(device.id)\u{0}\(device.token)\u{0}\(labels.map { "\($0.key)=\($0.value)" }.joined(separator: ","))\n")
+            builder.add(id: device.id, token: device.token, labels: labels.map { ($0.key, $0.value) }, from: source,
+                line: line + 1)
+        }
+        return InventorySnapshot(identity: digest.finalize())
+    }
+}

@@ -1,0 +1,80 @@
+import Synchronization
+import TidemarkCore
+
+/// Wraps a backend to count its calls and to fail chosen ones, for tests of what the core does
+/// when FCM misbehaves half-way.
+public final class ScriptedBackend: Backend {
+    public enum Call: Sendable, Equatable {
+        case refresh, subscribe, unsubscribe, groupKey, createGroup, addToGroup, removeFromGroup
+    }
+
+    /// A failure no retry fixes, as a dead network would give after the client's own retries.
+    public struct Failure: RetryableError, Equatable, CustomStringConvertible {
+        public var call: Call
+        public var isRetryable: Bool { false }
+        public var description: String { "scripted failure of \(call)" }
+    }
+
+    public let base: any Backend
+    private let log = Mutex<[Call]>([])
+    private let failing = Mutex<[Call: Int]>([:])
+
+    public init(_ base: any Backend) { self.base = base }
+
+    public var identity: BackendIdentity { base.identity }
+
+    /// Every call so far, in order.
+    public var calls: [Call] { log.withLock { $0 } }
+
+    /// Makes the `nth` (1-based) call of `call` from now on fail with `Failure`.
+    public func fail(_ call: Call, nth: Int = 1) { failing.withLock { $0[call] = nth } }
+
+    private func note(_ call: Call) throws {
+        log.withLock { $0.append(call) }
+        let fails = failing.withLock { failing -> Bool in
+            guard let n = failing[call] else { return false }
+            if n <= 1 {
+                failing[call] = nil
+                return true
+            }
+            failing[call] = n - 1
+            return false
+        }
+        if fails { throw Failure(call: call) }
+    }
+
+    public func refresh(_ tokens: [String]) async throws -> [RegistrationStatus] {
+        try note(.refresh)
+        return try await base.refresh(tokens)
+    }
+
+    public func subscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] {
+        try note(.subscribe)
+        return try await base.subscribe(topic: topic, tokens: tokens)
+    }
+
+    public func unsubscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] {
+        try note(.unsubscribe)
+        return try await base.unsubscribe(topic: topic, tokens: tokens)
+    }
+
+    public func groupKey(name: String) async throws -> String? {
+        try note(.groupKey)
+        return try await base.groupKey(name: name)
+    }
+
+    public func createGroup(name: String, tokens: [String]) async throws -> String {
+        try note(.createGroup)
+        return try await base.createGroup(name: name, tokens: tokens)
+    }
+
+    public func addToGroup(name: String, key: String, tokens: [String]) async throws -> String {
+        try note(.addToGroup)
+        return try await base.addToGroup(name: name, key: key, tokens: tokens)
+    }
+
+    public func removeFromGroup(name: String, key: String, tokens: [String]) async throws {
+        try note(.removeFromGroup)
+        try await base.removeFromGroup(name: name, key: key, tokens: tokens)
+    }
+}

@@ -1,0 +1,250 @@
+import Foundation
+import Testing
+import TidemarkCore
+
+/// One suite for every `StateStore`: a store passes it or is not a state store.
+///
+/// A test target runs every check against a fresh store of its kind:
+/// ```swift
+/// @Test(arguments: StateStoreConformance.Check.allCases)
+/// func conforms(_ check: StateStoreConformance.Check) async throws {
+///     try await StateStoreConformance.run(check) { InMemoryStateStore() }
+/// }
+/// ```
+public enum StateStoreConformance {
+    public enum Check: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        case startsEmpty
+        case roundTripsEverything
+        case writesOnlyWhatIsNamed
+        case bumpsTheSerialOnEverySave
+        case journalsAnApply
+        case keepsTheHistory
+        case lockIsExclusiveAndNamesItsHolder
+        case sessionResumesWhereItStopped
+
+        public var testDescription: String { rawValue }
+    }
+
+    /// Runs `check` against a new, empty store from `make`.
+    public static func run(_ check: Check, _ make: () async throws -> any StateStore) async throws {
+        let store = try await make()
+        switch check {
+        case .startsEmpty: try await startsEmpty(store)
+        case .roundTripsEverything: try await roundTripsEverything(store)
+        case .writesOnlyWhatIsNamed: try await writesOnlyWhatIsNamed(store)
+        case .bumpsTheSerialOnEverySave: try await bumpsTheSerialOnEverySave(store)
+        case .journalsAnApply: try await journalsAnApply(store)
+        case .keepsTheHistory: try await keepsTheHistory(store)
+        case .lockIsExclusiveAndNamesItsHolder: try await lockIsExclusiveAndNamesItsHolder(store)
+        case .sessionResumesWhereItStopped: try await sessionResumesWhereItStopped(store)
+        }
+    }
+
+    public static let lineage = "0f3e8a52-2c1d-4b7e-9a41-5d6c7e8f9a0b"
+
+    static func token(_ i: Int) -> String { Fixtures.token(i) }
+
+    /// A state of `tokens` tokens with two topics and a group, as a first apply would leave it.
+    public static func sample(tokens: Int = 5000) -> State {
+        var state = State(lineage: lineage, serial: 0)
+        for i in 0..<tokens { state.tokens.intern(token(i)) }
+        state.growToTable()
+        state.seenAt[3] = 99
+        state.dead = TokenSet([4])
+        state.topics["news"] = TopicState(mode: .authoritative, protect: true, managed: TokenSet([1, 2, 3]),
+            observed: TokenSet(0..<UInt32(min(tokens, 4000))))
+        state.topics["sports"] = TopicState(managed: TokenSet([5]), observed: TokenSet([5, 6]))
+        state.groups["family"] = GroupState(key: "APA91bkey", protect: false, members: TokenSet([7, 8]))
+        return state
+    }
+
+    public static func writeAll(_ state: State) -> StateWrite {
+        var write = StateWrite()
+        write.topics = Array(state.topics.keys)
+        write.groups = Array(state.groups.keys)
+        return write
+    }
+
+    public static func plan(_ operations: [PlannedOperation], state: State, digest: String = "d") -> Plan {
+        Plan(tidemarkVersion: "test", createdAt: Date(timeIntervalSince1970: 1_800_000_000), lineage: state.lineage,
+            serial: state.serial, manifestsDigest: digest, backend: BackendIdentity(kind: .embedded, project: "p"),
+            refreshed: false, operations: operations, topics: [], groups: [], diagnostics: [], observations: Observations())
+    }
+
+    static let holder = LockHolder(operation: "tidemark apply", user: "ci", host: "runner-1", pid: 4242,
+        since: Date(timeIntervalSince1970: 1_800_000_000))
+
+    static func startsEmpty(_ store: any StateStore) async throws {
+        #expect(try await store.load() == nil)
+        #expect(try await store.unfinishedApply() == nil)
+        #expect(try await store.applies(limit: 10).isEmpty)
+        #expect(try await store.lockHolder() == nil)
+        #expect(!store.location.isEmpty)
+    }
+
+    static func roundTripsEverything(_ store: any StateStore) async throws {
+        var state = sample()
+        let serial = try await store.save(&state, writeAll(state), at: 1000)
+        #expect(serial == 1 && state.serial == 1)
+        let loaded = try #require(try await store.load())
+        #expect(loaded.lineage == lineage && loaded.serial == 1)
+        #expect(loaded.tokens.count == 5000 && loaded.tokens[4999] == token(4999))
+        #expect(loaded.tokens.id(token(17)) == 17)
+        #expect(loaded.seenAt[3] == 99 && loaded.seenAt[2] == 0 && loaded.dead == TokenSet([4]))
+        #expect(loaded.topics == state.topics)
+        #expect(loaded.groups == state.groups)
+    }
+
+    static func writesOnlyWhatIsNamed(_ store: any StateStore) async throws {
+        var state = sample(tokens: 20)
+        try await store.save(&state, writeAll(state), at: 1000)
+        // Change two topics, a group and a token; name only one topic and the group.
+        state.topics["news"]!.observed = TokenSet([9])
+        state.topics["sports"]!.observed = TokenSet([10])
+        state.groups["family"] = nil
+        state.seenAt[5] = 500
+        state.dead.formUnion(TokenSet([6]))
+        var write = StateWrite()
+        write.topics = ["news"]
+        write.groups = ["family"]
+        try await store.save(&state, write, at: 1001)
+        var loaded = try #require(try await store.load())
+        #expect(loaded.topics["news"]?.observed == TokenSet([9]))
+        #expect(loaded.topics["sports"]?.observed == TokenSet([5, 6]), "an unnamed topic keeps what was stored")
+        #expect(loaded.groups["family"] == nil, "a named group that state dropped is deleted")
+        #expect(loaded.seenAt[5] == 0 && !loaded.dead.contains(6), "unnamed tokens keep what was stored")
+        // Naming the tokens writes them; new tokens are always written.
+        state.tokens.intern(token(100))
+        state.growToTable()
+        state.seenAt[20] = 77
+        write = StateWrite()
+        write.tokens = [5, 6]
+        try await store.save(&state, write, at: 1002)
+        loaded = try #require(try await store.load())
+        #expect(loaded.seenAt[5] == 500 && loaded.dead.contains(6))
+        #expect(loaded.tokens.count == 21 && loaded.tokens[20] == token(100) && loaded.seenAt[20] == 77)
+        // allTokens writes every token, including a revival.
+        state.dead.subtract(TokenSet([6]))
+        state.seenAt[0] = 42
+        write = StateWrite()
+        write.allTokens = true
+        try await store.save(&state, write, at: 1003)
+        loaded = try #require(try await store.load())
+        #expect(loaded.seenAt[0] == 42 && !loaded.dead.contains(6))
+        // Deleting a topic deletes it.
+        state.topics["sports"] = nil
+        write = StateWrite()
+        write.topics = ["sports"]
+        try await store.save(&state, write, at: 1004)
+        #expect(try await store.load()?.topics.keys.sorted() == ["news"])
+    }
+
+    static func bumpsTheSerialOnEverySave(_ store: any StateStore) async throws {
+        var state = sample(tokens: 10)
+        for expected in 1...4 {
+            let serial = try await store.save(&state, StateWrite(), at: Int64(1000 + expected))
+            #expect(serial == expected && state.serial == expected)
+        }
+        let loaded = try #require(try await store.load())
+        #expect(loaded.serial == 4 && loaded.lineage == lineage, "the lineage never changes")
+        // A stale copy saving again still bumps from what is stored.
+        var stale = sample(tokens: 10)
+        stale.serial = 1
+        #expect(try await store.save(&stale, StateWrite(), at: 2000) == 5)
+    }
+
+    static func journalsAnApply(_ store: any StateStore) async throws {
+        var state = sample(tokens: 10)
+        let ops = [
+            PlannedOperation(kind: .subscribe, target: "news", tokens: [token(0)]),
+            PlannedOperation(kind: .subscribe, target: "news", tokens: [token(1), token(2)]),
+        ]
+        let plan = plan(ops, state: state)
+        var write = writeAll(state)
+        write.beginApply = ("apply-1", plan)
+        try await store.save(&state, write, at: 1000)
+        var unfinished = try #require(try await store.unfinishedApply())
+        #expect(unfinished.id == "apply-1" && unfinished.done.isEmpty)
+        #expect(unfinished.plan.operations == ops && unfinished.plan.operationsDigest == plan.operationsDigest)
+        #expect(unfinished.startedAt == Date(timeIntervalSince1970: 1000))
+        write = StateWrite()
+        write.finishedOperation = JournalEntry(applyID: "apply-1", index: 1, ok: 2, failed: 0)
+        try await store.save(&state, write, at: 1001)
+        unfinished = try #require(try await store.unfinishedApply())
+        #expect(unfinished.done == [1])
+        write = StateWrite()
+        write.finishApply = ("apply-1", .finished)
+        try await store.save(&state, write, at: 1002)
+        #expect(try await store.unfinishedApply() == nil)
+    }
+
+    static func keepsTheHistory(_ store: any StateStore) async throws {
+        var state = sample(tokens: 10)
+        let op = PlannedOperation(kind: .subscribe, target: "news", tokens: [token(0)])
+        for (i, status) in [ApplyStatus.finished, .abandoned, .running].enumerated() {
+            var write = StateWrite()
+            write.beginApply = ("apply-\(i)", plan([op, op], state: state))
+            try await store.save(&state, write, at: Int64(1000 + 10 * i))
+            write = StateWrite()
+            write.finishedOperation = JournalEntry(applyID: "apply-\(i)", index: 0, ok: 1, failed: 0)
+            if status != .running { write.finishApply = ("apply-\(i)", status) }
+            try await store.save(&state, write, at: Int64(1001 + 10 * i))
+        }
+        let history = try await store.applies(limit: 10)
+        #expect(history.map(\.id) == ["apply-2", "apply-1", "apply-0"], "newest first")
+        #expect(history.map(\.status) == [.running, .abandoned, .finished])
+        #expect(history.allSatisfy { $0.operations == 2 && $0.done == 1 })
+        #expect(history.last?.startedAt == 1000)
+        #expect(try await store.applies(limit: 1).map(\.id) == ["apply-2"])
+        #expect(try await store.unfinishedApply()?.id == "apply-2")
+    }
+
+    static func lockIsExclusiveAndNamesItsHolder(_ store: any StateStore) async throws {
+        let lease = try await store.lock(holder)
+        #expect(try await store.lockHolder() == holder)
+        do {
+            _ = try await store.lock(LockHolder(operation: "tidemark import", user: "me", host: "laptop", pid: 1,
+                since: Date(timeIntervalSince1970: 1_800_000_100)))
+            Issue.record("a second lock must be refused while the first is held")
+        } catch let error as StateStoreError {
+            #expect(error.code == .locked)
+            #expect(error.holder == holder)
+            #expect(error.description.contains("tidemark apply (pid 4242, user ci on runner-1)"))
+        }
+        await lease.release()
+        #expect(try await store.lockHolder() == nil)
+        // withLock releases however its body ends.
+        struct Boom: Error {}
+        await #expect(throws: Boom.self) { try await store.withLock(holder) { throw Boom() } }
+        #expect(try await store.lockHolder() == nil)
+        let value = try await store.withLock(holder) { 7 }
+        #expect(value == 7)
+    }
+
+    static func sessionResumesWhereItStopped(_ store: any StateStore) async throws {
+        var state = State(lineage: lineage, serial: 0)
+        for i in 0..<3 { state.tokens.intern(token(i)) }
+        state.growToTable()
+        let desired = DesiredState(topics: [DesiredTopic(name: "t", members: TokenSet([0, 1, 2]))], groups: [],
+            knownTokens: TokenSet([0, 1, 2]))
+        let ops = [
+            PlannedOperation(kind: .subscribe, target: "t", tokens: [token(0)]),
+            PlannedOperation(kind: .subscribe, target: "t", tokens: [token(1), token(2)]),
+        ]
+        let clock = ManualClock()
+        let session = try await ApplySession.begin(plan: plan(ops, state: state), desired: desired, store: store,
+            state: state, timing: clock.timing)
+        try await session.completed(index: 1, operation: ops[1], outcomes: [.ok, .ok], groupKey: nil)
+        let unfinished = try #require(try await store.unfinishedApply())
+        #expect(unfinished.id == session.id && unfinished.done == [1])
+        let reloaded = try #require(try await store.load())
+        #expect(reloaded.topics["t"]?.managed == TokenSet([1, 2]), "the finished operation is in state")
+        #expect(reloaded.serial == 2)
+        let resumed = ApplySession.resume(unfinished, store: store, state: reloaded, timing: clock.timing)
+        try await resumed.completed(index: 0, operation: ops[0], outcomes: [.ok], groupKey: nil)
+        try await resumed.finish()
+        #expect(try await store.unfinishedApply() == nil)
+        #expect(try await store.load()?.topics["t"]?.managed == TokenSet([0, 1, 2]))
+        #expect(try await store.applies(limit: 5).first?.status == .finished)
+    }
+}

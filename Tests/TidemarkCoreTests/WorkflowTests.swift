@@ -1,0 +1,317 @@
+import Foundation
+import Testing
+import TidemarkCore
+import TidemarkEmulator
+import TidemarkTesting
+
+/// The core workflows with in-memory twins for every outside part: each rule of plan, apply (resume,
+/// abandon, staleness, selection, approval, exit status), import and drift, reached without a process.
+@Suite struct WorkflowTests {
+    static let inventory = "device_id,token,team\n" + (0..<6).map { "d\($0),\(Fixtures.token($0)),t\($0 % 2)" }
+        .joined(separator: "\n") + "\n"
+
+    static let topics = """
+        topics:
+          - name: team-zero
+            members: [{selector: {team: t0}}]
+          - name: everyone
+            mode: authoritative
+            members: [{selector: {team: [t0, t1]}}]
+        groups:
+          - notification_key_name: family
+            members: [{devices: [d0, d1]}]
+        """
+
+    /// One project: manifests in memory, a store, the in-memory engine, a manual clock.
+    struct Project {
+        var files: [String: String]
+        let store = InMemoryStateStore()
+        let backend: ScriptedBackend
+        let engine: FCMEngine
+        let clock = ManualClock()
+        let output = RecordingOutput()
+
+        init(topics: String = WorkflowTests.topics) throws {
+            files = ["inv.yaml": "inventory:\n  files: [inventory.csv]\n", "inventory.csv": WorkflowTests.inventory,
+                "topics.yaml": topics]
+            let (backend, engine) = try InMemoryBackend.make(project: "tidemark-test", autoRegister: true)
+            self.backend = ScriptedBackend(backend)
+            self.engine = engine
+        }
+
+        var parts: WorkflowParts {
+            WorkflowParts(manifests: Fixtures.manifests(files), store: store, backend: backend, timing: clock.timing,
+                output: output, tidemarkVersion: "test")
+        }
+
+        func plan(_ request: PlanRequest = PlanRequest()) async throws -> PlanOutcome {
+            try await PlanWorkflow(parts).run(request)
+        }
+
+        func apply(_ request: ApplyRequest = ApplyRequest()) async throws -> ApplyOutcome {
+            try await ApplyWorkflow(parts).run(request)
+        }
+
+        func saved(_ plan: Plan) -> ApplyRequest { ApplyRequest(savedPlan: (plan, "plan.json")) }
+    }
+
+    @Test func planWritesNothingAndSaysThereAreChanges() async throws {
+        let project = try Project()
+        let outcome = try await project.plan()
+        #expect(outcome.plan.hasChanges)
+        #expect(outcome.plan.lineage.isEmpty && outcome.plan.serial == 0, "no state yet")
+        #expect(outcome.exitStatus(detailedExitcode: true) == .changes)
+        #expect(outcome.exitStatus(detailedExitcode: false) == .success)
+        #expect(try await project.store.load() == nil)
+        #expect(await project.store.saveCount == 0)
+        #expect(outcome.plan.createdAt == project.clock.epoch, "the plan is stamped by the injected clock")
+    }
+
+    @Test func applyConvergesAndTheNextPlanIsEmpty() async throws {
+        let project = try Project()
+        let outcome = try await project.apply()
+        guard case .applied(let summary) = outcome.result else {
+            Issue.record("expected an apply, got \(outcome.result)")
+            return
+        }
+        #expect(summary.subscribed == 3 + 6 && summary.groupCalls == 1 && summary.failures.isEmpty)
+        #expect(outcome.exitStatus == .success && outcome.resumed == nil)
+        let state = try #require(try await project.store.load())
+        #expect(state.lineage == ManualClock().timing.uuid(), "the lineage is drawn from the injected random source")
+        #expect(state.topics["everyone"]?.managed.count == 6)
+        #expect(try await project.store.unfinishedApply() == nil)
+        #expect(try await project.store.applies(limit: 5).map(\.status) == [.finished])
+        let again = try await project.plan()
+        #expect(!again.plan.hasChanges)
+        #expect(again.exitStatus(detailedExitcode: true) == .success)
+        // A second apply changes nothing in FCM. (It still records what the refresh read: FCM may answer
+        // a group look-up with another of the group's key aliases.)
+        let changesBefore = project.backend.calls.filter { $0 != .refresh && $0 != .groupKey }.count
+        let second = try await project.apply()
+        #expect(project.backend.calls.filter { $0 != .refresh && $0 != .groupKey }.count == changesBefore)
+        switch second.result {
+        case .nothingToDo(savedPlan: false): break
+        case .applied(let summary): #expect(summary.subscribed + summary.unsubscribed + summary.groupCalls == 0)
+        default: Issue.record("a second apply has nothing to do: \(second.result)")
+        }
+    }
+
+    @Test func approvalDecides() async throws {
+        let project = try Project()
+        let declined = try await project.apply(ApplyRequest(approve: { _ in .declined }))
+        guard case .declined = declined.result else { Issue.record("\(declined.result)"); return }
+        #expect(declined.exitStatus == .failure)
+        #expect(try await project.store.load() == nil, "a declined apply writes nothing")
+        await #expect(throws: WorkflowError.self) {
+            try await project.apply(ApplyRequest(approve: { _ in .unavailable }))
+        }
+        #expect(try await project.store.load() == nil)
+        // The plan is shown before the question.
+        let shown = ShownPlans()
+        _ = try await project.apply(ApplyRequest(approve: { _ in .declined }, planReady: { await shown.add($0.plan) }))
+        #expect(await shown.count == 1)
+    }
+
+    actor ShownPlans {
+        var count = 0
+        func add(_ plan: Plan) { count += 1 }
+    }
+
+    @Test func manifestErrorsStopEveryWorkflowBeforeFCMIsRead() async throws {
+        let project = try Project(topics: "topics:\n  - name: a\n    members: [{devices: [nobody]}]\n")
+        await #expect { try await project.plan() } throws: { error in
+            guard case WorkflowError.invalidManifests(let count) = error else { return false }
+            return count >= 1
+        }
+        #expect(project.output.diagnostics.contains { $0.contains("unknown device 'nobody'") })
+        await #expect(throws: WorkflowError.self) { try await project.apply() }
+        await #expect(throws: WorkflowError.self) { try await DriftWorkflow(project.parts).run() }
+        await #expect(throws: WorkflowError.self) { try await ImportWorkflow(project.parts).run() }
+        #expect(project.backend.calls.isEmpty)
+    }
+
+    @Test(arguments: ["serial", "manifests", "backend", "lineage", "beforeState"])
+    func staleSavedPlansAreRefused(_ what: String) async throws {
+        var project = try Project()
+        var plan: Plan
+        if what == "beforeState" {
+            plan = try await project.plan().plan
+            _ = try await project.apply()
+        } else {
+            _ = try await project.apply()
+            project.files["topics.yaml"] = Self.topics.replacingOccurrences(of: "team: t0}", with: "team: t1}")
+            plan = try await project.plan().plan
+            switch what {
+            case "serial": _ = try await ImportWorkflow(project.parts).run()
+            case "manifests": project.files["inventory.csv"] = Self.inventory + "d9,\(Fixtures.token(9)),t1\n"
+            case "backend": plan.backend = BackendIdentity(kind: .fcm, project: "tidemark-test")
+            default: plan.lineage = "another-lineage"
+            }
+        }
+        let before = try await project.store.load()?.serial
+        do {
+            _ = try await project.apply(project.saved(plan))
+            Issue.record("a stale plan (\(what)) was applied")
+        } catch WorkflowError.stalePlan(let stale) {
+            switch (what, stale.reason) {
+            case ("serial", .serialMoved), ("manifests", .manifestsChanged), ("backend", .otherBackend),
+                ("lineage", .otherLineage), ("beforeState", .madeBeforeState):
+                #expect(stale.description.hasPrefix("plan.json "))
+            default: Issue.record("wrong reason for \(what): \(stale.reason)")
+            }
+        }
+        #expect(try await project.store.load()?.serial == before, "a refused plan writes nothing")
+    }
+
+    @Test func savedPlansKeepTheirSelectionAndBlastRadius() async throws {
+        let project = try Project()
+        let partial = try await project.plan(PlanRequest(targets: try Targets(include: ["topic:team-*"], exclude: []))).plan
+        let other = try Targets(include: ["topic:everyone"], exclude: [])
+        do {
+            _ = try await project.apply(ApplyRequest(savedPlan: (partial, "p.json"), planning: PlanRequest(targets: other)))
+            Issue.record("a saved plan's selection was changed")
+        } catch WorkflowError.stalePlan(let stale) {
+            guard case .selectionChanged = stale.reason else { Issue.record("\(stale.reason)"); return }
+        }
+        // Repeating the selection is fine, and it applies only what it covers.
+        let outcome = try await project.apply(ApplyRequest(savedPlan: (partial, "p.json"),
+            planning: PlanRequest(targets: try Targets(include: ["topic:team-*"], exclude: []))))
+        guard case .applied(let summary) = outcome.result else { Issue.record("\(outcome.result)"); return }
+        #expect(summary.subscribed == 3 && summary.groupCalls == 0)
+        // A blast radius given at apply time still applies to a saved plan.
+        var project2 = try Project()
+        _ = try await project2.apply()
+        project2.files["topics.yaml"] = Self.topics.replacingOccurrences(of: "[t0, t1]", with: "[t0]")
+        let removal = try await project2.plan().plan
+        #expect(removal.unsubscribeCount == 3)
+        await #expect { try await project2.apply(ApplyRequest(savedPlan: (removal, "r.json"),
+            planning: PlanRequest(maxUnsubscribes: try UnsubscribeLimit(parsing: "2"))))
+        } throws: { error in
+            guard case WorkflowError.stalePlan(let stale) = error, case .tooManyUnsubscribes = stale.reason else { return false }
+            return true
+        }
+    }
+
+    /// Interrupts an apply after `finished` operations by failing the next subscribe for good.
+    func interrupted(_ project: Project, after finished: Int) async throws -> UnfinishedApply {
+        project.backend.fail(.subscribe, nth: finished + 1)
+        await #expect(throws: ScriptedBackend.Failure.self) {
+            try await ApplyWorkflow(project.parts).run(ApplyRequest())
+        }
+        return try #require(try await project.store.unfinishedApply())
+    }
+
+    @Test func anInterruptedApplyResumesWithOnlyWhatIsLeft() async throws {
+        let project = try Project()
+        let unfinished = try await interrupted(project, after: 1)
+        #expect(unfinished.done.count == 1)
+        let subscribesBefore = project.backend.calls.filter { $0 == .subscribe }.count
+        let outcome = try await project.apply()
+        let resumed = try #require(outcome.resumed)
+        #expect(resumed.failures.isEmpty)
+        #expect(project.output.events.contains { if case .resuming(_, 1, let total) = $0 { total == unfinished.plan.operations.count } else { false } })
+        let subscribesAfter = project.backend.calls.filter { $0 == .subscribe }.count
+        #expect(subscribesAfter - subscribesBefore == unfinished.plan.operations.filter { $0.kind == .subscribe }.count - 1,
+            "the finished operation is not sent again")
+        #expect(try await project.store.unfinishedApply() == nil)
+        #expect(!(try await project.plan().plan.hasChanges))
+    }
+
+    @Test func anInterruptedApplyIsAbandonedWhenTheManifestsChanged() async throws {
+        var project = try Project()
+        _ = try await interrupted(project, after: 1)
+        project.files["topics.yaml"] = Self.topics + "\n  - notification_key_name: second\n    members: [{devices: [d2]}]\n"
+        let outcome = try await project.apply()
+        #expect(outcome.resumed == nil)
+        #expect(project.output.events.contains { if case .abandoned = $0 { true } else { false } })
+        #expect(try await project.store.applies(limit: 5).map(\.status) == [.finished, .abandoned])
+        #expect(!(try await project.plan().plan.hasChanges))
+    }
+
+    @Test func resumingBeforeASavedPlan() async throws {
+        let project = try Project()
+        let plan = try await project.plan().plan
+        _ = try await interrupted(project, after: 1)
+        // The interrupted apply was that plan (same operations): finishing it is all.
+        let sameOperations = try await project.apply(project.saved(plan))
+        guard case .resumedOnly = sameOperations.result else { Issue.record("\(sameOperations.result)"); return }
+        #expect(sameOperations.resumed != nil)
+        // Another saved plan is stale once an interrupted apply was finished first.
+        let project2 = try Project()
+        var other = try await project2.plan().plan
+        other.operations.removeLast()
+        _ = try await interrupted(project2, after: 1)
+        await #expect { try await project2.apply(project2.saved(other)) } throws: { error in
+            guard case WorkflowError.stalePlan(let stale) = error else { return false }
+            return stale.reason == .interruptedApplyFinished
+        }
+    }
+
+    /// A group's steps are journaled one by one: a failure in a later step keeps the earlier ones.
+    @Test func groupStepsAreJournaledAsTheyFinish() async throws {
+        var project = try Project(topics: """
+            groups:
+              - notification_key_name: family
+                members: [{devices: [d0, d1]}]
+            """)
+        _ = try await project.apply()
+        project.files["topics.yaml"] = """
+            groups:
+              - notification_key_name: family
+                members: [{devices: [d2, d3]}]
+            """
+        let plan = try await project.plan().plan
+        #expect(plan.operations.map(\.kind) == [.groupAdd, .groupRemove])
+        project.backend.fail(.removeFromGroup)
+        await #expect(throws: ScriptedBackend.Failure.self) { try await project.apply() }
+        let unfinished = try #require(try await project.store.unfinishedApply())
+        #expect(unfinished.done == [0], "the add finished and is journaled")
+        let state = try #require(try await project.store.load())
+        #expect(state.groups["family"]?.members.count == 4, "and its members are in state")
+        let outcome = try await project.apply()
+        #expect(outcome.resumed?.groupCalls == 1)
+        #expect(await project.engine.groupMembers(project: "tidemark-test", name: "family")?.sorted()
+            == [Fixtures.token(2), Fixtures.token(3)])
+    }
+
+    @Test func importAdoptsAndADryRunWritesNothing() async throws {
+        let project = try Project()
+        _ = try await project.engine.batchAdd(project: "tidemark-test", topic: "team-zero",
+            tokens: [Fixtures.token(0), Fixtures.token(2)])
+        let dry = try await ImportWorkflow(project.parts).run(dryRun: true)
+        #expect(dry.adopted == ["team-zero": 2] && dry.serial == nil)
+        #expect(try await project.store.load() == nil)
+        let real = try await ImportWorkflow(project.parts).run()
+        #expect(real.serial == 1 && real.registrationsRead == 6)
+        #expect(try await project.store.load()?.topics["team-zero"]?.managed.count == 2)
+        _ = try await interrupted(project, after: 0)
+        await #expect { try await ImportWorkflow(project.parts).run() } throws: { error in
+            if case WorkflowError.unfinishedApply = error { return true }
+            return false
+        }
+    }
+
+    @Test func driftFindsWhatMovedAndWritesNothing() async throws {
+        let project = try Project()
+        _ = try await project.apply()
+        let clean = try await DriftWorkflow(project.parts).run()
+        #expect(!clean.hasDrift && clean.exitStatus(detailedExitcode: true) == .success)
+        _ = try await project.engine.batchRemove(project: "tidemark-test", topic: "team-zero", tokens: [Fixtures.token(0)])
+        let serial = try await project.store.load()?.serial
+        let report = try await DriftWorkflow(project.parts).run()
+        #expect(report.items.map(\.kind) == [.dropped])
+        #expect(report.exitStatus(detailedExitcode: true) == .changes)
+        #expect(report.exitStatus(detailedExitcode: false) == .success)
+        #expect(try await project.store.load()?.serial == serial, "drift never writes state")
+    }
+
+    @Test func failuresOtherThanUnregisteredFailTheRun() async throws {
+        let project = try Project()
+        await project.engine.injectError(.invalidArgument, forToken: Fixtures.token(1))
+        let outcome = try await project.apply()
+        guard case .applied(let summary) = outcome.result else { Issue.record("\(outcome.result)"); return }
+        #expect(summary.failures.map(\.error) == [.invalidArgument])
+        #expect(summary.failuresByCode.map(\.code) == [.invalidArgument])
+        #expect(outcome.hasUnexpectedFailures && outcome.exitStatus == .failure)
+    }
+}
