@@ -70,7 +70,11 @@ let package = Package(
         ),
         // Conformance suites, in-memory twins, a manual clock and fixtures, for every test target.
         .target(name: "TidemarkTesting", dependencies: ["TidemarkCore", "TidemarkEmulator"]),
-        .testTarget(name: "TidemarkCoreTests", dependencies: ["TidemarkCore", "TidemarkTesting", "TidemarkEmulator"]),
+        .testTarget(
+            name: "TidemarkCoreTests",
+            dependencies: ["TidemarkCore", "TidemarkTesting", "TidemarkEmulator"],
+            exclude: ["Golden"]
+        ),
         .testTarget(
             name: "TidemarkEmulatorTests",
             dependencies: ["TidemarkEmulator", "TidemarkCore", "TidemarkAuth", "TidemarkTesting"]

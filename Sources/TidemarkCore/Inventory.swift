@@ -127,3 +127,11 @@ public struct Inventory: Sendable {
         return Int(v - 1)
     }
 }
+
+extension Inventory {
+    /// Names a token's device for human output ("device d42"), when the inventory knows it.
+    public var deviceNamer: @Sendable (String) -> String? {
+        let inventory = self
+        return { token in inventory.index(ofToken: token).map { "device \(inventory.deviceIDs[$0])" } }
+    }
+}

@@ -165,11 +165,12 @@ public enum BackendConformance {
 
 /// The in-memory twin of every backend: the emulator's engine in process, with nothing persisted.
 public enum InMemoryBackend {
-    /// A backend over a fresh engine (tokens must be registered, as FCM requires) and the engine itself.
-    public static func make(project: String = BackendConformance.project, autoRegister: Bool = false) throws
-        -> (EmbeddedBackend, FCMEngine)
+    /// A backend over a fresh engine (tokens must be registered, as FCM requires, unless `autoRegister`)
+    /// and the engine itself; by default on a manual clock, so its times and group keys repeat.
+    public static func make(project: String = BackendConformance.project, autoRegister: Bool = false,
+        timing: Timing = ManualClock().timing) throws -> (EmbeddedBackend, FCMEngine)
     {
-        let engine = try FCMEngine(configuration: FCMEngine.Configuration(autoRegister: autoRegister))
+        let engine = try FCMEngine(configuration: FCMEngine.Configuration(autoRegister: autoRegister), timing: timing)
         return (EmbeddedBackend(engine: engine, project: project), engine)
     }
 

@@ -33,24 +33,9 @@ func readPlan(_ path: String) throws -> Plan {
     guard let data = FileManager.default.contents(atPath: path) else {
         throw CLIError("cannot read the plan file \(path); check the path.")
     }
-    struct Header: Decodable { var formatVersion: Int? }
-    let header = try? Plan.decoder().decode(Header.self, from: data)
-    guard let version = header?.formatVersion else {
-        throw CLIError("\(path) is not a tidemark plan file (no format_version); make one with 'tidemark plan --out \(path)'.")
-    }
-    guard version <= Plan.currentFormatVersion else {
-        throw CLIError("\(path) has plan format \(version); this tidemark reads up to \(Plan.currentFormatVersion). Upgrade tidemark.")
-    }
-    let plan: Plan
     do {
-        plan = try Plan.decoder().decode(Plan.self, from: data)
+        return try Plan.decodeSaved(data, file: path)
     } catch {
-        throw CLIError("\(path) is not a valid tidemark plan: \(error).")
+        throw CLIError(error.description)
     }
-    do {
-        _ = try plan.selection
-    } catch {
-        throw CLIError("\(path) has an invalid target selection: \(error.description)")
-    }
-    return plan
 }

@@ -178,6 +178,7 @@ struct Workspace {
 
     /// Names a token's device for human output, when the inventory knows it.
     func deviceNamer(_ inventory: Inventory?) -> @Sendable (String) -> String? {
-        { token in inventory?.index(ofToken: token).map { "device \(inventory!.deviceIDs[$0])" } }
+        if let inventory { return inventory.deviceNamer }
+        return { _ in nil }
     }
 }

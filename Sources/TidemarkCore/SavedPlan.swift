@@ -1,0 +1,33 @@
+import Foundation
+
+/// Why a file cannot be read as a saved plan.
+public struct SavedPlanError: Error, Sendable, CustomStringConvertible {
+    public var description: String
+}
+
+extension Plan {
+    /// Reads a plan saved with `tidemark plan --out FILE`, refusing what is not one, a newer format, or
+    /// an invalid selection; `file` names it in messages.
+    public static func decodeSaved(_ data: Data, file: String) throws(SavedPlanError) -> Plan {
+        struct Header: Decodable { var formatVersion: Int? }
+        let header = try? Plan.decoder().decode(Header.self, from: data)
+        guard let version = header?.formatVersion else {
+            throw SavedPlanError(description: "\(file) is not a tidemark plan file (no format_version); make one with 'tidemark plan --out \(file)'.")
+        }
+        guard version <= Plan.currentFormatVersion else {
+            throw SavedPlanError(description: "\(file) has plan format \(version); this tidemark reads up to \(Plan.currentFormatVersion). Upgrade tidemark.")
+        }
+        let plan: Plan
+        do {
+            plan = try Plan.decoder().decode(Plan.self, from: data)
+        } catch {
+            throw SavedPlanError(description: "\(file) is not a valid tidemark plan: \(error).")
+        }
+        do {
+            _ = try plan.selection
+        } catch {
+            throw SavedPlanError(description: "\(file) has an invalid target selection: \(error.description)")
+        }
+        return plan
+    }
+}
