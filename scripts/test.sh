@@ -15,6 +15,8 @@ if ! python3 -c "import jsonschema, yaml, firebase_admin" 2>/dev/null; then
     python3 -m pip install --quiet jsonschema pyyaml "firebase-admin>=7.7.0"
 fi
 
+# The code follows .swift-format (the formatter ships with the Swift toolchain).
+swift format lint --strict -r Sources Tests Package.swift
 swift build --build-tests
 swift test --skip-build 2>&1 | tee /tmp/tidemark-test.log | grep -E "^(✘|✔ Test run|✘ Test run)|error:" || true
 if ! grep -q "✔ Test run with .* passed" /tmp/tidemark-test.log; then

@@ -43,14 +43,16 @@ public struct JWT: Sendable {
     /// Splits and decodes `compact`; checks nothing about the signature.
     public init(parsing compact: some StringProtocol) throws {
         let parts = compact.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let headerData = Base64URL.decode(parts[0]), let claimsData = Base64URL.decode(parts[1]),
+        guard parts.count == 3, let headerData = Base64URL.decode(parts[0]),
+            let claimsData = Base64URL.decode(parts[1]),
             let signature = Base64URL.decode(parts[2])
         else { throw AuthError(.malformedJWT, "the assertion is not a compact JWT (three base64url parts)") }
         do {
             header = try JSONDecoder().decode(JWTHeader.self, from: headerData)
             claims = try JSONDecoder().decode(JWTClaims.self, from: claimsData)
         } catch {
-            throw AuthError(.malformedJWT, "the assertion's header or claims are not the expected JSON (iss, aud, iat, exp)")
+            throw AuthError(
+                .malformedJWT, "the assertion's header or claims are not the expected JSON (iss, aud, iat, exp)")
         }
         signingInput = "\(parts[0]).\(parts[1])"
         self.signature = signature
@@ -70,7 +72,8 @@ public struct JWT: Sendable {
     /// Whether the signature is a valid RS256 signature by `key`.
     public func isSigned(by key: _RSA.Signing.PublicKey) -> Bool {
         guard header.alg == "RS256" else { return false }
-        return key.isValidSignature(_RSA.Signing.RSASignature(rawRepresentation: signature), for: Data(signingInput.utf8),
+        return key.isValidSignature(
+            _RSA.Signing.RSASignature(rawRepresentation: signature), for: Data(signingInput.utf8),
             padding: .insecurePKCS1v1_5)
     }
 
@@ -81,10 +84,16 @@ public struct JWT: Sendable {
             throw AuthError(.invalidClaims, "Invalid JWT: exp must be after iat and at most \(maxLifetime) s later.")
         }
         guard claims.iat <= t + leeway else {
-            throw AuthError(.invalidClaims, "Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe. Check your iat and exp values in the JWT claim.")
+            throw AuthError(
+                .invalidClaims,
+                "Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe. Check your iat and exp values in the JWT claim."
+            )
         }
         guard claims.exp > t - leeway else {
-            throw AuthError(.expired, "Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe. Check your iat and exp values in the JWT claim.")
+            throw AuthError(
+                .expired,
+                "Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe. Check your iat and exp values in the JWT claim."
+            )
         }
     }
 }

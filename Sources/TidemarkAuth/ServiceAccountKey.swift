@@ -1,6 +1,6 @@
 import CryptoExtras
-import TidemarkCore
 import Foundation
+import TidemarkCore
 
 /// A Google service-account key file, as `GOOGLE_APPLICATION_CREDENTIALS` names it (reference §4.1).
 ///
@@ -28,9 +28,10 @@ public struct ServiceAccountKey: Codable, Sendable, Equatable, CustomStringConve
         case universeDomain = "universe_domain"
     }
 
-    public init(projectID: String, privateKeyID: String, privateKey: String, clientEmail: String, clientID: String,
-        tokenURI: String)
-    {
+    public init(
+        projectID: String, privateKeyID: String, privateKey: String, clientEmail: String, clientID: String,
+        tokenURI: String
+    ) {
         self.type = "service_account"
         self.projectID = projectID
         self.privateKeyID = privateKeyID
@@ -56,7 +57,9 @@ public struct ServiceAccountKey: Codable, Sendable, Equatable, CustomStringConve
     }
 
     /// A new key with a fresh 2048-bit RSA key pair.
-    public static func generate(projectID: String, accountName: String = "tidemark-emulator", tokenURI: String) throws
+    public static func generate(
+        projectID: String, accountName: String = "tidemark-emulator", tokenURI: String
+    ) throws
         -> ServiceAccountKey
     {
         let privateKey = try _RSA.Signing.PrivateKey(keySize: .bits2048)
@@ -64,7 +67,8 @@ public struct ServiceAccountKey: Codable, Sendable, Equatable, CustomStringConve
         var clientID = ""
         var generator = SystemRandomNumberGenerator()
         for _ in 0..<21 { clientID += String(generator.next() % 10) }
-        return ServiceAccountKey(projectID: projectID, privateKeyID: String(keyID),
+        return ServiceAccountKey(
+            projectID: projectID, privateKeyID: String(keyID),
             privateKey: privateKey.pkcs8PEMRepresentation,
             clientEmail: "\(accountName)@\(projectID).iam.gserviceaccount.com", clientID: clientID, tokenURI: tokenURI)
     }

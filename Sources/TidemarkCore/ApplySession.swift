@@ -20,9 +20,10 @@ public actor ApplySession: ApplyRecorder {
 
     /// Starts a new apply: records the plan's observations and bookkeeping with the journal header, in
     /// one save. A state that does not exist yet is created by that save.
-    public static func begin(plan: Plan, desired: DesiredState, store: any StateStore, state: State,
-        timing: Timing = .live) async throws -> ApplySession
-    {
+    public static func begin(
+        plan: Plan, desired: DesiredState, store: any StateStore, state: State,
+        timing: Timing = .live
+    ) async throws -> ApplySession {
         let before = state
         var state = state
         state.growToTable()
@@ -43,14 +44,17 @@ public actor ApplySession: ApplyRecorder {
     }
 
     /// Continues an apply that was interrupted.
-    public static func resume(_ unfinished: UnfinishedApply, store: any StateStore, state: State,
-        timing: Timing = .live) -> ApplySession
-    {
+    public static func resume(
+        _ unfinished: UnfinishedApply, store: any StateStore, state: State,
+        timing: Timing = .live
+    ) -> ApplySession {
         ApplySession(id: unfinished.id, store: store, state: state, timing: timing)
     }
 
     /// Records a finished operation in state and journals it, in one save; callable from many tasks.
-    public func completed(index: Int, operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?)
+    public func completed(
+        index: Int, operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?
+    )
         async throws
     {
         try await oneAtATime {

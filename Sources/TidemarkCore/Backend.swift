@@ -40,8 +40,10 @@ public struct TokenError: Error, Sendable, Hashable, Codable, CustomStringConver
         case deadlineExceeded
         case other(String)
 
-        static let known: [Code] = [.notFound, .invalidArgument, .tooManyTopics, .internal, .resourceExhausted,
-            .unavailable, .deadlineExceeded]
+        static let known: [Code] = [
+            .notFound, .invalidArgument, .tooManyTopics, .internal, .resourceExhausted,
+            .unavailable, .deadlineExceeded,
+        ]
 
         public init(_ rawValue: String) {
             self = Self.known.first { $0.rawValue == rawValue } ?? .other(rawValue)

@@ -4,9 +4,10 @@ public enum BoundedConcurrency {
     /// Runs `work` for items `0..<count`, at most `width` at once; `each` sees every result in
     /// completion order, on the caller's task, and may start no work of its own. The first error
     /// (from `work` or `each`) cancels the rest and is rethrown.
-    public static func forEach<T: Sendable>(_ count: Int, width: Int, _ work: @escaping @Sendable (Int) async throws -> T,
-        each: (Int, T) async throws -> Void) async throws
-    {
+    public static func forEach<T: Sendable>(
+        _ count: Int, width: Int, _ work: @escaping @Sendable (Int) async throws -> T,
+        each: (Int, T) async throws -> Void
+    ) async throws {
         guard count > 0 else { return }
         try await withThrowingTaskGroup(of: (Int, T).self) { group in
             var next = 0
@@ -27,7 +28,9 @@ public enum BoundedConcurrency {
     }
 
     /// Runs `work` for items `0..<count`, at most `width` at once; the results in input order.
-    public static func map<T: Sendable>(_ count: Int, width: Int, _ work: @escaping @Sendable (Int) async throws -> T)
+    public static func map<T: Sendable>(
+        _ count: Int, width: Int, _ work: @escaping @Sendable (Int) async throws -> T
+    )
         async throws -> [T]
     {
         var results = [T?](repeating: nil, count: count)

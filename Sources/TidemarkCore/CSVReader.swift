@@ -57,9 +57,12 @@ struct CSVReader {
                 }
                 fields.append(String(decoding: field, as: UTF8.self))
                 if !closed {
-                    return Row(fields: fields, line: startLine, problem: "a quoted field is not closed; add the closing '\"'.")
+                    return Row(
+                        fields: fields, line: startLine, problem: "a quoted field is not closed; add the closing '\"'.")
                 }
-                while position < buffer.count, buffer[position] != UInt8(ascii: ","), buffer[position] != UInt8(ascii: "\n") {
+                while position < buffer.count, buffer[position] != UInt8(ascii: ","),
+                    buffer[position] != UInt8(ascii: "\n")
+                {
                     position += 1
                 }
             } else {

@@ -7,9 +7,10 @@ public struct DesiredTopic: Sendable {
     public var members: TokenSet
     public var location: SourceLocation?
 
-    public init(name: String, mode: TopicMode = .additive, protect: Bool = false, allowEmpty: Bool = false,
-        members: TokenSet, location: SourceLocation? = nil)
-    {
+    public init(
+        name: String, mode: TopicMode = .additive, protect: Bool = false, allowEmpty: Bool = false,
+        members: TokenSet, location: SourceLocation? = nil
+    ) {
         self.name = name
         self.mode = mode
         self.protect = protect

@@ -37,19 +37,28 @@ public struct Differ: Sendable {
             var notes: [String] = []
             switch spec.mode {
             case .additive:
-                remove = current.managed.subtracting(spec.members).intersection(current.observed).subtracting(state.dead)
+                remove = current.managed.subtracting(spec.members).intersection(current.observed).subtracting(
+                    state.dead)
             case .authoritative:
                 remove = current.observed.subtracting(spec.members).subtracting(state.dead)
-                notes.append("authoritative over devices tidemark knows; devices it has never seen are not visible to FCM reads and are not touched")
+                notes.append(
+                    "authoritative over devices tidemark knows; devices it has never seen are not visible to FCM reads and are not touched"
+                )
             }
             if !remove.isEmpty, !current.observed.isEmpty,
                 current.observed.union(add).subtracting(remove).subtracting(state.dead).isEmpty
             {
                 let count = "\(remove.count) known subscriber\(remove.count == 1 ? "" : "s")"
                 if spec.protect {
-                    diagnostics.append(.error("topic '\(spec.name)' is protected (protect: true), and this plan would empty it: it unsubscribes all \(count). Declare members for it, or set protect: false if emptying it is intended.", at: spec.location))
+                    diagnostics.append(
+                        .error(
+                            "topic '\(spec.name)' is protected (protect: true), and this plan would empty it: it unsubscribes all \(count). Declare members for it, or set protect: false if emptying it is intended.",
+                            at: spec.location))
                 } else if !spec.allowEmpty {
-                    diagnostics.append(.error("this plan would empty topic '\(spec.name)': it unsubscribes all \(count). Set 'allow_empty: true' on the topic if that is intended.", at: spec.location))
+                    diagnostics.append(
+                        .error(
+                            "this plan would empty topic '\(spec.name)': it unsubscribes all \(count). Set 'allow_empty: true' on the topic if that is intended.",
+                            at: spec.location))
                 }
             }
             let deadDeclared = spec.members.intersection(state.dead)
@@ -61,8 +70,10 @@ public struct Differ: Sendable {
             addsPerToken.append((spec.name, add))
             removesPerToken.append(remove)
             if !add.isEmpty || !remove.isEmpty || !deadDeclared.isEmpty {
-                topicChanges.append(TopicChange(topic: spec.name, mode: spec.mode, subscribe: add.count,
-                    unsubscribe: remove.count, removedFromManifests: false, notes: notes))
+                topicChanges.append(
+                    TopicChange(
+                        topic: spec.name, mode: spec.mode, subscribe: add.count,
+                        unsubscribe: remove.count, removedFromManifests: false, notes: notes))
             }
         }
         for name in state.topics.keys.sorted() where !declared.contains(name) && targets.coversTopic(name) {
@@ -70,29 +81,38 @@ public struct Differ: Sendable {
             let remove = current.managed.intersection(current.observed).subtracting(state.dead)
             guard !remove.isEmpty else { continue }
             if current.protect {
-                diagnostics.append(.error("topic '\(name)' is protected (protect: true when last applied) and is no longer in the manifests; removing it would unsubscribe the \(remove.count) membership\(remove.count == 1 ? "" : "s") tidemark made. Put it back, or first apply it with protect: false."))
+                diagnostics.append(
+                    .error(
+                        "topic '\(name)' is protected (protect: true when last applied) and is no longer in the manifests; removing it would unsubscribe the \(remove.count) membership\(remove.count == 1 ? "" : "s") tidemark made. Put it back, or first apply it with protect: false."
+                    ))
             }
             unsubscribes += batches(.unsubscribe, name, remove, state.tokens)
             removesPerToken.append(remove)
-            topicChanges.append(TopicChange(topic: name, mode: current.mode, subscribe: 0, unsubscribe: remove.count,
-                removedFromManifests: true,
-                notes: ["no longer in the manifests: tidemark removes the memberships it made"]))
+            topicChanges.append(
+                TopicChange(
+                    topic: name, mode: current.mode, subscribe: 0, unsubscribe: remove.count,
+                    removedFromManifests: true,
+                    notes: ["no longer in the manifests: tidemark removes the memberships it made"]))
         }
         diagnostics += checkTopicCap(state: state, adds: addsPerToken, removes: removesPerToken)
         let (groupOps, groupChanges, groupDiagnostics) = diffGroups(desired: desired, state: state, targets: targets)
         diagnostics += groupDiagnostics
-        return Result(operations: unsubscribes + subscribes + groupOps, topics: topicChanges, groups: groupChanges,
+        return Result(
+            operations: unsubscribes + subscribes + groupOps, topics: topicChanges, groups: groupChanges,
             diagnostics: diagnostics)
     }
 
     /// Splits `ids` into requests of at most `batchSize` tokens, sorted so plans are stable across machines.
-    func batches(_ kind: PlannedOperation.Kind, _ topic: String, _ ids: TokenSet, _ table: TokenTable)
+    func batches(
+        _ kind: PlannedOperation.Kind, _ topic: String, _ ids: TokenSet, _ table: TokenTable
+    )
         -> [PlannedOperation]
     {
         guard !ids.isEmpty else { return [] }
         let tokens = ids.map { table[$0] }.sorted()
         return stride(from: 0, to: tokens.count, by: batchSize).map { start in
-            PlannedOperation(kind: kind, target: topic, tokens: Array(tokens[start..<min(start + batchSize, tokens.count)]))
+            PlannedOperation(
+                kind: kind, target: topic, tokens: Array(tokens[start..<min(start + batchSize, tokens.count)]))
         }
     }
 
@@ -109,14 +129,19 @@ public struct Differ: Sendable {
         for (id, count) in counts.enumerated() where Int(count) > maxTopicsPerToken {
             over += 1
             if over <= 10 {
-                diagnostics.append(.error("token \(Redaction.redact(state.tokens[UInt32(id)])) would hold \(count) topics after this plan (FCM allows \(maxTopicsPerToken)); it is subscribed to topics tidemark does not manage. Remove it from some topics first."))
+                diagnostics.append(
+                    .error(
+                        "token \(Redaction.redact(state.tokens[UInt32(id)])) would hold \(count) topics after this plan (FCM allows \(maxTopicsPerToken)); it is subscribed to topics tidemark does not manage. Remove it from some topics first."
+                    ))
             }
         }
         if over > 10 { diagnostics.append(.error("\(over - 10) more tokens would pass \(maxTopicsPerToken) topics.")) }
         return diagnostics
     }
 
-    private func diffGroups(desired: DesiredState, state: State, targets: Targets)
+    private func diffGroups(
+        desired: DesiredState, state: State, targets: Targets
+    )
         -> ([PlannedOperation], [GroupChange], [Diagnostic])
     {
         var operations: [PlannedOperation] = []
@@ -130,7 +155,10 @@ public struct Differ: Sendable {
             let names = { (set: TokenSet) in set.map { state.tokens[$0] }.sorted() }
             guard let current = state.groups[spec.name], current.key != nil else {
                 guard !live.isEmpty else {
-                    diagnostics.append(.warning("device group '\(spec.name)' has no registered members; it is not created.", at: spec.location))
+                    diagnostics.append(
+                        .warning(
+                            "device group '\(spec.name)' has no registered members; it is not created.",
+                            at: spec.location))
                     continue
                 }
                 operations.append(PlannedOperation(kind: .groupCreate, target: spec.name, tokens: names(live)))
@@ -140,8 +168,12 @@ public struct Differ: Sendable {
             if current.members.isEmpty {
                 // Known to exist (found by key look-up) but never managed: members are invisible, add ours.
                 operations.append(PlannedOperation(kind: .groupAdd, target: spec.name, tokens: names(live)))
-                changes.append(GroupChange(group: spec.name, action: .adopt, add: live.count, remove: 0,
-                    notes: ["the group exists in FCM but not in state; its other members cannot be read and are kept"]))
+                changes.append(
+                    GroupChange(
+                        group: spec.name, action: .adopt, add: live.count, remove: 0,
+                        notes: [
+                            "the group exists in FCM but not in state; its other members cannot be read and are kept"
+                        ]))
                 continue
             }
             let add = live.subtracting(current.members)
@@ -151,24 +183,34 @@ public struct Differ: Sendable {
             for (kind, ids) in steps {
                 operations.append(PlannedOperation(kind: kind, target: spec.name, tokens: names(ids)))
             }
-            changes.append(GroupChange(group: spec.name, action: .update, add: add.count, remove: remove.count, notes: []))
+            changes.append(
+                GroupChange(group: spec.name, action: .update, add: add.count, remove: remove.count, notes: []))
         }
         for name in state.groups.keys.sorted() where !declared.contains(name) && targets.coversGroup(name) {
             let current = state.groups[name]!
             guard current.key != nil, !current.members.isEmpty else { continue }
             if current.protect {
-                diagnostics.append(.error("device group '\(name)' is protected (protect: true when last applied) and is no longer in the manifests; removing it would delete the group in FCM. Put it back, or first apply it with protect: false."))
+                diagnostics.append(
+                    .error(
+                        "device group '\(name)' is protected (protect: true when last applied) and is no longer in the manifests; removing it would delete the group in FCM. Put it back, or first apply it with protect: false."
+                    ))
             }
-            operations.append(PlannedOperation(kind: .groupRemove, target: name,
-                tokens: current.members.map { state.tokens[$0] }.sorted()))
-            changes.append(GroupChange(group: name, action: .delete, add: 0, remove: current.members.count,
-                notes: ["no longer in the manifests: all members are removed, which deletes the group in FCM"]))
+            operations.append(
+                PlannedOperation(
+                    kind: .groupRemove, target: name,
+                    tokens: current.members.map { state.tokens[$0] }.sorted()))
+            changes.append(
+                GroupChange(
+                    group: name, action: .delete, add: 0, remove: current.members.count,
+                    notes: ["no longer in the manifests: all members are removed, which deletes the group in FCM"]))
         }
         return (operations, changes, diagnostics)
     }
 
     /// Orders add and remove calls so a group never passes 20 members and is never emptied (which would delete it).
-    static func groupSteps(current: TokenSet, add: TokenSet, remove: TokenSet)
+    static func groupSteps(
+        current: TokenSet, add: TokenSet, remove: TokenSet
+    )
         -> [(PlannedOperation.Kind, TokenSet)]
     {
         var steps: [(PlannedOperation.Kind, TokenSet)] = []

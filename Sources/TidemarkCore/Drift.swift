@@ -41,7 +41,8 @@ public struct DriftReport: Sendable, Codable {
         public var token: String?
         public var device: String?
 
-        public init(kind: Kind, topic: String? = nil, group: String? = nil, token: String? = nil, device: String? = nil) {
+        public init(kind: Kind, topic: String? = nil, group: String? = nil, token: String? = nil, device: String? = nil)
+        {
             self.kind = kind
             self.topic = topic
             self.group = group
@@ -62,9 +63,10 @@ public struct DriftReport: Sendable, Codable {
     /// Changes a plan made now would carry out (drift corrections and unapplied manifest edits), in tokens and group calls.
     public var pendingChanges: Int
 
-    public init(tidemarkVersion: String, checkedAt: Date, lineage: String, serial: Int, backend: BackendIdentity,
-        registrationsRead: Int, items: [Item], pendingChanges: Int)
-    {
+    public init(
+        tidemarkVersion: String, checkedAt: Date, lineage: String, serial: Int, backend: BackendIdentity,
+        registrationsRead: Int, items: [Item], pendingChanges: Int
+    ) {
         self.tidemarkVersion = tidemarkVersion
         self.checkedAt = checkedAt
         self.lineage = lineage
@@ -81,9 +83,10 @@ public struct DriftReport: Sendable, Codable {
 
     /// Sorts what a refresh saw into kinds of drift. `state` is state before the refresh, sharing
     /// its token table with `desired`.
-    public static func classify(_ observations: Observations, desired: DesiredState, state: State,
-        inventory: Inventory) -> [Item]
-    {
+    public static func classify(
+        _ observations: Observations, desired: DesiredState, state: State,
+        inventory: Inventory
+    ) -> [Item] {
         func device(_ token: String) -> String? { inventory.index(ofToken: token).map { inventory.deviceIDs[$0] } }
         var items: [Item] = []
         let topics = Dictionary(desired.topics.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
@@ -130,19 +133,21 @@ public struct DriftRenderer: Sendable {
     public func verdict(_ report: DriftReport) -> String {
         guard report.hasDrift else {
             let read = PlanRenderer.formatCount(report.registrationsRead)
-            return "No drift: FCM matches what tidemark last saw (\(read) registration\(report.registrationsRead == 1 ? "" : "s") read)."
+            return
+                "No drift: FCM matches what tidemark last saw (\(read) registration\(report.registrationsRead == 1 ? "" : "s") read)."
         }
         var parts: [String] = []
         for kind in DriftReport.Kind.allCases {
             let n = report.count(kind)
             guard n > 0 else { continue }
             let count = PlanRenderer.formatCount(n)
-            let part = switch kind {
-            case .selfSubscribed: "\(count) self-subscription\(n == 1 ? "" : "s") to authoritative topics"
-            case .dropped: "\(count) declared membership\(n == 1 ? "" : "s") dropped"
-            case .deadToken: "\(count) dead token\(n == 1 ? "" : "s")"
-            case .vanishedGroup: "\(count) vanished group\(n == 1 ? "" : "s")"
-            }
+            let part =
+                switch kind {
+                case .selfSubscribed: "\(count) self-subscription\(n == 1 ? "" : "s") to authoritative topics"
+                case .dropped: "\(count) declared membership\(n == 1 ? "" : "s") dropped"
+                case .deadToken: "\(count) dead token\(n == 1 ? "" : "s")"
+                case .vanishedGroup: "\(count) vanished group\(n == 1 ? "" : "s")"
+                }
             parts.append(part)
         }
         return "Drift: " + parts.joined(separator: ", ") + "."
@@ -150,13 +155,16 @@ public struct DriftRenderer: Sendable {
 
     private func advice(_ report: DriftReport) -> String {
         guard report.pendingChanges > 0 else {
-            return report.hasDrift ? "Nothing for apply to change; the drift is recorded at the next apply." : "Nothing to apply."
+            return report.hasDrift
+                ? "Nothing for apply to change; the drift is recorded at the next apply." : "Nothing to apply."
         }
         if !report.hasDrift {
             let n = report.pendingChanges
-            return "The manifests have \(PlanRenderer.formatCount(n)) change\(n == 1 ? "" : "s") not yet applied; 'tidemark plan' shows them."
+            return
+                "The manifests have \(PlanRenderer.formatCount(n)) change\(n == 1 ? "" : "s") not yet applied; 'tidemark plan' shows them."
         }
-        return "Run 'tidemark apply' to correct it: a plan now makes \(PlanRenderer.formatCount(report.pendingChanges)) change\(report.pendingChanges == 1 ? "" : "s") (unapplied manifest edits included)."
+        return
+            "Run 'tidemark apply' to correct it: a plan now makes \(PlanRenderer.formatCount(report.pendingChanges)) change\(report.pendingChanges == 1 ? "" : "s") (unapplied manifest edits included)."
     }
 
     /// Per kind, the affected items grouped by topic or group, capped.
@@ -213,14 +221,19 @@ public struct DriftRenderer: Sendable {
         }
         for (kind, lines) in sections(report) {
             let title = "\(kind.heading): \(PlanRenderer.formatCount(report.count(kind)))"
-            blocks.append(MarkdownBlock(open: "<details><summary>\(title)</summary>\n\n```", lines: lines,
-                close: "```\n\n</details>", reopen: "<details><summary>\(title) (continued)</summary>\n\n```"))
+            blocks.append(
+                MarkdownBlock(
+                    open: "<details><summary>\(title)</summary>\n\n```", lines: lines,
+                    close: "```\n\n</details>", reopen: "<details><summary>\(title) (continued)</summary>\n\n```"))
         }
         blocks.append(.text(MarkdownPlanRenderer.escape(advice(report))))
         blocks.append(.text("<sub>\(MarkdownPlanRenderer.escape(provenance(report)))</sub>"))
-        return packer.pack(head: head, blocks: blocks,
+        return packer.pack(
+            head: head, blocks: blocks,
             continued: { part, count in "### tidemark drift (continued, part \(part) of \(count))" },
-            truncated: { omitted in "**Truncated:** \(omitted) more section\(omitted == 1 ? "" : "s") did not fit; `tidemark drift --format json` has everything." })
+            truncated: { omitted in
+                "**Truncated:** \(omitted) more section\(omitted == 1 ? "" : "s") did not fit; `tidemark drift --format json` has everything."
+            })
     }
 
     /// One JSON object per line: a `drift` event per item, then a `summary` event. Tokens are redacted
@@ -254,21 +267,26 @@ public struct DriftRenderer: Sendable {
             if let data = try? encoder.encode(event) { lines.append(String(decoding: data, as: UTF8.self)) }
         }
         for item in report.items {
-            emit(Event(event: "drift", time: report.checkedAt, kind: item.kind.rawValue, topic: item.topic,
-                group: item.group, token: item.token.map(show), device: item.device))
+            emit(
+                Event(
+                    event: "drift", time: report.checkedAt, kind: item.kind.rawValue, topic: item.topic,
+                    group: item.group, token: item.token.map(show), device: item.device))
         }
         var counts: [String: Int] = [:]
         for kind in DriftReport.Kind.allCases { counts[kind.rawValue] = report.count(kind) }
-        emit(Event(event: "summary", time: report.checkedAt, counts: counts, drift: report.hasDrift,
-            registrationsRead: report.registrationsRead, pendingChanges: report.pendingChanges,
-            backend: report.backend.description))
+        emit(
+            Event(
+                event: "summary", time: report.checkedAt, counts: counts, drift: report.hasDrift,
+                registrationsRead: report.registrationsRead, pendingChanges: report.pendingChanges,
+                backend: report.backend.description))
         return lines.joined(separator: "\n") + "\n"
     }
 
     private func show(_ token: String) -> String { showTokens ? token : Redaction.redact(token) }
 
     private func provenance(_ report: DriftReport) -> String {
-        let state = report.lineage.isEmpty ? "no state yet" : "state \(report.lineage.prefix(8)) serial \(report.serial)"
+        let state =
+            report.lineage.isEmpty ? "no state yet" : "state \(report.lineage.prefix(8)) serial \(report.serial)"
         return "Checked \(ISO8601DateFormatter().string(from: report.checkedAt)) against \(report.backend); \(state)."
     }
 }

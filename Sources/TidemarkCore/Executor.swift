@@ -44,10 +44,11 @@ public struct Executor: Sendable {
     public var timing: Timing
     public var progress: (@Sendable (ExecutionProgress) -> Void)?
 
-    public init(backend: any Backend, recorder: any ApplyRecorder, parallelism: Int = 8,
+    public init(
+        backend: any Backend, recorder: any ApplyRecorder, parallelism: Int = 8,
         policy: RetryPolicy = RetryPolicy(), timing: Timing = .live,
-        progress: (@Sendable (ExecutionProgress) -> Void)? = nil)
-    {
+        progress: (@Sendable (ExecutionProgress) -> Void)? = nil
+    ) {
         self.backend = backend
         self.recorder = recorder
         self.parallelism = max(1, parallelism)
@@ -57,7 +58,9 @@ public struct Executor: Sendable {
     }
 
     /// Runs `operations` except those whose index is in `done`; `groupKeys` are the keys state knows.
-    public func run(_ operations: [PlannedOperation], done: Set<Int> = [], groupKeys: [String: String] = [:])
+    public func run(
+        _ operations: [PlannedOperation], done: Set<Int> = [], groupKeys: [String: String] = [:]
+    )
         async throws -> ExecutionReport
     {
         var report = ExecutionReport()
@@ -93,7 +96,8 @@ public struct Executor: Sendable {
         }
 
         var snapshot: ExecutionProgress {
-            ExecutionProgress(operationsDone: operationsDone, operationsTotal: total, tokensDone: tokensDone,
+            ExecutionProgress(
+                operationsDone: operationsDone, operationsTotal: total, tokensDone: tokensDone,
                 tokensTotal: tokensTotal)
         }
     }
@@ -108,9 +112,10 @@ public struct Executor: Sendable {
     /// Runs sequences of operations, sequences in parallel; each sequence's operations one after another.
     /// Every operation is journaled as soon as it finishes, before the next of its sequence starts, so a
     /// failure in a later step of a group never loses the steps before it.
-    private func runPhase(_ sequences: [[Int]], _ operations: [PlannedOperation], groupKeys: [String: String],
-        _ report: inout ExecutionReport, _ tracker: inout Tracker) async throws
-    {
+    private func runPhase(
+        _ sequences: [[Int]], _ operations: [PlannedOperation], groupKeys: [String: String],
+        _ report: inout ExecutionReport, _ tracker: inout Tracker
+    ) async throws {
         try await BoundedConcurrency.forEach(sequences.count, width: parallelism) { [self] s in
             let sequence = sequences[s]
             var finished: [Finished] = []
@@ -118,10 +123,13 @@ public struct Executor: Sendable {
             for index in sequence {
                 let result = try await perform(operations[index], key: key)
                 key = result.groupKey ?? key
-                try await recorder.completed(index: index, operation: operations[index], outcomes: result.outcomes,
+                try await recorder.completed(
+                    index: index, operation: operations[index], outcomes: result.outcomes,
                     groupKey: result.groupKey)
-                finished.append(Finished(index: index, outcomes: result.outcomes, groupKey: result.groupKey,
-                    requests: result.requests))
+                finished.append(
+                    Finished(
+                        index: index, outcomes: result.outcomes, groupKey: result.groupKey,
+                        requests: result.requests))
             }
             return finished
         } each: { _, results in
@@ -133,8 +141,10 @@ public struct Executor: Sendable {
                     switch outcome {
                     case .ok: report.tokensChanged += 1
                     case .failed(let error):
-                        report.failures.append(TokenFailure(operation: result.index, kind: op.kind, target: op.target,
-                            token: token, error: error))
+                        report.failures.append(
+                            TokenFailure(
+                                operation: result.index, kind: op.kind, target: op.target,
+                                token: token, error: error))
                     }
                 }
                 tracker.add(op)
@@ -143,7 +153,9 @@ public struct Executor: Sendable {
         }
     }
 
-    private func perform(_ op: PlannedOperation, key: String?) async throws -> (outcomes: [TokenOutcome], groupKey: String?, requests: Int) {
+    private func perform(
+        _ op: PlannedOperation, key: String?
+    ) async throws -> (outcomes: [TokenOutcome], groupKey: String?, requests: Int) {
         switch op.kind {
         case .subscribe, .unsubscribe:
             var outcomes = [TokenOutcome](repeating: .failed(.internalError), count: op.tokens.count)
@@ -167,8 +179,10 @@ public struct Executor: Sendable {
                 }
                 remaining = retry
                 if remaining.isEmpty { break }
-                guard case .retry(let delay) = policy.decide(.tokens, attempt: attempt, elapsed: timing.now() - started,
-                    timing: timing)
+                guard
+                    case .retry(let delay) = policy.decide(
+                        .tokens, attempt: attempt, elapsed: timing.now() - started,
+                        timing: timing)
                 else { break }
                 try await timing.sleep(delay)
             }
@@ -191,7 +205,9 @@ public struct Executor: Sendable {
                 return (op.tokens.map { _ in .ok }, created, 2)
             }
             do {
-                let newKey = try await withRetries { try await backend.addToGroup(name: op.target, key: current, tokens: op.tokens) }
+                let newKey = try await withRetries {
+                    try await backend.addToGroup(name: op.target, key: current, tokens: op.tokens)
+                }
                 return (op.tokens.map { _ in .ok }, newKey, 1)
             } catch let error as GroupError where error.kind == .notFound {
                 // The group vanished (every member left); create it anew with these members.
@@ -203,7 +219,9 @@ public struct Executor: Sendable {
             if let key { current = key } else { current = try await backend.groupKey(name: op.target) }
             guard let current else { return (op.tokens.map { _ in .ok }, nil, 1) }
             do {
-                try await withRetries { try await backend.removeFromGroup(name: op.target, key: current, tokens: op.tokens) }
+                try await withRetries {
+                    try await backend.removeFromGroup(name: op.target, key: current, tokens: op.tokens)
+                }
             } catch let error as GroupError where error.kind == .notFound {
                 // Already gone: removing members of a deleted group is done.
             }
@@ -226,8 +244,10 @@ public struct Executor: Sendable {
                 throw CancellationError()
             } catch {
                 if let known = error as? any RetryableError, !known.isRetryable { throw error }
-                guard case .retry(let delay) = policy.decide(.network, attempt: attempt,
-                    elapsed: timing.now() - started, timing: timing)
+                guard
+                    case .retry(let delay) = policy.decide(
+                        .network, attempt: attempt,
+                        elapsed: timing.now() - started, timing: timing)
                 else { throw error }
                 try await timing.sleep(delay)
             }

@@ -48,7 +48,8 @@ public indirect enum FCMCondition: Sendable, Equatable, CustomStringConvertible 
         guard parser.atEnd else { throw parser.error("expected '&&', '||' or the end of the condition") }
         let count = condition.topics.count
         guard count <= maxTopics else {
-            throw ConditionError(column: 1, message: "the condition names \(count) topics; FCM allows at most \(maxTopics)")
+            throw ConditionError(
+                column: 1, message: "the condition names \(count) topics; FCM allows at most \(maxTopics)")
         }
         return condition
     }

@@ -25,7 +25,8 @@ public struct Inventory: Sendable {
     public func index(ofToken token: String) -> Int? { indexByToken[token].map(Int.init) }
 
     public func location(ofDevice index: Int) -> SourceLocation {
-        SourceLocation(file: sources[Int(sourceOfDevice[index])], line: Int(lineOfDevice[index]),
+        SourceLocation(
+            file: sources[Int(sourceOfDevice[index])], line: Int(lineOfDevice[index]),
             column: Int(columnOfDevice[index]))
     }
 
@@ -54,9 +55,10 @@ public struct Inventory: Sendable {
     }
 
     /// Adds a device; returns the index of an earlier device with the same id or token when there is one.
-    mutating func add(id: String, token: String, labels: some Sequence<(String, String)>, source: UInt16, line: Int,
-        column: Int = 1) -> Conflict?
-    {
+    mutating func add(
+        id: String, token: String, labels: some Sequence<(String, String)>, source: UInt16, line: Int,
+        column: Int = 1
+    ) -> Conflict? {
         var slots: [(Int, String)] = []
         for (key, value) in labels { slots.append((labelSlot(key), value)) }
         return add(id: id, token: token, slots: slots, source: source, line: line, column: column)
@@ -75,9 +77,10 @@ public struct Inventory: Sendable {
     }
 
     /// Adds a device with labels given by column (from `labelSlot`).
-    mutating func add(id: String, token: String, slots: some Sequence<(Int, String)>, source: UInt16, line: Int,
-        column: Int = 1) -> Conflict?
-    {
+    mutating func add(
+        id: String, token: String, slots: some Sequence<(Int, String)>, source: UInt16, line: Int,
+        column: Int = 1
+    ) -> Conflict? {
         if let existing = indexByID[id] { return .duplicateID(Int(existing)) }
         if let existing = indexByToken[token] { return .duplicateToken(Int(existing)) }
         let index = deviceIDs.count

@@ -66,18 +66,20 @@ public struct InventoryBuilder: Sendable {
 
     /// Adds a device with labels by name; returns false (with a diagnostic) when it is refused.
     @discardableResult
-    public mutating func add(id: String, token: String, labels: [(String, String)], from source: SourceHandle, line: Int,
-        column: Int = 1) -> Bool
-    {
+    public mutating func add(
+        id: String, token: String, labels: [(String, String)], from source: SourceHandle, line: Int,
+        column: Int = 1
+    ) -> Bool {
         let slots = labels.map { (labelSlot($0.0), $0.1) }
         return add(id: id, token: token, slots: slots, from: source, line: line, column: column)
     }
 
     /// Adds a device with labels by slot; returns false (with a diagnostic) when it is refused.
     @discardableResult
-    public mutating func add(id: String, token: String, slots: some Sequence<(Int, String)>, from source: SourceHandle,
-        line: Int, column: Int = 1) -> Bool
-    {
+    public mutating func add(
+        id: String, token: String, slots: some Sequence<(Int, String)>, from source: SourceHandle,
+        line: Int, column: Int = 1
+    ) -> Bool {
         let location = SourceLocation(file: source.file, line: line, column: column)
         if id.isEmpty {
             diagnostics.append(.error("row has an empty device_id.", at: location))
@@ -91,9 +93,15 @@ public struct InventoryBuilder: Sendable {
         case nil:
             return true
         case .duplicateID(let other):
-            diagnostics.append(.error("device id '\(id)' is declared twice; the other is at \(inventory.location(ofDevice: other)). Device ids must be unique.", at: location))
+            diagnostics.append(
+                .error(
+                    "device id '\(id)' is declared twice; the other is at \(inventory.location(ofDevice: other)). Device ids must be unique.",
+                    at: location))
         case .duplicateToken(let other):
-            diagnostics.append(.error("device '\(id)' has the same token as device '\(inventory.deviceIDs[other])' at \(inventory.location(ofDevice: other)); a token belongs to one device.", at: location))
+            diagnostics.append(
+                .error(
+                    "device '\(id)' has the same token as device '\(inventory.deviceIDs[other])' at \(inventory.location(ofDevice: other)); a token belongs to one device.",
+                    at: location))
         }
         return false
     }

@@ -15,10 +15,12 @@ public struct InlineInventorySource: InventorySource {
             let handle = handles[file] ?? builder.source(file)
             handles[file] = handle
             if let problem = FCMLimits.tokenProblem(device.token.value) {
-                builder.error("token of device '\(device.id.value)' is not valid: \(problem).", at: device.token.location)
+                builder.error(
+                    "token of device '\(device.id.value)' is not valid: \(problem).", at: device.token.location)
                 continue
             }
-            builder.add(id: device.id.value, token: device.token.value,
+            builder.add(
+                id: device.id.value, token: device.token.value,
                 labels: device.labels.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }, from: handle,
                 line: device.id.location.line, column: device.id.location.column)
         }
@@ -57,7 +59,8 @@ public struct FileInventorySource: InventorySource {
         let source = builder.source(file)
         var reader = CSVReader(data)
         guard let header = reader.next() else {
-            builder.error("inventory file is empty; it needs a header row such as 'device_id,token,platform'.",
+            builder.error(
+                "inventory file is empty; it needs a header row such as 'device_id,token,platform'.",
                 at: SourceLocation(file: file, line: 1, column: 1))
             return
         }
@@ -65,7 +68,8 @@ public struct FileInventorySource: InventorySource {
         guard let idColumn = names.firstIndex(where: { $0 == "device_id" || $0 == "id" }),
             let tokenColumn = names.firstIndex(of: "token")
         else {
-            builder.error("the header row must name a 'device_id' and a 'token' column; found \(names.joined(separator: ",")).",
+            builder.error(
+                "the header row must name a 'device_id' and a 'token' column; found \(names.joined(separator: ",")).",
                 at: SourceLocation(file: file, line: header.line, column: 1))
             return
         }
@@ -80,10 +84,13 @@ public struct FileInventorySource: InventorySource {
             }
             if row.fields.count == 1, row.fields[0].isEmpty { continue }
             guard row.fields.count == names.count else {
-                builder.error("row has \(row.fields.count) fields but the header has \(names.count); quote values that contain commas.", at: location)
+                builder.error(
+                    "row has \(row.fields.count) fields but the header has \(names.count); quote values that contain commas.",
+                    at: location)
                 continue
             }
-            builder.add(id: row.fields[idColumn], token: row.fields[tokenColumn],
+            builder.add(
+                id: row.fields[idColumn], token: row.fields[tokenColumn],
                 slots: zip(slots, labelColumns).lazy.map { ($0.0, row.fields[$0.1]) }, from: source, line: row.line)
         }
     }
@@ -98,7 +105,9 @@ public struct FileInventorySource: InventorySource {
             if trimmed.isEmpty || trimmed == Data([UInt8(ascii: "\r")]) { continue }
             let location = SourceLocation(file: file, line: line, column: 1)
             guard let object = (try? JSONSerialization.jsonObject(with: Data(slice))) as? [String: Any] else {
-                builder.error("line is not a JSON object; each line must look like {\"id\": \"…\", \"token\": \"…\", \"labels\": {…}}.", at: location)
+                builder.error(
+                    "line is not a JSON object; each line must look like {\"id\": \"…\", \"token\": \"…\", \"labels\": {…}}.",
+                    at: location)
                 continue
             }
             let unknown = object.keys.filter { !["id", "device_id", "token", "labels"].contains($0) }.sorted()

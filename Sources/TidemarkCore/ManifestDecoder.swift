@@ -104,7 +104,8 @@ public struct ManifestDecoder {
                     continue
                 }
                 for (k, v) in mapping {
-                    guard let name = doc.string(k, "a label name"), let text = doc.string(v, "label '\(k.string ?? "")'")
+                    guard let name = doc.string(k, "a label name"),
+                        let text = doc.string(v, "label '\(k.string ?? "")'")
                     else { continue }
                     labels[name] = text
                 }
@@ -167,12 +168,18 @@ public struct ManifestDecoder {
     private func decodeMembers(_ node: Node, owner: String, _ doc: inout YAMLDocument) -> [MemberRef] {
         var members: [MemberRef] = []
         for item in doc.sequence(node, "'members' of \(owner)") ?? [] {
-            guard let pairs = doc.mapping(item, "a member entry of \(owner)", allowed: Self.memberKeys) else { continue }
+            guard let pairs = doc.mapping(item, "a member entry of \(owner)", allowed: Self.memberKeys) else {
+                continue
+            }
             guard pairs.count == 1, let (key, _, value) = pairs.first else {
                 if pairs.count > 1 {
-                    doc.error("a member entry of \(owner) names \(pairs.count) kinds (\(pairs.map(\.key).joined(separator: ", "))); write one entry per kind.", item)
+                    doc.error(
+                        "a member entry of \(owner) names \(pairs.count) kinds (\(pairs.map(\.key).joined(separator: ", "))); write one entry per kind.",
+                        item)
                 } else {
-                    doc.error("a member entry of \(owner) is empty; give one of \(Self.memberKeys.joined(separator: ", ")).", item)
+                    doc.error(
+                        "a member entry of \(owner) is empty; give one of \(Self.memberKeys.joined(separator: ", ")).",
+                        item)
                 }
                 continue
             }
@@ -199,7 +206,9 @@ public struct ManifestDecoder {
 
     private func decodeSelector(_ node: Node, _ doc: inout YAMLDocument) -> [LabelRequirement]? {
         guard case .mapping(let mapping) = node, !mapping.isEmpty else {
-            doc.error("a 'selector' must be a non-empty mapping of label names to a value, a list of values, or {not: …}.", node)
+            doc.error(
+                "a 'selector' must be a non-empty mapping of label names to a value, a list of values, or {not: …}.",
+                node)
             return nil
         }
         var result: [LabelRequirement] = []

@@ -34,8 +34,11 @@ public struct ManifestFormatter: Sendable {
         guard let reparsed = try? Yams.compose(yaml: output),
             Canonical(root, context: .root) == Canonical(reparsed, context: .root)
         else {
-            return .failed([.error("tidemark fmt could not rewrite this file without changing its meaning; it was left as it is. Please report it.",
-                at: SourceLocation(file: file, line: 1, column: 1))])
+            return .failed([
+                .error(
+                    "tidemark fmt could not rewrite this file without changing its meaning; it was left as it is. Please report it.",
+                    at: SourceLocation(file: file, line: 1, column: 1))
+            ])
         }
         return .formatted(output)
     }
@@ -85,7 +88,8 @@ public struct ManifestFormatter: Sendable {
         let indexed = pairs.enumerated().map { (offset: $0.offset, key: $0.element.key.string ?? "", pair: $0.element) }
         let sorted = indexed.sorted { a, b in
             if context.sortsKeysAlphabetically { return a.key == b.key ? a.offset < b.offset : a.key < b.key }
-            let ra = context.rank(a.key) ?? 0, rb = context.rank(b.key) ?? 0
+            let ra = context.rank(a.key) ?? 0
+            let rb = context.rank(b.key) ?? 0
             return ra == rb ? a.offset < b.offset : ra < rb
         }
         return sorted.map { ($0.pair.key, $0.pair.value) }
@@ -96,7 +100,8 @@ public struct ManifestFormatter: Sendable {
         let items = Array(sequence)
         guard context == .sortedList, items.allSatisfy({ $0.scalar != nil }) else { return items }
         return items.enumerated().sorted { a, b in
-            let x = a.element.scalar!.string, y = b.element.scalar!.string
+            let x = a.element.scalar!.string
+            let y = b.element.scalar!.string
             return x == y ? a.offset < b.offset : x < y
         }.map(\.element)
     }
@@ -115,7 +120,9 @@ public struct ManifestFormatter: Sendable {
                 self = .list(ManifestFormatter.orderedItems(seq, context).map { Canonical($0, context: context) })
             case .mapping(let map):
                 let pairs = ManifestFormatter.orderedPairs(map, context)
-                self = .map(pairs.map { $0.0.string ?? "" }, pairs.map { Canonical($0.1, context: context.child(key: $0.0.string ?? "")) })
+                self = .map(
+                    pairs.map { $0.0.string ?? "" },
+                    pairs.map { Canonical($0.1, context: context.child(key: $0.0.string ?? "")) })
             case .alias:
                 self = .scalar("*alias", "")
             }
@@ -179,7 +186,9 @@ private struct Emitter {
 
     /// The `# …` at the end of a line with content, outside quotes.
     static func endOfLineComment(_ line: Substring) -> String? {
-        var single = false, double = false, previous: Character = " "
+        var single = false
+        var double = false
+        var previous: Character = " "
         var index = line.startIndex
         while index < line.endIndex {
             let c = line[index]
@@ -219,7 +228,9 @@ private struct Emitter {
         for (index, comment) in comments.enumerated() {
             out.append(pad + comment.text)
             // Keep a blank line that separated comment paragraphs.
-            if index + 1 < comments.count, comments[index + 1].line > comment.line + 1, out.last != "" { out.append("") }
+            if index + 1 < comments.count, comments[index + 1].line > comment.line + 1, out.last != "" {
+                out.append("")
+            }
         }
     }
 
@@ -248,7 +259,9 @@ private struct Emitter {
         emitMapping(map, indent: 0, context: .root)
     }
 
-    mutating func emitMapping(_ map: Node.Mapping, indent: Int, context: ManifestFormatter.Context, firstPrefix: String? = nil) {
+    mutating func emitMapping(
+        _ map: Node.Mapping, indent: Int, context: ManifestFormatter.Context, firstPrefix: String? = nil
+    ) {
         var first = true
         for (key, value) in ManifestFormatter.orderedPairs(map, context) {
             let keyText = scalarText(key)
@@ -257,13 +270,19 @@ private struct Emitter {
             let prefix = first ? (firstPrefix ?? "") : ""
             let keyIndent = first && firstPrefix != nil ? indent - 2 : indent
             first = false
-            if let inline = inlineText(value, context: childContext), indent + prefix.count + keyText.count + 2 + inline.count <= lineWidth || !isCollection(value) {
+            if let inline = inlineText(value, context: childContext),
+                indent + prefix.count + keyText.count + 2 + inline.count <= lineWidth || !isCollection(value)
+            {
                 line("\(prefix)\(keyText): \(inline)", indent: keyIndent, source: key.mark?.line)
                 continue
             }
             if case .scalar(let s) = value, s.string.contains("\n") {
-                line("\(prefix)\(keyText): |\(s.string.hasSuffix("\n") ? "" : "-")", indent: keyIndent, source: key.mark?.line)
-                for textLine in s.string.split(separator: "\n", omittingEmptySubsequences: false).dropLast(s.string.hasSuffix("\n") ? 1 : 0) {
+                line(
+                    "\(prefix)\(keyText): |\(s.string.hasSuffix("\n") ? "" : "-")", indent: keyIndent,
+                    source: key.mark?.line)
+                for textLine in s.string.split(separator: "\n", omittingEmptySubsequences: false).dropLast(
+                    s.string.hasSuffix("\n") ? 1 : 0)
+                {
                     out.append(textLine.isEmpty ? "" : String(repeating: " ", count: indent + 2) + textLine)
                 }
                 continue
@@ -282,13 +301,18 @@ private struct Emitter {
         for item in ManifestFormatter.orderedItems(seq, context) {
             leadIn(item.mark?.line, indent: indent)
             switch item {
-            case .mapping(let map) where !map.isEmpty && !(isFlow(item) && inlineText(item, context: itemContext).map { indent + 2 + $0.count <= lineWidth } == true):
+            case .mapping(let map)
+            where !map.isEmpty
+                && !(isFlow(item)
+                    && inlineText(item, context: itemContext).map { indent + 2 + $0.count <= lineWidth } == true):
                 emitMapping(map, indent: indent + 2, context: itemContext, firstPrefix: "- ")
             case .sequence(let inner) where !inner.isEmpty && !isFlow(item):
                 line("-", indent: indent, source: item.mark?.line)
                 emitSequence(inner, indent: indent + 2, context: .plain)
             default:
-                line("- " + (inlineText(item, context: itemContext) ?? scalarText(item)), indent: indent, source: item.mark?.line)
+                line(
+                    "- " + (inlineText(item, context: itemContext) ?? scalarText(item)), indent: indent,
+                    source: item.mark?.line)
             }
         }
     }
@@ -337,11 +361,14 @@ private struct Emitter {
     func flowText(_ node: Node, context: ManifestFormatter.Context) -> String {
         switch node {
         case .sequence(let seq):
-            return "[" + ManifestFormatter.orderedItems(seq, context).map { flowText($0, context: context) }.joined(separator: ", ") + "]"
+            return "["
+                + ManifestFormatter.orderedItems(seq, context).map { flowText($0, context: context) }.joined(
+                    separator: ", ") + "]"
         case .mapping(let map):
-            return "{" + ManifestFormatter.orderedPairs(map, context).map { key, value in
-                "\(scalarText(key)): \(flowText(value, context: context.child(key: key.string ?? "")))"
-            }.joined(separator: ", ") + "}"
+            return "{"
+                + ManifestFormatter.orderedPairs(map, context).map { key, value in
+                    "\(scalarText(key)): \(flowText(value, context: context.child(key: key.string ?? "")))"
+                }.joined(separator: ", ") + "}"
         default:
             return scalarText(node)
         }

@@ -37,23 +37,32 @@ public struct ManifestLoader: ManifestSource {
         do {
             names = try recording.list(".").filter { $0.hasSuffix(".yaml") || $0.hasSuffix(".yml") }.sorted()
         } catch {
-            diagnostics.append(.error("cannot read the manifests directory \(files.displayPath(".")): \(error). Pass --manifests DIR or create it."))
+            diagnostics.append(
+                .error(
+                    "cannot read the manifests directory \(files.displayPath(".")): \(error). Pass --manifests DIR or create it."
+                ))
             names = []
         }
         if names.isEmpty, !diagnostics.hasErrors {
-            diagnostics.append(.error("no manifest files (*.yaml) in \(files.displayPath(".")); create one or pass --manifests DIR."))
+            diagnostics.append(
+                .error("no manifest files (*.yaml) in \(files.displayPath(".")); create one or pass --manifests DIR."))
         }
         let decoder = ManifestDecoder()
         for name in names {
             do {
                 let data = try recording.read(name)
                 guard let text = String(data: data, encoding: .utf8) else {
-                    diagnostics.append(.error("file is not UTF-8 text.", at: SourceLocation(file: files.displayPath(name), line: 1, column: 1)))
+                    diagnostics.append(
+                        .error(
+                            "file is not UTF-8 text.",
+                            at: SourceLocation(file: files.displayPath(name), line: 1, column: 1)))
                     continue
                 }
                 diagnostics += decoder.decode(text, file: files.displayPath(name), into: &manifests)
             } catch {
-                diagnostics.append(.error("cannot read: \(error)", at: SourceLocation(file: files.displayPath(name), line: 1, column: 1)))
+                diagnostics.append(
+                    .error(
+                        "cannot read: \(error)", at: SourceLocation(file: files.displayPath(name), line: 1, column: 1)))
             }
         }
         var builder = InventoryBuilder()
@@ -63,28 +72,38 @@ public struct ManifestLoader: ManifestSource {
                 if !snapshot.identity.isEmpty { recording.record(source.name, hash: snapshot.identity) }
             } catch {
                 if let location {
-                    diagnostics.append(.error("cannot read inventory file '\(source.name)': \(error); check the path, which is relative to the manifests directory.", at: location))
+                    diagnostics.append(
+                        .error(
+                            "cannot read inventory file '\(source.name)': \(error); check the path, which is relative to the manifests directory.",
+                            at: location))
                 } else {
                     diagnostics.append(.error("cannot read inventory '\(source.name)': \(error)"))
                 }
             }
         }
         diagnostics += builder.diagnostics
-        return ReadManifests(manifests: manifests, inventory: builder.inventory, diagnostics: diagnostics, files: recording)
+        return ReadManifests(
+            manifests: manifests, inventory: builder.inventory, diagnostics: diagnostics, files: recording)
     }
 
     /// The sources the manifests declare (inline devices, then files in order), then the extra ones.
-    func inventorySources(_ manifests: ManifestSet, _ diagnostics: inout [Diagnostic])
+    func inventorySources(
+        _ manifests: ManifestSet, _ diagnostics: inout [Diagnostic]
+    )
         -> [(any InventorySource, SourceLocation?)]
     {
         var sources: [(any InventorySource, SourceLocation?)] = []
         if !manifests.devices.isEmpty { sources.append((InlineInventorySource(manifests.devices), nil)) }
         for file in manifests.inventoryFiles {
             guard let format = file.format ?? InventoryFormat(suffixOf: file.path.value) else {
-                diagnostics.append(.error("inventory file '\(file.path.value)' must end in .csv or .jsonl, or say its format: {path: \(file.path.value), format: csv}.", at: file.path.location))
+                diagnostics.append(
+                    .error(
+                        "inventory file '\(file.path.value)' must end in .csv or .jsonl, or say its format: {path: \(file.path.value), format: csv}.",
+                        at: file.path.location))
                 continue
             }
-            sources.append((FileInventorySource(path: file.path.value, format: format, files: files), file.path.location))
+            sources.append(
+                (FileInventorySource(path: file.path.value, format: format, files: files), file.path.location))
         }
         return sources + extraSources.map { ($0, nil) }
     }
@@ -101,7 +120,8 @@ public struct ReadManifests: Sendable {
     public func resolve(into table: inout TokenTable) -> LoadedManifests {
         let (desired, resolveDiagnostics) = Resolver(manifests: manifests, inventory: inventory, files: files)
             .resolve(into: &table)
-        return LoadedManifests(manifests: manifests, inventory: inventory, desired: desired,
+        return LoadedManifests(
+            manifests: manifests, inventory: inventory, desired: desired,
             diagnostics: (diagnostics + resolveDiagnostics).sortedByLocation(), digest: files.digest())
     }
 }

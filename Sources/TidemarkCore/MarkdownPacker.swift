@@ -44,9 +44,10 @@ public struct MarkdownPacker: Sendable {
 
     /// `continued(i, n)` heads part i (2-based) of n; `truncated(omittedBlocks)` closes the last part
     /// when not everything fit in `maxParts`.
-    public func pack(head: String, blocks: [MarkdownBlock], continued: (Int, Int) -> String,
-        truncated: (Int) -> String) -> [String]
-    {
+    public func pack(
+        head: String, blocks: [MarkdownBlock], continued: (Int, Int) -> String,
+        truncated: (Int) -> String
+    ) -> [String] {
         // Room for the "continued" header and the truncation note, with a margin for their numbers.
         let headerRoom = continued(99, 99).utf8.count + 2
         let noteRoom = truncated(999_999).utf8.count + 2

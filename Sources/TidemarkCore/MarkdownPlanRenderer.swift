@@ -12,10 +12,11 @@ public struct MarkdownPlanRenderer: Sendable {
     public var packer: MarkdownPacker
     public var deviceName: @Sendable (String) -> String?
 
-    public init(showTokens: Bool = false, tokensPerSection: Int = 50, collapseAfter: Int = 12,
+    public init(
+        showTokens: Bool = false, tokensPerSection: Int = 50, collapseAfter: Int = 12,
         fullPlanHint: String? = nil, packer: MarkdownPacker = MarkdownPacker(),
-        deviceName: @escaping @Sendable (String) -> String? = { _ in nil })
-    {
+        deviceName: @escaping @Sendable (String) -> String? = { _ in nil }
+    ) {
         self.showTokens = showTokens
         self.tokensPerSection = tokensPerSection
         self.collapseAfter = collapseAfter
@@ -31,11 +32,17 @@ public struct MarkdownPlanRenderer: Sendable {
         let head = "### \(icon) tidemark: \(Self.escape(text.verdict(plan)))"
         var blocks: [MarkdownBlock] = []
         if plan.isPartial {
-            blocks.append(.text("> **Partial plan** (\(Self.escape(plan.selectionSummary))): topics and groups outside the selection are not planned and may have changes of their own."))
+            blocks.append(
+                .text(
+                    "> **Partial plan** (\(Self.escape(plan.selectionSummary))): topics and groups outside the selection are not planned and may have changes of their own."
+                ))
         }
         let errors = plan.diagnostics.filter { $0.severity == .error }
         if !errors.isEmpty {
-            blocks.append(MarkdownBlock(open: "**Errors** (this plan cannot be applied):\n", lines: errors.map { "- " + Self.escape($0.description) }))
+            blocks.append(
+                MarkdownBlock(
+                    open: "**Errors** (this plan cannot be applied):\n",
+                    lines: errors.map { "- " + Self.escape($0.description) }))
         }
         let destructive = text.destructiveLines(plan)
         if !destructive.isEmpty {
@@ -47,63 +54,83 @@ public struct MarkdownPlanRenderer: Sendable {
             var rows: [String] = []
             for change in plan.topics {
                 let mode = change.removedFromManifests ? "\(change.mode.rawValue), removed" : change.mode.rawValue
-                rows.append("| `\(change.topic)` | topic | \(mode) | +\(PlanRenderer.formatCount(change.subscribe)) | −\(PlanRenderer.formatCount(change.unsubscribe)) | \(Self.escape(change.notes.joined(separator: "; "))) |")
+                rows.append(
+                    "| `\(change.topic)` | topic | \(mode) | +\(PlanRenderer.formatCount(change.subscribe)) | −\(PlanRenderer.formatCount(change.unsubscribe)) | \(Self.escape(change.notes.joined(separator: "; "))) |"
+                )
             }
             for change in plan.groups {
-                rows.append("| `\(change.group)` | group | \(change.action.rawValue) | +\(change.add) | −\(change.remove) | \(Self.escape(change.notes.joined(separator: "; "))) |")
+                rows.append(
+                    "| `\(change.group)` | group | \(change.action.rawValue) | +\(change.add) | −\(change.remove) | \(Self.escape(change.notes.joined(separator: "; "))) |"
+                )
             }
             let header = "| Topic / group | Kind | Mode | Adds | Removes | Notes |\n|---|---|---|--:|--:|---|"
             blocks.append(MarkdownBlock(open: header, lines: rows))
         }
         let index = OperationIndex(plan)
         for change in plan.topics {
-            let lines = detailLines(index.tokens(.unsubscribe, change.topic), "-")
+            let lines =
+                detailLines(index.tokens(.unsubscribe, change.topic), "-")
                 + detailLines(index.tokens(.subscribe, change.topic), "+")
             guard !lines.isEmpty else { continue }
-            let title = "`\(change.topic)`: +\(PlanRenderer.formatCount(change.subscribe)) −\(PlanRenderer.formatCount(change.unsubscribe))"
+            let title =
+                "`\(change.topic)`: +\(PlanRenderer.formatCount(change.subscribe)) −\(PlanRenderer.formatCount(change.unsubscribe))"
             blocks.append(detailBlock(title: title, lines: lines))
         }
         for change in plan.groups {
             var lines: [String] = []
             for op in index.groupOperations(change.group) {
                 let sign = op.kind == .groupRemove ? "-" : "+"
-                let verb = switch op.kind {
-                case .groupCreate: "create with"
-                case .groupAdd: "add"
-                default: "remove"
-                }
+                let verb =
+                    switch op.kind {
+                    case .groupCreate: "create with"
+                    case .groupAdd: "add"
+                    default: "remove"
+                    }
                 lines.append("# \(verb) \(op.tokens.count)")
                 lines += op.tokens.map { "\(sign) \(show($0))" }
             }
             guard !lines.isEmpty else { continue }
-            blocks.append(detailBlock(title: "group `\(change.group)`: \(change.action.rawValue) +\(change.add) −\(change.remove)", lines: lines))
+            blocks.append(
+                detailBlock(
+                    title: "group `\(change.group)`: \(change.action.rawValue) +\(change.add) −\(change.remove)",
+                    lines: lines))
         }
         let warnings = plan.diagnostics.filter { $0.severity == .warning }
         if !warnings.isEmpty {
-            blocks.append(MarkdownBlock(open: "**Warnings**\n", lines: warnings.map { "- " + Self.escape($0.description) }))
+            blocks.append(
+                MarkdownBlock(open: "**Warnings**\n", lines: warnings.map { "- " + Self.escape($0.description) }))
         }
         var footer = "<sub>\(Self.escape(text.provenance(plan)))"
         if let fullPlanHint { footer += " Full plan: \(Self.escape(fullPlanHint))." }
         blocks.append(.text(footer + "</sub>"))
-        let hint = fullPlanHint.map { " — the full plan is in \(Self.escape($0))" } ?? " — save it with `tidemark plan --out plan.json` and read it with `tidemark show plan.json --format json`"
-        return packer.pack(head: head, blocks: blocks,
+        let hint =
+            fullPlanHint.map { " — the full plan is in \(Self.escape($0))" }
+            ?? " — save it with `tidemark plan --out plan.json` and read it with `tidemark show plan.json --format json`"
+        return packer.pack(
+            head: head, blocks: blocks,
             continued: { part, count in "### tidemark plan (continued, part \(part) of \(count))" },
-            truncated: { omitted in "**Truncated:** \(omitted) more section\(omitted == 1 ? "" : "s") did not fit in these comments\(hint)." })
+            truncated: { omitted in
+                "**Truncated:** \(omitted) more section\(omitted == 1 ? "" : "s") did not fit in these comments\(hint)."
+            })
     }
 
     /// A section: a `diff` code block, inside `<details>` when longer than `collapseAfter` lines.
     private func detailBlock(title: String, lines: [String]) -> MarkdownBlock {
         if lines.count > collapseAfter {
-            return MarkdownBlock(open: "<details><summary>\(title)</summary>\n\n```diff", lines: lines,
+            return MarkdownBlock(
+                open: "<details><summary>\(title)</summary>\n\n```diff", lines: lines,
                 close: "```\n\n</details>", reopen: "<details><summary>\(title) (continued)</summary>\n\n```diff")
         }
-        return MarkdownBlock(open: "\(title)\n\n```diff", lines: lines, close: "```", reopen: "\(title) (continued)\n\n```diff")
+        return MarkdownBlock(
+            open: "\(title)\n\n```diff", lines: lines, close: "```", reopen: "\(title) (continued)\n\n```diff")
     }
 
     private func detailLines(_ tokens: [String], _ sign: String) -> [String] {
         var lines = tokens.prefix(tokensPerSection).map { "\(sign) \(show($0))" }
         if tokens.count > tokensPerSection {
-            lines.append("\(sign) … and \(PlanRenderer.formatCount(tokens.count - tokensPerSection)) more (all are in the JSON plan)")
+            lines.append(
+                "\(sign) … and \(PlanRenderer.formatCount(tokens.count - tokensPerSection)) more (all are in the JSON plan)"
+            )
         }
         return lines
     }
@@ -151,6 +178,8 @@ struct OperationIndex {
         topicOperations[topic]?[kind] ?? []
     }
 
-    func tokens(_ kind: PlannedOperation.Kind, _ topic: String) -> [String] { operations(kind, topic).flatMap(\.tokens) }
+    func tokens(_ kind: PlannedOperation.Kind, _ topic: String) -> [String] {
+        operations(kind, topic).flatMap(\.tokens)
+    }
     func groupOperations(_ group: String) -> [PlannedOperation] { groups[group] ?? [] }
 }

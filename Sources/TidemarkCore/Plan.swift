@@ -100,11 +100,12 @@ public struct Plan: Sendable, Codable {
     public var diagnostics: [Diagnostic]
     public var observations: Observations
 
-    public init(formatVersion: Int = Plan.currentFormatVersion, tidemarkVersion: String, createdAt: Date,
+    public init(
+        formatVersion: Int = Plan.currentFormatVersion, tidemarkVersion: String, createdAt: Date,
         lineage: String, serial: Int, manifestsDigest: String, backend: BackendIdentity, refreshed: Bool,
         targets: [String] = [], operations: [PlannedOperation], topics: [TopicChange], groups: [GroupChange],
-        diagnostics: [Diagnostic], observations: Observations)
-    {
+        diagnostics: [Diagnostic], observations: Observations
+    ) {
         self.formatVersion = formatVersion
         self.tidemarkVersion = tidemarkVersion
         self.createdAt = createdAt

@@ -6,9 +6,10 @@ public struct PlanRenderer: Sendable {
     /// Names a token's device, when the inventory knows it.
     public var deviceName: @Sendable (String) -> String?
 
-    public init(showTokens: Bool = false, tokensPerSection: Int = 5,
-        deviceName: @escaping @Sendable (String) -> String? = { _ in nil })
-    {
+    public init(
+        showTokens: Bool = false, tokensPerSection: Int = 5,
+        deviceName: @escaping @Sendable (String) -> String? = { _ in nil }
+    ) {
         self.showTokens = showTokens
         self.tokensPerSection = tokensPerSection
         self.deviceName = deviceName
@@ -27,7 +28,8 @@ public struct PlanRenderer: Sendable {
     /// "Plan: 3 topics and 1 group change: +1,204 subscriptions, −37 unsubscriptions".
     public func verdict(_ plan: Plan) -> String {
         guard plan.hasChanges else {
-            return "No changes. FCM matches the manifests\(plan.refreshed ? "" : " (as recorded in state; not refreshed)")."
+            return
+                "No changes. FCM matches the manifests\(plan.refreshed ? "" : " (as recorded in state; not refreshed)")."
         }
         let topics = Set(plan.operations.filter { !$0.kind.isGroup }.map(\.target)).count
         let groups = Set(plan.operations.filter { $0.kind.isGroup }.map(\.target)).count
@@ -37,7 +39,8 @@ public struct PlanRenderer: Sendable {
         let change = topics + groups == 1 ? "changes" : "change"
         var counts: [String] = []
         counts.append("+\(Self.formatCount(plan.subscribeCount)) subscription\(plan.subscribeCount == 1 ? "" : "s")")
-        counts.append("−\(Self.formatCount(plan.unsubscribeCount)) unsubscription\(plan.unsubscribeCount == 1 ? "" : "s")")
+        counts.append(
+            "−\(Self.formatCount(plan.unsubscribeCount)) unsubscription\(plan.unsubscribeCount == 1 ? "" : "s")")
         let groupCalls = plan.operations.filter { $0.kind.isGroup }.count
         if groupCalls > 0 { counts.append("\(groupCalls) group call\(groupCalls == 1 ? "" : "s")") }
         return "Plan: \(parts.joined(separator: " and ")) \(change): \(counts.joined(separator: ", "))."
@@ -52,7 +55,9 @@ public struct PlanRenderer: Sendable {
         out.append(verdict(plan))
         if plan.isPartial {
             out.append("")
-            out.append("Partial plan (\(plan.selectionSummary)): topics and groups outside the selection are not planned and may have changes of their own.")
+            out.append(
+                "Partial plan (\(plan.selectionSummary)): topics and groups outside the selection are not planned and may have changes of their own."
+            )
         }
         let destructive = destructiveLines(plan)
         if !destructive.isEmpty {
@@ -68,7 +73,9 @@ public struct PlanRenderer: Sendable {
             for change in plan.topics {
                 let symbol = change.removedFromManifests ? "-" : (change.unsubscribe > 0 ? "~" : "+")
                 let name = change.topic.padding(toLength: max(width, change.topic.count), withPad: " ", startingAt: 0)
-                out.append("  \(symbol) \(name)  \(change.mode.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0))  +\(Self.formatCount(change.subscribe))  −\(Self.formatCount(change.unsubscribe))")
+                out.append(
+                    "  \(symbol) \(name)  \(change.mode.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0))  +\(Self.formatCount(change.subscribe))  −\(Self.formatCount(change.unsubscribe))"
+                )
                 for note in change.notes { out.append("      note: \(note)") }
                 out += tokenLines(index, topic: change.topic)
             }
@@ -77,19 +84,21 @@ public struct PlanRenderer: Sendable {
             out.append("")
             out.append("Device groups:")
             for change in plan.groups {
-                let symbol = switch change.action {
-                case .create: "+"
-                case .delete: "-"
-                case .update, .adopt: "~"
-                }
+                let symbol =
+                    switch change.action {
+                    case .create: "+"
+                    case .delete: "-"
+                    case .update, .adopt: "~"
+                    }
                 out.append("  \(symbol) \(change.group)  \(change.action.rawValue)  +\(change.add)  −\(change.remove)")
                 for note in change.notes { out.append("      note: \(note)") }
                 for op in index.groupOperations(change.group) {
-                    let verb = switch op.kind {
-                    case .groupCreate: "create with"
-                    case .groupAdd: "add"
-                    default: "remove"
-                    }
+                    let verb =
+                        switch op.kind {
+                        case .groupCreate: "create with"
+                        case .groupAdd: "add"
+                        default: "remove"
+                        }
                     out.append("      \(verb): \(op.tokens.map(show).joined(separator: ", "))")
                 }
             }
@@ -106,9 +115,12 @@ public struct PlanRenderer: Sendable {
 
     func destructiveLines(_ plan: Plan) -> [String] {
         var lines: [String] = []
-        for change in plan.topics where change.unsubscribe > 0 && (change.mode == .authoritative || change.removedFromManifests) {
+        for change in plan.topics
+        where change.unsubscribe > 0 && (change.mode == .authoritative || change.removedFromManifests) {
             let why = change.removedFromManifests ? "topic removed from the manifests" : "authoritative topic"
-            lines.append("\(Self.formatCount(change.unsubscribe)) unsubscription\(change.unsubscribe == 1 ? "" : "s") from '\(change.topic)' (\(why))")
+            lines.append(
+                "\(Self.formatCount(change.unsubscribe)) unsubscription\(change.unsubscribe == 1 ? "" : "s") from '\(change.topic)' (\(why))"
+            )
         }
         for change in plan.groups where change.action == .delete {
             lines.append("device group '\(change.group)' will be deleted (all \(change.remove) members removed)")
@@ -146,6 +158,7 @@ public struct PlanRenderer: Sendable {
     func provenance(_ plan: Plan) -> String {
         let refresh = plan.refreshed ? "after reading the backend" : "from state only (--no-refresh)"
         let state = plan.lineage.isEmpty ? "no state yet" : "state \(plan.lineage.prefix(8)) serial \(plan.serial)"
-        return "Computed \(refresh); \(state); manifests sha256:\(plan.manifestsDigest.prefix(12)); backend \(plan.backend); \(plan.operations.count) request\(plan.operations.count == 1 ? "" : "s")."
+        return
+            "Computed \(refresh); \(state); manifests sha256:\(plan.manifestsDigest.prefix(12)); backend \(plan.backend); \(plan.operations.count) request\(plan.operations.count == 1 ? "" : "s")."
     }
 }

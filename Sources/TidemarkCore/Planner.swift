@@ -13,9 +13,10 @@ public struct Planner: Sendable {
     /// `state` must share its token table with `loaded` (the manifests were resolved into `state.tokens`).
     /// A partial plan (`targets`) diffs only what it covers; `maxUnsubscribes` turns a plan past that
     /// blast radius into an error.
-    public func plan(loaded: LoadedManifests, state: State, refresh: RefreshResult?, backend: BackendIdentity,
-        now: Date, targets: Targets = .all, maxUnsubscribes: UnsubscribeLimit? = nil) -> Plan
-    {
+    public func plan(
+        loaded: LoadedManifests, state: State, refresh: RefreshResult?, backend: BackendIdentity,
+        now: Date, targets: Targets = .all, maxUnsubscribes: UnsubscribeLimit? = nil
+    ) -> Plan {
         var working = state
         working.growToTable()
         let observations = refresh.map { working.absorb($0) } ?? Observations()
@@ -23,15 +24,20 @@ public struct Planner: Sendable {
         var diagnostics = loaded.diagnostics.filter { $0.severity != .error } + result.diagnostics
         if !observations.dead.isEmpty {
             let names = observations.dead.prefix(5).map { describe($0, loaded.inventory) }.joined(separator: ", ")
-            diagnostics.append(.warning("\(observations.dead.count) token(s) are no longer registered in FCM (\(names)\(observations.dead.count > 5 ? ", …" : "")); they are skipped. Remove them from the inventory or update their tokens."))
+            diagnostics.append(
+                .warning(
+                    "\(observations.dead.count) token(s) are no longer registered in FCM (\(names)\(observations.dead.count > 5 ? ", …" : "")); they are skipped. Remove them from the inventory or update their tokens."
+                ))
         }
-        var plan = Plan(tidemarkVersion: tidemarkVersion, createdAt: now, lineage: state.lineage, serial: state.serial,
+        var plan = Plan(
+            tidemarkVersion: tidemarkVersion, createdAt: now, lineage: state.lineage, serial: state.serial,
             manifestsDigest: loaded.digest, backend: backend, refreshed: refresh != nil,
             targets: targets.include.map(\.description), operations: result.operations,
             topics: result.topics, groups: result.groups, diagnostics: diagnostics, observations: observations)
         plan.excludes = targets.exclude.map(\.description)
         if let maxUnsubscribes,
-            let violation = maxUnsubscribes.violation(unsubscribes: plan.unsubscribeCount, known: working.observedMembershipCount)
+            let violation = maxUnsubscribes.violation(
+                unsubscribes: plan.unsubscribeCount, known: working.observedMembershipCount)
         {
             plan.diagnostics.append(.error(violation))
         }

@@ -19,8 +19,10 @@ public struct ProjectSettings: Sendable, Equatable {
     /// The sender ID (project number) sent as `project_id` on device-group calls; default: the project id.
     public var senderID: String?
 
-    public static let keys = ["project", "backend", "manifests", "state", "transport", "qps", "qps_unit", "credentials",
-        "fcm_url", "iid_url", "sender_id"]
+    public static let keys = [
+        "project", "backend", "manifests", "state", "transport", "qps", "qps_unit", "credentials",
+        "fcm_url", "iid_url", "sender_id",
+    ]
 
     public init() {}
 
@@ -35,7 +37,8 @@ public struct ProjectSettings: Sendable, Equatable {
                 if case .scalar(let scalar) = value, let qps = Double(scalar.string), qps > 0 {
                     settings.qps = qps
                 } else {
-                    doc.error("'qps' must be a positive number of subscription changes per second (FCM allows 3000).", value)
+                    doc.error(
+                        "'qps' must be a positive number of subscription changes per second (FCM allows 3000).", value)
                 }
                 continue
             }
@@ -54,7 +57,9 @@ public struct ProjectSettings: Sendable, Equatable {
             case "sender_id": settings.senderID = text
             case "fcm_url", "iid_url":
                 guard text.hasPrefix("https://") || text.hasPrefix("http://"), !text.hasSuffix("/") else {
-                    doc.error("'\(key)' must be a base URL such as https://fcm.googleapis.com (http or https, no trailing slash), not '\(text)'.", value)
+                    doc.error(
+                        "'\(key)' must be a base URL such as https://fcm.googleapis.com (http or https, no trailing slash), not '\(text)'.",
+                        value)
                     continue
                 }
                 if key == "fcm_url" { settings.fcmURL = text } else { settings.iidURL = text }
@@ -62,7 +67,8 @@ public struct ProjectSettings: Sendable, Equatable {
                 if let unit = QuotaUnit(rawValue: text) {
                     settings.qpsUnit = unit
                 } else {
-                    doc.error("unknown qps_unit '\(text)'; use tokens (membership changes) or requests (HTTP calls).", value)
+                    doc.error(
+                        "unknown qps_unit '\(text)'; use tokens (membership changes) or requests (HTTP calls).", value)
                 }
             case "transport":
                 if let transport = TopicTransport(rawValue: text) {

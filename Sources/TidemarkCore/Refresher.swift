@@ -11,9 +11,10 @@ public struct Refresher: Sendable {
     }
 
     /// Refreshes `ids` (token ids of `table`) and looks up the keys of `groups`.
-    public func refresh(_ ids: TokenSet, table: TokenTable, groups: [String], at: Int64,
-        progress: (@Sendable (Int, Int) -> Void)? = nil) async throws -> RefreshResult
-    {
+    public func refresh(
+        _ ids: TokenSet, table: TokenTable, groups: [String], at: Int64,
+        progress: (@Sendable (Int, Int) -> Void)? = nil
+    ) async throws -> RefreshResult {
         let all = ids.ids
         var subscribed: [String: [UInt32]] = [:]
         var dead: [UInt32] = []
@@ -24,7 +25,10 @@ public struct Refresher: Sendable {
         } each: { i, statuses in
             let chunk = chunks[i]
             guard statuses.count == chunk.count else {
-                throw RefreshError(message: "the backend answered \(statuses.count) statuses for \(chunk.count) tokens; refusing to plan on a partial read.")
+                throw RefreshError(
+                    message:
+                        "the backend answered \(statuses.count) statuses for \(chunk.count) tokens; refusing to plan on a partial read."
+                )
             }
             for (id, status) in zip(chunk, statuses) {
                 switch status {
@@ -40,7 +44,8 @@ public struct Refresher: Sendable {
         for name in groups {
             keys[name] = .some(try await backend.groupKey(name: name))
         }
-        return RefreshResult(at: at, refreshed: ids, subscribed: subscribed.mapValues { TokenSet($0) },
+        return RefreshResult(
+            at: at, refreshed: ids, subscribed: subscribed.mapValues { TokenSet($0) },
             dead: TokenSet(dead), groupKeys: keys)
     }
 }

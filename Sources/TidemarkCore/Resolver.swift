@@ -27,34 +27,52 @@ public struct Resolver {
                 diagnostics.append(.error("invalid topic name '\(name)': \(problem).", at: spec.name.location))
             }
             if let first = seenTopics[name] {
-                diagnostics.append(.error("topic '\(name)' is defined twice: here and at \(first); merge the two definitions.", at: spec.name.location))
+                diagnostics.append(
+                    .error(
+                        "topic '\(name)' is defined twice: here and at \(first); merge the two definitions.",
+                        at: spec.name.location))
                 continue
             }
             seenTopics[name] = spec.name.location
             let members = context.resolve(spec.members, owner: "topic '\(name)'", table: &table, &diagnostics)
             if members.isEmpty, !spec.allowEmpty {
-                diagnostics.append(.error("topic '\(name)' has no members; add members or set 'allow_empty: true' to unsubscribe everyone tidemark manages.", at: spec.name.location))
+                diagnostics.append(
+                    .error(
+                        "topic '\(name)' has no members; add members or set 'allow_empty: true' to unsubscribe everyone tidemark manages.",
+                        at: spec.name.location))
             }
-            topics.append(DesiredTopic(name: name, mode: spec.mode, protect: spec.protect, allowEmpty: spec.allowEmpty,
-                members: members, location: spec.name.location))
+            topics.append(
+                DesiredTopic(
+                    name: name, mode: spec.mode, protect: spec.protect, allowEmpty: spec.allowEmpty,
+                    members: members, location: spec.name.location))
         }
         var groups: [DesiredGroup] = []
         var seenGroups: [String: SourceLocation] = [:]
         for spec in manifests.groups {
             let name = spec.name.value
             if let first = seenGroups[name] {
-                diagnostics.append(.error("device group '\(name)' is defined twice: here and at \(first); merge the two definitions.", at: spec.name.location))
+                diagnostics.append(
+                    .error(
+                        "device group '\(name)' is defined twice: here and at \(first); merge the two definitions.",
+                        at: spec.name.location))
                 continue
             }
             seenGroups[name] = spec.name.location
             let members = context.resolve(spec.members, owner: "group '\(name)'", table: &table, &diagnostics)
             if members.count > FCMLimits.maxGroupMembers {
-                diagnostics.append(.error("device group '\(name)' has \(members.count) members; FCM allows at most \(FCMLimits.maxGroupMembers) per group. Split it or narrow its members.", at: spec.name.location))
+                diagnostics.append(
+                    .error(
+                        "device group '\(name)' has \(members.count) members; FCM allows at most \(FCMLimits.maxGroupMembers) per group. Split it or narrow its members.",
+                        at: spec.name.location))
             }
             if members.isEmpty {
-                diagnostics.append(.error("device group '\(name)' has no members; FCM deletes empty groups. Remove the group to delete it.", at: spec.name.location))
+                diagnostics.append(
+                    .error(
+                        "device group '\(name)' has no members; FCM deletes empty groups. Remove the group to delete it.",
+                        at: spec.name.location))
             }
-            groups.append(DesiredGroup(name: name, protect: spec.protect, members: members, location: spec.name.location))
+            groups.append(
+                DesiredGroup(name: name, protect: spec.protect, members: members, location: spec.name.location))
         }
         diagnostics += checkTopicsPerToken(topics, table: table)
         let known = TokenSet(context.deviceTokenIDs).union(TokenSet(context.namedTokens))
@@ -73,9 +91,15 @@ public struct Resolver {
             guard over <= 10 else { continue }
             let token = table[UInt32(id)]
             if let device = inventory.index(ofToken: token) {
-                diagnostics.append(.error("device '\(inventory.deviceIDs[device])' would be subscribed to \(count) topics; FCM allows \(FCMLimits.maxTopicsPerToken) per app instance. Narrow the selectors that match it.", at: inventory.location(ofDevice: device)))
+                diagnostics.append(
+                    .error(
+                        "device '\(inventory.deviceIDs[device])' would be subscribed to \(count) topics; FCM allows \(FCMLimits.maxTopicsPerToken) per app instance. Narrow the selectors that match it.",
+                        at: inventory.location(ofDevice: device)))
             } else {
-                diagnostics.append(.error("token \(Redaction.redact(token)) would be subscribed to \(count) topics; FCM allows \(FCMLimits.maxTopicsPerToken) per app instance."))
+                diagnostics.append(
+                    .error(
+                        "token \(Redaction.redact(token)) would be subscribed to \(count) topics; FCM allows \(FCMLimits.maxTopicsPerToken) per app instance."
+                    ))
             }
         }
         if over > 10 {
@@ -97,9 +121,10 @@ public struct Resolver {
             self.files = files
         }
 
-        mutating func resolve(_ refs: [MemberRef], owner: String, table: inout TokenTable,
-            _ diagnostics: inout [Diagnostic]) -> TokenSet
-        {
+        mutating func resolve(
+            _ refs: [MemberRef], owner: String, table: inout TokenTable,
+            _ diagnostics: inout [Diagnostic]
+        ) -> TokenSet {
             var parts: [TokenSet] = []
             for ref in refs {
                 switch ref {
@@ -107,7 +132,8 @@ public struct Resolver {
                     var ids: [UInt32] = []
                     for token in tokens {
                         if let problem = FCMLimits.tokenProblem(token.value) {
-                            diagnostics.append(.error("member of \(owner) is not a valid token: \(problem).", at: token.location))
+                            diagnostics.append(
+                                .error("member of \(owner) is not a valid token: \(problem).", at: token.location))
                             continue
                         }
                         let id = table.intern(token.value)
@@ -147,9 +173,10 @@ public struct Resolver {
             return lists
         }
 
-        private mutating func select(_ requirements: [LabelRequirement], at location: SourceLocation, owner: String,
-            _ diagnostics: inout [Diagnostic]) -> TokenSet
-        {
+        private mutating func select(
+            _ requirements: [LabelRequirement], at location: SourceLocation, owner: String,
+            _ diagnostics: inout [Diagnostic]
+        ) -> TokenSet {
             var positive: [Int32]?
             var negative: [[Int32]] = []
             for requirement in requirements {
@@ -191,7 +218,8 @@ public struct Resolver {
                     .subtracting(TokenSet(sorted: excluded.map { UInt32($0) })).ids.map { Int32($0) }
             }
             if matched.isEmpty {
-                diagnostics.append(.error("the selector of \(owner) matches no device; \(describe(requirements)).", at: location))
+                diagnostics.append(
+                    .error("the selector of \(owner) matches no device; \(describe(requirements)).", at: location))
             }
             return TokenSet(matched.map { deviceTokenIDs[Int($0)] })
         }
@@ -211,7 +239,8 @@ public struct Resolver {
                     }
                     return "label '\(requirement.key)' has no value '\(first)'"
                 }
-                return "label '\(requirement.key)' is \(known.count == 1 ? "only" : "one of") \(known.sorted().prefix(8).joined(separator: ", "))"
+                return
+                    "label '\(requirement.key)' is \(known.count == 1 ? "only" : "one of") \(known.sorted().prefix(8).joined(separator: ", "))"
             }.joined(separator: "; ")
         }
 
@@ -221,29 +250,44 @@ public struct Resolver {
             var i = 0
             var j = 0
             while i < a.count, j < b.count {
-                if a[i] < b[j] { i += 1 } else if a[i] > b[j] { j += 1 } else {
-                    result.append(a[i]); i += 1; j += 1
+                if a[i] < b[j] {
+                    i += 1
+                } else if a[i] > b[j] {
+                    j += 1
+                } else {
+                    result.append(a[i])
+                    i += 1
+                    j += 1
                 }
             }
             return result
         }
 
-        private mutating func tokensFromFile(_ path: Located<String>, owner: String, table: inout TokenTable,
-            _ diagnostics: inout [Diagnostic]) -> TokenSet
-        {
+        private mutating func tokensFromFile(
+            _ path: Located<String>, owner: String, table: inout TokenTable,
+            _ diagnostics: inout [Diagnostic]
+        ) -> TokenSet {
             if tokenFiles[path.value] == nil {
                 guard let data = try? files.read(path.value) else {
-                    diagnostics.append(.error("cannot read token file '\(path.value)' named by \(owner); paths are relative to the manifests directory.", at: path.location))
+                    diagnostics.append(
+                        .error(
+                            "cannot read token file '\(path.value)' named by \(owner); paths are relative to the manifests directory.",
+                            at: path.location))
                     return TokenSet()
                 }
                 var tokens: [String] = []
                 var line = 0
-                for raw in String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false) {
+                for raw in String(decoding: data, as: UTF8.self).split(
+                    separator: "\n", omittingEmptySubsequences: false)
+                {
                     line += 1
                     let text = raw.trimmingCharacters(in: .whitespacesAndNewlines)
                     if text.isEmpty || text.hasPrefix("#") { continue }
                     if let problem = FCMLimits.tokenProblem(text) {
-                        diagnostics.append(.error("line is not a registration token: \(problem).", at: SourceLocation(file: files.displayPath(path.value), line: line, column: 1)))
+                        diagnostics.append(
+                            .error(
+                                "line is not a registration token: \(problem).",
+                                at: SourceLocation(file: files.displayPath(path.value), line: line, column: 1)))
                         continue
                     }
                     tokens.append(text)

@@ -14,9 +14,10 @@ public struct RetryPolicy: Sendable, Equatable {
     /// Total time one call may spend waiting to retry.
     public var budget: Duration
 
-    public init(baseDelay: Duration = .milliseconds(500), maxDelay: Duration = .seconds(60),
-        budget: Duration = .seconds(300))
-    {
+    public init(
+        baseDelay: Duration = .milliseconds(500), maxDelay: Duration = .seconds(60),
+        budget: Duration = .seconds(300)
+    ) {
         self.baseDelay = baseDelay
         self.maxDelay = maxDelay
         self.budget = budget
@@ -40,9 +41,10 @@ public struct RetryPolicy: Sendable, Equatable {
     public static func isRetryable(status: Int) -> Bool { [408, 429, 500, 502, 503, 504].contains(status) }
 
     /// The decision after the `attempt`-th failure (1-based), with `elapsed` already spent on this call.
-    public func decide(_ failure: Failure, attempt: Int, elapsed: Duration,
-        using random: inout some RandomNumberGenerator) -> Decision
-    {
+    public func decide(
+        _ failure: Failure, attempt: Int, elapsed: Duration,
+        using random: inout some RandomNumberGenerator
+    ) -> Decision {
         var floor = Duration.zero
         switch failure {
         case .status(let status, let retryAfter):

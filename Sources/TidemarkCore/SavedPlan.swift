@@ -12,10 +12,16 @@ extension Plan {
         struct Header: Decodable { var formatVersion: Int? }
         let header = try? Plan.decoder().decode(Header.self, from: data)
         guard let version = header?.formatVersion else {
-            throw SavedPlanError(description: "\(file) is not a tidemark plan file (no format_version); make one with 'tidemark plan --out \(file)'.")
+            throw SavedPlanError(
+                description:
+                    "\(file) is not a tidemark plan file (no format_version); make one with 'tidemark plan --out \(file)'."
+            )
         }
         guard version <= Plan.currentFormatVersion else {
-            throw SavedPlanError(description: "\(file) has plan format \(version); this tidemark reads up to \(Plan.currentFormatVersion). Upgrade tidemark.")
+            throw SavedPlanError(
+                description:
+                    "\(file) has plan format \(version); this tidemark reads up to \(Plan.currentFormatVersion). Upgrade tidemark."
+            )
         }
         let plan: Plan
         do {

@@ -10,9 +10,10 @@ public struct RefreshResult: Sendable {
     /// Per group name that was looked up: the key, or nil when the group does not exist.
     public var groupKeys: [String: String?]
 
-    public init(at: Int64, refreshed: TokenSet, subscribed: [String: TokenSet], dead: TokenSet,
-        groupKeys: [String: String?])
-    {
+    public init(
+        at: Int64, refreshed: TokenSet, subscribed: [String: TokenSet], dead: TokenSet,
+        groupKeys: [String: String?]
+    ) {
         self.at = at
         self.refreshed = refreshed
         self.subscribed = subscribed
@@ -32,8 +33,10 @@ extension State {
             let added = after.subtracting(before)
             let removed = before.subtracting(after)
             if !added.isEmpty || !removed.isEmpty {
-                result.topics.append(Observations.TopicDelta(topic: name, subscribed: strings(added),
-                    unsubscribed: strings(removed)))
+                result.topics.append(
+                    Observations.TopicDelta(
+                        topic: name, subscribed: strings(added),
+                        unsubscribed: strings(removed)))
             }
         }
         result.dead = strings(refresh.dead.subtracting(dead))
@@ -86,7 +89,9 @@ extension State {
 
     /// Records the outcome of one executed operation; returns the topics whose memberships changed.
     @discardableResult
-    public mutating func record(_ operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?, at: Int64)
+    public mutating func record(
+        _ operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?, at: Int64
+    )
         -> Set<String>
     {
         var changedTopics: Set<String> = []
@@ -122,7 +127,9 @@ extension State {
                     let counts = (topics[name]!.observed.count, topics[name]!.managed.count)
                     topics[name]!.observed.subtract(goneSet)
                     topics[name]!.managed.subtract(goneSet)
-                    if (topics[name]!.observed.count, topics[name]!.managed.count) != counts { changedTopics.insert(name) }
+                    if (topics[name]!.observed.count, topics[name]!.managed.count) != counts {
+                        changedTopics.insert(name)
+                    }
                 }
             }
         case .groupCreate, .groupAdd:
@@ -145,9 +152,10 @@ extension State {
     /// Before an apply: adopt declared memberships already in place, forget managed ones that are gone,
     /// and record each declared topic's mode. The planned removals stay managed until they run.
     /// A partial plan's bookkeeping touches only the topics and groups it `targets`.
-    public mutating func reconcileBookkeeping(with desired: DesiredState, operations: [PlannedOperation],
-        targets: Targets = .all)
-    {
+    public mutating func reconcileBookkeeping(
+        with desired: DesiredState, operations: [PlannedOperation],
+        targets: Targets = .all
+    ) {
         var removals: [String: TokenSet] = [:]
         for op in operations where op.kind == .unsubscribe {
             removals[op.target, default: TokenSet()].formUnion(TokenSet(op.tokens.compactMap { tokens.id($0) }))

@@ -9,9 +9,10 @@ public struct TopicState: Sendable, Equatable {
     /// Memberships seen by the last refresh or made by the last apply.
     public var observed: TokenSet
 
-    public init(mode: TopicMode = .additive, protect: Bool = false, managed: TokenSet = TokenSet(),
-        observed: TokenSet = TokenSet())
-    {
+    public init(
+        mode: TopicMode = .additive, protect: Bool = false, managed: TokenSet = TokenSet(),
+        observed: TokenSet = TokenSet()
+    ) {
         self.mode = mode
         self.protect = protect
         self.managed = managed
@@ -51,10 +52,11 @@ public struct State: Sendable {
 
     /// A state that was never saved has an empty lineage; the first save gives it one (drawn from
     /// the injected `Timing`, so nothing here draws randomness).
-    public init(lineage: String = "", serial: Int = 0, tokens: TokenTable = TokenTable(),
+    public init(
+        lineage: String = "", serial: Int = 0, tokens: TokenTable = TokenTable(),
         seenAt: [Int64] = [], dead: TokenSet = TokenSet(), topics: [String: TopicState] = [:],
-        groups: [String: GroupState] = [:])
-    {
+        groups: [String: GroupState] = [:]
+    ) {
         self.lineage = lineage
         self.serial = serial
         self.tokens = tokens

@@ -19,13 +19,15 @@ public struct Targets: Sendable, Equatable {
             if let colon = text.firstIndex(of: ":") {
                 let prefix = String(text[..<colon])
                 guard let parsed = Kind(rawValue: prefix) else {
-                    throw TargetError("'\(text)' is not a selector: the part before ':' must be 'topic' or 'group', not '\(prefix)'.")
+                    throw TargetError(
+                        "'\(text)' is not a selector: the part before ':' must be 'topic' or 'group', not '\(prefix)'.")
                 }
                 kind = parsed
                 pattern = text[text.index(after: colon)...]
             }
             guard !pattern.isEmpty else {
-                throw TargetError("'\(text)' is not a selector: give a name or glob, e.g. topic:weather-* or group:user-*.")
+                throw TargetError(
+                    "'\(text)' is not a selector: give a name or glob, e.g. topic:weather-* or group:user-*.")
             }
             self.kind = kind
             self.pattern = String(pattern)
@@ -40,8 +42,10 @@ public struct Targets: Sendable, Equatable {
 
         /// Iterative glob match with backtracking to the last `*`: linear in practice, no recursion.
         static func glob(_ pattern: [Unicode.Scalar], _ name: [Unicode.Scalar]) -> Bool {
-            var p = 0, n = 0
-            var star = -1, mark = 0
+            var p = 0
+            var n = 0
+            var star = -1
+            var mark = 0
             while n < name.count {
                 if p < pattern.count, pattern[p] == "?" || pattern[p] == name[n] {
                     p += 1
@@ -126,7 +130,9 @@ public struct UnsubscribeLimit: Sendable, Equatable, CustomStringConvertible {
             bound = .percent(value)
         } else {
             guard let value = Int(trimmed), value >= 0 else {
-                throw TargetError("--max-unsubscribes '\(text)' is neither a number of unsubscriptions (e.g. 500) nor a percentage (e.g. 5%).")
+                throw TargetError(
+                    "--max-unsubscribes '\(text)' is neither a number of unsubscriptions (e.g. 500) nor a percentage (e.g. 5%)."
+                )
             }
             bound = .count(value)
         }
@@ -148,7 +154,9 @@ public struct UnsubscribeLimit: Sendable, Equatable, CustomStringConvertible {
         }
         guard unsubscribes > allowed else { return nil }
         let percent = known > 0 ? String(format: "%.1f", Double(unsubscribes) * 100 / Double(known)) : ""
-        let share = known > 0 ? " (\(percent)% of the \(PlanRenderer.formatCount(known)) memberships tidemark knows)" : ""
-        return "the plan would unsubscribe \(PlanRenderer.formatCount(unsubscribes)) memberships\(share), more than --max-unsubscribes \(self) allows (\(PlanRenderer.formatCount(allowed))). Check the manifests, narrow the plan with --target, or raise the limit."
+        let share =
+            known > 0 ? " (\(percent)% of the \(PlanRenderer.formatCount(known)) memberships tidemark knows)" : ""
+        return
+            "the plan would unsubscribe \(PlanRenderer.formatCount(unsubscribes)) memberships\(share), more than --max-unsubscribes \(self) allows (\(PlanRenderer.formatCount(allowed))). Check the manifests, narrow the plan with --target, or raise the limit."
     }
 }

@@ -12,9 +12,10 @@ public struct Timing: Sendable {
     /// The calendar time: timestamps in state and plans, a `Retry-After` given as an HTTP date.
     public var wallClock: @Sendable () -> Date
 
-    public init(now: @escaping @Sendable () -> Duration, sleep: @escaping @Sendable (Duration) async throws -> Void,
-        random: @escaping @Sendable () -> UInt64, wallClock: @escaping @Sendable () -> Date = { Date() })
-    {
+    public init(
+        now: @escaping @Sendable () -> Duration, sleep: @escaping @Sendable (Duration) async throws -> Void,
+        random: @escaping @Sendable () -> UInt64, wallClock: @escaping @Sendable () -> Date = { Date() }
+    ) {
         self.now = now
         self.sleep = sleep
         self.random = random
@@ -24,8 +25,12 @@ public struct Timing: Sendable {
     /// The continuous clock, `Task.sleep`, the system's random numbers and the system's calendar time.
     public static var live: Timing {
         let origin = ContinuousClock.now
-        return Timing(now: { ContinuousClock.now - origin }, sleep: { try await Task.sleep(for: $0) },
-            random: { var system = SystemRandomNumberGenerator(); return system.next() })
+        return Timing(
+            now: { ContinuousClock.now - origin }, sleep: { try await Task.sleep(for: $0) },
+            random: {
+                var system = SystemRandomNumberGenerator()
+                return system.next()
+            })
     }
 
     /// A `RandomNumberGenerator` view of `random`.
@@ -52,8 +57,10 @@ public struct Timing: Sendable {
         bytes[6] = (bytes[6] & 0x0F) | 0x40
         bytes[8] = (bytes[8] & 0x3F) | 0x80
         let hex = bytes.map { String(format: "%02x", $0) }.joined()
-        let parts = [hex.prefix(8), hex.dropFirst(8).prefix(4), hex.dropFirst(12).prefix(4), hex.dropFirst(16).prefix(4),
-            hex.dropFirst(20)]
+        let parts = [
+            hex.prefix(8), hex.dropFirst(8).prefix(4), hex.dropFirst(12).prefix(4), hex.dropFirst(16).prefix(4),
+            hex.dropFirst(20),
+        ]
         return parts.joined(separator: "-")
     }
 

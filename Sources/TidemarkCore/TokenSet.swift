@@ -50,11 +50,15 @@ public struct TokenSet: Sendable, Equatable, Sequence {
         let b = other.ids
         while i < a.count, j < b.count {
             if a[i] < b[j] {
-                result.append(a[i]); i += 1
+                result.append(a[i])
+                i += 1
             } else if a[i] > b[j] {
-                result.append(b[j]); j += 1
+                result.append(b[j])
+                j += 1
             } else {
-                result.append(a[i]); i += 1; j += 1
+                result.append(a[i])
+                i += 1
+                j += 1
             }
         }
         result.append(contentsOf: a[i...])
@@ -69,8 +73,14 @@ public struct TokenSet: Sendable, Equatable, Sequence {
         let a = ids
         let b = other.ids
         while i < a.count, j < b.count {
-            if a[i] < b[j] { i += 1 } else if a[i] > b[j] { j += 1 } else {
-                result.append(a[i]); i += 1; j += 1
+            if a[i] < b[j] {
+                i += 1
+            } else if a[i] > b[j] {
+                j += 1
+            } else {
+                result.append(a[i])
+                i += 1
+                j += 1
             }
         }
         return TokenSet(sorted: result)
@@ -86,11 +96,13 @@ public struct TokenSet: Sendable, Equatable, Sequence {
         let b = other.ids
         while i < a.count {
             if j >= b.count || a[i] < b[j] {
-                result.append(a[i]); i += 1
+                result.append(a[i])
+                i += 1
             } else if a[i] > b[j] {
                 j += 1
             } else {
-                i += 1; j += 1
+                i += 1
+                j += 1
             }
         }
         return TokenSet(sorted: result)

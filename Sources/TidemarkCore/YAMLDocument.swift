@@ -29,11 +29,13 @@ struct YAMLDocument {
             let .composer(context, problem, mark, _):
             var message = "YAML syntax error: \(problem)"
             if let context { message += " (\(context.text) at line \(context.mark.line))" }
-            return .error(message + "; fix the indentation or quoting there.",
+            return .error(
+                message + "; fix the indentation or quoting there.",
                 at: SourceLocation(file: file, line: mark.line, column: mark.column))
         case let .duplicatedKeysInMapping(duplicates, context):
             let keys = duplicates.map { "'\($0)'" }.joined(separator: ", ")
-            return .error("duplicate key \(keys) in one mapping; keep only one of them.",
+            return .error(
+                "duplicate key \(keys) in one mapping; keep only one of them.",
                 at: SourceLocation(file: file, line: context.mark.line, column: context.mark.column))
         case let .reader(problem, _, _, _):
             return .error("cannot read YAML: \(problem)", at: SourceLocation(file: file, line: 1, column: 1))
@@ -53,7 +55,8 @@ struct YAMLDocument {
 
     static func kind(_ node: Node) -> String {
         switch node {
-        case .scalar(let s): s.tag.description.hasSuffix(":null") || s.string.isEmpty ? "an empty value" : "'\(s.string)'"
+        case .scalar(let s):
+            s.tag.description.hasSuffix(":null") || s.string.isEmpty ? "an empty value" : "'\(s.string)'"
         case .mapping: "a mapping"
         case .sequence: "a list"
         case .alias: "an alias"
@@ -61,9 +64,12 @@ struct YAMLDocument {
     }
 
     /// The pairs of a mapping whose keys are all in `allowed`; unknown keys are reported with the nearest allowed one.
-    mutating func mapping(_ node: Node, _ what: String, allowed: [String]) -> [(key: String, keyNode: Node, value: Node)]? {
+    mutating func mapping(
+        _ node: Node, _ what: String, allowed: [String]
+    ) -> [(key: String, keyNode: Node, value: Node)]? {
         guard case .mapping(let mapping) = node else {
-            error("\(what) must be a mapping with keys \(allowed.joined(separator: ", ")), not \(Self.kind(node)).", node)
+            error(
+                "\(what) must be a mapping with keys \(allowed.joined(separator: ", ")), not \(Self.kind(node)).", node)
             return nil
         }
         var result: [(String, Node, Node)] = []

@@ -53,27 +53,30 @@ public final class SQLiteEngineStore: EngineStore {
         }
         queue = try DatabaseQueue(path: path, configuration: configuration)
         try queue.write { db in
-            try db.execute(sql: """
-                CREATE TABLE IF NOT EXISTS registrations (
-                    token TEXT PRIMARY KEY, project TEXT NOT NULL, platform TEXT NOT NULL, app TEXT NOT NULL,
-                    registered_at REAL NOT NULL, unregistered INTEGER NOT NULL DEFAULT 0);
-                CREATE TABLE IF NOT EXISTS subscriptions (
-                    token TEXT NOT NULL, topic TEXT NOT NULL, created_at REAL NOT NULL,
-                    PRIMARY KEY (token, topic)) WITHOUT ROWID;
-                CREATE TABLE IF NOT EXISTS groups (
-                    project TEXT NOT NULL, name TEXT NOT NULL, members TEXT NOT NULL, keys TEXT NOT NULL,
-                    PRIMARY KEY (project, name));
-                """)
+            try db.execute(
+                sql: """
+                    CREATE TABLE IF NOT EXISTS registrations (
+                        token TEXT PRIMARY KEY, project TEXT NOT NULL, platform TEXT NOT NULL, app TEXT NOT NULL,
+                        registered_at REAL NOT NULL, unregistered INTEGER NOT NULL DEFAULT 0);
+                    CREATE TABLE IF NOT EXISTS subscriptions (
+                        token TEXT NOT NULL, topic TEXT NOT NULL, created_at REAL NOT NULL,
+                        PRIMARY KEY (token, topic)) WITHOUT ROWID;
+                    CREATE TABLE IF NOT EXISTS groups (
+                        project TEXT NOT NULL, name TEXT NOT NULL, members TEXT NOT NULL, keys TEXT NOT NULL,
+                        PRIMARY KEY (project, name));
+                    """)
         }
     }
 
     public func load() throws -> EngineSnapshot {
         try queue.read { db in
             var snapshot = EngineSnapshot()
-            let registrations = try Row.fetchCursor(db, sql: "SELECT token, project, platform, app, registered_at, unregistered FROM registrations")
+            let registrations = try Row.fetchCursor(
+                db, sql: "SELECT token, project, platform, app, registered_at, unregistered FROM registrations")
             while let row = try registrations.next() {
                 let token: String = row[0]
-                snapshot.registrations[token] = FCMEngine.Registration(project: row[1], platform: row[2], app: row[3],
+                snapshot.registrations[token] = FCMEngine.Registration(
+                    project: row[1], platform: row[2], app: row[3],
                     registeredAt: Date(timeIntervalSince1970: row[4]), topics: [:], unregistered: row[5] as Bool)
             }
             let subscriptions = try Row.fetchCursor(db, sql: "SELECT token, topic, created_at FROM subscriptions")
@@ -85,9 +88,11 @@ public final class SQLiteEngineStore: EngineStore {
             while let row = try groups.next() {
                 let members: String = row[2]
                 let keys: String = row[3]
-                snapshot.groups.append(EngineSnapshot.StoredGroup(project: row[0], name: row[1],
-                    members: members.split(separator: "\n").map(String.init),
-                    keys: keys.split(separator: "\n").map(String.init)))
+                snapshot.groups.append(
+                    EngineSnapshot.StoredGroup(
+                        project: row[0], name: row[1],
+                        members: members.split(separator: "\n").map(String.init),
+                        keys: keys.split(separator: "\n").map(String.init)))
             }
             return snapshot
         }
@@ -105,13 +110,17 @@ public final class SQLiteEngineStore: EngineStore {
             for change in changes {
                 switch change {
                 case let .registration(token, r):
-                    try db.cachedStatement(sql: """
-                        INSERT INTO registrations (token, project, platform, app, registered_at, unregistered)
-                        VALUES (?, ?, ?, ?, ?, ?)
-                        ON CONFLICT(token) DO UPDATE SET project = excluded.project, platform = excluded.platform,
-                            app = excluded.app, registered_at = excluded.registered_at, unregistered = excluded.unregistered
-                        """).execute(arguments: [token, r.project, r.platform, r.app,
-                            r.registeredAt.timeIntervalSince1970, r.unregistered])
+                    try db.cachedStatement(
+                        sql: """
+                            INSERT INTO registrations (token, project, platform, app, registered_at, unregistered)
+                            VALUES (?, ?, ?, ?, ?, ?)
+                            ON CONFLICT(token) DO UPDATE SET project = excluded.project, platform = excluded.platform,
+                                app = excluded.app, registered_at = excluded.registered_at, unregistered = excluded.unregistered
+                            """
+                    ).execute(arguments: [
+                        token, r.project, r.platform, r.app,
+                        r.registeredAt.timeIntervalSince1970, r.unregistered,
+                    ])
                 case let .clearTopics(token):
                     try db.cachedStatement(sql: "DELETE FROM subscriptions WHERE token = ?")
                         .execute(arguments: [token])

@@ -17,7 +17,9 @@ extension FCMEngine {
         var seen = Set<String>()
         return tokens.filter { token in
             guard seen.insert(token).inserted else { return false }
-            if case .success = liveRegistration(token, project: project, create: false, changes: &ignored) { return true }
+            if case .success = liveRegistration(token, project: project, create: false, changes: &ignored) {
+                return true
+            }
             return false
         }
     }

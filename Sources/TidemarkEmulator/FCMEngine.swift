@@ -18,10 +18,11 @@ public actor FCMEngine {
         /// Added to every subscription-changing call, to rehearse slow networks and interrupted applies.
         public var latency: Duration
 
-        public init(autoRegister: Bool = true, maxTopicsPerToken: Int = FCMLimits.maxTopicsPerToken,
+        public init(
+            autoRegister: Bool = true, maxTopicsPerToken: Int = FCMLimits.maxTopicsPerToken,
             maxGroupMembers: Int = FCMLimits.maxGroupMembers, maxBatchTokens: Int = FCMLimits.maxBatchTokens,
-            latency: Duration = .zero)
-        {
+            latency: Duration = .zero
+        ) {
             self.autoRegister = autoRegister
             self.maxTopicsPerToken = maxTopicsPerToken
             self.maxGroupMembers = maxGroupMembers
@@ -62,9 +63,10 @@ public actor FCMEngine {
         var name: String
     }
 
-    public init(configuration: Configuration = Configuration(), store: (any EngineStore)? = nil,
-        timing: Timing = .live) throws
-    {
+    public init(
+        configuration: Configuration = Configuration(), store: (any EngineStore)? = nil,
+        timing: Timing = .live
+    ) throws {
         self.configuration = configuration
         self.store = store
         self.timing = timing
@@ -83,11 +85,14 @@ public actor FCMEngine {
     // MARK: - App instances
 
     /// Registers an app instance (what a device does when the app starts).
-    public func register(token: String, project: String, platform: String = "ANDROID", app: String = "com.example.app")
+    public func register(
+        token: String, project: String, platform: String = "ANDROID", app: String = "com.example.app"
+    )
         throws
     {
         guard FCMLimits.tokenProblem(token) == nil else { throw EngineError(.invalidArgument, "malformed token") }
-        let registration = Registration(project: project, platform: platform, app: app, registeredAt: timing.wallClock(),
+        let registration = Registration(
+            project: project, platform: platform, app: app, registeredAt: timing.wallClock(),
             topics: registrations[token]?.topics ?? [:], unregistered: false)
         registrations[token] = registration
         try store?.persist([.registration(token, registration)])
@@ -95,8 +100,11 @@ public actor FCMEngine {
 
     /// Marks an app instance as gone (the app was uninstalled): later calls for it get NOT_FOUND.
     public func unregister(token: String) throws {
-        var registration = registrations[token] ?? Registration(project: "", platform: "ANDROID", app: "",
-            registeredAt: timing.wallClock(), topics: [:], unregistered: true)
+        var registration =
+            registrations[token]
+            ?? Registration(
+                project: "", platform: "ANDROID", app: "",
+                registeredAt: timing.wallClock(), topics: [:], unregistered: true)
         registration.unregistered = true
         registration.topics = [:]
         registrations[token] = registration
@@ -128,7 +136,8 @@ public actor FCMEngine {
         for instance in instances {
             let previous = registrations[instance.token]
             let keepTopics = previous.map { !$0.unregistered && $0.project == project } ?? false
-            let registration = Registration(project: project, platform: instance.platform, app: instance.app,
+            let registration = Registration(
+                project: project, platform: instance.platform, app: instance.app,
                 registeredAt: at, topics: keepTopics ? previous!.topics : [:], unregistered: false)
             registrations[instance.token] = registration
             changes.append(.registration(instance.token, registration))
@@ -173,7 +182,9 @@ public actor FCMEngine {
     }
 
     /// The registration of `token`, creating it when auto-registration applies.
-    func liveRegistration(_ token: String, project: String, create: Bool, changes: inout [EngineChange])
+    func liveRegistration(
+        _ token: String, project: String, create: Bool, changes: inout [EngineChange]
+    )
         -> Result<Registration, TokenError>
     {
         if FCMLimits.tokenProblem(token) != nil { return .failure(.invalidArgument) }
@@ -183,7 +194,8 @@ public actor FCMEngine {
             return .success(existing)
         }
         guard autoRegister else { return .failure(.notFound) }
-        let registration = Registration(project: project, platform: "ANDROID", app: "com.example.app",
+        let registration = Registration(
+            project: project, platform: "ANDROID", app: "com.example.app",
             registeredAt: timing.wallClock(), topics: [:], unregistered: false)
         if create {
             registrations[token] = registration
@@ -194,7 +206,8 @@ public actor FCMEngine {
 
     /// Why `token` is not a live registration of `project`, or nil. Returns no copy of the
     /// registration, so callers can mutate `registrations[token]` in place without copying its topics.
-    private func liveError(_ token: String, project: String, create: Bool, changes: inout [EngineChange]) -> TokenError? {
+    private func liveError(_ token: String, project: String, create: Bool, changes: inout [EngineChange]) -> TokenError?
+    {
         if case .failure(let error) = liveRegistration(token, project: project, create: create, changes: &changes) {
             return error
         }
@@ -212,7 +225,9 @@ public actor FCMEngine {
             if let injected = injectedErrors.removeValue(forKey: token) { return .failed(injected) }
             if let error = liveError(token, project: project, create: true, changes: &changes) { return .failed(error) }
             if registrations[token]?.topics[topic] != nil { return .ok }
-            if (registrations[token]?.topics.count ?? 0) >= configuration.maxTopicsPerToken { return .failed(.tooManyTopics) }
+            if (registrations[token]?.topics.count ?? 0) >= configuration.maxTopicsPerToken {
+                return .failed(.tooManyTopics)
+            }
             registrations[token]?.topics[topic] = at
             changes.append(.subscribe(token, topic, at))
             return .ok
@@ -227,7 +242,9 @@ public actor FCMEngine {
         var changes: [EngineChange] = []
         let outcomes = tokens.map { token -> TokenOutcome in
             if let injected = injectedErrors.removeValue(forKey: token) { return .failed(injected) }
-            if let error = liveError(token, project: project, create: false, changes: &changes) { return .failed(error) }
+            if let error = liveError(token, project: project, create: false, changes: &changes) {
+                return .failed(error)
+            }
             if registrations[token]?.topics.removeValue(forKey: topic) != nil {
                 changes.append(.unsubscribe(token, topic))
             }
@@ -241,13 +258,16 @@ public actor FCMEngine {
         guard FCMLimits.topicNameProblem(topic) == nil else { throw EngineError(.invalidTopicName, topic) }
         guard !tokens.isEmpty else { throw EngineError(.missingTokens) }
         guard tokens.count <= configuration.maxBatchTokens else {
-            throw EngineError(.tooManyTokens, "\(tokens.count) tokens; at most \(configuration.maxBatchTokens) per call")
+            throw EngineError(
+                .tooManyTokens, "\(tokens.count) tokens; at most \(configuration.maxBatchTokens) per call")
         }
     }
 
     /// v1 create: one subscription; ALREADY_EXISTS when present.
     public func createSubscription(project: String, registration token: String, topic: String) throws -> Date {
-        guard FCMLimits.topicNameProblem(topic) == nil else { throw EngineError(.invalidArgument, "invalid topic name") }
+        guard FCMLimits.topicNameProblem(topic) == nil else {
+            throw EngineError(.invalidArgument, "invalid topic name")
+        }
         if let registration = registrations[token], !registration.unregistered, registration.project == project,
             registration.topics[topic] != nil
         {
@@ -264,15 +284,20 @@ public actor FCMEngine {
     public func subscription(project: String, registration token: String, topic: String) throws -> Date {
         var ignored: [EngineChange] = []
         switch liveRegistration(token, project: project, create: false, changes: &ignored) {
-        case .failure(let error): throw EngineError(EngineError.Code(rawValue: error.code.rawValue) ?? .notFound, "registration")
+        case .failure(let error):
+            throw EngineError(EngineError.Code(rawValue: error.code.rawValue) ?? .notFound, "registration")
         case .success(let registration):
-            guard let since = registration.topics[topic] else { throw EngineError(.notFound, "topic subscription not found") }
+            guard let since = registration.topics[topic] else {
+                throw EngineError(.notFound, "topic subscription not found")
+            }
             return since
         }
     }
 
     /// v1 delete: with `allowMissing`, a missing subscription succeeds; without, NOT_FOUND.
-    public func deleteSubscription(project: String, registration token: String, topic: String, allowMissing: Bool) throws {
+    public func deleteSubscription(
+        project: String, registration token: String, topic: String, allowMissing: Bool
+    ) throws {
         var changes: [EngineChange] = []
         if let injected = injectedErrors.removeValue(forKey: token) {
             throw EngineError(EngineError.Code(rawValue: injected.code.rawValue) ?? .internalError)
@@ -290,7 +315,9 @@ public actor FCMEngine {
     /// The topics of a live registration, sorted; nil when FCM would answer NOT_FOUND.
     public func topics(of token: String, project: String) -> [(topic: String, since: Date)]? {
         var ignored: [EngineChange] = []
-        guard case .success(let registration) = liveRegistration(token, project: project, create: false, changes: &ignored)
+        guard
+            case .success(let registration) = liveRegistration(
+                token, project: project, create: false, changes: &ignored)
         else { return nil }
         return registration.topics.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
     }

@@ -20,23 +20,30 @@ extension ServiceAccountKey {
     public static func load(path: String) throws -> ServiceAccountKey {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw CredentialError(
-                "The service-account key file \(path) does not exist or cannot be read; set GOOGLE_APPLICATION_CREDENTIALS to the JSON key you downloaded from the Google Cloud console.")
+                "The service-account key file \(path) does not exist or cannot be read; set GOOGLE_APPLICATION_CREDENTIALS to the JSON key you downloaded from the Google Cloud console."
+            )
         }
         let key: ServiceAccountKey
         do {
             key = try JSONDecoder().decode(ServiceAccountKey.self, from: data)
         } catch DecodingError.keyNotFound(let missing, _) {
-            throw CredentialError("The key file \(path) has no \"\(missing.stringValue)\"; download a new JSON key for the service account.")
+            throw CredentialError(
+                "The key file \(path) has no \"\(missing.stringValue)\"; download a new JSON key for the service account."
+            )
         } catch {
-            throw CredentialError("The key file \(path) is not a service-account JSON key; download a new JSON key for the service account.")
+            throw CredentialError(
+                "The key file \(path) is not a service-account JSON key; download a new JSON key for the service account."
+            )
         }
         guard key.type == "service_account" else {
-            throw CredentialError("The key file \(path) is of type \"\(key.type)\"; tidemark needs a service_account key.")
+            throw CredentialError(
+                "The key file \(path) is of type \"\(key.type)\"; tidemark needs a service_account key.")
         }
         do {
             _ = try key.signingKey()
         } catch {
-            throw CredentialError("The private_key in \(path) is not an RSA private key in PEM form; download a new JSON key.")
+            throw CredentialError(
+                "The private_key in \(path) is not an RSA private key in PEM form; download a new JSON key.")
         }
         return key
     }
@@ -79,13 +86,17 @@ public actor AccessTokenProvider {
     private func fetch() async throws -> (String, Date) {
         let issuedAt = timing.wallClock()
         let iat = Int(issuedAt.timeIntervalSince1970)
-        let assertion = try JWT.sign(JWTClaims(iss: key.clientEmail, aud: key.tokenURI, scope: Self.scope, iat: iat,
-            exp: iat + 3600), keyID: key.privateKeyID, with: try key.signingKey())
+        let assertion = try JWT.sign(
+            JWTClaims(
+                iss: key.clientEmail, aud: key.tokenURI, scope: Self.scope, iat: iat,
+                exp: iat + 3600), keyID: key.privateKeyID, with: try key.signingKey())
         var request = HTTPClientRequest(url: key.tokenURI)
         request.method = .POST
         request.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
-        request.body = .bytes(ByteBuffer(string:
-            "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=\(assertion)"))
+        request.body = .bytes(
+            ByteBuffer(
+                string:
+                    "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=\(assertion)"))
         let response: HTTPClientResponse
         do {
             response = try await client.execute(request, timeout: .seconds(30))
@@ -101,7 +112,9 @@ public actor AccessTokenProvider {
                 code == "invalid_grant"
                 ? "the key may be revoked or deleted, or this machine's clock is off; create a new key for \(key.clientEmail)"
                 : "check the key file and the token_uri \(key.tokenURI)"
-            throw CredentialError("The token endpoint refused \(key.clientEmail): \(code)\(detail.isEmpty ? "" : " (\(detail))"); \(hint).")
+            throw CredentialError(
+                "The token endpoint refused \(key.clientEmail): \(code)\(detail.isEmpty ? "" : " (\(detail))"); \(hint)."
+            )
         }
         let expiresIn = (json["expires_in"] as? Int) ?? 3599
         return (token, issuedAt.addingTimeInterval(TimeInterval(expiresIn)))

@@ -12,7 +12,8 @@ extension FCMHTTPBackend {
 
     func groupFailure(_ answer: Answer, _ what: String) -> Error {
         if let text = answer.code, let kind = GroupError.Kind(rawValue: text) { return GroupError(kind) }
-        return FCMCallError(status: answer.status, message: "\(what) failed: HTTP \(answer.status) \(answer.code ?? "").")
+        return FCMCallError(
+            status: answer.status, message: "\(what) failed: HTTP \(answer.status) \(answer.code ?? "").")
     }
 
     public func groupKey(name: String) async throws -> String? {
@@ -24,23 +25,29 @@ extension FCMHTTPBackend {
 
     /// Creates the group. A taken name is `GroupError(.alreadyExists)`: the executor adopts the group by look-up.
     public func createGroup(name: String, tokens: [String]) async throws -> String {
-        let answer = try await groupCall(["operation": "create", "notification_key_name": name, "registration_ids": tokens])
+        let answer = try await groupCall([
+            "operation": "create", "notification_key_name": name, "registration_ids": tokens,
+        ])
         if answer.status == 200, let key = answer.json["notification_key"] as? String { return key }
         throw groupFailure(answer, "Creating device group '\(name)'")
     }
 
     /// Adds members. A group that vanished is `GroupError(.notFound)`: the executor creates it again.
     public func addToGroup(name: String, key: String, tokens: [String]) async throws -> String {
-        let answer = try await groupCall(["operation": "add", "notification_key_name": name, "notification_key": key,
-            "registration_ids": tokens])
+        let answer = try await groupCall([
+            "operation": "add", "notification_key_name": name, "notification_key": key,
+            "registration_ids": tokens,
+        ])
         if answer.status == 200 { return answer.json["notification_key"] as? String ?? key }
         throw groupFailure(answer, "Adding to device group '\(name)'")
     }
 
     /// Removes members; a group that is already gone is `GroupError(.notFound)`, which the executor counts as done.
     public func removeFromGroup(name: String, key: String, tokens: [String]) async throws {
-        let answer = try await groupCall(["operation": "remove", "notification_key_name": name, "notification_key": key,
-            "registration_ids": tokens])
+        let answer = try await groupCall([
+            "operation": "remove", "notification_key_name": name, "notification_key": key,
+            "registration_ids": tokens,
+        ])
         if answer.status == 200 { return }
         throw groupFailure(answer, "Removing from device group '\(name)'")
     }

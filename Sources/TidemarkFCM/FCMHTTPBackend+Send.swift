@@ -22,9 +22,10 @@ extension FCMHTTPBackend {
     }
 
     /// Sends (or with `validateOnly`, only validates) a notification; returns the message name.
-    public func send(to target: SendTarget, title: String? = nil, body: String? = nil, data: [String: String] = [:],
-        validateOnly: Bool) async throws -> String
-    {
+    public func send(
+        to target: SendTarget, title: String? = nil, body: String? = nil, data: [String: String] = [:],
+        validateOnly: Bool
+    ) async throws -> String {
         var message: [String: Any] = [:]
         switch target {
         case .token(let token): message["token"] = token
@@ -37,11 +38,13 @@ extension FCMHTTPBackend {
         if !notification.isEmpty { message["notification"] = notification }
         if !data.isEmpty { message["data"] = data }
         let payload = try JSONSerialization.data(withJSONObject: ["message": message, "validate_only": validateOnly])
-        let answer = try await call(.POST, "\(endpoints.fcm)/v1/projects/\(Self.encode(project))/messages:send",
+        let answer = try await call(
+            .POST, "\(endpoints.fcm)/v1/projects/\(Self.encode(project))/messages:send",
             body: payload)
         if answer.status == 200, let name = answer.json["name"] as? String { return name }
         let error = answer.json["error"] as? [String: Any]
-        throw SendError(status: answer.status, code: answer.code ?? "HTTP_\(answer.status)",
+        throw SendError(
+            status: answer.status, code: answer.code ?? "HTTP_\(answer.status)",
             message: error?["message"] as? String ?? "")
     }
 }

@@ -28,7 +28,8 @@ extension FCMHTTPBackend {
             return try await forEachConcurrently(tokens.count) { i in
                 let url = registrationsURL(tokens[i]) + "?topic_name=\(Self.encode(topic))"
                 // 409 ALREADY_EXISTS: already subscribed, which is what we wanted.
-                return Self.outcome(try await call(.POST, url, body: Data("{}".utf8), changes: 1, successBody: false),
+                return Self.outcome(
+                    try await call(.POST, url, body: Data("{}".utf8), changes: 1, successBody: false),
                     success: [200, 409])
             }
         case .iid:
@@ -51,12 +52,16 @@ extension FCMHTTPBackend {
     /// One IID batch call; a whole-request failure that retries could not fix fails every token alike.
     func batch(_ operation: String, topic: String, tokens: [String]) async throws -> [TokenOutcome] {
         let body = try JSONSerialization.data(withJSONObject: ["to": "/topics/\(topic)", "registration_tokens": tokens])
-        let answer = try await call(.POST, "\(endpoints.iid)/iid/\(operation)", body: body, changes: tokens.count,
+        let answer = try await call(
+            .POST, "\(endpoints.iid)/iid/\(operation)", body: body, changes: tokens.count,
             iidHeaders: true)
         guard answer.status == 200 else {
             if answer.status == 400 || answer.status == 401 || answer.status == 403 {
-                throw FCMCallError(status: answer.status,
-                    message: "IID \(operation) for topic '\(topic)' was refused: HTTP \(answer.status) \(answer.code ?? "").")
+                throw FCMCallError(
+                    status: answer.status,
+                    message:
+                        "IID \(operation) for topic '\(topic)' was refused: HTTP \(answer.status) \(answer.code ?? "")."
+                )
             }
             return Array(repeating: Self.outcome(answer), count: tokens.count)
         }
@@ -88,10 +93,14 @@ extension FCMHTTPBackend {
             let answer = try await call(.GET, url)
             if answer.status == 404 { return .notFound }
             guard answer.status == 200 else {
-                throw FCMCallError(status: answer.status,
-                    message: "Listing the topics of \(Redaction.redact(token)) failed: HTTP \(answer.status) \(answer.code ?? "").")
+                throw FCMCallError(
+                    status: answer.status,
+                    message:
+                        "Listing the topics of \(Redaction.redact(token)) failed: HTTP \(answer.status) \(answer.code ?? "")."
+                )
             }
-            let page = (answer.json["topic_subscriptions"] ?? answer.json["topicSubscriptions"]) as? [[String: Any]] ?? []
+            let page =
+                (answer.json["topic_subscriptions"] ?? answer.json["topicSubscriptions"]) as? [[String: Any]] ?? []
             topics += page.compactMap { ($0["topic_name"] ?? $0["topicName"]) as? String }
             pageToken = (answer.json["next_page_token"] ?? answer.json["nextPageToken"]) as? String
             if pageToken?.isEmpty == true { pageToken = nil }
@@ -100,11 +109,15 @@ extension FCMHTTPBackend {
     }
 
     func infoTopics(_ token: String) async throws -> RegistrationStatus {
-        let answer = try await call(.GET, "\(endpoints.iid)/iid/info/\(Self.encode(token))?details=true", iidHeaders: true)
+        let answer = try await call(
+            .GET, "\(endpoints.iid)/iid/info/\(Self.encode(token))?details=true", iidHeaders: true)
         if answer.status == 404 { return .notFound }
         guard answer.status == 200 else {
-            throw FCMCallError(status: answer.status,
-                message: "Reading \(Redaction.redact(token)) from iid/info failed: HTTP \(answer.status) \(answer.code ?? "").")
+            throw FCMCallError(
+                status: answer.status,
+                message:
+                    "Reading \(Redaction.redact(token)) from iid/info failed: HTTP \(answer.status) \(answer.code ?? "")."
+            )
         }
         let topics = ((answer.json["rel"] as? [String: Any])?["topics"] as? [String: Any])?.keys.sorted() ?? []
         return .active(topics: topics)

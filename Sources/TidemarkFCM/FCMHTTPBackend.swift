@@ -76,9 +76,10 @@ public struct FCMHTTPBackend: Backend {
 
     var transport: TopicTransport { options.transport }
 
-    public init(kind: BackendKind, project: String, endpoints: FCMEndpoints, client: HTTPClient,
-        credentials: AccessTokenProvider, options: Options = Options())
-    {
+    public init(
+        kind: BackendKind, project: String, endpoints: FCMEndpoints, client: HTTPClient,
+        credentials: AccessTokenProvider, options: Options = Options()
+    ) {
         identity = BackendIdentity(kind: kind, project: project)
         self.project = project
         self.endpoints = endpoints
@@ -96,7 +97,8 @@ public struct FCMHTTPBackend: Backend {
     /// HTTP/2 over TLS, where requests share connections anyway).
     public static func clientConfiguration(connections: Int = 64) -> HTTPClient.Configuration {
         var configuration = HTTPClient.Configuration()
-        configuration.connectionPool = .init(idleTimeout: .seconds(60),
+        configuration.connectionPool = .init(
+            idleTimeout: .seconds(60),
             concurrentHTTP1ConnectionsPerHostSoftLimit: max(1, connections))
         configuration.timeout = .init(connect: .seconds(10), read: .seconds(60))
         return configuration
@@ -122,9 +124,10 @@ public struct FCMHTTPBackend: Backend {
     /// One call with auth, rate limiting (`changes` subscription changes) and retries of retryable
     /// statuses and network errors.
     /// `successBody: false` skips parsing a 2xx answer's body (the v1 changes need only the status).
-    func call(_ method: HTTPMethod, _ url: String, body: Data? = nil, changes: Int = 0, iidHeaders: Bool = false,
-        groupHeaders: Bool = false, successBody: Bool = true) async throws -> Answer
-    {
+    func call(
+        _ method: HTTPMethod, _ url: String, body: Data? = nil, changes: Int = 0, iidHeaders: Bool = false,
+        groupHeaders: Bool = false, successBody: Bool = true
+    ) async throws -> Answer {
         let timing = options.timing
         let started = timing.now()
         var attempt = 0
@@ -151,7 +154,9 @@ public struct FCMHTTPBackend: Backend {
                 let response = try await client.execute(request, timeout: .seconds(60))
                 let bytes = try await response.body.collect(upTo: 16 << 20)
                 let status = Int(response.status.code)
-                let json = !successBody && (200..<300).contains(status) ? [:]
+                let json =
+                    !successBody && (200..<300).contains(status)
+                    ? [:]
                     : (try? JSONSerialization.jsonObject(with: Data(buffer: bytes))) as? [String: Any] ?? [:]
                 if status == 401, !refreshedToken {
                     // The token may have been revoked or expired early: fetch a new one, once.
@@ -160,8 +165,10 @@ public struct FCMHTTPBackend: Backend {
                     continue
                 }
                 guard RetryPolicy.isRetryable(status: status) else { return Answer(status: status, json: json) }
-                failure = .status(status, retryAfter: response.headers.first(name: "Retry-After")
-                    .flatMap { RetryPolicy.parseRetryAfter($0, now: timing.wallClock()) })
+                failure = .status(
+                    status,
+                    retryAfter: response.headers.first(name: "Retry-After")
+                        .flatMap { RetryPolicy.parseRetryAfter($0, now: timing.wallClock()) })
                 unresolved = Answer(status: status, json: json)
             } catch is CancellationError {
                 throw CancellationError()
@@ -192,7 +199,9 @@ public struct FCMHTTPBackend: Backend {
     }
 
     /// Runs `work` for every index with at most `concurrency` in flight; results in input order.
-    func forEachConcurrently<T: Sendable>(_ count: Int, _ work: @escaping @Sendable (Int) async throws -> T)
+    func forEachConcurrently<T: Sendable>(
+        _ count: Int, _ work: @escaping @Sendable (Int) async throws -> T
+    )
         async throws -> [T]
     {
         try await BoundedConcurrency.map(count, width: options.concurrency, work)

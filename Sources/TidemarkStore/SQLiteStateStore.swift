@@ -39,7 +39,8 @@ public final class SQLiteStateStore: StateStore {
                 guard create else { return nil }
                 let directory = (path as NSString).deletingLastPathComponent
                 if !directory.isEmpty {
-                    try fm.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                    try fm.createDirectory(
+                        atPath: directory, withIntermediateDirectories: true,
                         attributes: [.posixPermissions: 0o700])
                 }
                 guard fm.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]) else {
@@ -93,23 +94,25 @@ public final class SQLiteStateStore: StateStore {
     }
 
     private static func createSchema(_ db: Database, lineage: String, now: Int64) throws {
-        try db.execute(sql: """
-            PRAGMA application_id = \(applicationID);
-            CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-            CREATE TABLE tokens (id INTEGER PRIMARY KEY, token TEXT NOT NULL, seen_at INTEGER NOT NULL DEFAULT 0,
-                dead INTEGER NOT NULL DEFAULT 0);
-            CREATE TABLE topics (name TEXT PRIMARY KEY, mode TEXT NOT NULL, protect INTEGER NOT NULL,
-                managed BLOB NOT NULL, observed BLOB NOT NULL);
-            CREATE TABLE groups (name TEXT PRIMARY KEY, key TEXT, protect INTEGER NOT NULL, members BLOB NOT NULL);
-            CREATE TABLE applies (id TEXT PRIMARY KEY, started_at INTEGER NOT NULL, finished_at INTEGER,
-                status TEXT NOT NULL, manifests_digest TEXT NOT NULL, operations_digest TEXT NOT NULL,
-                operation_count INTEGER NOT NULL, plan BLOB NOT NULL);
-            CREATE TABLE apply_operations (apply_id TEXT NOT NULL, idx INTEGER NOT NULL, finished_at INTEGER NOT NULL,
-                ok INTEGER NOT NULL, failed INTEGER NOT NULL, PRIMARY KEY (apply_id, idx)) WITHOUT ROWID;
-            """)
-        for (key, value) in [("format", "tidemark-state"), ("format_version", String(formatVersion)),
-            ("lineage", lineage), ("serial", "0"), ("created_at", String(now))]
-        {
+        try db.execute(
+            sql: """
+                PRAGMA application_id = \(applicationID);
+                CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+                CREATE TABLE tokens (id INTEGER PRIMARY KEY, token TEXT NOT NULL, seen_at INTEGER NOT NULL DEFAULT 0,
+                    dead INTEGER NOT NULL DEFAULT 0);
+                CREATE TABLE topics (name TEXT PRIMARY KEY, mode TEXT NOT NULL, protect INTEGER NOT NULL,
+                    managed BLOB NOT NULL, observed BLOB NOT NULL);
+                CREATE TABLE groups (name TEXT PRIMARY KEY, key TEXT, protect INTEGER NOT NULL, members BLOB NOT NULL);
+                CREATE TABLE applies (id TEXT PRIMARY KEY, started_at INTEGER NOT NULL, finished_at INTEGER,
+                    status TEXT NOT NULL, manifests_digest TEXT NOT NULL, operations_digest TEXT NOT NULL,
+                    operation_count INTEGER NOT NULL, plan BLOB NOT NULL);
+                CREATE TABLE apply_operations (apply_id TEXT NOT NULL, idx INTEGER NOT NULL, finished_at INTEGER NOT NULL,
+                    ok INTEGER NOT NULL, failed INTEGER NOT NULL, PRIMARY KEY (apply_id, idx)) WITHOUT ROWID;
+                """)
+        for (key, value) in [
+            ("format", "tidemark-state"), ("format_version", String(formatVersion)),
+            ("lineage", lineage), ("serial", "0"), ("created_at", String(now)),
+        ] {
             try db.execute(sql: "INSERT INTO meta (key, value) VALUES (?, ?)", arguments: [key, value])
         }
     }
@@ -124,9 +127,11 @@ public final class SQLiteStateStore: StateStore {
         else {
             throw StateStoreError(.damaged, path: location, "its 'meta' table is missing")
         }
-        let version = Int(try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'format_version'") ?? "") ?? 0
+        let version =
+            Int(try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'format_version'") ?? "") ?? 0
         if version > Self.formatVersion {
-            throw StateStoreError(.newerFormat, path: location, "format version \(version); this tidemark reads \(Self.formatVersion)")
+            throw StateStoreError(
+                .newerFormat, path: location, "format version \(version); this tidemark reads \(Self.formatVersion)")
         }
         for table in ["tokens", "topics", "groups", "applies", "apply_operations"] where try !db.tableExists(table) {
             throw StateStoreError(.damaged, path: location, "table '\(table)' is missing")
@@ -149,7 +154,8 @@ public final class SQLiteStateStore: StateStore {
         return try run {
             try queue.read { db in
                 let lineage = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'lineage'") ?? ""
-                let serial = Int(try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'serial'") ?? "0") ?? 0
+                let serial =
+                    Int(try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'serial'") ?? "0") ?? 0
                 var table = TokenTable()
                 let count = try Int.fetchOne(db, sql: "SELECT count(*) FROM tokens") ?? 0
                 table.reserveCapacity(count)
@@ -170,21 +176,27 @@ public final class SQLiteStateStore: StateStore {
                 var topics: [String: TopicState] = [:]
                 for row in try Row.fetchAll(db, sql: "SELECT name, mode, protect, managed, observed FROM topics") {
                     let name: String = row[0]
-                    topics[name] = TopicState(mode: TopicMode(rawValue: row[1]) ?? .additive, protect: row[2],
-                        managed: try decode(row[3], count: table.count), observed: try decode(row[4], count: table.count))
+                    topics[name] = TopicState(
+                        mode: TopicMode(rawValue: row[1]) ?? .additive, protect: row[2],
+                        managed: try decode(row[3], count: table.count),
+                        observed: try decode(row[4], count: table.count))
                 }
                 var groups: [String: GroupState] = [:]
                 for row in try Row.fetchAll(db, sql: "SELECT name, key, protect, members FROM groups") {
-                    groups[row[0]] = GroupState(key: row[1], protect: row[2], members: try decode(row[3], count: table.count))
+                    groups[row[0]] = GroupState(
+                        key: row[1], protect: row[2], members: try decode(row[3], count: table.count))
                 }
-                return State(lineage: lineage, serial: serial, tokens: table, seenAt: seenAt, dead: TokenSet(sorted: dead),
+                return State(
+                    lineage: lineage, serial: serial, tokens: table, seenAt: seenAt, dead: TokenSet(sorted: dead),
                     topics: topics, groups: groups)
             }
         }
     }
 
     private func decode(_ data: Data, count: Int) throws -> TokenSet {
-        guard data.count % 4 == 0 else { throw StateStoreError(.damaged, path: location, "a membership list has a bad length") }
+        guard data.count % 4 == 0 else {
+            throw StateStoreError(.damaged, path: location, "a membership list has a bad length")
+        }
         var ids = [UInt32](repeating: 0, count: data.count / 4)
         _ = ids.withUnsafeMutableBytes { data.copyBytes(to: $0) }
         for i in ids.indices {
@@ -213,29 +225,38 @@ public final class SQLiteStateStore: StateStore {
             try queue.write { db -> Int in
                 let stored = try Int.fetchOne(db, sql: "SELECT count(*) FROM tokens") ?? 0
                 if stored < snapshot.tokens.count {
-                    let insert = try db.makeStatement(sql: "INSERT INTO tokens (id, token, seen_at, dead) VALUES (?, ?, ?, ?)")
+                    let insert = try db.makeStatement(
+                        sql: "INSERT INTO tokens (id, token, seen_at, dead) VALUES (?, ?, ?, ?)")
                     for id in stored..<snapshot.tokens.count {
-                        try insert.execute(arguments: [id, snapshot.tokens[UInt32(id)], snapshot.seenAt[id],
-                            snapshot.dead.contains(UInt32(id)) ? 1 : 0])
+                        try insert.execute(arguments: [
+                            id, snapshot.tokens[UInt32(id)], snapshot.seenAt[id],
+                            snapshot.dead.contains(UInt32(id)) ? 1 : 0,
+                        ])
                     }
                 }
                 let update = try db.makeStatement(sql: "UPDATE tokens SET seen_at = ?, dead = ? WHERE id = ?")
-                let touched: [UInt32] = write.allTokens ? Array(0..<UInt32(min(stored, snapshot.tokens.count))) : write.tokens
+                let touched: [UInt32] =
+                    write.allTokens ? Array(0..<UInt32(min(stored, snapshot.tokens.count))) : write.tokens
                 for id in touched where Int(id) < stored {
                     try update.execute(arguments: [snapshot.seenAt[Int(id)], snapshot.dead.contains(id) ? 1 : 0, id])
                 }
                 for name in Set(write.topics) {
                     if let topic = snapshot.topics[name] {
-                        try db.execute(sql: """
-                            INSERT OR REPLACE INTO topics (name, mode, protect, managed, observed) VALUES (?, ?, ?, ?, ?)
-                            """, arguments: [name, topic.mode.rawValue, topic.protect, encode(topic.managed), encode(topic.observed)])
+                        try db.execute(
+                            sql: """
+                                INSERT OR REPLACE INTO topics (name, mode, protect, managed, observed) VALUES (?, ?, ?, ?, ?)
+                                """,
+                            arguments: [
+                                name, topic.mode.rawValue, topic.protect, encode(topic.managed), encode(topic.observed),
+                            ])
                     } else {
                         try db.execute(sql: "DELETE FROM topics WHERE name = ?", arguments: [name])
                     }
                 }
                 for name in Set(write.groups) {
                     if let group = snapshot.groups[name] {
-                        try db.execute(sql: "INSERT OR REPLACE INTO groups (name, key, protect, members) VALUES (?, ?, ?, ?)",
+                        try db.execute(
+                            sql: "INSERT OR REPLACE INTO groups (name, key, protect, members) VALUES (?, ?, ?, ?)",
                             arguments: [name, group.key, group.protect, encode(group.members)])
                     } else {
                         try db.execute(sql: "DELETE FROM groups WHERE name = ?", arguments: [name])
@@ -243,20 +264,29 @@ public final class SQLiteStateStore: StateStore {
                 }
                 if let (id, plan) = write.beginApply {
                     let data = try Plan.encoder(pretty: false).encode(plan)
-                    try db.execute(sql: """
-                        INSERT INTO applies (id, started_at, status, manifests_digest, operations_digest, operation_count, plan)
-                        VALUES (?, ?, ?, ?, ?, ?, ?)
-                        """, arguments: [id, now, ApplyStatus.running.rawValue, plan.manifestsDigest, plan.operationsDigest, plan.operations.count, data])
+                    try db.execute(
+                        sql: """
+                            INSERT INTO applies (id, started_at, status, manifests_digest, operations_digest, operation_count, plan)
+                            VALUES (?, ?, ?, ?, ?, ?, ?)
+                            """,
+                        arguments: [
+                            id, now, ApplyStatus.running.rawValue, plan.manifestsDigest, plan.operationsDigest,
+                            plan.operations.count, data,
+                        ])
                 }
                 if let entry = write.finishedOperation {
-                    try db.execute(sql: """
-                        INSERT OR REPLACE INTO apply_operations (apply_id, idx, finished_at, ok, failed) VALUES (?, ?, ?, ?, ?)
-                        """, arguments: [entry.applyID, entry.index, now, entry.ok, entry.failed])
+                    try db.execute(
+                        sql: """
+                            INSERT OR REPLACE INTO apply_operations (apply_id, idx, finished_at, ok, failed) VALUES (?, ?, ?, ?, ?)
+                            """, arguments: [entry.applyID, entry.index, now, entry.ok, entry.failed])
                 }
                 if let (id, status) = write.finishApply {
-                    try db.execute(sql: "UPDATE applies SET status = ?, finished_at = ? WHERE id = ?", arguments: [status.rawValue, now, id])
+                    try db.execute(
+                        sql: "UPDATE applies SET status = ?, finished_at = ? WHERE id = ?",
+                        arguments: [status.rawValue, now, id])
                 }
-                let current = Int(try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'serial'") ?? "0") ?? 0
+                let current =
+                    Int(try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'serial'") ?? "0") ?? 0
                 try db.execute(sql: "UPDATE meta SET value = ? WHERE key = 'serial'", arguments: [String(current + 1)])
                 return current + 1
             }
@@ -271,9 +301,12 @@ public final class SQLiteStateStore: StateStore {
         guard let queue = try queue(create: false) else { return nil }
         return try run {
             try queue.read { db in
-                guard let row = try Row.fetchOne(db, sql: """
-                    SELECT id, started_at, plan FROM applies WHERE status = 'running' ORDER BY started_at DESC LIMIT 1
-                    """)
+                guard
+                    let row = try Row.fetchOne(
+                        db,
+                        sql: """
+                            SELECT id, started_at, plan FROM applies WHERE status = 'running' ORDER BY started_at DESC LIMIT 1
+                            """)
                 else { return nil }
                 let id: String = row[0]
                 let plan: Plan
@@ -282,8 +315,10 @@ public final class SQLiteStateStore: StateStore {
                 } catch {
                     throw StateStoreError(.damaged, path: location, "the journal's plan of apply \(id) cannot be read")
                 }
-                let done = try Int.fetchAll(db, sql: "SELECT idx FROM apply_operations WHERE apply_id = ?", arguments: [id])
-                return UnfinishedApply(id: id, startedAt: Date(timeIntervalSince1970: TimeInterval(row[1] as Int64)),
+                let done = try Int.fetchAll(
+                    db, sql: "SELECT idx FROM apply_operations WHERE apply_id = ?", arguments: [id])
+                return UnfinishedApply(
+                    id: id, startedAt: Date(timeIntervalSince1970: TimeInterval(row[1] as Int64)),
                     plan: plan, done: Set(done))
             }
         }
@@ -293,16 +328,20 @@ public final class SQLiteStateStore: StateStore {
         guard let queue = try queue(create: false) else { return [] }
         return try run {
             try queue.read { db in
-                try Row.fetchAll(db, sql: """
-                    SELECT a.id, a.status, a.started_at, a.operation_count,
-                        (SELECT count(*) FROM apply_operations o WHERE o.apply_id = a.id)
-                    FROM applies a ORDER BY a.started_at DESC LIMIT ?
-                    """, arguments: [limit]).map { row in
-                        guard let status = ApplyStatus(rawValue: row[1]) else {
-                            throw StateStoreError(.damaged, path: location, "apply \(row[0] as String) has an unknown status")
-                        }
-                        return ApplyRecord(id: row[0], status: status, startedAt: row[2], operations: row[3], done: row[4])
+                try Row.fetchAll(
+                    db,
+                    sql: """
+                        SELECT a.id, a.status, a.started_at, a.operation_count,
+                            (SELECT count(*) FROM apply_operations o WHERE o.apply_id = a.id)
+                        FROM applies a ORDER BY a.started_at DESC LIMIT ?
+                        """, arguments: [limit]
+                ).map { row in
+                    guard let status = ApplyStatus(rawValue: row[1]) else {
+                        throw StateStoreError(
+                            .damaged, path: location, "apply \(row[0] as String) has an unknown status")
                     }
+                    return ApplyRecord(id: row[0], status: status, startedAt: row[2], operations: row[3], done: row[4])
+                }
             }
         }
     }

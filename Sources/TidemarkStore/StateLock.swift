@@ -26,12 +26,14 @@ final class StateLock: StateLease {
         let path = statePath + ".lock"
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty {
-            try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+            try? FileManager.default.createDirectory(
+                atPath: directory, withIntermediateDirectories: true,
                 attributes: [.posixPermissions: 0o700])
         }
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
-            throw StateStoreError(.io, path: location, "cannot open the lock file \(path): \(String(cString: strerror(errno)))")
+            throw StateStoreError(
+                .io, path: location, "cannot open the lock file \(path): \(String(cString: strerror(errno)))")
         }
         return (path, fd)
     }
@@ -60,8 +62,10 @@ final class StateLock: StateLease {
             flock(fd, LOCK_UN)
             return nil
         }
-        return readHolder(path) ?? LockHolder(operation: "another process", user: "?", host: "?", pid: 0,
-            since: Date(timeIntervalSince1970: 0))
+        return readHolder(path)
+            ?? LockHolder(
+                operation: "another process", user: "?", host: "?", pid: 0,
+                since: Date(timeIntervalSince1970: 0))
     }
 
     private static func readHolder(_ path: String) -> LockHolder? {

@@ -38,11 +38,13 @@ public enum BackendConformance {
 
     public static func run(_ check: Check, _ harness: Harness) async throws {
         switch check {
-        case .subscribeIsIdempotentAndReportsUnknownTokens: try await subscribeIsIdempotentAndReportsUnknownTokens(harness)
+        case .subscribeIsIdempotentAndReportsUnknownTokens:
+            try await subscribeIsIdempotentAndReportsUnknownTokens(harness)
         case .unsubscribeOfAMissingMembershipIsDone: try await unsubscribeOfAMissingMembershipIsDone(harness)
         case .refreshReadsEachRegistration: try await refreshReadsEachRegistration(harness)
         case .theTwoThousandAndFirstTopicIsRefused: try await theTwoThousandAndFirstTopicIsRefused(harness)
-        case .transientTokenErrorsAreRetriedAndPermanentOnesReported: try await transientTokenErrorsAreRetriedAndPermanentOnesReported(harness)
+        case .transientTokenErrorsAreRetriedAndPermanentOnesReported:
+            try await transientTokenErrorsAreRetriedAndPermanentOnesReported(harness)
         case .deviceGroupsFollowFCMsRules: try await deviceGroupsFollowFCMsRules(harness)
         case .executorAdoptsAndRecreatesGroups: try await executorAdoptsAndRecreatesGroups(harness)
         }
@@ -74,8 +76,11 @@ public enum BackendConformance {
             _ = try await backend.subscribe(topic: "b-topic", tokens: [token(1), token(2)])
             _ = try await backend.subscribe(topic: "a-topic", tokens: [token(2)])
             let statuses = try await backend.refresh([token(0), token(1), token(2), stranger])
-            #expect(statuses == [.active(topics: []), .active(topics: ["b-topic"]), .active(topics: ["a-topic", "b-topic"]),
-                .notFound])
+            #expect(
+                statuses == [
+                    .active(topics: []), .active(topics: ["b-topic"]), .active(topics: ["a-topic", "b-topic"]),
+                    .notFound,
+                ])
         }
     }
 
@@ -100,7 +105,8 @@ public enum BackendConformance {
         try await with { backend, engine in
             await engine.injectError(.internalError, forToken: token(6))
             await engine.injectError(.invalidArgument, forToken: token(7))
-            let operation = PlannedOperation(kind: .subscribe, target: "news",
+            let operation = PlannedOperation(
+                kind: .subscribe, target: "news",
                 tokens: [token(6), token(7), token(8)])
             let report = try await Executor(backend: backend, recorder: NullRecorder(), timing: ManualClock().timing)
                 .run([operation])
@@ -167,9 +173,10 @@ public enum BackendConformance {
 public enum InMemoryBackend {
     /// A backend over a fresh engine (tokens must be registered, as FCM requires, unless `autoRegister`)
     /// and the engine itself; by default on a manual clock, so its times and group keys repeat.
-    public static func make(project: String = BackendConformance.project, autoRegister: Bool = false,
-        timing: Timing = ManualClock().timing) throws -> (EmbeddedBackend, FCMEngine)
-    {
+    public static func make(
+        project: String = BackendConformance.project, autoRegister: Bool = false,
+        timing: Timing = ManualClock().timing
+    ) throws -> (EmbeddedBackend, FCMEngine) {
         let engine = try FCMEngine(configuration: FCMEngine.Configuration(autoRegister: autoRegister), timing: timing)
         return (EmbeddedBackend(engine: engine, project: project), engine)
     }
@@ -185,5 +192,7 @@ public enum InMemoryBackend {
 /// Journals nothing: for executor runs whose state is not under test.
 public struct NullRecorder: ApplyRecorder {
     public init() {}
-    public func completed(index: Int, operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?) async throws {}
+    public func completed(
+        index: Int, operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?
+    ) async throws {}
 }

@@ -7,9 +7,10 @@ public enum Golden {
     public static var recording: Bool { ProcessInfo.processInfo.environment["TIDEMARK_RECORD_GOLDEN"] == "1" }
 
     /// Compares `actual` with `directory/name`; records it instead when recording.
-    public static func check(_ actual: String, _ name: String, in directory: URL,
-        sourceLocation: SourceLocation = #_sourceLocation)
-    {
+    public static func check(
+        _ actual: String, _ name: String, in directory: URL,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         let url = directory.appendingPathComponent(name)
         if recording {
             do {
@@ -21,7 +22,8 @@ public enum Golden {
             return
         }
         guard let data = FileManager.default.contents(atPath: url.path) else {
-            Issue.record("no golden file \(url.path); record it with TIDEMARK_RECORD_GOLDEN=1 and review it.",
+            Issue.record(
+                "no golden file \(url.path); record it with TIDEMARK_RECORD_GOLDEN=1 and review it.",
                 sourceLocation: sourceLocation)
             return
         }
@@ -30,7 +32,8 @@ public enum Golden {
         let want = expected.components(separatedBy: "\n")
         let got = actual.components(separatedBy: "\n")
         let line = (0..<min(want.count, got.count)).first { want[$0] != got[$0] } ?? min(want.count, got.count)
-        Issue.record("""
+        Issue.record(
+            """
             \(name) differs from its golden file at line \(line + 1):
               expected: \(line < want.count ? want[line] : "(end of file)")
               actual:   \(line < got.count ? got[line] : "(end of output)")

@@ -42,7 +42,8 @@ public actor InMemoryStateStore: StateStore {
         guard let stored else { return nil }
         var table = TokenTable()
         for token in stored.tokens { table.intern(token) }
-        return State(lineage: stored.lineage, serial: stored.serial, tokens: table, seenAt: stored.seenAt,
+        return State(
+            lineage: stored.lineage, serial: stored.serial, tokens: table, seenAt: stored.seenAt,
             dead: TokenSet(stored.dead), topics: stored.topics, groups: stored.groups)
     }
 
@@ -83,15 +84,20 @@ public actor InMemoryStateStore: StateStore {
     }
 
     public func unfinishedApply() async throws -> UnfinishedApply? {
-        guard let last = journal.filter({ $0.entry.status == .running }).max(by: { $0.entry.startedAt < $1.entry.startedAt })
+        guard
+            let last = journal.filter({ $0.entry.status == .running }).max(by: {
+                $0.entry.startedAt < $1.entry.startedAt
+            })
         else { return nil }
-        return UnfinishedApply(id: last.id, startedAt: Date(timeIntervalSince1970: TimeInterval(last.entry.startedAt)),
+        return UnfinishedApply(
+            id: last.id, startedAt: Date(timeIntervalSince1970: TimeInterval(last.entry.startedAt)),
             plan: last.entry.plan, done: last.entry.done)
     }
 
     public func applies(limit: Int) async throws -> [ApplyRecord] {
         journal.reversed().sorted { $0.entry.startedAt > $1.entry.startedAt }.prefix(limit).map {
-            ApplyRecord(id: $0.id, status: $0.entry.status, startedAt: $0.entry.startedAt,
+            ApplyRecord(
+                id: $0.id, status: $0.entry.status, startedAt: $0.entry.startedAt,
                 operations: $0.entry.plan.operations.count, done: $0.entry.done.count)
         }
     }

@@ -50,12 +50,15 @@ public enum InventorySourceConformance {
 
     static func devices(_ range: Range<Int>) -> [FixtureDevice] {
         range.map { i in
-            FixtureDevice(id: "device-\(i)", token: Fixtures.token(i, prefix: "inv"),
+            FixtureDevice(
+                id: "device-\(i)", token: Fixtures.token(i, prefix: "inv"),
                 labels: i % 3 == 0 ? [:] : ["platform": i % 2 == 0 ? "ios" : "android", "region": "r\(i % 5)"])
         }
     }
 
-    static func load(_ source: any InventorySource, into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
+    static func load(
+        _ source: any InventorySource, into builder: inout InventoryBuilder
+    ) async throws -> InventorySnapshot {
         try await source.load(into: &builder)
     }
 
@@ -150,8 +153,11 @@ public struct InMemoryInventorySource: InventorySource {
         var digest = SHA256Digest()
         for (line, device) in devices.enumerated() {
             let labels = device.labels.sorted { $0.key < $1.key }
-            digest.update("\(device.id)\u{0}\(device.token)\u{0}\(labels.map { "\($0.key)=\($0.value)" }.joined(separator: ","))\n")
-            builder.add(id: device.id, token: device.token, labels: labels.map { ($0.key, $0.value) }, from: source,
+            digest.update(
+                "\(device.id)\u{0}\(device.token)\u{0}\(labels.map { "\($0.key)=\($0.value)" }.joined(separator: ","))\n"
+            )
+            builder.add(
+                id: device.id, token: device.token, labels: labels.map { ($0.key, $0.value) }, from: source,
                 line: line + 1)
         }
         return InventorySnapshot(identity: digest.finalize())

@@ -22,7 +22,8 @@ public final class ManualClock: Sendable {
     }
 
     public var timing: Timing {
-        Timing(now: { self.now }, sleep: { self.advance($0) }, random: { self.inner.withLock { $0.random.next() } },
+        Timing(
+            now: { self.now }, sleep: { self.advance($0) }, random: { self.inner.withLock { $0.random.next() } },
             wallClock: { self.epoch.addingTimeInterval(Timing.seconds(self.now)) })
     }
 

@@ -51,7 +51,8 @@ public enum StateStoreConformance {
         state.growToTable()
         state.seenAt[3] = 99
         state.dead = TokenSet([4])
-        state.topics["news"] = TopicState(mode: .authoritative, protect: true, managed: TokenSet([1, 2, 3]),
+        state.topics["news"] = TopicState(
+            mode: .authoritative, protect: true, managed: TokenSet([1, 2, 3]),
             observed: TokenSet(0..<UInt32(min(tokens, 4000))))
         state.topics["sports"] = TopicState(managed: TokenSet([5]), observed: TokenSet([5, 6]))
         state.groups["family"] = GroupState(key: "APA91bkey", protect: false, members: TokenSet([7, 8]))
@@ -66,12 +67,15 @@ public enum StateStoreConformance {
     }
 
     public static func plan(_ operations: [PlannedOperation], state: State, digest: String = "d") -> Plan {
-        Plan(tidemarkVersion: "test", createdAt: Date(timeIntervalSince1970: 1_800_000_000), lineage: state.lineage,
+        Plan(
+            tidemarkVersion: "test", createdAt: Date(timeIntervalSince1970: 1_800_000_000), lineage: state.lineage,
             serial: state.serial, manifestsDigest: digest, backend: BackendIdentity(kind: .embedded, project: "p"),
-            refreshed: false, operations: operations, topics: [], groups: [], diagnostics: [], observations: Observations())
+            refreshed: false, operations: operations, topics: [], groups: [], diagnostics: [],
+            observations: Observations())
     }
 
-    static let holder = LockHolder(operation: "tidemark apply", user: "ci", host: "runner-1", pid: 4242,
+    static let holder = LockHolder(
+        operation: "tidemark apply", user: "ci", host: "runner-1", pid: 4242,
         since: Date(timeIntervalSince1970: 1_800_000_000))
 
     static func startsEmpty(_ store: any StateStore) async throws {
@@ -203,8 +207,10 @@ public enum StateStoreConformance {
         let lease = try await store.lock(holder)
         #expect(try await store.lockHolder() == holder)
         do {
-            _ = try await store.lock(LockHolder(operation: "tidemark import", user: "me", host: "laptop", pid: 1,
-                since: Date(timeIntervalSince1970: 1_800_000_100)))
+            _ = try await store.lock(
+                LockHolder(
+                    operation: "tidemark import", user: "me", host: "laptop", pid: 1,
+                    since: Date(timeIntervalSince1970: 1_800_000_100)))
             Issue.record("a second lock must be refused while the first is held")
         } catch let error as StateStoreError {
             #expect(error.code == .locked)
@@ -225,14 +231,16 @@ public enum StateStoreConformance {
         var state = State(lineage: lineage, serial: 0)
         for i in 0..<3 { state.tokens.intern(token(i)) }
         state.growToTable()
-        let desired = DesiredState(topics: [DesiredTopic(name: "t", members: TokenSet([0, 1, 2]))], groups: [],
+        let desired = DesiredState(
+            topics: [DesiredTopic(name: "t", members: TokenSet([0, 1, 2]))], groups: [],
             knownTokens: TokenSet([0, 1, 2]))
         let ops = [
             PlannedOperation(kind: .subscribe, target: "t", tokens: [token(0)]),
             PlannedOperation(kind: .subscribe, target: "t", tokens: [token(1), token(2)]),
         ]
         let clock = ManualClock()
-        let session = try await ApplySession.begin(plan: plan(ops, state: state), desired: desired, store: store,
+        let session = try await ApplySession.begin(
+            plan: plan(ops, state: state), desired: desired, store: store,
             state: state, timing: clock.timing)
         try await session.completed(index: 1, operation: ops[1], outcomes: [.ok, .ok], groupKey: nil)
         let unfinished = try #require(try await store.unfinishedApply())

@@ -40,15 +40,19 @@ struct Generator {
         }
         try csv.write(to: URL(fileURLWithPath: directory + "/manifests/devices.csv"))
         var yaml = "inventory:\n  files: [devices.csv]\ntopics:\n"
-        for region in Self.regions { yaml += "  - name: alerts-\(region)\n    members: [{selector: {region: \(region)}}]\n" }
+        for region in Self.regions {
+            yaml += "  - name: alerts-\(region)\n    members: [{selector: {region: \(region)}}]\n"
+        }
         for team in Self.teams { yaml += "  - name: scores-\(team)\n    members: [{selector: {team: \(team)}}]\n" }
         for language in Self.languages {
-            yaml += "  - name: news-\(language)\n    mode: authoritative\n    members: [{selector: {lang: \(language)}}]\n"
+            yaml +=
+                "  - name: news-\(language)\n    mode: authoritative\n    members: [{selector: {lang: \(language)}}]\n"
         }
         for (i, cohort) in Self.cohorts.enumerated() {
             let next = Self.cohorts[(i + 1) % Self.cohorts.count]
             yaml += "  - name: promo-\(cohort)-a\n    members: [{selector: {cohort: \(cohort)}}]\n"
-            yaml += "  - name: promo-\(cohort)-b\n    members: [{selector: {cohort: [\(cohort), \(next)], platform: {not: web}}}]\n"
+            yaml +=
+                "  - name: promo-\(cohort)-b\n    members: [{selector: {cohort: [\(cohort), \(next)], platform: {not: web}}}]\n"
         }
         try yaml.write(toFile: directory + "/manifests/topics.yaml", atomically: true, encoding: .utf8)
 
@@ -76,7 +80,9 @@ struct Generator {
         var write = StateWrite()
         write.topics = Array(state.topics.keys)
         try await store.save(&state, write, at: Timing.live.unixTime())
-        print("generated \(devices) devices, \(loaded.desired.topics.count) topics, \(memberships) memberships in state, \(changed) differing from the manifests (\(String(format: "%.2f", Double(changed) * 100 / Double(max(1, memberships))))%)")
+        print(
+            "generated \(devices) devices, \(loaded.desired.topics.count) topics, \(memberships) memberships in state, \(changed) differing from the manifests (\(String(format: "%.2f", Double(changed) * 100 / Double(max(1, memberships))))%)"
+        )
     }
 }
 
@@ -88,7 +94,8 @@ struct PlainFiles: FileSource {
 
 var arguments = Array(CommandLine.arguments.dropFirst())
 guard arguments.first == "generate", arguments.count >= 2 else {
-    FileHandle.standardError.write(Data("usage: tidemark-bench generate DIR [--devices N] [--churn FRACTION] [--seed S]\n".utf8))
+    FileHandle.standardError.write(
+        Data("usage: tidemark-bench generate DIR [--devices N] [--churn FRACTION] [--seed S]\n".utf8))
     exit(2)
 }
 var generator = Generator()

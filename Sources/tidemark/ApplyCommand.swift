@@ -27,14 +27,16 @@ struct ApplyCommand: AsyncParsableCommand {
     @Option(help: "Requests in flight at once.")
     var parallelism = 8
 
-    @Option(help: ArgumentHelp(
-        "Subscription changes per second to send to FCM (emulator and fcm backends; default: 'qps' in tidemark.yaml, else FCM's documented 3000).",
-        valueName: "N"))
+    @Option(
+        help: ArgumentHelp(
+            "Subscription changes per second to send to FCM (emulator and fcm backends; default: 'qps' in tidemark.yaml, else FCM's documented 3000).",
+            valueName: "N"))
     var qps: Double?
 
-    @Option(help: ArgumentHelp(
-        "What --qps counts: tokens (membership changes, the default) or requests (HTTP calls; an IID batch is one).",
-        valueName: "UNIT"))
+    @Option(
+        help: ArgumentHelp(
+            "What --qps counts: tokens (membership changes, the default) or requests (HTTP calls; an IID batch is one).",
+            valueName: "UNIT"))
     var qpsUnit: QuotaUnit?
 
     @Flag(help: "Plan from state alone, without reading FCM first.")
@@ -46,7 +48,8 @@ struct ApplyCommand: AsyncParsableCommand {
             throw ValidationError("--parallelism must be between 1 and 1000, not \(parallelism).")
         }
         if planFile != nil, noRefresh {
-            throw ValidationError("--no-refresh has no effect with a saved plan; the plan already says whether it refreshed.")
+            throw ValidationError(
+                "--no-refresh has no effect with a saved plan; the plan already says whether it refreshed.")
         }
     }
 
@@ -57,14 +60,17 @@ struct ApplyCommand: AsyncParsableCommand {
             let showTokens = global.showTokens
             let request = ApplyRequest(
                 savedPlan: saved,
-                planning: PlanRequest(refresh: !noRefresh, targets: try planning.selection.targets(),
+                planning: PlanRequest(
+                    refresh: !noRefresh, targets: try planning.selection.targets(),
                     maxUnsubscribes: try planning.limit()),
                 approve: { [autoApprove] _ in
                     if autoApprove { return .approved }
                     guard Terminal.stdinIsTerminal else { return .unavailable }
                     return Terminal.confirm("\nDo you want to apply this plan?") ? .approved : .declined
                 },
-                planReady: { outcome in try workspace.output(outcome.plan, format: .text, inventory: outcome.loaded.inventory) })
+                planReady: { outcome in
+                    try workspace.output(outcome.plan, format: .text, inventory: outcome.loaded.inventory)
+                })
             let store = workspace.stateStore()
             let outcome = try await workspace.withBackend(qps: qps, qpsUnit: qpsUnit) { backend in
                 try await store.withLock(workspace.lockHolder("tidemark apply")) {
@@ -88,10 +94,16 @@ struct ApplyCommand: AsyncParsableCommand {
 
     /// The summary line of an apply, and a warning per kind of failure.
     private func report(_ summary: ApplySummary, showTokens: Bool) {
-        Terminal.out("Apply complete: +\(PlanRenderer.formatCount(summary.subscribed)) subscribed, −\(PlanRenderer.formatCount(summary.unsubscribed)) unsubscribed, \(summary.groupCalls) group calls; \(PlanRenderer.formatCount(summary.requests)) requests in \(String(format: "%.1f", summary.seconds)) s.\n")
+        Terminal.out(
+            "Apply complete: +\(PlanRenderer.formatCount(summary.subscribed)) subscribed, −\(PlanRenderer.formatCount(summary.unsubscribed)) unsubscribed, \(summary.groupCalls) group calls; \(PlanRenderer.formatCount(summary.requests)) requests in \(String(format: "%.1f", summary.seconds)) s.\n"
+        )
         for (code, failures) in summary.failuresByCode {
-            let examples = failures.prefix(5).map { "\(showTokens ? $0.token : Redaction.redact($0.token)) (\($0.kind.rawValue) \($0.target))" }
-            Terminal.err("warning: \(failures.count) token(s) failed with \(code) (\(failures[0].error.advice)): \(examples.joined(separator: ", "))\(failures.count > 5 ? ", …" : "")")
+            let examples = failures.prefix(5).map {
+                "\(showTokens ? $0.token : Redaction.redact($0.token)) (\($0.kind.rawValue) \($0.target))"
+            }
+            Terminal.err(
+                "warning: \(failures.count) token(s) failed with \(code) (\(failures[0].error.advice)): \(examples.joined(separator: ", "))\(failures.count > 5 ? ", …" : "")"
+            )
         }
     }
 }

@@ -17,12 +17,16 @@ struct AudienceCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: ArgumentHelp("An FCM condition, e.g. \"'a' in topics && ('b' in topics || 'c' in topics)\".",
-        valueName: "CONDITION"))
+    @Argument(
+        help: ArgumentHelp(
+            "An FCM condition, e.g. \"'a' in topics && ('b' in topics || 'c' in topics)\".",
+            valueName: "CONDITION"))
     var condition: String
 
-    @Option(help: ArgumentHelp("Judge from the manifests (desired) or from the memberships last observed (observed).",
-        valueName: "SOURCE"))
+    @Option(
+        help: ArgumentHelp(
+            "Judge from the manifests (desired) or from the memberships last observed (observed).",
+            valueName: "SOURCE"))
     var from: String = "desired"
 
     @Flag(help: "With --from observed: read the backend first, instead of using what state last saw.")
@@ -38,7 +42,9 @@ struct AudienceCommand: AsyncParsableCommand {
         guard Audience.Source(rawValue: from) != nil else {
             throw ValidationError("--from must be desired or observed, not '\(from)'.")
         }
-        if refresh, from != "observed" { throw ValidationError("--refresh reads the backend; it needs --from observed.") }
+        if refresh, from != "observed" {
+            throw ValidationError("--refresh reads the backend; it needs --from observed.")
+        }
         if format == .markdown { throw ValidationError("audience prints text or json.") }
         if limit < 0 { throw ValidationError("--limit must be 0 or more.") }
     }
@@ -53,10 +59,14 @@ struct AudienceCommand: AsyncParsableCommand {
             }
             let workspace = try Workspace(global)
             let source = Audience.Source(rawValue: from)!
-            let workflow = AudienceWorkflow(manifests: workspace.manifestSource(), store: workspace.stateStore(),
+            let workflow = AudienceWorkflow(
+                manifests: workspace.manifestSource(), store: workspace.stateStore(),
                 output: TerminalOutput())
-            let (audience, loaded) = refresh
-                ? try await workspace.withBackend { backend in try await workflow.run(parsed, source: source, refreshFrom: backend) }
+            let (audience, loaded) =
+                refresh
+                ? try await workspace.withBackend { backend in
+                    try await workflow.run(parsed, source: source, refreshFrom: backend)
+                }
                 : try await workflow.run(parsed, source: source)
             if format == .json {
                 struct Output: Encodable {
@@ -72,11 +82,15 @@ struct AudienceCommand: AsyncParsableCommand {
                     }
                 }
                 let devices = audience.tokens.map { token in
-                    Output.Device(token: token, device: loaded.inventory.index(ofToken: token).map { loaded.inventory.deviceIDs[$0] })
+                    Output.Device(
+                        token: token,
+                        device: loaded.inventory.index(ofToken: token).map { loaded.inventory.deviceIDs[$0] })
                 }
-                try Terminal.writeJSON(Output(condition: condition, evaluatedAs: parsed.description,
-                    from: source.rawValue, count: audience.tokens.count, unknownTopics: audience.unknownTopics,
-                    devices: devices))
+                try Terminal.writeJSON(
+                    Output(
+                        condition: condition, evaluatedAs: parsed.description,
+                        from: source.rawValue, count: audience.tokens.count, unknownTopics: audience.unknownTopics,
+                        devices: devices))
                 return
             }
             for topic in audience.unknownTopics {
@@ -84,17 +98,25 @@ struct AudienceCommand: AsyncParsableCommand {
                 Terminal.err("warning: \(where_) '\(topic)'; it counts as having no subscribers.")
             }
             let count = audience.tokens.count
-            let basis = source == .desired ? "as the manifests declare them"
+            let basis =
+                source == .desired
+                ? "as the manifests declare them"
                 : refresh ? "as just read from \(workspace.backendKind)" : "as tidemark last observed them (no refresh)"
-            var lines = ["The condition reaches \(PlanRenderer.formatCount(count)) device\(count == 1 ? "" : "s") \(basis).",
-                "Evaluated as: \(parsed)"]
-            if let platforms = breakdown(audience.tokens, loaded.inventory) { lines.append("By platform: \(platforms)") }
+            var lines = [
+                "The condition reaches \(PlanRenderer.formatCount(count)) device\(count == 1 ? "" : "s") \(basis).",
+                "Evaluated as: \(parsed)",
+            ]
+            if let platforms = breakdown(audience.tokens, loaded.inventory) {
+                lines.append("By platform: \(platforms)")
+            }
             let namer = workspace.deviceNamer(loaded.inventory)
             for token in audience.tokens.prefix(limit) {
                 let shown = global.showTokens ? token : Redaction.redact(token)
                 lines.append("  \(shown)\(namer(token).map { " (\($0))" } ?? "")")
             }
-            if count > limit, limit > 0 { lines.append("  … and \(PlanRenderer.formatCount(count - limit)) more (--format json lists all)") }
+            if count > limit, limit > 0 {
+                lines.append("  … and \(PlanRenderer.formatCount(count - limit)) more (--format json lists all)")
+            }
             try Terminal.write(lines.joined(separator: "\n") + "\n")
         }
     }
@@ -104,11 +126,14 @@ struct AudienceCommand: AsyncParsableCommand {
         guard inventory.labelKeys.contains("platform") else { return nil }
         var counts: [String: Int] = [:]
         for token in tokens {
-            let platform = inventory.index(ofToken: token).flatMap { inventory.label("platform", ofDevice: $0) } ?? "(none)"
+            let platform =
+                inventory.index(ofToken: token).flatMap { inventory.label("platform", ofDevice: $0) } ?? "(none)"
             counts[platform, default: 0] += 1
         }
         guard !counts.isEmpty else { return nil }
-        return counts.sorted { ($0.value, $1.key) > ($1.value, $0.key) }.map { "\($0.key) \(PlanRenderer.formatCount($0.value))" }
-            .joined(separator: ", ")
+        return counts.sorted { ($0.value, $1.key) > ($1.value, $0.key) }.map {
+            "\($0.key) \(PlanRenderer.formatCount($0.value))"
+        }
+        .joined(separator: ", ")
     }
 }

@@ -33,7 +33,9 @@ func writeAtomically(_ data: Data, to path: String, mode: Int = 0o644) throws {
     let temporary = path + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
     let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode_t(mode))
     guard fd >= 0 else {
-        throw CLIError("cannot write \(path): \(String(cString: strerror(errno))); check that its directory exists and is writable.")
+        throw CLIError(
+            "cannot write \(path): \(String(cString: strerror(errno))); check that its directory exists and is writable."
+        )
     }
     let written = data.withUnsafeBytes { buffer -> Bool in
         var offset = 0

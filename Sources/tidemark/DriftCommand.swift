@@ -21,12 +21,17 @@ struct DriftCommand: AsyncParsableCommand {
     @Flag(help: "Exit 2 when drift was found, 0 when none, 1 on error.")
     var detailedExitcode = false
 
-    @Flag(name: .customLong("json"), help: "Write an NDJSON event stream (one 'drift' event per finding, then a 'summary'); tokens redacted unless --show-tokens.")
+    @Flag(
+        name: .customLong("json"),
+        help:
+            "Write an NDJSON event stream (one 'drift' event per finding, then a 'summary'); tokens redacted unless --show-tokens."
+    )
     var ndjson = false
 
     func validate() throws {
         if ndjson, render.format != .text {
-            throw ValidationError("--json writes the event stream; it cannot be combined with --format \(render.format.rawValue).")
+            throw ValidationError(
+                "--json writes the event stream; it cannot be combined with --format \(render.format.rawValue).")
         }
     }
 

@@ -30,8 +30,10 @@ struct EmulatorServeCommand: AsyncParsableCommand {
     @Option(help: "Port to listen on; 0 picks a free one.")
     var port = 9099
 
-    @Option(help: ArgumentHelp("Keep state (SQLite) and the key file here; without it state is in memory.",
-        valueName: "DIR"))
+    @Option(
+        help: ArgumentHelp(
+            "Keep state (SQLite) and the key file here; without it state is in memory.",
+            valueName: "DIR"))
     var data: String?
 
     @Option(help: ArgumentHelp("Project the key file is issued for.", valueName: "ID"))
@@ -40,8 +42,10 @@ struct EmulatorServeCommand: AsyncParsableCommand {
     @Flag(help: "Treat any well-formed unknown token as a registered app instance (FCM answers NOT_FOUND).")
     var autoRegister = false
 
-    @Option(help: ArgumentHelp("Subscription changes per second per project before 429; 0 turns the limit off.",
-        valueName: "N"))
+    @Option(
+        help: ArgumentHelp(
+            "Subscription changes per second per project before 429; 0 turns the limit off.",
+            valueName: "N"))
     var rateLimit: Double = Double(FCMLimits.defaultQuota)
 
     @Option(help: ArgumentHelp("What the rate limit counts: tokens or requests.", valueName: "UNIT"))
@@ -56,13 +60,16 @@ struct EmulatorServeCommand: AsyncParsableCommand {
     @Flag(help: "Keep every subscription change for the admin API (GET /emulator/v1/projects/P/changes); for tests.")
     var recordChanges = false
 
-    @Option(name: .customLong("fault-429"), help: ArgumentHelp("Share of FCM calls answered 429 (0-1).", valueName: "P"))
+    @Option(
+        name: .customLong("fault-429"), help: ArgumentHelp("Share of FCM calls answered 429 (0-1).", valueName: "P"))
     var fault429: Double = 0
 
-    @Option(name: .customLong("fault-500"), help: ArgumentHelp("Share of FCM calls answered 500 (0-1).", valueName: "P"))
+    @Option(
+        name: .customLong("fault-500"), help: ArgumentHelp("Share of FCM calls answered 500 (0-1).", valueName: "P"))
     var fault500: Double = 0
 
-    @Option(name: .customLong("fault-503"), help: ArgumentHelp("Share of FCM calls answered 503 (0-1).", valueName: "P"))
+    @Option(
+        name: .customLong("fault-503"), help: ArgumentHelp("Share of FCM calls answered 503 (0-1).", valueName: "P"))
     var fault503: Double = 0
 
     @Option(help: ArgumentHelp("Share of tokens in topic calls answered INTERNAL (0-1).", valueName: "P"))
@@ -109,7 +116,8 @@ struct EmulatorServeCommand: AsyncParsableCommand {
             options.dataDirectory = data
             options.project = project
             options.autoRegister = autoRegister
-            options.rateLimit = RateLimitSettings(perSecond: rateLimit,
+            options.rateLimit = RateLimitSettings(
+                perSecond: rateLimit,
                 unit: RateLimitSettings.Unit(rawValue: rateLimitUnit) ?? .tokens,
                 answer: rateLimitPerToken ? .perToken : .http)
             options.faults = faultSettings
@@ -122,7 +130,8 @@ struct EmulatorServeCommand: AsyncParsableCommand {
             let project = options.project
             try await server.run { port in
                 let address = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
-                Terminal.out("""
+                Terminal.out(
+                    """
                     tidemark emulator listening on http://\(address) (project \(project), \(state))
                       export FCM_EMULATOR_HOST=\(address)
                       export GOOGLE_APPLICATION_CREDENTIALS=\(keyFile)

@@ -38,7 +38,9 @@ struct FmtCommand: AsyncParsableCommand {
                 case .formatted(let formatted) where formatted != text:
                     changed.append(display)
                     if !check {
-                        let mode = ((try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? Int) ?? 0o644
+                        let mode =
+                            ((try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? Int)
+                            ?? 0o644
                         try writeAtomically(Data(formatted.utf8), to: path, mode: mode)
                     }
                 case .formatted:
@@ -49,7 +51,9 @@ struct FmtCommand: AsyncParsableCommand {
             if check {
                 for file in changed { try Terminal.write("\(file)\n") }
                 if !changed.isEmpty {
-                    Terminal.err("\(changed.count) file\(changed.count == 1 ? " is" : "s are") not formatted; run 'tidemark fmt' and commit the result.")
+                    Terminal.err(
+                        "\(changed.count) file\(changed.count == 1 ? " is" : "s are") not formatted; run 'tidemark fmt' and commit the result."
+                    )
                     throw ExitCode.failure
                 }
             } else {

@@ -6,16 +6,22 @@ struct GlobalOptions: ParsableArguments {
     @Option(name: .customShort("C"), help: ArgumentHelp("Project directory.", valueName: "DIR"))
     var directory: String = "."
 
-    @Option(help: ArgumentHelp("Manifests directory (default: DIR/manifests, or 'manifests' in tidemark.yaml).",
-        valueName: "DIR"))
+    @Option(
+        help: ArgumentHelp(
+            "Manifests directory (default: DIR/manifests, or 'manifests' in tidemark.yaml).",
+            valueName: "DIR"))
     var manifests: String?
 
-    @Option(help: ArgumentHelp("Backend: embedded (in-process emulator, the default), emulator or fcm.",
-        valueName: "KIND"))
+    @Option(
+        help: ArgumentHelp(
+            "Backend: embedded (in-process emulator, the default), emulator or fcm.",
+            valueName: "KIND"))
     var backend: BackendKind?
 
-    @Option(help: ArgumentHelp("Topic API for the emulator and fcm backends: v1 (default) or iid (deprecated by Google).",
-        valueName: "API"))
+    @Option(
+        help: ArgumentHelp(
+            "Topic API for the emulator and fcm backends: v1 (default) or iid (deprecated by Google).",
+            valueName: "API"))
     var transport: TopicTransport?
 
     @Flag(help: "Show registration tokens in full in human output (they are redacted by default).")

@@ -38,15 +38,21 @@ struct ImportCommand: AsyncParsableCommand {
             let groups = outcome.groupsFound
             var lines: [String] = []
             let verb = dryRun ? "Would adopt" : "Adopted"
-            lines.append("\(verb) \(PlanRenderer.formatCount(total)) existing membership\(total == 1 ? "" : "s") in \(outcome.adopted.count) topic\(outcome.adopted.count == 1 ? "" : "s"); \(PlanRenderer.formatCount(outcome.registrationsRead)) registrations read, \(outcome.dead) dead; \(groups.count) declared device group\(groups.count == 1 ? "" : "s") found in FCM.")
+            lines.append(
+                "\(verb) \(PlanRenderer.formatCount(total)) existing membership\(total == 1 ? "" : "s") in \(outcome.adopted.count) topic\(outcome.adopted.count == 1 ? "" : "s"); \(PlanRenderer.formatCount(outcome.registrationsRead)) registrations read, \(outcome.dead) dead; \(groups.count) declared device group\(groups.count == 1 ? "" : "s") found in FCM."
+            )
             for (topic, count) in outcome.adopted.sorted(by: { $0.key < $1.key }) {
                 lines.append("  \(topic): \(PlanRenderer.formatCount(count))")
             }
             if !groups.isEmpty {
-                lines.append("FCM cannot list a group's members, so the next apply adds the declared members to \(groups.count == 1 ? "it" : "them") (no change for members already in).")
+                lines.append(
+                    "FCM cannot list a group's members, so the next apply adds the declared members to \(groups.count == 1 ? "it" : "them") (no change for members already in)."
+                )
             }
             if let serial = outcome.serial {
-                lines.append("State \(workspace.stateDisplay) is now at serial \(serial). 'tidemark plan' shows what is left to change.")
+                lines.append(
+                    "State \(workspace.stateDisplay) is now at serial \(serial). 'tidemark plan' shows what is left to change."
+                )
             } else {
                 lines.append("Dry run: state was not written.")
             }

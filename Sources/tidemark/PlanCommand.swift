@@ -17,7 +17,9 @@ struct PlanCommand: AsyncParsableCommand {
     @OptionGroup var planning: PlanningOptions
     @OptionGroup var render: RenderOptions
 
-    @Option(name: .long, help: ArgumentHelp("Save the plan as JSON, to apply exactly with 'tidemark apply FILE'.", valueName: "FILE"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp("Save the plan as JSON, to apply exactly with 'tidemark apply FILE'.", valueName: "FILE"))
     var out: String?
 
     @Flag(help: "Exit 2 when the plan has changes, 0 when it has none, 1 on error.")
@@ -29,7 +31,8 @@ struct PlanCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
-            let request = PlanRequest(refresh: !noRefresh, targets: try planning.selection.targets(),
+            let request = PlanRequest(
+                refresh: !noRefresh, targets: try planning.selection.targets(),
                 maxUnsubscribes: try planning.limit())
             let outcome = try await workspace.withBackend { backend in
                 try await PlanWorkflow(workspace.parts(backend)).run(request)
@@ -39,11 +42,14 @@ struct PlanCommand: AsyncParsableCommand {
             if let out, !refused {
                 try writeAtomically(jsonFile(plan), to: out, mode: 0o600)
             }
-            try workspace.output(plan, format: render.format, inventory: outcome.loaded.inventory,
+            try workspace.output(
+                plan, format: render.format, inventory: outcome.loaded.inventory,
                 partsDir: render.partsDir, planFile: refused ? nil : out)
             if refused {
                 let errors = plan.diagnostics.filter { $0.severity == .error }.count
-                Terminal.err("\(errors) error\(errors == 1 ? "" : "s") in the plan; it cannot be applied\(out != nil ? " and was not saved" : "").")
+                Terminal.err(
+                    "\(errors) error\(errors == 1 ? "" : "s") in the plan; it cannot be applied\(out != nil ? " and was not saved" : "")."
+                )
             } else if let out, render.format == .text {
                 try Terminal.write("Saved the plan to \(out); apply it exactly with: tidemark apply \(out)\n")
             }

@@ -4,14 +4,16 @@ import TidemarkCore
 extension Workspace {
     /// Renders `plan` in `format` on standard output; a failed write is an error, never a silent success.
     /// `planFile` is named in markdown as where the full plan is.
-    func output(_ plan: Plan, format: OutputFormat, inventory: Inventory?, partsDir: String? = nil,
-        planFile: String? = nil) throws
-    {
+    func output(
+        _ plan: Plan, format: OutputFormat, inventory: Inventory?, partsDir: String? = nil,
+        planFile: String? = nil
+    ) throws {
         switch format {
         case .text:
             try Terminal.write(renderer(inventory).render(plan))
         case .markdown:
-            let markdown = MarkdownPlanRenderer(showTokens: options.showTokens,
+            let markdown = MarkdownPlanRenderer(
+                showTokens: options.showTokens,
                 fullPlanHint: planFile.map { "`\($0)` (`tidemark show \($0) --format json`)" },
                 deviceName: deviceNamer(inventory))
             try writeMarkdown(markdown.render(plan), partsDir: partsDir)
@@ -29,7 +31,8 @@ extension Workspace {
                 try FileManager.default.removeItem(atPath: (partsDir as NSString).appendingPathComponent(name))
             }
             for (index, part) in parts.enumerated() {
-                try writeAtomically(Data(part.utf8), to: (partsDir as NSString).appendingPathComponent("part-\(index + 1).md"))
+                try writeAtomically(
+                    Data(part.utf8), to: (partsDir as NSString).appendingPathComponent("part-\(index + 1).md"))
             }
         }
         var text = ""

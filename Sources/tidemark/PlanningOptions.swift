@@ -3,13 +3,18 @@ import TidemarkCore
 
 /// `--target` / `--exclude`: which topics and groups a command covers.
 struct TargetOptions: ParsableArguments {
-    @Option(name: .long, help: ArgumentHelp(
-        "Only these topics or groups: topic:GLOB, group:GLOB or GLOB (both kinds); * and ? are wildcards. Repeatable.",
-        valueName: "SEL"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Only these topics or groups: topic:GLOB, group:GLOB or GLOB (both kinds); * and ? are wildcards. Repeatable.",
+            valueName: "SEL"))
     var target: [String] = []
 
-    @Option(name: .long, help: ArgumentHelp("Leave these topics or groups out (same syntax as --target). Repeatable.",
-        valueName: "SEL"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Leave these topics or groups out (same syntax as --target). Repeatable.",
+            valueName: "SEL"))
     var exclude: [String] = []
 
     func validate() throws { _ = try targets() }
@@ -27,9 +32,11 @@ struct TargetOptions: ParsableArguments {
 struct PlanningOptions: ParsableArguments {
     @OptionGroup var selection: TargetOptions
 
-    @Option(name: .long, help: ArgumentHelp(
-        "Refuse a plan that unsubscribes more than N memberships, or more than P% of the memberships tidemark knows.",
-        valueName: "N|P%"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Refuse a plan that unsubscribes more than N memberships, or more than P% of the memberships tidemark knows.",
+            valueName: "N|P%"))
     var maxUnsubscribes: String?
 
     func validate() throws { _ = try limit() }
@@ -49,9 +56,11 @@ struct RenderOptions: ParsableArguments {
     @Option(help: "Output format: text, markdown (pull-request comments) or json (full data, full tokens).")
     var format: OutputFormat = .text
 
-    @Option(name: .long, help: ArgumentHelp(
-        "With --format markdown: write each comment-sized part to DIR/part-1.md, part-2.md, … as well.",
-        valueName: "DIR"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "With --format markdown: write each comment-sized part to DIR/part-1.md, part-2.md, … as well.",
+            valueName: "DIR"))
     var partsDir: String?
 
     func validate() throws {

@@ -22,7 +22,8 @@ struct ShowCommand: AsyncParsableCommand {
             // Device ids from the inventory when the manifests can be read; the plan shows without them otherwise.
             let loaded = render.format == .json ? nil : await workspace.loadManifests()
             let inventory = loaded.flatMap { $0.diagnostics.hasErrors ? nil : $0.inventory }
-            try workspace.output(plan, format: render.format, inventory: inventory, partsDir: render.partsDir,
+            try workspace.output(
+                plan, format: render.format, inventory: inventory, partsDir: render.partsDir,
                 planFile: planFile)
         }
     }

@@ -31,14 +31,33 @@ struct StateListCommand: AsyncParsableCommand {
             let workspace = try Workspace(global)
             let store = workspace.stateStore()
             guard let state = try await store.load() else {
-                throw CLIError("there is no state at \(workspace.stateDisplay) yet; 'tidemark apply' or 'tidemark import' creates it.")
+                throw CLIError(
+                    "there is no state at \(workspace.stateDisplay) yet; 'tidemark apply' or 'tidemark import' creates it."
+                )
             }
             let applies = try await store.applies(limit: 10)
             if format == .json {
                 struct Output: Encodable {
-                    struct Topic: Encodable { var name: String; var mode: String; var protect: Bool; var managed: Int; var observed: Int }
-                    struct Group: Encodable { var name: String; var exists: Bool; var protect: Bool; var members: Int }
-                    struct Apply: Encodable { var id: String; var status: String; var startedAt: Int64; var operations: Int; var done: Int }
+                    struct Topic: Encodable {
+                        var name: String
+                        var mode: String
+                        var protect: Bool
+                        var managed: Int
+                        var observed: Int
+                    }
+                    struct Group: Encodable {
+                        var name: String
+                        var exists: Bool
+                        var protect: Bool
+                        var members: Int
+                    }
+                    struct Apply: Encodable {
+                        var id: String
+                        var status: String
+                        var startedAt: Int64
+                        var operations: Int
+                        var done: Int
+                    }
                     var lineage: String
                     var serial: Int
                     var tokens: Int
@@ -47,22 +66,30 @@ struct StateListCommand: AsyncParsableCommand {
                     var groups: [Group]
                     var applies: [Apply]
                 }
-                let output = Output(lineage: state.lineage, serial: state.serial, tokens: state.tokens.count,
+                let output = Output(
+                    lineage: state.lineage, serial: state.serial, tokens: state.tokens.count,
                     dead: state.dead.count,
                     topics: state.topics.keys.sorted().map { name in
                         let t = state.topics[name]!
-                        return .init(name: name, mode: t.mode.rawValue, protect: t.protect, managed: t.managed.count,
+                        return .init(
+                            name: name, mode: t.mode.rawValue, protect: t.protect, managed: t.managed.count,
                             observed: t.observed.count)
                     },
                     groups: state.groups.keys.sorted().map { name in
                         let g = state.groups[name]!
                         return .init(name: name, exists: g.key != nil, protect: g.protect, members: g.members.count)
                     },
-                    applies: applies.map { .init(id: $0.id, status: $0.status.rawValue, startedAt: $0.startedAt, operations: $0.operations, done: $0.done) })
+                    applies: applies.map {
+                        .init(
+                            id: $0.id, status: $0.status.rawValue, startedAt: $0.startedAt, operations: $0.operations,
+                            done: $0.done)
+                    })
                 try Terminal.writeJSON(output)
                 return
             }
-            var lines = ["State \(workspace.stateDisplay): lineage \(state.lineage), serial \(state.serial); \(PlanRenderer.formatCount(state.tokens.count)) tokens known, \(PlanRenderer.formatCount(state.dead.count)) dead."]
+            var lines = [
+                "State \(workspace.stateDisplay): lineage \(state.lineage), serial \(state.serial); \(PlanRenderer.formatCount(state.tokens.count)) tokens known, \(PlanRenderer.formatCount(state.dead.count)) dead."
+            ]
             if !state.topics.isEmpty {
                 lines.append("")
                 lines.append("Topics (managed = memberships tidemark made; observed = last seen in FCM):")
@@ -70,7 +97,9 @@ struct StateListCommand: AsyncParsableCommand {
                 for name in state.topics.keys.sorted() {
                     let t = state.topics[name]!
                     let padded = name.padding(toLength: max(width, name.count), withPad: " ", startingAt: 0)
-                    lines.append("  \(padded)  \(t.mode.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0))  managed \(PlanRenderer.formatCount(t.managed.count)), observed \(PlanRenderer.formatCount(t.observed.count))\(t.protect ? ", protected" : "")")
+                    lines.append(
+                        "  \(padded)  \(t.mode.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0))  managed \(PlanRenderer.formatCount(t.managed.count)), observed \(PlanRenderer.formatCount(t.observed.count))\(t.protect ? ", protected" : "")"
+                    )
                 }
             }
             if !state.groups.isEmpty {
@@ -78,7 +107,9 @@ struct StateListCommand: AsyncParsableCommand {
                 lines.append("Device groups:")
                 for name in state.groups.keys.sorted() {
                     let g = state.groups[name]!
-                    lines.append("  \(name)  \(g.key == nil ? "not created" : "exists"), \(g.members.count) member\(g.members.count == 1 ? "" : "s")\(g.protect ? ", protected" : "")")
+                    lines.append(
+                        "  \(name)  \(g.key == nil ? "not created" : "exists"), \(g.members.count) member\(g.members.count == 1 ? "" : "s")\(g.protect ? ", protected" : "")"
+                    )
                 }
             }
             if !applies.isEmpty {
@@ -87,7 +118,9 @@ struct StateListCommand: AsyncParsableCommand {
                 let formatter = ISO8601DateFormatter()
                 for apply in applies {
                     let started = formatter.string(from: Date(timeIntervalSince1970: TimeInterval(apply.startedAt)))
-                    lines.append("  \(started)  \(apply.status.rawValue.padding(toLength: 9, withPad: " ", startingAt: 0))  \(apply.done)/\(apply.operations) operations  (\(apply.id.prefix(8)))")
+                    lines.append(
+                        "  \(started)  \(apply.status.rawValue.padding(toLength: 9, withPad: " ", startingAt: 0))  \(apply.done)/\(apply.operations) operations  (\(apply.id.prefix(8)))"
+                    )
                 }
             }
             try Terminal.write(lines.joined(separator: "\n") + "\n")
@@ -137,11 +170,15 @@ struct StateShowCommand: AsyncParsableCommand {
                 lines.append("  observed (\(PlanRenderer.formatCount(topic.observed.count))):")
                 lines += list(topic.observed)
             } else if kind != "topic", let group = state.groups[bare] {
-                lines.append("Device group '\(bare)': \(group.key == nil ? "not created in FCM" : "exists in FCM (key kept in state)")\(group.protect ? ", protected" : "")")
+                lines.append(
+                    "Device group '\(bare)': \(group.key == nil ? "not created in FCM" : "exists in FCM (key kept in state)")\(group.protect ? ", protected" : "")"
+                )
                 lines.append("  members (\(group.members.count)):")
                 lines += list(group.members)
             } else {
-                throw CLIError("state has no \(kind ?? "topic or group") named '\(bare)'; 'tidemark state list' shows what it has.")
+                throw CLIError(
+                    "state has no \(kind ?? "topic or group") named '\(bare)'; 'tidemark state list' shows what it has."
+                )
             }
             try Terminal.write(lines.joined(separator: "\n") + "\n")
         }
@@ -152,7 +189,8 @@ struct StateLockCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "lock",
         abstract: "Say whether a run holds the state lock, and which.",
-        discussion: "The lock is an flock(2) lock: the kernel releases it when the holding process ends, even when it is killed, so there is never a stale lock to force open. Exit 0 when it is free, 2 when a run holds it."
+        discussion:
+            "The lock is an flock(2) lock: the kernel releases it when the holding process ends, even when it is killed, so there is never a stale lock to force open. Exit 0 when it is free, 2 when a run holds it."
     )
 
     @OptionGroup var global: GlobalOptions

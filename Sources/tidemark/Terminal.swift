@@ -19,7 +19,8 @@ enum Terminal {
         do {
             try FileHandle.standardOutput.write(contentsOf: data)
         } catch {
-            throw CLIError("could not write to standard output (\(error.localizedDescription)); the output is incomplete.")
+            throw CLIError(
+                "could not write to standard output (\(error.localizedDescription)); the output is incomplete.")
         }
     }
 
@@ -70,7 +71,8 @@ final class ProgressReporter: Sendable {
         let rate = Double(done) / elapsed
         let eta = rate > 0 ? Double(total - done) / rate : 0
         let percent = Int(Double(done) * 100 / Double(total))
-        let text = "\(label): \(PlanRenderer.formatCount(done))/\(PlanRenderer.formatCount(total)) \(unit) (\(percent)%), \(PlanRenderer.formatCount(Int(rate)))/s, ETA \(Int(eta.rounded()))s"
+        let text =
+            "\(label): \(PlanRenderer.formatCount(done))/\(PlanRenderer.formatCount(total)) \(unit) (\(percent)%), \(PlanRenderer.formatCount(Int(rate)))/s, ETA \(Int(eta.rounded()))s"
         if interactive {
             let width = 24
             let filled = total == 0 ? width : width * done / total
@@ -95,13 +97,19 @@ final class TerminalOutput: WorkflowOutput {
         case .refreshProgress(let done, let total):
             refreshing.update(done: done, total: total, unit: "tokens")
         case .refreshed(let registrations, let seconds):
-            Terminal.err("Refreshed \(PlanRenderer.formatCount(registrations)) registrations in \(String(format: "%.1f", seconds)) s (\(PlanRenderer.formatCount(Int(Double(registrations) / max(seconds, 0.001))))/s).")
+            Terminal.err(
+                "Refreshed \(PlanRenderer.formatCount(registrations)) registrations in \(String(format: "%.1f", seconds)) s (\(PlanRenderer.formatCount(Int(Double(registrations) / max(seconds, 0.001))))/s)."
+            )
         case .applyProgress(let progress):
             applying.update(done: progress.tokensDone, total: progress.tokensTotal, unit: "tokens")
         case .resuming(let startedAt, let done, let total):
-            Terminal.err("Resuming the apply started at \(ISO8601DateFormatter().string(from: startedAt)) that was interrupted: \(done) of \(total) operations were done; running the \(total - done) remaining.")
+            Terminal.err(
+                "Resuming the apply started at \(ISO8601DateFormatter().string(from: startedAt)) that was interrupted: \(done) of \(total) operations were done; running the \(total - done) remaining."
+            )
         case .abandoned(let startedAt):
-            Terminal.err("An apply started at \(ISO8601DateFormatter().string(from: startedAt)) was interrupted, and the manifests or backend changed since; it is abandoned and a new plan is made from the current state.")
+            Terminal.err(
+                "An apply started at \(ISO8601DateFormatter().string(from: startedAt)) was interrupted, and the manifests or backend changed since; it is abandoned and a new plan is made from the current state."
+            )
         }
     }
 }

@@ -23,7 +23,9 @@ struct Workspace {
     init(_ options: GlobalOptions) throws {
         self.options = options
         let cwd = FileManager.default.currentDirectoryPath
-        root = options.directory.hasPrefix("/") ? options.directory : (cwd as NSString).appendingPathComponent(options.directory)
+        root =
+            options.directory.hasPrefix("/")
+            ? options.directory : (cwd as NSString).appendingPathComponent(options.directory)
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
             throw CLIError("project directory '\(options.directory)' does not exist; pass an existing directory to -C.")
@@ -31,7 +33,8 @@ struct Workspace {
         let settingsFile = (root as NSString).appendingPathComponent("tidemark.yaml")
         let settingsDisplay = Self.display(options.directory, "tidemark.yaml")
         if let data = FileManager.default.contents(atPath: settingsFile) {
-            let (decoded, diagnostics) = ProjectSettings.decode(String(decoding: data, as: UTF8.self), file: settingsDisplay)
+            let (decoded, diagnostics) = ProjectSettings.decode(
+                String(decoding: data, as: UTF8.self), file: settingsDisplay)
             if diagnostics.hasErrors { throw DiagnosticsError(diagnostics) }
             settings = decoded
         } else {
@@ -61,7 +64,8 @@ struct Workspace {
     @discardableResult
     func ensureStateDirectory() throws -> String {
         let directory = (statePath as NSString).deletingLastPathComponent
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+        try FileManager.default.createDirectory(
+            atPath: directory, withIntermediateDirectories: true,
             attributes: [.posixPermissions: 0o700])
         return directory
     }
@@ -74,7 +78,8 @@ struct Workspace {
     /// Who this run is, for the state lock.
     func lockHolder(_ operation: String) -> LockHolder {
         let environment = ProcessInfo.processInfo.environment
-        return LockHolder(operation: operation, user: environment["USER"] ?? String(getuid()),
+        return LockHolder(
+            operation: operation, user: environment["USER"] ?? String(getuid()),
             host: ProcessInfo.processInfo.hostName, pid: getpid(), since: timing.wallClock())
     }
 
@@ -91,13 +96,16 @@ struct Workspace {
 
     /// The parts a core workflow runs on, over `backend`.
     func parts(_ backend: any Backend, parallelism: Int = 8) -> WorkflowParts {
-        WorkflowParts(manifests: manifestSource(), store: stateStore(), backend: backend, timing: timing,
+        WorkflowParts(
+            manifests: manifestSource(), store: stateStore(), backend: backend, timing: timing,
             output: TerminalOutput(), tidemarkVersion: Workspace.version, parallelism: parallelism)
     }
 
     /// Runs `body` with the backend named by flag, tidemark.yaml, or the embedded default; an HTTP
     /// backend's client lives exactly as long as `body`.
-    func withBackend<T>(qps: Double? = nil, qpsUnit: QuotaUnit? = nil, _ body: (any Backend) async throws -> T)
+    func withBackend<T>(
+        qps: Double? = nil, qpsUnit: QuotaUnit? = nil, _ body: (any Backend) async throws -> T
+    )
         async throws -> T
     {
         guard backendKind.isHTTP else { return try await body(try makeBackend()) }
@@ -118,9 +126,11 @@ struct Workspace {
         if let path = settings.credentials {
             return path.hasPrefix("/") ? path : (root as NSString).appendingPathComponent(path)
         }
-        throw CLIError(backendKind == .emulator
-            ? "GOOGLE_APPLICATION_CREDENTIALS is not set; point it at the key file 'tidemark emulator serve' printed."
-            : "GOOGLE_APPLICATION_CREDENTIALS is not set (nor 'credentials' in tidemark.yaml); point it at the service account's JSON key.")
+        throw CLIError(
+            backendKind == .emulator
+                ? "GOOGLE_APPLICATION_CREDENTIALS is not set; point it at the key file 'tidemark emulator serve' printed."
+                : "GOOGLE_APPLICATION_CREDENTIALS is not set (nor 'credentials' in tidemark.yaml); point it at the service account's JSON key."
+        )
     }
 
     func makeHTTPBackend(client: HTTPClient, qps: Double?, qpsUnit: QuotaUnit?) throws -> any Backend {
@@ -128,16 +138,21 @@ struct Workspace {
         let keyPath = try credentialsPath(environment)
         let key = try ServiceAccountKey.load(path: keyPath)
         guard key.projectID == settings.project else {
-            throw CLIError("the key in \(keyPath) is for project '\(key.projectID)', but this project is '\(settings.project)' (tidemark.yaml 'project'); use a key of '\(settings.project)'.")
+            throw CLIError(
+                "the key in \(keyPath) is for project '\(key.projectID)', but this project is '\(settings.project)' (tidemark.yaml 'project'); use a key of '\(settings.project)'."
+            )
         }
         let endpoints: FCMEndpoints
         if backendKind == .emulator {
             guard let host = environment["FCM_EMULATOR_HOST"], !host.isEmpty else {
-                throw CLIError("FCM_EMULATOR_HOST is not set; set it to the address 'tidemark emulator serve' printed, e.g. 127.0.0.1:9099.")
+                throw CLIError(
+                    "FCM_EMULATOR_HOST is not set; set it to the address 'tidemark emulator serve' printed, e.g. 127.0.0.1:9099."
+                )
             }
             endpoints = .emulator(host: host)
         } else {
-            endpoints = FCMEndpoints(fcm: environment["TIDEMARK_FCM_URL"] ?? settings.fcmURL ?? FCMEndpoints.google.fcm,
+            endpoints = FCMEndpoints(
+                fcm: environment["TIDEMARK_FCM_URL"] ?? settings.fcmURL ?? FCMEndpoints.google.fcm,
                 iid: environment["TIDEMARK_IID_URL"] ?? settings.iidURL ?? FCMEndpoints.google.iid)
         }
         var options = FCMHTTPBackend.Options()
@@ -148,7 +163,8 @@ struct Workspace {
         // A burst of a second's worth, at most one full batch: the first moments of an apply stay within quota.
         options.limiter = RateLimiter(rate: rate, burst: min(rate, Double(FCMLimits.maxBatchTokens)), timing: timing)
         options.timing = timing
-        return FCMHTTPBackend(kind: backendKind, project: settings.project, endpoints: endpoints, client: client,
+        return FCMHTTPBackend(
+            kind: backendKind, project: settings.project, endpoints: endpoints, client: client,
             credentials: AccessTokenProvider(key: key, client: client, timing: timing), options: options)
     }
 
@@ -161,7 +177,8 @@ struct Workspace {
             var configuration = FCMEngine.Configuration(autoRegister: true)
             if let text = ProcessInfo.processInfo.environment["TIDEMARK_EMBEDDED_LATENCY_MS"] {
                 guard let millis = Int(text), millis >= 0 else {
-                    throw CLIError("TIDEMARK_EMBEDDED_LATENCY_MS must be a whole number of milliseconds, not '\(text)'.")
+                    throw CLIError(
+                        "TIDEMARK_EMBEDDED_LATENCY_MS must be a whole number of milliseconds, not '\(text)'.")
                 }
                 configuration.latency = .milliseconds(millis)
             }

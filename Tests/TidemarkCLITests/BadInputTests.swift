@@ -17,8 +17,12 @@ import Testing
     @Test func manyProblemsAtOnce() throws {
         let cli = try CLIRunner()
         defer { cli.remove() }
-        try cli.write("manifests/inventory.yaml", "inventory:\n  devices:\n    - {id: d1, token: \"aaaa:APA91b\", labels: {region: north}}\n")
-        try cli.write("manifests/topics.yaml", """
+        try cli.write(
+            "manifests/inventory.yaml",
+            "inventory:\n  devices:\n    - {id: d1, token: \"aaaa:APA91b\", labels: {region: north}}\n")
+        try cli.write(
+            "manifests/topics.yaml",
+            """
             topics:
               - name: bad name
                 members: [{devices: [d1]}]
@@ -30,7 +34,9 @@ import Testing
         let result = try cli.run(["validate"])
         #expect(result.status == 1)
         #expect(result.stderr.contains("manifests/topics.yaml:2:11: error: invalid topic name 'bad name'"))
-        #expect(result.stderr.contains("manifests/topics.yaml:5:5: error: unknown key 'mebmers' in a topic; did you mean 'members'?"))
+        #expect(
+            result.stderr.contains(
+                "manifests/topics.yaml:5:5: error: unknown key 'mebmers' in a topic; did you mean 'members'?"))
         #expect(result.stderr.contains("manifests/topics.yaml:7:27: error: unknown label 'regin'"))
         #expect(result.stderr.contains("errors found"))
     }
@@ -44,7 +50,9 @@ import Testing
             #expect(result.status == 1)
             #expect(result.stderr.contains(".tidemark/state.db is not a tidemark state file"), "\(result.stderr)")
         }
-        #expect(try String(contentsOf: cli.project.appendingPathComponent(".tidemark/state.db"), encoding: .utf8) == "garbage, not SQLite")
+        #expect(
+            try String(contentsOf: cli.project.appendingPathComponent(".tidemark/state.db"), encoding: .utf8)
+                == "garbage, not SQLite")
     }
 
     @Test func missingManifestsAndUnknownBackend() throws {
@@ -59,7 +67,9 @@ import Testing
         #expect(backend.stderr.contains("'embedded', 'emulator' or 'fcm'"))
         try cli.write("tidemark.yaml", "projekt: x\n")
         let settings = try cli.run(["plan"])
-        #expect(settings.stderr.contains("tidemark.yaml:1:1: error: unknown key 'projekt' in tidemark.yaml; did you mean 'project'?"))
+        #expect(
+            settings.stderr.contains(
+                "tidemark.yaml:1:1: error: unknown key 'projekt' in tidemark.yaml; did you mean 'project'?"))
     }
 
     @Test func garbagePlanFile() throws {

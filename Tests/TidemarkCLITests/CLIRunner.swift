@@ -30,10 +30,12 @@ struct CLIRunner {
         project = FileManager.default.temporaryDirectory.appendingPathComponent("tm-cli-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: project, withIntermediateDirectories: true)
         if demo {
-            try FileManager.default.copyItem(at: Self.repositoryRoot.appendingPathComponent("manifests"),
+            try FileManager.default.copyItem(
+                at: Self.repositoryRoot.appendingPathComponent("manifests"),
                 to: project.appendingPathComponent("manifests"))
         } else {
-            try FileManager.default.createDirectory(at: project.appendingPathComponent("manifests"), withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(
+                at: project.appendingPathComponent("manifests"), withIntermediateDirectories: true)
         }
     }
 
@@ -78,7 +80,8 @@ struct CLIRunner {
         stderrDone.wait()
         let stderr = stderrData.withLock { $0 }
         process.waitUntilExit()
-        return Result(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
+        return Result(
+            status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
             stderr: String(decoding: stderr, as: UTF8.self))
     }
 }

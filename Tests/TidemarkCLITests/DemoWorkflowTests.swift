@@ -25,7 +25,9 @@ import Testing
         let fast = try cli.run(["plan", "--no-refresh", "--detailed-exitcode"])
         #expect(fast.status == 0)
 
-        let mode = try FileManager.default.attributesOfItem(atPath: cli.project.appendingPathComponent(".tidemark/state.db").path)[.posixPermissions] as? Int
+        let mode =
+            try FileManager.default.attributesOfItem(
+                atPath: cli.project.appendingPathComponent(".tidemark/state.db").path)[.posixPermissions] as? Int
         #expect(mode == 0o600)
     }
 
@@ -99,8 +101,10 @@ import Testing
     @Test func everyCommandHasHelp() throws {
         let cli = try CLIRunner()
         defer { cli.remove() }
-        for command in [[], ["validate"], ["plan"], ["apply"], ["show"], ["drift"], ["import"], ["audience"], ["fmt"],
-            ["state"], ["state", "list"], ["state", "show"], ["state", "lock"], ["emulator", "serve"]] {
+        for command in [
+            [], ["validate"], ["plan"], ["apply"], ["show"], ["drift"], ["import"], ["audience"], ["fmt"],
+            ["state"], ["state", "list"], ["state", "show"], ["state", "lock"], ["emulator", "serve"],
+        ] {
             let help = try cli.run(command + ["--help"])
             #expect(help.status == 0)
             #expect(help.stdout.contains("USAGE:"))

@@ -14,7 +14,8 @@ import Testing
         #expect(apply.status == 0, "\(apply.stderr)")
         #expect(apply.stdout.contains("Apply complete"))
         for transport in ["v1", "iid"] {
-            let plan = try cli.run(["plan", "--backend", "emulator", "--transport", transport, "--detailed-exitcode"],
+            let plan = try cli.run(
+                ["plan", "--backend", "emulator", "--transport", transport, "--detailed-exitcode"],
                 environment: environment)
             #expect(plan.status == 0, "\(transport): \(plan.stdout)\(plan.stderr)")
         }
@@ -23,7 +24,8 @@ import Testing
         #expect(((topics["topics"] as? [[String: Any]]) ?? []).count >= 20)
 
         // Missing credentials: one clear line, exit 1.
-        let missing = try cli.run(["plan", "--backend", "emulator"],
+        let missing = try cli.run(
+            ["plan", "--backend", "emulator"],
             environment: ["FCM_EMULATOR_HOST": environment["FCM_EMULATOR_HOST"]!, "GOOGLE_APPLICATION_CREDENTIALS": ""])
         #expect(missing.status == 1)
         #expect(missing.stderr.contains("GOOGLE_APPLICATION_CREDENTIALS is not set"))

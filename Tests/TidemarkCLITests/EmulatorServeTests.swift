@@ -49,7 +49,9 @@ import FoundationNetworking
             return process.terminationStatus
         }
 
-        func call(_ method: String, _ path: String, headers: [String: String] = [:], body: Data? = nil) async throws
+        func call(
+            _ method: String, _ path: String, headers: [String: String] = [:], body: Data? = nil
+        ) async throws
             -> (Int, [String: Any])
         {
             var request = URLRequest(url: URL(string: base + path)!)
@@ -65,15 +67,20 @@ import FoundationNetworking
 
         /// Signs an assertion with the key file and exchanges it at the key's token_uri, as a client library does.
         func accessToken() async throws -> String {
-            let key = try JSONDecoder().decode(ServiceAccountKey.self, from: Data(contentsOf: URL(fileURLWithPath: keyFile)))
+            let key = try JSONDecoder().decode(
+                ServiceAccountKey.self, from: Data(contentsOf: URL(fileURLWithPath: keyFile)))
             #expect(key.tokenURI == base + "/token")
             let now = Int(Date().timeIntervalSince1970)
-            let assertion = try JWT.sign(JWTClaims(iss: key.clientEmail, aud: key.tokenURI,
-                scope: "https://www.googleapis.com/auth/firebase.messaging", iat: now, exp: now + 3600),
+            let assertion = try JWT.sign(
+                JWTClaims(
+                    iss: key.clientEmail, aud: key.tokenURI,
+                    scope: "https://www.googleapis.com/auth/firebase.messaging", iat: now, exp: now + 3600),
                 keyID: key.privateKeyID, with: try key.signingKey())
-            let (status, body) = try await call("POST", "/token",
+            let (status, body) = try await call(
+                "POST", "/token",
                 headers: ["Content-Type": "application/x-www-form-urlencoded"],
-                body: Data("grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=\(assertion)".utf8))
+                body: Data(
+                    "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=\(assertion)".utf8))
             #expect(status == 200)
             return try #require(body["access_token"] as? String)
         }
@@ -91,10 +98,12 @@ import FoundationNetworking
         #expect((attributes[.posixPermissions] as? Int) == 0o600)
 
         let auth = ["Authorization": "Bearer \(try await first.accessToken())"]
-        _ = try await first.call("POST", "/emulator/v1/projects/serve-test/registrations",
+        _ = try await first.call(
+            "POST", "/emulator/v1/projects/serve-test/registrations",
             body: first.json(["token": Self.token]))
         let reg = Self.token.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
-        let (created, _) = try await first.call("POST",
+        let (created, _) = try await first.call(
+            "POST",
             "/v1/projects/serve-test/registrations/\(reg)/topicSubscriptions?topic_name=kept", headers: auth,
             body: first.json([:]))
         #expect(created == 200)
@@ -102,19 +111,24 @@ import FoundationNetworking
         groupHeaders["access_token_auth"] = "true"
         groupHeaders["project_id"] = "serve-test"
         groupHeaders["Content-Type"] = "application/json"
-        let (grouped, _) = try await first.call("POST", "/fcm/notification", headers: groupHeaders,
-            body: first.json(["operation": "create", "notification_key_name": "kept-group", "registration_ids": [Self.token]]))
+        let (grouped, _) = try await first.call(
+            "POST", "/fcm/notification", headers: groupHeaders,
+            body: first.json([
+                "operation": "create", "notification_key_name": "kept-group", "registration_ids": [Self.token],
+            ]))
         #expect(grouped == 200)
         #expect(first.stop() == 0)
 
         let second = try Server.start(cli, data: data)
         defer { _ = second.stop() }
         // Same key pair (reused), new port in token_uri.
-        let keyAfter = try JSONDecoder().decode(ServiceAccountKey.self, from: Data(contentsOf: URL(fileURLWithPath: second.keyFile)))
+        let keyAfter = try JSONDecoder().decode(
+            ServiceAccountKey.self, from: Data(contentsOf: URL(fileURLWithPath: second.keyFile)))
         let original = try JSONDecoder().decode(ServiceAccountKey.self, from: keyBefore)
         #expect(keyAfter.privateKey == original.privateKey)
         let auth2 = ["Authorization": "Bearer \(try await second.accessToken())"]
-        let (got, body) = try await second.call("GET",
+        let (got, body) = try await second.call(
+            "GET",
             "/v1/projects/serve-test/registrations/\(reg)/topicSubscriptions/kept", headers: auth2)
         #expect(got == 200)
         #expect(body["topic_name"] as? String == "kept")
@@ -128,7 +142,8 @@ import FoundationNetworking
         let server = try Server.start(cli, data: nil, extra: ["--fault-429", "1", "--seed", "5"])
         defer { _ = server.stop() }
         let auth = ["Authorization": "Bearer \(try await server.accessToken())"]
-        var request = URLRequest(url: URL(string: server.base + "/v1/projects/serve-test/registrations/x/topicSubscriptions")!)
+        var request = URLRequest(
+            url: URL(string: server.base + "/v1/projects/serve-test/registrations/x/topicSubscriptions")!)
         for (name, value) in auth { request.setValue(value, forHTTPHeaderField: name) }
         let (_, response) = try await URLSession.shared.data(for: request)
         let http = try #require(response as? HTTPURLResponse)
@@ -148,10 +163,12 @@ import FoundationNetworking
         let auth = ["Authorization": "Bearer \(try await server.accessToken())"]
         _ = try await server.call("PUT", "/emulator/v1/config", body: server.json(["faults": ["drop_connection": 1]]))
         await #expect(throws: (any Error).self) {
-            _ = try await server.call("GET", "/v1/projects/serve-test/registrations/x/topicSubscriptions", headers: auth)
+            _ = try await server.call(
+                "GET", "/v1/projects/serve-test/registrations/x/topicSubscriptions", headers: auth)
         }
         _ = try await server.call("POST", "/emulator/v1/reset")
-        let (status, _) = try await server.call("GET", "/v1/projects/serve-test/registrations/x/topicSubscriptions",
+        let (status, _) = try await server.call(
+            "GET", "/v1/projects/serve-test/registrations/x/topicSubscriptions",
             headers: auth)
         #expect(status == 404)
     }

@@ -11,7 +11,9 @@ import Testing
         for i in 0..<400 { csv += "d\(i),tok\(String(format: "%05d", i)):APA91bxxxxxxxxxxxxxxxx,s\(i % 4)\n" }
         try cli.write("manifests/devices.csv", csv)
         var yaml = "inventory:\n  files: [devices.csv]\ntopics:\n"
-        for t in 0..<40 { yaml += "  - name: topic-\(t)\n    members: [{selector: {shard: [s\(t % 4), s\((t + 1) % 4)]}}]\n" }
+        for t in 0..<40 {
+            yaml += "  - name: topic-\(t)\n    members: [{selector: {shard: [s\(t % 4), s\((t + 1) % 4)]}}]\n"
+        }
         try cli.write("manifests/topics.yaml", yaml)
         return cli
     }
@@ -24,7 +26,10 @@ import Testing
         // Wait until the journal shows a few finished batches, then kill without warning. (Polled
         // through 'tidemark state list', a reader in another process, as a second runner would be.)
         struct Listing: Decodable {
-            struct Apply: Decodable { var status: String; var done: Int }
+            struct Apply: Decodable {
+                var status: String
+                var done: Int
+            }
             var applies: [Apply]
         }
         let deadline = Date().addingTimeInterval(60)
@@ -59,9 +64,13 @@ import Testing
     @Test func secondApplyFailsAtOnceNamingTheLockHolder() throws {
         let cli = try makeProject()
         defer { cli.remove() }
-        let (process, _, _) = try cli.start(["apply", "--auto-approve", "--parallelism", "1"],
+        let (process, _, _) = try cli.start(
+            ["apply", "--auto-approve", "--parallelism", "1"],
             environment: ["TIDEMARK_EMBEDDED_LATENCY_MS": "50"])
-        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) }; process.waitUntilExit() }
+        defer {
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            process.waitUntilExit()
+        }
         let lockPath = cli.project.appendingPathComponent(".tidemark/state.db.lock").path
         let deadline = Date().addingTimeInterval(60)
         while Date() < deadline, (try? String(contentsOfFile: lockPath, encoding: .utf8))?.isEmpty ?? true {
@@ -71,7 +80,8 @@ import Testing
         let second = try cli.run(["apply", "--auto-approve"])
         #expect(Date().timeIntervalSince(started) < 5)
         #expect(second.status == 1)
-        #expect(second.stderr.contains("is locked by tidemark apply (pid \(process.processIdentifier)"), "\(second.stderr)")
+        #expect(
+            second.stderr.contains("is locked by tidemark apply (pid \(process.processIdentifier)"), "\(second.stderr)")
         #expect(second.stderr.contains(" since 20"))
     }
 }

@@ -7,7 +7,9 @@ import Yams
 @Suite(.serialized) struct PullRequestWorkflowTests {
     /// The demo inventory's rows by device id: (token, region).
     static func demoDevices() throws -> [String: (token: String, region: String)] {
-        let csv = try String(contentsOf: CLIRunner.repositoryRoot.appendingPathComponent("manifests/inventory/devices.csv"), encoding: .utf8)
+        let csv = try String(
+            contentsOf: CLIRunner.repositoryRoot.appendingPathComponent("manifests/inventory/devices.csv"),
+            encoding: .utf8)
         var result: [String: (String, String)] = [:]
         for line in csv.split(separator: "\n").dropFirst() {
             let fields = line.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
@@ -19,13 +21,19 @@ import Yams
     @Test func partialPlansStayPartial() throws {
         let cli = try CLIRunner(demo: true)
         defer { cli.remove() }
-        let plan = try cli.run(["plan", "--target", "topic:weather-*", "--exclude", "weather-daily-*", "--out", "weather.json",
-            "--detailed-exitcode"])
+        let plan = try cli.run([
+            "plan", "--target", "topic:weather-*", "--exclude", "weather-daily-*", "--out", "weather.json",
+            "--detailed-exitcode",
+        ])
         #expect(plan.status == 2, "\(plan.stderr)")
         #expect(plan.stdout.contains("Partial plan (only topic:weather-*; excluding weather-daily-*)"))
-        let saved = try JSONSerialization.jsonObject(with: Data(contentsOf: cli.project.appendingPathComponent("weather.json"))) as! [String: Any]
+        let saved =
+            try JSONSerialization.jsonObject(with: Data(contentsOf: cli.project.appendingPathComponent("weather.json")))
+            as! [String: Any]
         let targets = Set(((saved["operations"] as? [[String: Any]]) ?? []).compactMap { $0["target"] as? String })
-        #expect(!targets.isEmpty && targets.allSatisfy { $0.hasPrefix("weather-") && !$0.hasPrefix("weather-daily-") }, "\(targets)")
+        #expect(
+            !targets.isEmpty && targets.allSatisfy { $0.hasPrefix("weather-") && !$0.hasPrefix("weather-daily-") },
+            "\(targets)")
         #expect(saved["targets"] as? [String] == ["topic:weather-*"])
         #expect(saved["excludes"] as? [String] == ["weather-daily-*"])
 
@@ -35,10 +43,13 @@ import Yams
         #expect(widened.stderr.contains("cannot change what a saved plan covers"))
         #expect(try cli.run(["apply", "weather.json"]).status == 0)
         // The weather topics are done; everything else is still to do.
-        #expect(try cli.run(["plan", "--target", "topic:weather-*", "--exclude", "weather-daily-*", "--detailed-exitcode"]).status == 0)
+        #expect(
+            try cli.run(["plan", "--target", "topic:weather-*", "--exclude", "weather-daily-*", "--detailed-exitcode"])
+                .status == 0)
         let rest = try cli.run(["plan", "--out", "rest.json", "--format", "json"])
         let restPlan = try JSONSerialization.jsonObject(with: Data(rest.stdout.utf8)) as! [String: Any]
-        let restTargets = Set(((restPlan["operations"] as? [[String: Any]]) ?? []).compactMap { $0["target"] as? String })
+        let restTargets = Set(
+            ((restPlan["operations"] as? [[String: Any]]) ?? []).compactMap { $0["target"] as? String })
         #expect(restTargets.contains("weather-daily-en") && restTargets.contains("ops-canary"))
         #expect(!restTargets.contains("weather-severe-north-sea"))
         let bad = try cli.run(["plan", "--target", "topics:x"])
@@ -108,14 +119,17 @@ import Yams
         try cli.write("manifests/big.yaml", "topics:\n" + topics.joined(separator: "\n") + "\n")
         let plan = try cli.run(["plan", "--format", "markdown", "--parts-dir", "parts", "--out", "big.json"])
         #expect(plan.status == 0, "\(plan.stderr)")
-        let names = try FileManager.default.contentsOfDirectory(atPath: cli.project.appendingPathComponent("parts").path)
+        let names = try FileManager.default.contentsOfDirectory(
+            atPath: cli.project.appendingPathComponent("parts").path)
         #expect(names.count >= 2)
         let devices = try Self.demoDevices()
         for name in names {
             let part = try String(contentsOf: cli.project.appendingPathComponent("parts/\(name)"), encoding: .utf8)
             #expect(part.utf8.count < 65_536, "\(name): \(part.utf8.count) bytes")
-            #expect(name == "part-1.md" ? part.hasPrefix("### 📝 tidemark: Plan: 223 topics and 4 groups change: ")
-                : part.hasPrefix("### tidemark plan (continued, part "), "\(name)")
+            #expect(
+                name == "part-1.md"
+                    ? part.hasPrefix("### 📝 tidemark: Plan: 223 topics and 4 groups change: ")
+                    : part.hasPrefix("### tidemark plan (continued, part "), "\(name)")
             for device in devices.values.prefix(300) { #expect(!part.contains(device.token)) }
         }
         #expect(plan.stdout.contains("<details><summary>`big-000`: +"))
@@ -174,13 +188,21 @@ import Yams
 
         let drift = try cli.run(["drift", "--detailed-exitcode"] + backend, environment: environment)
         #expect(drift.status == 2, "\(drift.stdout)\(drift.stderr)")
-        #expect(drift.stdout.hasPrefix("Drift: 1 self-subscription to authoritative topics, 1 declared membership dropped, 1 dead token, 1 vanished group."), "\(drift.stdout)")
+        #expect(
+            drift.stdout.hasPrefix(
+                "Drift: 1 self-subscription to authoritative topics, 1 declared membership dropped, 1 dead token, 1 vanished group."
+            ), "\(drift.stdout)")
         #expect(drift.stdout.contains("(device \(outsider.key))"))
         #expect(!drift.stdout.contains(outsider.value.token))
         let events = try cli.run(["drift", "--json"] + backend, environment: environment)
         #expect(events.status == 0)
-        let lines = events.stdout.split(separator: "\n").map { try! JSONSerialization.jsonObject(with: Data($0.utf8)) as! [String: Any] }
-        #expect(Set(lines.compactMap { $0["kind"] as? String }) == ["self_subscribed", "dropped", "dead_token", "vanished_group"])
+        let lines = events.stdout.split(separator: "\n").map {
+            try! JSONSerialization.jsonObject(with: Data($0.utf8)) as! [String: Any]
+        }
+        #expect(
+            Set(lines.compactMap { $0["kind"] as? String }) == [
+                "self_subscribed", "dropped", "dead_token", "vanished_group",
+            ])
         #expect(lines.last?["event"] as? String == "summary" && lines.last?["drift"] as? Bool == true)
         let markdown = try cli.run(["drift", "--format", "markdown"] + backend, environment: environment)
         #expect(markdown.stdout.hasPrefix("### 🌊 tidemark drift: Drift: "))
@@ -207,7 +229,9 @@ import Yams
         // Lose state: the memberships exist in FCM (the embedded engine), but tidemark no longer knows it made them.
         try FileManager.default.removeItem(at: cli.project.appendingPathComponent(".tidemark/state.db"))
         let dry = try cli.run(["import", "--dry-run"])
-        #expect(dry.status == 0 && dry.stdout.contains("Would adopt") && dry.stdout.contains("Dry run: state was not written."))
+        #expect(
+            dry.status == 0 && dry.stdout.contains("Would adopt")
+                && dry.stdout.contains("Dry run: state was not written."))
         #expect(!FileManager.default.fileExists(atPath: cli.project.appendingPathComponent(".tidemark/state.db").path))
         let imported = try cli.run(["import"])
         #expect(imported.status == 0, "\(imported.stderr)")
@@ -216,7 +240,9 @@ import Yams
         // Every topic membership is in place; only the groups' members, which FCM cannot list, are added again.
         #expect(try cli.run(["plan", "--target", "topic:*", "--detailed-exitcode"]).status == 0)
         let groups = try cli.run(["plan", "--format", "json"])
-        let operations = (try JSONSerialization.jsonObject(with: Data(groups.stdout.utf8)) as! [String: Any])["operations"] as! [[String: Any]]
+        let operations =
+            (try JSONSerialization.jsonObject(with: Data(groups.stdout.utf8)) as! [String: Any])["operations"]
+            as! [[String: Any]]
         #expect(operations.allSatisfy { $0["kind"] as? String == "group_add" }, "\(operations.map { $0["kind"]! })")
         // Because the memberships are tidemark's again, dropping a topic unsubscribes them.
         try FileManager.default.removeItem(at: cli.project.appendingPathComponent("manifests/scores.yaml"))
@@ -236,10 +262,14 @@ import Yams
         let before = try cli.run(["audience", "'weather-severe-north-sea' in topics", "--from", "observed"])
         #expect(before.stdout.hasPrefix("The condition reaches 0 devices"))
         #expect(try cli.run(["apply", "--auto-approve"]).status == 0)
-        let after = try cli.run(["audience", "'weather-severe-north-sea' in topics", "--from", "observed", "--refresh", "--format", "json"])
+        let after = try cli.run([
+            "audience", "'weather-severe-north-sea' in topics", "--from", "observed", "--refresh", "--format", "json",
+        ])
         let json = try JSONSerialization.jsonObject(with: Data(after.stdout.utf8)) as! [String: Any]
         #expect(json["count"] as? Int == northSea)
-        let negated = try cli.run(["audience", "!('weather-severe-north-sea' in topics) && !('nope' in topics)", "--format", "json"])
+        let negated = try cli.run([
+            "audience", "!('weather-severe-north-sea' in topics) && !('nope' in topics)", "--format", "json",
+        ])
         let all = try JSONSerialization.jsonObject(with: Data(negated.stdout.utf8)) as! [String: Any]
         #expect((all["count"] as? Int ?? 0) > 2000)
         #expect(all["unknown_topics"] as? [String] == ["nope"])
@@ -253,7 +283,9 @@ import Yams
         // The demo manifests are canonical.
         let demo = try cli.run(["fmt", "--check"])
         #expect(demo.status == 0, "\(demo.stdout)\(demo.stderr)")
-        try cli.write("manifests/messy.yaml", """
+        try cli.write(
+            "manifests/messy.yaml",
+            """
             # Header comment.
             groups:
               - members:
@@ -273,23 +305,25 @@ import Yams
         #expect(check.status == 1)
         #expect(check.stdout == "manifests/messy.yaml\n")
         #expect(try cli.run(["fmt"]).stdout == "formatted manifests/messy.yaml\n")
-        let formatted = try String(contentsOf: cli.project.appendingPathComponent("manifests/messy.yaml"), encoding: .utf8)
-        #expect(formatted == """
-            # Header comment.
-            topics:
+        let formatted = try String(
+            contentsOf: cli.project.appendingPathComponent("manifests/messy.yaml"), encoding: .utf8)
+        #expect(
+            formatted == """
+                # Header comment.
+                topics:
 
-              # The canary.
-              - name: messy-topic
-                description: 'It''s messy'
-                mode: authoritative
-                protect: true
-                members: [{tokens: ["aa:APA91bAA", "zz:APA91bZZ"]}]
-            groups:
-              - notification_key_name: messy-group
-                members:
-                  - devices: [dev-00001, dev-00003] # two phones
+                  # The canary.
+                  - name: messy-topic
+                    description: 'It''s messy'
+                    mode: authoritative
+                    protect: true
+                    members: [{tokens: ["aa:APA91bAA", "zz:APA91bZZ"]}]
+                groups:
+                  - notification_key_name: messy-group
+                    members:
+                      - devices: [dev-00001, dev-00003] # two phones
 
-            """)
+                """)
         #expect(try cli.run(["fmt", "--check"]).status == 0)
         #expect(try cli.run(["validate"]).status == 0)
         try cli.write("manifests/broken.yaml", "topics: [\n")
@@ -307,7 +341,9 @@ import Yams
         #expect(list.status == 0)
         #expect(list.stdout.contains("ops-canary") && list.stdout.contains("protected"))
         #expect(list.stdout.contains("Latest applies:") && list.stdout.contains("finished"))
-        let json = try JSONSerialization.jsonObject(with: Data(try cli.run(["state", "list", "--format", "json"]).stdout.utf8)) as! [String: Any]
+        let json =
+            try JSONSerialization.jsonObject(
+                with: Data(try cli.run(["state", "list", "--format", "json"]).stdout.utf8)) as! [String: Any]
         #expect((json["topics"] as? [[String: Any]])?.count == 23)
         let show = try cli.run(["state", "show", "group:oncall-phones"])
         #expect(show.status == 0 && show.stdout.contains("(device oncall-pixel-8)"))
@@ -317,15 +353,21 @@ import Yams
 
         // While an apply runs, the lock names it.
         try FileManager.default.removeItem(at: cli.project.appendingPathComponent("manifests/scores.yaml"))
-        let (apply, _, _) = try cli.start(["apply", "--auto-approve", "--parallelism", "1"],
+        let (apply, _, _) = try cli.start(
+            ["apply", "--auto-approve", "--parallelism", "1"],
             environment: ["TIDEMARK_EMBEDDED_LATENCY_MS": "200"])
-        defer { if apply.isRunning { apply.terminate() }; apply.waitUntilExit() }
+        defer {
+            if apply.isRunning { apply.terminate() }
+            apply.waitUntilExit()
+        }
         var held: CLIRunner.Result?
         for _ in 0..<100 where held == nil {
             let lock = try cli.run(["state", "lock"])
             if lock.status == 2 { held = lock } else { Thread.sleep(forTimeInterval: 0.1) }
         }
-        #expect(held?.stdout.contains("is locked: tidemark apply (pid \(apply.processIdentifier)") == true, "\(held?.stdout ?? "never locked")")
+        #expect(
+            held?.stdout.contains("is locked: tidemark apply (pid \(apply.processIdentifier)") == true,
+            "\(held?.stdout ?? "never locked")")
     }
 
     /// The CI recipes are valid YAML, and every tidemark command in them exists with the flags they use.
@@ -351,7 +393,9 @@ import Yams
             if file == "gitlab/.gitlab-ci.yml" {
                 #expect(keys.isSuperset(of: ["stages", "plan", "apply", "drift"]))
             }
-            for match in text.matches(of: /tidemark (validate|plan|apply|drift|show|fmt|import|audience)[^\n]*(\\\n[^\n]*)*/) {
+            for match in text.matches(
+                of: /tidemark (validate|plan|apply|drift|show|fmt|import|audience)[^\n]*(\\\n[^\n]*)*/)
+            {
                 commands.append(String(match.output.0).replacingOccurrences(of: "\\\n", with: " "))
             }
         }

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import TidemarkCore
 
 @Suite struct TokenSetTests {
@@ -22,7 +23,8 @@ import Testing
 @Suite struct SHA256Tests {
     @Test func knownVectors() {
         #expect(SHA256Digest.hex(Data()) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
-        #expect(SHA256Digest.hex(Data("abc".utf8)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(
+            SHA256Digest.hex(Data("abc".utf8)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
         let long = Data(String(repeating: "a", count: 1_000_000).utf8)
         #expect(SHA256Digest.hex(long) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
         var split = SHA256Digest()
@@ -34,8 +36,10 @@ import Testing
 
 @Suite struct RenderingTests {
     func plan(_ operations: [PlannedOperation], topics: [TopicChange] = [], groups: [GroupChange] = []) -> Plan {
-        Plan(tidemarkVersion: "test", createdAt: Date(timeIntervalSince1970: 0), lineage: "0123456789abcdef", serial: 7,
-            manifestsDigest: String(repeating: "ab", count: 32), backend: BackendIdentity(kind: .embedded, project: "p"),
+        Plan(
+            tidemarkVersion: "test", createdAt: Date(timeIntervalSince1970: 0), lineage: "0123456789abcdef", serial: 7,
+            manifestsDigest: String(repeating: "ab", count: 32),
+            backend: BackendIdentity(kind: .embedded, project: "p"),
             refreshed: true, operations: operations, topics: topics, groups: groups, diagnostics: [],
             observations: Observations())
     }
@@ -49,15 +53,21 @@ import Testing
             PlannedOperation(kind: .subscribe, target: "c", tokens: []),
             PlannedOperation(kind: .groupCreate, target: "g", tokens: ["x:APA91b"]),
         ])
-        #expect(PlanRenderer().verdict(p) == "Plan: 3 topics and 1 group change: +1,204 subscriptions, −37 unsubscriptions, 1 group call.")
+        #expect(
+            PlanRenderer().verdict(p)
+                == "Plan: 3 topics and 1 group change: +1,204 subscriptions, −37 unsubscriptions, 1 group call.")
         #expect(PlanRenderer().verdict(plan([])) == "No changes. FCM matches the manifests.")
     }
 
     @Test func humanOutputRedactsTokens() {
         let token = "secretsecret:APA91bVERYSECRETTOKENVALUE12345"
-        let p = plan([PlannedOperation(kind: .unsubscribe, target: "alerts", tokens: [token])],
-            topics: [TopicChange(topic: "alerts", mode: .authoritative, subscribe: 0, unsubscribe: 1,
-                removedFromManifests: false, notes: [])])
+        let p = plan(
+            [PlannedOperation(kind: .unsubscribe, target: "alerts", tokens: [token])],
+            topics: [
+                TopicChange(
+                    topic: "alerts", mode: .authoritative, subscribe: 0, unsubscribe: 1,
+                    removedFromManifests: false, notes: [])
+            ])
         let text = PlanRenderer().render(p)
         #expect(!text.contains(token))
         #expect(text.contains(Redaction.redact(token)))
@@ -87,14 +97,16 @@ import Testing
 
 @Suite struct ProjectSettingsTests {
     @Test func decodesAndReportsUnknownKeys() {
-        let (settings, ok) = ProjectSettings.decode("project: acme\nbackend: embedded\nstate: s.db\n", file: "tidemark.yaml")
+        let (settings, ok) = ProjectSettings.decode(
+            "project: acme\nbackend: embedded\nstate: s.db\n", file: "tidemark.yaml")
         #expect(ok.isEmpty)
         #expect(settings.project == "acme" && settings.state == "s.db")
         let (_, bad) = ProjectSettings.decode("projcet: acme\nbackend: cloud\n", file: "tidemark.yaml")
-        #expect(bad.map(\.description) == [
-            "tidemark.yaml:1:1: error: unknown key 'projcet' in tidemark.yaml; did you mean 'project'?",
-            "tidemark.yaml:2:10: error: unknown backend 'cloud'; use embedded, emulator or fcm.",
-        ])
+        #expect(
+            bad.map(\.description) == [
+                "tidemark.yaml:1:1: error: unknown key 'projcet' in tidemark.yaml; did you mean 'project'?",
+                "tidemark.yaml:2:10: error: unknown backend 'cloud'; use embedded, emulator or fcm.",
+            ])
     }
 
     @Test func transportAndQPS() {
@@ -102,10 +114,11 @@ import Testing
         #expect(ok.isEmpty)
         #expect(settings.transport == .iid && settings.qps == 1500)
         let (_, bad) = ProjectSettings.decode("transport: grpc\nqps: fast\n", file: "tidemark.yaml")
-        #expect(bad.map(\.description) == [
-            "tidemark.yaml:1:12: error: unknown transport 'grpc'; use v1 (the FCM topic subscription API) or iid.",
-            "tidemark.yaml:2:6: error: 'qps' must be a positive number of subscription changes per second (FCM allows 3000).",
-        ])
+        #expect(
+            bad.map(\.description) == [
+                "tidemark.yaml:1:12: error: unknown transport 'grpc'; use v1 (the FCM topic subscription API) or iid.",
+                "tidemark.yaml:2:6: error: 'qps' must be a positive number of subscription changes per second (FCM allows 3000).",
+            ])
     }
 
     @Test func endpointsCredentialsAndUnits() {
@@ -122,9 +135,10 @@ import Testing
         #expect(settings.fcmURL == "http://127.0.0.1:8080" && settings.iidURL == "https://proxy.example/iid")
         #expect(settings.senderID == "123456789")
         let (_, bad) = ProjectSettings.decode("qps_unit: calls\nfcm_url: fcm.googleapis.com\n", file: "tidemark.yaml")
-        #expect(bad.map(\.description) == [
-            "tidemark.yaml:1:11: error: unknown qps_unit 'calls'; use tokens (membership changes) or requests (HTTP calls).",
-            "tidemark.yaml:2:10: error: 'fcm_url' must be a base URL such as https://fcm.googleapis.com (http or https, no trailing slash), not 'fcm.googleapis.com'.",
-        ])
+        #expect(
+            bad.map(\.description) == [
+                "tidemark.yaml:1:11: error: unknown qps_unit 'calls'; use tokens (membership changes) or requests (HTTP calls).",
+                "tidemark.yaml:2:10: error: 'fcm_url' must be a base URL such as https://fcm.googleapis.com (http or https, no trailing slash), not 'fcm.googleapis.com'.",
+            ])
     }
 }

@@ -3,6 +3,7 @@ import Synchronization
 import Testing
 import TidemarkCore
 import TidemarkTesting
+
 @testable import TidemarkEmulator
 
 /// Records finished operations in memory, as the SQLite session does on disk.
@@ -36,7 +37,9 @@ final class CountingBackend: Backend {
         return try await base.unsubscribe(topic: topic, tokens: tokens)
     }
     func groupKey(name: String) async throws -> String? { try await base.groupKey(name: name) }
-    func createGroup(name: String, tokens: [String]) async throws -> String { try await base.createGroup(name: name, tokens: tokens) }
+    func createGroup(name: String, tokens: [String]) async throws -> String {
+        try await base.createGroup(name: name, tokens: tokens)
+    }
     func addToGroup(name: String, key: String, tokens: [String]) async throws -> String {
         try await base.addToGroup(name: name, key: key, tokens: tokens)
     }
@@ -59,13 +62,15 @@ final class CountingBackend: Backend {
         _ = try await engine.batchAdd(project: "p", topic: "all", tokens: [tokens[10]])
         _ = try await engine.batchAdd(project: "p", topic: "self-chosen", tokens: [tokens[11]])
         let ids = { (range: Range<Int>) in TokenSet(range.map { UInt32($0) }) }
-        let desired = DesiredState(topics: [
-            DesiredTopic(name: "everyone", mode: .authoritative, members: ids(0..<2500)),
-            DesiredTopic(name: "all", mode: .authoritative, members: ids(100..<200)),
-            DesiredTopic(name: "some", mode: .additive, members: ids(0..<1500)),
-        ], groups: [DesiredGroup(name: "family", members: ids(0..<3))], knownTokens: ids(0..<2500))
+        let desired = DesiredState(
+            topics: [
+                DesiredTopic(name: "everyone", mode: .authoritative, members: ids(0..<2500)),
+                DesiredTopic(name: "all", mode: .authoritative, members: ids(100..<200)),
+                DesiredTopic(name: "some", mode: .additive, members: ids(0..<1500)),
+            ], groups: [DesiredGroup(name: "family", members: ids(0..<3))], knownTokens: ids(0..<2500))
 
-        let refresh = try await Refresher(backend: backend, chunkSize: 300).refresh(ids(0..<2500), table: state.tokens,
+        let refresh = try await Refresher(backend: backend, chunkSize: 300).refresh(
+            ids(0..<2500), table: state.tokens,
             groups: ["family"], at: 5)
         #expect(refresh.dead == TokenSet([7]))
         let observations = state.observations(from: refresh)
@@ -76,9 +81,11 @@ final class CountingBackend: Backend {
         #expect(topicCalls == 7)
         state.reconcileBookkeeping(with: desired, operations: result.operations)
         let recorder = MemoryRecorder(state: state)
-        let report = try await Executor(backend: backend, recorder: recorder, parallelism: 4,
-            timing: ManualClock().timing)
-            .run(result.operations)
+        let report = try await Executor(
+            backend: backend, recorder: recorder, parallelism: 4,
+            timing: ManualClock().timing
+        )
+        .run(result.operations)
         #expect(report.failures.isEmpty)
         #expect(backend.calls.withLock { $0 } == 7)
         let subs = await engine.allSubscriptions(project: "p")
@@ -98,8 +105,10 @@ final class CountingBackend: Backend {
         await engine.injectError(.invalidArgument, forToken: "c:APA91b")
         let ops = [PlannedOperation(kind: .subscribe, target: "t", tokens: ["a:APA91b", "b:APA91b", "c:APA91b"])]
         let clock = ManualClock()
-        let report = try await Executor(backend: backend, recorder: MemoryRecorder(state: State()), timing: clock.timing)
-            .run(ops)
+        let report = try await Executor(
+            backend: backend, recorder: MemoryRecorder(state: State()), timing: clock.timing
+        )
+        .run(ops)
         #expect(clock.sleeps.count == 1)
         #expect(report.requests == 2)
         #expect(report.failures.map(\.token) == ["c:APA91b"])
@@ -122,7 +131,8 @@ final class CountingBackend: Backend {
         let key = try await backend.createGroup(name: "g", tokens: ["a:APA91b"])
         try await backend.removeFromGroup(name: "g", key: key, tokens: ["a:APA91b"])
         let ops = [PlannedOperation(kind: .groupAdd, target: "g", tokens: ["b:APA91b"])]
-        _ = try await Executor(backend: backend, recorder: MemoryRecorder(state: State())).run(ops, groupKeys: ["g": key])
+        _ = try await Executor(backend: backend, recorder: MemoryRecorder(state: State())).run(
+            ops, groupKeys: ["g": key])
         #expect(await engine.groupMembers(project: "p", name: "g") == ["b:APA91b"])
     }
 }

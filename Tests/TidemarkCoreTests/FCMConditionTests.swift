@@ -26,8 +26,10 @@ import TidemarkCore
             ("('A' in topics", "expected ')'"),
             ("'A' in topics 'B' in topics", "expected '&&'"),
             ("'bad/name' in topics", "invalid topic name"),
-            ("'a' in topics || 'b' in topics || 'c' in topics || 'd' in topics || 'e' in topics || 'f' in topics",
-                "at most 5"),
+            (
+                "'a' in topics || 'b' in topics || 'c' in topics || 'd' in topics || 'e' in topics || 'f' in topics",
+                "at most 5"
+            ),
         ]
         for (text, fragment) in cases {
             #expect(throws: ConditionError.self) { try FCMCondition.parse(text) }

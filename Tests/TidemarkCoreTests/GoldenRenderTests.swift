@@ -9,9 +9,11 @@ import TidemarkTesting
 @Suite struct GoldenRenderTests {
     static let directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Golden")
 
-    static let inventory = "device_id,token,team,platform\n" + (0..<12).map {
-        "d\($0),\(Fixtures.token($0)),t\($0 % 3),\($0 % 2 == 0 ? "android" : "ios")"
-    }.joined(separator: "\n") + "\n"
+    static let inventory =
+        "device_id,token,team,platform\n"
+        + (0..<12).map {
+            "d\($0),\(Fixtures.token($0)),t\($0 % 3),\($0 % 2 == 0 ? "android" : "ios")"
+        }.joined(separator: "\n") + "\n"
 
     static let first = """
         topics:
@@ -51,13 +53,17 @@ import TidemarkTesting
         let (backend, engine) = try InMemoryBackend.make(project: "tidemark-demo", autoRegister: true)
         let clock = ManualClock()
         func parts(_ topics: String) -> WorkflowParts {
-            WorkflowParts(manifests: Fixtures.manifests(["inv.yaml": "inventory:\n  files: [devices.csv]\n",
-                "devices.csv": inventory, "topics.yaml": topics]), store: store, backend: backend, timing: clock.timing,
+            WorkflowParts(
+                manifests: Fixtures.manifests([
+                    "inv.yaml": "inventory:\n  files: [devices.csv]\n",
+                    "devices.csv": inventory, "topics.yaml": topics,
+                ]), store: store, backend: backend, timing: clock.timing,
                 tidemarkVersion: "0.1.0")
         }
         _ = try await ApplyWorkflow(parts(first)).run(ApplyRequest())
         // A device subscribed itself to the authoritative topic: drift the plan corrects.
-        _ = try await engine.batchAdd(project: "tidemark-demo", topic: "weather-north-sea", tokens: [Fixtures.token(11)])
+        _ = try await engine.batchAdd(
+            project: "tidemark-demo", topic: "weather-north-sea", tokens: [Fixtures.token(11)])
         let outcome = try await PlanWorkflow(parts(second)).run(PlanRequest())
         return (outcome.plan, outcome.loaded.inventory, parts(second), engine)
     }
@@ -73,7 +79,8 @@ import TidemarkTesting
 
     @Test func driftRenderings() async throws {
         let (_, _, parts, engine) = try await Self.plan()
-        _ = try await engine.batchRemove(project: "tidemark-demo", topic: "scores-team-zero", tokens: [Fixtures.token(3)])
+        _ = try await engine.batchRemove(
+            project: "tidemark-demo", topic: "scores-team-zero", tokens: [Fixtures.token(3)])
         let report = try await DriftWorkflow(parts).run()
         let renderer = DriftRenderer()
         Golden.check(renderer.text(report), "drift.txt", in: Self.directory)

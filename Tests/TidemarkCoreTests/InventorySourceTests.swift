@@ -7,33 +7,38 @@ import TidemarkTesting
 @Suite struct InventorySourceTests {
     static func csv(_ devices: [FixtureDevice]) -> String {
         func quoted(_ value: String) -> String {
-            value.contains(",") || value.contains("\"") ? "\"" + value.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : value
+            value.contains(",") || value.contains("\"")
+                ? "\"" + value.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : value
         }
-        return "device_id,token,platform,region\n" + devices.map { device in
-            [device.id, device.token, device.labels["platform"] ?? "", device.labels["region"] ?? ""].map(quoted)
-                .joined(separator: ",")
-        }.joined(separator: "\n") + "\n"
+        return "device_id,token,platform,region\n"
+            + devices.map { device in
+                [device.id, device.token, device.labels["platform"] ?? "", device.labels["region"] ?? ""].map(quoted)
+                    .joined(separator: ",")
+            }.joined(separator: "\n") + "\n"
     }
 
     static func jsonl(_ devices: [FixtureDevice]) throws -> String {
         try devices.map { device in
             var object: [String: Any] = ["id": device.id, "token": device.token]
             if !device.labels.isEmpty { object["labels"] = device.labels }
-            return String(decoding: try JSONSerialization.data(withJSONObject: object, options: .sortedKeys), as: UTF8.self)
+            return String(
+                decoding: try JSONSerialization.data(withJSONObject: object, options: .sortedKeys), as: UTF8.self)
         }.joined(separator: "\n") + "\n"
     }
 
     @Test(arguments: InventorySourceConformance.Check.allCases)
     func csvFiles(_ check: InventorySourceConformance.Check) async throws {
         try await InventorySourceConformance.run(check) { devices in
-            FileInventorySource(path: "devices.csv", format: .csv, files: InMemoryFileSource(["devices.csv": Self.csv(devices)]))
+            FileInventorySource(
+                path: "devices.csv", format: .csv, files: InMemoryFileSource(["devices.csv": Self.csv(devices)]))
         }
     }
 
     @Test(arguments: InventorySourceConformance.Check.allCases)
     func jsonLinesFiles(_ check: InventorySourceConformance.Check) async throws {
         try await InventorySourceConformance.run(check) { devices in
-            FileInventorySource(path: "devices.jsonl", format: .jsonl,
+            FileInventorySource(
+                path: "devices.jsonl", format: .jsonl,
                 files: InMemoryFileSource(["devices.jsonl": try Self.jsonl(devices)]))
         }
     }
@@ -48,7 +53,8 @@ import TidemarkTesting
         let devices = [FixtureDevice(id: "a", token: Fixtures.token(1), labels: ["region": "north"])]
         var table = TokenTable()
         let loaded = await Fixtures.manifests([
-            "inv.yaml": "inventory:\n  files:\n    - {path: export.txt, format: csv}\n    - {path: more.data, format: jsonl}\n",
+            "inv.yaml":
+                "inventory:\n  files:\n    - {path: export.txt, format: csv}\n    - {path: more.data, format: jsonl}\n",
             "export.txt": Self.csv(devices),
             "more.data": try Self.jsonl([FixtureDevice(id: "b", token: Fixtures.token(2))]),
             "topics.yaml": "topics:\n  - name: north\n    members: [{selector: {region: north}}]\n",
@@ -60,7 +66,11 @@ import TidemarkTesting
             "topics.yaml": "topics: []\n",
         ]).load(into: &table)
         let messages = unknown.diagnostics.map(\.description)
-        #expect(messages.contains { $0.contains("inv.yaml:2:11: error: inventory file 'export.txt' must end in .csv or .jsonl, or say its format") }, "\(messages)")
+        #expect(
+            messages.contains {
+                $0.contains(
+                    "inv.yaml:2:11: error: inventory file 'export.txt' must end in .csv or .jsonl, or say its format")
+            }, "\(messages)")
         #expect(messages.contains { $0.contains("unknown inventory format 'xml'; use csv or jsonl") }, "\(messages)")
     }
 
@@ -68,14 +78,18 @@ import TidemarkTesting
     @Test func extraSourcesJoinTheInventoryAndTheDigest() async throws {
         let files = InMemoryFileSource(["topics.yaml": "topics:\n  - name: all\n    members: [{devices: [x1]}]\n"])
         var table = TokenTable()
-        let one = await ManifestLoader(files: files,
-            extraSources: [InMemoryInventorySource([FixtureDevice(id: "x1", token: Fixtures.token(1))], name: "db")])
-            .load(into: &table)
+        let one = await ManifestLoader(
+            files: files,
+            extraSources: [InMemoryInventorySource([FixtureDevice(id: "x1", token: Fixtures.token(1))], name: "db")]
+        )
+        .load(into: &table)
         #expect(!one.diagnostics.hasErrors, "\(one.diagnostics)")
         #expect(one.desired.topics.first?.members.count == 1)
-        let rotated = await ManifestLoader(files: files,
-            extraSources: [InMemoryInventorySource([FixtureDevice(id: "x1", token: Fixtures.token(9))], name: "db")])
-            .load(into: &table)
+        let rotated = await ManifestLoader(
+            files: files,
+            extraSources: [InMemoryInventorySource([FixtureDevice(id: "x1", token: Fixtures.token(9))], name: "db")]
+        )
+        .load(into: &table)
         #expect(one.digest != rotated.digest, "a saved plan notices that a source's devices changed")
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import TidemarkCore
 
 /// The manifest's shape is described once (`ManifestSchema`); the decoder, the formatter and the JSON
@@ -24,11 +25,14 @@ import Testing
 
     @Test(arguments: ManifestSchema.Node.allCases)
     func jsonSchemaNamesTheSameKeys(_ node: ManifestSchema.Node) throws {
-        let schema = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: Self.schemaURL)) as? [String: Any])
+        let schema = try #require(
+            try JSONSerialization.jsonObject(with: Data(contentsOf: Self.schemaURL)) as? [String: Any])
         let described = try Self.object(node, in: schema)
         let keys = try #require(described["properties"] as? [String: Any]).keys
         #expect(Set(keys) == Set(ManifestSchema.keys(node)), "schema/tidemark-manifest.schema.json, \(node)")
-        #expect(Set(described["required"] as? [String] ?? []) == Set(ManifestSchema.required(node)), "required keys of \(node)")
+        #expect(
+            Set(described["required"] as? [String] ?? []) == Set(ManifestSchema.required(node)),
+            "required keys of \(node)")
         #expect(described["additionalProperties"] as? Bool == false, "\(node) refuses unknown keys in the schema too")
     }
 
@@ -74,11 +78,15 @@ import Testing
             keys.sorted { output.range(of: "\($0):")!.lowerBound < output.range(of: "\($1):")!.lowerBound }
         }
         #expect(order(ManifestSchema.keys(.root)) == ManifestSchema.keys(.root), "\(output)")
-        #expect(order(["name", "description", "mode", "protect", "allow_empty"]) == ["name", "description", "mode", "protect", "allow_empty"])
+        #expect(
+            order(["name", "description", "mode", "protect", "allow_empty"]) == [
+                "name", "description", "mode", "protect", "allow_empty",
+            ])
         let groupPart = String(output[output.range(of: "groups:")!.lowerBound...])
         let groupKeys = ["notification_key_name", "description", "protect", "members"]
-        #expect(groupKeys.sorted { groupPart.range(of: "\($0):")!.lowerBound < groupPart.range(of: "\($1):")!.lowerBound }
-            == ManifestSchema.keys(.group))
+        #expect(
+            groupKeys.sorted { groupPart.range(of: "\($0):")!.lowerBound < groupPart.range(of: "\($1):")!.lowerBound }
+                == ManifestSchema.keys(.group))
         #expect(order(["id", "token", "labels"]) == ManifestSchema.keys(.device))
         #expect(order(["path", "format"]) == ManifestSchema.keys(.inventoryFile))
     }

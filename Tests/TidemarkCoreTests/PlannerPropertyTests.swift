@@ -1,4 +1,5 @@
 import Testing
+
 @testable import TidemarkCore
 
 /// Random worlds: whatever FCM holds, whatever state remembers and the manifests declare,
@@ -26,7 +27,8 @@ import Testing
         var world: [String: Set<String>] = [:]
         var count: [String: Int] = [:]
         for topic in topicNames {
-            for token in known + unknown where !dead.contains(token) && Bool.random(using: &rng)
+            for token in known + unknown
+            where !dead.contains(token) && Bool.random(using: &rng)
                 && count[token, default: 0] < cap
             {
                 world[topic, default: []].insert(token)
@@ -55,12 +57,16 @@ import Testing
         for topic in topicNames where Int.random(in: 0..<5, using: &rng) > 0 {
             let members = known.filter { _ in Int.random(in: 0..<3, using: &rng) == 0 }.map { state.tokens.id($0)! }
             // allow_empty: these worlds test convergence; the emptying rail has its own tests.
-            topics.append(DesiredTopic(name: topic, mode: Bool.random(using: &rng) ? .additive : .authoritative,
-                allowEmpty: true, members: TokenSet(members)))
+            topics.append(
+                DesiredTopic(
+                    name: topic, mode: Bool.random(using: &rng) ? .additive : .authoritative,
+                    allowEmpty: true, members: TokenSet(members)))
         }
-        let desired = DesiredState(topics: topics, groups: [],
+        let desired = DesiredState(
+            topics: topics, groups: [],
             knownTokens: TokenSet(sorted: Array(0..<UInt32(state.tokens.count))))
-        return Scenario(known: known, unknown: unknown, dead: dead, world: world, state: state, desired: desired,
+        return Scenario(
+            known: known, unknown: unknown, dead: dead, world: world, state: state, desired: desired,
             cap: cap, batch: Int.random(in: 1...7, using: &rng))
     }
 
@@ -69,7 +75,8 @@ import Testing
         for (topic, tokens) in world {
             subscribed[topic] = TokenSet(tokens.compactMap { state.tokens.id($0) })
         }
-        return RefreshResult(at: 100, refreshed: TokenSet(sorted: Array(0..<UInt32(state.tokens.count))),
+        return RefreshResult(
+            at: 100, refreshed: TokenSet(sorted: Array(0..<UInt32(state.tokens.count))),
             subscribed: subscribed, dead: TokenSet(scenario.dead.compactMap { state.tokens.id($0) }), groupKeys: [:])
     }
 
@@ -83,7 +90,10 @@ import Testing
         let result = differ.diff(desired: scenario.desired, state: state)
         if result.diagnostics.hasErrors {
             // The declared set would pass the cap together with memberships tidemark may not remove.
-            #expect(result.diagnostics.allSatisfy { $0.message.contains("topics after this plan") || $0.message.contains("more tokens would pass") })
+            #expect(
+                result.diagnostics.allSatisfy {
+                    $0.message.contains("topics after this plan") || $0.message.contains("more tokens would pass")
+                })
             return
         }
         // Execute in plan order against the world, checking the cap after every request.
@@ -94,12 +104,22 @@ import Testing
         for op in result.operations {
             #expect(op.tokens.count <= scenario.batch && !op.tokens.isEmpty)
             #expect(Set(op.tokens).count == op.tokens.count)
-            if op.kind == .unsubscribe { seenUnsubscribe = true; #expect(!seenSubscribeAfter) }
+            if op.kind == .unsubscribe {
+                seenUnsubscribe = true
+                #expect(!seenSubscribeAfter)
+            }
             if op.kind == .subscribe { seenSubscribeAfter = true }
             var outcomes: [TokenOutcome] = []
             for token in op.tokens {
-                if scenario.dead.contains(token) { outcomes.append(.failed(.notFound)); continue }
-                if op.kind == .subscribe { world[op.target, default: []].insert(token) } else { world[op.target]?.remove(token) }
+                if scenario.dead.contains(token) {
+                    outcomes.append(.failed(.notFound))
+                    continue
+                }
+                if op.kind == .subscribe {
+                    world[op.target, default: []].insert(token)
+                } else {
+                    world[op.target]?.remove(token)
+                }
                 outcomes.append(.ok)
             }
             for token in op.tokens {
@@ -115,10 +135,13 @@ import Testing
         let knownSet = Set(scenario.known)
         var expectedAdds = 0
         var expectedRemoves = 0
-        for topic in Set(scenario.world.keys).union(scenario.desired.topics.map(\.name)).union(scenario.state.topics.keys) {
+        for topic in Set(scenario.world.keys).union(scenario.desired.topics.map(\.name)).union(
+            scenario.state.topics.keys)
+        {
             let before = scenario.world[topic] ?? []
             let after = world[topic] ?? []
-            #expect(after.filter { !knownSet.contains($0) } == before.filter { !knownSet.contains($0) },
+            #expect(
+                after.filter { !knownSet.contains($0) } == before.filter { !knownSet.contains($0) },
                 "devices tidemark does not know were touched")
             let managed = Set((scenario.state.topics[topic]?.managed ?? TokenSet()).map { scenario.state.tokens[$0] })
             if let spec = scenario.desired.topics.first(where: { $0.name == topic }) {
@@ -126,7 +149,8 @@ import Testing
                 let knownAfter = after.intersection(knownSet)
                 switch spec.mode {
                 case .additive:
-                    let expected = declared.union(before.intersection(knownSet).subtracting(managed.subtracting(declared)))
+                    let expected = declared.union(
+                        before.intersection(knownSet).subtracting(managed.subtracting(declared)))
                     #expect(knownAfter == expected, "additive topic \(topic)")
                 case .authoritative:
                     #expect(knownAfter == declared, "authoritative topic \(topic)")
@@ -134,7 +158,8 @@ import Testing
                 expectedAdds += declared.subtracting(before).count
                 expectedRemoves += before.intersection(knownSet).subtracting(knownAfter).count
             } else {
-                #expect(after.intersection(knownSet) == before.intersection(knownSet).subtracting(managed),
+                #expect(
+                    after.intersection(knownSet) == before.intersection(knownSet).subtracting(managed),
                     "topic \(topic) left the manifests: only what tidemark made is removed")
                 expectedRemoves += before.intersection(managed).count
             }
@@ -164,8 +189,9 @@ import Testing
         var b = scenario.state
         a.apply(a.observations(from: Self.refresh(scenario.world, scenario, a)))
         b.apply(b.observations(from: Self.refresh(scenario.world, scenario, b)))
-        #expect(Differ().diff(desired: scenario.desired, state: a).operations
-            == Differ().diff(desired: scenario.desired, state: b).operations)
+        #expect(
+            Differ().diff(desired: scenario.desired, state: a).operations
+                == Differ().diff(desired: scenario.desired, state: b).operations)
     }
 
     @Test(arguments: 0..<500)
@@ -173,7 +199,8 @@ import Testing
         var rng = SeededGenerator(seed: UInt64(seed))
         let universe = (0..<60).map { UInt32($0) }.shuffled(using: &rng)
         let current = TokenSet(universe.prefix(Int.random(in: 1...20, using: &rng)))
-        let desired = TokenSet(universe.dropFirst(Int.random(in: 0...25, using: &rng)).prefix(Int.random(in: 1...20, using: &rng)))
+        let desired = TokenSet(
+            universe.dropFirst(Int.random(in: 0...25, using: &rng)).prefix(Int.random(in: 1...20, using: &rng)))
         let add = desired.subtracting(current)
         let remove = current.subtracting(desired)
         var members = current

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import TidemarkCore
 
 /// A small project in memory: manifests resolved into a state whose observed memberships the test sets.
@@ -10,7 +11,9 @@ private struct Fixture {
     init(_ yaml: String, devices: Int = 6) async {
         var files = ["topics.yaml": yaml]
         files["inv.yaml"] = "inventory:\n  files: [inventory.csv]\n"
-        files["inventory.csv"] = "device_id,token,team\n" + (0..<devices).map { "d\($0),\(Fixture.token($0)),t\($0 % 2)" }
+        files["inventory.csv"] =
+            "device_id,token,team\n"
+            + (0..<devices).map { "d\($0),\(Fixture.token($0)),t\($0 % 2)" }
             .joined(separator: "\n") + "\n"
         var state = State(lineage: "lineage-1", serial: 3)
         loaded = await ManifestLoader(files: InMemoryFileSource(files)).load(into: &state.tokens)
@@ -23,15 +26,18 @@ private struct Fixture {
     func id(_ i: Int) -> UInt32 { state.tokens.id(Fixture.token(i))! }
 
     /// Records that `topic` is observed (and, if `managed`, made by tidemark) with devices `members`.
-    mutating func observe(_ topic: String, _ members: [Int], managed: Bool = true, protect: Bool = false,
-        mode: TopicMode = .additive)
-    {
+    mutating func observe(
+        _ topic: String, _ members: [Int], managed: Bool = true, protect: Bool = false,
+        mode: TopicMode = .additive
+    ) {
         let set = TokenSet(members.map(id))
-        state.topics[topic] = TopicState(mode: mode, protect: protect, managed: managed ? set : TokenSet(), observed: set)
+        state.topics[topic] = TopicState(
+            mode: mode, protect: protect, managed: managed ? set : TokenSet(), observed: set)
     }
 
     func plan(targets: Targets = .all, limit: UnsubscribeLimit? = nil, refresh: RefreshResult? = nil) -> Plan {
-        Planner(tidemarkVersion: "test").plan(loaded: loaded, state: state, refresh: refresh,
+        Planner(tidemarkVersion: "test").plan(
+            loaded: loaded, state: state, refresh: refresh,
             backend: BackendIdentity(kind: .embedded, project: "p"), now: Date(timeIntervalSince1970: 0),
             targets: targets, maxUnsubscribes: limit)
     }
@@ -68,7 +74,8 @@ private struct Fixture {
     }
 
     @Test func partialPlanTouchesOnlyTargets() async throws {
-        var fixture = await Fixture("""
+        var fixture = await Fixture(
+            """
             topics:
               - name: weather-a
                 members: [{devices: [d0, d1]}]
@@ -86,14 +93,17 @@ private struct Fixture {
         #expect(partial.targets == ["topic:weather-*"] && partial.excludes == ["weather-b"])
         #expect(partial.isPartial)
         #expect(PlanRenderer().render(partial).contains("Partial plan (only topic:weather-*; excluding weather-b)"))
-        #expect(MarkdownPlanRenderer().render(partial)[0].contains("> **Partial plan** (only topic:weather-*; excluding weather-b)"))
+        #expect(
+            MarkdownPlanRenderer().render(partial)[0].contains(
+                "> **Partial plan** (only topic:weather-*; excluding weather-b)"))
         let full = fixture.plan()
         #expect(Set(full.operations.map(\.target)) == ["weather-a", "weather-b", "scores", "user-1", "old-topic"])
         #expect(!full.isPartial)
 
         // The bookkeeping of a partial apply leaves untargeted topics alone: old-topic stays managed.
         var state = fixture.state
-        state.reconcileBookkeeping(with: fixture.loaded.desired, operations: partial.operations,
+        state.reconcileBookkeeping(
+            with: fixture.loaded.desired, operations: partial.operations,
             targets: try partial.selection)
         #expect(state.topics["old-topic"]?.managed.count == 1)
         #expect(state.topics["scores"] == nil)
@@ -133,12 +143,21 @@ private struct Fixture {
     @Test func emptyingATopicNeedsAllowEmptyAndNeverPassesProtect() async {
         var fixture = await Fixture(Self.yaml)
         // Every topic holds d1..d3 but not d0, and d0 is dead: each plan would empty them.
-        for name in ["guarded", "open", "emptiable"] { fixture.observe(name, [1, 2, 3], managed: false, mode: .authoritative) }
+        for name in ["guarded", "open", "emptiable"] {
+            fixture.observe(name, [1, 2, 3], managed: false, mode: .authoritative)
+        }
         fixture.state.dead = TokenSet([fixture.id(0)])
         let plan = fixture.plan()
         let errors = plan.diagnostics.filter { $0.severity == .error }
-        #expect(errors.contains { $0.message.contains("topic 'guarded' is protected (protect: true)") && $0.location?.file == "topics.yaml" && $0.location?.line == 2 })
-        #expect(errors.contains { $0.message.contains("would empty topic 'open'") && $0.message.contains("allow_empty: true") })
+        #expect(
+            errors.contains {
+                $0.message.contains("topic 'guarded' is protected (protect: true)")
+                    && $0.location?.file == "topics.yaml" && $0.location?.line == 2
+            })
+        #expect(
+            errors.contains {
+                $0.message.contains("would empty topic 'open'") && $0.message.contains("allow_empty: true")
+            })
         #expect(!errors.contains { $0.message.contains("'emptiable'") })
         #expect(errors.count == 2)
         #expect(PlanRenderer().render(plan).hasPrefix("Error: this plan cannot be applied (2 errors"))
@@ -146,7 +165,9 @@ private struct Fixture {
 
     @Test func nonEmptyingRemovalsPass() async {
         var fixture = await Fixture(Self.yaml)
-        for name in ["guarded", "open", "emptiable"] { fixture.observe(name, [0, 1, 2], managed: false, mode: .authoritative) }
+        for name in ["guarded", "open", "emptiable"] {
+            fixture.observe(name, [0, 1, 2], managed: false, mode: .authoritative)
+        }
         let plan = fixture.plan()
         #expect(!plan.diagnostics.hasErrors)
         #expect(plan.unsubscribeCount == 6)
@@ -163,7 +184,8 @@ private struct Fixture {
         #expect(errors.contains { $0.contains("topic 'gone-protected' is protected") })
         #expect(errors.contains { $0.contains("device group 'vip' is protected") })
         // Excluding them from the plan leaves them be.
-        let partial = fixture.plan(targets: Targets(include: [], exclude: [try! .init(parsing: "vip"), try! .init(parsing: "gone-protected")]))
+        let partial = fixture.plan(
+            targets: Targets(include: [], exclude: [try! .init(parsing: "vip"), try! .init(parsing: "gone-protected")]))
         #expect(!partial.diagnostics.hasErrors)
     }
 
@@ -175,7 +197,10 @@ private struct Fixture {
         #expect(!fixture.plan(limit: try UnsubscribeLimit(parsing: "3")).diagnostics.hasErrors)
         let count = fixture.plan(limit: try UnsubscribeLimit(parsing: "2")).diagnostics.filter { $0.severity == .error }
         #expect(count.count == 1)
-        #expect(count.first?.message.contains("unsubscribe 3 memberships (30.0% of the 10 memberships tidemark knows), more than --max-unsubscribes 2 allows (2)") == true)
+        #expect(
+            count.first?.message.contains(
+                "unsubscribe 3 memberships (30.0% of the 10 memberships tidemark knows), more than --max-unsubscribes 2 allows (2)"
+            ) == true)
         #expect(!fixture.plan(limit: try UnsubscribeLimit(parsing: "30%")).diagnostics.hasErrors)
         #expect(fixture.plan(limit: try UnsubscribeLimit(parsing: "29.5%")).diagnostics.hasErrors)
         #expect(throws: TargetError.self) { try UnsubscribeLimit(parsing: "120%") }
@@ -191,18 +216,34 @@ private struct Fixture {
         var n = 0
         for t in 0..<200 {
             let name = "topic-\(String(format: "%03d", t))"
-            let adds = (0..<(t % 7 == 0 ? 1_500 : 10)).map { _ in n += 1; return "tok\(n)-secret-abcdefgh:APA91b\(String(repeating: "Q", count: 100))\(n)" }
-            let removes = t % 10 == 0 ? (0..<5).map { "rm\(t)-\($0)-secret:APA91b\(String(repeating: "R", count: 100))" } : []
-            if !removes.isEmpty { operations.append(PlannedOperation(kind: .unsubscribe, target: name, tokens: removes)) }
-            for start in stride(from: 0, to: adds.count, by: 1000) {
-                operations.append(PlannedOperation(kind: .subscribe, target: name, tokens: Array(adds[start..<min(start + 1000, adds.count)])))
+            let adds = (0..<(t % 7 == 0 ? 1_500 : 10)).map { _ in
+                n += 1
+                return "tok\(n)-secret-abcdefgh:APA91b\(String(repeating: "Q", count: 100))\(n)"
             }
-            topics.append(TopicChange(topic: name, mode: t % 10 == 0 ? .authoritative : .additive, subscribe: adds.count,
-                unsubscribe: removes.count, removedFromManifests: false, notes: t % 10 == 0 ? ["authoritative | over known devices"] : []))
+            let removes =
+                t % 10 == 0 ? (0..<5).map { "rm\(t)-\($0)-secret:APA91b\(String(repeating: "R", count: 100))" } : []
+            if !removes.isEmpty {
+                operations.append(PlannedOperation(kind: .unsubscribe, target: name, tokens: removes))
+            }
+            for start in stride(from: 0, to: adds.count, by: 1000) {
+                operations.append(
+                    PlannedOperation(
+                        kind: .subscribe, target: name, tokens: Array(adds[start..<min(start + 1000, adds.count)])))
+            }
+            topics.append(
+                TopicChange(
+                    topic: name, mode: t % 10 == 0 ? .authoritative : .additive, subscribe: adds.count,
+                    unsubscribe: removes.count, removedFromManifests: false,
+                    notes: t % 10 == 0 ? ["authoritative | over known devices"] : []))
         }
-        operations.append(PlannedOperation(kind: .groupRemove, target: "user-9", tokens: ["grp-secret-token:APA91b\(String(repeating: "G", count: 100))"]))
-        return Plan(tidemarkVersion: "test", createdAt: Date(timeIntervalSince1970: 0), lineage: "0123456789abcdef",
-            serial: 7, manifestsDigest: String(repeating: "ab", count: 32), backend: BackendIdentity(kind: .fcm, project: "p"),
+        operations.append(
+            PlannedOperation(
+                kind: .groupRemove, target: "user-9",
+                tokens: ["grp-secret-token:APA91b\(String(repeating: "G", count: 100))"]))
+        return Plan(
+            tidemarkVersion: "test", createdAt: Date(timeIntervalSince1970: 0), lineage: "0123456789abcdef",
+            serial: 7, manifestsDigest: String(repeating: "ab", count: 32),
+            backend: BackendIdentity(kind: .fcm, project: "p"),
             refreshed: true, operations: operations, topics: topics,
             groups: [GroupChange(group: "user-9", action: .delete, add: 0, remove: 1, notes: [])],
             diagnostics: [.warning("3 token(s) are no longer registered <b>")], observations: Observations())
@@ -219,14 +260,20 @@ private struct Fixture {
         let table = first.range(of: "| Topic / group | Kind | Mode | Adds | Removes | Notes |")!.lowerBound
         #expect(destructive < table)
         #expect(first.contains("device group 'user-9' will be deleted"))
-        #expect(first.contains("| `topic-000` | topic | authoritative | +1,500 | −5 | authoritative \\| over known devices |"))
+        #expect(
+            first.contains(
+                "| `topic-000` | topic | authoritative | +1,500 | −5 | authoritative \\| over known devices |"))
         for (index, part) in parts.enumerated() {
             #expect(part.utf8.count < 65_536, "part \(index + 1) has \(part.utf8.count) bytes")
-            if index > 0 { #expect(part.hasPrefix("### tidemark plan (continued, part \(index + 1) of \(parts.count))")) }
+            if index > 0 {
+                #expect(part.hasPrefix("### tidemark plan (continued, part \(index + 1) of \(parts.count))"))
+            }
             // Every code fence and details block opened in a part is closed in it.
             #expect(part.components(separatedBy: "```").count % 2 == 1)
             #expect(part.components(separatedBy: "<details>").count == part.components(separatedBy: "</details>").count)
-            #expect(!part.contains("secret-abcdefgh:APA91b") && !part.contains("-secret:APA91b") && !part.contains("grp-secret-token"),
+            #expect(
+                !part.contains("secret-abcdefgh:APA91b") && !part.contains("-secret:APA91b")
+                    && !part.contains("grp-secret-token"),
                 "a full token appears in part \(index + 1)")
             #expect(!part.contains("<b>"))
         }
@@ -240,7 +287,8 @@ private struct Fixture {
     }
 
     @Test func partsAreCappedWithAPointerToTheJSONPlan() {
-        let renderer = MarkdownPlanRenderer(fullPlanHint: "`plan.json`", packer: MarkdownPacker(limit: 4_000, maxParts: 3))
+        let renderer = MarkdownPlanRenderer(
+            fullPlanHint: "`plan.json`", packer: MarkdownPacker(limit: 4_000, maxParts: 3))
         let parts = renderer.render(Self.largePlan())
         #expect(parts.count == 3)
         #expect(parts.allSatisfy { $0.utf8.count < 4_000 })
@@ -249,7 +297,8 @@ private struct Fixture {
     }
 
     @Test func smallPlanIsOnePart() {
-        let plan = Plan(tidemarkVersion: "t", createdAt: Date(), lineage: "", serial: 0, manifestsDigest: "00",
+        let plan = Plan(
+            tidemarkVersion: "t", createdAt: Date(), lineage: "", serial: 0, manifestsDigest: "00",
             backend: BackendIdentity(kind: .embedded, project: "p"), refreshed: false, operations: [], topics: [],
             groups: [], diagnostics: [], observations: Observations())
         let parts = MarkdownPlanRenderer().render(plan)
@@ -259,7 +308,8 @@ private struct Fixture {
 
     @Test func packerSplitsOversizedBlocksKeepingTheirFrame() {
         let lines = (0..<500).map { "line \($0) " + String(repeating: "x", count: 40) }
-        let parts = MarkdownPacker(limit: 3_000, maxParts: 100).pack(head: "# head",
+        let parts = MarkdownPacker(limit: 3_000, maxParts: 100).pack(
+            head: "# head",
             blocks: [.text("intro"), MarkdownBlock(open: "<details>\n\n```", lines: lines, close: "```\n</details>")],
             continued: { "# more \($0)/\($1)" }, truncated: { "cut \($0)" })
         #expect(parts.count > 5)
@@ -272,7 +322,8 @@ private struct Fixture {
 
 @Suite struct DriftTests {
     @Test func classifiesEveryKind() async {
-        var fixture = await Fixture("""
+        var fixture = await Fixture(
+            """
             topics:
               - name: auth
                 mode: authoritative
@@ -291,25 +342,36 @@ private struct Fixture {
         fixture.state.groups["g2"] = GroupState(key: "key-2", members: TokenSet([fixture.id(3)]))
         let all = TokenSet(Array(0..<UInt32(fixture.state.tokens.count)))
         // d4 subscribed itself to both topics; d1 left 'add'; d0 died; g1 vanished; g2 answered another key alias.
-        let refresh = RefreshResult(at: 100, refreshed: all,
+        let refresh = RefreshResult(
+            at: 100, refreshed: all,
             subscribed: ["auth": TokenSet([fixture.id(1), fixture.id(4)]), "add": TokenSet([fixture.id(4)])],
             dead: TokenSet([fixture.id(0)]), groupKeys: ["g1": nil, "g2": "key-2b"])
         let plan = fixture.plan(refresh: refresh)
-        let items = DriftReport.classify(plan.observations, desired: fixture.loaded.desired, state: fixture.state,
+        let items = DriftReport.classify(
+            plan.observations, desired: fixture.loaded.desired, state: fixture.state,
             inventory: fixture.loaded.inventory)
-        #expect(items.contains(DriftReport.Item(kind: .selfSubscribed, topic: "auth", token: Fixture.token(4), device: "d4")))
-        #expect(!items.contains { $0.kind == .selfSubscribed && $0.topic == "add" }, "additive topics allow other subscribers")
+        #expect(
+            items.contains(
+                DriftReport.Item(kind: .selfSubscribed, topic: "auth", token: Fixture.token(4), device: "d4")))
+        #expect(
+            !items.contains { $0.kind == .selfSubscribed && $0.topic == "add" },
+            "additive topics allow other subscribers")
         #expect(items.contains(DriftReport.Item(kind: .dropped, topic: "add", token: Fixture.token(1), device: "d1")))
         #expect(items.contains(DriftReport.Item(kind: .deadToken, token: Fixture.token(0), device: "d0")))
-        #expect(!items.contains { $0.kind == .dropped && $0.token == Fixture.token(0) }, "a dead token is reported once")
+        #expect(
+            !items.contains { $0.kind == .dropped && $0.token == Fixture.token(0) }, "a dead token is reported once")
         #expect(items.contains(DriftReport.Item(kind: .vanishedGroup, group: "g1")))
         #expect(items.count == 4)
 
-        let report = DriftReport(tidemarkVersion: "t", checkedAt: Date(timeIntervalSince1970: 0), lineage: "l",
+        let report = DriftReport(
+            tidemarkVersion: "t", checkedAt: Date(timeIntervalSince1970: 0), lineage: "l",
             serial: 1, backend: BackendIdentity(kind: .emulator, project: "p"), registrationsRead: 6, items: items,
             pendingChanges: 4)
         let renderer = DriftRenderer()
-        #expect(renderer.verdict(report) == "Drift: 1 self-subscription to authoritative topics, 1 declared membership dropped, 1 dead token, 1 vanished group.")
+        #expect(
+            renderer.verdict(report)
+                == "Drift: 1 self-subscription to authoritative topics, 1 declared membership dropped, 1 dead token, 1 vanished group."
+        )
         let text = renderer.text(report)
         #expect(text.contains("Devices that subscribed themselves to authoritative topics (apply unsubscribes them):"))
         #expect(!text.contains(Fixture.token(4)) && text.contains(Redaction.redact(Fixture.token(4))))
@@ -322,10 +384,16 @@ private struct Fixture {
         #expect(events.count == 5)
         #expect(events.last?["event"] as? String == "summary")
         #expect((events.last?["counts"] as? [String: Int])?["dead_token"] == 1)
-        #expect(events.first { $0["kind"] as? String == "dead_token" }?["token"] as? String == Redaction.redact(Fixture.token(0)))
-        #expect(renderer.verdict(DriftReport(tidemarkVersion: "t", checkedAt: Date(), lineage: "", serial: 0,
-            backend: BackendIdentity(kind: .embedded, project: "p"), registrationsRead: 1, items: [], pendingChanges: 0))
-            == "No drift: FCM matches what tidemark last saw (1 registration read).")
+        #expect(
+            events.first { $0["kind"] as? String == "dead_token" }?["token"] as? String
+                == Redaction.redact(Fixture.token(0)))
+        #expect(
+            renderer.verdict(
+                DriftReport(
+                    tidemarkVersion: "t", checkedAt: Date(), lineage: "", serial: 0,
+                    backend: BackendIdentity(kind: .embedded, project: "p"), registrationsRead: 1, items: [],
+                    pendingChanges: 0))
+                == "No drift: FCM matches what tidemark last saw (1 registration read).")
     }
 }
 
@@ -400,11 +468,14 @@ private struct Fixture {
 
 @Suite struct ManifestFormatterBlankLineTests {
     @Test func aBlankLineBeforeAReorderedItemStaysBeforeIt() {
-        let input = "topics:\n  - name: a\n    members: [{devices: [x]}]\n\n  - members: [{devices: [y]}]\n    name: b\n"
+        let input =
+            "topics:\n  - name: a\n    members: [{devices: [x]}]\n\n  - members: [{devices: [y]}]\n    name: b\n"
         guard case .formatted(let out) = ManifestFormatter().format(input, file: "m.yaml") else {
             Issue.record("formatting failed")
             return
         }
-        #expect(out == "topics:\n  - name: a\n    members: [{devices: [x]}]\n\n  - name: b\n    members: [{devices: [y]}]\n")
+        #expect(
+            out == "topics:\n  - name: a\n    members: [{devices: [x]}]\n\n  - name: b\n    members: [{devices: [y]}]\n"
+        )
     }
 }

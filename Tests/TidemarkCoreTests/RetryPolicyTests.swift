@@ -3,7 +3,6 @@ import Testing
 import TidemarkCore
 import TidemarkTesting
 
-
 @Suite struct RetryPolicyTests {
     let policy = RetryPolicy(baseDelay: .milliseconds(500), maxDelay: .seconds(60), budget: .seconds(120))
 
@@ -11,8 +10,10 @@ import TidemarkTesting
         var random = SeededGenerator(seed: 1)
         for attempt in 1...12 {
             let ceiling = min(Duration.seconds(60), .milliseconds(500) * (1 << (attempt - 1)))
-            guard case .retry(let delay) = policy.decide(.status(503, retryAfter: nil), attempt: attempt,
-                elapsed: .zero, using: &random)
+            guard
+                case .retry(let delay) = policy.decide(
+                    .status(503, retryAfter: nil), attempt: attempt,
+                    elapsed: .zero, using: &random)
             else {
                 Issue.record("503 must be retried")
                 return
@@ -22,22 +23,28 @@ import TidemarkTesting
         // Same seed, same delays.
         var a = SeededGenerator(seed: 9)
         var b = SeededGenerator(seed: 9)
-        #expect(policy.decide(.network, attempt: 3, elapsed: .zero, using: &a)
-            == policy.decide(.network, attempt: 3, elapsed: .zero, using: &b))
+        #expect(
+            policy.decide(.network, attempt: 3, elapsed: .zero, using: &a)
+                == policy.decide(.network, attempt: 3, elapsed: .zero, using: &b))
     }
 
     @Test func retryAfterIsAFloorAndTheBudgetStopsRetries() {
         var random = SeededGenerator(seed: 2)
-        #expect(policy.decide(.status(429, retryAfter: .seconds(30)), attempt: 1, elapsed: .zero, using: &random)
-            == .retry(after: .seconds(30)))
-        guard case .giveUp = policy.decide(.status(429, retryAfter: .seconds(30)), attempt: 1, elapsed: .seconds(100),
-            using: &random)
+        #expect(
+            policy.decide(.status(429, retryAfter: .seconds(30)), attempt: 1, elapsed: .zero, using: &random)
+                == .retry(after: .seconds(30)))
+        guard
+            case .giveUp = policy.decide(
+                .status(429, retryAfter: .seconds(30)), attempt: 1, elapsed: .seconds(100),
+                using: &random)
         else {
             Issue.record("the budget must stop retries")
             return
         }
         for status in [400, 401, 403, 404, 409] {
-            guard case .giveUp = policy.decide(.status(status, retryAfter: nil), attempt: 1, elapsed: .zero, using: &random)
+            guard
+                case .giveUp = policy.decide(
+                    .status(status, retryAfter: nil), attempt: 1, elapsed: .zero, using: &random)
             else {
                 Issue.record("\(status) must not be retried")
                 continue
@@ -65,6 +72,8 @@ import TidemarkTesting
         formatter.locale = Locale(identifier: "en_US_POSIX")
         formatter.timeZone = TimeZone(identifier: "GMT")
         formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        #expect(RetryPolicy.parseRetryAfter(formatter.string(from: later), now: clock.timing.wallClock()) == .milliseconds(3_500))
+        #expect(
+            RetryPolicy.parseRetryAfter(formatter.string(from: later), now: clock.timing.wallClock())
+                == .milliseconds(3_500))
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import TidemarkCore
 
 private typealias Loc = TidemarkCore.SourceLocation
@@ -24,8 +25,10 @@ private typealias Loc = TidemarkCore.SourceLocation
         return await ManifestLoader(files: InMemoryFileSource(all)).load(into: &table).diagnostics
     }
 
-    func expectError(_ yaml: String, line: Int, column: Int? = nil, containing parts: [String],
-        file: String = "topics.yaml", extra: [String: String] = [:]) async {
+    func expectError(
+        _ yaml: String, line: Int, column: Int? = nil, containing parts: [String],
+        file: String = "topics.yaml", extra: [String: String] = [:]
+    ) async {
         var files = extra
         files[file] = yaml
         let found = await diagnostics(files).filter { $0.severity == .error }
@@ -33,11 +36,15 @@ private typealias Loc = TidemarkCore.SourceLocation
             d.location?.file == file && d.location?.line == line && (column == nil || d.location?.column == column)
                 && parts.allSatisfy { d.message.contains($0) }
         }
-        #expect(match != nil, "expected an error at \(file):\(line) containing \(parts); got:\n\(found.map(\.description).joined(separator: "\n"))")
+        #expect(
+            match != nil,
+            "expected an error at \(file):\(line) containing \(parts); got:\n\(found.map(\.description).joined(separator: "\n"))"
+        )
     }
 
     @Test func validManifestsHaveNoErrors() async {
-        let found = await diagnostics(["topics.yaml": """
+        let found = await diagnostics([
+            "topics.yaml": """
             topics:
               - name: weather-north
                 mode: authoritative
@@ -51,36 +58,47 @@ private typealias Loc = TidemarkCore.SourceLocation
             groups:
               - notification_key_name: pair
                 members: [{devices: [d1, d2]}]
-            """])
+            """
+        ])
         #expect(!found.hasErrors, "\(found)")
     }
 
     @Test func yamlSyntaxErrorNamesFileAndLine() async {
-        await expectError("topics:\n  - name: a\n    members: [\n  - name: b\n", line: 4, containing: ["YAML syntax error"])
+        await expectError(
+            "topics:\n  - name: a\n    members: [\n  - name: b\n", line: 4, containing: ["YAML syntax error"])
     }
 
     @Test func unknownKeySuggestsTheNearOne() async {
-        await expectError("topics:\n  - name: a\n    mebmers: []\n", line: 3, column: 5, containing: ["unknown key 'mebmers'", "did you mean 'members'"])
-        await expectError("topcs: []\n", line: 1, column: 1, containing: ["unknown key 'topcs'", "did you mean 'topics'"])
+        await expectError(
+            "topics:\n  - name: a\n    mebmers: []\n", line: 3, column: 5,
+            containing: ["unknown key 'mebmers'", "did you mean 'members'"])
+        await expectError(
+            "topcs: []\n", line: 1, column: 1, containing: ["unknown key 'topcs'", "did you mean 'topics'"])
     }
 
     @Test func wrongTypes() async {
-        await expectError("topics:\n  - name: a\n    protect: maybe\n    members: [{devices: [d1]}]\n", line: 3, column: 14,
+        await expectError(
+            "topics:\n  - name: a\n    protect: maybe\n    members: [{devices: [d1]}]\n", line: 3, column: 14,
             containing: ["'protect' must be true or false", "'maybe'"])
         await expectError("topics:\n  name: a\n", line: 2, column: 3, containing: ["'topics' must be a list"])
-        await expectError("topics:\n  - name: a\n    mode: exclusive\n    members: [{devices: [d1]}]\n", line: 3, column: 11,
+        await expectError(
+            "topics:\n  - name: a\n    mode: exclusive\n    members: [{devices: [d1]}]\n", line: 3, column: 11,
             containing: ["unknown mode 'exclusive'", "additive"])
     }
 
     @Test func invalidTopicName() async {
-        await expectError("topics:\n  - name: news/today\n    members: [{devices: [d1]}]\n", line: 2, column: 11,
+        await expectError(
+            "topics:\n  - name: news/today\n    members: [{devices: [d1]}]\n", line: 2, column: 11,
             containing: ["invalid topic name 'news/today'", "'/' is not allowed"])
-        await expectError("topics:\n  - name: /topics/news\n    members: [{devices: [d1]}]\n", line: 2, containing: ["without the '/topics/' prefix"])
+        await expectError(
+            "topics:\n  - name: /topics/news\n    members: [{devices: [d1]}]\n", line: 2,
+            containing: ["without the '/topics/' prefix"])
     }
 
     @Test func groupOverTwentyMembers() async {
         let devices = (1...21).map { "g\($0),gggggggggg\($0):APA91b,android,north" }.joined(separator: "\n")
-        await expectError("groups:\n  - notification_key_name: big\n    members: [{selector: {platform: android}}]\n",
+        await expectError(
+            "groups:\n  - notification_key_name: big\n    members: [{selector: {platform: android}}]\n",
             line: 2, containing: ["'big' has 2", "at most 20"],
             extra: ["inventory.csv": Self.inventory + "\n" + devices])
     }
@@ -104,66 +122,94 @@ private typealias Loc = TidemarkCore.SourceLocation
     }
 
     @Test func sameGroupTwice() async {
-        await expectError("groups:\n  - notification_key_name: g\n    members: [{devices: [d1]}]\n  - notification_key_name: g\n    members: [{devices: [d2]}]\n",
+        await expectError(
+            "groups:\n  - notification_key_name: g\n    members: [{devices: [d1]}]\n  - notification_key_name: g\n    members: [{devices: [d2]}]\n",
             line: 4, containing: ["device group 'g' is defined twice", "topics.yaml:2:28"])
     }
 
     @Test func unknownDeviceSuggests() async {
-        await expectError("topics:\n  - name: a\n    members: [{devices: [d1, d9]}]\n", line: 3, containing: ["unknown device 'd9'", "did you mean"])
+        await expectError(
+            "topics:\n  - name: a\n    members: [{devices: [d1, d9]}]\n", line: 3,
+            containing: ["unknown device 'd9'", "did you mean"])
     }
 
     @Test func unknownLabelSuggests() async {
-        await expectError("topics:\n  - name: a\n    members:\n      - selector: {regoin: north}\n", line: 4, column: 20,
+        await expectError(
+            "topics:\n  - name: a\n    members:\n      - selector: {regoin: north}\n", line: 4, column: 20,
             containing: ["unknown label 'regoin'", "did you mean 'region'"])
     }
 
     @Test func selectorMatchingNothing() async {
-        await expectError("topics:\n  - name: a\n    members:\n      - selector: {region: nroth}\n", line: 4, column: 19,
+        await expectError(
+            "topics:\n  - name: a\n    members:\n      - selector: {region: nroth}\n", line: 4, column: 19,
             containing: ["matches no device", "no value 'nroth'", "did you mean 'north'"])
-        await expectError("topics:\n  - name: a\n    members:\n      - selector: {region: north, platform: ios}\n", line: 4,
+        await expectError(
+            "topics:\n  - name: a\n    members:\n      - selector: {region: north, platform: ios}\n", line: 4,
             containing: ["matches no device"])
     }
 
     @Test func emptyTopicNeedsAllowEmpty() async {
-        await expectError("topics:\n  - name: a\n    members: []\n", line: 2, containing: ["'a' has no members", "allow_empty: true"])
-        let allowed = await diagnostics(["topics.yaml": "topics:\n  - name: a\n    allow_empty: true\n    members: []\n"])
+        await expectError(
+            "topics:\n  - name: a\n    members: []\n", line: 2, containing: ["'a' has no members", "allow_empty: true"])
+        let allowed = await diagnostics([
+            "topics.yaml": "topics:\n  - name: a\n    allow_empty: true\n    members: []\n"
+        ])
         #expect(!allowed.hasErrors)
     }
 
     @Test func memberEntryWithTwoKinds() async {
-        await expectError("topics:\n  - name: a\n    members:\n      - {devices: [d1], token: x}\n", line: 4,
+        await expectError(
+            "topics:\n  - name: a\n    members:\n      - {devices: [d1], token: x}\n", line: 4,
             containing: ["names 2 kinds"])
     }
 
     @Test func badTokensInFilesAndInline() async {
-        await expectError("topics:\n  - name: a\n    members: [{file: beta.txt}]\n", line: 3, containing: ["not a registration token"],
+        await expectError(
+            "topics:\n  - name: a\n    members: [{file: beta.txt}]\n", line: 3,
+            containing: ["not a registration token"],
             file: "beta.txt", extra: ["topics.yaml": "topics:\n  - name: a\n    members: [{file: beta.txt}]\n"])
         var files = ["topics.yaml": "topics:\n  - name: a\n    members: [{file: beta.txt}]\n"]
         files["beta.txt"] = "# testers\nokokokok:APA91b\nnot a token\n"
         let found = await diagnostics(files)
-        #expect(found.contains { $0.location == Loc(file: "beta.txt", line: 3, column: 1) && $0.message.contains("' '") })
-        await expectError("topics:\n  - name: a\n    members: [{token: \"has space\"}]\n", line: 3, containing: ["not a valid token"])
+        #expect(
+            found.contains { $0.location == Loc(file: "beta.txt", line: 3, column: 1) && $0.message.contains("' '") })
+        await expectError(
+            "topics:\n  - name: a\n    members: [{token: \"has space\"}]\n", line: 3, containing: ["not a valid token"])
     }
 
     @Test func inventoryProblems() async {
-        let csv = "device_id,token,platform\nd1,\(Self.tokenA),android\nd1,zzzzzzzzzzz:APA91b,ios\nd2,\(Self.tokenA),ios\nd3,x y,ios\nd4,only-two\n"
+        let csv =
+            "device_id,token,platform\nd1,\(Self.tokenA),android\nd1,zzzzzzzzzzz:APA91b,ios\nd2,\(Self.tokenA),ios\nd3,x y,ios\nd4,only-two\n"
         let found = await diagnostics(["inventory.csv": csv, "topics.yaml": "topics: []\n"])
-        #expect(found.contains { $0.location?.line == 3 && $0.message.contains("'d1' is declared twice") && $0.message.contains("inventory.csv:2") })
+        #expect(
+            found.contains {
+                $0.location?.line == 3 && $0.message.contains("'d1' is declared twice")
+                    && $0.message.contains("inventory.csv:2")
+            })
         #expect(found.contains { $0.location?.line == 4 && $0.message.contains("same token as device 'd1'") })
         #expect(found.contains { $0.location?.line == 5 && $0.message.contains("not valid") })
         #expect(found.contains { $0.location?.line == 6 && $0.message.contains("2 fields but the header has 3") })
-        let missing = await diagnostics(["inv.yaml": "inventory:\n  files: [nope.csv]\n", "topics.yaml": "topics: []\n"])
-        #expect(missing.contains { $0.location == Loc(file: "inv.yaml", line: 2, column: 11) && $0.message.contains("cannot read inventory file 'nope.csv'") })
+        let missing = await diagnostics([
+            "inv.yaml": "inventory:\n  files: [nope.csv]\n", "topics.yaml": "topics: []\n",
+        ])
+        #expect(
+            missing.contains {
+                $0.location == Loc(file: "inv.yaml", line: 2, column: 11)
+                    && $0.message.contains("cannot read inventory file 'nope.csv'")
+            })
     }
 
     @Test func jsonLinesInventory() async {
-        let jsonl = "{\"id\":\"j1\",\"token\":\"\(Self.tokenA)\",\"labels\":{\"region\":\"north\"}}\n\n{\"id\":\"j2\",\"tokn\":\"x\"}\nnot json\n"
+        let jsonl =
+            "{\"id\":\"j1\",\"token\":\"\(Self.tokenA)\",\"labels\":{\"region\":\"north\"}}\n\n{\"id\":\"j2\",\"tokn\":\"x\"}\nnot json\n"
         var table = TokenTable()
-        let loaded = await ManifestLoader(files: InMemoryFileSource([
-            "inv.yaml": "inventory:\n  files: [devices.jsonl]\n",
-            "devices.jsonl": jsonl,
-            "topics.yaml": "topics:\n  - name: a\n    members: [{selector: {region: north}}]\n",
-        ])).load(into: &table)
+        let loaded = await ManifestLoader(
+            files: InMemoryFileSource([
+                "inv.yaml": "inventory:\n  files: [devices.jsonl]\n",
+                "devices.jsonl": jsonl,
+                "topics.yaml": "topics:\n  - name: a\n    members: [{selector: {region: north}}]\n",
+            ])
+        ).load(into: &table)
         #expect(loaded.inventory.count == 1)
         #expect(loaded.diagnostics.contains { $0.location?.line == 3 && $0.message.contains("unknown key 'tokn'") })
         #expect(loaded.diagnostics.contains { $0.location?.line == 4 && $0.message.contains("not a JSON object") })
@@ -172,10 +218,11 @@ private typealias Loc = TidemarkCore.SourceLocation
 
     @Test func selectorsCombineAndNegate() async {
         var table = TokenTable()
-        let loaded = await ManifestLoader(files: InMemoryFileSource([
-            "inv.yaml": "inventory:\n  files: [inventory.csv]\n",
-            "inventory.csv": Self.inventory,
-            "topics.yaml": """
+        let loaded = await ManifestLoader(
+            files: InMemoryFileSource([
+                "inv.yaml": "inventory:\n  files: [inventory.csv]\n",
+                "inventory.csv": Self.inventory,
+                "topics.yaml": """
                 topics:
                   - name: south-android
                     members: [{selector: {region: south, platform: android}}]
@@ -184,7 +231,8 @@ private typealias Loc = TidemarkCore.SourceLocation
                   - name: not-in
                     members: [{selector: {platform: {not: [ios, web]}}}]
                 """,
-        ])).load(into: &table)
+            ])
+        ).load(into: &table)
         #expect(!loaded.diagnostics.hasErrors, "\(loaded.diagnostics)")
         func members(_ name: String) -> Set<String> {
             Set(loaded.desired.topics.first { $0.name == name }!.members.map { table[$0] })
@@ -197,11 +245,13 @@ private typealias Loc = TidemarkCore.SourceLocation
     @Test func digestChangesWithAnyInput() async {
         func digest(_ extra: String) async -> String {
             var table = TokenTable()
-            return await ManifestLoader(files: InMemoryFileSource([
-                "inv.yaml": "inventory:\n  files: [inventory.csv]\n",
-                "inventory.csv": Self.inventory + extra,
-                "topics.yaml": "topics:\n  - name: a\n    members: [{devices: [d1]}]\n",
-            ])).load(into: &table).digest
+            return await ManifestLoader(
+                files: InMemoryFileSource([
+                    "inv.yaml": "inventory:\n  files: [inventory.csv]\n",
+                    "inventory.csv": Self.inventory + extra,
+                    "topics.yaml": "topics:\n  - name: a\n    members: [{devices: [d1]}]\n",
+                ])
+            ).load(into: &table).digest
         }
         let plain = await digest("")
         #expect(await digest("") == plain)

@@ -7,7 +7,9 @@ import TidemarkTesting
 /// The core workflows with in-memory twins for every outside part: each rule of plan, apply (resume,
 /// abandon, staleness, selection, approval, exit status), import and drift, reached without a process.
 @Suite struct WorkflowTests {
-    static let inventory = "device_id,token,team\n" + (0..<6).map { "d\($0),\(Fixtures.token($0)),t\($0 % 2)" }
+    static let inventory =
+        "device_id,token,team\n"
+        + (0..<6).map { "d\($0),\(Fixtures.token($0)),t\($0 % 2)" }
         .joined(separator: "\n") + "\n"
 
     static let topics = """
@@ -32,15 +34,18 @@ import TidemarkTesting
         let output = RecordingOutput()
 
         init(topics: String = WorkflowTests.topics) throws {
-            files = ["inv.yaml": "inventory:\n  files: [inventory.csv]\n", "inventory.csv": WorkflowTests.inventory,
-                "topics.yaml": topics]
+            files = [
+                "inv.yaml": "inventory:\n  files: [inventory.csv]\n", "inventory.csv": WorkflowTests.inventory,
+                "topics.yaml": topics,
+            ]
             let (backend, engine) = try InMemoryBackend.make(project: "tidemark-test", autoRegister: true)
             self.backend = ScriptedBackend(backend)
             self.engine = engine
         }
 
         var parts: WorkflowParts {
-            WorkflowParts(manifests: Fixtures.manifests(files), store: store, backend: backend, timing: clock.timing,
+            WorkflowParts(
+                manifests: Fixtures.manifests(files), store: store, backend: backend, timing: clock.timing,
                 output: output, tidemarkVersion: "test")
         }
 
@@ -99,7 +104,10 @@ import TidemarkTesting
     @Test func approvalDecides() async throws {
         let project = try Project()
         let declined = try await project.apply(ApplyRequest(approve: { _ in .declined }))
-        guard case .declined = declined.result else { Issue.record("\(declined.result)"); return }
+        guard case .declined = declined.result else {
+            Issue.record("\(declined.result)")
+            return
+        }
         #expect(declined.exitStatus == .failure)
         #expect(try await project.store.load() == nil, "a declined apply writes nothing")
         await #expect(throws: WorkflowError.self) {
@@ -165,18 +173,28 @@ import TidemarkTesting
 
     @Test func savedPlansKeepTheirSelectionAndBlastRadius() async throws {
         let project = try Project()
-        let partial = try await project.plan(PlanRequest(targets: try Targets(include: ["topic:team-*"], exclude: []))).plan
+        let partial = try await project.plan(PlanRequest(targets: try Targets(include: ["topic:team-*"], exclude: [])))
+            .plan
         let other = try Targets(include: ["topic:everyone"], exclude: [])
         do {
-            _ = try await project.apply(ApplyRequest(savedPlan: (partial, "p.json"), planning: PlanRequest(targets: other)))
+            _ = try await project.apply(
+                ApplyRequest(savedPlan: (partial, "p.json"), planning: PlanRequest(targets: other)))
             Issue.record("a saved plan's selection was changed")
         } catch WorkflowError.stalePlan(let stale) {
-            guard case .selectionChanged = stale.reason else { Issue.record("\(stale.reason)"); return }
+            guard case .selectionChanged = stale.reason else {
+                Issue.record("\(stale.reason)")
+                return
+            }
         }
         // Repeating the selection is fine, and it applies only what it covers.
-        let outcome = try await project.apply(ApplyRequest(savedPlan: (partial, "p.json"),
-            planning: PlanRequest(targets: try Targets(include: ["topic:team-*"], exclude: []))))
-        guard case .applied(let summary) = outcome.result else { Issue.record("\(outcome.result)"); return }
+        let outcome = try await project.apply(
+            ApplyRequest(
+                savedPlan: (partial, "p.json"),
+                planning: PlanRequest(targets: try Targets(include: ["topic:team-*"], exclude: []))))
+        guard case .applied(let summary) = outcome.result else {
+            Issue.record("\(outcome.result)")
+            return
+        }
         #expect(summary.subscribed == 3 && summary.groupCalls == 0)
         // A blast radius given at apply time still applies to a saved plan.
         var project2 = try Project()
@@ -184,10 +202,15 @@ import TidemarkTesting
         project2.files["topics.yaml"] = Self.topics.replacingOccurrences(of: "[t0, t1]", with: "[t0]")
         let removal = try await project2.plan().plan
         #expect(removal.unsubscribeCount == 3)
-        await #expect { try await project2.apply(ApplyRequest(savedPlan: (removal, "r.json"),
-            planning: PlanRequest(maxUnsubscribes: try UnsubscribeLimit(parsing: "2"))))
+        await #expect {
+            try await project2.apply(
+                ApplyRequest(
+                    savedPlan: (removal, "r.json"),
+                    planning: PlanRequest(maxUnsubscribes: try UnsubscribeLimit(parsing: "2"))))
         } throws: { error in
-            guard case WorkflowError.stalePlan(let stale) = error, case .tooManyUnsubscribes = stale.reason else { return false }
+            guard case WorkflowError.stalePlan(let stale) = error, case .tooManyUnsubscribes = stale.reason else {
+                return false
+            }
             return true
         }
     }
@@ -209,9 +232,13 @@ import TidemarkTesting
         let outcome = try await project.apply()
         let resumed = try #require(outcome.resumed)
         #expect(resumed.failures.isEmpty)
-        #expect(project.output.events.contains { if case .resuming(_, 1, let total) = $0 { total == unfinished.plan.operations.count } else { false } })
+        #expect(
+            project.output.events.contains {
+                if case .resuming(_, 1, let total) = $0 { total == unfinished.plan.operations.count } else { false }
+            })
         let subscribesAfter = project.backend.calls.filter { $0 == .subscribe }.count
-        #expect(subscribesAfter - subscribesBefore == unfinished.plan.operations.filter { $0.kind == .subscribe }.count - 1,
+        #expect(
+            subscribesAfter - subscribesBefore == unfinished.plan.operations.filter { $0.kind == .subscribe }.count - 1,
             "the finished operation is not sent again")
         #expect(try await project.store.unfinishedApply() == nil)
         #expect(!(try await project.plan().plan.hasChanges))
@@ -220,7 +247,8 @@ import TidemarkTesting
     @Test func anInterruptedApplyIsAbandonedWhenTheManifestsChanged() async throws {
         var project = try Project()
         _ = try await interrupted(project, after: 1)
-        project.files["topics.yaml"] = Self.topics + "\n  - notification_key_name: second\n    members: [{devices: [d2]}]\n"
+        project.files["topics.yaml"] =
+            Self.topics + "\n  - notification_key_name: second\n    members: [{devices: [d2]}]\n"
         let outcome = try await project.apply()
         #expect(outcome.resumed == nil)
         #expect(project.output.events.contains { if case .abandoned = $0 { true } else { false } })
@@ -234,7 +262,10 @@ import TidemarkTesting
         _ = try await interrupted(project, after: 1)
         // The interrupted apply was that plan (same operations): finishing it is all.
         let sameOperations = try await project.apply(project.saved(plan))
-        guard case .resumedOnly = sameOperations.result else { Issue.record("\(sameOperations.result)"); return }
+        guard case .resumedOnly = sameOperations.result else {
+            Issue.record("\(sameOperations.result)")
+            return
+        }
         #expect(sameOperations.resumed != nil)
         // Another saved plan is stale once an interrupted apply was finished first.
         let project2 = try Project()
@@ -249,11 +280,12 @@ import TidemarkTesting
 
     /// A group's steps are journaled one by one: a failure in a later step keeps the earlier ones.
     @Test func groupStepsAreJournaledAsTheyFinish() async throws {
-        var project = try Project(topics: """
-            groups:
-              - notification_key_name: family
-                members: [{devices: [d0, d1]}]
-            """)
+        var project = try Project(
+            topics: """
+                groups:
+                  - notification_key_name: family
+                    members: [{devices: [d0, d1]}]
+                """)
         _ = try await project.apply()
         project.files["topics.yaml"] = """
             groups:
@@ -270,13 +302,15 @@ import TidemarkTesting
         #expect(state.groups["family"]?.members.count == 4, "and its members are in state")
         let outcome = try await project.apply()
         #expect(outcome.resumed?.groupCalls == 1)
-        #expect(await project.engine.groupMembers(project: "tidemark-test", name: "family")?.sorted()
-            == [Fixtures.token(2), Fixtures.token(3)])
+        #expect(
+            await project.engine.groupMembers(project: "tidemark-test", name: "family")?.sorted()
+                == [Fixtures.token(2), Fixtures.token(3)])
     }
 
     @Test func importAdoptsAndADryRunWritesNothing() async throws {
         let project = try Project()
-        _ = try await project.engine.batchAdd(project: "tidemark-test", topic: "team-zero",
+        _ = try await project.engine.batchAdd(
+            project: "tidemark-test", topic: "team-zero",
             tokens: [Fixtures.token(0), Fixtures.token(2)])
         let dry = try await ImportWorkflow(project.parts).run(dryRun: true)
         #expect(dry.adopted == ["team-zero": 2] && dry.serial == nil)
@@ -296,7 +330,8 @@ import TidemarkTesting
         _ = try await project.apply()
         let clean = try await DriftWorkflow(project.parts).run()
         #expect(!clean.hasDrift && clean.exitStatus(detailedExitcode: true) == .success)
-        _ = try await project.engine.batchRemove(project: "tidemark-test", topic: "team-zero", tokens: [Fixtures.token(0)])
+        _ = try await project.engine.batchRemove(
+            project: "tidemark-test", topic: "team-zero", tokens: [Fixtures.token(0)])
         let serial = try await project.store.load()?.serial
         let report = try await DriftWorkflow(project.parts).run()
         #expect(report.items.map(\.kind) == [.dropped])
@@ -309,7 +344,10 @@ import TidemarkTesting
         let project = try Project()
         await project.engine.injectError(.invalidArgument, forToken: Fixtures.token(1))
         let outcome = try await project.apply()
-        guard case .applied(let summary) = outcome.result else { Issue.record("\(outcome.result)"); return }
+        guard case .applied(let summary) = outcome.result else {
+            Issue.record("\(outcome.result)")
+            return
+        }
         #expect(summary.failures.map(\.error) == [.invalidArgument])
         #expect(summary.failuresByCode.map(\.code) == [.invalidArgument])
         #expect(outcome.hasUnexpectedFailures && outcome.exitStatus == .failure)

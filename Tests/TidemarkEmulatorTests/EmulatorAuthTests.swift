@@ -4,6 +4,7 @@ import Testing
 import TidemarkAuth
 import TidemarkCore
 import TidemarkTesting
+
 @testable import TidemarkEmulator
 
 @Suite struct EmulatorAuthTests {
@@ -35,25 +36,35 @@ import TidemarkTesting
         let token = try await h.accessToken()
         #expect(token.hasPrefix("ya29."))
         // A key the emulator does not know, and a tampered signature, are invalid_grant.
-        let stranger = try ServiceAccountKey.generate(projectID: EmulatorHarness.project, accountName: "stranger",
+        let stranger = try ServiceAccountKey.generate(
+            projectID: EmulatorHarness.project, accountName: "stranger",
             tokenURI: "x")
         await #expect(throws: AuthError.self) { try await h.accessToken(for: stranger) }
         let now = Int(Date().timeIntervalSince1970)
-        let good = try JWT.sign(JWTClaims(iss: h.key.clientEmail, aud: "anything", scope: "s", iat: now, exp: now + 600),
+        let good = try JWT.sign(
+            JWTClaims(iss: h.key.clientEmail, aud: "anything", scope: "s", iat: now, exp: now + 600),
             keyID: h.key.privateKeyID, with: try h.key.signingKey())
         var parts = good.split(separator: ".").map(String.init)
-        parts[1] = Base64URL.encode(Data(#"{"iss":"\#(h.key.clientEmail)","aud":"x","iat":\#(now),"exp":\#(now + 600),"scope":"s2"}"#.utf8))
+        parts[1] = Base64URL.encode(
+            Data(#"{"iss":"\#(h.key.clientEmail)","aud":"x","iat":\#(now),"exp":\#(now + 600),"scope":"s2"}"#.utf8))
         let forged = await h.call("POST", "/token", json: nil)
         #expect(forged.status == 400)
-        let response = await h.emulator.handle(WireRequest(method: "POST", target: "/token",
-            body: Data("grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=\(parts.joined(separator: "."))".utf8)))
+        let response = await h.emulator.handle(
+            WireRequest(
+                method: "POST", target: "/token",
+                body: Data(
+                    "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=\(parts.joined(separator: "."))"
+                        .utf8)))
         #expect(response.status == 400)
         #expect(response.jsonObject?["error"] as? String == "invalid_grant")
         // Expired assertions are refused too.
-        let old = try JWT.sign(JWTClaims(iss: h.key.clientEmail, aud: "a", scope: "s", iat: now - 7200, exp: now - 3600),
+        let old = try JWT.sign(
+            JWTClaims(iss: h.key.clientEmail, aud: "a", scope: "s", iat: now - 7200, exp: now - 3600),
             keyID: h.key.privateKeyID, with: try h.key.signingKey())
-        let expired = await h.emulator.handle(WireRequest(method: "POST", target: "/token",
-            body: Data("grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer&assertion=\(old)".utf8)))
+        let expired = await h.emulator.handle(
+            WireRequest(
+                method: "POST", target: "/token",
+                body: Data("grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer&assertion=\(old)".utf8)))
         #expect(expired.status == 400)
     }
 
@@ -64,8 +75,10 @@ import TidemarkTesting
         authority.tokenLifetime = 60
         let now = Int(clock.timing.wallClock().timeIntervalSince1970)
         let key = EmulatorHarness.sharedKey
-        let assertion = try JWT.sign(JWTClaims(iss: key.clientEmail, aud: "a",
-            scope: "https://www.googleapis.com/auth/cloud-platform", iat: now, exp: now + 3600),
+        let assertion = try JWT.sign(
+            JWTClaims(
+                iss: key.clientEmail, aud: "a",
+                scope: "https://www.googleapis.com/auth/cloud-platform", iat: now, exp: now + 3600),
             keyID: key.privateKeyID, with: try key.signingKey())
         let (token, grant) = try authority.exchange(assertion: assertion)
         #expect(grant.project == EmulatorHarness.project)
@@ -89,10 +102,12 @@ import TidemarkTesting
     @Test func iidAndGroupsNeedAccessTokenAuthHeader() async throws {
         let h = try EmulatorHarness()
         let token = try await h.accessToken()
-        let without = await h.call("POST", "/iid/v1:batchAdd", headers: h.bearer(token),
+        let without = await h.call(
+            "POST", "/iid/v1:batchAdd", headers: h.bearer(token),
             json: ["to": "/topics/news", "registration_tokens": ["a:APA91b"]])
         #expect(without.status == 401)
-        let with = await h.call("POST", "/iid/v1:batchAdd", headers: h.bearer(token, iid: true),
+        let with = await h.call(
+            "POST", "/iid/v1:batchAdd", headers: h.bearer(token, iid: true),
             json: ["to": "/topics/news", "registration_tokens": ["a:APA91b"]])
         #expect(with.status == 200)
     }
@@ -106,4 +121,3 @@ import TidemarkTesting
         #expect(await h.call("GET", "/iid/v1/x/unknown", headers: h.bearer(token, iid: true)).status == 404)
     }
 }
-

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TidemarkCore
+
 @testable import TidemarkEmulator
 
 @Suite struct EmulatorGroupSendTests {
@@ -17,18 +18,23 @@ import TidemarkCore
         let headers = try await groupHeaders(h)
         try await h.register((0..<25).map { H.token($0) })
 
-        let created = await h.call("POST", "/fcm/notification", headers: headers,
-            json: ["operation": "create", "notification_key_name": "user-1",
-                "registration_ids": [H.token(0), H.token(1), "bad token", H.token(77)]])
+        let created = await h.call(
+            "POST", "/fcm/notification", headers: headers,
+            json: [
+                "operation": "create", "notification_key_name": "user-1",
+                "registration_ids": [H.token(0), H.token(1), "bad token", H.token(77)],
+            ])
         #expect(created.status == 200)
         let key = try #require(created.jsonObject?["notification_key"] as? String)
         // Invalid and unknown tokens are dropped on create.
         #expect(await h.emulator.engine.groupMembers(project: H.project, name: "user-1") == [H.token(0), H.token(1)])
 
-        let dup = await h.call("POST", "/fcm/notification", headers: headers,
+        let dup = await h.call(
+            "POST", "/fcm/notification", headers: headers,
             json: ["operation": "create", "notification_key_name": "user-1", "registration_ids": [H.token(2)]])
         #expect(dup.flatError == "notification_key already exists")
-        let none = await h.call("POST", "/fcm/notification", headers: headers,
+        let none = await h.call(
+            "POST", "/fcm/notification", headers: headers,
             json: ["operation": "create", "notification_key_name": "user-2", "registration_ids": ["bad token"]])
         #expect(none.flatError == "no valid registration ids")
 
@@ -36,27 +42,39 @@ import TidemarkCore
         let lookup = await h.call("GET", "/fcm/notification?notification_key_name=user-1", headers: headers)
         let alias = try #require(lookup.jsonObject?["notification_key"] as? String)
         #expect(alias != key)
-        let added = await h.call("POST", "/fcm/notification", headers: headers,
-            json: ["operation": "add", "notification_key_name": "user-1", "notification_key": alias,
-                "registration_ids": [H.token(2)]])
+        let added = await h.call(
+            "POST", "/fcm/notification", headers: headers,
+            json: [
+                "operation": "add", "notification_key_name": "user-1", "notification_key": alias,
+                "registration_ids": [H.token(2)],
+            ])
         #expect(added.status == 200)
-        let mismatch = await h.call("POST", "/fcm/notification", headers: headers,
-            json: ["operation": "add", "notification_key_name": "someone-else", "notification_key": key,
-                "registration_ids": [H.token(3)]])
+        let mismatch = await h.call(
+            "POST", "/fcm/notification", headers: headers,
+            json: [
+                "operation": "add", "notification_key_name": "someone-else", "notification_key": key,
+                "registration_ids": [H.token(3)],
+            ])
         #expect(mismatch.flatError == "notification_key_name doesn't match the group name of the notification_key")
 
         // The 20-member cap.
-        let crowd = await h.call("POST", "/fcm/notification", headers: headers,
+        let crowd = await h.call(
+            "POST", "/fcm/notification", headers: headers,
             json: ["operation": "add", "notification_key": key, "registration_ids": (3..<25).map { H.token($0) }])
         #expect(crowd.status == 400)
 
         // Removing every member deletes the group; its keys stop working.
-        let removed = await h.call("POST", "/fcm/notification", headers: headers,
-            json: ["operation": "remove", "notification_key": key, "registration_ids": [H.token(0), H.token(1), H.token(2)]])
+        let removed = await h.call(
+            "POST", "/fcm/notification", headers: headers,
+            json: [
+                "operation": "remove", "notification_key": key,
+                "registration_ids": [H.token(0), H.token(1), H.token(2)],
+            ])
         #expect(removed.status == 200)
         let gone = await h.call("GET", "/fcm/notification?notification_key_name=user-1", headers: headers)
         #expect(gone.flatError == "notification_key not found")
-        let addToGone = await h.call("POST", "/fcm/notification", headers: headers,
+        let addToGone = await h.call(
+            "POST", "/fcm/notification", headers: headers,
             json: ["operation": "add", "notification_key": alias, "registration_ids": [H.token(5)]])
         #expect(addToGone.flatError == "notification_key not found")
 
@@ -88,7 +106,8 @@ import TidemarkCore
 
         let dry = await h.call("POST", send, headers: auth, json: ["message": ["topic": "a"], "validate_only": true])
         #expect(dry.jsonObject?["name"] as? String == "projects/\(H.project)/messages/fake_message_id")
-        let dryCamel = await h.call("POST", send, headers: auth, json: ["message": ["topic": "a"], "validateOnly": true])
+        let dryCamel = await h.call(
+            "POST", send, headers: auth, json: ["message": ["topic": "a"], "validateOnly": true])
         #expect(dryCamel.jsonObject?["name"] as? String == "projects/\(H.project)/messages/fake_message_id")
         #expect(h.emulator.deliveries.deliveries(project: H.project).count == 5)
         #expect(h.emulator.deliveries.deliveries(project: H.project, token: H.token(3)).count == 2)
@@ -96,7 +115,8 @@ import TidemarkCore
         let two = await h.call("POST", send, headers: auth, json: ["message": ["topic": "a", "token": H.token(0)]])
         #expect(two.status == 400)
         #expect(two.text.contains("FcmError"))
-        let badCondition = await h.call("POST", send, headers: auth,
+        let badCondition = await h.call(
+            "POST", send, headers: auth,
             json: ["message": ["condition": "'a' in topics &&"]])
         #expect(badCondition.errorStatus == "INVALID_ARGUMENT")
         let unknown = await h.call("POST", send, headers: auth, json: ["message": ["token": H.token(50)]])
@@ -109,10 +129,12 @@ import TidemarkCore
     @Test func adminAPISeedsAndReadsState() async throws {
         let h = try H()
         let base = "/emulator/v1/projects/\(H.project)"
-        let registered = await h.call("POST", "\(base)/registrations",
+        let registered = await h.call(
+            "POST", "\(base)/registrations",
             json: ["registrations": [["token": H.token(1), "platform": "IOS", "app": "com.x"], ["token": H.token(2)]]])
         #expect(registered.jsonObject?["registered"] as? Int == 2)
-        let subscribed = await h.call("POST", "\(base)/topics/drifted/subscribers", json: ["tokens": [H.token(1), H.token(9)]])
+        let subscribed = await h.call(
+            "POST", "\(base)/topics/drifted/subscribers", json: ["tokens": [H.token(1), H.token(9)]])
         #expect(subscribed.jsonObject?["results"] as? [[String: String]] == [[:], ["error": "NOT_FOUND"]])
         let listed = await h.call("GET", "\(base)/topics/drifted/subscribers")
         #expect(listed.jsonObject?["subscribers"] as? [String] == [H.token(1)])
@@ -124,7 +146,8 @@ import TidemarkCore
         #expect(info.jsonObject?["registered"] as? Bool == false)
         #expect(await h.call("GET", "\(base)/topics/drifted/subscribers").jsonObject?["subscribers"] as? [String] == [])
 
-        let config = await h.call("PUT", "/emulator/v1/config",
+        let config = await h.call(
+            "PUT", "/emulator/v1/config",
             json: ["faults": ["http_429": 0.5, "seed": 3], "rate_limit": ["per_second": 100, "unit": "requests"]])
         #expect(config.status == 200)
         #expect(h.emulator.control.faults.http429 == 0.5)

@@ -1,6 +1,7 @@
 import Foundation
 import TidemarkAuth
 import TidemarkCore
+
 @testable import TidemarkEmulator
 
 /// An emulator with no socket, a trusted service-account key and helpers to call its routes.
@@ -10,9 +11,11 @@ struct EmulatorHarness {
     let key: ServiceAccountKey
 
     /// RSA key generation is the slow part; one key serves every test.
-    static let sharedKey: ServiceAccountKey = try! ServiceAccountKey.generate(projectID: project,
+    static let sharedKey: ServiceAccountKey = try! ServiceAccountKey.generate(
+        projectID: project,
         tokenURI: "http://127.0.0.1:9099/token")
-    static let otherKey: ServiceAccountKey = try! ServiceAccountKey.generate(projectID: "someone-else",
+    static let otherKey: ServiceAccountKey = try! ServiceAccountKey.generate(
+        projectID: "someone-else",
         tokenURI: "http://127.0.0.1:9099/token")
 
     init(store: (any EngineStore)? = nil, timing: Timing = .live, rateLimit: Double = 0) throws {
@@ -22,13 +25,16 @@ struct EmulatorHarness {
         try authority.trust(Self.otherKey)
         let control = EmulatorControl(timing: timing)
         control.rateLimit = RateLimitSettings(perSecond: rateLimit)
-        emulator = FCMEmulator(engine: try FCMEngine(configuration: .init(autoRegister: false), store: store),
+        emulator = FCMEmulator(
+            engine: try FCMEngine(configuration: .init(autoRegister: false), store: store),
             authority: authority, control: control, defaultProject: Self.project)
     }
 
     static func token(_ i: Int) -> String { "dev\(i):APA91bH" + String(repeating: "k", count: 30) }
 
-    func call(_ method: String, _ target: String, headers: [String: String] = [:], json: Any? = nil) async
+    func call(
+        _ method: String, _ target: String, headers: [String: String] = [:], json: Any? = nil
+    ) async
         -> WireResponse
     {
         let body = json.map { try! JSONSerialization.data(withJSONObject: $0) } ?? Data()
@@ -36,16 +42,22 @@ struct EmulatorHarness {
     }
 
     /// An access token from the emulator's token endpoint, for `key`.
-    func accessToken(for key: ServiceAccountKey? = nil, scope: String = "https://www.googleapis.com/auth/firebase.messaging")
+    func accessToken(
+        for key: ServiceAccountKey? = nil, scope: String = "https://www.googleapis.com/auth/firebase.messaging"
+    )
         async throws -> String
     {
         let key = key ?? self.key
         let now = Int(Date().timeIntervalSince1970)
-        let assertion = try JWT.sign(JWTClaims(iss: key.clientEmail, aud: "https://oauth2.googleapis.com/token",
-            scope: scope, iat: now, exp: now + 3600), keyID: key.privateKeyID, with: try key.signingKey())
+        let assertion = try JWT.sign(
+            JWTClaims(
+                iss: key.clientEmail, aud: "https://oauth2.googleapis.com/token",
+                scope: scope, iat: now, exp: now + 3600), keyID: key.privateKeyID, with: try key.signingKey())
         let form = "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=\(assertion)"
-        let response = await emulator.handle(WireRequest(method: "POST", target: "/token",
-            headers: ["Content-Type": "application/x-www-form-urlencoded"], body: Data(form.utf8)))
+        let response = await emulator.handle(
+            WireRequest(
+                method: "POST", target: "/token",
+                headers: ["Content-Type": "application/x-www-form-urlencoded"], body: Data(form.utf8)))
         guard response.status == 200, let token = response.jsonObject?["access_token"] as? String else {
             throw AuthError(.invalidClaims, "token exchange failed: \(String(decoding: response.body, as: UTF8.self))")
         }

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import TidemarkCore
 import TidemarkTesting
+
 @testable import TidemarkEmulator
 
 @Suite struct EmulatorTopicRouteTests {
@@ -16,7 +17,9 @@ import TidemarkTesting
         let created = await h.call("POST", H.v1Path(reg) + "?topic_name=news", headers: auth, json: [:])
         #expect(created.status == 200)
         #expect(created.jsonObject?["topic_name"] as? String == "news")
-        #expect((created.jsonObject?["name"] as? String)?.hasSuffix("/registrations/\(reg)/topicSubscriptions/news") == true)
+        #expect(
+            (created.jsonObject?["name"] as? String)?.hasSuffix("/registrations/\(reg)/topicSubscriptions/news") == true
+        )
         #expect((created.jsonObject?["create_time"] as? String)?.hasSuffix("Z") == true)
         // Again: 409 ALREADY_EXISTS. The lowerCamel spelling of the parameter works too.
         let again = await h.call("POST", H.v1Path(reg) + "?topicName=news", headers: auth, json: [:])
@@ -33,7 +36,9 @@ import TidemarkTesting
 
         // PATCH: an upsert only with allow_missing.
         #expect(await h.call("PATCH", H.v1Path(reg, "live"), headers: auth, json: [:]).status == 404)
-        #expect(await h.call("PATCH", H.v1Path(reg, "live") + "?allow_missing=true", headers: auth, json: [:]).status == 200)
+        #expect(
+            await h.call("PATCH", H.v1Path(reg, "live") + "?allow_missing=true", headers: auth, json: [:]).status == 200
+        )
         #expect(await h.call("PATCH", H.v1Path(reg, "live"), headers: auth, json: [:]).status == 200)
     }
 
@@ -70,7 +75,9 @@ import TidemarkTesting
         var pages = 0
         repeat {
             var path = H.v1Path(reg) + "?pageSize=3000"
-            if let pageToken { path += "&pageToken=" + pageToken.addingPercentEncoding(withAllowedCharacters: .alphanumerics)! }
+            if let pageToken {
+                path += "&pageToken=" + pageToken.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+            }
             if pages == 0 { path = H.v1Path(reg) }  // default page size: 1000
             let response = await h.call("GET", path, headers: auth)
             #expect(response.status == 200)
@@ -90,11 +97,16 @@ import TidemarkTesting
         let headers = h.bearer(try await h.accessToken(), iid: true)
         try await h.register([H.token(1), H.token(3)])
         try await h.register([H.token(4)], project: "someone-else")
-        let response = await h.call("POST", "/iid/v1:batchAdd", headers: headers,
-            json: ["to": "/topics/news", "registration_tokens": [H.token(1), H.token(2), H.token(3), H.token(4), "bad token"]])
+        let response = await h.call(
+            "POST", "/iid/v1:batchAdd", headers: headers,
+            json: [
+                "to": "/topics/news",
+                "registration_tokens": [H.token(1), H.token(2), H.token(3), H.token(4), "bad token"],
+            ])
         #expect(response.status == 200)
         let results = response.jsonObject?["results"] as? [[String: String]]
-        #expect(results == [[:], ["error": "NOT_FOUND"], [:], ["error": "INVALID_ARGUMENT"], ["error": "INVALID_ARGUMENT"]])
+        #expect(
+            results == [[:], ["error": "NOT_FOUND"], [:], ["error": "INVALID_ARGUMENT"], ["error": "INVALID_ARGUMENT"]])
 
         let info = await h.call("GET", "/iid/info/\(H.token(1))?details=true", headers: headers)
         let rel = info.jsonObject?["rel"] as? [String: Any]
@@ -107,7 +119,8 @@ import TidemarkTesting
         #expect(missing.status == 404)
         #expect(missing.flatError == "No information found about this instance id.")
 
-        let remove = await h.call("POST", "/iid/v1:batchRemove", headers: headers,
+        let remove = await h.call(
+            "POST", "/iid/v1:batchRemove", headers: headers,
             json: ["to": "/topics/news", "registration_tokens": [H.token(1), H.token(3)]])
         #expect(remove.jsonObject?["results"] as? [[String: String]] == [[:], [:]])
         #expect(await h.emulator.engine.subscribers(of: "news", project: H.project).isEmpty)
@@ -119,20 +132,24 @@ import TidemarkTesting
     @Test func iidWholeRequestErrors() async throws {
         let h = try H()
         let headers = h.bearer(try await h.accessToken(), iid: true)
-        let badTopic = await h.call("POST", "/iid/v1:batchAdd", headers: headers,
+        let badTopic = await h.call(
+            "POST", "/iid/v1:batchAdd", headers: headers,
             json: ["to": "news", "registration_tokens": ["a:APA91b"]])
         #expect(badTopic.status == 400)
         #expect(badTopic.flatError == "Topic name format is invalid")
-        let empty = await h.call("POST", "/iid/v1:batchAdd", headers: headers,
+        let empty = await h.call(
+            "POST", "/iid/v1:batchAdd", headers: headers,
             json: ["to": "/topics/news", "registration_tokens": [String]()])
         #expect(empty.flatError == "MissingIIdToken")
-        let tooMany = await h.call("POST", "/iid/v1:batchAdd", headers: headers,
+        let tooMany = await h.call(
+            "POST", "/iid/v1:batchAdd", headers: headers,
             json: ["to": "/topics/news", "registration_tokens": (0...1000).map { H.token($0) }])
         #expect(tooMany.status == 400)
 
         // Switched off for the project, as for projects created after 1 Oct 2026.
         h.emulator.control.setIIDEnabled(false, project: H.project)
-        let off = await h.call("POST", "/iid/v1:batchAdd", headers: headers,
+        let off = await h.call(
+            "POST", "/iid/v1:batchAdd", headers: headers,
             json: ["to": "/topics/news", "registration_tokens": ["a:APA91b"]])
         #expect(off.status == 403)
     }
@@ -163,7 +180,9 @@ import TidemarkTesting
         #expect(await h.call("POST", "/iid/v1:batchAdd", headers: iid, json: batch).status == 200)  // a fresh bucket
         let perToken = await h.call("POST", "/iid/v1:batchAdd", headers: iid, json: batch)
         #expect(perToken.status == 200)
-        #expect((perToken.jsonObject?["results"] as? [[String: String]])?.allSatisfy { $0["error"] == "RESOURCE_EXHAUSTED" } == true)
+        #expect(
+            (perToken.jsonObject?["results"] as? [[String: String]])?.allSatisfy { $0["error"] == "RESOURCE_EXHAUSTED" }
+                == true)
 
         // In token units a batch costs its size; the bucket always admits one full batch eventually.
         var bucket = TokenBucket(rate: 3000, capacity: 3000, at: 0)
@@ -202,7 +221,8 @@ import TidemarkTesting
         var faults = FaultSettings()
         faults.tokenInternal = 0.2
         h.emulator.control.faults = faults
-        let response = await h.call("POST", "/iid/v1:batchAdd", headers: headers,
+        let response = await h.call(
+            "POST", "/iid/v1:batchAdd", headers: headers,
             json: ["to": "/topics/news", "registration_tokens": tokens])
         let results = try #require(response.jsonObject?["results"] as? [[String: String]])
         let failed = tokens.indices.filter { results[$0]["error"] == "INTERNAL" }.map { tokens[$0] }

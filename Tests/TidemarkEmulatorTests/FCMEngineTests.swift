@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TidemarkCore
+
 @testable import TidemarkEmulator
 
 @Suite struct FCMEngineTests {
@@ -16,9 +17,13 @@ import TidemarkCore
         try await e.register(token: "other:APA91b", project: "p2")
         try await e.register(token: "gone:APA91b", project: project)
         try await e.unregister(token: "gone:APA91b")
-        let results = try await e.batchAdd(project: project, topic: "news",
+        let results = try await e.batchAdd(
+            project: project, topic: "news",
             tokens: ["good:APA91b", "never:APA91b", "bad token", "other:APA91b", "gone:APA91b"])
-        #expect(results == [.ok, .failed(.notFound), .failed(.invalidArgument), .failed(.invalidArgument), .failed(.notFound)])
+        #expect(
+            results == [
+                .ok, .failed(.notFound), .failed(.invalidArgument), .failed(.invalidArgument), .failed(.notFound),
+            ])
         #expect(await e.subscribers(of: "news", project: project) == ["good:APA91b"])
         // Subscribing twice and removing a missing subscription both succeed.
         #expect(try await e.batchAdd(project: project, topic: "news", tokens: ["good:APA91b"]) == [.ok])
@@ -58,8 +63,9 @@ import TidemarkCore
         }
         try await e.deleteSubscription(project: project, registration: "r:APA91b", topic: "t", allowMissing: false)
         try await e.deleteSubscription(project: project, registration: "r:APA91b", topic: "t", allowMissing: true)
-        await #expect { try await e.deleteSubscription(project: project, registration: "r:APA91b", topic: "t", allowMissing: false) }
-            throws: { ($0 as? EngineError)?.code == .notFound }
+        await #expect {
+            try await e.deleteSubscription(project: project, registration: "r:APA91b", topic: "t", allowMissing: false)
+        } throws: { ($0 as? EngineError)?.code == .notFound }
     }
 
     @Test func deviceGroups() async throws {
@@ -72,7 +78,9 @@ import TidemarkCore
         // Invalid tokens are dropped on create.
         let key = try await e.createGroup(project: project, name: "g", tokens: ["m1:APA91b", "unknown:APA91b"])
         #expect(await e.groupMembers(project: project, name: "g") == ["m1:APA91b"])
-        await #expect(throws: GroupError(.alreadyExists)) { try await e.createGroup(project: project, name: "g", tokens: ["m2:APA91b"]) }
+        await #expect(throws: GroupError(.alreadyExists)) {
+            try await e.createGroup(project: project, name: "g", tokens: ["m2:APA91b"])
+        }
         // Look-ups issue new aliases; every alias works.
         let alias = try await e.groupKey(project: project, name: "g")
         #expect(alias != key)
@@ -87,7 +95,9 @@ import TidemarkCore
         // Removing every member deletes the group and its keys.
         _ = try await e.removeFromGroup(project: project, name: "g", key: key, tokens: Array(members[0..<20]))
         #expect(await e.groupMembers(project: project, name: "g") == nil)
-        await #expect(throws: GroupError(.notFound)) { try await e.addToGroup(project: project, name: "g", key: alias, tokens: [members[0]]) }
+        await #expect(throws: GroupError(.notFound)) {
+            try await e.addToGroup(project: project, name: "g", key: alias, tokens: [members[0]])
+        }
         await #expect(throws: GroupError(.notFound)) { try await e.groupKey(project: project, name: "g") }
     }
 

@@ -1,12 +1,14 @@
 import Foundation
 import Testing
 import TidemarkCore
+
 @testable import TidemarkEmulator
 
 /// Manifests in memory → refresh against the engine → plan: unregistered tokens are reported by device and skipped.
 @Suite struct PipelineTests {
     @Test func unregisteredTokensAreReportedNotPlanned() async throws {
-        let csv = "device_id,token,region\nphone-1,aaaaaaaa:APA91b,north\nphone-2,bbbbbbbb:APA91b,north\nphone-3,cccccccc:APA91b,north\n"
+        let csv =
+            "device_id,token,region\nphone-1,aaaaaaaa:APA91b,north\nphone-2,bbbbbbbb:APA91b,north\nphone-3,cccccccc:APA91b,north\n"
         let files = InMemoryFileSource([
             "inv.yaml": "inventory:\n  files: [devices.csv]\n",
             "devices.csv": csv,
@@ -18,9 +20,11 @@ import TidemarkCore
         var state = State(lineage: "", serial: 0)
         let loaded = await ManifestLoader(files: files).load(into: &state.tokens)
         state.growToTable()
-        let refresh = try await Refresher(backend: backend).refresh(TokenSet(0..<UInt32(state.tokens.count)),
+        let refresh = try await Refresher(backend: backend).refresh(
+            TokenSet(0..<UInt32(state.tokens.count)),
             table: state.tokens, groups: [], at: 1)
-        let plan = Planner(tidemarkVersion: "t").plan(loaded: loaded, state: state, refresh: refresh,
+        let plan = Planner(tidemarkVersion: "t").plan(
+            loaded: loaded, state: state, refresh: refresh,
             backend: backend.identity, now: Date())
         #expect(plan.operations.flatMap(\.tokens) == ["aaaaaaaa:APA91b", "cccccccc:APA91b"])
         #expect(plan.observations.dead == ["bbbbbbbb:APA91b"])

@@ -5,13 +5,15 @@ import Testing
 import TidemarkAuth
 import TidemarkEmulator
 import TidemarkTesting
+
 @testable import TidemarkFCM
 
 /// The OAuth2 flow against the emulator's real token endpoint, on a live socket (port 0).
 @Suite struct AccessTokenProviderTests {
     /// Runs `body` with a live emulator and an HTTP client, then shuts both down.
     func withEmulator(_ body: (EmulatorServer, HTTPClient) async throws -> Void) async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tm-fcm-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tm-fcm-\(UUID().uuidString)")
+            .path
         defer { try? FileManager.default.removeItem(atPath: directory) }
         var options = EmulatorServer.Options()
         options.port = 0
@@ -66,9 +68,11 @@ import TidemarkTesting
             }
         }
         #expect(throws: CredentialError.self) { try ServiceAccountKey.load(path: "/nonexistent/key.json") }
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("tm-bad-key-\(UUID().uuidString).json").path
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("tm-bad-key-\(UUID().uuidString).json")
+            .path
         defer { try? FileManager.default.removeItem(atPath: path) }
-        try #"{"type":"service_account","project_id":"p","client_email":"a@b"}"#.write(toFile: path, atomically: true,
+        try #"{"type":"service_account","project_id":"p","client_email":"a@b"}"#.write(
+            toFile: path, atomically: true,
             encoding: .utf8)
         do {
             _ = try ServiceAccountKey.load(path: path)

@@ -5,6 +5,7 @@ import TidemarkAuth
 import TidemarkCore
 import TidemarkEmulator
 import TidemarkTesting
+
 @testable import TidemarkFCM
 
 /// Every `Backend` through the one conformance suite: the in-memory engine, and tidemark's HTTP
@@ -30,7 +31,9 @@ import TidemarkTesting
         }
     }
 
-    static func overHTTP(_ transport: TopicTransport, _ body: (any Backend, FCMEngine) async throws -> Void)
+    static func overHTTP(
+        _ transport: TopicTransport, _ body: (any Backend, FCMEngine) async throws -> Void
+    )
         async throws
     {
         // Short retries: a per-token fault injected for good must come back as that token's error, quickly.
@@ -43,7 +46,8 @@ import TidemarkTesting
             options.policy = policy
             options.concurrency = 8
             let key = try ServiceAccountKey.load(path: server.keyFilePath)
-            let backend = FCMHTTPBackend(kind: .emulator, project: BackendConformance.project,
+            let backend = FCMHTTPBackend(
+                kind: .emulator, project: BackendConformance.project,
                 endpoints: .emulator(host: server.emulator.control.baseURL), client: client,
                 credentials: AccessTokenProvider(key: key, client: client), options: options)
             try await body(backend, engine)

@@ -3,18 +3,20 @@ import Foundation
 import Testing
 import TidemarkAuth
 import TidemarkCore
-import TidemarkTesting
 import TidemarkEmulator
+import TidemarkTesting
+
 @testable import TidemarkFCM
 
 /// tidemark's HTTP client against the emulator on a live socket, over both transports.
 @Suite struct FCMHTTPBackendTests {
     static func token(_ i: Int) -> String { "http\(i):APA91bH" + String(repeating: "h", count: 60) }
 
-    func withBackend(_ transport: TopicTransport, policy: RetryPolicy = RetryPolicy(baseDelay: .milliseconds(5)),
+    func withBackend(
+        _ transport: TopicTransport, policy: RetryPolicy = RetryPolicy(baseDelay: .milliseconds(5)),
         configure: (inout FCMHTTPBackend.Options) -> Void = { _ in },
-        _ body: (FCMHTTPBackend, EmulatorServer) async throws -> Void) async throws
-    {
+        _ body: (FCMHTTPBackend, EmulatorServer) async throws -> Void
+    ) async throws {
         try await AccessTokenProviderTests().withEmulator { server, client in
             let key = try ServiceAccountKey.load(path: server.keyFilePath)
             let base = server.emulator.control.baseURL
@@ -24,9 +26,11 @@ import TidemarkEmulator
             options.policy = policy
             options.concurrency = 16
             configure(&options)
-            let backend = FCMHTTPBackend(kind: .emulator, project: "fcm-test", endpoints: .emulator(host: base),
+            let backend = FCMHTTPBackend(
+                kind: .emulator, project: "fcm-test", endpoints: .emulator(host: base),
                 client: client, credentials: AccessTokenProvider(key: key, client: client), options: options)
-            try await server.emulator.engine.register((0..<40).map { FCMEngine.Instance(token: Self.token($0)) },
+            try await server.emulator.engine.register(
+                (0..<40).map { FCMEngine.Instance(token: Self.token($0)) },
                 project: "fcm-test")
             try await body(backend, server)
         }
@@ -41,7 +45,9 @@ import TidemarkEmulator
             #expect(added.last == .failed(.notFound))
             // Again: already subscribed is success.
             #expect(try await backend.subscribe(topic: "news", tokens: [Self.token(0)]) == [.ok])
-            #expect(Set(await server.emulator.engine.subscribers(of: "news", project: "fcm-test")) == Set(tokens.prefix(30)))
+            #expect(
+                Set(await server.emulator.engine.subscribers(of: "news", project: "fcm-test")) == Set(tokens.prefix(30))
+            )
 
             let removed = try await backend.unsubscribe(topic: "news", tokens: Array(tokens.prefix(10)))
             #expect(removed.allSatisfy { $0.isOK })
@@ -60,7 +66,8 @@ import TidemarkEmulator
             server.emulator.control.faults = faults
             let tokens = (0..<40).map { Self.token($0) }
             // Retry-After: 1 from the emulator is honoured, so keep the call count small.
-            let outcomes = try await backend.subscribe(topic: "flaky", tokens: Array(tokens.prefix(transport == .v1 ? 8 : 40)))
+            let outcomes = try await backend.subscribe(
+                topic: "flaky", tokens: Array(tokens.prefix(transport == .v1 ? 8 : 40)))
             #expect(outcomes.allSatisfy { $0.isOK })
             server.emulator.control.faults = FaultSettings()
             let statuses = try await backend.refresh(Array(tokens.prefix(transport == .v1 ? 8 : 40)))
@@ -92,10 +99,13 @@ import TidemarkEmulator
     @Test(arguments: QuotaUnit.allCases)
     func quotaUnitDecidesWhatABatchCosts(_ unit: QuotaUnit) async throws {
         let limiter = RateLimiter(rate: 100_000)
-        try await withBackend(.iid, configure: {
-            $0.limiter = limiter
-            $0.quotaUnit = unit
-        }) { backend, _ in
+        try await withBackend(
+            .iid,
+            configure: {
+                $0.limiter = limiter
+                $0.quotaUnit = unit
+            }
+        ) { backend, _ in
             for round in 0..<3 {
                 let outcomes = try await backend.subscribe(topic: "q\(round)", tokens: (0..<40).map { Self.token($0) })
                 #expect(outcomes.allSatisfy { $0.isOK })
@@ -112,7 +122,8 @@ extension FCMHTTPBackendTests {
     @Test func validateOnlySendChecksTargetingWithoutDelivering() async throws {
         try await withBackend(.v1) { backend, server in
             _ = try await backend.subscribe(topic: "weather", tokens: [Self.token(1)])
-            let name = try await backend.send(to: .condition("'weather' in topics && !('news' in topics)"),
+            let name = try await backend.send(
+                to: .condition("'weather' in topics && !('news' in topics)"),
                 title: "Storm", validateOnly: true)
             #expect(name == "projects/fcm-test/messages/fake_message_id")
             #expect(server.emulator.deliveries.deliveries(project: "fcm-test", token: nil).isEmpty)
@@ -121,7 +132,10 @@ extension FCMHTTPBackendTests {
             }
             let sent = try await backend.send(to: .topic("weather"), body: "Gale warning", validateOnly: false)
             #expect(sent.hasPrefix("projects/fcm-test/messages/") && !sent.hasSuffix("fake_message_id"))
-            #expect(server.emulator.deliveries.deliveries(project: "fcm-test", token: nil).first?.recipients == [Self.token(1)])
+            #expect(
+                server.emulator.deliveries.deliveries(project: "fcm-test", token: nil).first?.recipients == [
+                    Self.token(1)
+                ])
         }
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import TidemarkCore
 import TidemarkTesting
+
 @testable import TidemarkFCM
 
 @Suite struct RateLimiterTests {

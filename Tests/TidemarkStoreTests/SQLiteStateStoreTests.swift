@@ -3,6 +3,7 @@ import GRDB
 import Testing
 import TidemarkCore
 import TidemarkTesting
+
 @testable import TidemarkStore
 
 @Suite struct SQLiteStateStoreTests {
@@ -12,7 +13,8 @@ import TidemarkTesting
     }
 
     func cleanup(_ path: String) {
-        try? FileManager.default.removeItem(atPath: ((path as NSString).deletingLastPathComponent as NSString).deletingLastPathComponent)
+        try? FileManager.default.removeItem(
+            atPath: ((path as NSString).deletingLastPathComponent as NSString).deletingLastPathComponent)
     }
 
     @Test(arguments: StateStoreConformance.Check.allCases)
@@ -44,7 +46,9 @@ import TidemarkTesting
         try await SQLiteStateStore(path: path).save(&state, StateWrite(), at: 1)
         let mode = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
         #expect(mode == 0o600)
-        let dirMode = try FileManager.default.attributesOfItem(atPath: (path as NSString).deletingLastPathComponent)[.posixPermissions] as? Int
+        let dirMode =
+            try FileManager.default.attributesOfItem(atPath: (path as NSString).deletingLastPathComponent)[
+                .posixPermissions] as? Int
         #expect(dirMode == 0o700)
     }
 
@@ -61,7 +65,8 @@ import TidemarkTesting
     @Test func refusesForeignAndDamagedFilesWithoutTouchingThem() async throws {
         let path = temporaryPath()
         defer { cleanup(path) }
-        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         let garbage = Data("this is not a database at all, just some text\n".utf8)
         try garbage.write(to: URL(fileURLWithPath: path))
         var state = State(lineage: "l", serial: 0)
@@ -97,7 +102,8 @@ import TidemarkTesting
     @Test func secondLockFailsNamingTheHolder() async throws {
         let path = temporaryPath()
         defer { cleanup(path) }
-        let holder = LockHolder(operation: "tidemark apply", user: "ci", host: "h", pid: getpid(),
+        let holder = LockHolder(
+            operation: "tidemark apply", user: "ci", host: "h", pid: getpid(),
             since: Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down)))
         let first = try await SQLiteStateStore(path: path).lock(holder)
         await #expect { _ = try await SQLiteStateStore(path: path).lock(holder) } throws: { error in
@@ -119,10 +125,17 @@ import TidemarkTesting
         state.growToTable()
         // Managed once, no longer observed, no longer declared: nothing to do, and nothing to remember.
         state.topics["old"] = TopicState(managed: TokenSet([0]))
-        try await store.save(&state, { var w = StateWrite(); w.topics = ["old"]; return w }(), at: 1)
+        try await store.save(
+            &state,
+            {
+                var w = StateWrite()
+                w.topics = ["old"]
+                return w
+            }(), at: 1)
         let plan = StateStoreConformance.plan([], state: state)
         let desired = DesiredState(topics: [], groups: [], knownTokens: TokenSet([0]))
-        _ = try await ApplySession.begin(plan: plan, desired: desired, store: store, state: state,
+        _ = try await ApplySession.begin(
+            plan: plan, desired: desired, store: store, state: state,
             timing: ManualClock().timing)
         #expect(try await store.load()?.topics["old"] == nil)
     }

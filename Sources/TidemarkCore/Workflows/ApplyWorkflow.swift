@@ -20,10 +20,11 @@ public struct ApplyRequest: Sendable {
     /// Called with a fresh plan before approval, to show it.
     public var planReady: @Sendable (PlanOutcome) async throws -> Void
 
-    public init(savedPlan: (plan: Plan, file: String)? = nil, planning: PlanRequest = PlanRequest(),
+    public init(
+        savedPlan: (plan: Plan, file: String)? = nil, planning: PlanRequest = PlanRequest(),
         approve: @escaping @Sendable (Plan) async -> Approval = { _ in .approved },
-        planReady: @escaping @Sendable (PlanOutcome) async throws -> Void = { _ in })
-    {
+        planReady: @escaping @Sendable (PlanOutcome) async throws -> Void = { _ in }
+    ) {
         self.savedPlan = savedPlan
         self.planning = planning
         self.approve = approve
@@ -129,7 +130,8 @@ public struct ApplyWorkflow: Sendable {
             return ApplyOutcome(resumed: resumed, result: .nothingToDo(savedPlan: request.savedPlan != nil))
         }
         if state.lineage.isEmpty { state.lineage = parts.timing.uuid() }
-        let session = try await ApplySession.begin(plan: plan, desired: loaded.desired, store: parts.store, state: state,
+        let session = try await ApplySession.begin(
+            plan: plan, desired: loaded.desired, store: parts.store, state: state,
             timing: parts.timing)
         let summary = try await execute(plan, done: [], session: session)
         return ApplyOutcome(resumed: resumed, result: .applied(summary))
@@ -152,13 +154,17 @@ public struct ApplyWorkflow: Sendable {
             try await session.finish(status: .abandoned)
             return .abandoned
         }
-        parts.output.emit(.resuming(startedAt: unfinished.startedAt, done: unfinished.done.count,
-            total: unfinished.plan.operations.count))
+        parts.output.emit(
+            .resuming(
+                startedAt: unfinished.startedAt, done: unfinished.done.count,
+                total: unfinished.plan.operations.count))
         let summary = try await execute(unfinished.plan, done: unfinished.done, session: session)
         if let (saved, file) = request.savedPlan {
             guard saved.operationsDigest == unfinished.plan.operationsDigest else {
-                throw WorkflowError.stalePlan(StalePlan(file: file, stateLocation: parts.store.location,
-                    reason: .interruptedApplyFinished))
+                throw WorkflowError.stalePlan(
+                    StalePlan(
+                        file: file, stateLocation: parts.store.location,
+                        reason: .interruptedApplyFinished))
             }
             return .finishedSavedPlan(summary)
         }
@@ -178,7 +184,9 @@ public struct ApplyWorkflow: Sendable {
         if plan.manifestsDigest != loaded.digest {
             throw stale(.manifestsChanged(plan: plan.manifestsDigest, now: loaded.digest))
         }
-        if plan.backend != parts.backend.identity { throw stale(.otherBackend(plan: plan.backend, now: parts.backend.identity)) }
+        if plan.backend != parts.backend.identity {
+            throw stale(.otherBackend(plan: plan.backend, now: parts.backend.identity))
+        }
     }
 
     /// A saved plan runs with the selection it was made with: flags may repeat it, never change or widen it;
@@ -186,14 +194,18 @@ public struct ApplyWorkflow: Sendable {
     func checkSelection(_ plan: Plan, file: String, request: PlanRequest, state: State) throws {
         let saved = try plan.selection
         if request.targets.isPartial, request.targets != saved {
-            throw WorkflowError.stalePlan(StalePlan(file: file, stateLocation: parts.store.location,
-                reason: .selectionChanged(planned: saved.summary, given: request.targets.summary)))
+            throw WorkflowError.stalePlan(
+                StalePlan(
+                    file: file, stateLocation: parts.store.location,
+                    reason: .selectionChanged(planned: saved.summary, given: request.targets.summary)))
         }
         if let limit = request.maxUnsubscribes,
             let violation = limit.violation(unsubscribes: plan.unsubscribeCount, known: state.observedMembershipCount)
         {
-            throw WorkflowError.stalePlan(StalePlan(file: file, stateLocation: parts.store.location,
-                reason: .tooManyUnsubscribes(violation)))
+            throw WorkflowError.stalePlan(
+                StalePlan(
+                    file: file, stateLocation: parts.store.location,
+                    reason: .tooManyUnsubscribes(violation)))
         }
     }
 
@@ -204,11 +216,13 @@ public struct ApplyWorkflow: Sendable {
         let total = plan.operations.reduce(0) { $0 + $1.tokens.count }
         let output = parts.output
         let report: @Sendable (ExecutionProgress) -> Void = { output.emit(.applyProgress($0)) }
-        let executor = Executor(backend: parts.backend, recorder: session, parallelism: parts.parallelism,
+        let executor = Executor(
+            backend: parts.backend, recorder: session, parallelism: parts.parallelism,
             timing: parts.timing, progress: total >= 5_000 ? report : nil)
         let executed = try await executor.run(plan.operations, done: done, groupKeys: keys)
         try await session.finish()
-        return Self.summary(of: plan, done: done, report: executed, seconds: Timing.seconds(parts.timing.now() - started))
+        return Self.summary(
+            of: plan, done: done, report: executed, seconds: Timing.seconds(parts.timing.now() - started))
     }
 
     static func summary(of plan: Plan, done: Set<Int>, report: ExecutionReport, seconds: Double) -> ApplySummary {
@@ -216,7 +230,8 @@ public struct ApplyWorkflow: Sendable {
         let subscribed = remaining.filter { $0.kind == .subscribe }.reduce(0) { $0 + $1.tokens.count }
         let unsubscribed = remaining.filter { $0.kind == .unsubscribe }.reduce(0) { $0 + $1.tokens.count }
         let failures = report.failures
-        return ApplySummary(subscribed: subscribed - failures.filter { $0.kind == .subscribe }.count,
+        return ApplySummary(
+            subscribed: subscribed - failures.filter { $0.kind == .subscribe }.count,
             unsubscribed: unsubscribed - failures.filter { $0.kind == .unsubscribe }.count,
             groupCalls: remaining.filter(\.kind.isGroup).count, requests: report.requests, seconds: seconds,
             failures: failures)

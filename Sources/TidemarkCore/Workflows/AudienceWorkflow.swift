@@ -14,12 +14,14 @@ public struct AudienceWorkflow: Sendable {
     }
 
     /// `refreshFrom`: read every known registration from this backend first (for `source: .observed`).
-    public func run(_ condition: FCMCondition, source: Audience.Source, refreshFrom backend: (any Backend)? = nil,
-        timing: Timing = .live) async throws -> (Audience, LoadedManifests)
-    {
+    public func run(
+        _ condition: FCMCondition, source: Audience.Source, refreshFrom backend: (any Backend)? = nil,
+        timing: Timing = .live
+    ) async throws -> (Audience, LoadedManifests) {
         var (state, loaded) = try await WorkflowParts.loadStateAndManifests(manifests: manifests, store: store)
         if let backend {
-            let parts = WorkflowParts(manifests: manifests, store: store, backend: backend, timing: timing, output: output,
+            let parts = WorkflowParts(
+                manifests: manifests, store: store, backend: backend, timing: timing, output: output,
                 tidemarkVersion: "")
             try parts.stopOnErrors(loaded)
             state.absorb(try await parts.refreshAll(state: state, loaded: loaded))

@@ -11,12 +11,15 @@ public struct DriftWorkflow: Sendable {
         try parts.stopOnErrors(loaded)
         let refresh = try await parts.refreshAll(state: state, loaded: loaded)
         let now = parts.timing.wallClock()
-        let plan = Planner(tidemarkVersion: parts.tidemarkVersion).plan(loaded: loaded, state: state, refresh: refresh,
+        let plan = Planner(tidemarkVersion: parts.tidemarkVersion).plan(
+            loaded: loaded, state: state, refresh: refresh,
             backend: parts.backend.identity, now: now)
-        let items = DriftReport.classify(plan.observations, desired: loaded.desired, state: state,
+        let items = DriftReport.classify(
+            plan.observations, desired: loaded.desired, state: state,
             inventory: loaded.inventory)
         let pending = plan.subscribeCount + plan.unsubscribeCount + plan.operations.filter(\.kind.isGroup).count
-        return DriftReport(tidemarkVersion: parts.tidemarkVersion, checkedAt: now, lineage: state.lineage,
+        return DriftReport(
+            tidemarkVersion: parts.tidemarkVersion, checkedAt: now, lineage: state.lineage,
             serial: state.serial, backend: parts.backend.identity, registrationsRead: refresh.refreshed.count,
             items: items, pendingChanges: pending)
     }

@@ -30,8 +30,11 @@ public struct ImportWorkflow: Sendable {
         let before = state
         state.absorb(refresh)
         let adopted = state.adopt(loaded.desired, targets: targets)
-        let groups = loaded.desired.groups.map(\.name).filter { targets.coversGroup($0) && state.groups[$0]?.key != nil }
-        var outcome = ImportOutcome(adopted: adopted, registrationsRead: refresh.refreshed.count,
+        let groups = loaded.desired.groups.map(\.name).filter {
+            targets.coversGroup($0) && state.groups[$0]?.key != nil
+        }
+        var outcome = ImportOutcome(
+            adopted: adopted, registrationsRead: refresh.refreshed.count,
             dead: refresh.dead.count, groupsFound: groups, serial: nil)
         guard !dryRun else { return outcome }
         if state.lineage.isEmpty { state.lineage = parts.timing.uuid() }

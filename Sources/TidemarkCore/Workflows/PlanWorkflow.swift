@@ -37,7 +37,8 @@ public struct PlanWorkflow: Sendable {
         let (state, loaded) = try await parts.loadStateAndManifests()
         try parts.stopOnErrors(loaded)
         let observed = request.refresh ? try await parts.refreshAll(state: state, loaded: loaded) : nil
-        let plan = Planner(tidemarkVersion: parts.tidemarkVersion).plan(loaded: loaded, state: state, refresh: observed,
+        let plan = Planner(tidemarkVersion: parts.tidemarkVersion).plan(
+            loaded: loaded, state: state, refresh: observed,
             backend: parts.backend.identity, now: parts.timing.wallClock(), targets: request.targets,
             maxUnsubscribes: request.maxUnsubscribes)
         return PlanOutcome(state: state, loaded: loaded, plan: plan)
@@ -51,7 +52,9 @@ extension WorkflowParts {
         try await Self.loadStateAndManifests(manifests: manifests, store: store)
     }
 
-    static func loadStateAndManifests(manifests: any ManifestSource, store: any StateStore) async throws
+    static func loadStateAndManifests(
+        manifests: any ManifestSource, store: any StateStore
+    ) async throws
         -> (State, LoadedManifests)
     {
         // The stored state, or an empty one (lineage "", serial 0) when none exists yet.
@@ -77,9 +80,12 @@ extension WorkflowParts {
         let all = TokenSet(sorted: Array(0..<UInt32(state.tokens.count)))
         let large = all.count >= progressThreshold
         let output = self.output
-        let report: @Sendable (Int, Int) -> Void = { done, total in output.emit(.refreshProgress(done: done, total: total)) }
+        let report: @Sendable (Int, Int) -> Void = { done, total in
+            output.emit(.refreshProgress(done: done, total: total))
+        }
         let started = timing.now()
-        let observed = try await Refresher(backend: backend).refresh(all, table: state.tokens,
+        let observed = try await Refresher(backend: backend).refresh(
+            all, table: state.tokens,
             groups: groups, at: timing.unixTime(), progress: large ? report : nil)
         if large {
             output.emit(.refreshed(registrations: all.count, seconds: Timing.seconds(timing.now() - started)))

@@ -46,10 +46,11 @@ public struct WorkflowParts: Sendable {
     /// Refreshes of at least this many registrations report progress and their rate.
     public var progressThreshold: Int
 
-    public init(manifests: any ManifestSource, store: any StateStore, backend: any Backend, timing: Timing = .live,
+    public init(
+        manifests: any ManifestSource, store: any StateStore, backend: any Backend, timing: Timing = .live,
         output: any WorkflowOutput = SilentOutput(), tidemarkVersion: String, parallelism: Int = 8,
-        progressThreshold: Int = 20_000)
-    {
+        progressThreshold: Int = 20_000
+    ) {
         self.manifests = manifests
         self.store = store
         self.backend = backend

@@ -43,7 +43,8 @@ public final class AccessTokenAuthority: Sendable {
 
     /// Trusts the public half of `key` for its project.
     public func trust(_ key: ServiceAccountKey) throws {
-        try trust(publicKeyPEM: try key.publicKeyPEM(), clientEmail: key.clientEmail, keyID: key.privateKeyID,
+        try trust(
+            publicKeyPEM: try key.publicKeyPEM(), clientEmail: key.clientEmail, keyID: key.privateKeyID,
             project: key.projectID)
     }
 
@@ -57,7 +58,8 @@ public final class AccessTokenAuthority: Sendable {
         }
         state.withLock { state in
             state.keys.removeAll { $0.clientEmail == clientEmail && $0.keyID == keyID }
-            state.keys.append(TrustedKey(project: project, clientEmail: clientEmail, keyID: keyID, publicKey: publicKey))
+            state.keys.append(
+                TrustedKey(project: project, clientEmail: clientEmail, keyID: keyID, publicKey: publicKey))
         }
     }
 
@@ -74,13 +76,19 @@ public final class AccessTokenAuthority: Sendable {
     func verify(_ compact: String) throws -> (key: TrustedKey, jwt: JWT) {
         let jwt = try JWT(parsing: compact)
         guard jwt.header.alg == "RS256" else {
-            throw AuthError(.unsupportedAlgorithm, "Invalid JWT: the signing algorithm must be RS256, not \(jwt.header.alg).")
+            throw AuthError(
+                .unsupportedAlgorithm, "Invalid JWT: the signing algorithm must be RS256, not \(jwt.header.alg).")
         }
         let candidates = state.withLock { state in
-            state.keys.filter { $0.clientEmail == jwt.claims.iss && (jwt.header.kid == nil || $0.keyID == jwt.header.kid) }
+            state.keys.filter {
+                $0.clientEmail == jwt.claims.iss && (jwt.header.kid == nil || $0.keyID == jwt.header.kid)
+            }
         }
         guard !candidates.isEmpty else {
-            throw AuthError(.unknownKey, "Invalid JWT Signature: no key is registered for \(jwt.claims.iss) with key id \(jwt.header.kid ?? "(none)").")
+            throw AuthError(
+                .unknownKey,
+                "Invalid JWT Signature: no key is registered for \(jwt.claims.iss) with key id \(jwt.header.kid ?? "(none)")."
+            )
         }
         guard let key = candidates.first(where: { jwt.isSigned(by: $0.publicKey) }) else {
             throw AuthError(.badSignature, "Invalid JWT Signature.")
@@ -99,7 +107,8 @@ public final class AccessTokenAuthority: Sendable {
         let token = "ya29.emu." + Base64URL.encode(bytes)
         let issuedAt = timing.wallClock()
         return state.withLock { state in
-            let grant = Grant(project: key.project, clientEmail: key.clientEmail, scopes: scopes,
+            let grant = Grant(
+                project: key.project, clientEmail: key.clientEmail, scopes: scopes,
                 expires: issuedAt.addingTimeInterval(state.lifetime))
             state.tokens[token] = grant
             state.issuedSincePurge += 1
@@ -128,8 +137,11 @@ public final class AccessTokenAuthority: Sendable {
         guard bearer.split(separator: ".").count == 3, let (key, jwt) = try? verify(bearer) else { return .invalid }
         // A self-signed JWT stands for its own scopes, or for the audience of the API it is sent to.
         let scopes = (jwt.claims.scope ?? "").split(separator: " ").map(String.init)
-        return .granted(Grant(project: key.project, clientEmail: key.clientEmail,
-            scopes: scopes.isEmpty ? Self.acceptedScopes : scopes, expires: Date(timeIntervalSince1970: Double(jwt.claims.exp))))
+        return .granted(
+            Grant(
+                project: key.project, clientEmail: key.clientEmail,
+                scopes: scopes.isEmpty ? Self.acceptedScopes : scopes,
+                expires: Date(timeIntervalSince1970: Double(jwt.claims.exp))))
     }
 
     static func hasScope(_ scopes: [String]) -> Bool { scopes.contains { acceptedScopes.contains($0) } }

@@ -17,7 +17,9 @@ public struct Delivery: Sendable, Codable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case name, project, recipients, message
-        case targetKind = "target_kind", target, sentAt = "sent_at"
+        case targetKind = "target_kind"
+        case target
+        case sentAt = "sent_at"
     }
 }
 
@@ -29,15 +31,18 @@ public final class DeliveryLog: Sendable {
     public init(capacity: Int = 10_000) { self.capacity = capacity }
 
     /// Records a delivery and returns its message name.
-    func record(project: String, targetKind: String, target: String, recipients: [String], message: String,
-        at date: Date) -> String
-    {
+    func record(
+        project: String, targetKind: String, target: String, recipients: [String], message: String,
+        at date: Date
+    ) -> String {
         state.withLock { state in
             state.counter += 1
             let id = String(format: "0:%lld%%%016llx", Int64(date.timeIntervalSince1970 * 1000), state.counter)
             let name = "projects/\(project)/messages/\(id)"
-            state.entries.append(Delivery(name: name, project: project, targetKind: targetKind, target: target,
-                recipients: recipients, message: message, sentAt: date))
+            state.entries.append(
+                Delivery(
+                    name: name, project: project, targetKind: targetKind, target: target,
+                    recipients: recipients, message: message, sentAt: date))
             if state.entries.count > capacity { state.entries.removeFirst(state.entries.count - capacity) }
             return name
         }

@@ -21,8 +21,13 @@ public struct FaultSettings: Codable, Sendable, Equatable {
     public init() {}
 
     enum CodingKeys: String, CodingKey {
-        case http429 = "http_429", http500 = "http_500", http503 = "http_503", tokenInternal = "token_internal"
-        case latencyMs = "latency_ms", dropConnection = "drop_connection", seed
+        case http429 = "http_429"
+        case http500 = "http_500"
+        case http503 = "http_503"
+        case tokenInternal = "token_internal"
+        case latencyMs = "latency_ms"
+        case dropConnection = "drop_connection"
+        case seed
     }
 
     public init(from decoder: any Decoder) throws {
@@ -39,9 +44,10 @@ public struct FaultSettings: Codable, Sendable, Equatable {
 
     /// The first setting outside its range, described, or nil.
     public var problem: String? {
-        for (name, share) in [("http_429", http429), ("http_500", http500), ("http_503", http503),
-            ("token_internal", tokenInternal), ("drop_connection", dropConnection)] where !(0...1).contains(share)
-        {
+        for (name, share) in [
+            ("http_429", http429), ("http_500", http500), ("http_503", http503),
+            ("token_internal", tokenInternal), ("drop_connection", dropConnection),
+        ] where !(0...1).contains(share) {
             return "\(name) is a share between 0 and 1, not \(share)"
         }
         if http429 + http500 + http503 + dropConnection > 1 {
@@ -79,7 +85,10 @@ public struct RateLimitSettings: Codable, Sendable, Equatable {
         self.answer = answer
     }
 
-    enum CodingKeys: String, CodingKey { case perSecond = "per_second", unit, answer }
+    enum CodingKeys: String, CodingKey {
+        case perSecond = "per_second"
+        case unit, answer
+    }
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
@@ -151,7 +160,8 @@ public final class EmulatorControl: Sendable {
             guard settings.perSecond > 0 else { return nil }
             let cost = settings.unit == .tokens ? Double(tokens) : 1
             // A bucket holds one second of quota, and at least one full batch, so any legal call can pass.
-            var bucket = state.buckets[project]
+            var bucket =
+                state.buckets[project]
                 ?? TokenBucket(rate: settings.perSecond, capacity: max(settings.perSecond, cost), at: time)
             bucket.capacity = max(bucket.capacity, cost)
             let wait = bucket.take(cost, at: time)

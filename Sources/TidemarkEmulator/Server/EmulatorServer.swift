@@ -31,7 +31,8 @@ struct EmulatorResponder: HTTPResponder {
         var headers: [String: String] = [:]
         for field in request.headers { headers[field.name.canonicalName] = field.value }
         let target = request.uri.query.map { "\(request.uri.path)?\($0)" } ?? request.uri.path
-        let wire = WireRequest(method: request.method.rawValue, target: target, headers: headers,
+        let wire = WireRequest(
+            method: request.method.rawValue, target: target, headers: headers,
             body: Data(buffer: body))
         let answer = await emulator.handle(wire)
         if answer.dropConnection {
@@ -42,7 +43,8 @@ struct EmulatorResponder: HTTPResponder {
         for (name, value) in answer.headers {
             if let name = HTTPField.Name(name) { fields.append(HTTPField(name: name, value: value)) }
         }
-        return Response(status: .init(code: answer.status), headers: fields,
+        return Response(
+            status: .init(code: answer.status), headers: fields,
             body: .init(byteBuffer: ByteBuffer(bytes: answer.body)))
     }
 }
@@ -79,14 +81,16 @@ public struct EmulatorServer: Sendable {
         let keyDirectory: String
         var store: (any EngineStore)?
         if let data = options.dataDirectory {
-            try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true,
+            try FileManager.default.createDirectory(
+                atPath: data, withIntermediateDirectories: true,
                 attributes: [.posixPermissions: 0o700])
             store = try SQLiteEngineStore(path: (data as NSString).appendingPathComponent("emulator.db"))
             keyDirectory = data
         } else {
             keyDirectory = (NSTemporaryDirectory() as NSString)
                 .appendingPathComponent("tidemark-emulator-\(ProcessInfo.processInfo.processIdentifier)")
-            try FileManager.default.createDirectory(atPath: keyDirectory, withIntermediateDirectories: true,
+            try FileManager.default.createDirectory(
+                atPath: keyDirectory, withIntermediateDirectories: true,
                 attributes: [.posixPermissions: 0o700])
         }
         keyFilePath = (keyDirectory as NSString).appendingPathComponent("service-account.json")
@@ -99,7 +103,8 @@ public struct EmulatorServer: Sendable {
         control.setIIDEnabled(options.iidEnabled, project: options.project)
         let traffic = TrafficLog()
         traffic.recording = options.recordChanges
-        emulator = FCMEmulator(engine: try FCMEngine(configuration: engineConfiguration, store: store),
+        emulator = FCMEmulator(
+            engine: try FCMEngine(configuration: engineConfiguration, store: store),
             authority: authority, control: control, traffic: traffic, defaultProject: options.project)
     }
 
@@ -118,7 +123,8 @@ public struct EmulatorServer: Sendable {
     /// Writes the key file privately (0600), atomically.
     static func write(_ key: ServiceAccountKey, to path: String) throws {
         let temporary = path + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
-        FileManager.default.createFile(atPath: temporary, contents: try key.jsonData(),
+        FileManager.default.createFile(
+            atPath: temporary, contents: try key.jsonData(),
             attributes: [.posixPermissions: 0o600])
         guard rename(temporary, path) == 0 else {
             throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path])
@@ -129,7 +135,8 @@ public struct EmulatorServer: Sendable {
     /// (useful with port 0), after the key file's `token_uri` points at it.
     public func run(onListening: @escaping @Sendable (_ port: Int) async -> Void = { _ in }) async throws {
         var logger = Logger(label: "tidemark.emulator")
-        logger.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .warning
+        logger.logLevel =
+            ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .warning
         let app = Application(
             responder: EmulatorResponder(emulator: emulator),
             configuration: .init(address: .hostname(options.host, port: options.port), serverName: "tidemark-emulator"),

@@ -13,8 +13,11 @@ extension FCMEmulator {
         var recordChanges: Bool?
 
         enum CodingKeys: String, CodingKey {
-            case faults, rateLimit = "rate_limit", autoRegister = "auto_register"
-            case accessTokenLifetimeSeconds = "access_token_lifetime_seconds", recordChanges = "record_changes"
+            case faults
+            case rateLimit = "rate_limit"
+            case autoRegister = "auto_register"
+            case accessTokenLifetimeSeconds = "access_token_lifetime_seconds"
+            case recordChanges = "record_changes"
         }
     }
 
@@ -52,7 +55,8 @@ extension FCMEmulator {
     }
 
     private func configResponse() async -> WireResponse {
-        let body = ConfigBody(faults: control.faults, rateLimit: control.rateLimit, autoRegister: await engine.autoRegister,
+        let body = ConfigBody(
+            faults: control.faults, rateLimit: control.rateLimit, autoRegister: await engine.autoRegister,
             accessTokenLifetimeSeconds: authority.tokenLifetime, recordChanges: traffic.recording)
         var object = (try? JSONSerialization.jsonObject(with: JSONEncoder().encode(body))) as? [String: Any] ?? [:]
         object["default_project"] = defaultProject
@@ -64,9 +68,12 @@ extension FCMEmulator {
     private func updateConfig(_ request: WireRequest) async -> WireResponse {
         let body: ConfigBody
         do {
-            body = try JSONDecoder().decode(ConfigBody.self, from: request.body.isEmpty ? Data("{}".utf8) : request.body)
+            body = try JSONDecoder().decode(
+                ConfigBody.self, from: request.body.isEmpty ? Data("{}".utf8) : request.body)
         } catch {
-            return bad("The config body does not parse: \(error). Keys: faults, rate_limit, auto_register, access_token_lifetime_seconds.")
+            return bad(
+                "The config body does not parse: \(error). Keys: faults, rate_limit, auto_register, access_token_lifetime_seconds."
+            )
         }
         if let faults = body.faults {
             if let problem = faults.problem { return bad("faults: \(problem).") }
@@ -90,18 +97,28 @@ extension FCMEmulator {
         case ("PUT", 1, "config"), ("PATCH", 1, "config"):
             guard let body = jsonBody(request) else { return bad("The body is not a JSON object.") }
             if let enabled = body["iid_enabled"] as? Bool { control.setIIDEnabled(enabled, project: project) }
-            return .json(200, ["project": project, "iid_enabled": control.isIIDEnabled(project: project),
-                "project_number": Self.projectNumber(of: project)])
+            return .json(
+                200,
+                [
+                    "project": project, "iid_enabled": control.isIIDEnabled(project: project),
+                    "project_number": Self.projectNumber(of: project),
+                ])
         case ("GET", 1, "config"):
-            return .json(200, ["project": project, "iid_enabled": control.isIIDEnabled(project: project),
-                "project_number": Self.projectNumber(of: project)])
+            return .json(
+                200,
+                [
+                    "project": project, "iid_enabled": control.isIIDEnabled(project: project),
+                    "project_number": Self.projectNumber(of: project),
+                ])
         case ("POST", 1, "service-accounts"):
             do {
                 let name = (jsonBody(request)?["name"] as? String) ?? "tidemark-emulator"
-                let key = try ServiceAccountKey.generate(projectID: project, accountName: name,
+                let key = try ServiceAccountKey.generate(
+                    projectID: project, accountName: name,
                     tokenURI: control.baseURL + "/token")
                 try authority.trust(key)
-                return WireResponse(status: 200, headers: [("Content-Type", "application/json")], body: try key.jsonData())
+                return WireResponse(
+                    status: 200, headers: [("Content-Type", "application/json")], body: try key.jsonData())
             } catch {
                 return .status(500, "INTERNAL", "Could not create a key: \(error)")
             }
@@ -110,7 +127,8 @@ extension FCMEmulator {
                 let email = body["client_email"] as? String
             else { return bad("Send {\"client_email\", \"public_key\" (PEM), \"key_id\"}.") }
             do {
-                try authority.trust(publicKeyPEM: pem, clientEmail: email, keyID: body["key_id"] as? String ?? "",
+                try authority.trust(
+                    publicKeyPEM: pem, clientEmail: email, keyID: body["key_id"] as? String ?? "",
                     project: project)
                 return .json(200, ["project": project, "client_email": email])
             } catch {
@@ -147,9 +165,13 @@ extension FCMEmulator {
             var instances: [FCMEngine.Instance] = []
             for item in items {
                 guard let token = item["token"] as? String else { return bad("Each registration needs a token.") }
-                if let problem = FCMLimits.tokenProblem(token) { return bad("Token '\(token.prefix(40))': \(problem).") }
-                instances.append(FCMEngine.Instance(token: token, platform: item["platform"] as? String ?? "ANDROID",
-                    app: item["app"] as? String ?? "com.example.app"))
+                if let problem = FCMLimits.tokenProblem(token) {
+                    return bad("Token '\(token.prefix(40))': \(problem).")
+                }
+                instances.append(
+                    FCMEngine.Instance(
+                        token: token, platform: item["platform"] as? String ?? "ANDROID",
+                        app: item["app"] as? String ?? "com.example.app"))
             }
             do {
                 try await engine.register(instances, project: project)
@@ -159,16 +181,26 @@ extension FCMEmulator {
             return .json(200, ["registered": instances.count])
         case ("GET", 1):
             let list = await engine.registrations(project: project)
-            return .json(200, ["registrations": list.map {
-                ["token": $0.token, "platform": $0.registration.platform, "app": $0.registration.app,
-                    "topics": $0.registration.topics.count] as [String: Any]
-            }])
+            return .json(
+                200,
+                [
+                    "registrations": list.map {
+                        [
+                            "token": $0.token, "platform": $0.registration.platform, "app": $0.registration.app,
+                            "topics": $0.registration.topics.count,
+                        ] as [String: Any]
+                    }
+                ])
         case ("GET", 2):
             guard let registration = await engine.registration(path[1]), registration.project == project else {
                 return .status(404, "NOT_FOUND", "No app instance \(path[1]) in project \(project).")
             }
-            return .json(200, ["token": path[1], "platform": registration.platform, "app": registration.app,
-                "registered": !registration.unregistered, "topics": registration.topics.keys.sorted()])
+            return .json(
+                200,
+                [
+                    "token": path[1], "platform": registration.platform, "app": registration.app,
+                    "registered": !registration.unregistered, "topics": registration.topics.keys.sorted(),
+                ])
         case ("DELETE", 2):
             do {
                 try await engine.unregister(token: path[1])
@@ -185,9 +217,11 @@ extension FCMEmulator {
         switch (request.method, path.count) {
         case ("GET", 1):
             let all = await engine.allSubscriptions(project: project)
-            return .json(200, ["topics": all.keys.sorted().map { ["name": $0, "subscribers": all[$0]!.count] as [String: Any] }])
+            return .json(
+                200, ["topics": all.keys.sorted().map { ["name": $0, "subscribers": all[$0]!.count] as [String: Any] }])
         case ("GET", 3) where path[2] == "subscribers":
-            return .json(200, ["topic": path[1], "subscribers": await engine.subscribers(of: path[1], project: project)])
+            return .json(
+                200, ["topic": path[1], "subscribers": await engine.subscribers(of: path[1], project: project)])
         case ("POST", 3) where path[2] == "subscribers", ("DELETE", 3) where path[2] == "subscribers":
             // What an app does for itself: subscribe (or unsubscribe) on the device, outside any quota.
             guard let tokens = jsonBody(request)?["tokens"] as? [String], !tokens.isEmpty else {
@@ -217,7 +251,9 @@ extension FCMEmulator {
         switch (request.method, path.count) {
         case ("GET", 1):
             let list = await engine.groups(project: project)
-            return .json(200, ["groups": list.map { ["name": $0.name, "members": $0.members, "keys": $0.keys] as [String: Any] }])
+            return .json(
+                200,
+                ["groups": list.map { ["name": $0.name, "members": $0.members, "keys": $0.keys] as [String: Any] }])
         case ("GET", 2):
             guard let members = await engine.groupMembers(project: project, name: path[1]) else {
                 return .status(404, "NOT_FOUND", "No device group \(path[1]) in project \(project).")

@@ -6,8 +6,10 @@ extension FCMEmulator {
     func iid(_ request: WireRequest, grant: AccessTokenAuthority.Grant) async -> WireResponse {
         let project = grant.project
         guard control.isIIDEnabled(project: project) else {
-            return .flatError(403,
-                "The Instance ID server API is not enabled for project \(project); use the FCM topic subscription API (v1).")
+            return .flatError(
+                403,
+                "The Instance ID server API is not enabled for project \(project); use the FCM topic subscription API (v1)."
+            )
         }
         let s = request.segments
         switch (request.method, s.count) {
@@ -57,7 +59,8 @@ extension FCMEmulator {
         if !failing.isEmpty { traffic.count { $0.faults += 1 } }
         let passed = tokens.indices.filter { !failing.contains($0) }.map { tokens[$0] }
         if !passed.isEmpty {
-            traffic.recordChange(project: project, operation: add ? "subscribe" : "unsubscribe", topic: topic,
+            traffic.recordChange(
+                project: project, operation: add ? "subscribe" : "unsubscribe", topic: topic,
                 tokens: passed, api: "iid")
         }
         let outcomes: [TokenOutcome]

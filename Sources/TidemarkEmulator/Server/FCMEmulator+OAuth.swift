@@ -17,10 +17,12 @@ extension FCMEmulator {
         }
         let grantType = form["grant_type"] ?? ""
         guard grantType == "urn:ietf:params:oauth:grant-type:jwt-bearer" else {
-            return .json(400, ["error": "unsupported_grant_type", "error_description": "Invalid grant_type: \(grantType)"])
+            return .json(
+                400, ["error": "unsupported_grant_type", "error_description": "Invalid grant_type: \(grantType)"])
         }
         guard let assertion = form["assertion"], !assertion.isEmpty else {
-            return .json(400, ["error": "invalid_request", "error_description": "Missing required parameter: assertion"])
+            return .json(
+                400, ["error": "invalid_request", "error_description": "Missing required parameter: assertion"])
         }
         do {
             let (token, grant) = try authority.exchange(assertion: assertion)

@@ -6,8 +6,10 @@ extension FCMEmulator {
     private func invalid(_ message: String, field: String? = nil) -> WireResponse {
         var details: [[String: Any]] = []
         if let field {
-            details.append(["@type": "type.googleapis.com/google.rpc.BadRequest",
-                "fieldViolations": [["field": field, "description": message]]])
+            details.append([
+                "@type": "type.googleapis.com/google.rpc.BadRequest",
+                "fieldViolations": [["field": field, "description": message]],
+            ])
         }
         return .status(400, "INVALID_ARGUMENT", message, fcmErrorCode: "INVALID_ARGUMENT", details: details)
     }
@@ -20,7 +22,8 @@ extension FCMEmulator {
         let validateOnly = (body["validate_only"] as? Bool) ?? (body["validateOnly"] as? Bool) ?? false
         let targets = ["token", "topic", "condition", "fid"].filter { message[$0] != nil }
         guard targets.count == 1, let kind = targets.first else {
-            return invalid("Exactly one of message.token, message.topic or message.condition must be set; found \(targets.isEmpty ? "none" : targets.joined(separator: ", ")).",
+            return invalid(
+                "Exactly one of message.token, message.topic or message.condition must be set; found \(targets.isEmpty ? "none" : targets.joined(separator: ", ")).",
                 field: "message")
         }
         guard let target = message[kind] as? String, !target.isEmpty else {
@@ -34,7 +37,8 @@ extension FCMEmulator {
         let payload = JSONWriter.data(message)
         let limit = kind == "token" || kind == "fid" ? 4096 : 2048
         if payload.count > limit {
-            return invalid("The message is \(payload.count) bytes; a \(kind) message may carry at most \(limit).",
+            return invalid(
+                "The message is \(payload.count) bytes; a \(kind) message may carry at most \(limit).",
                 field: "message")
         }
 
@@ -68,7 +72,8 @@ extension FCMEmulator {
             }
         }
         if validateOnly { return .json(200, ["name": "projects/\(project)/messages/fake_message_id"]) }
-        let name = deliveries.record(project: project, targetKind: kind == "fid" ? "token" : kind, target: target,
+        let name = deliveries.record(
+            project: project, targetKind: kind == "fid" ? "token" : kind, target: target,
             recipients: recipients, message: String(decoding: payload, as: UTF8.self), at: now())
         return .json(200, ["name": name])
     }

@@ -28,8 +28,10 @@ extension FCMEmulator {
         let topic = s[6]
         switch request.method {
         case "GET": return await getSubscription(project: project, registration: registration, topic: topic)
-        case "DELETE": return await deleteSubscription(request, project: project, registration: registration, topic: topic)
-        case "PATCH": return await patchSubscription(request, project: project, registration: registration, topic: topic)
+        case "DELETE":
+            return await deleteSubscription(request, project: project, registration: registration, topic: topic)
+        case "PATCH":
+            return await patchSubscription(request, project: project, registration: registration, topic: topic)
         default: return methodNotFound(request)
         }
     }
@@ -41,10 +43,15 @@ extension FCMEmulator {
 
     private func topicProblem(_ topic: String) -> WireResponse? {
         guard let problem = FCMLimits.topicNameProblem(topic) else { return nil }
-        return .status(400, "INVALID_ARGUMENT",
+        return .status(
+            400, "INVALID_ARGUMENT",
             "Invalid topic name '\(topic)': \(problem); topic names match [a-zA-Z0-9-_.~%]{1,900}.",
-            details: [["@type": "type.googleapis.com/google.rpc.BadRequest",
-                "fieldViolations": [["field": "topic_name", "description": problem]]]])
+            details: [
+                [
+                    "@type": "type.googleapis.com/google.rpc.BadRequest",
+                    "fieldViolations": [["field": "topic_name", "description": problem]],
+                ]
+            ])
     }
 
     /// Maps an engine failure on one registration to the v1 error answer.
@@ -58,7 +65,8 @@ extension FCMEmulator {
         case .notFound:
             return .status(404, "NOT_FOUND", "Requested entity was not found.")
         case .tooManyTopics:
-            return .status(400, "FAILED_PRECONDITION",
+            return .status(
+                400, "FAILED_PRECONDITION",
                 "The registration is already subscribed to \(engine.configuration.maxTopicsPerToken) topics, the most FCM allows.",
                 fcmErrorCode: "TOO_MANY_TOPICS")
         case .invalidArgument, .invalidTopicName, .missingTokens, .tooManyTokens:
@@ -66,7 +74,8 @@ extension FCMEmulator {
         case .permissionDenied:
             return .status(403, "PERMISSION_DENIED", "The registration belongs to another project.")
         case .resourceExhausted:
-            return .status(429, "RESOURCE_EXHAUSTED", "Quota exceeded for subscription changes.", fcmErrorCode: "QUOTA_EXCEEDED")
+            return .status(
+                429, "RESOURCE_EXHAUSTED", "Quota exceeded for subscription changes.", fcmErrorCode: "QUOTA_EXCEEDED")
         case .unavailable:
             return .status(503, "UNAVAILABLE", "The service is currently unavailable.")
         case .internalError:
@@ -76,33 +85,40 @@ extension FCMEmulator {
 
     func createSubscription(_ request: WireRequest, project: String, registration: String) async -> WireResponse {
         guard let topic = request.queryValue("topic_name", "topicName"), !topic.isEmpty else {
-            return .status(400, "INVALID_ARGUMENT", "topic_name is required: POST …/topicSubscriptions?topic_name=TOPIC.")
+            return .status(
+                400, "INVALID_ARGUMENT", "topic_name is required: POST …/topicSubscriptions?topic_name=TOPIC.")
         }
         if let problem = topicProblem(topic) { return problem }
-        if let refused = admitSingleChange(project: project, surface: .v1, subscribe: true, topic: topic,
+        if let refused = admitSingleChange(
+            project: project, surface: .v1, subscribe: true, topic: topic,
             token: registration)
         {
             return refused
         }
         do {
             let since = try await engine.createSubscription(project: project, registration: registration, topic: topic)
-            return .json(200, subscriptionJSON(project: project, registration: registration, topic: topic, since: since))
+            return .json(
+                200, subscriptionJSON(project: project, registration: registration, topic: topic, since: since))
         } catch {
             return v1Error(error)
         }
     }
 
-    func deleteSubscription(_ request: WireRequest, project: String, registration: String, topic: String) async
+    func deleteSubscription(
+        _ request: WireRequest, project: String, registration: String, topic: String
+    ) async
         -> WireResponse
     {
         if let problem = topicProblem(topic) { return problem }
-        if let refused = admitSingleChange(project: project, surface: .v1, subscribe: false, topic: topic,
+        if let refused = admitSingleChange(
+            project: project, surface: .v1, subscribe: false, topic: topic,
             token: registration)
         {
             return refused
         }
         do {
-            try await engine.deleteSubscription(project: project, registration: registration, topic: topic,
+            try await engine.deleteSubscription(
+                project: project, registration: registration, topic: topic,
                 allowMissing: request.queryFlag("allow_missing", "allowMissing"))
             return .json(200, [String: Any]())
         } catch {
@@ -114,26 +130,32 @@ extension FCMEmulator {
         if let problem = topicProblem(topic) { return problem }
         do {
             let since = try await engine.subscription(project: project, registration: registration, topic: topic)
-            return .json(200, subscriptionJSON(project: project, registration: registration, topic: topic, since: since))
+            return .json(
+                200, subscriptionJSON(project: project, registration: registration, topic: topic, since: since))
         } catch {
             return v1Error(error)
         }
     }
 
     /// PATCH is an upsert with `allow_missing`; without it, a missing subscription is NOT_FOUND.
-    func patchSubscription(_ request: WireRequest, project: String, registration: String, topic: String) async
+    func patchSubscription(
+        _ request: WireRequest, project: String, registration: String, topic: String
+    ) async
         -> WireResponse
     {
         if let problem = topicProblem(topic) { return problem }
         if request.queryFlag("allow_missing", "allowMissing") {
-            if let refused = admitSingleChange(project: project, surface: .v1, subscribe: true, topic: topic,
+            if let refused = admitSingleChange(
+                project: project, surface: .v1, subscribe: true, topic: topic,
                 token: registration)
             {
                 return refused
             }
             do {
-                let since = try await engine.createSubscription(project: project, registration: registration, topic: topic)
-                return .json(200, subscriptionJSON(project: project, registration: registration, topic: topic, since: since))
+                let since = try await engine.createSubscription(
+                    project: project, registration: registration, topic: topic)
+                return .json(
+                    200, subscriptionJSON(project: project, registration: registration, topic: topic, since: since))
             } catch let error as EngineError where error.code == .alreadyExists {
                 // Already there: return it as it is.
             } catch {

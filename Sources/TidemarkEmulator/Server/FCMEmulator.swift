@@ -17,10 +17,11 @@ public struct FCMEmulator: Sendable {
     /// The wall clock, for timestamps and message IDs.
     let now: @Sendable () -> Date
 
-    public init(engine: FCMEngine, authority: AccessTokenAuthority, control: EmulatorControl = EmulatorControl(),
+    public init(
+        engine: FCMEngine, authority: AccessTokenAuthority, control: EmulatorControl = EmulatorControl(),
         deliveries: DeliveryLog = DeliveryLog(), traffic: TrafficLog = TrafficLog(), defaultProject: String,
-        now: @escaping @Sendable () -> Date = Date.init)
-    {
+        now: @escaping @Sendable () -> Date = Date.init
+    ) {
         self.engine = engine
         self.authority = authority
         self.control = control
@@ -79,9 +80,10 @@ public struct FCMEmulator: Sendable {
     }
 
     /// Authenticates the call, applies injected latency and faults, then runs `body`.
-    func guarded(_ request: WireRequest, surface: Surface,
-        _ body: (AccessTokenAuthority.Grant) async -> WireResponse) async -> WireResponse
-    {
+    func guarded(
+        _ request: WireRequest, surface: Surface,
+        _ body: (AccessTokenAuthority.Grant) async -> WireResponse
+    ) async -> WireResponse {
         let grant: AccessTokenAuthority.Grant
         switch authenticate(request, surface: surface) {
         case .refused(let response): return response
@@ -133,14 +135,18 @@ public struct FCMEmulator: Sendable {
         // Error bodies are built only when needed: this runs on every call.
         func unauthenticated() -> WireResponse {
             surface == .v1
-                ? .status(401, "UNAUTHENTICATED",
-                    "Request is missing required authentication credential. Expected OAuth 2 access token, login cookie or other valid authentication credential. See https://developers.google.com/identity/sign-in/web/devconsole-project.")
+                ? .status(
+                    401, "UNAUTHENTICATED",
+                    "Request is missing required authentication credential. Expected OAuth 2 access token, login cookie or other valid authentication credential. See https://developers.google.com/identity/sign-in/web/devconsole-project."
+                )
                 : .html(401, title: "Unauthorized")
         }
         func invalid() -> WireResponse {
             surface == .v1
-                ? .status(401, "UNAUTHENTICATED",
-                    "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential. See https://developers.google.com/identity/sign-in/web/devconsole-project.")
+                ? .status(
+                    401, "UNAUTHENTICATED",
+                    "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential. See https://developers.google.com/identity/sign-in/web/devconsole-project."
+                )
                 : .html(401, title: "Unauthorized")
         }
         guard let authorization = request.headers["authorization"], !authorization.isEmpty else {
@@ -161,19 +167,25 @@ public struct FCMEmulator: Sendable {
         case .granted(let grant): return .granted(grant)
         case .invalid, .expired: return .refused(invalid())
         case .insufficientScopes:
-            return .refused(surface == .v1
-                ? .status(403, "PERMISSION_DENIED", "Request had insufficient authentication scopes.")
-                : .flatError(403, "Request had insufficient authentication scopes."))
+            return .refused(
+                surface == .v1
+                    ? .status(403, "PERMISSION_DENIED", "Request had insufficient authentication scopes.")
+                    : .flatError(403, "Request had insufficient authentication scopes."))
         }
     }
 
     /// The project of a v1 URL must be the credential's (by ID or by number); another project's token gets 403.
     func checkProject(_ project: String, grant: AccessTokenAuthority.Grant) -> WireResponse? {
         if project == grant.project || project == Self.projectNumber(of: grant.project) { return nil }
-        return .status(403, "PERMISSION_DENIED",
+        return .status(
+            403, "PERMISSION_DENIED",
             "Permission 'cloudmessaging.messages.create' denied on resource '//cloudresourcemanager.googleapis.com/projects/\(project)' (or it may not exist).",
-            details: [["@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
-                "domain": "cloudresourcemanager.googleapis.com"]])
+            details: [
+                [
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
+                    "domain": "cloudresourcemanager.googleapis.com",
+                ]
+            ])
     }
 
     /// The rate limit for subscription changes: nil to go on, or the 429 to send.
@@ -182,11 +194,18 @@ public struct FCMEmulator: Sendable {
         traffic.count { $0.rateLimited += 1 }
         var response: WireResponse =
             surface == .v1
-            ? .status(429, "RESOURCE_EXHAUSTED",
+            ? .status(
+                429, "RESOURCE_EXHAUSTED",
                 "Quota exceeded: topic subscription changes are limited per project; retry with exponential backoff.",
                 fcmErrorCode: "QUOTA_EXCEEDED",
-                details: [["@type": "type.googleapis.com/google.rpc.QuotaFailure",
-                    "violations": [["subject": "project:\(project)", "description": "topic subscription changes per second"]]]])
+                details: [
+                    [
+                        "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                        "violations": [
+                            ["subject": "project:\(project)", "description": "topic subscription changes per second"]
+                        ],
+                    ]
+                ])
             : .flatError(429, "RESOURCE_EXHAUSTED")
         response.headers.append(("Retry-After", String(max(1, Int(wait.rounded(.up))))))
         return response
@@ -194,12 +213,15 @@ public struct FCMEmulator: Sendable {
 
     /// Admits one single-token subscription change: nil to go on (the change is then recorded in the
     /// traffic log), or the 429 (rate limit) or the injected per-token INTERNAL to send, shaped for `surface`.
-    func admitSingleChange(project: String, surface: Surface, subscribe: Bool, topic: String, token: String)
+    func admitSingleChange(
+        project: String, surface: Surface, subscribe: Bool, topic: String, token: String
+    )
         -> WireResponse?
     {
         if let limited = rateLimited(project: project, tokens: 1, surface: surface) { return limited }
         guard control.drawTokenFault() else {
-            traffic.recordChange(project: project, operation: subscribe ? "subscribe" : "unsubscribe", topic: topic,
+            traffic.recordChange(
+                project: project, operation: subscribe ? "subscribe" : "unsubscribe", topic: topic,
                 tokens: [token], api: surface == .v1 ? "v1" : "iid")
             return nil
         }

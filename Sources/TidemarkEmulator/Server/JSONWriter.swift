@@ -72,8 +72,10 @@ enum JSONWriter {
                 case UInt8(ascii: "\t"): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
                 case 0..<0x20:
                     let hex = Array("0123456789abcdef".utf8)
-                    out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"),
-                        hex[Int(byte >> 4)], hex[Int(byte & 15)]])
+                    out.append(contentsOf: [
+                        UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"),
+                        hex[Int(byte >> 4)], hex[Int(byte & 15)],
+                    ])
                 default: out.append(byte)
                 }
             }

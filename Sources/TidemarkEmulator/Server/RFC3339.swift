@@ -4,7 +4,8 @@ import Foundation
 enum RFC3339 {
     static func timestamp(_ date: Date) -> String {
         let (day, seconds, millis) = parts(date)
-        return day + "T" + digits(seconds / 3600, 2) + ":" + digits(seconds / 60 % 60, 2) + ":" + digits(seconds % 60, 2)
+        return day + "T" + digits(seconds / 3600, 2) + ":" + digits(seconds / 60 % 60, 2) + ":"
+            + digits(seconds % 60, 2)
             + "." + digits(millis, 3) + "Z"
     }
 

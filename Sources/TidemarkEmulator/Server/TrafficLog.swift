@@ -31,8 +31,13 @@ public final class TrafficLog: Sendable {
         public var tokensChanged = 0
 
         enum CodingKeys: String, CodingKey {
-            case requests, v1Requests = "v1_requests", iidRequests = "iid_requests", groupRequests = "group_requests"
-            case rateLimited = "rate_limited", faults, tokensChanged = "tokens_changed"
+            case requests
+            case v1Requests = "v1_requests"
+            case iidRequests = "iid_requests"
+            case groupRequests = "group_requests"
+            case rateLimited = "rate_limited"
+            case faults
+            case tokensChanged = "tokens_changed"
         }
     }
 
@@ -62,8 +67,10 @@ public final class TrafficLog: Sendable {
             inner.counters.tokensChanged += tokens.count
             guard inner.recording else { return }
             inner.sequence += 1
-            inner.changes.append(Change(sequence: inner.sequence, project: project, operation: operation, topic: topic,
-                tokens: tokens, api: api))
+            inner.changes.append(
+                Change(
+                    sequence: inner.sequence, project: project, operation: operation, topic: topic,
+                    tokens: tokens, api: api))
         }
     }
 

@@ -121,19 +121,22 @@ public struct WireResponse: Sendable {
             </HTML>
 
             """
-        return WireResponse(status: status, headers: [("Content-Type", "text/html; charset=UTF-8")], body: Data(page.utf8))
+        return WireResponse(
+            status: status, headers: [("Content-Type", "text/html; charset=UTF-8")], body: Data(page.utf8))
     }
 
     /// A flat `{"error": "…"}` body, the shape of IID and device-group errors.
     public static func flatError(_ status: Int, _ text: String) -> WireResponse { json(status, ["error": text]) }
 
     /// A google.rpc.Status body, the shape of v1 errors (reference §3.3).
-    public static func status(_ http: Int, _ status: String, _ message: String, fcmErrorCode: String? = nil,
-        details extra: [[String: Any]] = []) -> WireResponse
-    {
+    public static func status(
+        _ http: Int, _ status: String, _ message: String, fcmErrorCode: String? = nil,
+        details extra: [[String: Any]] = []
+    ) -> WireResponse {
         var details = extra
         if let fcmErrorCode {
-            details.insert(["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": fcmErrorCode], at: 0)
+            details.insert(
+                ["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": fcmErrorCode], at: 0)
         }
         var error: [String: Any] = ["code": http, "message": message, "status": status]
         if !details.isEmpty { error["details"] = details }
