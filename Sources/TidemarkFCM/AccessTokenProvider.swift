@@ -104,10 +104,11 @@ public actor AccessTokenProvider {
             throw CredentialError("Could not reach the token endpoint \(key.tokenURI) of \(key.clientEmail): \(error).")
         }
         let body = try await response.body.collect(upTo: 1 << 20)
-        let json = (try? JSONSerialization.jsonObject(with: Data(buffer: body))) as? [String: Any] ?? [:]
-        guard response.status == .ok, let token = json["access_token"] as? String else {
-            let code = json["error"] as? String ?? "HTTP \(response.status.code)"
-            let detail = json["error_description"] as? String ?? ""
+        let data = Data(buffer: body)
+        guard response.status == .ok, let granted = FCMWire.decode(FCMWire.AccessToken.self, from: data) else {
+            let refusal = FCMWire.decode(FCMWire.OAuthError.self, from: data)
+            let code = refusal?.error ?? "HTTP \(response.status.code)"
+            let detail = refusal?.errorDescription ?? ""
             let hint =
                 code == "invalid_grant"
                 ? "the key may be revoked or deleted, or this machine's clock is off; create a new key for \(key.clientEmail)"
@@ -116,7 +117,6 @@ public actor AccessTokenProvider {
                 "The token endpoint refused \(key.clientEmail): \(code)\(detail.isEmpty ? "" : " (\(detail))"); \(hint)."
             )
         }
-        let expiresIn = (json["expires_in"] as? Int) ?? 3599
-        return (token, issuedAt.addingTimeInterval(TimeInterval(expiresIn)))
+        return (granted.accessToken, issuedAt.addingTimeInterval(TimeInterval(granted.expiresIn ?? 3599)))
     }
 }

@@ -6,8 +6,8 @@ import TidemarkCore
 extension FCMHTTPBackend {
     var groupsURL: String { "\(endpoints.fcm)/fcm/notification" }
 
-    func groupCall(_ body: [String: Any]) async throws -> Answer {
-        try await call(.POST, groupsURL, body: try JSONSerialization.data(withJSONObject: body), groupHeaders: true)
+    func groupCall(_ request: FCMWire.GroupRequest) async throws -> Answer {
+        try await call(.POST, groupsURL, body: FCMWire.encode(request), groupHeaders: true)
     }
 
     func groupFailure(_ answer: Answer, _ what: String) -> Error {
@@ -18,36 +18,28 @@ extension FCMHTTPBackend {
 
     public func groupKey(name: String) async throws -> String? {
         let answer = try await call(.GET, groupsURL + "?notification_key_name=\(Self.encode(name))", groupHeaders: true)
-        if answer.status == 200, let key = answer.json["notification_key"] as? String { return key }
+        if answer.status == 200, let key = answer.decode(FCMWire.GroupKey.self)?.notificationKey { return key }
         if answer.code == GroupError.Kind.notFound.rawValue { return nil }
         throw groupFailure(answer, "Looking up device group '\(name)'")
     }
 
     /// Creates the group. A taken name is `GroupError(.alreadyExists)`: the executor adopts the group by look-up.
     public func createGroup(name: String, tokens: [String]) async throws -> String {
-        let answer = try await groupCall([
-            "operation": "create", "notification_key_name": name, "registration_ids": tokens,
-        ])
-        if answer.status == 200, let key = answer.json["notification_key"] as? String { return key }
+        let answer = try await groupCall(FCMWire.GroupRequest(operation: .create, name: name, tokens: tokens))
+        if answer.status == 200, let key = answer.decode(FCMWire.GroupKey.self)?.notificationKey { return key }
         throw groupFailure(answer, "Creating device group '\(name)'")
     }
 
     /// Adds members. A group that vanished is `GroupError(.notFound)`: the executor creates it again.
     public func addToGroup(name: String, key: String, tokens: [String]) async throws -> String {
-        let answer = try await groupCall([
-            "operation": "add", "notification_key_name": name, "notification_key": key,
-            "registration_ids": tokens,
-        ])
-        if answer.status == 200 { return answer.json["notification_key"] as? String ?? key }
+        let answer = try await groupCall(FCMWire.GroupRequest(operation: .add, name: name, key: key, tokens: tokens))
+        if answer.status == 200 { return answer.decode(FCMWire.GroupKey.self)?.notificationKey ?? key }
         throw groupFailure(answer, "Adding to device group '\(name)'")
     }
 
     /// Removes members; a group that is already gone is `GroupError(.notFound)`, which the executor counts as done.
     public func removeFromGroup(name: String, key: String, tokens: [String]) async throws {
-        let answer = try await groupCall([
-            "operation": "remove", "notification_key_name": name, "notification_key": key,
-            "registration_ids": tokens,
-        ])
+        let answer = try await groupCall(FCMWire.GroupRequest(operation: .remove, name: name, key: key, tokens: tokens))
         if answer.status == 200 { return }
         throw groupFailure(answer, "Removing from device group '\(name)'")
     }

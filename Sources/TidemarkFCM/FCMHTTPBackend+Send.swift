@@ -26,25 +26,21 @@ extension FCMHTTPBackend {
         to target: SendTarget, title: String? = nil, body: String? = nil, data: [String: String] = [:],
         validateOnly: Bool
     ) async throws -> String {
-        var message: [String: Any] = [:]
+        var message = FCMWire.Message(data: data.isEmpty ? nil : data)
         switch target {
-        case .token(let token): message["token"] = token
-        case .topic(let topic): message["topic"] = topic
-        case .condition(let condition): message["condition"] = condition
+        case .token(let token): message.token = token
+        case .topic(let topic): message.topic = topic
+        case .condition(let condition): message.condition = condition
         }
-        var notification: [String: String] = [:]
-        if let title { notification["title"] = title }
-        if let body { notification["body"] = body }
-        if !notification.isEmpty { message["notification"] = notification }
-        if !data.isEmpty { message["data"] = data }
-        let payload = try JSONSerialization.data(withJSONObject: ["message": message, "validate_only": validateOnly])
+        if title != nil || body != nil { message.notification = FCMWire.Notification(title: title, body: body) }
+        let payload = FCMWire.encode(FCMWire.SendRequest(message: message, validateOnly: validateOnly))
         let answer = try await call(
             .POST, "\(endpoints.fcm)/v1/projects/\(Self.encode(project))/messages:send",
             body: payload)
-        if answer.status == 200, let name = answer.json["name"] as? String { return name }
-        let error = answer.json["error"] as? [String: Any]
+        if answer.status == 200, let name = answer.decode(FCMWire.SendResponse.self)?.name { return name }
+        let error = answer.rpcStatus
         throw SendError(
             status: answer.status, code: answer.code ?? "HTTP_\(answer.status)",
-            message: error?["message"] as? String ?? "")
+            message: error?.message ?? "")
     }
 }

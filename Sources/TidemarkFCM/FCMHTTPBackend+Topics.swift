@@ -12,7 +12,7 @@ extension FCMHTTPBackend {
     static func outcome(_ answer: Answer, success: Set<Int> = [200]) -> TokenOutcome {
         if success.contains(answer.status) { return .ok }
         switch (answer.status, answer.code) {
-        case (_, "TOO_MANY_TOPICS"?): return .failed(.tooManyTopics)
+        case (_, let code?) where TokenError.Code(code) == .tooManyTopics: return .failed(.tooManyTopics)
         case (404, _): return .failed(.notFound)
         case (400, _): return .failed(.invalidArgument)
         case (429, _): return .failed(.resourceExhausted)
@@ -51,7 +51,7 @@ extension FCMHTTPBackend {
 
     /// One IID batch call; a whole-request failure that retries could not fix fails every token alike.
     func batch(_ operation: String, topic: String, tokens: [String]) async throws -> [TokenOutcome] {
-        let body = try JSONSerialization.data(withJSONObject: ["to": "/topics/\(topic)", "registration_tokens": tokens])
+        let body = FCMWire.encode(FCMWire.IIDBatchRequest(topic: topic, tokens: tokens))
         let answer = try await call(
             .POST, "\(endpoints.iid)/iid/\(operation)", body: body, changes: tokens.count,
             iidHeaders: true)
@@ -65,11 +65,11 @@ extension FCMHTTPBackend {
             }
             return Array(repeating: Self.outcome(answer), count: tokens.count)
         }
-        guard let results = answer.json["results"] as? [[String: Any]], results.count == tokens.count else {
+        guard let results = answer.decode(FCMWire.IIDBatchResponse.self)?.results, results.count == tokens.count else {
             throw FCMCallError(status: 200, message: "IID \(operation) answered without one result per token.")
         }
         return results.map { result in
-            guard let code = result["error"] as? String else { return .ok }
+            guard let code = result.error else { return .ok }
             return .failed(TokenError(code))
         }
     }
@@ -99,11 +99,15 @@ extension FCMHTTPBackend {
                         "Listing the topics of \(Redaction.redact(token)) failed: HTTP \(answer.status) \(answer.code ?? "")."
                 )
             }
-            let page =
-                (answer.json["topic_subscriptions"] ?? answer.json["topicSubscriptions"]) as? [[String: Any]] ?? []
-            topics += page.compactMap { ($0["topic_name"] ?? $0["topicName"]) as? String }
-            pageToken = (answer.json["next_page_token"] ?? answer.json["nextPageToken"]) as? String
-            if pageToken?.isEmpty == true { pageToken = nil }
+            guard let page = answer.decode(FCMWire.TopicSubscriptionPage.self) else {
+                throw FCMCallError(
+                    status: 200,
+                    message:
+                        "Listing the topics of \(Redaction.redact(token)) answered 200 without a list of topic subscriptions."
+                )
+            }
+            topics += page.topicSubscriptions.map(\.topicName)
+            pageToken = page.nextPageToken
         } while pageToken != nil
         return .active(topics: topics.sorted())
     }
@@ -119,7 +123,13 @@ extension FCMHTTPBackend {
                     "Reading \(Redaction.redact(token)) from iid/info failed: HTTP \(answer.status) \(answer.code ?? "")."
             )
         }
-        let topics = ((answer.json["rel"] as? [String: Any])?["topics"] as? [String: Any])?.keys.sorted() ?? []
-        return .active(topics: topics)
+        guard let info = answer.decode(FCMWire.IIDInfo.self) else {
+            throw FCMCallError(
+                status: 200,
+                message:
+                    "Reading \(Redaction.redact(token)) from iid/info answered 200 with a body that is not an instance's info."
+            )
+        }
+        return .active(topics: (info.rel?.topics.keys).map { $0.sorted() } ?? [])
     }
 }

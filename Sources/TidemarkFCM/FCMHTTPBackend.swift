@@ -104,20 +104,21 @@ public struct FCMHTTPBackend: Backend {
         return configuration
     }
 
+    /// An answer from FCM: its status and body, read through the shared wire types.
     struct Answer {
         var status: Int
-        var json: [String: Any]
-        /// google.rpc.Status `status`, FcmError `errorCode`, or a flat `error` string.
+        var body: Data
+
+        /// The body as `T`, when it has that shape.
+        func decode<T: Decodable>(_ type: T.Type) -> T? { FCMWire.decode(type, from: body) }
+
+        /// A v1 error's google.rpc.Status, when the body is one.
+        var rpcStatus: FCMWire.Status? { decode(FCMWire.ErrorBody.self)?.error }
+
+        /// FcmError `errorCode`, else google.rpc.Status `status`, else a flat `error` string.
         var code: String? {
-            if let flat = json["error"] as? String { return flat }
-            guard let error = json["error"] as? [String: Any] else { return nil }
-            if let details = error["details"] as? [[String: Any]],
-                let fcm = details.first(where: { ($0["@type"] as? String)?.hasSuffix("FcmError") == true }),
-                let code = fcm["errorCode"] as? String
-            {
-                return code
-            }
-            return error["status"] as? String
+            if let status = rpcStatus { return status.fcmErrorCode ?? status.status }
+            return decode(FCMWire.FlatError.self)?.error
         }
     }
 
@@ -154,22 +155,19 @@ public struct FCMHTTPBackend: Backend {
                 let response = try await client.execute(request, timeout: .seconds(60))
                 let bytes = try await response.body.collect(upTo: 16 << 20)
                 let status = Int(response.status.code)
-                let json =
-                    !successBody && (200..<300).contains(status)
-                    ? [:]
-                    : (try? JSONSerialization.jsonObject(with: Data(buffer: bytes))) as? [String: Any] ?? [:]
+                let body = !successBody && (200..<300).contains(status) ? Data() : Data(buffer: bytes)
                 if status == 401, !refreshedToken {
                     // The token may have been revoked or expired early: fetch a new one, once.
                     refreshedToken = true
                     await credentials.invalidate()
                     continue
                 }
-                guard RetryPolicy.isRetryable(status: status) else { return Answer(status: status, json: json) }
+                guard RetryPolicy.isRetryable(status: status) else { return Answer(status: status, body: body) }
                 failure = .status(
                     status,
                     retryAfter: response.headers.first(name: "Retry-After")
                         .flatMap { RetryPolicy.parseRetryAfter($0, now: timing.wallClock()) })
-                unresolved = Answer(status: status, json: json)
+                unresolved = Answer(status: status, body: body)
             } catch is CancellationError {
                 throw CancellationError()
             } catch let error as CredentialError {

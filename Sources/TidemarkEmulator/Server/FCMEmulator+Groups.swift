@@ -17,7 +17,7 @@ extension FCMEmulator {
                 return .flatError(400, "notification_key_name is required")
             }
             do {
-                return .json(200, ["notification_key": try await engine.groupKey(project: project, name: name)])
+                return .encoded(200, FCMWire.GroupKey(try await engine.groupKey(project: project, name: name)))
             } catch {
                 return groupError(error)
             }
@@ -45,7 +45,7 @@ extension FCMEmulator {
                 guard let name, !name.isEmpty else { return .flatError(400, "notification_key_name is required") }
                 guard !tokens.isEmpty else { return .flatError(400, GroupError.Kind.noValidRegistrationIDs.rawValue) }
                 let key = try await engine.createGroup(project: project, name: name, tokens: tokens)
-                return .json(200, ["notification_key": key])
+                return .encoded(200, FCMWire.GroupKey(key))
             case "add", "remove":
                 guard let key, !key.isEmpty else { return .flatError(400, GroupError.Kind.notFound.rawValue) }
                 guard !tokens.isEmpty else { return .flatError(400, GroupError.Kind.noValidRegistrationIDs.rawValue) }
@@ -53,7 +53,7 @@ extension FCMEmulator {
                     operation.lowercased() == "add"
                     ? try await engine.addToGroup(project: project, name: name, key: key, tokens: tokens)
                     : try await engine.removeFromGroup(project: project, name: name, key: key, tokens: tokens)
-                return .json(200, ["notification_key": used])
+                return .encoded(200, FCMWire.GroupKey(used))
             default:
                 return .flatError(400, "invalid operation '\(operation)'; use create, add or remove")
             }

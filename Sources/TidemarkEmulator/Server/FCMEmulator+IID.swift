@@ -51,7 +51,9 @@ extension FCMEmulator {
         }
         if let limited = rateLimited(project: project, tokens: tokens.count, surface: .iid) {
             guard control.rateLimit.answer == .perToken else { return limited }
-            return .json(200, ["results": tokens.map { _ in ["error": "RESOURCE_EXHAUSTED"] }])
+            return .encoded(
+                200,
+                FCMWire.IIDBatchResponse(results: tokens.map { _ in FCMWire.IIDResult(error: "RESOURCE_EXHAUSTED") }))
         }
         // Tokens drawn for an injected INTERNAL are left out of the call and answered INTERNAL.
         var failing = Set<Int>()
@@ -77,19 +79,19 @@ extension FCMEmulator {
         } catch {
             return .flatError(500, "INTERNAL")
         }
-        var results: [[String: String]] = []
+        var results: [FCMWire.IIDResult] = []
         results.reserveCapacity(tokens.count)
         var next = outcomes.makeIterator()
         for index in tokens.indices {
             if failing.contains(index) {
-                results.append(["error": "INTERNAL"])
+                results.append(FCMWire.IIDResult(error: "INTERNAL"))
             } else if case .failed(let error)? = next.next() {
-                results.append(["error": error.code.rawValue])
+                results.append(FCMWire.IIDResult(error: error.code.rawValue))
             } else {
-                results.append([:])
+                results.append(FCMWire.IIDResult())
             }
         }
-        return .json(200, ["results": results])
+        return .encoded(200, FCMWire.IIDBatchResponse(results: results))
     }
 
     private func relation(token: String, topic: String, project: String, add: Bool) async -> WireResponse {
@@ -123,18 +125,13 @@ extension FCMEmulator {
             return .flatError(404, "No information found about this instance id.")
         }
         guard registration.project == project else { return .flatError(403, "PERMISSION_DENIED") }
-        var body: [String: Any] = [
-            "application": registration.app,
-            "authorizedEntity": Self.projectNumber(of: project),
-            "platform": registration.platform,
-            "scope": "*",
-            "applicationVersion": "1",
-        ]
+        var info = FCMWire.IIDInfo(
+            application: registration.app, authorizedEntity: Self.projectNumber(of: project),
+            platform: registration.platform, scope: "*", applicationVersion: "1", rel: nil)
         if details, !registration.topics.isEmpty {
-            var topics: [String: Any] = [:]
-            for (topic, since) in registration.topics { topics[topic] = ["addDate": RFC3339.date(since)] }
-            body["rel"] = ["topics": topics]
+            info.rel = FCMWire.IIDInfo.Relations(
+                topics: registration.topics.mapValues { FCMWire.IIDInfo.TopicRelation(addDate: RFC3339.date($0)) })
         }
-        return .json(200, body)
+        return .encoded(200, info)
     }
 }

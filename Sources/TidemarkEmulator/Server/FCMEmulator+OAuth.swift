@@ -1,5 +1,6 @@
 import Foundation
 import TidemarkAuth
+import TidemarkCore
 
 /// The OAuth2 token endpoint: the JWT-bearer grant of a service account (reference §4.3).
 extension FCMEmulator {
@@ -17,21 +18,26 @@ extension FCMEmulator {
         }
         let grantType = form["grant_type"] ?? ""
         guard grantType == "urn:ietf:params:oauth:grant-type:jwt-bearer" else {
-            return .json(
-                400, ["error": "unsupported_grant_type", "error_description": "Invalid grant_type: \(grantType)"])
+            return .encoded(
+                400,
+                FCMWire.OAuthError(
+                    error: "unsupported_grant_type", errorDescription: "Invalid grant_type: \(grantType)"))
         }
         guard let assertion = form["assertion"], !assertion.isEmpty else {
-            return .json(
-                400, ["error": "invalid_request", "error_description": "Missing required parameter: assertion"])
+            return .encoded(
+                400,
+                FCMWire.OAuthError(error: "invalid_request", errorDescription: "Missing required parameter: assertion"))
         }
         do {
             let (token, grant) = try authority.exchange(assertion: assertion)
             let expiresIn = max(0, Int(grant.expires.timeIntervalSince(now()).rounded()))
-            return .json(200, ["access_token": token, "expires_in": expiresIn, "token_type": "Bearer"])
+            return .encoded(200, FCMWire.AccessToken(accessToken: token, expiresIn: expiresIn))
         } catch let error as AuthError {
-            return .json(400, ["error": "invalid_grant", "error_description": error.message])
+            return .encoded(400, FCMWire.OAuthError(error: "invalid_grant", errorDescription: error.message))
         } catch {
-            return .json(400, ["error": "invalid_grant", "error_description": "The assertion could not be verified."])
+            return .encoded(
+                400,
+                FCMWire.OAuthError(error: "invalid_grant", errorDescription: "The assertion could not be verified."))
         }
     }
 }

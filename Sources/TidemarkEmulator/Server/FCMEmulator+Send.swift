@@ -4,13 +4,7 @@ import TidemarkCore
 /// `POST /v1/projects/P/messages:send` (reference §3): validation, targeting, recorded deliveries.
 extension FCMEmulator {
     private func invalid(_ message: String, field: String? = nil) -> WireResponse {
-        var details: [[String: Any]] = []
-        if let field {
-            details.append([
-                "@type": "type.googleapis.com/google.rpc.BadRequest",
-                "fieldViolations": [["field": field, "description": message]],
-            ])
-        }
+        let details: [FCMWire.ErrorDetail] = field.map { [.badRequest(field: $0, message)] } ?? []
         return .status(400, "INVALID_ARGUMENT", message, fcmErrorCode: "INVALID_ARGUMENT", details: details)
     }
 
@@ -71,10 +65,12 @@ extension FCMEmulator {
                 return .status(404, "NOT_FOUND", "Requested entity was not found.", fcmErrorCode: "UNREGISTERED")
             }
         }
-        if validateOnly { return .json(200, ["name": "projects/\(project)/messages/fake_message_id"]) }
+        if validateOnly {
+            return .encoded(200, FCMWire.SendResponse(name: "projects/\(project)/messages/fake_message_id"))
+        }
         let name = deliveries.record(
             project: project, targetKind: kind == "fid" ? "token" : kind, target: target,
             recipients: recipients, message: String(decoding: payload, as: UTF8.self), at: now())
-        return .json(200, ["name": name])
+        return .encoded(200, FCMWire.SendResponse(name: name))
     }
 }

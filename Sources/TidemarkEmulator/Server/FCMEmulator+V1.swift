@@ -36,9 +36,23 @@ extension FCMEmulator {
         }
     }
 
-    private func subscriptionJSON(project: String, registration: String, topic: String, since: Date) -> [String: Any] {
-        let name = "projects/\(project)/registrations/\(registration)/topicSubscriptions/\(topic)"
-        return ["name": name, "topic_name": topic, "create_time": RFC3339.timestamp(since)]
+    private func subscription(
+        project: String, registration: String, topic: String, since: Date
+    )
+        -> FCMWire.TopicSubscription
+    {
+        FCMWire.TopicSubscription(
+            name: "projects/\(project)/registrations/\(registration)/topicSubscriptions/\(topic)", topicName: topic,
+            createTime: RFC3339.timestamp(since))
+    }
+
+    /// A subscription as the answer to a create: the emulator's hottest path, so written by the hand
+    /// writer (scripts/bench-emulator.sh) with the keys of `FCMWire.TopicSubscription`.
+    private func createdSubscription(project: String, registration: String, topic: String, since: Date) -> WireResponse
+    {
+        let value = subscription(project: project, registration: registration, topic: topic, since: since)
+        return .json(
+            200, ["name": value.name ?? "", "topic_name": value.topicName, "create_time": value.createTime ?? ""])
     }
 
     private func topicProblem(_ topic: String) -> WireResponse? {
@@ -46,12 +60,7 @@ extension FCMEmulator {
         return .status(
             400, "INVALID_ARGUMENT",
             "Invalid topic name '\(topic)': \(problem); topic names match [a-zA-Z0-9-_.~%]{1,900}.",
-            details: [
-                [
-                    "@type": "type.googleapis.com/google.rpc.BadRequest",
-                    "fieldViolations": [["field": "topic_name", "description": problem]],
-                ]
-            ])
+            details: [.badRequest(field: "topic_name", problem)])
     }
 
     /// Maps an engine failure on one registration to the v1 error answer.
@@ -97,8 +106,7 @@ extension FCMEmulator {
         }
         do {
             let since = try await engine.createSubscription(project: project, registration: registration, topic: topic)
-            return .json(
-                200, subscriptionJSON(project: project, registration: registration, topic: topic, since: since))
+            return createdSubscription(project: project, registration: registration, topic: topic, since: since)
         } catch {
             return v1Error(error)
         }
@@ -130,8 +138,7 @@ extension FCMEmulator {
         if let problem = topicProblem(topic) { return problem }
         do {
             let since = try await engine.subscription(project: project, registration: registration, topic: topic)
-            return .json(
-                200, subscriptionJSON(project: project, registration: registration, topic: topic, since: since))
+            return .encoded(200, subscription(project: project, registration: registration, topic: topic, since: since))
         } catch {
             return v1Error(error)
         }
@@ -154,8 +161,7 @@ extension FCMEmulator {
             do {
                 let since = try await engine.createSubscription(
                     project: project, registration: registration, topic: topic)
-                return .json(
-                    200, subscriptionJSON(project: project, registration: registration, topic: topic, since: since))
+                return createdSubscription(project: project, registration: registration, topic: topic, since: since)
             } catch let error as EngineError where error.code == .alreadyExists {
                 // Already there: return it as it is.
             } catch {
@@ -186,15 +192,12 @@ extension FCMEmulator {
         }
         let remaining = after.map { last in topics.drop { $0.topic <= last } } ?? topics[...]
         let page = remaining.prefix(pageSize)
-        var body: [String: Any] = [:]
-        if !page.isEmpty {
-            body["topic_subscriptions"] = page.map {
-                subscriptionJSON(project: project, registration: registration, topic: $0.topic, since: $0.since)
-            }
-        }
-        if remaining.count > page.count, let last = page.last {
-            body["next_page_token"] = Data("after:\(last.topic)".utf8).base64EncodedString()
-        }
-        return .json(200, body)
+        let list = FCMWire.TopicSubscriptionPage(
+            topicSubscriptions: page.map {
+                subscription(project: project, registration: registration, topic: $0.topic, since: $0.since)
+            },
+            nextPageToken: remaining.count > page.count
+                ? page.last.map { Data("after:\($0.topic)".utf8).base64EncodedString() } : nil)
+        return .encoded(200, list)
     }
 }

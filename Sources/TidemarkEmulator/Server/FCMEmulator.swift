@@ -180,12 +180,7 @@ public struct FCMEmulator: Sendable {
         return .status(
             403, "PERMISSION_DENIED",
             "Permission 'cloudmessaging.messages.create' denied on resource '//cloudresourcemanager.googleapis.com/projects/\(project)' (or it may not exist).",
-            details: [
-                [
-                    "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
-                    "domain": "cloudresourcemanager.googleapis.com",
-                ]
-            ])
+            details: [.errorInfo(reason: "IAM_PERMISSION_DENIED", domain: "cloudresourcemanager.googleapis.com")])
     }
 
     /// The rate limit for subscription changes: nil to go on, or the 429 to send.
@@ -198,14 +193,7 @@ public struct FCMEmulator: Sendable {
                 429, "RESOURCE_EXHAUSTED",
                 "Quota exceeded: topic subscription changes are limited per project; retry with exponential backoff.",
                 fcmErrorCode: "QUOTA_EXCEEDED",
-                details: [
-                    [
-                        "@type": "type.googleapis.com/google.rpc.QuotaFailure",
-                        "violations": [
-                            ["subject": "project:\(project)", "description": "topic subscription changes per second"]
-                        ],
-                    ]
-                ])
+                details: [.quotaFailure(subject: "project:\(project)", "topic subscription changes per second")])
             : .flatError(429, "RESOURCE_EXHAUSTED")
         response.headers.append(("Retry-After", String(max(1, Int(wait.rounded(.up))))))
         return response

@@ -1,4 +1,5 @@
 import Foundation
+import TidemarkCore
 
 /// One HTTP request as the emulator's handlers see it: path split into percent-decoded segments.
 ///
@@ -101,9 +102,7 @@ public struct WireResponse: Sendable {
 
     /// A JSON response from a `Codable` value.
     public static func encoded(_ status: Int, _ value: some Encodable) -> WireResponse {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let data = (try? encoder.encode(value)) ?? Data("{}".utf8)
+        let data = FCMWire.encode(value)
         return WireResponse(status: status, headers: [("Content-Type", "application/json; charset=UTF-8")], body: data)
     }
 
@@ -126,21 +125,22 @@ public struct WireResponse: Sendable {
     }
 
     /// A flat `{"error": "…"}` body, the shape of IID and device-group errors.
-    public static func flatError(_ status: Int, _ text: String) -> WireResponse { json(status, ["error": text]) }
+    public static func flatError(_ status: Int, _ text: String) -> WireResponse {
+        encoded(status, FCMWire.FlatError(text))
+    }
 
     /// A google.rpc.Status body, the shape of v1 errors (reference §3.3).
     public static func status(
         _ http: Int, _ status: String, _ message: String, fcmErrorCode: String? = nil,
-        details extra: [[String: Any]] = []
+        details extra: [FCMWire.ErrorDetail] = []
     ) -> WireResponse {
         var details = extra
-        if let fcmErrorCode {
-            details.insert(
-                ["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": fcmErrorCode], at: 0)
-        }
-        var error: [String: Any] = ["code": http, "message": message, "status": status]
-        if !details.isEmpty { error["details"] = details }
-        return json(http, ["error": error])
+        if let fcmErrorCode { details.insert(.fcmError(fcmErrorCode), at: 0) }
+        return encoded(
+            http,
+            FCMWire.ErrorBody(
+                error: FCMWire.Status(
+                    code: http, message: message, status: status, details: details.isEmpty ? nil : details)))
     }
 
     /// The parsed JSON body, for tests.

@@ -1,0 +1,405 @@
+import Foundation
+
+/// FCM's JSON on the wire (reference `fcm-wire-protocol.md`), one Codable type per body, shared by
+/// tidemark's HTTP client and its emulator so the two cannot drift apart.
+///
+/// Decoding is tolerant where FCM is (snake_case and lowerCamel both read; unknown fields ignored);
+/// encoding writes what the reference shows.
+public enum FCMWire {
+    /// A v1 error: google.rpc.Status in an `error` envelope (reference §3.3).
+    public struct ErrorBody: Codable, Sendable, Equatable {
+        public var error: Status
+
+        public init(error: Status) { self.error = error }
+    }
+
+    public struct Status: Codable, Sendable, Equatable {
+        public var code: Int
+        public var message: String
+        public var status: String
+        public var details: [ErrorDetail]?
+
+        public init(code: Int, message: String, status: String, details: [ErrorDetail]? = nil) {
+            self.code = code
+            self.message = message
+            self.status = status
+            self.details = details
+        }
+
+        /// The FcmError `errorCode` when a detail carries one (UNREGISTERED, …).
+        public var fcmErrorCode: String? {
+            details?.first { $0.type.hasSuffix("google.firebase.fcm.v1.FcmError") }?.errorCode
+        }
+    }
+
+    /// One of google.rpc's detail messages (FcmError, BadRequest, ErrorInfo, QuotaFailure), told apart by `@type`.
+    public struct ErrorDetail: Codable, Sendable, Equatable {
+        public var type: String
+        /// FcmError.
+        public var errorCode: String?
+        /// BadRequest: the offending fields.
+        public var fieldViolations: [FieldViolation]?
+        /// ErrorInfo.
+        public var reason: String?
+        public var domain: String?
+        /// QuotaFailure.
+        public var violations: [QuotaViolation]?
+
+        public init(
+            type: String, errorCode: String? = nil, fieldViolations: [FieldViolation]? = nil, reason: String? = nil,
+            domain: String? = nil, violations: [QuotaViolation]? = nil
+        ) {
+            self.type = type
+            self.errorCode = errorCode
+            self.fieldViolations = fieldViolations
+            self.reason = reason
+            self.domain = domain
+            self.violations = violations
+        }
+
+        public static func fcmError(_ code: String) -> ErrorDetail {
+            ErrorDetail(type: "type.googleapis.com/google.firebase.fcm.v1.FcmError", errorCode: code)
+        }
+
+        public static func badRequest(field: String, _ description: String) -> ErrorDetail {
+            ErrorDetail(
+                type: "type.googleapis.com/google.rpc.BadRequest",
+                fieldViolations: [FieldViolation(field: field, description: description)])
+        }
+
+        public static func errorInfo(reason: String, domain: String) -> ErrorDetail {
+            ErrorDetail(type: "type.googleapis.com/google.rpc.ErrorInfo", reason: reason, domain: domain)
+        }
+
+        public static func quotaFailure(subject: String, _ description: String) -> ErrorDetail {
+            ErrorDetail(
+                type: "type.googleapis.com/google.rpc.QuotaFailure",
+                violations: [QuotaViolation(subject: subject, description: description)])
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case type = "@type"
+            case errorCode, fieldViolations, reason, domain, violations
+        }
+    }
+
+    public struct FieldViolation: Codable, Sendable, Equatable {
+        public var field: String
+        public var description: String
+
+        public init(field: String, description: String) {
+            self.field = field
+            self.description = description
+        }
+    }
+
+    public struct QuotaViolation: Codable, Sendable, Equatable {
+        public var subject: String
+        public var description: String
+
+        public init(subject: String, description: String) {
+            self.subject = subject
+            self.description = description
+        }
+    }
+
+    /// An IID or device-group error: a flat `{"error": "…"}`.
+    public struct FlatError: Codable, Sendable, Equatable {
+        public var error: String
+
+        public init(_ error: String) { self.error = error }
+    }
+
+    // MARK: - v1 topic subscriptions (reference §8)
+
+    public struct TopicSubscription: Codable, Sendable, Equatable {
+        /// `projects/P/registrations/R/topicSubscriptions/T`.
+        public var name: String?
+        public var topicName: String
+        /// RFC 3339.
+        public var createTime: String?
+
+        public init(name: String?, topicName: String, createTime: String?) {
+            self.name = name
+            self.topicName = topicName
+            self.createTime = createTime
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case name
+            case topicName = "topic_name"
+            case createTime = "create_time"
+        }
+
+        enum CamelKeys: String, CodingKey { case topicName, createTime }
+
+        public init(from decoder: any Decoder) throws {
+            let snake = try decoder.container(keyedBy: CodingKeys.self)
+            let camel = try decoder.container(keyedBy: CamelKeys.self)
+            name = try snake.decodeIfPresent(String.self, forKey: .name)
+            guard
+                let topic = try snake.decodeIfPresent(String.self, forKey: .topicName)
+                    ?? camel.decodeIfPresent(String.self, forKey: .topicName)
+            else {
+                throw DecodingError.keyNotFound(
+                    CodingKeys.topicName, .init(codingPath: decoder.codingPath, debugDescription: "no topic_name"))
+            }
+            topicName = topic
+            createTime =
+                try snake.decodeIfPresent(String.self, forKey: .createTime)
+                ?? camel.decodeIfPresent(String.self, forKey: .createTime)
+        }
+    }
+
+    /// One page of a registration's subscriptions; no `next_page_token` means the last page.
+    public struct TopicSubscriptionPage: Codable, Sendable, Equatable {
+        public var topicSubscriptions: [TopicSubscription]
+        public var nextPageToken: String?
+
+        public init(topicSubscriptions: [TopicSubscription], nextPageToken: String?) {
+            self.topicSubscriptions = topicSubscriptions
+            self.nextPageToken = nextPageToken
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case topicSubscriptions = "topic_subscriptions"
+            case nextPageToken = "next_page_token"
+        }
+
+        enum CamelKeys: String, CodingKey { case topicSubscriptions, nextPageToken }
+
+        public init(from decoder: any Decoder) throws {
+            let snake = try decoder.container(keyedBy: CodingKeys.self)
+            let camel = try decoder.container(keyedBy: CamelKeys.self)
+            // An empty list may be omitted, as proto3 JSON omits empty repeated fields.
+            topicSubscriptions =
+                try snake.decodeIfPresent([TopicSubscription].self, forKey: .topicSubscriptions)
+                ?? camel.decodeIfPresent([TopicSubscription].self, forKey: .topicSubscriptions) ?? []
+            let token =
+                try snake.decodeIfPresent(String.self, forKey: .nextPageToken)
+                ?? camel.decodeIfPresent(String.self, forKey: .nextPageToken)
+            nextPageToken = token?.isEmpty == true ? nil : token
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            // proto3 JSON leaves an empty repeated field out.
+            if !topicSubscriptions.isEmpty { try container.encode(topicSubscriptions, forKey: .topicSubscriptions) }
+            try container.encodeIfPresent(nextPageToken, forKey: .nextPageToken)
+        }
+    }
+
+    // MARK: - Instance ID (reference §1)
+
+    /// `POST iid/v1:batchAdd` and `:batchRemove`.
+    public struct IIDBatchRequest: Codable, Sendable, Equatable {
+        /// `/topics/NAME`.
+        public var to: String
+        public var registrationTokens: [String]
+
+        public init(topic: String, tokens: [String]) {
+            to = "/topics/\(topic)"
+            registrationTokens = tokens
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case to
+            case registrationTokens = "registration_tokens"
+        }
+    }
+
+    /// One result per token, in the order sent; `error` absent means done.
+    public struct IIDBatchResponse: Codable, Sendable, Equatable {
+        public var results: [IIDResult]
+
+        public init(results: [IIDResult]) { self.results = results }
+    }
+
+    public struct IIDResult: Codable, Sendable, Equatable {
+        public var error: String?
+
+        public init(error: String? = nil) { self.error = error }
+    }
+
+    /// `GET iid/info/TOKEN?details=true`.
+    public struct IIDInfo: Codable, Sendable, Equatable {
+        public var application: String?
+        public var authorizedEntity: String?
+        public var platform: String?
+        public var scope: String?
+        public var applicationVersion: String?
+        /// Absent when the token has no topics.
+        public var rel: Relations?
+
+        public init(
+            application: String?, authorizedEntity: String?, platform: String?, scope: String?,
+            applicationVersion: String?, rel: Relations?
+        ) {
+            self.application = application
+            self.authorizedEntity = authorizedEntity
+            self.platform = platform
+            self.scope = scope
+            self.applicationVersion = applicationVersion
+            self.rel = rel
+        }
+
+        public struct Relations: Codable, Sendable, Equatable {
+            public var topics: [String: TopicRelation]
+
+            public init(topics: [String: TopicRelation]) { self.topics = topics }
+        }
+
+        public struct TopicRelation: Codable, Sendable, Equatable {
+            /// `YYYY-MM-DD`.
+            public var addDate: String
+
+            public init(addDate: String) { self.addDate = addDate }
+        }
+    }
+
+    // MARK: - Device groups (reference §2)
+
+    public enum GroupOperation: String, Codable, Sendable {
+        case create, add, remove
+    }
+
+    /// `POST fcm/notification`.
+    public struct GroupRequest: Codable, Sendable, Equatable {
+        public var operation: GroupOperation
+        public var notificationKeyName: String?
+        public var notificationKey: String?
+        public var registrationIDs: [String]
+
+        public init(operation: GroupOperation, name: String?, key: String? = nil, tokens: [String]) {
+            self.operation = operation
+            notificationKeyName = name
+            notificationKey = key
+            registrationIDs = tokens
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case operation
+            case notificationKeyName = "notification_key_name"
+            case notificationKey = "notification_key"
+            case registrationIDs = "registration_ids"
+        }
+    }
+
+    /// A group's key: the answer to create, add, remove and the look-up by name.
+    public struct GroupKey: Codable, Sendable, Equatable {
+        public var notificationKey: String
+
+        public init(_ key: String) { notificationKey = key }
+
+        enum CodingKeys: String, CodingKey { case notificationKey = "notification_key" }
+    }
+
+    // MARK: - OAuth2 (reference §4)
+
+    public struct AccessToken: Codable, Sendable, Equatable {
+        public var accessToken: String
+        public var expiresIn: Int?
+        public var tokenType: String?
+
+        public init(accessToken: String, expiresIn: Int?, tokenType: String? = "Bearer") {
+            self.accessToken = accessToken
+            self.expiresIn = expiresIn
+            self.tokenType = tokenType
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case accessToken = "access_token"
+            case expiresIn = "expires_in"
+            case tokenType = "token_type"
+        }
+    }
+
+    public struct OAuthError: Codable, Sendable, Equatable {
+        public var error: String
+        public var errorDescription: String?
+
+        public init(error: String, errorDescription: String?) {
+            self.error = error
+            self.errorDescription = errorDescription
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case error
+            case errorDescription = "error_description"
+        }
+    }
+
+    // MARK: - Send (reference §6)
+
+    /// `POST v1/projects/P/messages:send`.
+    public struct SendRequest: Codable, Sendable, Equatable {
+        public var message: Message
+        public var validateOnly: Bool?
+
+        public init(message: Message, validateOnly: Bool? = nil) {
+            self.message = message
+            self.validateOnly = validateOnly
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case message
+            case validateOnly = "validate_only"
+        }
+    }
+
+    /// A message to one target: a token, a topic or a condition.
+    public struct Message: Codable, Sendable, Equatable {
+        public var token: String?
+        public var topic: String?
+        public var condition: String?
+        public var notification: Notification?
+        public var data: [String: String]?
+
+        public init(
+            token: String? = nil, topic: String? = nil, condition: String? = nil, notification: Notification? = nil,
+            data: [String: String]? = nil
+        ) {
+            self.token = token
+            self.topic = topic
+            self.condition = condition
+            self.notification = notification
+            self.data = data
+        }
+    }
+
+    public struct Notification: Codable, Sendable, Equatable {
+        public var title: String?
+        public var body: String?
+
+        public init(title: String?, body: String?) {
+            self.title = title
+            self.body = body
+        }
+    }
+
+    /// The answer to a send: the message's resource name.
+    public struct SendResponse: Codable, Sendable, Equatable {
+        public var name: String
+
+        public init(name: String) { self.name = name }
+    }
+
+    // MARK: - Coding
+
+    /// The encoder for bodies: sorted keys, slashes unescaped (as Google's front ends write them).
+    public static var encoder: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }
+
+    public static func encode(_ value: some Encodable) -> Data {
+        // The wire types hold only strings, numbers and arrays of them: encoding cannot fail.
+        (try? encoder.encode(value)) ?? Data("{}".utf8)
+    }
+
+    /// `T` when `data` is a JSON body of that shape, nil otherwise.
+    public static func decode<T: Decodable>(_ type: T.Type, from data: Data) -> T? {
+        try? JSONDecoder().decode(type, from: data)
+    }
+}
