@@ -56,16 +56,16 @@ public struct ServiceAccountKey: Codable, Sendable, Equatable, CustomStringConve
         universeDomain = try c.decodeIfPresent(String.self, forKey: .universeDomain) ?? "googleapis.com"
     }
 
-    /// A new key with a fresh 2048-bit RSA key pair.
+    /// A new key with a fresh 2048-bit RSA key pair (drawn by BoringSSL); the client id from `timing`.
     public static func generate(
-        projectID: String, accountName: String = "tidemark-emulator", tokenURI: String
+        projectID: String, accountName: String = "tidemark-emulator", tokenURI: String, timing: Timing = .live
     ) throws
         -> ServiceAccountKey
     {
         let privateKey = try _RSA.Signing.PrivateKey(keySize: .bits2048)
         let keyID = SHA256Digest.hex(privateKey.publicKey.derRepresentation).prefix(40)
         var clientID = ""
-        var generator = SystemRandomNumberGenerator()
+        var generator = timing.generator
         for _ in 0..<21 { clientID += String(generator.next() % 10) }
         return ServiceAccountKey(
             projectID: projectID, privateKeyID: String(keyID),

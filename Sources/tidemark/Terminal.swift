@@ -50,24 +50,27 @@ func jsonFile(_ value: some Encodable) throws -> Data {
 final class ProgressReporter: Sendable {
     private let label: String
     private let interactive: Bool
-    private let start = Date()
-    private let lastPrint = Mutex<Date>(.distantPast)
+    private let timing: Timing
+    private let start: Duration
+    private let lastPrint = Mutex<Duration?>(nil)
 
-    init(label: String, interactive: Bool = Terminal.stderrIsTerminal) {
+    init(label: String, interactive: Bool = Terminal.stderrIsTerminal, timing: Timing = .live) {
         self.label = label
         self.interactive = interactive
+        self.timing = timing
+        start = timing.now()
     }
 
     func update(done: Int, total: Int, unit: String) {
-        let now = Date()
+        let now = timing.now()
         let due = lastPrint.withLock { last -> Bool in
-            let interval: TimeInterval = interactive ? 0.1 : 5
-            guard done == total || now.timeIntervalSince(last) >= interval else { return false }
+            let interval: Duration = interactive ? .milliseconds(100) : .seconds(5)
+            guard done == total || last.map({ now - $0 >= interval }) ?? true else { return false }
             last = now
             return true
         }
         guard due, total > 0 else { return }
-        let elapsed = max(0.001, now.timeIntervalSince(start))
+        let elapsed = max(0.001, Timing.seconds(now - start))
         let rate = Double(done) / elapsed
         let eta = rate > 0 ? Double(total - done) / rate : 0
         let percent = Int(Double(done) * 100 / Double(total))
@@ -87,21 +90,30 @@ final class ProgressReporter: Sendable {
 /// Renders workflow events for a person: diagnostics and notices on standard error, progress as a
 /// bar on a terminal and as a line every few seconds otherwise.
 final class TerminalOutput: WorkflowOutput {
-    private let refreshing = ProgressReporter(label: "Refreshing")
-    private let applying = ProgressReporter(label: "Applying")
+    /// Made at the first progress event of each kind, so rates count from when the work began.
+    private let reporters = Mutex<[String: ProgressReporter]>([:])
+
+    private func reporter(_ label: String) -> ProgressReporter {
+        reporters.withLock { reporters in
+            if let existing = reporters[label] { return existing }
+            let made = ProgressReporter(label: label)
+            reporters[label] = made
+            return made
+        }
+    }
 
     func emit(_ event: WorkflowEvent) {
         switch event {
         case .diagnostics(let diagnostics):
             for diagnostic in diagnostics { Terminal.err(diagnostic.description) }
         case .refreshProgress(let done, let total):
-            refreshing.update(done: done, total: total, unit: "tokens")
+            reporter("Refreshing").update(done: done, total: total, unit: "tokens")
         case .refreshed(let registrations, let seconds):
             Terminal.err(
                 "Refreshed \(PlanRenderer.formatCount(registrations)) registrations in \(String(format: "%.1f", seconds)) s (\(PlanRenderer.formatCount(Int(Double(registrations) / max(seconds, 0.001))))/s)."
             )
         case .applyProgress(let progress):
-            applying.update(done: progress.tokensDone, total: progress.tokensTotal, unit: "tokens")
+            reporter("Applying").update(done: progress.tokensDone, total: progress.tokensTotal, unit: "tokens")
         case .resuming(let startedAt, let done, let total):
             Terminal.err(
                 "Resuming the apply started at \(ISO8601DateFormatter().string(from: startedAt)) that was interrupted: \(done) of \(total) operations were done; running the \(total - done) remaining."

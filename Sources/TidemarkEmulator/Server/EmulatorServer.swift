@@ -4,6 +4,7 @@ import Hummingbird
 import Logging
 import NIOCore
 import TidemarkAuth
+import TidemarkCore
 
 /// The request context of the emulator's server: Hummingbird's basic context plus the channel,
 /// so an injected fault can drop the connection.
@@ -74,7 +75,8 @@ public struct EmulatorServer: Sendable {
     let key: ServiceAccountKey
 
     /// Opens (or creates) the data directory, its SQLite store and its key file.
-    public init(options: Options) throws {
+    /// `timing` is the one clock and random source of the whole emulator (engine, quota, tokens, keys).
+    public init(options: Options, timing: Timing = .live) throws {
         self.options = options
         var engineConfiguration = FCMEngine.Configuration()
         engineConfiguration.autoRegister = options.autoRegister
@@ -94,28 +96,29 @@ public struct EmulatorServer: Sendable {
                 attributes: [.posixPermissions: 0o700])
         }
         keyFilePath = (keyDirectory as NSString).appendingPathComponent("service-account.json")
-        key = try Self.loadOrCreateKey(at: keyFilePath, project: options.project)
-        let authority = AccessTokenAuthority()
+        key = try Self.loadOrCreateKey(at: keyFilePath, project: options.project, timing: timing)
+        let authority = AccessTokenAuthority(timing: timing)
         try authority.trust(key)
-        let control = EmulatorControl()
+        let control = EmulatorControl(timing: timing)
         control.rateLimit = options.rateLimit
         control.faults = options.faults
         control.setIIDEnabled(options.iidEnabled, project: options.project)
         let traffic = TrafficLog()
         traffic.recording = options.recordChanges
         emulator = FCMEmulator(
-            engine: try FCMEngine(configuration: engineConfiguration, store: store),
-            authority: authority, control: control, traffic: traffic, defaultProject: options.project)
+            engine: try FCMEngine(configuration: engineConfiguration, store: store, timing: timing),
+            authority: authority, control: control, traffic: traffic, defaultProject: options.project, timing: timing)
     }
 
-    static func loadOrCreateKey(at path: String, project: String) throws -> ServiceAccountKey {
+    static func loadOrCreateKey(at path: String, project: String, timing: Timing = .live) throws -> ServiceAccountKey {
         if let data = FileManager.default.contents(atPath: path),
             let existing = try? JSONDecoder().decode(ServiceAccountKey.self, from: data), existing.projectID == project,
             (try? existing.signingKey()) != nil
         {
             return existing
         }
-        let key = try ServiceAccountKey.generate(projectID: project, tokenURI: "http://127.0.0.1:9099/token")
+        let key = try ServiceAccountKey.generate(
+            projectID: project, tokenURI: "http://127.0.0.1:9099/token", timing: timing)
         try write(key, to: path)
         return key
     }

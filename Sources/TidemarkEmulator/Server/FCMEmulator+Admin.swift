@@ -115,7 +115,7 @@ extension FCMEmulator {
                 let name = (jsonBody(request)?["name"] as? String) ?? "tidemark-emulator"
                 let key = try ServiceAccountKey.generate(
                     projectID: project, accountName: name,
-                    tokenURI: control.baseURL + "/token")
+                    tokenURI: control.baseURL + "/token", timing: timing)
                 try authority.trust(key)
                 return WireResponse(
                     status: 200, headers: [("Content-Type", "application/json")], body: try key.jsonData())

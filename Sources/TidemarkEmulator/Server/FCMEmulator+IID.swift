@@ -3,7 +3,7 @@ import TidemarkCore
 
 /// The deprecated Instance ID server API (reference §1): batches, the single relation, token info.
 extension FCMEmulator {
-    func iid(_ request: WireRequest, grant: AccessTokenAuthority.Grant) async -> WireResponse {
+    func iid(_ route: FCMRoute.IID, _ request: WireRequest, grant: AccessTokenAuthority.Grant) async -> WireResponse {
         let project = grant.project
         guard control.isIIDEnabled(project: project) else {
             return .flatError(
@@ -11,21 +11,13 @@ extension FCMEmulator {
                 "The Instance ID server API is not enabled for project \(project); use the FCM topic subscription API (v1)."
             )
         }
-        let s = request.segments
-        switch (request.method, s.count) {
-        case ("POST", 2) where s[1] == "v1:batchAdd":
-            return await batch(request, project: project, add: true)
-        case ("POST", 2) where s[1] == "v1:batchRemove":
-            return await batch(request, project: project, add: false)
-        case ("POST", 6) where s[1] == "v1" && s[3] == "rel" && s[4] == "topics",
-            ("DELETE", 6) where s[1] == "v1" && s[3] == "rel" && s[4] == "topics":
-            return await relation(token: s[2], topic: s[5], project: project, add: request.method == "POST")
-        case ("GET", 3) where s[1] == "info":
-            return await info(token: s[2], project: project, details: request.queryFlag("details"))
-        case ("GET", 2) where s[1] != "info" && s[1] != "v1":
-            return await info(token: s[1], project: project, details: request.queryFlag("details"))
-        default:
-            return .flatError(404, "Not Found")
+        switch route {
+        case .batchAdd: return await batch(request, project: project, add: true)
+        case .batchRemove: return await batch(request, project: project, add: false)
+        case .relation(let token, let topic, let add):
+            return await relation(token: token, topic: topic, project: project, add: add)
+        case .info(let token): return await info(token: token, project: project, details: request.queryFlag("details"))
+        case .notFound: return .flatError(404, "Not Found")
         }
     }
 

@@ -30,7 +30,7 @@ extension FCMEmulator {
         }
         do {
             let (token, grant) = try authority.exchange(assertion: assertion)
-            let expiresIn = max(0, Int(grant.expires.timeIntervalSince(now()).rounded()))
+            let expiresIn = max(0, Int(grant.expires.timeIntervalSince(timing.wallClock()).rounded()))
             return .encoded(200, FCMWire.AccessToken(accessToken: token, expiresIn: expiresIn))
         } catch let error as AuthError {
             return .encoded(400, FCMWire.OAuthError(error: "invalid_grant", errorDescription: error.message))

@@ -70,7 +70,7 @@ extension FCMEmulator {
         }
         let name = deliveries.record(
             project: project, targetKind: kind == "fid" ? "token" : kind, target: target,
-            recipients: recipients, message: String(decoding: payload, as: UTF8.self), at: now())
+            recipients: recipients, message: String(decoding: payload, as: UTF8.self), at: timing.wallClock())
         return .encoded(200, FCMWire.SendResponse(name: name))
     }
 }

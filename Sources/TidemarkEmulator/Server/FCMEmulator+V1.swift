@@ -3,36 +3,28 @@ import TidemarkCore
 
 /// The v1 topic subscription API (reference §8) and the v1 send entry point.
 extension FCMEmulator {
-    func v1(_ request: WireRequest, grant: AccessTokenAuthority.Grant) async -> WireResponse {
-        let s = request.segments
-        if let denied = checkProject(s[2], grant: grant) { return denied }
+    func v1(
+        _ route: FCMRoute.V1, project named: String, _ request: WireRequest, grant: AccessTokenAuthority.Grant
+    )
+        async -> WireResponse
+    {
+        if let denied = checkProject(named, grant: grant) { return denied }
         // The URL may name the project by number; the engine knows it by ID.
         let project = grant.project
-        // /v1/projects/P/messages:send
-        if s.count == 4, s[3] == "messages:send" {
-            guard request.method == "POST" else { return methodNotFound(request) }
-            return await send(request, project: project)
-        }
-        // /v1/projects/P/registrations/REG/topicSubscriptions[/T]
-        guard s.count >= 6, s.count <= 7, s[3] == "registrations", s[5] == "topicSubscriptions" else {
-            return notFound(request)
-        }
-        let registration = s[4]
-        if s.count == 6 {
-            switch request.method {
-            case "POST": return await createSubscription(request, project: project, registration: registration)
-            case "GET": return await listSubscriptions(request, project: project, registration: registration)
-            default: return methodNotFound(request)
-            }
-        }
-        let topic = s[6]
-        switch request.method {
-        case "GET": return await getSubscription(project: project, registration: registration, topic: topic)
-        case "DELETE":
+        switch route {
+        case .send: return await send(request, project: project)
+        case .createSubscription(let registration):
+            return await createSubscription(request, project: project, registration: registration)
+        case .listSubscriptions(let registration):
+            return await listSubscriptions(request, project: project, registration: registration)
+        case .getSubscription(let registration, let topic):
+            return await getSubscription(project: project, registration: registration, topic: topic)
+        case .deleteSubscription(let registration, let topic):
             return await deleteSubscription(request, project: project, registration: registration, topic: topic)
-        case "PATCH":
+        case .patchSubscription(let registration, let topic):
             return await patchSubscription(request, project: project, registration: registration, topic: topic)
-        default: return methodNotFound(request)
+        case .methodNotFound: return methodNotFound(request)
+        case .notFound: return notFound(request)
         }
     }
 

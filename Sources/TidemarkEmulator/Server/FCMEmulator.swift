@@ -14,13 +14,13 @@ public struct FCMEmulator: Sendable {
     public let traffic: TrafficLog
     /// The project whose key file the emulator wrote at start.
     public let defaultProject: String
-    /// The wall clock, for timestamps and message IDs.
-    let now: @Sendable () -> Date
+    /// The clock for timestamps and message IDs.
+    let timing: Timing
 
     public init(
         engine: FCMEngine, authority: AccessTokenAuthority, control: EmulatorControl = EmulatorControl(),
         deliveries: DeliveryLog = DeliveryLog(), traffic: TrafficLog = TrafficLog(), defaultProject: String,
-        now: @escaping @Sendable () -> Date = Date.init
+        timing: Timing = .live
     ) {
         self.engine = engine
         self.authority = authority
@@ -28,7 +28,7 @@ public struct FCMEmulator: Sendable {
         self.deliveries = deliveries
         self.traffic = traffic
         self.defaultProject = defaultProject
-        self.now = now
+        self.timing = timing
     }
 
     /// The numeric sender ID the emulator gives a project (stable: derived from the project ID).
@@ -43,19 +43,20 @@ public struct FCMEmulator: Sendable {
 
     /// Answers one request.
     public func handle(_ request: WireRequest) async -> WireResponse {
-        let s = request.segments
-        switch s.first {
-        case "token" where s.count == 1, "oauth2" where s.last == "token", "o" where s.last == "token":
+        switch FCMRoute(method: request.method, segments: request.segments) {
+        case .token:
             return await oauthToken(request)
-        case "emulator":
+        case .admin:
             return await admin(request)
-        case "iid":
-            return await guarded(request, surface: .iid) { grant in await iid(request, grant: grant) }
-        case "fcm" where s.count == 2 && s[1] == "notification", "gcm" where s.count == 2 && s[1] == "notification":
+        case .iid(let route):
+            return await guarded(request, surface: .iid) { grant in await iid(route, request, grant: grant) }
+        case .groups:
             return await guarded(request, surface: .groups) { grant in await groups(request, grant: grant) }
-        case "v1" where s.count >= 3 && s[1] == "projects":
-            return await guarded(request, surface: .v1) { grant in await v1(request, grant: grant) }
-        default:
+        case .v1(let project, let route):
+            return await guarded(request, surface: .v1) { grant in
+                await v1(route, project: project, request, grant: grant)
+            }
+        case .notFound:
             return notFound(request)
         }
     }
