@@ -28,6 +28,12 @@ public struct PlanRenderer: Sendable {
     /// "Plan: 3 topics and 1 group change: +1,204 subscriptions, −37 unsubscriptions".
     public func verdict(_ plan: Plan) -> String {
         guard plan.hasChanges else {
+            let dead = plan.observations.dead.count
+            if dead > 0 {
+                // Never a green all-clear while declared devices cannot be reached.
+                return
+                    "No changes to make in FCM, but \(Self.formatCount(dead)) token\(dead == 1 ? " is" : "s are") no longer registered: those devices cannot be subscribed until the inventory has their new tokens."
+            }
             return
                 "No changes. FCM matches the manifests\(plan.refreshed ? "" : " (as recorded in state; not refreshed)")."
         }

@@ -18,10 +18,14 @@ public struct ProjectSettings: Sendable, Equatable {
     public var iidURL: String?
     /// The sender ID (project number) sent as `project_id` on device-group calls; default: the project id.
     public var senderID: String?
+    /// The answers that mark a token dead (`unregistered: {v1: [...], iid: [...]}`).
+    public var unregistered = UnregisteredAnswers.default
+    /// How many newly dead devices a refresh may find before it is refused (`dead_share`, `dead_minimum`).
+    public var deadTokenGuard = DeadTokenGuard()
 
     public static let keys = [
         "project", "backend", "manifests", "state", "transport", "qps", "qps_unit", "credentials",
-        "fcm_url", "iid_url", "sender_id",
+        "fcm_url", "iid_url", "sender_id", "unregistered", "dead_share", "dead_minimum",
     ]
 
     public init() {}
@@ -41,6 +45,33 @@ public struct ProjectSettings: Sendable, Equatable {
                         "'qps' must be a positive number of subscription changes per second (FCM allows 3000).", value)
                 }
                 continue
+            }
+            switch key {
+            case "unregistered":
+                for (surface, _, list) in doc.mapping(value, "'unregistered'", allowed: ["v1", "iid"]) ?? [] {
+                    let codes = Set((doc.strings(list, "'unregistered.\(surface)'") ?? []).map(\.0))
+                    if surface == "v1" { settings.unregistered.v1 = codes } else { settings.unregistered.iid = codes }
+                }
+                continue
+            case "dead_share":
+                let text = doc.string(value, "'dead_share'") ?? ""
+                let number = text.hasSuffix("%") ? Double(text.dropLast()).map { $0 / 100 } : Double(text)
+                if let number, number > 0, number <= 1 {
+                    settings.deadTokenGuard.share = number
+                } else {
+                    doc.error(
+                        "'dead_share' must be a share of the registrations read, such as 20% or 0.2, not '\(text)'.",
+                        value)
+                }
+                continue
+            case "dead_minimum":
+                if case .scalar(let scalar) = value, let number = Int(scalar.string), number >= 0 {
+                    settings.deadTokenGuard.minimum = number
+                } else {
+                    doc.error("'dead_minimum' must be a whole number of devices.", value)
+                }
+                continue
+            default: break
             }
             guard let text = doc.string(value, "'\(key)'") else { continue }
             switch key {

@@ -104,7 +104,8 @@ extension State {
             for (id, outcome) in zip(ids, outcomes) {
                 switch outcome {
                 case .ok: succeeded.append(id)
-                case .failed(let error) where error == .notFound || error == .invalidArgument: gone.append(id)
+                // Only an unknown registration is dead; an invalid argument or a full device is alive.
+                case .failed(let error) where error.meansUnregistered: gone.append(id)
                 case .failed: break
                 }
             }

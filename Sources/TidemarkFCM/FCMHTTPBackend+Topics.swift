@@ -8,18 +8,33 @@ extension FCMHTTPBackend {
         "\(endpoints.fcm)/v1/projects/\(Self.encode(project))/registrations/\(Self.encode(token))/topicSubscriptions"
     }
 
-    /// The per-token outcome of a call FCM answered with `answer`.
-    static func outcome(_ answer: Answer, success: Set<Int> = [200]) -> TokenOutcome {
+    /// The outcome for one token of a v1 change FCM answered with `answer`.
+    ///
+    /// Only a JSON google.rpc.Status that `options.unregistered` names marks the token dead; the 2001st
+    /// topic (FAILED_PRECONDITION or TOO_MANY_TOPICS) and an invalid token fail that token and the run
+    /// goes on; what retries could not fix (429, 5xx) fails it as retryable; anything else (an HTML
+    /// page, a body of another shape, an undocumented status) throws and stops the command.
+    func changeOutcome(
+        _ answer: Answer, _ method: HTTPMethod, _ url: String, success: Set<Int> = [200]
+    ) throws
+        -> TokenOutcome
+    {
         if success.contains(answer.status) { return .ok }
-        switch (answer.status, answer.code) {
-        case (_, let code?) where TokenError.Code(code) == .tooManyTopics: return .failed(.tooManyTopics)
-        case (404, _): return .failed(.notFound)
-        case (400, _): return .failed(.invalidArgument)
-        case (429, _): return .failed(.resourceExhausted)
-        case (500, _): return .failed(.internalError)
-        case (503, _), (502, _), (504, _): return .failed(.unavailable)
-        case (let status, let code): return .failed(TokenError(code ?? "HTTP_\(status)"))
+        guard let status = answer.rpcStatus else {
+            throw unexpected(answer, method, url, "A subscription change was not answered by FCM")
         }
+        let codes = [status.fcmErrorCode, status.status].compactMap { $0 }
+        if codes.contains(where: options.unregistered.v1.contains) { return .failed(.notFound) }
+        if codes.contains("ALREADY_EXISTS"), success.contains(409) { return .ok }
+        if codes.contains("TOO_MANY_TOPICS") || codes.contains("FAILED_PRECONDITION") { return .failed(.tooManyTopics) }
+        if codes.contains("INVALID_ARGUMENT"), answer.status == 400 { return .failed(.invalidArgument) }
+        if RetryPolicy.isRetryable(status: answer.status) {
+            // What the client's retries could not fix: the executor may try these tokens again.
+            let error = TokenError(status.status)
+            return .failed(
+                error.isRetryable ? error : TokenError(answer.status == 429 ? .resourceExhausted : .unavailable))
+        }
+        throw unexpected(answer, method, url, "FCM refused a subscription change (\(status.status))")
     }
 
     public func subscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] {
@@ -28,8 +43,8 @@ extension FCMHTTPBackend {
             return try await forEachConcurrently(tokens.count) { i in
                 let url = registrationsURL(tokens[i]) + "?topic_name=\(Self.encode(topic))"
                 // 409 ALREADY_EXISTS: already subscribed, which is what we wanted.
-                return Self.outcome(
-                    try await call(.POST, url, body: Data("{}".utf8), changes: 1, successBody: false),
+                return try changeOutcome(
+                    try await call(.POST, url, body: Data("{}".utf8), changes: 1, successBody: false), .POST, url,
                     success: [200, 409])
             }
         case .iid:
@@ -42,34 +57,43 @@ extension FCMHTTPBackend {
         case .v1:
             return try await forEachConcurrently(tokens.count) { i in
                 let url = registrationsURL(tokens[i]) + "/\(Self.encode(topic))?allow_missing=true"
-                return Self.outcome(try await call(.DELETE, url, changes: 1, successBody: false))
+                return try changeOutcome(try await call(.DELETE, url, changes: 1, successBody: false), .DELETE, url)
             }
         case .iid:
             return try await batch("v1:batchRemove", topic: topic, tokens: tokens)
         }
     }
 
-    /// One IID batch call; a whole-request failure that retries could not fix fails every token alike.
+    /// One IID batch call. Per-token results come back in order: the codes `options.unregistered`
+    /// names mark a token dead, other documented codes fail that token; a whole-request failure that
+    /// retries could not fix (429, 5xx) fails every token as retryable; anything else stops the command.
     func batch(_ operation: String, topic: String, tokens: [String]) async throws -> [TokenOutcome] {
         let body = FCMWire.encode(FCMWire.IIDBatchRequest(topic: topic, tokens: tokens))
-        let answer = try await call(
-            .POST, "\(endpoints.iid)/iid/\(operation)", body: body, changes: tokens.count,
-            iidHeaders: true)
+        let url = "\(endpoints.iid)/iid/\(operation)"
+        let answer = try await call(.POST, url, body: body, changes: tokens.count, iidHeaders: true)
+        let what = "IID \(operation) for topic '\(topic)'"
         guard answer.status == 200 else {
-            if answer.status == 400 || answer.status == 401 || answer.status == 403 {
-                throw FCMCallError(
-                    status: answer.status,
-                    message:
-                        "IID \(operation) for topic '\(topic)' was refused: HTTP \(answer.status) \(answer.code ?? "")."
-                )
+            if RetryPolicy.isRetryable(status: answer.status),
+                answer.decode(FCMWire.FlatError.self) != nil || answer.rpcStatus != nil
+            {
+                let error: TokenError = answer.status == 429 ? .resourceExhausted : .unavailable
+                return Array(repeating: .failed(error), count: tokens.count)
             }
-            return Array(repeating: Self.outcome(answer), count: tokens.count)
+            throw unexpected(answer, .POST, url, "\(what) was refused")
         }
         guard let results = answer.decode(FCMWire.IIDBatchResponse.self)?.results, results.count == tokens.count else {
-            throw FCMCallError(status: 200, message: "IID \(operation) answered without one result per token.")
+            throw unexpected(answer, .POST, url, "\(what) answered without one result per token")
         }
-        return results.map { result in
+        return try results.map { result in
             guard let code = result.error else { return .ok }
+            if options.unregistered.iid.contains(code) { return .failed(.notFound) }
+            guard UnregisteredAnswers.documentedIIDCodes.contains(code) else {
+                throw FCMCallError(
+                    status: 200,
+                    message:
+                        "\(what) answered the per-token error '\(code)', which FCM does not document; nothing was concluded from it. If FCM has a new code, report it."
+                )
+            }
             return .failed(TokenError(code))
         }
     }
@@ -84,27 +108,28 @@ extension FCMHTTPBackend {
         }
     }
 
+    /// Lists a registration's topics. Dead only on a JSON status `options.unregistered` names; any
+    /// other failure, or a 200 that is not a list, stops the command: a read that fails is never "no
+    /// subscriptions" and never "dead".
     func listTopics(_ token: String) async throws -> RegistrationStatus {
         var topics: [String] = []
         var pageToken: String?
+        let what = "Listing the topics of \(Redaction.redact(token))"
         repeat {
             var url = registrationsURL(token) + "?pageSize=2000"
             if let pageToken { url += "&pageToken=\(Self.encode(pageToken))" }
             let answer = try await call(.GET, url)
-            if answer.status == 404 { return .notFound }
             guard answer.status == 200 else {
-                throw FCMCallError(
-                    status: answer.status,
-                    message:
-                        "Listing the topics of \(Redaction.redact(token)) failed: HTTP \(answer.status) \(answer.code ?? "")."
-                )
+                if let status = answer.rpcStatus,
+                    [status.fcmErrorCode, status.status].compactMap({ $0 }).contains(
+                        where: options.unregistered.v1.contains)
+                {
+                    return .notFound
+                }
+                throw unexpected(answer, .GET, url, "\(what) failed")
             }
             guard let page = answer.decode(FCMWire.TopicSubscriptionPage.self) else {
-                throw FCMCallError(
-                    status: 200,
-                    message:
-                        "Listing the topics of \(Redaction.redact(token)) answered 200 without a list of topic subscriptions."
-                )
+                throw unexpected(answer, .GET, url, "\(what) answered without a list of topic subscriptions")
             }
             topics += page.topicSubscriptions.map(\.topicName)
             pageToken = page.nextPageToken
@@ -112,23 +137,20 @@ extension FCMHTTPBackend {
         return .active(topics: topics.sorted())
     }
 
+    /// Reads a registration from `iid/info`: dead only on a 404 with a JSON body (FCM's answer for an
+    /// unknown instance); anything else that is not an instance's info stops the command.
     func infoTopics(_ token: String) async throws -> RegistrationStatus {
-        let answer = try await call(
-            .GET, "\(endpoints.iid)/iid/info/\(Self.encode(token))?details=true", iidHeaders: true)
-        if answer.status == 404 { return .notFound }
+        let url = "\(endpoints.iid)/iid/info/\(Self.encode(token))?details=true"
+        let answer = try await call(.GET, url, iidHeaders: true)
+        let what = "Reading \(Redaction.redact(token)) from iid/info"
         guard answer.status == 200 else {
-            throw FCMCallError(
-                status: answer.status,
-                message:
-                    "Reading \(Redaction.redact(token)) from iid/info failed: HTTP \(answer.status) \(answer.code ?? "")."
-            )
+            if answer.status == 404, answer.decode(FCMWire.FlatError.self) != nil || answer.rpcStatus != nil {
+                return .notFound
+            }
+            throw unexpected(answer, .GET, url, "\(what) failed")
         }
-        guard let info = answer.decode(FCMWire.IIDInfo.self) else {
-            throw FCMCallError(
-                status: 200,
-                message:
-                    "Reading \(Redaction.redact(token)) from iid/info answered 200 with a body that is not an instance's info."
-            )
+        guard let info = answer.decode(FCMWire.IIDInfo.self), info.describesAnInstance else {
+            throw unexpected(answer, .GET, url, "\(what) answered with a body that is not an instance's info")
         }
         return .active(topics: (info.rel?.topics.keys).map { $0.sorted() } ?? [])
     }

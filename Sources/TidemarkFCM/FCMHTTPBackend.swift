@@ -62,6 +62,8 @@ public struct FCMHTTPBackend: Backend {
         public var senderID: String?
         public var policy = RetryPolicy()
         public var timing = Timing.live
+        /// The answers that mark a token dead; anything undocumented stops the command.
+        public var unregistered = UnregisteredAnswers.default
 
         public init() {}
     }
@@ -108,6 +110,7 @@ public struct FCMHTTPBackend: Backend {
     struct Answer {
         var status: Int
         var body: Data
+        var contentType: String? = nil
 
         /// The body as `T`, when it has that shape.
         func decode<T: Decodable>(_ type: T.Type) -> T? { FCMWire.decode(type, from: body) }
@@ -156,18 +159,21 @@ public struct FCMHTTPBackend: Backend {
                 let bytes = try await response.body.collect(upTo: 16 << 20)
                 let status = Int(response.status.code)
                 let body = !successBody && (200..<300).contains(status) ? Data() : Data(buffer: bytes)
+                let contentType = response.headers.first(name: "Content-Type")
                 if status == 401, !refreshedToken {
                     // The token may have been revoked or expired early: fetch a new one, once.
                     refreshedToken = true
                     await credentials.invalidate()
                     continue
                 }
-                guard RetryPolicy.isRetryable(status: status) else { return Answer(status: status, body: body) }
+                guard RetryPolicy.isRetryable(status: status) else {
+                    return Answer(status: status, body: body, contentType: contentType)
+                }
                 failure = .status(
                     status,
                     retryAfter: response.headers.first(name: "Retry-After")
                         .flatMap { RetryPolicy.parseRetryAfter($0, now: timing.wallClock()) })
-                unresolved = Answer(status: status, body: body)
+                unresolved = Answer(status: status, body: body, contentType: contentType)
             } catch is CancellationError {
                 throw CancellationError()
             } catch let error as CredentialError {
@@ -189,9 +195,38 @@ public struct FCMHTTPBackend: Backend {
             ?? segment
     }
 
+    /// An answer tidemark did not expect: it stops the command, naming the URL (tokens redacted), what
+    /// came back and the setting to check. It is never read as "token dead" or "nothing to do".
+    func unexpected(_ answer: Answer, _ method: HTTPMethod, _ url: String, _ what: String) -> FCMCallError {
+        let text = String(decoding: answer.body.prefix(200), as: UTF8.self)
+        let looksJSON = text.trimmingCharacters(in: .whitespacesAndNewlines).hasPrefix("{")
+        let kind: String
+        if answer.body.isEmpty {
+            kind = "an empty body"
+        } else if looksJSON {
+            let oneLine = text.split(whereSeparator: \.isNewline).joined(separator: " ")
+            kind = "a body FCM does not send here: \(oneLine.prefix(120))\(text.count > 120 ? "…" : "")"
+        } else {
+            kind =
+                "a body that is not JSON (\(answer.contentType ?? "no Content-Type")), such as a proxy's or a wrong path's error page"
+        }
+        let base = url.hasPrefix(endpoints.iid) && endpoints.iid != endpoints.fcm ? endpoints.iid : endpoints.fcm
+        let setting =
+            identity.kind == .emulator
+            ? "FCM_EMULATOR_HOST (now \(base))"
+            : base == endpoints.iid && endpoints.iid != endpoints.fcm
+                ? "iid_url in tidemark.yaml or TIDEMARK_IID_URL (now \(base))"
+                : "fcm_url in tidemark.yaml or TIDEMARK_FCM_URL (now \(base))"
+        return FCMCallError(
+            status: answer.status,
+            message:
+                "\(what): \(method) \(Self.redact(url)) answered HTTP \(answer.status) with \(kind). Nothing was concluded from it; check \(setting) and the service account's access."
+        )
+    }
+
     /// URLs carry registration tokens; errors show them redacted.
     static func redact(_ url: String) -> String {
-        url.split(separator: "/").map { part in
+        url.split(separator: "/", omittingEmptySubsequences: false).map { part in
             part.count > 40 ? Substring(Redaction.redact(String(part.prefix { $0 != "?" }))) : part
         }.joined(separator: "/")
     }

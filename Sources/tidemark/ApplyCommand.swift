@@ -16,6 +16,7 @@ struct ApplyCommand: AsyncParsableCommand {
     )
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var refreshing: RefreshOptions
     @OptionGroup var planning: PlanningOptions
 
     @Argument(help: ArgumentHelp("A plan saved with 'tidemark plan --out FILE'.", valueName: "PLANFILE"))
@@ -74,7 +75,9 @@ struct ApplyCommand: AsyncParsableCommand {
             let store = workspace.stateStore()
             let outcome = try await workspace.withBackend(qps: qps, qpsUnit: qpsUnit) { backend in
                 try await store.withLock(workspace.lockHolder("tidemark apply")) {
-                    try await ApplyWorkflow(workspace.parts(backend, parallelism: parallelism)).run(request)
+                    try await ApplyWorkflow(
+                        workspace.parts(backend, parallelism: parallelism, acceptDead: refreshing.acceptDead)
+                    ).run(request)
                 }
             }
             if let resumed = outcome.resumed { report(resumed, showTokens: showTokens) }

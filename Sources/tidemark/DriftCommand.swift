@@ -16,6 +16,7 @@ struct DriftCommand: AsyncParsableCommand {
     )
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var refreshing: RefreshOptions
     @OptionGroup var render: RenderOptions
 
     @Flag(help: "Exit 2 when drift was found, 0 when none, 1 on error.")
@@ -39,7 +40,7 @@ struct DriftCommand: AsyncParsableCommand {
         try await runReportingErrors {
             let workspace = try Workspace(global)
             let report = try await workspace.withBackend { backend in
-                try await DriftWorkflow(workspace.parts(backend)).run()
+                try await DriftWorkflow(workspace.parts(backend, acceptDead: refreshing.acceptDead)).run()
             }
             let renderer = DriftRenderer(showTokens: global.showTokens)
             if ndjson {

@@ -16,6 +16,7 @@ struct ImportCommand: AsyncParsableCommand {
     )
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var refreshing: RefreshOptions
 
     @OptionGroup var selection: TargetOptions
 
@@ -28,7 +29,7 @@ struct ImportCommand: AsyncParsableCommand {
             let workspace = try Workspace(global)
             let store = workspace.stateStore()
             let outcome = try await workspace.withBackend { backend in
-                let importing = ImportWorkflow(workspace.parts(backend))
+                let importing = ImportWorkflow(workspace.parts(backend, acceptDead: refreshing.acceptDead))
                 if dryRun { return try await importing.run(targets: targets, dryRun: true) }
                 return try await store.withLock(workspace.lockHolder("tidemark import")) {
                     try await importing.run(targets: targets)

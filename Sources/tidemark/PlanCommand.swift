@@ -14,6 +14,7 @@ struct PlanCommand: AsyncParsableCommand {
     )
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var refreshing: RefreshOptions
     @OptionGroup var planning: PlanningOptions
     @OptionGroup var render: RenderOptions
 
@@ -35,7 +36,7 @@ struct PlanCommand: AsyncParsableCommand {
                 refresh: !noRefresh, targets: try planning.selection.targets(),
                 maxUnsubscribes: try planning.limit())
             let outcome = try await workspace.withBackend { backend in
-                try await PlanWorkflow(workspace.parts(backend)).run(request)
+                try await PlanWorkflow(workspace.parts(backend, acceptDead: refreshing.acceptDead)).run(request)
             }
             let plan = outcome.plan
             let refused = plan.diagnostics.hasErrors

@@ -69,3 +69,12 @@ struct RenderOptions: ParsableArguments {
         }
     }
 }
+
+/// How a refresh's findings are trusted.
+struct RefreshOptions: ParsableArguments {
+    @Flag(
+        help: ArgumentHelp(
+            "Accept a refresh in which many devices come back dead at once (by default more than 20% and 50 of those read is refused as a likely misconfiguration; 'dead_share' and 'dead_minimum' in tidemark.yaml)."
+        ))
+    var acceptDead = false
+}

@@ -95,10 +95,11 @@ struct Workspace {
     }
 
     /// The parts a core workflow runs on, over `backend`.
-    func parts(_ backend: any Backend, parallelism: Int = 8) -> WorkflowParts {
+    func parts(_ backend: any Backend, parallelism: Int = 8, acceptDead: Bool = false) -> WorkflowParts {
         WorkflowParts(
             manifests: manifestSource(), store: stateStore(), backend: backend, timing: timing,
-            output: TerminalOutput(), tidemarkVersion: Workspace.version, parallelism: parallelism)
+            output: TerminalOutput(), tidemarkVersion: Workspace.version, parallelism: parallelism,
+            deadTokenGuard: acceptDead ? nil : settings.deadTokenGuard)
     }
 
     /// Runs `body` with the backend named by flag, tidemark.yaml, or the embedded default; an HTTP
@@ -159,6 +160,7 @@ struct Workspace {
         options.transport = self.options.transport ?? settings.transport ?? .v1
         options.quotaUnit = qpsUnit ?? settings.qpsUnit ?? .tokens
         options.senderID = settings.senderID
+        options.unregistered = settings.unregistered
         let rate = qps ?? settings.qps ?? Double(FCMLimits.defaultQuota)
         // A burst of a second's worth, at most one full batch: the first moments of an apply stay within quota.
         options.limiter = RateLimiter(rate: rate, burst: min(rate, Double(FCMLimits.maxBatchTokens)), timing: timing)

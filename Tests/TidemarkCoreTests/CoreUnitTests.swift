@@ -141,4 +141,16 @@ import Testing
                 "tidemark.yaml:2:10: error: 'fcm_url' must be a base URL such as https://fcm.googleapis.com (http or https, no trailing slash), not 'fcm.googleapis.com'.",
             ])
     }
+
+    @Test func unregisteredAnswersAndTheDeadGuardAreSettings() {
+        let text = "unregistered:\n  v1: [UNREGISTERED]\n  iid: [NOT_FOUND, GONE]\ndead_share: 5%\ndead_minimum: 10\n"
+        let (settings, ok) = ProjectSettings.decode(text, file: "tidemark.yaml")
+        #expect(ok.isEmpty, "\(ok)")
+        #expect(settings.unregistered == UnregisteredAnswers(v1: ["UNREGISTERED"], iid: ["NOT_FOUND", "GONE"]))
+        #expect(settings.deadTokenGuard == DeadTokenGuard(share: 0.05, minimum: 10))
+        #expect(ProjectSettings().unregistered == .default && ProjectSettings().deadTokenGuard == DeadTokenGuard())
+        let (_, bad) = ProjectSettings.decode("dead_share: lots\nunregistered: {v2: []}\n", file: "tidemark.yaml")
+        #expect(bad.count == 2, "\(bad)")
+        #expect(bad.contains { $0.message.contains("'dead_share' must be a share") })
+    }
 }

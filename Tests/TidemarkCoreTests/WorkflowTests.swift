@@ -351,5 +351,28 @@ import TidemarkTesting
         #expect(summary.failures.map(\.error) == [.invalidArgument])
         #expect(summary.failuresByCode.map(\.code) == [.invalidArgument])
         #expect(outcome.hasUnexpectedFailures && outcome.exitStatus == .failure)
+        #expect(try await project.store.load()?.dead.isEmpty == true, "an invalid argument is not a dead device")
+    }
+
+    @Test func aRefreshFullOfDeadDevicesIsRefused() async throws {
+        let inventory =
+            "device_id,token,team\n"
+            + (0..<100).map { "d\($0),\(Fixtures.token($0)),t\($0 % 2)" }
+            .joined(separator: "\n") + "\n"
+        var project = try Project()
+        project.files["inventory.csv"] = inventory
+        _ = try await project.apply()
+        for i in 0..<60 { try await project.engine.unregister(token: Fixtures.token(i)) }
+        await #expect { try await project.plan() } throws: { error in
+            guard case WorkflowError.tooManyDead(let message) = error else { return false }
+            return message.contains("60 of the 100 registrations read") && message.contains("--accept-dead")
+        }
+        var accepting = project.parts
+        accepting.deadTokenGuard = nil
+        let plan = try await PlanWorkflow(accepting).run(PlanRequest()).plan
+        #expect(plan.observations.dead.count == 60)
+        #expect(DeadTokenGuard().violation(newlyDead: 50, read: 60) == nil, "up to the minimum is always believed")
+        #expect(DeadTokenGuard().violation(newlyDead: 51, read: 1000) == nil, "a small share is believed")
+        #expect(DeadTokenGuard(share: 0.5, minimum: 0).violation(newlyDead: 6, read: 10) != nil)
     }
 }

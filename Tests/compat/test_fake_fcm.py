@@ -122,6 +122,27 @@ class FakeFCMTest(unittest.TestCase):
         self.assertEqual(group["project_id"], SENDER_ID)
         self.assertEqual(group["access_token_auth"], "true")
 
+    def full_device(self, transport):
+        # Device 5 already holds FCM's 2000 topics, which a plan from state alone cannot know:
+        # subscribing it fails for that device alone (v1 FAILED_PRECONDITION, IID TOO_MANY_TOPICS),
+        # the run ends in exit 1, and the device stays alive.
+        self.start(transport)
+        self.fake.topics[token(5)] = {"t%d" % i for i in range(2000)}
+        status, output = self.tidemark("apply", "--auto-approve", "--no-refresh")
+        self.assertEqual(status, 1, output)
+        self.assertIn("TOO_MANY_TOPICS", output)
+        status, listing = self.tidemark("state", "list", "--format", "json")
+        self.assertEqual(status, 0, listing)
+        self.assertEqual(json.loads(listing)["dead"], 1, "only the unregistered token is dead: " + listing)
+        self.assertNotIn("news", self.fake.topics[token(5)])
+        self.assertIn("news", self.fake.topics[token(6)])
+
+    def test_full_device_v1(self):
+        self.full_device("v1")
+
+    def test_full_device_iid(self):
+        self.full_device("iid")
+
     def test_bad_key_is_one_clear_line(self):
         self.start("v1")
         with open(os.path.join(self.work, "key.json"), "w") as f:

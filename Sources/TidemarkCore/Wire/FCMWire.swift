@@ -243,6 +243,10 @@ public enum FCMWire {
             self.rel = rel
         }
 
+        /// Whether the body describes an instance at all (FCM always names its app and sender): an
+        /// empty object from something else is not a registration without topics.
+        public var describesAnInstance: Bool { application != nil || authorizedEntity != nil }
+
         public struct Relations: Codable, Sendable, Equatable {
             public var topics: [String: TopicRelation]
 

@@ -90,6 +90,14 @@ extension WorkflowParts {
         if large {
             output.emit(.refreshed(registrations: all.count, seconds: Timing.seconds(timing.now() - started)))
         }
+        if let deadTokenGuard {
+            let inventory = TokenSet(loaded.inventory.tokens.compactMap { state.tokens.id($0) })
+            let read = observed.refreshed.intersection(inventory)
+            let newlyDead = observed.dead.intersection(inventory).subtracting(state.dead)
+            if let violation = deadTokenGuard.violation(newlyDead: newlyDead.count, read: read.count) {
+                throw WorkflowError.tooManyDead(violation)
+            }
+        }
         return observed
     }
 }

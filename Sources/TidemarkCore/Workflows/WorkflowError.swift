@@ -12,6 +12,8 @@ public enum WorkflowError: Error, Sendable, CustomStringConvertible {
     case stalePlan(StalePlan)
     /// Import while an apply is unfinished.
     case unfinishedApply
+    /// A refresh in which too many devices came back dead (`DeadTokenGuard`).
+    case tooManyDead(String)
 
     public var description: String {
         switch self {
@@ -25,6 +27,8 @@ public enum WorkflowError: Error, Sendable, CustomStringConvertible {
             stale.description
         case .unfinishedApply:
             "an apply was interrupted; finish it with 'tidemark apply' before importing."
+        case .tooManyDead(let message):
+            message
         }
     }
 }

@@ -45,11 +45,13 @@ public struct WorkflowParts: Sendable {
     public var parallelism: Int
     /// Refreshes of at least this many registrations report progress and their rate.
     public var progressThreshold: Int
+    /// Refuses a refresh in which too many devices come back dead; nil accepts any (`--accept-dead`).
+    public var deadTokenGuard: DeadTokenGuard?
 
     public init(
         manifests: any ManifestSource, store: any StateStore, backend: any Backend, timing: Timing = .live,
         output: any WorkflowOutput = SilentOutput(), tidemarkVersion: String, parallelism: Int = 8,
-        progressThreshold: Int = 20_000
+        progressThreshold: Int = 20_000, deadTokenGuard: DeadTokenGuard? = DeadTokenGuard()
     ) {
         self.manifests = manifests
         self.store = store
@@ -59,6 +61,7 @@ public struct WorkflowParts: Sendable {
         self.tidemarkVersion = tidemarkVersion
         self.parallelism = max(1, parallelism)
         self.progressThreshold = progressThreshold
+        self.deadTokenGuard = deadTokenGuard
     }
 }
 

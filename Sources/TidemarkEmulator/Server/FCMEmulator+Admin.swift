@@ -25,7 +25,7 @@ extension FCMEmulator {
 
     func admin(_ request: WireRequest) async -> WireResponse {
         let s = Array(request.segments.dropFirst())
-        guard s.first == "v1" else { return notFound(request) }
+        guard s.first == "v1" else { return adminNotFound(request) }
         let rest = Array(s.dropFirst())
         switch (request.method, rest.first) {
         case ("GET", "config") where rest.count == 1, ("GET", "status") where rest.count == 1:
@@ -50,7 +50,7 @@ extension FCMEmulator {
         case (_, "projects") where rest.count >= 3:
             return await projectAdmin(request, project: rest[1], path: Array(rest.dropFirst(2)))
         default:
-            return notFound(request)
+            return adminNotFound(request)
         }
     }
 
@@ -150,7 +150,7 @@ extension FCMEmulator {
             deliveries.clear(project: project)
             return .json(200, [String: Any]())
         default:
-            return notFound(request)
+            return adminNotFound(request)
         }
     }
 
@@ -209,7 +209,7 @@ extension FCMEmulator {
             }
             return .json(200, [String: Any]())
         default:
-            return notFound(request)
+            return adminNotFound(request)
         }
     }
 
@@ -243,7 +243,7 @@ extension FCMEmulator {
             }
             return .json(200, ["results": results])
         default:
-            return notFound(request)
+            return adminNotFound(request)
         }
     }
 
@@ -269,7 +269,7 @@ extension FCMEmulator {
             }
             return .json(200, [String: Any]())
         default:
-            return notFound(request)
+            return adminNotFound(request)
         }
     }
 }

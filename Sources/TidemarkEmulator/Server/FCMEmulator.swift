@@ -61,8 +61,15 @@ public struct FCMEmulator: Sendable {
         }
     }
 
+    /// A path no FCM API serves: Google's front end answers with an HTML page, not FCM's JSON, and so
+    /// does the emulator (a client must never read it as "registration not found").
     func notFound(_ request: WireRequest) -> WireResponse {
-        .status(404, "NOT_FOUND", "The requested URL \(request.path) was not found on this server.")
+        .html(404, title: "Error 404 (Not Found)!!1")
+    }
+
+    /// A path of tidemark's own admin API that does not exist.
+    func adminNotFound(_ request: WireRequest) -> WireResponse {
+        .status(404, "NOT_FOUND", "The emulator's admin API has no \(request.method) \(request.path).")
     }
 
     func methodNotFound(_ request: WireRequest) -> WireResponse {

@@ -1,0 +1,25 @@
+/// The answers that mean "FCM does not know this registration", kept in one place: only these mark a
+/// token dead. Anything else FCM did not document for a single token stops the command instead, so
+/// a wrong URL or a proxy's error page can never read as a fleet of dead devices.
+///
+/// Configurable (`unregistered:` in tidemark.yaml), since the reference marks some of these as
+/// inferred rather than documented.
+public struct UnregisteredAnswers: Sendable, Equatable {
+    /// v1: a JSON google.rpc.Status whose `status` or FcmError `errorCode` is one of these.
+    public var v1: Set<String>
+    /// IID: per-token result codes in a batch answer.
+    public var iid: Set<String>
+
+    public init(v1: Set<String> = ["NOT_FOUND", "UNREGISTERED"], iid: Set<String> = ["NOT_FOUND"]) {
+        self.v1 = v1
+        self.iid = iid
+    }
+
+    public static let `default` = UnregisteredAnswers()
+
+    /// Per-token IID codes FCM documents (reference §1.3): they fail that token and the run goes on.
+    public static let documentedIIDCodes: Set<String> = [
+        "NOT_FOUND", "INVALID_ARGUMENT", "INTERNAL", "TOO_MANY_TOPICS", "RESOURCE_EXHAUSTED", "PERMISSION_DENIED",
+        "DEADLINE_EXCEEDED", "UNAVAILABLE", "UNKNOWN",
+    ]
+}

@@ -1,0 +1,88 @@
+import Foundation
+import Testing
+
+/// Plans you can trust: answers tidemark did not expect stop the command; they never read as dead
+/// devices or "No changes".
+@Suite(.serialized) struct TrustworthyPlanTests {
+    struct Listing: Decodable {
+        var serial: Int
+        var tokens: Int
+        var dead: Int
+    }
+
+    func stateListing(_ cli: CLIRunner) throws -> Listing {
+        let listed = try cli.run(["state", "list", "--format", "json"])
+        return try JSONDecoder().decode(Listing.self, from: Data(listed.stdout.utf8))
+    }
+
+    /// A URL that answers HTML 404 pages (a wrong path, a proxy) fails plan and apply over both
+    /// transports with exit 1, naming the URL and the setting; state keeps every token live.
+    @Test func aWrongURLStopsTheRunAndKillsNoDevice() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let server = try EmulatorServeTests.Server.startForDemo(cli)
+        defer { _ = server.stop() }
+        let apply = try cli.run(["apply", "--auto-approve", "--backend", "emulator"], environment: server.environment)
+        #expect(apply.status == 0, "\(apply.stderr)")
+        let before = try stateListing(cli)
+        #expect(before.dead == 0 && before.tokens > 3000)
+
+        let wrong = server.base + "/fcm-proxy/wrong"
+        let environment = [
+            "GOOGLE_APPLICATION_CREDENTIALS": server.keyFile, "TIDEMARK_FCM_URL": wrong, "TIDEMARK_IID_URL": wrong,
+        ]
+        for transport in ["v1", "iid"] {
+            for command in [["plan"], ["apply", "--auto-approve"], ["drift"]] {
+                let run = try cli.run(
+                    command + ["--backend", "fcm", "--transport", transport], environment: environment)
+                #expect(run.status == 1, "\(command) over \(transport): \(run.stdout)\(run.stderr)")
+                #expect(run.stderr.contains("answered HTTP 404 with a body that is not JSON"), "\(run.stderr)")
+                let setting = transport == "v1" ? "TIDEMARK_FCM_URL" : "TIDEMARK_FCM_URL"
+                #expect(run.stderr.contains(setting) || run.stderr.contains("TIDEMARK_IID_URL"), "\(run.stderr)")
+                #expect(run.stderr.contains(wrong))
+                #expect(!run.stdout.contains("No changes"))
+                #expect(!run.stderr.contains(":APA91b"), "tokens are redacted in the message")
+            }
+        }
+        let after = try stateListing(cli)
+        #expect(after.dead == 0, "a wrong URL marks no device dead")
+        #expect(after.serial == before.serial, "nothing was written")
+        // The right URL still finds nothing to do.
+        let plan = try cli.run(
+            ["plan", "--backend", "emulator", "--detailed-exitcode"], environment: server.environment)
+        #expect(plan.status == 0, "\(plan.stdout)\(plan.stderr)")
+    }
+
+    /// When a fifth of the fleet comes back dead at once, the refresh is refused unless --accept-dead.
+    @Test func massDeathIsRefusedUnlessAccepted() async throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let server = try EmulatorServeTests.Server.startForDemo(cli)
+        defer { _ = server.stop() }
+        let environment = server.environment
+        #expect(
+            try cli.run(["apply", "--auto-approve", "--backend", "emulator"], environment: environment).status == 0)
+        // 700 of the demo's 3,000 devices uninstall the app at once: more than a fifth.
+        let csv = try String(
+            contentsOf: cli.project.appendingPathComponent("manifests/inventory/devices.csv"), encoding: .utf8)
+        let tokens = csv.split(separator: "\n").dropFirst().prefix(700).map { String($0.split(separator: ",")[1]) }
+        for token in tokens {
+            let (status, _) = try await server.call(
+                "DELETE",
+                "/emulator/v1/projects/tidemark-demo/registrations/\(token.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)"
+            )
+            #expect(status == 200)
+        }
+        let refused = try cli.run(["plan", "--backend", "emulator"], environment: environment)
+        #expect(refused.status == 1, "\(refused.stdout)\(refused.stderr)")
+        #expect(refused.stderr.contains("came back unregistered at once"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("--accept-dead"))
+        let accepted = try cli.run(["plan", "--backend", "emulator", "--accept-dead"], environment: environment)
+        #expect(accepted.status == 0, "\(accepted.stderr)")
+        #expect(
+            !accepted.stdout.contains("FCM matches the manifests"),
+            "700 dead devices are no all-clear: \(accepted.stdout)")
+        #expect(accepted.stdout.contains("700 token(s) are no longer registered in FCM"), "\(accepted.stdout)")
+        #expect(try stateListing(cli).dead == 0, "plan never writes state")
+    }
+}
