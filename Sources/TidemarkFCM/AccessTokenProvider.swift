@@ -59,20 +59,24 @@ public actor AccessTokenProvider {
     private let key: ServiceAccountKey
     private let client: HTTPClient
     private let timing: Timing
+    private let policy: RetryPolicy
     private var cached: (token: String, expires: Date)?
     private var inFlight: Task<(String, Date), any Error>?
 
-    public init(key: ServiceAccountKey, client: HTTPClient, timing: Timing = .live) {
+    /// `policy` retries the token endpoint's 5xx, 429 and network failures, as for FCM's own calls.
+    public init(key: ServiceAccountKey, client: HTTPClient, timing: Timing = .live, policy: RetryPolicy = RetryPolicy())
+    {
         self.key = key
         self.client = client
         self.timing = timing
+        self.policy = policy
     }
 
     /// A valid access token, fetching a new one when the cached one is within a minute of expiring.
     public func token() async throws -> String {
         if let cached, cached.expires.timeIntervalSince(timing.wallClock()) > 60 { return cached.token }
         if let inFlight { return try await inFlight.value.0 }
-        let task = Task { try await self.fetch() }
+        let task = Task { try await self.fetchRetrying() }
         inFlight = task
         defer { inFlight = nil }
         let (token, expires) = try await task.value
@@ -82,6 +86,32 @@ public actor AccessTokenProvider {
 
     /// Forgets the cached token (after a 401, say), so the next call fetches a new one.
     public func invalidate() { cached = nil }
+
+    /// A failure of the token endpoint that trying again may fix.
+    private struct Transient: Error {
+        var failure: RetryPolicy.Failure
+        var message: String
+    }
+
+    /// Fetches under the retry policy: only a refusal of the key itself (`invalid_grant` and other 4xx)
+    /// is final at once.
+    private func fetchRetrying() async throws -> (String, Date) {
+        let started = timing.now()
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try await fetch()
+            } catch let transient as Transient {
+                switch policy.decide(
+                    transient.failure, attempt: attempt, elapsed: timing.now() - started, timing: timing)
+                {
+                case .retry(let delay): try await timing.sleep(delay)
+                case .giveUp(let reason): throw CredentialError("\(transient.message) (\(reason)).")
+                }
+            }
+        }
+    }
 
     private func fetch() async throws -> (String, Date) {
         let issuedAt = timing.wallClock()
@@ -101,10 +131,23 @@ public actor AccessTokenProvider {
         do {
             response = try await client.execute(request, timeout: .seconds(30))
         } catch {
-            throw CredentialError("Could not reach the token endpoint \(key.tokenURI) of \(key.clientEmail): \(error).")
+            throw Transient(
+                failure: .network,
+                message: "Could not reach the token endpoint \(key.tokenURI) of \(key.clientEmail): \(error)")
         }
         let body = try await response.body.collect(upTo: 1 << 20)
         let data = Data(buffer: body)
+        let status = Int(response.status.code)
+        if RetryPolicy.isRetryable(status: status) {
+            throw Transient(
+                failure: .status(
+                    status,
+                    retryAfter: response.headers.first(name: "Retry-After")
+                        .flatMap { RetryPolicy.parseRetryAfter($0, now: timing.wallClock()) }),
+                message:
+                    "The token endpoint \(key.tokenURI) answered HTTP \(status) for \(key.clientEmail); it is Google's side (or a proxy's), not the key"
+            )
+        }
         guard response.status == .ok, let granted = FCMWire.decode(FCMWire.AccessToken.self, from: data) else {
             let refusal = FCMWire.decode(FCMWire.OAuthError.self, from: data)
             let code = refusal?.error ?? "HTTP \(response.status.code)"

@@ -3,6 +3,7 @@ import Foundation
 import Synchronization
 import Testing
 import TidemarkAuth
+import TidemarkCore
 import TidemarkEmulator
 import TidemarkTesting
 
@@ -50,6 +51,33 @@ import TidemarkTesting
             let second = try await provider.token()
             #expect(second != first)
             #expect(server.emulator.authority.authenticate(bearer: second) != .invalid)
+        }
+    }
+
+    /// 5xx and network failures at the token endpoint are retried under the policy; a refusal of the key is not.
+    @Test func theTokenEndpointIsRetried() async throws {
+        try await withEmulator { server, client in
+            let clock = ManualClock(epoch: Date())
+            let key = try ServiceAccountKey.load(path: server.keyFilePath)
+            server.emulator.control.failTokenEndpoint(times: 2)
+            let provider = AccessTokenProvider(key: key, client: client, timing: clock.timing)
+            let token = try await provider.token()
+            #expect(server.emulator.authority.authenticate(bearer: token) != .invalid)
+            #expect(clock.sleeps.count == 2, "two 503s, two waits: \(clock.sleeps)")
+            #expect(clock.sleeps.allSatisfy { $0 >= .seconds(1) }, "Retry-After is honoured")
+            // An outage longer than the policy's budget ends in one clear line.
+            server.emulator.control.failTokenEndpoint(times: 1000)
+            let impatient = AccessTokenProvider(
+                key: key, client: client, timing: ManualClock(epoch: Date()).timing,
+                policy: RetryPolicy(baseDelay: .milliseconds(10), maxDelay: .seconds(2), budget: .seconds(10)))
+            do {
+                _ = try await impatient.token()
+                Issue.record("a token endpoint that only answers 503 cannot give a token")
+            } catch let error as CredentialError {
+                #expect(error.message.contains("answered HTTP 503"), "\(error.message)")
+                #expect(error.message.contains("not the key"))
+            }
+            server.emulator.control.failTokenEndpoint(times: 0)
         }
     }
 

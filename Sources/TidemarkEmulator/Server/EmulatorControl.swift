@@ -112,6 +112,7 @@ public final class EmulatorControl: Sendable {
         var buckets: [String: TokenBucket] = [:]
         var random = SeededGenerator(seed: 1)
         var baseURL = "http://127.0.0.1:9099"
+        var tokenEndpointFailures = 0
     }
 
     private let state = Mutex(State())
@@ -145,6 +146,18 @@ public final class EmulatorControl: Sendable {
     public func setIIDEnabled(_ enabled: Bool, project: String) {
         state.withLock { state in
             if enabled { state.iidDisabled.remove(project) } else { state.iidDisabled.insert(project) }
+        }
+    }
+
+    /// Makes the next `count` calls of the token endpoint answer 503, as an outage of Google's would.
+    public func failTokenEndpoint(times count: Int) { state.withLock { $0.tokenEndpointFailures = count } }
+
+    /// Whether this token request is one of those told to fail.
+    func drawTokenEndpointFailure() -> Bool {
+        state.withLock { state in
+            guard state.tokenEndpointFailures > 0 else { return false }
+            state.tokenEndpointFailures -= 1
+            return true
         }
     }
 

@@ -6,6 +6,11 @@ import TidemarkCore
 extension FCMEmulator {
     func oauthToken(_ request: WireRequest) async -> WireResponse {
         guard request.method == "POST" else { return methodNotFound(request) }
+        if control.drawTokenEndpointFailure() {
+            var response = WireResponse.html(503, title: "Service Unavailable")
+            response.headers.append(("Retry-After", "1"))
+            return response
+        }
         var form: [String: String] = [:]
         let contentType = request.headers["content-type"] ?? ""
         if contentType.contains("json") {
