@@ -26,6 +26,7 @@ public actor ApplySession: ApplyRecorder {
     ) async throws -> ApplySession {
         let before = state
         var state = state
+        state.backend = state.backend ?? plan.backend
         state.growToTable()
         let seen = plan.observations.refreshedAt == nil ? TokenSet() : TokenSet(0..<UInt32(state.tokens.count))
         state.apply(plan.observations, seen: seen)
@@ -68,6 +69,28 @@ public actor ApplySession: ApplyRecorder {
             let ok = outcomes.filter(\.isOK).count
             write.finishedOperation = JournalEntry(applyID: id, index: index, ok: ok, failed: outcomes.count - ok)
             try await store.save(&next, write, at: at)
+            state = next
+        }
+    }
+
+    /// Gives up an interrupted apply. Its unfinished subscribes may have happened in part (a batch in
+    /// flight when it was killed), so their tokens are recorded as managed in their topics: the next
+    /// plan then removes whatever of them the manifests no longer declare, and ownership stays exact.
+    public func abandon(_ unfinished: UnfinishedApply) async throws {
+        try await oneAtATime {
+            var next = state
+            var write = StateWrite()
+            for (index, op) in unfinished.plan.operations.enumerated()
+            where op.kind == .subscribe && !unfinished.done.contains(index) {
+                let ids = TokenSet(op.tokens.map { next.tokens.intern($0) })
+                next.growToTable()
+                var topic = next.topics[op.target] ?? TopicState()
+                topic.managed.formUnion(ids)
+                next.topics[op.target] = topic
+                write.topics.append(op.target)
+            }
+            write.finishApply = (id, .abandoned)
+            try await store.save(&next, write, at: timing.unixTime())
             state = next
         }
     }

@@ -161,10 +161,20 @@ public protocol Backend: Sendable {
     /// Requests sent to FCM so far (retries included), or nil when the backend does not count them
     /// and one call is one request.
     func requestCount() -> Int?
+
+    /// Of those, the requests that repeated an earlier one (after a 429, a 5xx or a lost connection).
+    func retryCount() -> Int?
+
+    /// The requests an apply of `operations` sends, at least: what the plan tells its reviewer.
+    func requests(for operations: [PlannedOperation]) -> Int
 }
 
 extension Backend {
     public func requestCount() -> Int? { nil }
+    public func retryCount() -> Int? { nil }
+
+    /// One call per operation: what the embedded engine and a batch API need.
+    public func requests(for operations: [PlannedOperation]) -> Int { operations.count }
 }
 
 /// A backend failure that says whether trying the same call again may help.

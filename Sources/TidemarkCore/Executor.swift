@@ -24,6 +24,8 @@ public struct TokenFailure: Sendable, Equatable, Codable {
 public struct ExecutionReport: Sendable {
     public var operationsRun = 0
     public var requests = 0
+    /// Of the requests, those that repeated an earlier one.
+    public var retries = 0
     public var tokensChanged = 0
     public var failures: [TokenFailure] = []
 
@@ -65,6 +67,7 @@ public struct Executor: Sendable {
     {
         var report = ExecutionReport()
         let requestsBefore = backend.requestCount()
+        let retriesBefore = backend.retryCount()
         let pending = operations.indices.filter { !done.contains($0) }
         var tracker = Tracker(total: operations.count, tokensTotal: operations.reduce(0) { $0 + $1.tokens.count })
         for index in operations.indices where done.contains(index) { tracker.add(operations[index]) }
@@ -81,6 +84,7 @@ public struct Executor: Sendable {
             try await runPhase(phase, operations, groupKeys: groupKeys, &report, &tracker)
         }
         if let requestsBefore, let after = backend.requestCount() { report.requests = after - requestsBefore }
+        if let retriesBefore, let after = backend.retryCount() { report.retries = after - retriesBefore }
         return report
     }
 

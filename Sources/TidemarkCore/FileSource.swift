@@ -8,10 +8,14 @@ public protocol FileSource: Sendable {
     func list(_ directory: String) throws -> [String]
     /// How to show `path` to a person (for example with the manifests directory in front).
     func displayPath(_ path: String) -> String
+    /// Every file below a directory, subdirectories included, as paths relative to it (hidden entries skipped).
+    func listFiles(_ directory: String) throws -> [String]
 }
 
 extension FileSource {
     public func displayPath(_ path: String) -> String { path }
+
+    public func listFiles(_ directory: String) throws -> [String] { try list(directory) }
 }
 
 /// Files held in memory, keyed by path.
@@ -34,6 +38,12 @@ public struct InMemoryFileSource: FileSource {
             let rest = key.dropFirst(prefix.count)
             return rest.contains("/") ? nil : String(rest)
         }
+    }
+
+    public func listFiles(_ directory: String) throws -> [String] {
+        let prefix = directory.isEmpty || directory == "." ? "" : directory + "/"
+        return files.keys.filter { $0.hasPrefix(prefix) }.map { String($0.dropFirst(prefix.count)) }
+            .filter { !$0.split(separator: "/").contains { $0.hasPrefix(".") } }
     }
 }
 

@@ -35,7 +35,8 @@ public struct ManifestLoader: ManifestSource {
         var diagnostics: [Diagnostic] = []
         let names: [String]
         do {
-            names = try recording.list(".").filter { $0.hasSuffix(".yaml") || $0.hasSuffix(".yml") }.sorted()
+            // Subdirectories too: moving a file into manifests/regions/ must not plan removing its topics.
+            names = try recording.listFiles(".").filter { $0.hasSuffix(".yaml") || $0.hasSuffix(".yml") }.sorted()
         } catch {
             diagnostics.append(
                 .error(
@@ -146,6 +147,7 @@ final class RecordingFileSource: FileSource {
     }
 
     func list(_ directory: String) throws -> [String] { try base.list(directory) }
+    func listFiles(_ directory: String) throws -> [String] { try base.listFiles(directory) }
     func displayPath(_ path: String) -> String { base.displayPath(path) }
 
     func digest() -> String {

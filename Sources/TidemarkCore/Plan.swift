@@ -99,6 +99,11 @@ public struct Plan: Sendable, Codable {
     public var groups: [GroupChange]
     public var diagnostics: [Diagnostic]
     public var observations: Observations
+    /// The requests its apply sends to FCM on the backend's transport (absent in older plans).
+    public var requests: Int? = nil
+    /// SHA-256 of the operations when the plan was made: a saved plan whose operations no longer match
+    /// it was edited or damaged (absent in older plans).
+    public var operationsDigestWhenMade: String? = nil
 
     public init(
         formatVersion: Int = Plan.currentFormatVersion, tidemarkVersion: String, createdAt: Date,

@@ -165,6 +165,6 @@ public struct PlanRenderer: Sendable {
         let refresh = plan.refreshed ? "after reading the backend" : "from state only (--no-refresh)"
         let state = plan.lineage.isEmpty ? "no state yet" : "state \(plan.lineage.prefix(8)) serial \(plan.serial)"
         return
-            "Computed \(refresh); \(state); manifests sha256:\(plan.manifestsDigest.prefix(12)); backend \(plan.backend); \(plan.operations.count) request\(plan.operations.count == 1 ? "" : "s")."
+            "Computed \(refresh); \(state); manifests sha256:\(plan.manifestsDigest.prefix(12)); backend \(plan.backend); \(plan.requests.map { "\(Self.formatCount($0)) request\($0 == 1 ? "" : "s") to FCM" } ?? "\(plan.operations.count) operation\(plan.operations.count == 1 ? "" : "s")")."
     }
 }

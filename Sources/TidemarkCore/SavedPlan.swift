@@ -14,7 +14,7 @@ extension Plan {
         guard let version = header?.formatVersion else {
             throw SavedPlanError(
                 description:
-                    "\(file) is not a tidemark plan file (no format_version); make one with 'tidemark plan --out \(file)'."
+                    "\(file) is not a tidemark plan file (no format_version); save a plan with 'tidemark plan --out plan.json' and apply that file."
             )
         }
         guard version <= Plan.currentFormatVersion else {
@@ -28,6 +28,12 @@ extension Plan {
             plan = try Plan.decoder().decode(Plan.self, from: data)
         } catch {
             throw SavedPlanError(description: "\(file) is not a valid tidemark plan: \(error).")
+        }
+        if let recorded = plan.operationsDigestWhenMade, recorded != plan.operationsDigest {
+            throw SavedPlanError(
+                description:
+                    "\(file) was edited or damaged after it was made: its operations no longer match the digest it was saved with. Apply only plans as 'tidemark plan --out' wrote them; make a new plan."
+            )
         }
         do {
             _ = try plan.selection

@@ -49,6 +49,9 @@ public struct State: Sendable {
     public var dead: TokenSet
     public var topics: [String: TopicState]
     public var groups: [String: GroupState]
+    /// The FCM project and backend this state belongs to (recorded by the first write); a run against
+    /// another is refused.
+    public var backend: BackendIdentity?
 
     /// A state that was never saved has an empty lineage; the first save gives it one (drawn from
     /// the injected `Timing`, so nothing here draws randomness).

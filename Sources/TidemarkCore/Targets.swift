@@ -94,6 +94,26 @@ public struct Targets: Sendable, Equatable {
         return !exclude.contains { $0.matches(kind, name) }
     }
 
+    /// The selectors that match none of `topics` and `groups`, each with the closest names: a selector
+    /// that matches nothing is a typo, never a plan of nothing.
+    public func unmatched(topics: some Collection<String>, groups: some Collection<String>) -> [(Selector, [String])] {
+        (include + exclude).compactMap { selector in
+            let hits =
+                topics.contains { selector.matches(.topic, $0) } || groups.contains { selector.matches(.group, $0) }
+            guard !hits else { return nil }
+            var candidates: [String] = []
+            if selector.kind != .group { candidates += topics.map { "topic:\($0)" } }
+            if selector.kind != .topic { candidates += groups.map { "group:\($0)" } }
+            let literal = selector.pattern.replacingOccurrences(of: "*", with: "").replacingOccurrences(
+                of: "?", with: "")
+            let ranked = candidates.sorted {
+                (levenshtein(literal, String($0.split(separator: ":", maxSplits: 1)[1])), $0)
+                    < (levenshtein(literal, String($1.split(separator: ":", maxSplits: 1)[1])), $1)
+            }
+            return (selector, Array(ranked.prefix(3)))
+        }
+    }
+
     public func coversTopic(_ name: String) -> Bool { covers(.topic, name) }
     public func coversGroup(_ name: String) -> Bool { covers(.group, name) }
 

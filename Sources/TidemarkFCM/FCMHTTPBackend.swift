@@ -38,11 +38,19 @@ public struct FCMCallError: RetryableError, Sendable, CustomStringConvertible {
 /// What the rate limit counts: FCM documents "3000 QPS" without saying whether a 1000-token IID
 /// batch is one query or a thousand.
 /// Counts FCM requests (retries included) across concurrent calls.
+/// Counts the requests FCM answered (a call that never got a connection is not a request) and, of
+/// those, the retries.
 final class RequestCounter: Sendable {
     private let count = Atomic<Int>(0)
+    private let repeated = Atomic<Int>(0)
 
-    func increment() { count.add(1, ordering: .relaxed) }
+    func answered(attempt: Int) {
+        count.add(1, ordering: .relaxed)
+        if attempt > 1 { repeated.add(1, ordering: .relaxed) }
+    }
+
     var value: Int { count.load(ordering: .relaxed) }
+    var retries: Int { repeated.load(ordering: .relaxed) }
 }
 
 /// The `emulator` and `fcm` backends: tidemark's HTTP client for FCM (reference §1, §2, §8).
@@ -93,6 +101,15 @@ public struct FCMHTTPBackend: Backend {
     }
 
     public func requestCount() -> Int? { counter.value }
+    public func retryCount() -> Int? { counter.retries }
+
+    /// v1 changes one membership a request; IID a batch of up to 1000; each group step is one call.
+    public func requests(for operations: [PlannedOperation]) -> Int {
+        switch transport {
+        case .iid: operations.count
+        case .v1: operations.reduce(0) { $0 + ($1.kind.isGroup ? 1 : $1.tokens.count) }
+        }
+    }
 
     /// An `HTTPClient` configuration for FCM: enough kept-alive HTTP/1 connections per host that
     /// `connections` requests can be in flight (AsyncHTTPClient's default is 8; Google's hosts speak
@@ -154,8 +171,8 @@ public struct FCMHTTPBackend: Backend {
             // The last answer of a retryable status: what the caller gets once retries stop.
             var unresolved: Answer?
             do {
-                counter.increment()
                 let response = try await client.execute(request, timeout: .seconds(60))
+                counter.answered(attempt: attempt)
                 let bytes = try await response.body.collect(upTo: 16 << 20)
                 let status = Int(response.status.code)
                 let body = !successBody && (200..<300).contains(status) ? Data() : Data(buffer: bytes)

@@ -186,9 +186,19 @@ public final class SQLiteStateStore: StateStore {
                     groups[row[0]] = GroupState(
                         key: row[1], protect: row[2], members: try decode(row[3], count: table.count))
                 }
-                return State(
+                var state = State(
                     lineage: lineage, serial: serial, tokens: table, seenAt: seenAt, dead: TokenSet(sorted: dead),
                     topics: topics, groups: groups)
+                if let kind = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'backend'"),
+                    let project = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'project'")
+                {
+                    guard let backend = BackendKind(rawValue: kind) else {
+                        throw StateStoreError(
+                            .damaged, path: location, "its backend '\(kind)' is not one tidemark knows")
+                    }
+                    state.backend = BackendIdentity(kind: backend, project: project)
+                }
+                return state
             }
         }
     }
@@ -284,6 +294,12 @@ public final class SQLiteStateStore: StateStore {
                     try db.execute(
                         sql: "UPDATE applies SET status = ?, finished_at = ? WHERE id = ?",
                         arguments: [status.rawValue, now, id])
+                }
+                if let backend = snapshot.backend {
+                    for (key, value) in [("backend", backend.kind.rawValue), ("project", backend.project)] {
+                        try db.execute(
+                            sql: "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", arguments: [key, value])
+                    }
                 }
                 let current =
                     Int(try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'serial'") ?? "0") ?? 0

@@ -16,6 +16,7 @@ public actor InMemoryStateStore: StateStore {
         var dead: Set<UInt32> = []
         var topics: [String: TopicState] = [:]
         var groups: [String: GroupState] = [:]
+        var backend: BackendIdentity?
     }
 
     private struct Journal {
@@ -42,9 +43,11 @@ public actor InMemoryStateStore: StateStore {
         guard let stored else { return nil }
         var table = TokenTable()
         for token in stored.tokens { table.intern(token) }
-        return State(
+        var state = State(
             lineage: stored.lineage, serial: stored.serial, tokens: table, seenAt: stored.seenAt,
             dead: TokenSet(stored.dead), topics: stored.topics, groups: stored.groups)
+        state.backend = stored.backend
+        return state
     }
 
     public func save(_ state: inout State, _ write: StateWrite, at now: Int64) async throws -> Int {
@@ -76,6 +79,7 @@ public actor InMemoryStateStore: StateStore {
         if let (id, status) = write.finishApply, let i = journal.firstIndex(where: { $0.id == id }) {
             journal[i].entry.status = status
         }
+        if let backend = state.backend { next.backend = backend }
         next.serial += 1
         stored = next
         saveCount += 1

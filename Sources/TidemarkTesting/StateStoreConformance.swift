@@ -56,6 +56,7 @@ public enum StateStoreConformance {
             observed: TokenSet(0..<UInt32(min(tokens, 4000))))
         state.topics["sports"] = TopicState(managed: TokenSet([5]), observed: TokenSet([5, 6]))
         state.groups["family"] = GroupState(key: "APA91bkey", protect: false, members: TokenSet([7, 8]))
+        state.backend = BackendIdentity(kind: .fcm, project: "tidewatch-prod")
         return state
     }
 
@@ -97,6 +98,7 @@ public enum StateStoreConformance {
         #expect(loaded.seenAt[3] == 99 && loaded.seenAt[2] == 0 && loaded.dead == TokenSet([4]))
         #expect(loaded.topics == state.topics)
         #expect(loaded.groups == state.groups)
+        #expect(loaded.backend == BackendIdentity(kind: .fcm, project: "tidewatch-prod"), "the state knows whose it is")
     }
 
     static func writesOnlyWhatIsNamed(_ store: any StateStore) async throws {

@@ -71,14 +71,39 @@ struct ApplyCommand: AsyncParsableCommand {
                 },
                 planReady: { outcome in
                     try workspace.output(outcome.plan, format: .text, inventory: outcome.loaded.inventory)
+                },
+                approveResume: { [autoApprove, planFile] unfinished in
+                    // A saved plan was reviewed already; --auto-approve says yes to everything.
+                    if autoApprove || planFile != nil { return .approved }
+                    guard Terminal.stdinIsTerminal else { return .unavailable }
+                    var remaining = unfinished.plan
+                    remaining.operations = unfinished.plan.operations.indices.filter { !unfinished.done.contains($0) }
+                        .map { unfinished.plan.operations[$0] }
+                    Terminal.err(
+                        "An apply started at \(ISO8601DateFormatter().string(from: unfinished.startedAt)) was interrupted with \(unfinished.done.count) of \(unfinished.plan.operations.count) operations done. It still has to run:\n"
+                    )
+                    try? Terminal.write(PlanRenderer(showTokens: showTokens).render(remaining))
+                    return Terminal.confirm("\nDo you want to finish it?") ? .approved : .declined
                 })
             let store = workspace.stateStore()
-            let outcome = try await workspace.withBackend(qps: qps, qpsUnit: qpsUnit) { backend in
-                try await store.withLock(workspace.lockHolder("tidemark apply")) {
-                    try await ApplyWorkflow(
-                        workspace.parts(backend, parallelism: parallelism, acceptDead: refreshing.acceptDead)
-                    ).run(request)
+            let interruption = Interruption()
+            let (qps, qpsUnit, parallelism, acceptDead) = (qps, qpsUnit, parallelism, refreshing.acceptDead)
+            let outcome: ApplyOutcome
+            do {
+                outcome = try await interruption.run {
+                    try await workspace.withBackend(qps: qps, qpsUnit: qpsUnit) { backend in
+                        try await store.withLock(workspace.lockHolder("tidemark apply")) {
+                            try await ApplyWorkflow(
+                                workspace.parts(backend, parallelism: parallelism, acceptDead: acceptDead)
+                            ).run(request)
+                        }
+                    }
                 }
+            } catch  where interruption.exitCode != nil {
+                Terminal.err(
+                    "Interrupted by \(interruption.signal == SIGINT ? "SIGINT" : "SIGTERM"): every operation that finished is journaled in \(workspace.stateDisplay). Run 'tidemark apply' to finish the rest."
+                )
+                throw ExitCode(interruption.exitCode!)
             }
             if let resumed = outcome.resumed { report(resumed, showTokens: showTokens) }
             switch outcome.result {
@@ -98,7 +123,7 @@ struct ApplyCommand: AsyncParsableCommand {
     /// The summary line of an apply, and a warning per kind of failure.
     private func report(_ summary: ApplySummary, showTokens: Bool) {
         Terminal.out(
-            "Apply complete: +\(PlanRenderer.formatCount(summary.subscribed)) subscribed, −\(PlanRenderer.formatCount(summary.unsubscribed)) unsubscribed, \(summary.groupCalls) group calls; \(PlanRenderer.formatCount(summary.requests)) requests in \(String(format: "%.1f", summary.seconds)) s.\n"
+            "Apply complete: +\(PlanRenderer.formatCount(summary.subscribed)) subscribed, −\(PlanRenderer.formatCount(summary.unsubscribed)) unsubscribed, \(summary.groupCalls) group calls; \(PlanRenderer.formatCount(summary.requests)) requests\(summary.retries > 0 ? " (\(PlanRenderer.formatCount(summary.retries)) of them retries)" : "") in \(String(format: "%.1f", summary.seconds)) s.\n"
         )
         for (code, failures) in summary.failuresByCode {
             let examples = failures.prefix(5).map {

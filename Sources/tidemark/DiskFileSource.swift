@@ -20,6 +20,25 @@ struct DiskFileSource: FileSource {
         try FileManager.default.contentsOfDirectory(atPath: resolve(directory))
     }
 
+    func listFiles(_ directory: String) throws -> [String] {
+        let base = resolve(directory)
+        _ = try FileManager.default.contentsOfDirectory(atPath: base)  // a missing directory is an error
+        guard
+            let walker = FileManager.default.enumerator(
+                at: URL(fileURLWithPath: base), includingPropertiesForKeys: [.isRegularFileKey],
+                options: [.skipsHiddenFiles])
+        else { return [] }
+        var files: [String] = []
+        let root = URL(fileURLWithPath: base).standardizedFileURL.path
+        for case let url as URL in walker
+        where (try? url.resourceValues(forKeys: [.isRegularFileKey]))?.isRegularFile == true {
+            let path = url.standardizedFileURL.path
+            guard path.hasPrefix(root + "/") else { continue }
+            files.append(String(path.dropFirst(root.count + 1)))
+        }
+        return files
+    }
+
     func displayPath(_ path: String) -> String {
         if path.hasPrefix("/") { return path }
         if path == "." { return displayRoot }

@@ -63,9 +63,9 @@ struct FmtCommand: AsyncParsableCommand {
         }
     }
 
-    /// The manifest files, sorted, relative to the directory.
+    /// The manifest files, sorted, relative to the directory, subdirectories included (as plan reads them).
     private func manifestFiles(_ directory: String) throws -> [String] {
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else {
+        guard let names = try? DiskFileSource(root: directory, displayRoot: directory).listFiles(".") else {
             throw CLIError("the manifests directory \(directory) does not exist; pass --manifests DIR or -C DIR.")
         }
         return names.filter { $0.hasSuffix(".yaml") || $0.hasSuffix(".yml") }.sorted()

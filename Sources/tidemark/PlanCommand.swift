@@ -32,6 +32,7 @@ struct PlanCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
+            if let out { try Self.checkOverwritable(out) }
             let request = PlanRequest(
                 refresh: !noRefresh, targets: try planning.selection.targets(),
                 maxUnsubscribes: try planning.limit())
@@ -55,6 +56,17 @@ struct PlanCommand: AsyncParsableCommand {
                 try Terminal.write("Saved the plan to \(out); apply it exactly with: tidemark apply \(out)\n")
             }
             try end(with: outcome.exitStatus(detailedExitcode: detailedExitcode))
+        }
+    }
+
+    /// `--out` replaces an older plan, never a manifest or any other file.
+    static func checkOverwritable(_ path: String) throws {
+        guard FileManager.default.fileExists(atPath: path) else { return }
+        guard let data = FileManager.default.contents(atPath: path), (try? Plan.decodeSaved(data, file: path)) != nil
+        else {
+            throw CLIError(
+                "\(path) exists and is not a tidemark plan; --out replaces only an older plan. Choose another file, such as plan.json."
+            )
         }
     }
 }

@@ -36,6 +36,11 @@ struct StateListCommand: AsyncParsableCommand {
                 )
             }
             let applies = try await store.applies(limit: 10)
+            // A run still "running" while nothing holds the lock was killed: say so.
+            let locked = try await store.lockHolder() != nil
+            func status(_ record: ApplyRecord) -> String {
+                record.status == .running && !locked ? "interrupted" : record.status.rawValue
+            }
             if format == .json {
                 struct Output: Encodable {
                     struct Topic: Encodable {
@@ -81,7 +86,7 @@ struct StateListCommand: AsyncParsableCommand {
                     },
                     applies: applies.map {
                         .init(
-                            id: $0.id, status: $0.status.rawValue, startedAt: $0.startedAt, operations: $0.operations,
+                            id: $0.id, status: status($0), startedAt: $0.startedAt, operations: $0.operations,
                             done: $0.done)
                     })
                 try Terminal.writeJSON(output)
@@ -119,7 +124,7 @@ struct StateListCommand: AsyncParsableCommand {
                 for apply in applies {
                     let started = formatter.string(from: Date(timeIntervalSince1970: TimeInterval(apply.startedAt)))
                     lines.append(
-                        "  \(started)  \(apply.status.rawValue.padding(toLength: 9, withPad: " ", startingAt: 0))  \(apply.done)/\(apply.operations) operations  (\(apply.id.prefix(8)))"
+                        "  \(started)  \(status(apply).padding(toLength: 11, withPad: " ", startingAt: 0))  \(apply.done)/\(apply.operations) operations  (\(apply.id.prefix(8)))"
                     )
                 }
             }

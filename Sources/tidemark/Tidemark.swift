@@ -11,7 +11,7 @@ struct Tidemark: AsyncParsableCommand {
             Declare in YAML manifests which devices belong to which topics and device groups; \
             'tidemark plan' shows what must change in FCM and 'tidemark apply' makes it so, \
             within FCM's limits. Exit codes: 0 success or no changes, 1 error, 2 changes present \
-            (only with --detailed-exitcode).
+            (only with --detailed-exitcode), 130/143 when SIGINT/SIGTERM stopped an apply (it resumes).
             """,
         version: Workspace.version,
         subcommands: [

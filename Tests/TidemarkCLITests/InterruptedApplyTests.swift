@@ -84,4 +84,48 @@ import Testing
             second.stderr.contains("is locked by tidemark apply (pid \(process.processIdentifier)"), "\(second.stderr)")
         #expect(second.stderr.contains(" since 20"))
     }
+
+    /// SIGTERM (and Ctrl-C) stop an apply between operations: the journal is written, the exit code says
+    /// which signal, `state list` calls the run interrupted, `plan` says a resume is pending, and the
+    /// next apply finishes it.
+    @Test func sigtermStopsCleanlyAndSaysHowToResume() throws {
+        let cli = try makeProject()
+        defer { cli.remove() }
+        let slow = ["TIDEMARK_EMBEDDED_LATENCY_MS": "100"]
+        let (process, _, err) = try cli.start(["apply", "--auto-approve", "--parallelism", "1"], environment: slow)
+        struct Listing: Decodable {
+            struct Apply: Decodable {
+                var status: String
+                var done: Int
+            }
+            var applies: [Apply]
+        }
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline, process.isRunning {
+            if let listing = try? cli.run(["state", "list", "--format", "json"]), listing.status == 0,
+                let parsed = try? JSONDecoder().decode(Listing.self, from: Data(listing.stdout.utf8)),
+                let latest = parsed.applies.first, latest.status == "running", latest.done >= 2
+            {
+                break
+            }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        #expect(process.isRunning, "the apply finished before it could be stopped")
+        kill(process.processIdentifier, SIGTERM)
+        process.waitUntilExit()
+        let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(process.terminationStatus == 143, "\(stderr)")
+        #expect(stderr.contains("Interrupted by SIGTERM"), "\(stderr)")
+        #expect(stderr.contains("Run 'tidemark apply' to finish the rest"))
+        let listing = try cli.run(["state", "list"])
+        #expect(listing.stdout.contains("interrupted"), "\(listing.stdout)")
+        let plan = try cli.run(["plan"])
+        #expect(
+            plan.stdout.contains("was interrupted with") || plan.stderr.contains("was interrupted with"),
+            "\(plan.stdout)")
+        let resumed = try cli.run(["apply", "--auto-approve"])
+        #expect(resumed.status == 0, "\(resumed.stderr)")
+        #expect(resumed.stderr.contains("Resuming the apply"))
+        #expect(try cli.run(["plan", "--detailed-exitcode"]).status == 0)
+    }
 }

@@ -22,7 +22,12 @@ import Testing
         defer { cli.remove() }
         let server = try EmulatorServeTests.Server.startForDemo(cli)
         defer { _ = server.stop() }
-        let apply = try cli.run(["apply", "--auto-approve", "--backend", "emulator"], environment: server.environment)
+        // The fcm backend throughout (state belongs to one backend), first at the right URL.
+        let right = [
+            "GOOGLE_APPLICATION_CREDENTIALS": server.keyFile, "TIDEMARK_FCM_URL": server.base,
+            "TIDEMARK_IID_URL": server.base,
+        ]
+        let apply = try cli.run(["apply", "--auto-approve", "--backend", "fcm"], environment: right)
         #expect(apply.status == 0, "\(apply.stderr)")
         let before = try stateListing(cli)
         #expect(before.dead == 0 && before.tokens > 3000)
@@ -48,8 +53,7 @@ import Testing
         #expect(after.dead == 0, "a wrong URL marks no device dead")
         #expect(after.serial == before.serial, "nothing was written")
         // The right URL still finds nothing to do.
-        let plan = try cli.run(
-            ["plan", "--backend", "emulator", "--detailed-exitcode"], environment: server.environment)
+        let plan = try cli.run(["plan", "--backend", "fcm", "--detailed-exitcode"], environment: right)
         #expect(plan.status == 0, "\(plan.stdout)\(plan.stderr)")
     }
 
@@ -84,5 +88,47 @@ import Testing
             "700 dead devices are no all-clear: \(accepted.stdout)")
         #expect(accepted.stdout.contains("700 token(s) are no longer registered in FCM"), "\(accepted.stdout)")
         #expect(try stateListing(cli).dead == 0, "plan never writes state")
+    }
+
+    /// `--out` replaces an older plan, never a manifest; applying a manifest names the mistake.
+    @Test func plansNeverOverwriteManifests() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let manifest = cli.project.appendingPathComponent("manifests/ops.yaml").path
+        let original = try String(contentsOfFile: manifest, encoding: .utf8)
+        let overwrite = try cli.run(["plan", "--out", "manifests/ops.yaml"])
+        #expect(overwrite.status == 1)
+        #expect(
+            overwrite.stderr.contains("manifests/ops.yaml exists and is not a tidemark plan"), "\(overwrite.stderr)")
+        #expect(try String(contentsOfFile: manifest, encoding: .utf8) == original)
+        let apply = try cli.run(["apply", "manifests/ops.yaml"])
+        #expect(apply.status == 1)
+        #expect(apply.stderr.contains("is not a tidemark plan file"))
+        #expect(!apply.stderr.contains("--out manifests/ops.yaml"), "\(apply.stderr)")
+        // An older plan is replaced.
+        #expect(try cli.run(["plan", "--out", "plan.json"]).status == 0)
+        #expect(try cli.run(["plan", "--out", "plan.json"]).status == 0)
+        // A plan edited after review (an unsubscribe inserted) is named as such and nothing is applied.
+        let planURL = cli.project.appendingPathComponent("plan.json")
+        var object = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: planURL)) as? [String: Any])
+        var operations = try #require(object["operations"] as? [[String: Any]])
+        let victim = try #require(operations.first { $0["kind"] as? String == "subscribe" })
+        operations.insert(["kind": "unsubscribe", "target": "ops-canary", "tokens": victim["tokens"]!], at: 0)
+        object["operations"] = operations
+        try JSONSerialization.data(withJSONObject: object).write(to: planURL)
+        let edited = try cli.run(["apply", "plan.json"])
+        #expect(edited.status == 1)
+        #expect(edited.stderr.contains("plan.json was edited or damaged"), "\(edited.stderr)")
+        #expect(try cli.run(["state", "list"]).status == 1, "no state was written")
+        // A selector with a typo is an error naming the closest topic.
+        let typo = try cli.run(["plan", "--target", "topic:weather-north-see"])
+        #expect(typo.status == 1)
+        #expect(typo.stderr.contains("matches no topic or group"), "\(typo.stderr)")
+        #expect(typo.stderr.contains("closest: topic:weather-"), "\(typo.stderr)")
+        // Drift with no state has nothing to compare.
+        let fresh = try CLIRunner(demo: true)
+        defer { fresh.remove() }
+        let drift = try fresh.run(["drift", "--detailed-exitcode"])
+        #expect(drift.status == 1 && drift.stderr.contains("nothing to compare"), "\(drift.stdout)\(drift.stderr)")
     }
 }

@@ -375,4 +375,163 @@ import TidemarkTesting
         #expect(DeadTokenGuard().violation(newlyDead: 51, read: 1000) == nil, "a small share is believed")
         #expect(DeadTokenGuard(share: 0.5, minimum: 0).violation(newlyDead: 6, read: 10) != nil)
     }
+
+    @Test func selectorsThatMatchNothingAreErrors() async throws {
+        let project = try Project()
+        await #expect {
+            try await project.plan(PlanRequest(targets: try Targets(include: ["topic:team-zeor"], exclude: [])))
+        } throws: { error in
+            guard case WorkflowError.selectorsMatchNothing(let misses) = error else { return false }
+            return misses.map(\.selector) == ["topic:team-zeor"] && misses[0].closest.first == "topic:team-zero"
+                && error.localizedDescription.isEmpty == false
+        }
+        await #expect(throws: WorkflowError.self) {
+            try await project.plan(PlanRequest(targets: try Targets(include: [], exclude: ["group:nobody-*"])))
+        }
+        await #expect(throws: WorkflowError.self) {
+            try await ImportWorkflow(project.parts).run(targets: try Targets(include: ["nothing-like-it"], exclude: []))
+        }
+        // A selector that matches a topic state remembers (no longer declared) is fine.
+        #expect(
+            try await project.plan(PlanRequest(targets: try Targets(include: ["group:fam*"], exclude: []))).plan
+                .hasChanges)
+    }
+
+    @Test func driftWithoutStateHasNothingToCompare() async throws {
+        let project = try Project()
+        await #expect { try await DriftWorkflow(project.parts).run() } throws: { error in
+            guard case WorkflowError.noState = error else { return false }
+            return "\(error)".contains("nothing to compare")
+        }
+    }
+
+    @Test func stateOfAnotherProjectOrBackendIsRefused() async throws {
+        let project = try Project()
+        _ = try await project.apply()
+        #expect(try await project.store.load()?.backend == project.backend.identity)
+        let (other, _) = try InMemoryBackend.make(project: "someone-else", autoRegister: true)
+        var parts = project.parts
+        parts.backend = other
+        await #expect { try await PlanWorkflow(parts).run(PlanRequest(refresh: false)) } throws: { error in
+            guard case WorkflowError.stateOfAnotherBackend(_, let state, let now) = error else { return false }
+            return state.project == "tidemark-test" && now.project == "someone-else"
+        }
+        await #expect(throws: WorkflowError.self) { try await ApplyWorkflow(parts).run(ApplyRequest()) }
+    }
+
+    @Test func manifestsInSubdirectoriesAreRead() async throws {
+        var project = try Project(topics: "topics: []\n")
+        project.files["regions/north/weather.yaml"] = "topics:\n  - name: north\n    members: [{devices: [d1]}]\n"
+        project.files[".hidden/ignored.yaml"] = "topics:\n  - name: hidden\n    members: [{devices: [d1]}]\n"
+        let plan = try await project.plan().plan
+        #expect(plan.topics.map(\.topic) == ["north"])
+    }
+
+    @Test func anEditedSavedPlanIsNamedAsSuch() async throws {
+        let project = try Project()
+        let plan = try await project.plan().plan
+        #expect(plan.requests == plan.operations.count, "the in-memory engine takes one call per operation")
+        let data = try Plan.encoder().encode(plan)
+        #expect(try Plan.decodeSaved(data, file: "plan.json").operationsDigest == plan.operationsDigest)
+        var edited = plan
+        edited.operations[0].tokens.append(Fixtures.token(99))
+        do {
+            _ = try Plan.decodeSaved(try Plan.encoder().encode(edited), file: "plan.json")
+            Issue.record("an edited plan was read as reviewed")
+        } catch let error as SavedPlanError {
+            #expect(error.description.contains("plan.json was edited or damaged"))
+        }
+    }
+
+    @Test func resumingCanBeDeclined() async throws {
+        let project = try Project()
+        _ = try await interrupted(project, after: 1)
+        let declined = try await project.apply(ApplyRequest(approveResume: { _ in .declined }))
+        guard case .declined = declined.result else {
+            Issue.record("\(declined.result)")
+            return
+        }
+        #expect(try await project.store.unfinishedApply() != nil, "nothing was resumed or abandoned")
+        let plan = try await project.plan().plan
+        #expect(plan.diagnostics.contains { $0.message.contains("was interrupted with 1 of") })
+    }
+
+    /// An edited plan with a recomputed digest still runs only what the planner would produce now.
+    @Test(arguments: ["protected", "retargeted", "injected"])
+    func anEditedPlanIsRefusedEvenWithAMatchingDigest(_ edit: String) async throws {
+        var project = try Project(
+            topics: Self.topics.replacingOccurrences(
+                of: "  - name: everyone\n", with: "  - name: everyone\n    protect: true\n"))
+        _ = try await project.apply()
+        project.files["topics.yaml"] = project.files["topics.yaml"]!.replacingOccurrences(
+            of: "team: t0}", with: "team: [t0, t1]}")
+        var plan = try await project.plan().plan
+        #expect(plan.operations.count == 1 && plan.operations[0].kind == .subscribe, "\(plan.operations)")
+        switch edit {
+        case "protected":
+            plan.operations.insert(
+                PlannedOperation(kind: .unsubscribe, target: "everyone", tokens: [Fixtures.token(0)]), at: 0)
+        case "retargeted":
+            plan.operations[0].target = "someone-elses-topic"
+        default:
+            plan.operations[0].tokens.append(Fixtures.token(77))
+        }
+        plan.operationsDigestWhenMade = plan.operationsDigest
+        let subscribers = await project.engine.subscribers(of: "everyone", project: "tidemark-test").count
+        let serial = try await project.store.load()?.serial
+        await #expect { try await project.apply(project.saved(plan)) } throws: { error in
+            guard case WorkflowError.stalePlan(let stale) = error, case .notWhatThePlannerWouldDo = stale.reason else {
+                return false
+            }
+            return stale.description.contains("which the manifests and state do not call for")
+        }
+        #expect(await project.engine.subscribers(of: "everyone", project: "tidemark-test").count == subscribers)
+        #expect(try await project.store.load()?.serial == serial, "nothing was written")
+    }
+
+    /// A reviewed plan still applies when a device already did part of it on its own.
+    @Test func aPlanStaysValidWhenFCMAlreadyDidPartOfIt() async throws {
+        var project = try Project()
+        _ = try await project.apply()
+        project.files["topics.yaml"] = Self.topics.replacingOccurrences(of: "team: t0}", with: "team: [t0, t1]}")
+        let plan = try await project.plan().plan
+        let token = try #require(plan.operations.first?.tokens.first)
+        _ = try await project.engine.batchAdd(project: "tidemark-test", topic: "team-zero", tokens: [token])
+        let outcome = try await project.apply(project.saved(plan))
+        guard case .applied = outcome.result else {
+            Issue.record("\(outcome.result)")
+            return
+        }
+        #expect(!(try await project.plan().plan.hasChanges))
+    }
+
+    /// Killed in the middle of a subscribe batch, then the change is reverted: what the killed apply
+    /// made is removed by the next apply, not orphaned.
+    @Test func aRevertedChangeAfterAKillLeavesNoOrphans() async throws {
+        var project = try Project()
+        _ = try await project.apply()
+        let reverted = project.files["topics.yaml"]!
+        project.files["topics.yaml"] =
+            reverted + "\n  - notification_key_name: unused\n    members: [{devices: [d5]}]\n"
+        project.files["more.yaml"] = "topics:\n  - name: launch\n    members: [{selector: {team: [t0, t1]}}]\n"
+        // The subscribe to 'launch' fails as a whole, after FCM already took three of its tokens.
+        _ = try await project.engine.batchAdd(
+            project: "tidemark-test", topic: "launch",
+            tokens: [Fixtures.token(0), Fixtures.token(1), Fixtures.token(2)])
+        project.backend.fail(.subscribe)
+        await #expect(throws: ScriptedBackend.Failure.self) { try await project.apply() }
+        #expect(try await project.store.unfinishedApply() != nil)
+        // The change is reverted before anyone applies again.
+        project.files["topics.yaml"] = reverted
+        project.files["more.yaml"] = nil
+        let outcome = try await project.apply()
+        guard case .applied(let summary) = outcome.result else {
+            Issue.record("\(outcome.result)")
+            return
+        }
+        #expect(summary.unsubscribed == 3, "the three memberships the killed apply made are removed")
+        #expect(await project.engine.subscribers(of: "launch", project: "tidemark-test").isEmpty)
+        #expect(try await project.store.applies(limit: 5).map(\.status).contains(.abandoned))
+        #expect(!(try await project.plan().plan.hasChanges))
+    }
 }

@@ -19,16 +19,20 @@ public struct ApplyRequest: Sendable {
     public var approve: @Sendable (Plan) async -> Approval
     /// Called with a fresh plan before approval, to show it.
     public var planReady: @Sendable (PlanOutcome) async throws -> Void
+    /// Asked before an interrupted apply is finished: the operations it still has to run.
+    public var approveResume: @Sendable (UnfinishedApply) async -> Approval
 
     public init(
         savedPlan: (plan: Plan, file: String)? = nil, planning: PlanRequest = PlanRequest(),
         approve: @escaping @Sendable (Plan) async -> Approval = { _ in .approved },
-        planReady: @escaping @Sendable (PlanOutcome) async throws -> Void = { _ in }
+        planReady: @escaping @Sendable (PlanOutcome) async throws -> Void = { _ in },
+        approveResume: @escaping @Sendable (UnfinishedApply) async -> Approval = { _ in .approved }
     ) {
         self.savedPlan = savedPlan
         self.planning = planning
         self.approve = approve
         self.planReady = planReady
+        self.approveResume = approveResume
     }
 }
 
@@ -38,6 +42,8 @@ public struct ApplySummary: Sendable {
     public var unsubscribed: Int
     public var groupCalls: Int
     public var requests: Int
+    /// Of the requests, those that repeated an earlier one.
+    public var retries: Int = 0
     public var seconds: Double
     public var failures: [TokenFailure]
 
@@ -101,6 +107,7 @@ public struct ApplyWorkflow: Sendable {
             case .finished(let summary):
                 if summary.hasUnexpectedFailures { return ApplyOutcome(resumed: summary, result: .resumedOnly) }
                 resumed = summary
+            case .declined: return ApplyOutcome(resumed: nil, result: .declined)
             case .abandoned: break
             }
         }
@@ -112,7 +119,11 @@ public struct ApplyWorkflow: Sendable {
             try parts.stopOnErrors(loaded)
             try checkFresh(saved, file: file, state: state, loaded: loaded)
             try checkSelection(saved, file: file, request: request.planning, state: state)
-            plan = saved
+            try await checkOperations(saved, file: file, state: &state, loaded: loaded, request: request.planning)
+            // What the file says it observed is never trusted: only its checked operations run.
+            var checked = saved
+            checked.observations = Observations()
+            plan = checked
         } else {
             let outcome = try await PlanWorkflow(parts).run(request.planning)
             (state, loaded, plan) = (outcome.state, outcome.loaded, outcome.plan)
@@ -141,6 +152,7 @@ public struct ApplyWorkflow: Sendable {
         case finishedSavedPlan(ApplySummary)
         case finished(ApplySummary)
         case abandoned
+        case declined
     }
 
     /// Finishes an interrupted apply when it was made from the same manifests and backend; abandons it otherwise.
@@ -151,8 +163,13 @@ public struct ApplyWorkflow: Sendable {
             !loaded.diagnostics.hasErrors
         else {
             parts.output.emit(.abandoned(startedAt: unfinished.startedAt))
-            try await session.finish(status: .abandoned)
+            try await session.abandon(unfinished)
             return .abandoned
+        }
+        switch await request.approveResume(unfinished) {
+        case .approved: break
+        case .declined: return .declined
+        case .unavailable: throw WorkflowError.confirmationUnavailable
         }
         parts.output.emit(
             .resuming(
@@ -187,6 +204,66 @@ public struct ApplyWorkflow: Sendable {
         if plan.backend != parts.backend.identity {
             throw stale(.otherBackend(plan: plan.backend, now: parts.backend.identity))
         }
+    }
+
+    /// A saved plan runs only operations the planner would produce now: the registrations and groups it
+    /// touches are read again, their operations derived again from state and manifests (safety rails
+    /// included), and any (topic or group, direction, token) of the file that is neither in them nor
+    /// already true in FCM refuses the whole plan. An edited file, even with a recomputed digest, cannot
+    /// unsubscribe a protected topic or add a token nobody declared.
+    func checkOperations(
+        _ plan: Plan, file: String, state: inout State, loaded: LoadedManifests, request: PlanRequest
+    )
+        async throws
+    {
+        var touched: [UInt32] = []
+        for op in plan.operations { for token in op.tokens { touched.append(state.tokens.intern(token)) } }
+        state.growToTable()
+        let groups = Set(plan.operations.filter(\.kind.isGroup).map(\.target)).sorted()
+        let observed = try await parts.refresh(TokenSet(touched), groups: groups, state: state, loaded: loaded)
+        let now = Planner(tidemarkVersion: parts.tidemarkVersion).plan(
+            loaded: loaded, state: state, refresh: observed, backend: parts.backend.identity,
+            now: parts.timing.wallClock(), targets: try plan.selection, maxUnsubscribes: request.maxUnsubscribes)
+        func refuse(_ detail: String) -> WorkflowError {
+            .stalePlan(
+                StalePlan(file: file, stateLocation: parts.store.location, reason: .notWhatThePlannerWouldDo(detail)))
+        }
+        let rails = now.diagnostics.filter { $0.severity == .error }
+        if let first = rails.first {
+            throw refuse("the plan breaks a safety rail now: \(first.message)")
+        }
+        struct Triple: Hashable {
+            var kind: PlannedOperation.Kind
+            var target: String
+            var token: String
+        }
+        var expected = Set<Triple>()
+        for op in now.operations {
+            for token in op.tokens { expected.insert(Triple(kind: op.kind, target: op.target, token: token)) }
+        }
+        var working = state
+        working.absorb(observed)
+        var unexpected: [Triple] = []
+        for op in plan.operations {
+            for token in op.tokens where !expected.contains(Triple(kind: op.kind, target: op.target, token: token)) {
+                // Harmless when it is already true in FCM (a device re-asserted its own subscription).
+                let id = working.tokens.id(token)
+                let subscribed = id.map { working.topics[op.target]?.observed.contains($0) ?? false } ?? false
+                let member = id.map { working.groups[op.target]?.members.contains($0) ?? false } ?? false
+                let alreadyTrue =
+                    switch op.kind {
+                    case .subscribe: subscribed
+                    case .unsubscribe: !subscribed && id != nil
+                    case .groupCreate, .groupAdd: member
+                    case .groupRemove: !member && id != nil
+                    }
+                if !alreadyTrue { unexpected.append(Triple(kind: op.kind, target: op.target, token: token)) }
+            }
+        }
+        guard let first = unexpected.first else { return }
+        throw refuse(
+            "it would \(first.kind.rawValue) \(Redaction.redact(first.token)) \(first.kind == .subscribe || first.kind == .groupAdd || first.kind == .groupCreate ? "to" : "from") '\(first.target)', which the manifests and state do not call for\(unexpected.count > 1 ? " (and \(unexpected.count - 1) more such change\(unexpected.count == 2 ? "" : "s"))" : "")"
+        )
     }
 
     /// A saved plan runs with the selection it was made with: flags may repeat it, never change or widen it;
@@ -233,7 +310,7 @@ public struct ApplyWorkflow: Sendable {
         return ApplySummary(
             subscribed: subscribed - failures.filter { $0.kind == .subscribe }.count,
             unsubscribed: unsubscribed - failures.filter { $0.kind == .unsubscribe }.count,
-            groupCalls: remaining.filter(\.kind.isGroup).count, requests: report.requests, seconds: seconds,
-            failures: failures)
+            groupCalls: remaining.filter(\.kind.isGroup).count, requests: report.requests, retries: report.retries,
+            seconds: seconds, failures: failures)
     }
 }

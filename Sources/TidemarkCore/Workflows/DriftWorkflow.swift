@@ -8,6 +8,8 @@ public struct DriftWorkflow: Sendable {
 
     public func run() async throws -> DriftReport {
         let (state, loaded) = try await parts.loadStateAndManifests()
+        // With no state there is nothing tidemark made or saw to compare with: never "No drift".
+        if state.lineage.isEmpty { throw WorkflowError.noState(location: parts.store.location) }
         try parts.stopOnErrors(loaded)
         let refresh = try await parts.refreshAll(state: state, loaded: loaded)
         let now = parts.timing.wallClock()

@@ -26,6 +26,7 @@ public struct ImportWorkflow: Sendable {
         if try await parts.store.unfinishedApply() != nil { throw WorkflowError.unfinishedApply }
         var (state, loaded) = try await parts.loadStateAndManifests()
         try parts.stopOnErrors(loaded)
+        try PlanWorkflow.checkSelectors(targets, state: state, loaded: loaded)
         let refresh = try await parts.refreshAll(state: state, loaded: loaded)
         let before = state
         state.absorb(refresh)
@@ -38,6 +39,7 @@ public struct ImportWorkflow: Sendable {
             dead: refresh.dead.count, groupsFound: groups, serial: nil)
         guard !dryRun else { return outcome }
         if state.lineage.isEmpty { state.lineage = parts.timing.uuid() }
+        state.backend = state.backend ?? parts.backend.identity
         var write = StateWrite()
         write.includeTopicsAndGroups(before: before, after: state)
         write.allTokens = true

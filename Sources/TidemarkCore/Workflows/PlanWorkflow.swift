@@ -36,20 +36,48 @@ public struct PlanWorkflow: Sendable {
     public func run(_ request: PlanRequest) async throws -> PlanOutcome {
         let (state, loaded) = try await parts.loadStateAndManifests()
         try parts.stopOnErrors(loaded)
+        try Self.checkSelectors(request.targets, state: state, loaded: loaded)
         let observed = request.refresh ? try await parts.refreshAll(state: state, loaded: loaded) : nil
-        let plan = Planner(tidemarkVersion: parts.tidemarkVersion).plan(
+        var plan = Planner(tidemarkVersion: parts.tidemarkVersion).plan(
             loaded: loaded, state: state, refresh: observed,
             backend: parts.backend.identity, now: parts.timing.wallClock(), targets: request.targets,
             maxUnsubscribes: request.maxUnsubscribes)
+        plan.requests = parts.backend.requests(for: plan.operations)
+        plan.operationsDigestWhenMade = plan.operationsDigest
+        if let unfinished = try await parts.store.unfinishedApply() {
+            let started = ISO8601DateFormatter().string(from: unfinished.startedAt)
+            plan.diagnostics.append(
+                .warning(
+                    "an apply started at \(started) was interrupted with \(unfinished.done.count) of \(unfinished.plan.operations.count) operations done; the next 'tidemark apply' first finishes it (or abandons it if the manifests or backend changed), so this plan may change."
+                ))
+        }
         return PlanOutcome(state: state, loaded: loaded, plan: plan)
+    }
+}
+
+extension PlanWorkflow {
+    /// Every selector must match something declared or remembered.
+    static func checkSelectors(_ targets: Targets, state: State, loaded: LoadedManifests) throws {
+        guard targets.isPartial else { return }
+        let topics = Set(loaded.desired.topics.map(\.name)).union(state.topics.keys)
+        let groups = Set(loaded.desired.groups.map(\.name)).union(state.groups.keys)
+        let misses = targets.unmatched(topics: topics.sorted(), groups: groups.sorted())
+        if !misses.isEmpty {
+            throw WorkflowError.selectorsMatchNothing(misses.map { ($0.0.description, $0.1) })
+        }
     }
 }
 
 extension WorkflowParts {
     /// Loads state and reads the manifests at the same time (they are independent until resolution),
     /// then resolves the manifests' tokens into the state's table.
+    /// A state made for another FCM project or backend is refused.
     public func loadStateAndManifests() async throws -> (State, LoadedManifests) {
-        try await Self.loadStateAndManifests(manifests: manifests, store: store)
+        let (state, loaded) = try await Self.loadStateAndManifests(manifests: manifests, store: store)
+        if let recorded = state.backend, recorded != backend.identity {
+            throw WorkflowError.stateOfAnotherBackend(location: store.location, state: recorded, now: backend.identity)
+        }
+        return (state, loaded)
     }
 
     static func loadStateAndManifests(
@@ -78,6 +106,15 @@ extension WorkflowParts {
     func refreshAll(state: State, loaded: LoadedManifests) async throws -> RefreshResult {
         let groups = Set(loaded.desired.groups.map(\.name)).union(state.groups.keys).sorted()
         let all = TokenSet(sorted: Array(0..<UInt32(state.tokens.count)))
+        return try await refresh(all, groups: groups, state: state, loaded: loaded)
+    }
+
+    /// Reads `ids` (token ids of the state's table) and the keys of `groups` from the backend.
+    func refresh(
+        _ all: TokenSet, groups: [String], state: State, loaded: LoadedManifests
+    ) async throws
+        -> RefreshResult
+    {
         let large = all.count >= progressThreshold
         let output = self.output
         let report: @Sendable (Int, Int) -> Void = { done, total in

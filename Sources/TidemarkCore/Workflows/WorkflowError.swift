@@ -14,6 +14,12 @@ public enum WorkflowError: Error, Sendable, CustomStringConvertible {
     case unfinishedApply
     /// A refresh in which too many devices came back dead (`DeadTokenGuard`).
     case tooManyDead(String)
+    /// `--target`/`--exclude` selectors that match no topic or group: the selector and the closest names.
+    case selectorsMatchNothing([(selector: String, closest: [String])])
+    /// Drift with no state: nothing to compare FCM with.
+    case noState(location: String)
+    /// The state belongs to another FCM project or backend.
+    case stateOfAnotherBackend(location: String, state: BackendIdentity, now: BackendIdentity)
 
     public var description: String {
         switch self {
@@ -29,6 +35,15 @@ public enum WorkflowError: Error, Sendable, CustomStringConvertible {
             "an apply was interrupted; finish it with 'tidemark apply' before importing."
         case .tooManyDead(let message):
             message
+        case .selectorsMatchNothing(let misses):
+            misses.map { miss in
+                "--target/--exclude '\(miss.selector)' matches no topic or group of the manifests or state"
+                    + (miss.closest.isEmpty ? "" : " (closest: \(miss.closest.joined(separator: ", ")))") + "."
+            }.joined(separator: "\n") + " Nothing was planned; fix the selector."
+        case .noState(let location):
+            "there is no state at \(location) yet, so there is nothing to compare FCM with. Run 'tidemark apply' (or 'tidemark import' to adopt what exists) first."
+        case .stateOfAnotherBackend(let location, let state, let now):
+            "the state \(location) belongs to \(state), but this run uses \(now). Point 'state' in tidemark.yaml at that backend's own state, or use the backend it was made with."
         }
     }
 }
@@ -52,6 +67,8 @@ public struct StalePlan: Sendable, CustomStringConvertible {
         case selectionChanged(planned: String, given: String)
         /// The plan unsubscribes more than allowed.
         case tooManyUnsubscribes(String)
+        /// Its operations are not what the planner produces now (an edited file, a rail it breaks).
+        case notWhatThePlannerWouldDo(String)
     }
 
     /// The plan file as the user named it.
@@ -84,6 +101,8 @@ public struct StalePlan: Sendable, CustomStringConvertible {
             "\(file) was planned for \(planned); --target/--exclude (\(given)) cannot change what a saved plan covers. Make a new plan with those selectors."
         case .tooManyUnsubscribes(let violation):
             "\(file) is refused: \(violation)"
+        case .notWhatThePlannerWouldDo(let detail):
+            "\(file) is refused: \(detail). Nothing was changed; make a new plan and review it."
         }
     }
 }
