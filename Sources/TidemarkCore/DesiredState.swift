@@ -50,3 +50,52 @@ public struct DesiredState: Sendable {
         self.knownTokens = knownTokens
     }
 }
+
+extension DesiredState {
+    /// A digest of what the manifests mean: topics and groups with their settings and resolved members,
+    /// and the devices tidemark knows. Comments, formatting, file layout and inventory columns no
+    /// selector uses leave it unchanged, so a saved plan goes stale only when the desired state moved.
+    ///
+    /// Members are combined as sums of per-token hashes (order-free, linear in the memberships): this
+    /// detects change, it is not a defence against forgery (apply re-derives a saved plan's operations).
+    public func digest(tokens table: TokenTable) -> String {
+        var tokenHash = [UInt64](repeating: 0, count: table.count)
+        func hash(_ id: UInt32) -> UInt64 {
+            if tokenHash[Int(id)] == 0 {
+                var h: UInt64 = 0xcbf2_9ce4_8422_2325
+                for byte in table[id].utf8 {
+                    h ^= UInt64(byte)
+                    h = h &* 0x0100_0000_01b3
+                }
+                // Mixed, so that sums of related tokens do not cancel; never 0 (0 means "not yet").
+                h ^= h >> 33
+                h = h &* 0xff51_afd7_ed55_8ccd
+                h ^= h >> 33
+                tokenHash[Int(id)] = h | 1
+            }
+            return tokenHash[Int(id)]
+        }
+        func combine(_ set: TokenSet) -> String {
+            var sum: UInt64 = 0
+            var mixed: UInt64 = 0
+            for id in set {
+                let h = hash(id)
+                sum = sum &+ h
+                mixed = mixed &+ (h &* h | 1)
+            }
+            return "\(set.count):\(String(sum, radix: 16)):\(String(mixed, radix: 16))"
+        }
+        var digest = SHA256Digest()
+        digest.update("tidemark-desired-state 1\n")
+        for topic in topics {
+            digest.update(
+                "topic\u{0}\(topic.name)\u{0}\(topic.mode.rawValue)\u{0}\(topic.protect)\u{0}\(topic.allowEmpty)\u{0}\(combine(topic.members))\n"
+            )
+        }
+        for group in groups {
+            digest.update("group\u{0}\(group.name)\u{0}\(group.protect)\u{0}\(combine(group.members))\n")
+        }
+        digest.update("known\u{0}\(combine(knownTokens))\n")
+        return digest.finalize()
+    }
+}

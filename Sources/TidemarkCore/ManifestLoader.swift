@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 /// Everything read from a manifests directory, resolved and checked.
 public struct LoadedManifests: Sendable {
@@ -7,7 +6,7 @@ public struct LoadedManifests: Sendable {
     public var inventory: Inventory
     public var desired: DesiredState
     public var diagnostics: [Diagnostic]
-    /// SHA-256 over every file read (manifests, inventory, token files); a saved plan records it.
+    /// A digest of what the manifests mean (`DesiredState.digest`); a saved plan records it.
     public var digest: String
 }
 
@@ -30,7 +29,7 @@ public struct ManifestLoader: ManifestSource {
     /// Reads and decodes manifests and inventory without touching a token table, so a caller can load
     /// state at the same time and resolve afterwards.
     public func read() async -> ReadManifests {
-        let recording = RecordingFileSource(files)
+        let recording = files
         var manifests = ManifestSet()
         var diagnostics: [Diagnostic] = []
         let names: [String]
@@ -67,10 +66,10 @@ public struct ManifestLoader: ManifestSource {
             }
         }
         var builder = InventoryBuilder()
+        var snapshots: [String: InventorySnapshot] = [:]
         for (source, location) in inventorySources(manifests, &diagnostics) {
             do {
-                let snapshot = try await source.load(into: &builder)
-                if !snapshot.identity.isEmpty { recording.record(source.name, hash: snapshot.identity) }
+                snapshots[source.name] = try await source.load(into: &builder)
             } catch {
                 if let location {
                     diagnostics.append(
@@ -84,7 +83,8 @@ public struct ManifestLoader: ManifestSource {
         }
         diagnostics += builder.diagnostics
         return ReadManifests(
-            manifests: manifests, inventory: builder.inventory, diagnostics: diagnostics, files: recording)
+            manifests: manifests, inventory: builder.inventory, diagnostics: diagnostics, snapshots: snapshots,
+            files: recording)
     }
 
     /// The sources the manifests declare (inline devices, then files in order), then the extra ones.
@@ -115,7 +115,9 @@ public struct ReadManifests: Sendable {
     public var manifests: ManifestSet
     public var inventory: Inventory
     public var diagnostics: [Diagnostic]
-    let files: RecordingFileSource
+    /// Each inventory source read, by name, with the snapshot it read.
+    public var snapshots: [String: InventorySnapshot]
+    let files: any FileSource
 
     /// Resolves members, interning tokens into `table`, and checks FCM's limits.
     public func resolve(into table: inout TokenTable) -> LoadedManifests {
@@ -123,38 +125,6 @@ public struct ReadManifests: Sendable {
             .resolve(into: &table)
         return LoadedManifests(
             manifests: manifests, inventory: inventory, desired: desired,
-            diagnostics: (diagnostics + resolveDiagnostics).sortedByLocation(), digest: files.digest())
-    }
-}
-
-/// Passes reads through and remembers a SHA-256 of each file, so the manifests digest covers what was used.
-final class RecordingFileSource: FileSource {
-    private let base: FileSource
-    private let hashes = Mutex<[String: String]>([:])
-
-    init(_ base: FileSource) { self.base = base }
-
-    func read(_ path: String) throws -> Data {
-        let data = try base.read(path)
-        let hash = SHA256Digest.hex(data)
-        hashes.withLock { $0[path] = hash }
-        return data
-    }
-
-    /// Records a source that was read without this file source, by its name and digest.
-    func record(_ name: String, hash: String) {
-        hashes.withLock { $0[name] = hash }
-    }
-
-    func list(_ directory: String) throws -> [String] { try base.list(directory) }
-    func listFiles(_ directory: String) throws -> [String] { try base.listFiles(directory) }
-    func displayPath(_ path: String) -> String { base.displayPath(path) }
-
-    func digest() -> String {
-        var digest = SHA256Digest()
-        for (path, hash) in hashes.withLock({ $0 }).sorted(by: { $0.key < $1.key }) {
-            digest.update("\(path)\u{0}\(hash)\n")
-        }
-        return digest.finalize()
+            diagnostics: (diagnostics + resolveDiagnostics).sortedByLocation(), digest: desired.digest(tokens: table))
     }
 }

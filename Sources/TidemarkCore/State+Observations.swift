@@ -41,7 +41,10 @@ extension State {
         }
         result.dead = strings(refresh.dead.subtracting(dead))
         result.revived = strings(dead.intersection(refresh.refreshed).subtracting(refresh.dead))
-        for (name, key) in refresh.groupKeys.sorted(by: { $0.key < $1.key }) where groups[name]?.key != key {
+        // Only whether a group exists is news: FCM answers a look-up with any of a group's key aliases, so
+        // another key for a group state knows is the same group, not a change to write.
+        for (name, key) in refresh.groupKeys.sorted(by: { $0.key < $1.key })
+        where (groups[name]?.key == nil) != (key == nil) {
             result.groupKeys.append(Observations.GroupKey(group: name, key: key))
         }
         return result

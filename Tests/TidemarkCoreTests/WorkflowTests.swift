@@ -150,7 +150,11 @@ import TidemarkTesting
             project.files["topics.yaml"] = Self.topics.replacingOccurrences(of: "team: t0}", with: "team: t1}")
             plan = try await project.plan().plan
             switch what {
-            case "serial": _ = try await ImportWorkflow(project.parts).run()
+            case "serial":
+                // A device subscribed itself to what the new manifests declare; import adopts it.
+                _ = try await project.engine.batchAdd(
+                    project: "tidemark-test", topic: "team-zero", tokens: [Fixtures.token(1)])
+                _ = try await ImportWorkflow(project.parts).run()
             case "manifests": project.files["inventory.csv"] = Self.inventory + "d9,\(Fixtures.token(9)),t1\n"
             case "backend": plan.backend = BackendIdentity(kind: .fcm, project: "tidemark-test")
             default: plan.lineage = "another-lineage"
@@ -533,5 +537,35 @@ import TidemarkTesting
         #expect(await project.engine.subscribers(of: "launch", project: "tidemark-test").isEmpty)
         #expect(try await project.store.applies(limit: 5).map(\.status).contains(.abandoned))
         #expect(!(try await project.plan().plan.hasChanges))
+    }
+
+    /// The manifests digest is over what they mean: comments, layout and unused columns keep a saved
+    /// plan valid; a no-op apply and an import that adopts nothing leave the serial alone.
+    @Test func savedPlansGoStaleOnlyForARealReason() async throws {
+        var project = try Project()
+        _ = try await project.apply()
+        project.files["topics.yaml"] = Self.topics.replacingOccurrences(of: "team: t0}", with: "team: [t0, t1]}")
+        let plan = try await project.plan().plan
+        let serial = try await project.store.load()?.serial
+        // Cosmetic edits: a comment, a file split in two, a column no selector reads.
+        project.files["topics.yaml"] = "# reviewed by the mobile team\n" + project.files["topics.yaml"]!
+        project.files["inventory.csv"] =
+            "device_id,token,team,locale\n"
+            + (0..<6).map { "d\($0),\(Fixtures.token($0)),t\($0 % 2),en" }.joined(separator: "\n") + "\n"
+        let replanned = try await project.plan(PlanRequest(refresh: false)).plan
+        #expect(replanned.manifestsDigest == plan.manifestsDigest, "what the manifests mean did not change")
+        // A no-op apply and an import that adopts nothing do not write.
+        project.files["topics.yaml"] = Self.topics
+        let noop = try await project.apply()
+        if case .applied = noop.result { Issue.record("a plan with nothing to do wrote state") }
+        _ = try await ImportWorkflow(project.parts).run()
+        #expect(try await project.store.load()?.serial == serial)
+        project.files["topics.yaml"] = Self.topics.replacingOccurrences(of: "team: t0}", with: "team: [t0, t1]}")
+        let outcome = try await project.apply(project.saved(plan))
+        guard case .applied(let summary) = outcome.result else {
+            Issue.record("\(outcome.result)")
+            return
+        }
+        #expect(summary.subscribed == 3)
     }
 }

@@ -38,6 +38,13 @@ public struct ImportWorkflow: Sendable {
             adopted: adopted, registrationsRead: refresh.refreshed.count,
             dead: refresh.dead.count, groupsFound: groups, serial: nil)
         guard !dryRun else { return outcome }
+        // Nothing adopted and nothing new seen: writing would only move the serial and make every open
+        // pull request's saved plan stale.
+        let observations = before.observations(from: refresh)
+        if adopted.isEmpty, observations.isEmpty, !before.lineage.isEmpty, before.backend != nil {
+            outcome.serial = before.serial
+            return outcome
+        }
         if state.lineage.isEmpty { state.lineage = parts.timing.uuid() }
         state.backend = state.backend ?? parts.backend.identity
         var write = StateWrite()
