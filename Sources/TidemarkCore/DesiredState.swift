@@ -4,14 +4,16 @@ public struct DesiredTopic: Sendable {
     public var mode: TopicMode
     public var protect: Bool
     public var allowEmpty: Bool
+    public var optOuts: OptOutPolicy
     public var members: TokenSet
     public var location: SourceLocation?
 
     public init(
         name: String, mode: TopicMode = .additive, protect: Bool = false, allowEmpty: Bool = false,
-        members: TokenSet, location: SourceLocation? = nil
+        optOuts: OptOutPolicy? = nil, members: TokenSet, location: SourceLocation? = nil
     ) {
         self.name = name
+        self.optOuts = optOuts ?? mode.defaultOptOuts
         self.mode = mode
         self.protect = protect
         self.allowEmpty = allowEmpty
@@ -89,7 +91,7 @@ extension DesiredState {
         digest.update("tidemark-desired-state 1\n")
         for topic in topics {
             digest.update(
-                "topic\u{0}\(topic.name)\u{0}\(topic.mode.rawValue)\u{0}\(topic.protect)\u{0}\(topic.allowEmpty)\u{0}\(combine(topic.members))\n"
+                "topic\u{0}\(topic.name)\u{0}\(topic.mode.rawValue)\u{0}\(topic.protect)\u{0}\(topic.allowEmpty)\u{0}\(topic.optOuts == topic.mode.defaultOptOuts ? "" : topic.optOuts.rawValue)\u{0}\(combine(topic.members))\n"
             )
         }
         for group in groups {

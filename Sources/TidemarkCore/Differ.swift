@@ -32,9 +32,19 @@ public struct Differ: Sendable {
             guard targets.coversTopic(spec.name) else { continue }
             let current = state.topics[spec.name] ?? TopicState()
             let live = spec.members.subtracting(state.dead)
-            let add = live.subtracting(current.observed)
-            let remove: TokenSet
             var notes: [String] = []
+            // Devices that unsubscribed themselves in the app: a user's choice, left alone when respected.
+            let optedOut = live.intersection(current.optedOut).subtracting(current.observed)
+            let add: TokenSet
+            if spec.optOuts == .respect, !optedOut.isEmpty {
+                add = live.subtracting(current.observed).subtracting(optedOut)
+                notes.append(
+                    "\(optedOut.count) declared device\(optedOut.count == 1 ? "" : "s") opted out in the app and \(optedOut.count == 1 ? "is" : "are") left unsubscribed (opt_outs: respect)"
+                )
+            } else {
+                add = live.subtracting(current.observed)
+            }
+            let remove: TokenSet
             switch spec.mode {
             case .additive:
                 remove = current.managed.subtracting(spec.members).intersection(current.observed).subtracting(

@@ -10,6 +10,9 @@ public struct DriftReport: Sendable, Codable {
         case dropped
         /// FCM no longer knows the token (app uninstalled, token rotated or expired).
         case deadToken = "dead_token"
+        /// A declared device unsubscribed itself from a topic that respects opt-outs: a user's choice,
+        /// reported, not undone, and not counted as drift.
+        case optedOut = "opted_out"
         /// A device group tidemark made no longer exists. (A group's key is not compared: FCM may
         /// answer a look-up with any of a group's key aliases.)
         case vanishedGroup = "vanished_group"
@@ -19,6 +22,7 @@ public struct DriftReport: Sendable, Codable {
             case .selfSubscribed: "Devices that subscribed themselves to authoritative topics"
             case .dropped: "Devices that dropped declared topics"
             case .deadToken: "Dead tokens"
+            case .optedOut: "Devices that opted out in the app"
             case .vanishedGroup: "Vanished device groups"
             }
         }
@@ -29,6 +33,7 @@ public struct DriftReport: Sendable, Codable {
             case .selfSubscribed: "apply unsubscribes them"
             case .dropped: "apply subscribes them again"
             case .deadToken: "apply records them as dead and skips them; update or remove them in the inventory"
+            case .optedOut: "respected: apply leaves them unsubscribed; opt_outs: restore subscribes them again"
             case .vanishedGroup: "apply creates the group again"
             }
         }
@@ -77,7 +82,8 @@ public struct DriftReport: Sendable, Codable {
         self.pendingChanges = pendingChanges
     }
 
-    public var hasDrift: Bool { !items.isEmpty }
+    /// Opt-outs a topic respects are reported, never counted as drift: they are users' choices.
+    public var hasDrift: Bool { items.contains { $0.kind != .optedOut } }
 
     public func count(_ kind: Kind) -> Int { items.reduce(0) { $0 + ($1.kind == kind ? 1 : 0) } }
 
@@ -102,7 +108,8 @@ public struct DriftReport: Sendable, Codable {
                 guard let id = state.tokens.id(token), spec.members.contains(id) else { continue }
                 // A token that died is reported once, as dead, not in every topic it was in.
                 if observations.dead.contains(token) { continue }
-                items.append(Item(kind: .dropped, topic: delta.topic, token: token, device: device(token)))
+                let kind: Kind = spec.optOuts == .respect ? .optedOut : .dropped
+                items.append(Item(kind: kind, topic: delta.topic, token: token, device: device(token)))
             }
         }
         for token in observations.dead {
@@ -133,8 +140,13 @@ public struct DriftRenderer: Sendable {
     public func verdict(_ report: DriftReport) -> String {
         guard report.hasDrift else {
             let read = PlanRenderer.formatCount(report.registrationsRead)
+            let optedOut = report.count(.optedOut)
+            let note =
+                optedOut == 0
+                ? ""
+                : "; \(PlanRenderer.formatCount(optedOut)) opt-out\(optedOut == 1 ? "" : "s") in the app, respected"
             return
-                "No drift: FCM matches what tidemark last saw (\(read) registration\(report.registrationsRead == 1 ? "" : "s") read)."
+                "No drift: FCM matches what tidemark last saw (\(read) registration\(report.registrationsRead == 1 ? "" : "s") read)\(note)."
         }
         var parts: [String] = []
         for kind in DriftReport.Kind.allCases {
@@ -147,6 +159,7 @@ public struct DriftRenderer: Sendable {
                 case .dropped: "\(count) declared membership\(n == 1 ? "" : "s") dropped"
                 case .deadToken: "\(count) dead token\(n == 1 ? "" : "s")"
                 case .vanishedGroup: "\(count) vanished group\(n == 1 ? "" : "s")"
+                case .optedOut: "\(count) opt-out\(n == 1 ? "" : "s") in the app (respected)"
                 }
             parts.append(part)
         }

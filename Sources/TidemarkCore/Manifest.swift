@@ -17,6 +17,18 @@ public enum TopicMode: String, Sendable, Codable, CaseIterable {
     case additive
     /// Among known devices, the membership is exactly the declared set.
     case authoritative
+
+    /// What a device that unsubscribes itself gets by default: respected in additive topics, undone in
+    /// authoritative ones.
+    public var defaultOptOuts: OptOutPolicy { self == .additive ? .respect : .restore }
+}
+
+/// What tidemark does about a device that unsubscribed itself (a user's choice in the app).
+public enum OptOutPolicy: String, Sendable, Codable, CaseIterable {
+    /// Leave it unsubscribed, shown as "opted out", until the device subscribes itself again.
+    case respect
+    /// Subscribe it again: the manifests decide.
+    case restore
 }
 
 /// One condition of a label selector.
@@ -53,6 +65,8 @@ public struct TopicSpec: Sendable {
     public var mode: TopicMode = .additive
     public var protect = false
     public var allowEmpty = false
+    /// nil: the mode's default.
+    public var optOuts: OptOutPolicy?
     public var description: String?
     public var members: [MemberRef] = []
     public var location: SourceLocation

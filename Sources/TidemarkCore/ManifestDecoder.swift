@@ -138,6 +138,15 @@ public struct ManifestDecoder {
                 }
             case "protect": topic.protect = doc.bool(value, "'protect'") ?? false
             case "allow_empty": topic.allowEmpty = doc.bool(value, "'allow_empty'") ?? false
+            case "opt_outs":
+                guard let text = doc.string(value, "'opt_outs'") else { continue }
+                if let policy = OptOutPolicy(rawValue: text) {
+                    topic.optOuts = policy
+                } else {
+                    doc.error(
+                        "unknown opt_outs '\(text)' for topic '\(name)'; use 'respect' (leave devices that unsubscribed themselves alone) or 'restore' (subscribe them again).",
+                        value)
+                }
             case "description": topic.description = doc.string(value, "'description'")
             case "members": topic.members = decodeMembers(value, owner: "topic '\(name)'", &doc)
             default: break

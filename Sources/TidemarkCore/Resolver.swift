@@ -44,7 +44,7 @@ public struct Resolver {
             topics.append(
                 DesiredTopic(
                     name: name, mode: spec.mode, protect: spec.protect, allowEmpty: spec.allowEmpty,
-                    members: members, location: spec.name.location))
+                    optOuts: spec.optOuts, members: members, location: spec.name.location))
         }
         var groups: [DesiredGroup] = []
         var seenGroups: [String: SourceLocation] = [:]

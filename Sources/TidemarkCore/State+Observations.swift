@@ -66,8 +66,11 @@ extension State {
     public mutating func apply(_ observations: Observations, seen: TokenSet = TokenSet()) {
         for delta in observations.topics {
             var topic = topics[delta.topic] ?? TopicState()
-            topic.observed = topic.observed.union(TokenSet(delta.subscribed.map { tokens.intern($0) }))
-                .subtracting(TokenSet(delta.unsubscribed.map { tokens.intern($0) }))
+            let subscribed = TokenSet(delta.subscribed.map { tokens.intern($0) })
+            let unsubscribed = TokenSet(delta.unsubscribed.map { tokens.intern($0) })
+            topic.observed = topic.observed.union(subscribed).subtracting(unsubscribed)
+            // Seen to leave on their own: an opt-out, until seen to come back on their own.
+            topic.optedOut = topic.optedOut.union(unsubscribed).subtracting(subscribed)
             topics[delta.topic] = topic
         }
         let newlyDead = TokenSet(observations.dead.map { tokens.intern($0) })
@@ -76,6 +79,7 @@ extension State {
             for name in topics.keys {
                 topics[name]!.observed.subtract(newlyDead)
                 topics[name]!.managed.subtract(newlyDead)
+                topics[name]!.optedOut.subtract(newlyDead)
             }
         }
         for entry in observations.groupKeys {
@@ -117,6 +121,7 @@ extension State {
             if operation.kind == .subscribe {
                 topic.observed.formUnion(done)
                 topic.managed.formUnion(done)
+                topic.optedOut.subtract(done)
             } else {
                 topic.observed.subtract(done)
                 topic.managed.subtract(done)
@@ -174,6 +179,8 @@ extension State {
             topic.managed = topic.managed.intersection(live.union(pending)).union(live.intersection(topic.observed))
             topic.mode = spec.mode
             topic.protect = spec.protect
+            // Opt-outs matter only for declared members.
+            topic.optedOut = topic.optedOut.intersection(spec.members)
             topics[spec.name] = topic
         }
         for name in Array(topics.keys) where !declared.contains(name) && targets.coversTopic(name) {

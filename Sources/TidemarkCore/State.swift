@@ -8,15 +8,19 @@ public struct TopicState: Sendable, Equatable {
     public var managed: TokenSet
     /// Memberships seen by the last refresh or made by the last apply.
     public var observed: TokenSet
+    /// Devices seen to unsubscribe themselves (outside tidemark) and not seen subscribed since: a topic
+    /// with `opt_outs: respect` leaves them alone.
+    public var optedOut: TokenSet
 
     public init(
         mode: TopicMode = .additive, protect: Bool = false, managed: TokenSet = TokenSet(),
-        observed: TokenSet = TokenSet()
+        observed: TokenSet = TokenSet(), optedOut: TokenSet = TokenSet()
     ) {
         self.mode = mode
         self.protect = protect
         self.managed = managed
         self.observed = observed
+        self.optedOut = optedOut
     }
 }
 

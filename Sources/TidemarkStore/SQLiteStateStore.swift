@@ -101,7 +101,7 @@ public final class SQLiteStateStore: StateStore {
                 CREATE TABLE tokens (id INTEGER PRIMARY KEY, token TEXT NOT NULL, seen_at INTEGER NOT NULL DEFAULT 0,
                     dead INTEGER NOT NULL DEFAULT 0);
                 CREATE TABLE topics (name TEXT PRIMARY KEY, mode TEXT NOT NULL, protect INTEGER NOT NULL,
-                    managed BLOB NOT NULL, observed BLOB NOT NULL);
+                    managed BLOB NOT NULL, observed BLOB NOT NULL, opted_out BLOB NOT NULL DEFAULT x'');
                 CREATE TABLE groups (name TEXT PRIMARY KEY, key TEXT, protect INTEGER NOT NULL, members BLOB NOT NULL);
                 CREATE TABLE applies (id TEXT PRIMARY KEY, started_at INTEGER NOT NULL, finished_at INTEGER,
                     status TEXT NOT NULL, manifests_digest TEXT NOT NULL, operations_digest TEXT NOT NULL,
@@ -136,6 +136,10 @@ public final class SQLiteStateStore: StateStore {
         for table in ["tokens", "topics", "groups", "applies", "apply_operations"] where try !db.tableExists(table) {
             throw StateStoreError(.damaged, path: location, "table '\(table)' is missing")
         }
+    }
+
+    static func hasOptOutColumn(_ db: Database) throws -> Bool {
+        try db.columns(in: "topics").contains { $0.name == "opted_out" }
     }
 
     private func run<T>(_ body: () throws -> T) throws -> T {
@@ -174,12 +178,16 @@ public final class SQLiteStateStore: StateStore {
                     if (row[3] as Int64) != 0 { dead.append(UInt32(id)) }
                 }
                 var topics: [String: TopicState] = [:]
-                for row in try Row.fetchAll(db, sql: "SELECT name, mode, protect, managed, observed FROM topics") {
+                // Files written before opt-outs existed have no opted_out column: none is recorded.
+                let optOuts = try Self.hasOptOutColumn(db)
+                let columns = "name, mode, protect, managed, observed" + (optOuts ? ", opted_out" : "")
+                for row in try Row.fetchAll(db, sql: "SELECT \(columns) FROM topics") {
                     let name: String = row[0]
                     topics[name] = TopicState(
                         mode: TopicMode(rawValue: row[1]) ?? .additive, protect: row[2],
                         managed: try decode(row[3], count: table.count),
-                        observed: try decode(row[4], count: table.count))
+                        observed: try decode(row[4], count: table.count),
+                        optedOut: optOuts ? try decode(row[5], count: table.count) : TokenSet())
                 }
                 var groups: [String: GroupState] = [:]
                 for row in try Row.fetchAll(db, sql: "SELECT name, key, protect, members FROM groups") {
@@ -233,6 +241,10 @@ public final class SQLiteStateStore: StateStore {
         let queue = try queue(create: true, lineage: state.lineage, now: now)!
         let serial = try run {
             try queue.write { db -> Int in
+                if try !Self.hasOptOutColumn(db) {
+                    // Added after format 1 was first written; older tidemarks read the other columns as before.
+                    try db.execute(sql: "ALTER TABLE topics ADD COLUMN opted_out BLOB NOT NULL DEFAULT x''")
+                }
                 let stored = try Int.fetchOne(db, sql: "SELECT count(*) FROM tokens") ?? 0
                 if stored < snapshot.tokens.count {
                     let insert = try db.makeStatement(
@@ -254,10 +266,12 @@ public final class SQLiteStateStore: StateStore {
                     if let topic = snapshot.topics[name] {
                         try db.execute(
                             sql: """
-                                INSERT OR REPLACE INTO topics (name, mode, protect, managed, observed) VALUES (?, ?, ?, ?, ?)
+                                INSERT OR REPLACE INTO topics (name, mode, protect, managed, observed, opted_out)
+                                VALUES (?, ?, ?, ?, ?, ?)
                                 """,
                             arguments: [
                                 name, topic.mode.rawValue, topic.protect, encode(topic.managed), encode(topic.observed),
+                                encode(topic.optedOut),
                             ])
                     } else {
                         try db.execute(sql: "DELETE FROM topics WHERE name = ?", arguments: [name])

@@ -54,7 +54,8 @@ public enum StateStoreConformance {
         state.topics["news"] = TopicState(
             mode: .authoritative, protect: true, managed: TokenSet([1, 2, 3]),
             observed: TokenSet(0..<UInt32(min(tokens, 4000))))
-        state.topics["sports"] = TopicState(managed: TokenSet([5]), observed: TokenSet([5, 6]))
+        state.topics["sports"] = TopicState(
+            managed: TokenSet([5, 9]), observed: TokenSet([5, 6]), optedOut: TokenSet([9]))
         state.groups["family"] = GroupState(key: "APA91bkey", protect: false, members: TokenSet([7, 8]))
         state.backend = BackendIdentity(kind: .fcm, project: "tidewatch-prod")
         return state

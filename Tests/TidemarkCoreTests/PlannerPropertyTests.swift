@@ -147,15 +147,20 @@ import Testing
             if let spec = scenario.desired.topics.first(where: { $0.name == topic }) {
                 let declared = Set(spec.members.map { scenario.state.tokens[$0] }).subtracting(scenario.dead)
                 let knownAfter = after.intersection(knownSet)
+                // Declared devices state saw subscribed that left on their own opted out: an additive topic
+                // respects that (its default), an authoritative one subscribes them again.
+                let seenBefore = Set(
+                    (scenario.state.topics[topic]?.observed ?? TokenSet()).map { scenario.state.tokens[$0] })
+                let optedOut = spec.optOuts == .respect ? declared.intersection(seenBefore).subtracting(before) : []
                 switch spec.mode {
                 case .additive:
-                    let expected = declared.union(
+                    let expected = declared.subtracting(optedOut).union(
                         before.intersection(knownSet).subtracting(managed.subtracting(declared)))
                     #expect(knownAfter == expected, "additive topic \(topic)")
                 case .authoritative:
-                    #expect(knownAfter == declared, "authoritative topic \(topic)")
+                    #expect(knownAfter == declared.subtracting(optedOut), "authoritative topic \(topic)")
                 }
-                expectedAdds += declared.subtracting(before).count
+                expectedAdds += declared.subtracting(before).subtracting(optedOut).count
                 expectedRemoves += before.intersection(knownSet).subtracting(knownAfter).count
             } else {
                 #expect(

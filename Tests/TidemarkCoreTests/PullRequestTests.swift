@@ -329,6 +329,7 @@ private struct Fixture {
                 mode: authoritative
                 members: [{devices: [d0, d1]}]
               - name: add
+                opt_outs: restore
                 members: [{devices: [d0, d1]}]
             groups:
               - notification_key_name: g1

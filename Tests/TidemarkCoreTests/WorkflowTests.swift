@@ -334,8 +334,9 @@ import TidemarkTesting
         _ = try await project.apply()
         let clean = try await DriftWorkflow(project.parts).run()
         #expect(!clean.hasDrift && clean.exitStatus(detailedExitcode: true) == .success)
+        // Authoritative topics restore what a device dropped (their default): that is drift.
         _ = try await project.engine.batchRemove(
-            project: "tidemark-test", topic: "team-zero", tokens: [Fixtures.token(0)])
+            project: "tidemark-test", topic: "everyone", tokens: [Fixtures.token(0)])
         let serial = try await project.store.load()?.serial
         let report = try await DriftWorkflow(project.parts).run()
         #expect(report.items.map(\.kind) == [.dropped])
@@ -567,5 +568,49 @@ import TidemarkTesting
             return
         }
         #expect(summary.subscribed == 3)
+    }
+
+    /// A user who unsubscribes in the app from an additive topic stays unsubscribed (opt_outs: respect,
+    /// the default there), shown as opted out; an authoritative topic restores (its default).
+    @Test func optOutsAreRespectedOrRestored() async throws {
+        let project = try Project()
+        _ = try await project.apply()
+        let user = Fixtures.token(0)  // in team-zero (additive) and everyone (authoritative)
+        _ = try await project.engine.batchRemove(project: "tidemark-test", topic: "team-zero", tokens: [user])
+        _ = try await project.engine.batchRemove(project: "tidemark-test", topic: "everyone", tokens: [user])
+        let plan = try await project.plan().plan
+        let subscribes = plan.operations.filter { $0.kind == .subscribe }
+        #expect(
+            subscribes.map(\.target) == ["everyone"], "restored in the authoritative topic only: \(plan.operations)")
+        #expect(
+            plan.topics.first { $0.topic == "team-zero" } == nil
+                || plan.topics.first { $0.topic == "team-zero" }!.subscribe == 0)
+        let drift = try await DriftWorkflow(project.parts).run()
+        #expect(drift.items.map(\.kind).sorted { $0.rawValue < $1.rawValue } == [.dropped, .optedOut])
+        _ = try await project.apply()
+        #expect(await !project.engine.subscribers(of: "team-zero", project: "tidemark-test").contains(user))
+        #expect(await project.engine.subscribers(of: "everyone", project: "tidemark-test").contains(user))
+        #expect(try await project.store.load()?.topics["team-zero"]?.optedOut.count == 1, "the opt-out is in state")
+        // Only the opt-out is left: no drift, and nothing to do.
+        let quiet = try await DriftWorkflow(project.parts).run()
+        #expect(!quiet.hasDrift && quiet.exitStatus(detailedExitcode: true) == .success)
+        #expect(!(try await project.plan().plan.hasChanges))
+        // The device subscribes itself again: the opt-out ends, and a later self-unsubscribe is one again.
+        _ = try await project.engine.batchAdd(project: "tidemark-test", topic: "team-zero", tokens: [user])
+        _ = try await project.apply()
+        #expect(try await project.store.load()?.topics["team-zero"]?.optedOut.isEmpty == true)
+    }
+
+    @Test func optOutsCanBeRestoredOnAdditiveTopics() async throws {
+        let project = try Project(
+            topics: Self.topics.replacingOccurrences(
+                of: "  - name: team-zero\n", with: "  - name: team-zero\n    opt_outs: restore\n"))
+        _ = try await project.apply()
+        _ = try await project.engine.batchRemove(
+            project: "tidemark-test", topic: "team-zero", tokens: [Fixtures.token(0)])
+        let plan = try await project.plan().plan
+        #expect(plan.operations.contains { $0.kind == .subscribe && $0.target == "team-zero" })
+        let drift = try await DriftWorkflow(project.parts).run()
+        #expect(drift.items.map(\.kind) == [.dropped] && drift.hasDrift)
     }
 }
