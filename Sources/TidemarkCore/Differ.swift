@@ -15,6 +15,8 @@ public struct Differ: Sendable {
         public var topics: [TopicChange]
         public var groups: [GroupChange]
         public var diagnostics: [Diagnostic]
+        /// Declared memberships left unsubscribed because the device opted out (opt_outs: respect).
+        public var optedOut = 0
     }
 
     /// Only topics and groups `targets` covers are diffed; the others are left as they are.
@@ -26,6 +28,7 @@ public struct Differ: Sendable {
         var addsPerToken: [(topic: String, ids: TokenSet)] = []
         var removesPerToken: [TokenSet] = []
         var declared = Set<String>()
+        var respected = 0
 
         for spec in desired.topics {
             declared.insert(spec.name)
@@ -37,6 +40,7 @@ public struct Differ: Sendable {
             let optedOut = live.intersection(current.optedOut).subtracting(current.observed)
             let add: TokenSet
             if spec.optOuts == .respect, !optedOut.isEmpty {
+                respected += optedOut.count
                 add = live.subtracting(current.observed).subtracting(optedOut)
                 notes.append(
                     "\(optedOut.count) declared device\(optedOut.count == 1 ? "" : "s") opted out in the app and \(optedOut.count == 1 ? "is" : "are") left unsubscribed (opt_outs: respect)"
@@ -109,7 +113,7 @@ public struct Differ: Sendable {
         diagnostics += groupDiagnostics
         return Result(
             operations: unsubscribes + subscribes + groupOps, topics: topicChanges, groups: groupChanges,
-            diagnostics: diagnostics)
+            diagnostics: diagnostics, optedOut: respected)
     }
 
     /// Splits `ids` into requests of at most `batchSize` tokens, sorted so plans are stable across machines.

@@ -99,6 +99,8 @@ public struct Plan: Sendable, Codable {
     public var groups: [GroupChange]
     public var diagnostics: [Diagnostic]
     public var observations: Observations
+    /// Declared memberships left unsubscribed because devices opted out in the app (absent in older plans).
+    public var optedOut: Int? = nil
     /// The requests its apply sends to FCM on the backend's transport (absent in older plans).
     public var requests: Int? = nil
     /// SHA-256 of the operations when the plan was made: a saved plan whose operations no longer match

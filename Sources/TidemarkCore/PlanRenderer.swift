@@ -34,8 +34,13 @@ public struct PlanRenderer: Sendable {
                 return
                     "No changes to make in FCM, but \(Self.formatCount(dead)) token\(dead == 1 ? " is" : "s are") no longer registered: those devices cannot be subscribed until the inventory has their new tokens."
             }
+            let optedOut = plan.optedOut ?? 0
+            let respected =
+                optedOut == 0
+                ? ""
+                : ", but for \(Self.formatCount(optedOut)) device\(optedOut == 1 ? "" : "s") that opted out in the app (respected)"
             return
-                "No changes. FCM matches the manifests\(plan.refreshed ? "" : " (as recorded in state; not refreshed)")."
+                "No changes. FCM matches the manifests\(respected)\(plan.refreshed ? "" : " (as recorded in state; not refreshed)")."
         }
         let topics = Set(plan.operations.filter { !$0.kind.isGroup }.map(\.target)).count
         let groups = Set(plan.operations.filter { $0.kind.isGroup }.map(\.target)).count

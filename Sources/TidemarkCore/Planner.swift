@@ -35,6 +35,7 @@ public struct Planner: Sendable {
             targets: targets.include.map(\.description), operations: result.operations,
             topics: result.topics, groups: result.groups, diagnostics: diagnostics, observations: observations)
         plan.excludes = targets.exclude.map(\.description)
+        plan.optedOut = result.optedOut == 0 ? nil : result.optedOut
         if let maxUnsubscribes,
             let violation = maxUnsubscribes.violation(
                 unsubscribes: plan.unsubscribeCount, known: working.observedMembershipCount)

@@ -131,4 +131,54 @@ import Testing
         let drift = try fresh.run(["drift", "--detailed-exitcode"])
         #expect(drift.status == 1 && drift.stderr.contains("nothing to compare"), "\(drift.stdout)\(drift.stderr)")
     }
+
+    /// A user who turns a topic off in the app (the app unsubscribes itself) stays unsubscribed from an
+    /// additive topic: drift reports an opt-out (exit 0 with --detailed-exitcode) and apply leaves it.
+    @Test func anInAppOptOutIsRespected() async throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let server = try EmulatorServeTests.Server.startForDemo(cli)
+        defer { _ = server.stop() }
+        let environment = server.environment
+        let planned = try cli.run(["plan", "--backend", "emulator", "--format", "json"], environment: environment)
+        struct PlanJSON: Decodable {
+            struct Operation: Decodable {
+                var kind: String
+                var target: String
+                var tokens: [String]
+            }
+            struct Topic: Decodable {
+                var topic: String
+                var mode: String
+            }
+            var operations: [Operation]
+            var topics: [Topic]
+        }
+        let decoder = JSONDecoder()
+        decoder.keyDecodingStrategy = .convertFromSnakeCase
+        let plan = try decoder.decode(PlanJSON.self, from: Data(planned.stdout.utf8))
+        let additive = Set(plan.topics.filter { $0.mode == "additive" }.map(\.topic))
+        let op = try #require(plan.operations.first { $0.kind == "subscribe" && additive.contains($0.target) })
+        let token = try #require(op.tokens.first)
+        #expect(
+            try cli.run(["apply", "--auto-approve", "--backend", "emulator"], environment: environment).status == 0)
+        // The app unsubscribes itself, as the client SDK does when the user opts out.
+        let bearer = try await server.accessToken()
+        let encoded = token.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        let (status, _) = try await server.call(
+            "DELETE", "/v1/projects/tidemark-demo/registrations/\(encoded)/topicSubscriptions/\(op.target)",
+            headers: ["Authorization": "Bearer \(bearer)"])
+        #expect(status == 200)
+        let drift = try cli.run(["drift", "--backend", "emulator", "--detailed-exitcode"], environment: environment)
+        #expect(drift.status == 0, "an opt-out is not drift: \(drift.stdout)\(drift.stderr)")
+        #expect(drift.stdout.contains("1 opt-out in the app, respected"), "\(drift.stdout)")
+        let apply = try cli.run(["apply", "--auto-approve", "--backend", "emulator"], environment: environment)
+        #expect(apply.status == 0, "\(apply.stderr)")
+        let (_, registration) = try await server.call(
+            "GET", "/emulator/v1/projects/tidemark-demo/registrations/\(encoded)")
+        let topics = try #require(registration["topics"] as? [String])
+        #expect(!topics.contains(op.target), "the opt-out was respected")
+        let again = try cli.run(["plan", "--backend", "emulator"], environment: environment)
+        #expect(again.stdout.contains("but for 1 device that opted out in the app (respected)"), "\(again.stdout)")
+    }
 }
