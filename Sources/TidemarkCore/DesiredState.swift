@@ -1,3 +1,5 @@
+import Foundation
+
 /// A topic as the manifests want it, with members resolved to token ids.
 public struct DesiredTopic: Sendable {
     public var name: String
@@ -54,15 +56,17 @@ public struct DesiredState: Sendable {
 }
 
 extension DesiredState {
-    /// A digest of what the manifests mean: topics and groups with their settings and resolved members,
-    /// and the devices tidemark knows. Comments, formatting, file layout and inventory columns no
-    /// selector uses leave it unchanged, so a saved plan goes stale only when the desired state moved.
-    ///
-    /// Members are combined as sums of per-token hashes (order-free, linear in the memberships): this
-    /// detects change, it is not a defence against forgery (apply re-derives a saved plan's operations).
-    public func digest(tokens table: TokenTable) -> String {
-        var tokenHash = [UInt64](repeating: 0, count: table.count)
-        func hash(_ id: UInt32) -> UInt64 {
+    /// Order-free fingerprints of token sets, over a shared cache of per-token hashes.
+    struct SetHasher {
+        let table: TokenTable
+        var tokenHash: [UInt64]
+
+        init(_ table: TokenTable) {
+            self.table = table
+            tokenHash = [UInt64](repeating: 0, count: table.count)
+        }
+
+        mutating func hash(_ id: UInt32) -> UInt64 {
             if tokenHash[Int(id)] == 0 {
                 var h: UInt64 = 0xcbf2_9ce4_8422_2325
                 for byte in table[id].utf8 {
@@ -77,7 +81,8 @@ extension DesiredState {
             }
             return tokenHash[Int(id)]
         }
-        func combine(_ set: TokenSet) -> String {
+
+        mutating func combine(_ set: TokenSet) -> String {
             var sum: UInt64 = 0
             var mixed: UInt64 = 0
             for id in set {
@@ -87,17 +92,41 @@ extension DesiredState {
             }
             return "\(set.count):\(String(sum, radix: 16)):\(String(mixed, radix: 16))"
         }
-        var digest = SHA256Digest()
-        digest.update("tidemark-desired-state 1\n")
+    }
+
+    /// What each topic and group means, by `State.versionKey`: its settings and resolved members (and,
+    /// for an authoritative topic, the devices tidemark knows, which decide what it removes).
+    public func entryDigests(tokens table: TokenTable) -> [String: String] {
+        var hasher = SetHasher(table)
+        let known = hasher.combine(knownTokens)
+        var result: [String: String] = [:]
         for topic in topics {
-            digest.update(
-                "topic\u{0}\(topic.name)\u{0}\(topic.mode.rawValue)\u{0}\(topic.protect)\u{0}\(topic.allowEmpty)\u{0}\(topic.optOuts == topic.mode.defaultOptOuts ? "" : topic.optOuts.rawValue)\u{0}\(combine(topic.members))\n"
-            )
+            let optOuts = topic.optOuts == topic.mode.defaultOptOuts ? "" : topic.optOuts.rawValue
+            let line =
+                "topic\u{0}\(topic.name)\u{0}\(topic.mode.rawValue)\u{0}\(topic.protect)\u{0}\(topic.allowEmpty)\u{0}\(optOuts)\u{0}\(hasher.combine(topic.members))\u{0}\(topic.mode == .authoritative ? known : "")"
+            result[State.versionKey(.topic, topic.name)] = SHA256Digest.hex(Data(line.utf8))
         }
         for group in groups {
-            digest.update("group\u{0}\(group.name)\u{0}\(group.protect)\u{0}\(combine(group.members))\n")
+            let line = "group\u{0}\(group.name)\u{0}\(group.protect)\u{0}\(hasher.combine(group.members))"
+            result[State.versionKey(.group, group.name)] = SHA256Digest.hex(Data(line.utf8))
         }
-        digest.update("known\u{0}\(combine(knownTokens))\n")
+        return result
+    }
+
+    /// A digest of what the manifests mean: topics and groups with their settings and resolved members,
+    /// and the devices tidemark knows. Comments, formatting, file layout and inventory columns no
+    /// selector uses leave it unchanged, so a saved plan goes stale only when the desired state moved.
+    ///
+    /// Members are combined as sums of per-token hashes (order-free, linear in the memberships): this
+    /// detects change, it is not a defence against forgery (apply re-derives a saved plan's operations).
+    public func digest(tokens table: TokenTable) -> String {
+        var hasher = SetHasher(table)
+        var digest = SHA256Digest()
+        digest.update("tidemark-desired-state 2\n")
+        for (key, value) in entryDigests(tokens: table).sorted(by: { $0.key < $1.key }) {
+            digest.update("\(key)\u{0}\(value)\n")
+        }
+        digest.update("known\u{0}\(hasher.combine(knownTokens))\n")
         return digest.finalize()
     }
 }

@@ -36,6 +36,15 @@ public struct Planner: Sendable {
             topics: result.topics, groups: result.groups, diagnostics: diagnostics, observations: observations)
         plan.excludes = targets.exclude.map(\.description)
         plan.optedOut = result.optedOut == 0 ? nil : result.optedOut
+        var versions: [String: Int] = [:]
+        for op in plan.operations {
+            let key = State.versionKey(op.kind.isGroup ? .group : .topic, op.target)
+            versions[key] = state.versions[key] ?? 0
+        }
+        plan.versions = versions
+        let meanings = loaded.desired.entryDigests(tokens: working.tokens)
+        // A touched topic no longer declared has no meaning: "" records that.
+        plan.desired = Dictionary(uniqueKeysWithValues: versions.keys.map { ($0, meanings[$0] ?? "") })
         if let maxUnsubscribes,
             let violation = maxUnsubscribes.violation(
                 unsubscribes: plan.unsubscribeCount, known: working.observedMembershipCount)

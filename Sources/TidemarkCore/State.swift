@@ -56,6 +56,12 @@ public struct State: Sendable {
     /// The FCM project and backend this state belongs to (recorded by the first write); a run against
     /// another is refused.
     public var backend: BackendIdentity?
+    /// The serial at which each topic and group last changed, by `State.versionKey`: a saved plan stays
+    /// valid while the serial moved only in topics and groups it does not touch.
+    public var versions: [String: Int] = [:]
+
+    /// The key of a topic's or group's version.
+    public static func versionKey(_ kind: Targets.Kind, _ name: String) -> String { "\(kind.rawValue):\(name)" }
 
     /// A state that was never saved has an empty lineage; the first save gives it one (drawn from
     /// the injected `Timing`, so nothing here draws randomness).

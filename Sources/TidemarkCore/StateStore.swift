@@ -93,10 +93,18 @@ public struct StateWrite: Sendable {
 
     public init() {}
 
-    /// Every topic and group present in `before` or `after`: rows that `after` dropped are deleted.
+    /// Every topic and group that differs between `before` and `after`: rows that `after` dropped are
+    /// deleted, rows that did not change are not written (their versions stay).
     public mutating func includeTopicsAndGroups(before: State, after: State) {
-        topics = Array(Set(before.topics.keys).union(after.topics.keys))
-        groups = Array(Set(before.groups.keys).union(after.groups.keys))
+        topics = Set(before.topics.keys).union(after.topics.keys).filter { before.topics[$0] != after.topics[$0] }
+            .sorted()
+        groups = Set(before.groups.keys).union(after.groups.keys).filter { before.groups[$0] != after.groups[$0] }
+            .sorted()
+    }
+
+    /// The version keys of the rows this write touches.
+    public var versionKeys: [String] {
+        Set(topics).map { State.versionKey(.topic, $0) } + Set(groups).map { State.versionKey(.group, $0) }
     }
 }
 

@@ -206,6 +206,11 @@ public final class SQLiteStateStore: StateStore {
                     }
                     state.backend = BackendIdentity(kind: backend, project: project)
                 }
+                if try db.tableExists("row_versions") {
+                    for row in try Row.fetchAll(db, sql: "SELECT key, serial FROM row_versions") {
+                        state.versions[row[0]] = row[1]
+                    }
+                }
                 return state
             }
         }
@@ -309,6 +314,15 @@ public final class SQLiteStateStore: StateStore {
                         sql: "UPDATE applies SET status = ?, finished_at = ? WHERE id = ?",
                         arguments: [status.rawValue, now, id])
                 }
+                if try !db.tableExists("row_versions") {
+                    try db.execute(sql: "CREATE TABLE row_versions (key TEXT PRIMARY KEY, serial INTEGER NOT NULL)")
+                }
+                let next =
+                    (Int(try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'serial'") ?? "0") ?? 0) + 1
+                for key in write.versionKeys {
+                    try db.execute(
+                        sql: "INSERT OR REPLACE INTO row_versions (key, serial) VALUES (?, ?)", arguments: [key, next])
+                }
                 if let backend = snapshot.backend {
                     for (key, value) in [("backend", backend.kind.rawValue), ("project", backend.project)] {
                         try db.execute(
@@ -322,6 +336,7 @@ public final class SQLiteStateStore: StateStore {
             }
         }
         state.serial = serial
+        for key in write.versionKeys { state.versions[key] = serial }
         return serial
     }
 

@@ -17,6 +17,7 @@ public actor InMemoryStateStore: StateStore {
         var topics: [String: TopicState] = [:]
         var groups: [String: GroupState] = [:]
         var backend: BackendIdentity?
+        var versions: [String: Int] = [:]
     }
 
     private struct Journal {
@@ -47,6 +48,7 @@ public actor InMemoryStateStore: StateStore {
             lineage: stored.lineage, serial: stored.serial, tokens: table, seenAt: stored.seenAt,
             dead: TokenSet(stored.dead), topics: stored.topics, groups: stored.groups)
         state.backend = stored.backend
+        state.versions = stored.versions
         return state
     }
 
@@ -81,7 +83,9 @@ public actor InMemoryStateStore: StateStore {
         }
         if let backend = state.backend { next.backend = backend }
         next.serial += 1
+        for key in write.versionKeys { next.versions[key] = next.serial }
         stored = next
+        for key in write.versionKeys { state.versions[key] = next.serial }
         saveCount += 1
         state.serial = next.serial
         return next.serial

@@ -30,4 +30,43 @@ import Testing
         #expect(missing.status == 1)
         #expect(missing.stderr.contains("GOOGLE_APPLICATION_CREDENTIALS is not set"))
     }
+
+    /// A plan says the requests its apply sends on the configured transport (v1: one per membership
+    /// change; IID: one per batch), and an apply counts the requests FCM answered.
+    @Test func plansCountTheRequestsOfTheirTransport() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let server = try EmulatorServeTests.Server.startForDemo(cli)
+        defer { _ = server.stop() }
+        struct PlanJSON: Decodable {
+            struct Operation: Decodable {
+                var kind: String
+                var tokens: [String]
+            }
+            var operations: [Operation]
+            var requests: Int?
+        }
+        for transport in ["v1", "iid"] {
+            let run = try cli.run(
+                ["plan", "--backend", "emulator", "--transport", transport, "--format", "json"],
+                environment: server.environment)
+            #expect(run.status == 0, "\(transport): \(run.stderr)")
+            guard let plan = try? JSONDecoder().decode(PlanJSON.self, from: Data(run.stdout.utf8)) else {
+                Issue.record("\(transport): not a JSON plan: \(run.stdout.prefix(300)) \(run.stderr.prefix(300))")
+                continue
+            }
+            let groupCalls = plan.operations.filter { $0.kind.hasPrefix("group") }.count
+            let changes = plan.operations.filter { !$0.kind.hasPrefix("group") }.reduce(0) { $0 + $1.tokens.count }
+            let expected = transport == "v1" ? changes + groupCalls : plan.operations.count
+            #expect(plan.requests == expected, "\(transport)")
+            let text = try cli.run(
+                ["plan", "--backend", "emulator", "--transport", transport], environment: server.environment)
+            let formatted = expected.formatted(.number.grouping(.automatic).locale(Locale(identifier: "en_US")))
+            #expect(text.stdout.contains("\(formatted) requests to FCM"), "\(transport): \(text.stdout.suffix(300))")
+        }
+        let apply = try cli.run(
+            ["apply", "--auto-approve", "--backend", "emulator", "--transport", "iid"], environment: server.environment)
+        #expect(apply.status == 0, "\(apply.stderr)")
+        #expect(apply.stdout.contains(" requests in "), "\(apply.stdout)")
+    }
 }

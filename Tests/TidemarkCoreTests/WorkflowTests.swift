@@ -166,8 +166,8 @@ import TidemarkTesting
             Issue.record("a stale plan (\(what)) was applied")
         } catch WorkflowError.stalePlan(let stale) {
             switch (what, stale.reason) {
-            case ("serial", .serialMoved), ("manifests", .manifestsChanged), ("backend", .otherBackend),
-                ("lineage", .otherLineage), ("beforeState", .madeBeforeState):
+            case ("serial", .touchedChanged(["topic:team-zero"], _, _)), ("manifests", .touchedInManifests),
+                ("backend", .otherBackend), ("lineage", .otherLineage), ("beforeState", .madeBeforeState):
                 #expect(stale.description.hasPrefix("plan.json "))
             default: Issue.record("wrong reason for \(what): \(stale.reason)")
             }
@@ -612,5 +612,37 @@ import TidemarkTesting
         #expect(plan.operations.contains { $0.kind == .subscribe && $0.target == "team-zero" })
         let drift = try await DriftWorkflow(project.parts).run()
         #expect(drift.items.map(\.kind) == [.dropped] && drift.hasDrift)
+    }
+
+    /// Two pull requests: the second's plan was saved before the first merged and applied. It touches
+    /// other topics, so it still applies; one that touches what the first changed is refused, naming it.
+    @Test func aPlanSurvivesAnUnrelatedApply() async throws {
+        var project = try Project()
+        _ = try await project.apply()
+        let base = project.files["topics.yaml"]!
+        // PR 2, planned on main: a new topic.
+        project.files["launch.yaml"] = "topics:\n  - name: launch\n    members: [{devices: [d1, d2]}]\n"
+        let second = try await project.plan().plan
+        let clashing = try await project.plan(PlanRequest(targets: try Targets(include: ["topic:launch"], exclude: [])))
+            .plan
+        // PR 1 merges and applies first: team-zero gains the t1 devices.
+        project.files["launch.yaml"] = nil
+        project.files["topics.yaml"] = base.replacingOccurrences(of: "team: t0}", with: "team: [t0, t1]}")
+        _ = try await project.apply()
+        // PR 2 merges: main now has both changes; its saved plan is applied.
+        project.files["launch.yaml"] = "topics:\n  - name: launch\n    members: [{devices: [d1, d2]}]\n"
+        let outcome = try await project.apply(project.saved(second))
+        guard case .applied(let summary) = outcome.result else {
+            Issue.record("\(outcome.result)")
+            return
+        }
+        #expect(summary.subscribed == 2)
+        #expect(!(try await project.plan().plan.hasChanges))
+        // A plan touching what changed since is refused with the precise reason.
+        project.files["launch.yaml"] = "topics:\n  - name: launch\n    members: [{devices: [d1, d3]}]\n"
+        await #expect { try await project.apply(project.saved(clashing)) } throws: { error in
+            guard case WorkflowError.stalePlan(let stale) = error else { return false }
+            return "\(stale)".contains("topic:launch")
+        }
     }
 }

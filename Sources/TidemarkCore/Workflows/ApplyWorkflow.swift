@@ -197,9 +197,28 @@ public struct ApplyWorkflow: Sendable {
             if plan.lineage.isEmpty { throw stale(.madeBeforeState(lineage: state.lineage)) }
             throw stale(.otherLineage(plan: plan.lineage, state: state.lineage))
         }
-        if plan.serial != state.serial { throw stale(.serialMoved(plan: plan.serial, state: state.serial)) }
+        if plan.serial != state.serial {
+            // The state moved. Still valid when nothing the plan touches moved with it (another pull
+            // request's apply, say); the operations are derived again before anything runs.
+            guard let versions = plan.versions else {
+                throw stale(.serialMoved(plan: plan.serial, state: state.serial))
+            }
+            let moved = versions.filter { state.versions[$0.key] ?? 0 != $0.value }.map(\.key).sorted()
+            if !moved.isEmpty {
+                throw stale(.touchedChanged(moved, plan: plan.serial, state: state.serial))
+            }
+        }
         if plan.manifestsDigest != loaded.digest {
-            throw stale(.manifestsChanged(plan: plan.manifestsDigest, now: loaded.digest))
+            // Other topics may have changed (another pull request merged first): still valid when every
+            // topic and group the plan touches means what it meant.
+            guard let desired = plan.desired else {
+                throw stale(.manifestsChanged(plan: plan.manifestsDigest, now: loaded.digest))
+            }
+            let now = loaded.desired.entryDigests(tokens: state.tokens)
+            let changed = desired.filter { (now[$0.key] ?? "") != $0.value }.map(\.key).sorted()
+            if !changed.isEmpty {
+                throw stale(.touchedInManifests(changed))
+            }
         }
         if plan.backend != parts.backend.identity {
             throw stale(.otherBackend(plan: plan.backend, now: parts.backend.identity))

@@ -55,8 +55,12 @@ public struct StalePlan: Sendable, CustomStringConvertible {
         case madeBeforeState(lineage: String)
         /// Made for another state.
         case otherLineage(plan: String, state: String)
-        /// The state moved on since.
+        /// The state moved on since (a plan without per-topic versions).
         case serialMoved(plan: Int, state: Int)
+        /// The manifests changed for topics or groups the plan touches.
+        case touchedInManifests([String])
+        /// Topics or groups the plan touches changed since (`topic:NAME`, `group:NAME`).
+        case touchedChanged([String], plan: Int, state: Int)
         /// The manifests or inventory changed since.
         case manifestsChanged(plan: String, now: String)
         /// Made for another backend or project.
@@ -91,6 +95,10 @@ public struct StalePlan: Sendable, CustomStringConvertible {
             "\(file) was made for another state (lineage \(plan.prefix(8)), this state is \(state.isEmpty ? "missing" : String(state.prefix(8)))). Make a new plan against this state."
         case .serialMoved(let plan, let state):
             "\(file) is stale: the state moved from serial \(plan) (when planned) to \(state). Make a new plan."
+        case .touchedInManifests(let names):
+            "\(file) is stale: the manifests or inventory changed what \(names.prefix(5).joined(separator: ", "))\(names.count > 5 ? " and \(names.count - 5) more" : "") mean\(names.count == 1 ? "s" : "") since it was made. Make a new plan."
+        case .touchedChanged(let names, let plan, let state):
+            "\(file) is stale: \(names.prefix(5).joined(separator: ", "))\(names.count > 5 ? " and \(names.count - 5) more" : "") changed since it was made (state serial \(plan) then, \(state) now). Make a new plan."
         case .manifestsChanged(let plan, let now):
             "\(file) is stale: the manifests or inventory changed since it was made (sha256 \(plan.prefix(12)) then, \(now.prefix(12)) now). Make a new plan."
         case .otherBackend(let plan, let now):

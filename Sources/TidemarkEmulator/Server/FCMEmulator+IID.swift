@@ -114,6 +114,14 @@ extension FCMEmulator {
     private func info(token: String, project: String, details: Bool) async -> WireResponse {
         guard FCMLimits.tokenProblem(token) == nil else { return .flatError(400, "InvalidToken") }
         guard let registration = await engine.registration(token), !registration.unregistered else {
+            // With auto-registration every well-formed token is an app instance, as v1 reads see it.
+            if await engine.registration(token) == nil, await engine.topics(of: token, project: project) != nil {
+                return .encoded(
+                    200,
+                    FCMWire.IIDInfo(
+                        application: "com.example.app", authorizedEntity: Self.projectNumber(of: project),
+                        platform: "ANDROID", scope: "*", applicationVersion: "1", rel: nil))
+            }
             return .flatError(404, "No information found about this instance id.")
         }
         guard registration.project == project else { return .flatError(403, "PERMISSION_DENIED") }
