@@ -98,7 +98,11 @@ extension DesiredState {
     /// for an authoritative topic, the devices tidemark knows, which decide what it removes).
     public func entryDigests(tokens table: TokenTable) -> [String: String] {
         var hasher = SetHasher(table)
-        let known = hasher.combine(knownTokens)
+        return entryDigests(&hasher, known: hasher.combine(knownTokens))
+    }
+
+    /// The entry digests over `hasher`'s cache, `known` being the fingerprint of `knownTokens`.
+    private func entryDigests(_ hasher: inout SetHasher, known: String) -> [String: String] {
         var result: [String: String] = [:]
         for topic in topics {
             let optOuts = topic.optOuts == topic.mode.defaultOptOuts ? "" : topic.optOuts.rawValue
@@ -121,12 +125,13 @@ extension DesiredState {
     /// detects change, it is not a defence against forgery (apply re-derives a saved plan's operations).
     public func digest(tokens table: TokenTable) -> String {
         var hasher = SetHasher(table)
+        let known = hasher.combine(knownTokens)
         var digest = SHA256Digest()
         digest.update("tidemark-desired-state 2\n")
-        for (key, value) in entryDigests(tokens: table).sorted(by: { $0.key < $1.key }) {
+        for (key, value) in entryDigests(&hasher, known: known).sorted(by: { $0.key < $1.key }) {
             digest.update("\(key)\u{0}\(value)\n")
         }
-        digest.update("known\u{0}\(hasher.combine(knownTokens))\n")
+        digest.update("known\u{0}\(known)\n")
         return digest.finalize()
     }
 }

@@ -65,13 +65,17 @@ public struct InventoryBuilder: Sendable {
     public mutating func reserveCapacity(_ devices: Int) { inventory.reserveCapacity(inventory.count + devices) }
 
     /// Adds a device with labels by name; returns false (with a diagnostic) when it is refused.
+    /// `tokenAt` places a token's problem where the token is written, when that is not the device's place.
     @discardableResult
     public mutating func add(
         id: String, token: String, labels: [(String, String)], from source: SourceHandle, line: Int,
-        column: Int = 1
+        column: Int = 1, tokenAt: SourceLocation? = nil
     ) -> Bool {
+        // A refused device adds no label column.
+        let location = SourceLocation(file: source.file, line: line, column: column)
+        guard accepts(id: id, token: token, at: location, tokenAt: tokenAt) else { return false }
         let slots = labels.map { (labelSlot($0.0), $0.1) }
-        return add(id: id, token: token, slots: slots, from: source, line: line, column: column)
+        return add(id: id, token: token, slots: slots, from: source, line: line, column: column, checked: true)
     }
 
     /// Adds a device with labels by slot; returns false (with a diagnostic) when it is refused.
@@ -80,15 +84,32 @@ public struct InventoryBuilder: Sendable {
         id: String, token: String, slots: some Sequence<(Int, String)>, from source: SourceHandle,
         line: Int, column: Int = 1
     ) -> Bool {
-        let location = SourceLocation(file: source.file, line: line, column: column)
+        add(id: id, token: token, slots: slots, from: source, line: line, column: column, checked: false)
+    }
+
+    /// A device needs an id and a token FCM could have issued.
+    private mutating func accepts(
+        id: String, token: String, at location: SourceLocation, tokenAt: SourceLocation?
+    )
+        -> Bool
+    {
         if id.isEmpty {
             diagnostics.append(.error("row has an empty device_id.", at: location))
             return false
         }
         if let problem = FCMLimits.tokenProblem(token) {
-            diagnostics.append(.error("token of device '\(id)' is not valid: \(problem).", at: location))
+            diagnostics.append(.error("token of device '\(id)' is not valid: \(problem).", at: tokenAt ?? location))
             return false
         }
+        return true
+    }
+
+    private mutating func add(
+        id: String, token: String, slots: some Sequence<(Int, String)>, from source: SourceHandle,
+        line: Int, column: Int, checked: Bool
+    ) -> Bool {
+        let location = SourceLocation(file: source.file, line: line, column: column)
+        if !checked, !accepts(id: id, token: token, at: location, tokenAt: nil) { return false }
         switch inventory.add(id: id, token: token, slots: slots, source: source.index, line: line, column: column) {
         case nil:
             return true

@@ -14,15 +14,10 @@ public struct InlineInventorySource: InventorySource {
             let file = device.id.location.file
             let handle = handles[file] ?? builder.source(file)
             handles[file] = handle
-            if let problem = FCMLimits.tokenProblem(device.token.value) {
-                builder.error(
-                    "token of device '\(device.id.value)' is not valid: \(problem).", at: device.token.location)
-                continue
-            }
             builder.add(
                 id: device.id.value, token: device.token.value,
                 labels: device.labels.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }, from: handle,
-                line: device.id.location.line, column: device.id.location.column)
+                line: device.id.location.line, column: device.id.location.column, tokenAt: device.token.location)
         }
         // The manifests that declare them are in the digest already.
         return InventorySnapshot(identity: "")

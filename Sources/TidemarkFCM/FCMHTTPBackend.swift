@@ -227,11 +227,12 @@ public struct FCMHTTPBackend: Backend {
             kind =
                 "a body that is not JSON (\(answer.contentType ?? "no Content-Type")), such as a proxy's or a wrong path's error page"
         }
-        let base = url.hasPrefix(endpoints.iid) && endpoints.iid != endpoints.fcm ? endpoints.iid : endpoints.fcm
+        let onIID = url.hasPrefix(endpoints.iid + "/iid/")
+        let base = onIID ? endpoints.iid : endpoints.fcm
         let setting =
             identity.kind == .emulator
             ? "FCM_EMULATOR_HOST (now \(base))"
-            : base == endpoints.iid && endpoints.iid != endpoints.fcm
+            : onIID
                 ? "iid_url in tidemark.yaml or TIDEMARK_IID_URL (now \(base))"
                 : "fcm_url in tidemark.yaml or TIDEMARK_FCM_URL (now \(base))"
         return FCMCallError(

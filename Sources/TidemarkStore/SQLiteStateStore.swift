@@ -329,10 +329,8 @@ public final class SQLiteStateStore: StateStore {
                             sql: "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", arguments: [key, value])
                     }
                 }
-                let current =
-                    Int(try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'serial'") ?? "0") ?? 0
-                try db.execute(sql: "UPDATE meta SET value = ? WHERE key = 'serial'", arguments: [String(current + 1)])
-                return current + 1
+                try db.execute(sql: "UPDATE meta SET value = ? WHERE key = 'serial'", arguments: [String(next)])
+                return next
             }
         }
         state.serial = serial

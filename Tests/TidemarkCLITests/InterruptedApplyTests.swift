@@ -18,13 +18,9 @@ import Testing
         return cli
     }
 
-    @Test func killedApplyResumesAndConverges() throws {
-        let cli = try makeProject()
-        defer { cli.remove() }
-        let slow = ["TIDEMARK_EMBEDDED_LATENCY_MS": "100"]
-        let (process, _, _) = try cli.start(["apply", "--auto-approve", "--parallelism", "1"], environment: slow)
-        // Wait until the journal shows a few finished batches, then kill without warning. (Polled
-        // through 'tidemark state list', a reader in another process, as a second runner would be.)
+    /// Waits until the running apply has journaled `done` operations (or has ended). Polled through
+    /// 'tidemark state list', a reader in another process, as a second runner would be.
+    func waitForJournal(_ cli: CLIRunner, _ process: Process, done: Int) {
         struct Listing: Decodable {
             struct Apply: Decodable {
                 var status: String
@@ -36,12 +32,21 @@ import Testing
         while Date() < deadline, process.isRunning {
             if let listing = try? cli.run(["state", "list", "--format", "json"]), listing.status == 0,
                 let parsed = try? JSONDecoder().decode(Listing.self, from: Data(listing.stdout.utf8)),
-                let latest = parsed.applies.first, latest.status == "running", latest.done >= 3
+                let latest = parsed.applies.first, latest.status == "running", latest.done >= done
             {
-                break
+                return
             }
             Thread.sleep(forTimeInterval: 0.05)
         }
+    }
+
+    @Test func killedApplyResumesAndConverges() throws {
+        let cli = try makeProject()
+        defer { cli.remove() }
+        let slow = ["TIDEMARK_EMBEDDED_LATENCY_MS": "100"]
+        let (process, _, _) = try cli.start(["apply", "--auto-approve", "--parallelism", "1"], environment: slow)
+        // Wait until the journal shows a few finished batches, then kill without warning.
+        waitForJournal(cli, process, done: 3)
         #expect(process.isRunning, "the apply finished before it could be killed")
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
@@ -93,23 +98,7 @@ import Testing
         defer { cli.remove() }
         let slow = ["TIDEMARK_EMBEDDED_LATENCY_MS": "100"]
         let (process, _, err) = try cli.start(["apply", "--auto-approve", "--parallelism", "1"], environment: slow)
-        struct Listing: Decodable {
-            struct Apply: Decodable {
-                var status: String
-                var done: Int
-            }
-            var applies: [Apply]
-        }
-        let deadline = Date().addingTimeInterval(60)
-        while Date() < deadline, process.isRunning {
-            if let listing = try? cli.run(["state", "list", "--format", "json"]), listing.status == 0,
-                let parsed = try? JSONDecoder().decode(Listing.self, from: Data(listing.stdout.utf8)),
-                let latest = parsed.applies.first, latest.status == "running", latest.done >= 2
-            {
-                break
-            }
-            Thread.sleep(forTimeInterval: 0.05)
-        }
+        waitForJournal(cli, process, done: 2)
         #expect(process.isRunning, "the apply finished before it could be stopped")
         kill(process.processIdentifier, SIGTERM)
         process.waitUntilExit()

@@ -19,18 +19,12 @@ public struct AudienceWorkflow: Sendable {
         timing: Timing = .live
     ) async throws -> (Audience, LoadedManifests) {
         var (state, loaded) = try await WorkflowParts.loadStateAndManifests(manifests: manifests, store: store)
+        try WorkflowParts.stopOnErrors(loaded, output: output)
         if let backend {
             let parts = WorkflowParts(
                 manifests: manifests, store: store, backend: backend, timing: timing, output: output,
                 tidemarkVersion: "")
-            try parts.stopOnErrors(loaded)
             state.absorb(try await parts.refreshAll(state: state, loaded: loaded))
-        } else {
-            let errors = loaded.diagnostics.filter { $0.severity == .error }
-            if !errors.isEmpty {
-                output.emit(.diagnostics(errors))
-                throw WorkflowError.invalidManifests(errorCount: errors.count)
-            }
         }
         return (Audience(condition: condition, source: source, desired: loaded.desired, state: state), loaded)
     }

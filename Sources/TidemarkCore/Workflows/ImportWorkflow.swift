@@ -29,7 +29,7 @@ public struct ImportWorkflow: Sendable {
         try PlanWorkflow.checkSelectors(targets, state: state, loaded: loaded)
         let refresh = try await parts.refreshAll(state: state, loaded: loaded)
         let before = state
-        state.absorb(refresh)
+        let observations = state.absorb(refresh)
         let adopted = state.adopt(loaded.desired, targets: targets)
         let groups = loaded.desired.groups.map(\.name).filter {
             targets.coversGroup($0) && state.groups[$0]?.key != nil
@@ -40,7 +40,6 @@ public struct ImportWorkflow: Sendable {
         guard !dryRun else { return outcome }
         // Nothing adopted and nothing new seen: writing would only move the serial and make every open
         // pull request's saved plan stale.
-        let observations = before.observations(from: refresh)
         if adopted.isEmpty, observations.isEmpty, !before.lineage.isEmpty, before.backend != nil {
             outcome.serial = before.serial
             return outcome

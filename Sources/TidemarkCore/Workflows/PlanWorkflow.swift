@@ -95,7 +95,9 @@ extension WorkflowParts {
     }
 
     /// Reports the manifests' errors and stops when there are any.
-    func stopOnErrors(_ loaded: LoadedManifests) throws {
+    func stopOnErrors(_ loaded: LoadedManifests) throws { try Self.stopOnErrors(loaded, output: output) }
+
+    static func stopOnErrors(_ loaded: LoadedManifests, output: any WorkflowOutput) throws {
         let errors = loaded.diagnostics.filter { $0.severity == .error }
         guard !errors.isEmpty else { return }
         output.emit(.diagnostics(errors))
