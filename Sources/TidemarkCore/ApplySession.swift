@@ -10,12 +10,15 @@ public actor ApplySession: ApplyRecorder {
     /// `await`, and a save from an older snapshot must never land after a newer one.
     private var saving = false
     private var waiting: [CheckedContinuation<Void, Never>] = []
+    /// Operations that got part of the way: tokens sent, and of them how many changed and failed.
+    private var partial: [Int: (tokens: Int, ok: Int, failed: Int)]
 
-    init(id: String, store: any StateStore, state: State, timing: Timing) {
+    init(id: String, store: any StateStore, state: State, timing: Timing, progress: [Int: OperationProgress] = [:]) {
         self.id = id
         self.store = store
         self.state = state
         self.timing = timing
+        self.partial = progress.mapValues { ($0.tokensDone, $0.ok, $0.failed) }
     }
 
     /// Starts a new apply: records the plan's observations and bookkeeping with the journal header, in
@@ -49,40 +52,53 @@ public actor ApplySession: ApplyRecorder {
         _ unfinished: UnfinishedApply, store: any StateStore, state: State,
         timing: Timing = .live
     ) -> ApplySession {
-        ApplySession(id: unfinished.id, store: store, state: state, timing: timing)
+        ApplySession(id: unfinished.id, store: store, state: state, timing: timing, progress: unfinished.progress)
     }
 
-    /// Records a finished operation in state and journals it, in one save; callable from many tasks.
-    public func completed(
-        index: Int, operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?
-    )
-        async throws
-    {
+    /// Records a finished step of an operation in state and journals it, in one save; callable from many
+    /// tasks. The operation's last step journals it as finished, with the counts of all its steps.
+    public func recorded(_ step: OperationStep) async throws {
         try await oneAtATime {
             let at = timing.unixTime()
             var next = state
-            let changedTopics = next.record(operation, outcomes: outcomes, groupKey: groupKey, at: at)
+            let part = step.part
+            let changedTopics = next.record(part, outcomes: step.outcomes, groupKey: step.groupKey, at: at)
             var write = StateWrite()
-            if operation.kind.isGroup { write.groups = [operation.target] }
+            if part.kind.isGroup { write.groups = [part.target] }
             write.topics = Array(changedTopics)
-            write.tokens = operation.tokens.compactMap { next.tokens.id($0) }
-            let ok = outcomes.filter(\.isOK).count
-            write.finishedOperation = JournalEntry(applyID: id, index: index, ok: ok, failed: outcomes.count - ok)
+            write.tokens = part.tokens.compactMap { next.tokens.id($0) }
+            let before = partial[step.index] ?? (0, 0, 0)
+            let ok = before.ok + step.outcomes.filter(\.isOK).count
+            let failed = before.failed + step.outcomes.count - step.outcomes.filter(\.isOK).count
+            if step.finishesOperation {
+                write.finishedOperation = JournalEntry(applyID: id, index: step.index, ok: ok, failed: failed)
+            } else {
+                write.operationProgress = OperationProgress(
+                    applyID: id, index: step.index, tokensDone: step.from + step.outcomes.count, ok: ok,
+                    failed: failed)
+            }
             try await store.save(&next, write, at: at)
             state = next
+            if step.finishesOperation {
+                partial[step.index] = nil
+            } else {
+                partial[step.index] = (step.from + step.outcomes.count, ok, failed)
+            }
         }
     }
 
     /// Gives up an interrupted apply. Its unfinished subscribes may have happened in part (a batch in
-    /// flight when it was killed), so their tokens are recorded as managed in their topics: the next
-    /// plan then removes whatever of them the manifests no longer declare, and ownership stays exact.
+    /// flight when it was killed), so their tokens not yet journaled are recorded as managed in their
+    /// topics: the next plan then removes whatever of them the manifests no longer declare, and
+    /// ownership stays exact.
     public func abandon(_ unfinished: UnfinishedApply) async throws {
         try await oneAtATime {
             var next = state
             var write = StateWrite()
             for (index, op) in unfinished.plan.operations.enumerated()
             where op.kind == .subscribe && !unfinished.done.contains(index) {
-                let ids = TokenSet(op.tokens.map { next.tokens.intern($0) })
+                let from = min(unfinished.progress[index]?.tokensDone ?? 0, op.tokens.count)
+                let ids = TokenSet(op.tokens[from...].map { next.tokens.intern($0) })
                 next.growToTable()
                 var topic = next.topics[op.target] ?? TopicState()
                 topic.managed.formUnion(ids)

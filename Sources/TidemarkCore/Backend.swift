@@ -167,6 +167,11 @@ public protocol Backend: Sendable {
 
     /// The requests an apply of `operations` sends, at least: what the plan tells its reviewer.
     func requests(for operations: [PlannedOperation]) -> Int
+
+    /// How many tokens of a subscribe or unsubscribe an apply sends between journal entries, or nil for
+    /// the whole operation at once. A transport with one request per token (v1) journals in steps, so a
+    /// killed apply re-sends at most a step of each operation in flight; a batch call is all or nothing.
+    var journalStep: Int? { get }
 }
 
 extension Backend {
@@ -175,6 +180,8 @@ extension Backend {
 
     /// One call per operation: what the embedded engine and a batch API need.
     public func requests(for operations: [PlannedOperation]) -> Int { operations.count }
+
+    public var journalStep: Int? { nil }
 }
 
 /// A backend failure that says whether trying the same call again may help.

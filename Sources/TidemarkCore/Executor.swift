@@ -1,6 +1,48 @@
-/// Receives each finished operation, in completion order; the state store journals it durably.
+/// Receives each finished step of an operation, in completion order; the state store journals it durably.
 public protocol ApplyRecorder: Sendable {
-    func completed(index: Int, operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?) async throws
+    func recorded(_ step: OperationStep) async throws
+}
+
+extension ApplyRecorder {
+    /// Records a whole operation in one step.
+    public func completed(
+        index: Int, operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?
+    ) async throws {
+        try await recorded(
+            OperationStep(index: index, operation: operation, from: 0, outcomes: outcomes, groupKey: groupKey))
+    }
+}
+
+/// A finished step of an operation: the outcomes of its tokens `from ..< from + outcomes.count`.
+///
+/// Group calls and batch transports finish an operation in one step; per-token transports (v1) finish
+/// it in several, so that an apply killed part-way re-sends at most one step of it.
+public struct OperationStep: Sendable {
+    public var index: Int
+    public var operation: PlannedOperation
+    public var from: Int
+    public var outcomes: [TokenOutcome]
+    public var groupKey: String?
+
+    public init(index: Int, operation: PlannedOperation, from: Int, outcomes: [TokenOutcome], groupKey: String?) {
+        self.index = index
+        self.operation = operation
+        self.from = from
+        self.outcomes = outcomes
+        self.groupKey = groupKey
+    }
+
+    /// The tokens this step sent.
+    public var tokens: ArraySlice<String> { operation.tokens[from..<(from + outcomes.count)] }
+
+    /// The step as an operation of its own, for recording in state.
+    public var part: PlannedOperation {
+        from == 0 && outcomes.count == operation.tokens.count
+            ? operation : PlannedOperation(kind: operation.kind, target: operation.target, tokens: Array(tokens))
+    }
+
+    /// Whether this is the operation's last step.
+    public var finishesOperation: Bool { from + outcomes.count >= operation.tokens.count }
 }
 
 /// Progress of an apply, for bars and log lines.
@@ -59,9 +101,11 @@ public struct Executor: Sendable {
         self.progress = progress
     }
 
-    /// Runs `operations` except those whose index is in `done`; `groupKeys` are the keys state knows.
+    /// Runs `operations` except those whose index is in `done`, each from the token `tokensDone` names
+    /// (where an interrupted apply stopped); `groupKeys` are the keys state knows.
     public func run(
-        _ operations: [PlannedOperation], done: Set<Int> = [], groupKeys: [String: String] = [:]
+        _ operations: [PlannedOperation], done: Set<Int> = [], tokensDone: [Int: Int] = [:],
+        groupKeys: [String: String] = [:]
     )
         async throws -> ExecutionReport
     {
@@ -70,7 +114,8 @@ public struct Executor: Sendable {
         let retriesBefore = backend.retryCount()
         let pending = operations.indices.filter { !done.contains($0) }
         var tracker = Tracker(total: operations.count, tokensTotal: operations.reduce(0) { $0 + $1.tokens.count })
-        for index in operations.indices where done.contains(index) { tracker.add(operations[index]) }
+        for index in operations.indices where done.contains(index) { tracker.add(operations[index].tokens.count) }
+        for (index, count) in tokensDone where !done.contains(index) { tracker.tokensDone += count }
         let unsubscribes = pending.filter { operations[$0].kind == .unsubscribe }.map { [$0] }
         let subscribes = pending.filter { operations[$0].kind == .subscribe }.map { [$0] }
         var groupSequences: [String: [Int]] = [:]
@@ -81,7 +126,7 @@ public struct Executor: Sendable {
             groupSequences[name, default: []].append(index)
         }
         for phase in [unsubscribes, subscribes, groupOrder.map { groupSequences[$0]! }] where !phase.isEmpty {
-            try await runPhase(phase, operations, groupKeys: groupKeys, &report, &tracker)
+            try await runPhase(phase, operations, tokensDone: tokensDone, groupKeys: groupKeys, &report, &tracker)
         }
         if let requestsBefore, let after = backend.requestCount() { report.requests = after - requestsBefore }
         if let retriesBefore, let after = backend.retryCount() { report.retries = after - retriesBefore }
@@ -94,9 +139,9 @@ public struct Executor: Sendable {
         var operationsDone = 0
         var tokensDone = 0
 
-        mutating func add(_ op: PlannedOperation) {
+        mutating func add(_ tokens: Int) {
             operationsDone += 1
-            tokensDone += op.tokens.count
+            tokensDone += tokens
         }
 
         var snapshot: ExecutionProgress {
@@ -108,8 +153,9 @@ public struct Executor: Sendable {
 
     private struct Finished: Sendable {
         var index: Int
+        /// The first token this run sent (later than 0 when an interrupted apply got part of the way).
+        var from: Int
         var outcomes: [TokenOutcome]
-        var groupKey: String?
         var requests: Int
     }
 
@@ -117,23 +163,42 @@ public struct Executor: Sendable {
     /// Every operation is journaled as soon as it finishes, before the next of its sequence starts, so a
     /// failure in a later step of a group never loses the steps before it.
     private func runPhase(
-        _ sequences: [[Int]], _ operations: [PlannedOperation], groupKeys: [String: String],
-        _ report: inout ExecutionReport, _ tracker: inout Tracker
+        _ sequences: [[Int]], _ operations: [PlannedOperation], tokensDone: [Int: Int],
+        groupKeys: [String: String], _ report: inout ExecutionReport, _ tracker: inout Tracker
     ) async throws {
         try await BoundedConcurrency.forEach(sequences.count, width: parallelism) { [self] s in
             let sequence = sequences[s]
             var finished: [Finished] = []
             var key = groupKeys[operations[sequence[0]].target]
             for index in sequence {
-                let result = try await perform(operations[index], key: key)
-                key = result.groupKey ?? key
-                try await recorder.completed(
-                    index: index, operation: operations[index], outcomes: result.outcomes,
-                    groupKey: result.groupKey)
-                finished.append(
-                    Finished(
-                        index: index, outcomes: result.outcomes, groupKey: result.groupKey,
-                        requests: result.requests))
+                let op = operations[index]
+                if op.kind.isGroup {
+                    let result = try await performGroup(op, key: key)
+                    key = result.groupKey ?? key
+                    try await recorder.recorded(
+                        OperationStep(
+                            index: index, operation: op, from: 0, outcomes: result.outcomes,
+                            groupKey: result.groupKey))
+                    finished.append(
+                        Finished(index: index, from: 0, outcomes: result.outcomes, requests: result.requests))
+                } else {
+                    let from = min(tokensDone[index] ?? 0, op.tokens.count)
+                    var outcomes: [TokenOutcome] = []
+                    var requests = 0
+                    var position = from
+                    let step = backend.journalStep ?? op.tokens.count
+                    repeat {
+                        let end = min(op.tokens.count, position + max(1, step))
+                        let result = try await change(op, Array(op.tokens[position..<end]))
+                        try await recorder.recorded(
+                            OperationStep(
+                                index: index, operation: op, from: position, outcomes: result.outcomes, groupKey: nil))
+                        outcomes += result.outcomes
+                        requests += result.requests
+                        position = end
+                    } while position < op.tokens.count
+                    finished.append(Finished(index: index, from: from, outcomes: outcomes, requests: requests))
+                }
             }
             return finished
         } each: { _, results in
@@ -141,7 +206,7 @@ public struct Executor: Sendable {
                 let op = operations[result.index]
                 report.operationsRun += 1
                 report.requests += result.requests
-                for (token, outcome) in zip(op.tokens, result.outcomes) {
+                for (token, outcome) in zip(op.tokens[result.from...], result.outcomes) {
                     switch outcome {
                     case .ok: report.tokensChanged += 1
                     case .failed(let error):
@@ -151,46 +216,53 @@ public struct Executor: Sendable {
                                 token: token, error: error))
                     }
                 }
-                tracker.add(op)
+                tracker.add(result.outcomes.count)
                 progress?(tracker.snapshot)
             }
         }
     }
 
-    private func perform(
+    /// Subscribes or unsubscribes `tokens`, retrying the tokens that failed with a retryable error.
+    private func change(
+        _ op: PlannedOperation, _ tokens: [String]
+    ) async throws -> (outcomes: [TokenOutcome], requests: Int) {
+        var outcomes = [TokenOutcome](repeating: .failed(.internalError), count: tokens.count)
+        var remaining = Array(tokens.indices)
+        var requests = 0
+        let started = timing.now()
+        var attempt = 0
+        while true {
+            attempt += 1
+            let sending = remaining.map { tokens[$0] }
+            let answers = try await withRetries {
+                op.kind == .subscribe
+                    ? try await backend.subscribe(topic: op.target, tokens: sending)
+                    : try await backend.unsubscribe(topic: op.target, tokens: sending)
+            }
+            requests += 1
+            var retry: [Int] = []
+            for (position, answer) in zip(remaining, answers) {
+                outcomes[position] = answer
+                if case .failed(let error) = answer, error.isRetryable { retry.append(position) }
+            }
+            remaining = retry
+            if remaining.isEmpty { break }
+            guard
+                case .retry(let delay) = policy.decide(
+                    .tokens, attempt: attempt, elapsed: timing.now() - started,
+                    timing: timing)
+            else { break }
+            try await timing.sleep(delay)
+        }
+        return (outcomes, requests)
+    }
+
+    private func performGroup(
         _ op: PlannedOperation, key: String?
     ) async throws -> (outcomes: [TokenOutcome], groupKey: String?, requests: Int) {
         switch op.kind {
         case .subscribe, .unsubscribe:
-            var outcomes = [TokenOutcome](repeating: .failed(.internalError), count: op.tokens.count)
-            var remaining = Array(op.tokens.indices)
-            var requests = 0
-            let started = timing.now()
-            var attempt = 0
-            while true {
-                attempt += 1
-                let tokens = remaining.map { op.tokens[$0] }
-                let answers = try await withRetries {
-                    op.kind == .subscribe
-                        ? try await backend.subscribe(topic: op.target, tokens: tokens)
-                        : try await backend.unsubscribe(topic: op.target, tokens: tokens)
-                }
-                requests += 1
-                var retry: [Int] = []
-                for (position, answer) in zip(remaining, answers) {
-                    outcomes[position] = answer
-                    if case .failed(let error) = answer, error.isRetryable { retry.append(position) }
-                }
-                remaining = retry
-                if remaining.isEmpty { break }
-                guard
-                    case .retry(let delay) = policy.decide(
-                        .tokens, attempt: attempt, elapsed: timing.now() - started,
-                        timing: timing)
-                else { break }
-                try await timing.sleep(delay)
-            }
-            return (outcomes, nil, requests)
+            preconditionFailure("topic changes run through change(_:_:)")
         case .groupCreate:
             do {
                 let key = try await withRetries { try await backend.createGroup(name: op.target, tokens: op.tokens) }

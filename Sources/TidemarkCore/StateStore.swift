@@ -88,6 +88,8 @@ public struct StateWrite: Sendable {
     public var beginApply: (id: String, plan: Plan)?
     /// Journal: one operation of an apply finished.
     public var finishedOperation: JournalEntry?
+    /// Journal: the first tokens of an operation finished (per-token transports journal in steps).
+    public var operationProgress: OperationProgress?
     /// Journal: an apply ended.
     public var finishApply: (id: String, status: ApplyStatus)?
 
@@ -123,6 +125,25 @@ public struct JournalEntry: Sendable, Equatable {
     }
 }
 
+/// How far an unfinished operation of an apply got: its first `tokensDone` tokens were sent and their
+/// outcomes recorded in state, `ok` of them changed and `failed` did not. A resumed apply sends only the
+/// rest.
+public struct OperationProgress: Sendable, Equatable {
+    public var applyID: String
+    public var index: Int
+    public var tokensDone: Int
+    public var ok: Int
+    public var failed: Int
+
+    public init(applyID: String, index: Int, tokensDone: Int, ok: Int, failed: Int) {
+        self.applyID = applyID
+        self.index = index
+        self.tokensDone = tokensDone
+        self.ok = ok
+        self.failed = failed
+    }
+}
+
 /// How an apply ended, as the journal records it.
 public enum ApplyStatus: String, Sendable, Codable, CaseIterable {
     case running, finished, abandoned
@@ -135,13 +156,21 @@ public struct UnfinishedApply: Sendable {
     public var plan: Plan
     /// Indices of the plan's operations that finished.
     public var done: Set<Int>
+    /// Operations that did not finish but got part of the way, by index.
+    public var progress: [Int: OperationProgress]
 
-    public init(id: String, startedAt: Date, plan: Plan, done: Set<Int>) {
+    public init(
+        id: String, startedAt: Date, plan: Plan, done: Set<Int>, progress: [Int: OperationProgress] = [:]
+    ) {
         self.id = id
         self.startedAt = startedAt
         self.plan = plan
         self.done = done
+        self.progress = progress.filter { !done.contains($0.key) }
     }
+
+    /// Tokens already sent, by the index of an operation that got part of the way.
+    public var tokensDone: [Int: Int] { progress.mapValues(\.tokensDone) }
 }
 
 /// One line of the apply history.

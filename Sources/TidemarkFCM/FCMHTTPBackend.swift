@@ -72,6 +72,9 @@ public struct FCMHTTPBackend: Backend {
         public var timing = Timing.live
         /// The answers that mark a token dead; anything undocumented stops the command.
         public var unregistered = UnregisteredAnswers.default
+        /// v1 tokens an apply sends between journal entries: a killed apply re-sends at most this many
+        /// of each operation in flight. Twice `concurrency` keeps the requests of a step flowing.
+        public var journalStep = 200
 
         public init() {}
     }
@@ -102,6 +105,8 @@ public struct FCMHTTPBackend: Backend {
 
     public func requestCount() -> Int? { counter.value }
     public func retryCount() -> Int? { counter.retries }
+
+    public var journalStep: Int? { transport == .v1 ? max(1, options.journalStep) : nil }
 
     /// v1 changes one membership a request; IID a batch of up to 1000; each group step is one call.
     public func requests(for operations: [PlannedOperation]) -> Int {

@@ -308,6 +308,28 @@ public final class SQLiteStateStore: StateStore {
                         sql: """
                             INSERT OR REPLACE INTO apply_operations (apply_id, idx, finished_at, ok, failed) VALUES (?, ?, ?, ?, ?)
                             """, arguments: [entry.applyID, entry.index, now, entry.ok, entry.failed])
+                    if try db.tableExists("apply_progress") {
+                        try db.execute(
+                            sql: "DELETE FROM apply_progress WHERE apply_id = ? AND idx = ?",
+                            arguments: [entry.applyID, entry.index])
+                    }
+                }
+                if let progress = write.operationProgress {
+                    // Added after format 1 was first written; older tidemarks ignore it and re-send the
+                    // whole operation, as they always did.
+                    try db.execute(
+                        sql: """
+                            CREATE TABLE IF NOT EXISTS apply_progress (apply_id TEXT NOT NULL, idx INTEGER NOT NULL,
+                                tokens_done INTEGER NOT NULL, ok INTEGER NOT NULL, failed INTEGER NOT NULL,
+                                PRIMARY KEY (apply_id, idx)) WITHOUT ROWID
+                            """)
+                    try db.execute(
+                        sql: """
+                            INSERT OR REPLACE INTO apply_progress (apply_id, idx, tokens_done, ok, failed) VALUES (?, ?, ?, ?, ?)
+                            """,
+                        arguments: [
+                            progress.applyID, progress.index, progress.tokensDone, progress.ok, progress.failed,
+                        ])
                 }
                 if let (id, status) = write.finishApply {
                     try db.execute(
@@ -360,9 +382,29 @@ public final class SQLiteStateStore: StateStore {
                 }
                 let done = try Int.fetchAll(
                     db, sql: "SELECT idx FROM apply_operations WHERE apply_id = ?", arguments: [id])
+                var progress: [Int: OperationProgress] = [:]
+                if try db.tableExists("apply_progress") {
+                    for row in try Row.fetchAll(
+                        db, sql: "SELECT idx, tokens_done, ok, failed FROM apply_progress WHERE apply_id = ?",
+                        arguments: [id])
+                    {
+                        let index: Int = row[0]
+                        let tokens: Int = row[1]
+                        guard plan.operations.indices.contains(index),
+                            (0...plan.operations[index].tokens.count).contains(tokens)
+                        else {
+                            throw StateStoreError(
+                                .damaged, path: location,
+                                "the journal of apply \(id) records progress that its plan does not have (table apply_progress, operation \(index))"
+                            )
+                        }
+                        progress[index] = OperationProgress(
+                            applyID: id, index: index, tokensDone: tokens, ok: row[2], failed: row[3])
+                    }
+                }
                 return UnfinishedApply(
                     id: id, startedAt: Date(timeIntervalSince1970: TimeInterval(row[1] as Int64)),
-                    plan: plan, done: Set(done))
+                    plan: plan, done: Set(done), progress: progress)
             }
         }
     }

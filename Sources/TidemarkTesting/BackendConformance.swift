@@ -192,7 +192,5 @@ public enum InMemoryBackend {
 /// Journals nothing: for executor runs whose state is not under test.
 public struct NullRecorder: ApplyRecorder {
     public init() {}
-    public func completed(
-        index: Int, operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?
-    ) async throws {}
+    public func recorded(_ step: OperationStep) async throws {}
 }

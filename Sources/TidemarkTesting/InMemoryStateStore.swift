@@ -25,6 +25,7 @@ public actor InMemoryStateStore: StateStore {
         var status: ApplyStatus
         var plan: Plan
         var done: Set<Int> = []
+        var progress: [Int: OperationProgress] = [:]
     }
 
     private var stored: Stored?
@@ -77,6 +78,10 @@ public actor InMemoryStateStore: StateStore {
         }
         if let entry = write.finishedOperation, let i = journal.firstIndex(where: { $0.id == entry.applyID }) {
             journal[i].entry.done.insert(entry.index)
+            journal[i].entry.progress[entry.index] = nil
+        }
+        if let progress = write.operationProgress, let i = journal.firstIndex(where: { $0.id == progress.applyID }) {
+            journal[i].entry.progress[progress.index] = progress
         }
         if let (id, status) = write.finishApply, let i = journal.firstIndex(where: { $0.id == id }) {
             journal[i].entry.status = status
@@ -99,7 +104,7 @@ public actor InMemoryStateStore: StateStore {
         else { return nil }
         return UnfinishedApply(
             id: last.id, startedAt: Date(timeIntervalSince1970: TimeInterval(last.entry.startedAt)),
-            plan: last.entry.plan, done: last.entry.done)
+            plan: last.entry.plan, done: last.entry.done, progress: last.entry.progress)
     }
 
     public func applies(limit: Int) async throws -> [ApplyRecord] {

@@ -19,9 +19,21 @@ public final class ScriptedBackend: Backend {
     private let log = Mutex<[Call]>([])
     private let failing = Mutex<[Call: Int]>([:])
 
-    public init(_ base: any Backend) { self.base = base }
+    /// Tokens per journal step; the base backend's when nil.
+    public let step: Int?
+
+    public init(_ base: any Backend, journalStep: Int? = nil) {
+        self.base = base
+        self.step = journalStep
+    }
 
     public var identity: BackendIdentity { base.identity }
+
+    public var journalStep: Int? { step ?? base.journalStep }
+
+    public func requests(for operations: [PlannedOperation]) -> Int { base.requests(for: operations) }
+    public func requestCount() -> Int? { base.requestCount() }
+    public func retryCount() -> Int? { base.retryCount() }
 
     /// Every call so far, in order.
     public var calls: [Call] { log.withLock { $0 } }

@@ -22,6 +22,7 @@ public enum StateStoreConformance {
         case lockIsExclusiveAndNamesItsHolder
         case sessionResumesWhereItStopped
         case recordsWhenEachTopicAndGroupChanged
+        case journalsStepsWithinAnOperation
 
         public var testDescription: String { rawValue }
     }
@@ -39,6 +40,7 @@ public enum StateStoreConformance {
         case .lockIsExclusiveAndNamesItsHolder: try await lockIsExclusiveAndNamesItsHolder(store)
         case .sessionResumesWhereItStopped: try await sessionResumesWhereItStopped(store)
         case .recordsWhenEachTopicAndGroupChanged: try await recordsWhenEachTopicAndGroupChanged(store)
+        case .journalsStepsWithinAnOperation: try await journalsStepsWithinAnOperation(store)
         }
     }
 
@@ -279,5 +281,41 @@ public enum StateStoreConformance {
         let expected = ["topic:news": 2, "topic:sports": 4, "group:family": 1]
         #expect(state.versions == expected, "the saving state knows its versions")
         #expect(try await store.load()?.versions == expected, "and so does the store")
+    }
+
+    /// A per-token transport journals an operation in steps: a resumed apply learns how far each
+    /// unfinished operation got, with the counts so far, and the operation's last step finishes it.
+    static func journalsStepsWithinAnOperation(_ store: any StateStore) async throws {
+        var state = State(lineage: lineage, serial: 0)
+        for i in 0..<5 { state.tokens.intern(token(i)) }
+        state.growToTable()
+        let desired = DesiredState(
+            topics: [DesiredTopic(name: "t", members: TokenSet(0..<5))], groups: [], knownTokens: TokenSet(0..<5))
+        let op = PlannedOperation(kind: .subscribe, target: "t", tokens: (0..<5).map(token))
+        let clock = ManualClock()
+        let session = try await ApplySession.begin(
+            plan: plan([op], state: state), desired: desired, store: store, state: state, timing: clock.timing)
+        try await session.recorded(
+            OperationStep(index: 0, operation: op, from: 0, outcomes: [.ok, .failed(.notFound)], groupKey: nil))
+        var unfinished = try #require(try await store.unfinishedApply())
+        #expect(unfinished.done.isEmpty)
+        #expect(
+            unfinished.progress[0] == OperationProgress(applyID: session.id, index: 0, tokensDone: 2, ok: 1, failed: 1))
+        var reloaded = try #require(try await store.load())
+        #expect(reloaded.topics["t"]?.managed.contains(0) == true, "the first step is in state")
+        #expect(reloaded.dead == TokenSet([1]))
+        // Resumed in another process: the next step continues the counts.
+        let resumed = ApplySession.resume(unfinished, store: store, state: reloaded, timing: clock.timing)
+        try await resumed.recorded(
+            OperationStep(index: 0, operation: op, from: 2, outcomes: [.ok, .ok], groupKey: nil))
+        unfinished = try #require(try await store.unfinishedApply())
+        #expect(unfinished.tokensDone == [0: 4] && unfinished.progress[0]?.ok == 3)
+        try await resumed.recorded(OperationStep(index: 0, operation: op, from: 4, outcomes: [.ok], groupKey: nil))
+        unfinished = try #require(try await store.unfinishedApply())
+        #expect(unfinished.done == [0] && unfinished.progress.isEmpty, "the last step finishes the operation")
+        try await resumed.finish()
+        reloaded = try #require(try await store.load())
+        #expect(reloaded.topics["t"]?.managed == TokenSet([0, 2, 3, 4]))
+        #expect(try await store.applies(limit: 1).first?.done == 1)
     }
 }

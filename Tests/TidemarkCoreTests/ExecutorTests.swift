@@ -9,13 +9,16 @@ import TidemarkTesting
 /// Records finished operations in memory, as the SQLite session does on disk.
 final class MemoryRecorder: ApplyRecorder {
     let finished = Mutex<[Int]>([])
+    /// Every step recorded: operation index, first token, token count.
+    let steps = Mutex<[[Int]]>([])
     let state: Mutex<State>
 
     init(state: State) { self.state = Mutex(state) }
 
-    func completed(index: Int, operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?) async throws {
-        finished.withLock { $0.append(index) }
-        state.withLock { $0.record(operation, outcomes: outcomes, groupKey: groupKey, at: 1) }
+    func recorded(_ step: OperationStep) async throws {
+        if step.finishesOperation { finished.withLock { $0.append(step.index) } }
+        steps.withLock { $0.append([step.index, step.from, step.outcomes.count]) }
+        state.withLock { _ = $0.record(step.part, outcomes: step.outcomes, groupKey: step.groupKey, at: 1) }
     }
 }
 
@@ -94,6 +97,33 @@ final class MemoryRecorder: ApplyRecorder {
         _ = try await Executor(backend: backend, recorder: recorder).run(ops, done: [0, 2])
         #expect(Set(recorder.finished.withLock { $0 }) == [1, 3, 4])
         #expect(backend.calls.filter { $0 == .subscribe || $0 == .unsubscribe }.count == 3)
+    }
+
+    /// A per-token transport journals each operation in steps; a run that dies part-way is resumed from
+    /// the first step it did not journal, and no journaled token is sent again.
+    @Test func journalsInStepsAndResumesFromTheLastStep() async throws {
+        let engine = try FCMEngine()
+        let tokens = (0..<5).map { Fixtures.token($0) }
+        for token in tokens { try await engine.register(token: token, project: "p") }
+        let backend = ScriptedBackend(EmbeddedBackend(engine: engine, project: "p"), journalStep: 2)
+        let ops = [PlannedOperation(kind: .subscribe, target: "t", tokens: tokens)]
+        let recorder = MemoryRecorder(state: State())
+        backend.fail(.subscribe, nth: 2)
+        await #expect(throws: ScriptedBackend.Failure.self) {
+            _ = try await Executor(backend: backend, recorder: recorder, timing: ManualClock().timing).run(ops)
+        }
+        #expect(recorder.steps.withLock { $0 } == [[0, 0, 2]], "the first step was journaled, the failed one not")
+        #expect(recorder.finished.withLock { $0 }.isEmpty)
+        #expect(await engine.subscribers(of: "t", project: "p") == Array(tokens[0..<2]))
+
+        let before = backend.calls.count
+        let report = try await Executor(backend: backend, recorder: recorder, timing: ManualClock().timing).run(
+            ops, tokensDone: [0: 2])
+        #expect(recorder.steps.withLock { Array($0.dropFirst()) } == [[0, 2, 2], [0, 4, 1]])
+        #expect(backend.calls.count - before == 2, "tokens 2-3 and 4: nothing journaled is sent again")
+        #expect(report.tokensChanged == 3 && report.operationsRun == 1)
+        #expect(recorder.finished.withLock { $0 } == [0])
+        #expect(await engine.subscribers(of: "t", project: "p") == tokens.sorted())
     }
 
     @Test func groupThatVanishedIsRecreated() async throws {

@@ -86,7 +86,10 @@ def faults(binary, transport, devices=1000, topics=4):
 
 
 def journal(work):
-    """(apply id, plan operations, done indices) of the unfinished apply, or None."""
+    """(apply id, plan operations, {index: tokens journaled as sent}) of the unfinished apply, or None.
+
+    A finished operation counts all its tokens; one that got part of the way (apply_progress) its
+    journaled prefix."""
     path = os.path.join(work, ".tidemark", "state.db")
     if not os.path.exists(path):
         return None
@@ -96,8 +99,15 @@ def journal(work):
                          ).fetchone()
         if row is None:
             return None
-        done = {r[0] for r in db.execute("SELECT idx FROM apply_operations WHERE apply_id = ?", (row[0],))}
-        return row[0], json.loads(row[1])["operations"], done
+        operations = json.loads(row[1])["operations"]
+        done = {}
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'apply_progress'").fetchone():
+            for index, tokens in db.execute("SELECT idx, tokens_done FROM apply_progress WHERE apply_id = ?",
+                                            (row[0],)):
+                done[index] = tokens
+        for (index,) in db.execute("SELECT idx FROM apply_operations WHERE apply_id = ?", (row[0],)):
+            done[index] = len(operations[index]["tokens"])
+        return row[0], operations, done
     except sqlite3.OperationalError:
         return None
     finally:
@@ -140,9 +150,9 @@ def kills(binary, rounds=20, devices=600, topics=30, seed=5):
                 if before:
                     _, operations, done = before
                     finished = {}
-                    for index in done:
+                    for index, sent in done.items():
                         op = operations[index]
-                        for t in op["tokens"]:
+                        for t in op["tokens"][:sent]:
                             finished[(op["kind"], op["target"], t)] = index
                     for change in changes:
                         for t in change["tokens"]:
@@ -159,7 +169,7 @@ def kills(binary, rounds=20, devices=600, topics=30, seed=5):
             traffic = emulator.traffic()
             print("  %d kills, %d resumed runs; %d requests in all, %d subscription changes sent for %d needed" % (
                 kills_done, resumed, traffic["requests"], traffic["tokens_changed"], devices * topics))
-            print("  found: %d missing, %d extra memberships; %d changes of finished operations sent again; "
+            print("  found: %d missing, %d extra memberships; %d journaled changes sent again; "
                   "next plan exit %d" % (missing, extra, replays, plan_status))
             return kills_done >= rounds and missing == 0 and extra == 0 and replays == 0 and plan_status == 0
     finally:

@@ -144,7 +144,7 @@ public struct ApplyWorkflow: Sendable {
         let session = try await ApplySession.begin(
             plan: plan, desired: loaded.desired, store: parts.store, state: state,
             timing: parts.timing)
-        let summary = try await execute(plan, done: [], session: session)
+        let summary = try await execute(plan, done: [], tokensDone: [:], session: session)
         return ApplyOutcome(resumed: resumed, result: .applied(summary))
     }
 
@@ -175,7 +175,8 @@ public struct ApplyWorkflow: Sendable {
             .resuming(
                 startedAt: unfinished.startedAt, done: unfinished.done.count,
                 total: unfinished.plan.operations.count))
-        let summary = try await execute(unfinished.plan, done: unfinished.done, session: session)
+        let summary = try await execute(
+            unfinished.plan, done: unfinished.done, tokensDone: unfinished.tokensDone, session: session)
         if let (saved, file) = request.savedPlan {
             guard saved.operationsDigest == unfinished.plan.operationsDigest else {
                 throw WorkflowError.stalePlan(
@@ -305,7 +306,9 @@ public struct ApplyWorkflow: Sendable {
         }
     }
 
-    func execute(_ plan: Plan, done: Set<Int>, session: ApplySession) async throws -> ApplySummary {
+    func execute(
+        _ plan: Plan, done: Set<Int>, tokensDone: [Int: Int], session: ApplySession
+    ) async throws -> ApplySummary {
         let started = parts.timing.now()
         let state = await session.state
         let keys = state.groups.compactMapValues(\.key)
@@ -315,21 +318,30 @@ public struct ApplyWorkflow: Sendable {
         let executor = Executor(
             backend: parts.backend, recorder: session, parallelism: parts.parallelism,
             timing: parts.timing, progress: total >= 5_000 ? report : nil)
-        let executed = try await executor.run(plan.operations, done: done, groupKeys: keys)
+        let executed = try await executor.run(plan.operations, done: done, tokensDone: tokensDone, groupKeys: keys)
         try await session.finish()
         return Self.summary(
-            of: plan, done: done, report: executed, seconds: Timing.seconds(parts.timing.now() - started))
+            of: plan, done: done, tokensDone: tokensDone, report: executed,
+            seconds: Timing.seconds(parts.timing.now() - started))
     }
 
-    static func summary(of plan: Plan, done: Set<Int>, report: ExecutionReport, seconds: Double) -> ApplySummary {
-        let remaining = plan.operations.indices.filter { !done.contains($0) }.map { plan.operations[$0] }
-        let subscribed = remaining.filter { $0.kind == .subscribe }.reduce(0) { $0 + $1.tokens.count }
-        let unsubscribed = remaining.filter { $0.kind == .unsubscribe }.reduce(0) { $0 + $1.tokens.count }
+    static func summary(
+        of plan: Plan, done: Set<Int>, tokensDone: [Int: Int] = [:], report: ExecutionReport, seconds: Double
+    ) -> ApplySummary {
+        let remaining = plan.operations.indices.filter { !done.contains($0) }
+        let sent = { (kind: PlannedOperation.Kind) in
+            remaining.filter { plan.operations[$0].kind == kind }.reduce(0) {
+                $0 + plan.operations[$1].tokens.count - min(tokensDone[$1] ?? 0, plan.operations[$1].tokens.count)
+            }
+        }
+        let subscribed = sent(.subscribe)
+        let unsubscribed = sent(.unsubscribe)
         let failures = report.failures
         return ApplySummary(
             subscribed: subscribed - failures.filter { $0.kind == .subscribe }.count,
             unsubscribed: unsubscribed - failures.filter { $0.kind == .unsubscribe }.count,
-            groupCalls: remaining.filter(\.kind.isGroup).count, requests: report.requests, retries: report.retries,
+            groupCalls: remaining.filter { plan.operations[$0].kind.isGroup }.count, requests: report.requests,
+            retries: report.retries,
             seconds: seconds, failures: failures)
     }
 }
