@@ -5,6 +5,8 @@ and what it found, and the script exits 1 if any finds a lost or extra membershi
              one apply converges with no missing and no extra membership (checked via the admin API).
   kills      apply killed with SIGKILL at 20 random moments and rerun each time: it converges, and
              no operation the journal had finished is ever sent again (the emulator records changes).
+  revert     an apply adding a topic is killed part-way, the change is reverted, and the next apply
+             leaves no membership that is not declared (3 kill moments).
   concurrent two applies at once: one proceeds, the other fails at once naming the lock holder.
 """
 
@@ -176,6 +178,43 @@ def kills(binary, rounds=20, devices=600, topics=30, seed=5):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def revert(binary, rounds=3, devices=600, seed=11):
+    """Kill an apply that adds a topic, revert the manifests, apply again: nothing undeclared stays."""
+    rng = random.Random(seed)
+    results = []
+    for round in range(rounds):
+        work = tempfile.mkdtemp(prefix="tm-revert-")
+        try:
+            with Emulator(binary, PROJECT, "--latency", "15") as emulator:
+                tokens = make_project(work, PROJECT, devices, 2, "v1")
+                emulator.register(tokens)
+                tidemark(binary, work, ["apply", "--auto-approve"], emulator.env)
+                launch = os.path.join(work, "manifests", "launch.yaml")
+                with open(launch, "w") as f:
+                    f.write("topics:\n  - name: launch\n    members: [{selector: {fleet: all}}]\n")
+                process = subprocess.Popen([binary, "apply", "--auto-approve", "--qps", "600", "-C", work],
+                                           env=emulator.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                time.sleep(rng.uniform(0.4, 1.2))
+                killed = process.poll() is None
+                if killed:
+                    process.send_signal(signal.SIGKILL)
+                process.communicate()
+                made = len(emulator.subscribers("launch"))
+                os.remove(launch)
+                status, _, err = tidemark(binary, work, ["apply", "--auto-approve"], emulator.env, check=False)
+                left = len(emulator.subscribers("launch"))
+                missing, extra = compare(emulator, expected_members(devices, 2) | {"drift": set()})
+                plan_status, _, _ = tidemark(binary, work, ["plan", "--detailed-exitcode"], emulator.env, check=False)
+                print("revert %d: killed %s with %d of %d 'launch' memberships made; reverted apply exit %d; "
+                      "%d undeclared left, %d missing, %d extra elsewhere; next plan exit %d" % (
+                          round + 1, "part-way" if killed else "(too late: it had finished)", made, devices, status,
+                          left, missing, extra, plan_status), flush=True)
+                results.append(status == 0 and left == 0 and missing == 0 and extra == 0 and plan_status == 0)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return all(results)
+
+
 def concurrent(binary, devices=400, topics=20):
     work = tempfile.mkdtemp(prefix="tm-lock-")
     try:
@@ -206,7 +245,7 @@ def concurrent(binary, devices=400, topics=20):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("binary")
-    parser.add_argument("checks", nargs="*", default=["faults", "kills", "concurrent"])
+    parser.add_argument("checks", nargs="*", default=["faults", "kills", "revert", "concurrent"])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="smaller fault run, for the test suite")
     args = parser.parse_args()
@@ -218,6 +257,8 @@ def main():
                 results["faults/" + transport] = faults(args.binary, transport, **size)
         elif check == "kills":
             results["kills"] = kills(args.binary, rounds=args.kills)
+        elif check == "revert":
+            results["revert"] = revert(args.binary)
         elif check == "concurrent":
             results["concurrent"] = concurrent(args.binary)
         else:
