@@ -11,6 +11,11 @@ public indirect enum FCMCondition: Sendable, Equatable, CustomStringConvertible 
 
     /// FCM's limit on topics in one condition.
     public static let maxTopics = 5
+    /// The deepest nesting of parentheses and `!` accepted: far more than five topics can use, and
+    /// bounded so that no input can exhaust the stack.
+    public static let maxDepth = 32
+    /// The longest condition accepted, in characters.
+    public static let maxLength = 4096
 
     /// Whether an app instance subscribed to the topics that `isSubscribed` says yes to receives the message.
     public func matches(_ isSubscribed: (String) -> Bool) -> Bool {
@@ -43,14 +48,14 @@ public indirect enum FCMCondition: Sendable, Equatable, CustomStringConvertible 
 
     /// Parses `text`; the error names the column and what was expected.
     public static func parse(_ text: String) throws(ConditionError) -> FCMCondition {
+        guard text.utf8.count <= maxLength else {
+            throw ConditionError(
+                column: maxLength + 1,
+                message: "the condition is \(text.utf8.count) bytes long; tidemark reads at most \(maxLength)")
+        }
         var parser = ConditionParser(text)
         let condition = try parser.parseExpression()
         guard parser.atEnd else { throw parser.error("expected '&&', '||' or the end of the condition") }
-        let count = condition.topics.count
-        guard count <= maxTopics else {
-            throw ConditionError(
-                column: 1, message: "the condition names \(count) topics; FCM allows at most \(maxTopics)")
-        }
         return condition
     }
 }
@@ -67,6 +72,8 @@ public struct ConditionError: Error, Sendable, Equatable, CustomStringConvertibl
 struct ConditionParser {
     private let scalars: [Unicode.Scalar]
     private var index = 0
+    private var depth = 0
+    private var topics = 0
 
     init(_ text: String) { scalars = Array(text.unicodeScalars) }
 
@@ -108,13 +115,28 @@ struct ConditionParser {
     }
 
     private mutating func parseUnary() throws(ConditionError) -> FCMCondition {
-        if consume("!") { return .not(try parseUnary()) }
+        if consume("!") {
+            try deeper()
+            defer { depth -= 1 }
+            return .not(try parseUnary())
+        }
         if consume("(") {
+            try deeper()
+            defer { depth -= 1 }
             let inner = try parseExpression()
             guard consume(")") else { throw error("expected ')'") }
             return inner
         }
         return try parseAtom()
+    }
+
+    private mutating func deeper() throws(ConditionError) {
+        depth += 1
+        guard depth <= FCMCondition.maxDepth else {
+            throw error(
+                "'!' and parentheses nest more than \(FCMCondition.maxDepth) deep; FCM conditions name at most \(FCMCondition.maxTopics) topics, so no useful condition needs this"
+            )
+        }
     }
 
     /// atom := "'" topic "'" 'in' 'topics'
@@ -130,6 +152,14 @@ struct ConditionParser {
         let name = String(String.UnicodeScalarView(scalars[start..<end]))
         if let problem = FCMLimits.topicNameProblem(name) {
             throw ConditionError(column: start + 1, message: "invalid topic name '\(name)': \(problem)")
+        }
+        topics += 1
+        guard topics <= FCMCondition.maxTopics else {
+            throw ConditionError(
+                column: start,
+                message:
+                    "the condition names more than \(FCMCondition.maxTopics) topics; FCM allows at most \(FCMCondition.maxTopics)"
+            )
         }
         index = end + 1
         guard consume("in"), requireWordBoundary(), consume("topics"), requireWordBoundary() else {

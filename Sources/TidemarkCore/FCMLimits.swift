@@ -32,32 +32,64 @@ public enum FCMLimits {
         }
     }
 
-    /// Why `token` cannot be a registration token (FCM token or installation ID), or nil when it can.
+    /// Why `token` cannot be a registration ID FCM could have issued, or nil when it can be one.
+    ///
+    /// FCM issues three shapes (reference §8.7): registration tokens `PREFIX:APA91b…` (the prefix is the
+    /// app instance's id), 22-character Firebase installation IDs, and legacy GCM tokens `APA91b…` of
+    /// 100 characters or more. Anything else (a three-letter word, an email address) was never issued
+    /// by FCM and is refused before it reaches it.
     public static func tokenProblem(_ token: String) -> String? {
         var token = token
-        let ok = token.withUTF8 { bytes -> Bool in
-            guard !bytes.isEmpty, bytes.count <= 4096 else { return false }
-            for byte in bytes {
-                switch byte {
-                case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-                    UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: ":"),
-                    UInt8(ascii: "."):
-                    continue
-                default: return false
+        let shape = token.withUTF8 { bytes -> TokenShape in Self.shape(bytes) }
+        switch shape {
+        case .valid: return nil
+        case .empty: return "a registration token must not be empty"
+        case .tooLong: return "a registration token has at most 4096 characters"
+        case .badCharacter:
+            for scalar in token.unicodeScalars {
+                switch scalar {
+                case "a"..."z", "A"..."Z", "0"..."9", "-", "_", ":", ".": continue
+                default:
+                    return "'\(scalar.escaped(asASCII: true))' cannot appear in a registration token"
                 }
             }
-            return true
+            return "it has a character a registration token cannot have"
+        case .unknownShape:
+            let shown = token.count > 24 ? String(token.prefix(12)) + "…" : token
+            return
+                "'\(shown)' is not a registration ID FCM issues: FCM tokens look like 'PREFIX:APA91b…' and Firebase installation IDs are 22 characters of letters, digits, '-' and '_'"
         }
-        if ok { return nil }
-        if token.isEmpty { return "a registration token must not be empty" }
-        if token.utf8.count > 4096 { return "a registration token has at most 4096 characters" }
-        for scalar in token.unicodeScalars {
-            switch scalar {
-            case "a"..."z", "A"..."Z", "0"..."9", "-", "_", ":", ".": continue
-            default:
-                return "'\(scalar.escaped(asASCII: true))' cannot appear in a registration token"
+    }
+
+    enum TokenShape { case valid, empty, tooLong, badCharacter, unknownShape }
+
+    static func shape(_ bytes: UnsafeBufferPointer<UInt8>) -> TokenShape {
+        guard !bytes.isEmpty else { return .empty }
+        guard bytes.count <= 4096 else { return .tooLong }
+        var colon: Int?
+        var base64URL = true
+        for (i, byte) in bytes.enumerated() {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"):
+                continue
+            case UInt8(ascii: ":"):
+                if colon == nil { colon = i } else { base64URL = false }
+            case UInt8(ascii: "."):
+                base64URL = false
+            default: return .badCharacter
             }
         }
-        return nil
+        let apa = Array("APA91b".utf8)
+        func hasAPA(at start: Int) -> Bool {
+            start + apa.count <= bytes.count && Array(bytes[start..<start + apa.count]) == apa
+        }
+        if let colon {
+            // PREFIX:APA91b…: the prefix is the instance id, letters, digits, '-' and '_'.
+            return colon > 0 && hasAPA(at: colon + 1) ? .valid : .unknownShape
+        }
+        if bytes.count == 22, base64URL { return .valid }  // a Firebase installation ID
+        if bytes.count >= 100, hasAPA(at: 0) { return .valid }  // a legacy GCM token
+        return .unknownShape
     }
 }

@@ -2,8 +2,9 @@ import Foundation
 
 /// Read-only file access for the pure core; the CLI passes the real disk, tests an in-memory twin.
 public protocol FileSource: Sendable {
-    /// The bytes of a file, by path relative to the manifests directory or absolute.
-    func read(_ path: String) throws -> Data
+    /// The bytes of a file, by path relative to the manifests directory or absolute; a file larger
+    /// than `limit` is refused (`setting` names the limit in tidemark.yaml, for the message).
+    func read(_ path: String, atMost limit: Int, setting: String?) throws -> Data
     /// The names of the entries of a directory (not recursive).
     func list(_ directory: String) throws -> [String]
     /// How to show `path` to a person (for example with the manifests directory in front).
@@ -14,6 +15,9 @@ public protocol FileSource: Sendable {
 
 extension FileSource {
     public func displayPath(_ path: String) -> String { path }
+
+    /// The bytes of a file, however large.
+    public func read(_ path: String) throws -> Data { try read(path, atMost: .max, setting: nil) }
 
     public func listFiles(_ directory: String) throws -> [String] { try list(directory) }
 }
@@ -26,8 +30,9 @@ public struct InMemoryFileSource: FileSource {
         self.files = files.mapValues { Data($0.utf8) }
     }
 
-    public func read(_ path: String) throws -> Data {
+    public func read(_ path: String, atMost limit: Int, setting: String?) throws -> Data {
         guard let data = files[path] else { throw FileSourceError.notFound(path) }
+        guard data.count <= limit else { throw InputFile.tooLarge(data.count, limit, setting) }
         return data
     }
 

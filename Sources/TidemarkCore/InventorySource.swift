@@ -45,8 +45,30 @@ public enum InventoryFormat: String, Sendable, CaseIterable, Codable {
 public struct InventoryBuilder: Sendable {
     public private(set) var inventory = Inventory()
     public private(set) var diagnostics: [Diagnostic] = []
+    /// The most devices the inventory may hold (`limits.devices`); past it, one error and no more devices.
+    public var deviceLimit: Int
+    /// Problems kept in full; past this many, the rest are only counted, so a file of garbage cannot
+    /// fill memory with messages.
+    public static let diagnosticLimit = 1000
+    private var suppressed = 0
+    private var overLimit = false
 
-    public init() {}
+    public init(deviceLimit: Int = .max) { self.deviceLimit = deviceLimit }
+
+    /// The diagnostics, with a last line counting those left out.
+    public var allDiagnostics: [Diagnostic] {
+        suppressed == 0
+            ? diagnostics
+            : diagnostics + [
+                .error(
+                    "\(suppressed) more inventory problem\(suppressed == 1 ? "" : "s") like those above were not listed; fix these first."
+                )
+            ]
+    }
+
+    private mutating func report(_ diagnostic: Diagnostic) {
+        if diagnostics.count < Self.diagnosticLimit { diagnostics.append(diagnostic) } else { suppressed += 1 }
+    }
 
     /// A handle for one source's devices.
     public struct SourceHandle: Sendable, Equatable {
@@ -94,11 +116,11 @@ public struct InventoryBuilder: Sendable {
         -> Bool
     {
         if id.isEmpty {
-            diagnostics.append(.error("row has an empty device_id.", at: location))
+            report(.error("row has an empty device_id.", at: location))
             return false
         }
         if let problem = FCMLimits.tokenProblem(token) {
-            diagnostics.append(.error("token of device '\(id)' is not valid: \(problem).", at: tokenAt ?? location))
+            report(.error("token of device '\(id)' is not valid: \(problem).", at: tokenAt ?? location))
             return false
         }
         return true
@@ -110,16 +132,26 @@ public struct InventoryBuilder: Sendable {
     ) -> Bool {
         let location = SourceLocation(file: source.file, line: line, column: column)
         if !checked, !accepts(id: id, token: token, at: location, tokenAt: nil) { return false }
+        guard inventory.count < deviceLimit else {
+            if !overLimit {
+                overLimit = true
+                report(
+                    .error(
+                        "the inventory holds more than \(deviceLimit) devices; if it is meant to be this large, raise limits.devices in tidemark.yaml.",
+                        at: location))
+            }
+            return false
+        }
         switch inventory.add(id: id, token: token, slots: slots, source: source.index, line: line, column: column) {
         case nil:
             return true
         case .duplicateID(let other):
-            diagnostics.append(
+            report(
                 .error(
                     "device id '\(id)' is declared twice; the other is at \(inventory.location(ofDevice: other)). Device ids must be unique.",
                     at: location))
         case .duplicateToken(let other):
-            diagnostics.append(
+            report(
                 .error(
                     "device '\(id)' has the same token as device '\(inventory.deviceIDs[other])' at \(inventory.location(ofDevice: other)); a token belongs to one device.",
                     at: location))
@@ -129,6 +161,6 @@ public struct InventoryBuilder: Sendable {
 
     /// Reports a problem of a source's own, such as a row it cannot parse.
     public mutating func error(_ message: String, at location: SourceLocation) {
-        diagnostics.append(.error(message, at: location))
+        report(.error(message, at: location))
     }
 }

@@ -30,17 +30,22 @@ public struct FileInventorySource: InventorySource {
     public var path: String
     public var format: InventoryFormat
     public var files: any FileSource
+    /// The largest file read (`limits.inventory_bytes`).
+    public var maxBytes: Int
 
-    public init(path: String, format: InventoryFormat, files: any FileSource) {
+    public init(
+        path: String, format: InventoryFormat, files: any FileSource, maxBytes: Int = InputLimits().inventoryBytes
+    ) {
         self.path = path
         self.format = format
         self.files = files
+        self.maxBytes = maxBytes
     }
 
     public var name: String { path }
 
     public func load(into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
-        let data = try files.read(path)
+        let data = try files.read(path, atMost: maxBytes, setting: "inventory_bytes")
         let display = files.displayPath(path)
         switch format {
         case .csv: Self.loadCSV(data, file: display, into: &builder)

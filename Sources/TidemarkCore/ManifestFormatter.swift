@@ -28,6 +28,13 @@ public struct ManifestFormatter: Sendable {
         if case .scalar(let s) = root, s.string.isEmpty {
             return .formatted(emitter.finishComments())
         }
+        if let (message, node) = Self.notAManifest(root, .root) {
+            return .failed([
+                .error(
+                    "\(message); this is not a tidemark manifest as tidemark fmt knows them, so it was left as it is.",
+                    at: doc.location(node))
+            ])
+        }
         emitter.emitDocument(root)
         let output = emitter.finishComments()
         // Safety: the output must mean exactly what the input meant, in canonical order.
@@ -41,6 +48,42 @@ public struct ManifestFormatter: Sendable {
             ])
         }
         return .formatted(output)
+    }
+
+    /// The first key the manifest schema does not have, or a root that is not a mapping: fmt rewrites
+    /// only what it knows to be a manifest.
+    static func notAManifest(_ node: Node, _ context: Context) -> (String, Node)? {
+        let section: ManifestSchema.Node? =
+            switch context {
+            case .root: .root
+            case .inventory: .inventory
+            case .inventoryFile: .inventoryFile
+            case .device: .device
+            case .topic: .topic
+            case .group: .group
+            case .member: .member
+            default: nil
+            }
+        switch node {
+        case .mapping(let mapping):
+            guard let section else { return nil }
+            let allowed = ManifestSchema.keys(section)
+            for (key, value) in mapping {
+                guard let name = key.string, allowed.contains(name) else {
+                    return ("unknown key '\(key.string ?? YAMLDocument.kind(key))'", key)
+                }
+                if let problem = notAManifest(value, context.child(key: name)) { return problem }
+            }
+            return nil
+        case .sequence(let sequence) where section != nil && context != .root:
+            for item in sequence {
+                if let problem = notAManifest(item, context) { return problem }
+            }
+            return nil
+        default:
+            return context == .root
+                ? ("the file is \(YAMLDocument.kind(node)), not a mapping of topics, groups and inventory", node) : nil
+        }
     }
 
     /// Where a node sits in the manifest schema, which decides key order and list sorting.

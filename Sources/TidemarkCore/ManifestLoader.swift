@@ -15,10 +15,13 @@ public struct ManifestLoader: ManifestSource {
     public let files: FileSource
     /// Sources beyond those the manifests declare (from the project's configuration).
     public var extraSources: [any InventorySource]
+    /// What any one input may cost.
+    public var limits: InputLimits
 
-    public init(files: FileSource, extraSources: [any InventorySource] = []) {
+    public init(files: FileSource, extraSources: [any InventorySource] = [], limits: InputLimits = InputLimits()) {
         self.files = files
         self.extraSources = extraSources
+        self.limits = limits
     }
 
     /// Loads and validates; new tokens are interned into `table` (pass the state's table).
@@ -39,7 +42,7 @@ public struct ManifestLoader: ManifestSource {
         } catch {
             diagnostics.append(
                 .error(
-                    "cannot read the manifests directory \(files.displayPath(".")): \(error). Pass --manifests DIR or create it."
+                    "cannot read the manifests directory \(files.displayPath(".")): \(ErrorText.describe(error)). Pass --manifests DIR or create it."
                 ))
             names = []
         }
@@ -50,7 +53,7 @@ public struct ManifestLoader: ManifestSource {
         let decoder = ManifestDecoder()
         for name in names {
             do {
-                let data = try recording.read(name)
+                let data = try recording.read(name, atMost: limits.manifestBytes, setting: "manifest_bytes")
                 guard let text = String(data: data, encoding: .utf8) else {
                     diagnostics.append(
                         .error(
@@ -62,10 +65,11 @@ public struct ManifestLoader: ManifestSource {
             } catch {
                 diagnostics.append(
                     .error(
-                        "cannot read: \(error)", at: SourceLocation(file: files.displayPath(name), line: 1, column: 1)))
+                        "cannot read: \(ErrorText.describe(error)).",
+                        at: SourceLocation(file: files.displayPath(name), line: 1, column: 1)))
             }
         }
-        var builder = InventoryBuilder()
+        var builder = InventoryBuilder(deviceLimit: limits.devices)
         var snapshots: [String: InventorySnapshot] = [:]
         for (source, location) in inventorySources(manifests, &diagnostics) {
             do {
@@ -74,14 +78,14 @@ public struct ManifestLoader: ManifestSource {
                 if let location {
                     diagnostics.append(
                         .error(
-                            "cannot read inventory file '\(source.name)': \(error); check the path, which is relative to the manifests directory.",
+                            "cannot read inventory file '\(source.name)': \(ErrorText.describe(error)); check the path, which is relative to the manifests directory.",
                             at: location))
                 } else {
-                    diagnostics.append(.error("cannot read inventory '\(source.name)': \(error)"))
+                    diagnostics.append(.error("cannot read inventory '\(source.name)': \(ErrorText.describe(error))"))
                 }
             }
         }
-        diagnostics += builder.diagnostics
+        diagnostics += builder.allDiagnostics
         return ReadManifests(
             manifests: manifests, inventory: builder.inventory, diagnostics: diagnostics, snapshots: snapshots,
             files: recording)
@@ -104,7 +108,11 @@ public struct ManifestLoader: ManifestSource {
                 continue
             }
             sources.append(
-                (FileInventorySource(path: file.path.value, format: format, files: files), file.path.location))
+                (
+                    FileInventorySource(
+                        path: file.path.value, format: format, files: files, maxBytes: limits.inventoryBytes),
+                    file.path.location
+                ))
         }
         return sources + extraSources.map { ($0, nil) }
     }

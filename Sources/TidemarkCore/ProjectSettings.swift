@@ -22,10 +22,12 @@ public struct ProjectSettings: Sendable, Equatable {
     public var unregistered = UnregisteredAnswers.default
     /// How many newly dead devices a refresh may find before it is refused (`dead_share`, `dead_minimum`).
     public var deadTokenGuard = DeadTokenGuard()
+    /// What any one input may cost (`limits: {manifest_bytes, inventory_bytes, plan_bytes, devices}`).
+    public var limits = InputLimits()
 
     public static let keys = [
         "project", "backend", "manifests", "state", "transport", "qps", "qps_unit", "credentials",
-        "fcm_url", "iid_url", "sender_id", "unregistered", "dead_share", "dead_minimum",
+        "fcm_url", "iid_url", "sender_id", "unregistered", "dead_share", "dead_minimum", "limits",
     ]
 
     public init() {}
@@ -62,6 +64,30 @@ public struct ProjectSettings: Sendable, Equatable {
                     doc.error(
                         "'dead_share' must be a share of the registrations read, such as 20% or 0.2, not '\(text)'.",
                         value)
+                }
+                continue
+            case "limits":
+                for (name, _, limit) in doc.mapping(value, "'limits'", allowed: InputLimits.keys) ?? [] {
+                    let text = (limit.scalar?.string) ?? ""
+                    if name == "devices" {
+                        if let number = Int(text.replacingOccurrences(of: "_", with: "")), number > 0 {
+                            settings.limits.devices = number
+                        } else {
+                            doc.error("'limits.devices' must be a positive whole number, not '\(text)'.", limit)
+                        }
+                        continue
+                    }
+                    guard let bytes = InputLimits.bytes(text) else {
+                        doc.error(
+                            "'limits.\(name)' must be a size such as 512MiB, 2GiB or a number of bytes, not '\(text)'.",
+                            limit)
+                        continue
+                    }
+                    switch name {
+                    case "manifest_bytes": settings.limits.manifestBytes = bytes
+                    case "inventory_bytes": settings.limits.inventoryBytes = bytes
+                    default: settings.limits.planBytes = bytes
+                    }
                 }
                 continue
             case "dead_minimum":

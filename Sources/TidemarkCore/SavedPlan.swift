@@ -27,7 +27,10 @@ extension Plan {
         do {
             plan = try Plan.decoder().decode(Plan.self, from: data)
         } catch {
-            throw SavedPlanError(description: "\(file) is not a valid tidemark plan: \(error).")
+            throw SavedPlanError(
+                description:
+                    "\(file) is not a valid tidemark plan: \(ErrorText.describe(error)). Make a new plan with 'tidemark plan --out'."
+            )
         }
         if let recorded = plan.operationsDigestWhenMade, recorded != plan.operationsDigest {
             throw SavedPlanError(

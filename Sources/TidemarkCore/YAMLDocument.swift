@@ -10,10 +10,22 @@ struct YAMLDocument {
 
     init(file: String) { self.file = file }
 
-    /// Parses `text`; a syntax error becomes a diagnostic at the parser's position.
+    /// The most values a document may hold once its aliases are expanded: a few bytes of anchors and
+    /// aliases can stand for billions of values ("billion laughs"), and every reader walks the expansion.
+    static func valueLimit(bytes: Int) -> Int { 10_000 + 10 * bytes }
+    /// Nesting deeper than any manifest needs; bounded so that no reader can exhaust the stack.
+    static let depthLimit = 64
+
+    /// Parses `text`; a syntax error becomes a diagnostic at the parser's position. A document whose
+    /// aliases expand past `valueLimit` values, or that nests deeper than `depthLimit`, is refused.
     mutating func compose(_ text: String) -> Node? {
         do {
-            return try Yams.compose(yaml: text)
+            guard let root = try Yams.compose(yaml: text) else { return nil }
+            if let problem = Self.sizeProblem(root, bytes: text.utf8.count) {
+                diagnostics.append(.error(problem.message, at: location(problem.node)))
+                return nil
+            }
+            return root
         } catch let error as YamlError {
             diagnostics.append(Self.diagnostic(for: error, file: file))
             return nil
@@ -21,6 +33,34 @@ struct YAMLDocument {
             diagnostics.append(.error("cannot read YAML: \(error)", at: SourceLocation(file: file, line: 1, column: 1)))
             return nil
         }
+    }
+
+    /// Walks `root` without recursion, stopping at the first value past the limits.
+    static func sizeProblem(_ root: Node, bytes: Int) -> (message: String, node: Node)? {
+        let limit = valueLimit(bytes: bytes)
+        var count = 0
+        var stack: [(node: Node, depth: Int)] = [(root, 1)]
+        while let (node, depth) = stack.popLast() {
+            count += 1
+            if count > limit {
+                return (
+                    "YAML aliases expand this \(bytes)-byte file to more than \(limit) values; write the values out (tidemark manifests need no anchors or aliases).",
+                    node
+                )
+            }
+            if depth > depthLimit {
+                return ("YAML nests more than \(depthLimit) levels deep here; no manifest needs this.", node)
+            }
+            switch node {
+            case .mapping(let mapping):
+                for (key, value) in mapping { stack += [(key, depth + 1), (value, depth + 1)] }
+            case .sequence(let sequence):
+                for item in sequence { stack.append((item, depth + 1)) }
+            case .scalar, .alias:
+                break
+            }
+        }
+        return nil
     }
 
     static func diagnostic(for error: YamlError, file: String) -> Diagnostic {

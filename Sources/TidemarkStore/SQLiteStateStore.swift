@@ -33,6 +33,18 @@ public final class SQLiteStateStore: StateStore {
             let fm = FileManager.default
             let initialize: Bool
             if fm.fileExists(atPath: path) {
+                switch (try? fm.attributesOfItem(atPath: path))?[.type] as? FileAttributeType {
+                case .typeRegular?: break
+                case .typeDirectory?:
+                    throw StateStoreError(
+                        .io, path: location,
+                        "it is a directory; 'state' (or --state) must name a file, such as .tidemark/state.db")
+                default:
+                    throw StateStoreError(
+                        .io, path: location,
+                        "it is not a regular file (a FIFO, socket or device); 'state' must name a file, such as .tidemark/state.db"
+                    )
+                }
                 try checkHeader()
                 initialize = false
             } else {
@@ -158,8 +170,7 @@ public final class SQLiteStateStore: StateStore {
         return try run {
             try queue.read { db in
                 let lineage = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'lineage'") ?? ""
-                let serial =
-                    Int(try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'serial'") ?? "0") ?? 0
+                let serial = try Self.serial(db, location: location)
                 var table = TokenTable()
                 let count = try Int.fetchOne(db, sql: "SELECT count(*) FROM tokens") ?? 0
                 table.reserveCapacity(count)
@@ -169,30 +180,36 @@ public final class SQLiteStateStore: StateStore {
                 let statement = try db.makeStatement(sql: "SELECT id, token, seen_at, dead FROM tokens ORDER BY id")
                 let rows = try Row.fetchCursor(statement)
                 while let row = try rows.next() {
-                    let id: Int64 = row[0]
-                    let token: String = row[1]
+                    let id: Int64 = try cell(row, 0, in: "tokens")
+                    let token: String = try cell(row, 1, in: "tokens")
                     guard Int(id) == table.count, table.intern(token) == UInt32(id) else {
                         throw StateStoreError(.damaged, path: location, "token ids are not dense at id \(id)")
                     }
-                    seenAt.append(row[2])
-                    if (row[3] as Int64) != 0 { dead.append(UInt32(id)) }
+                    seenAt.append(try cell(row, 2, in: "tokens"))
+                    if try (cell(row, 3, in: "tokens") as Int64) != 0 { dead.append(UInt32(id)) }
                 }
                 var topics: [String: TopicState] = [:]
                 // Files written before opt-outs existed have no opted_out column: none is recorded.
                 let optOuts = try Self.hasOptOutColumn(db)
                 let columns = "name, mode, protect, managed, observed" + (optOuts ? ", opted_out" : "")
                 for row in try Row.fetchAll(db, sql: "SELECT \(columns) FROM topics") {
-                    let name: String = row[0]
+                    let name: String = try cell(row, 0, in: "topics")
+                    let mode: String = try cell(row, 1, in: "topics")
+                    guard let topicMode = TopicMode(rawValue: mode) else {
+                        throw StateStoreError(
+                            .damaged, path: location, "table 'topics': topic '\(name)' has the unknown mode '\(mode)'")
+                    }
                     topics[name] = TopicState(
-                        mode: TopicMode(rawValue: row[1]) ?? .additive, protect: row[2],
-                        managed: try decode(row[3], count: table.count),
-                        observed: try decode(row[4], count: table.count),
-                        optedOut: optOuts ? try decode(row[5], count: table.count) : TokenSet())
+                        mode: topicMode, protect: try cell(row, 2, in: "topics"),
+                        managed: try decode(cell(row, 3, in: "topics"), count: table.count),
+                        observed: try decode(cell(row, 4, in: "topics"), count: table.count),
+                        optedOut: optOuts ? try decode(cell(row, 5, in: "topics"), count: table.count) : TokenSet())
                 }
                 var groups: [String: GroupState] = [:]
                 for row in try Row.fetchAll(db, sql: "SELECT name, key, protect, members FROM groups") {
-                    groups[row[0]] = GroupState(
-                        key: row[1], protect: row[2], members: try decode(row[3], count: table.count))
+                    groups[try cell(row, 0, in: "groups")] = GroupState(
+                        key: try cell(row, 1, in: "groups"), protect: try cell(row, 2, in: "groups"),
+                        members: try decode(cell(row, 3, in: "groups"), count: table.count))
                 }
                 var state = State(
                     lineage: lineage, serial: serial, tokens: table, seenAt: seenAt, dead: TokenSet(sorted: dead),
@@ -208,12 +225,36 @@ public final class SQLiteStateStore: StateStore {
                 }
                 if try db.tableExists("row_versions") {
                     for row in try Row.fetchAll(db, sql: "SELECT key, serial FROM row_versions") {
-                        state.versions[row[0]] = row[1]
+                        state.versions[try cell(row, 0, in: "row_versions")] = try cell(row, 1, in: "row_versions")
                     }
                 }
                 return state
             }
         }
+    }
+
+    /// A column of a row, or a `damaged` error naming the table and column when it holds something
+    /// tidemark never writes there (text where a number belongs, a NULL).
+    private func cell<T: DatabaseValueConvertible>(_ row: Row, _ index: Int, in table: String) throws -> T {
+        do {
+            return try row.decode(T.self, atIndex: index)
+        } catch {
+            let column = index < row.columnNames.count ? Array(row.columnNames)[index] : "column \(index + 1)"
+            throw StateStoreError(
+                .damaged, path: location, "table '\(table)' has a row whose \(column) is not what tidemark writes there"
+            )
+        }
+    }
+
+    /// The serial in `meta`: a whole number, or the file is damaged.
+    static func serial(_ db: Database, location: String) throws -> Int {
+        let text = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'serial'")
+        guard let text, let serial = Int(text), serial >= 0 else {
+            throw StateStoreError(
+                .damaged, path: location,
+                "table 'meta': the serial is \(text.map { "'\($0.prefix(40))'" } ?? "missing"), not a whole number")
+        }
+        return serial
     }
 
     private func decode(_ data: Data, count: Int) throws -> TokenSet {
@@ -339,8 +380,7 @@ public final class SQLiteStateStore: StateStore {
                 if try !db.tableExists("row_versions") {
                     try db.execute(sql: "CREATE TABLE row_versions (key TEXT PRIMARY KEY, serial INTEGER NOT NULL)")
                 }
-                let next =
-                    (Int(try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'serial'") ?? "0") ?? 0) + 1
+                let next = try Self.serial(db, location: location) + 1
                 for key in write.versionKeys {
                     try db.execute(
                         sql: "INSERT OR REPLACE INTO row_versions (key, serial) VALUES (?, ?)", arguments: [key, next])
@@ -373,23 +413,33 @@ public final class SQLiteStateStore: StateStore {
                             SELECT id, started_at, plan FROM applies WHERE status = 'running' ORDER BY started_at DESC LIMIT 1
                             """)
                 else { return nil }
-                let id: String = row[0]
+                let id: String = try cell(row, 0, in: "applies")
                 let plan: Plan
                 do {
-                    plan = try Plan.decoder().decode(Plan.self, from: row[2] as Data)
+                    plan = try Plan.decoder().decode(Plan.self, from: cell(row, 2, in: "applies") as Data)
                 } catch {
                     throw StateStoreError(.damaged, path: location, "the journal's plan of apply \(id) cannot be read")
                 }
-                let done = try Int.fetchAll(
-                    db, sql: "SELECT idx FROM apply_operations WHERE apply_id = ?", arguments: [id])
+                let done = try Row.fetchAll(
+                    db, sql: "SELECT idx FROM apply_operations WHERE apply_id = ?", arguments: [id]
+                ).map { row -> Int in
+                    let index: Int = try cell(row, 0, in: "apply_operations")
+                    guard plan.operations.indices.contains(index) else {
+                        throw StateStoreError(
+                            .damaged, path: location,
+                            "table 'apply_operations': apply \(id) records operation \(index), which its plan does not have"
+                        )
+                    }
+                    return index
+                }
                 var progress: [Int: OperationProgress] = [:]
                 if try db.tableExists("apply_progress") {
                     for row in try Row.fetchAll(
                         db, sql: "SELECT idx, tokens_done, ok, failed FROM apply_progress WHERE apply_id = ?",
                         arguments: [id])
                     {
-                        let index: Int = row[0]
-                        let tokens: Int = row[1]
+                        let index: Int = try cell(row, 0, in: "apply_progress")
+                        let tokens: Int = try cell(row, 1, in: "apply_progress")
                         guard plan.operations.indices.contains(index),
                             (0...plan.operations[index].tokens.count).contains(tokens)
                         else {
@@ -399,11 +449,13 @@ public final class SQLiteStateStore: StateStore {
                             )
                         }
                         progress[index] = OperationProgress(
-                            applyID: id, index: index, tokensDone: tokens, ok: row[2], failed: row[3])
+                            applyID: id, index: index, tokensDone: tokens, ok: try cell(row, 2, in: "apply_progress"),
+                            failed: try cell(row, 3, in: "apply_progress"))
                     }
                 }
                 return UnfinishedApply(
-                    id: id, startedAt: Date(timeIntervalSince1970: TimeInterval(row[1] as Int64)),
+                    id: id,
+                    startedAt: Date(timeIntervalSince1970: TimeInterval(try cell(row, 1, in: "applies") as Int64)),
                     plan: plan, done: Set(done), progress: progress)
             }
         }
@@ -421,11 +473,14 @@ public final class SQLiteStateStore: StateStore {
                         FROM applies a ORDER BY a.started_at DESC LIMIT ?
                         """, arguments: [limit]
                 ).map { row in
-                    guard let status = ApplyStatus(rawValue: row[1]) else {
+                    let id: String = try cell(row, 0, in: "applies")
+                    guard let status = ApplyStatus(rawValue: try cell(row, 1, in: "applies")) else {
                         throw StateStoreError(
-                            .damaged, path: location, "apply \(row[0] as String) has an unknown status")
+                            .damaged, path: location, "table 'applies': apply \(id) has an unknown status")
                     }
-                    return ApplyRecord(id: row[0], status: status, startedAt: row[2], operations: row[3], done: row[4])
+                    return ApplyRecord(
+                        id: id, status: status, startedAt: try cell(row, 2, in: "applies"),
+                        operations: try cell(row, 3, in: "applies"), done: try cell(row, 4, in: "applies"))
                 }
             }
         }

@@ -88,7 +88,9 @@ struct Generator {
 
 struct PlainFiles: FileSource {
     let root: String
-    func read(_ path: String) throws -> Data { try Data(contentsOf: URL(fileURLWithPath: root + "/" + path)) }
+    func read(_ path: String, atMost limit: Int, setting: String?) throws -> Data {
+        try InputFile.read(root + "/" + path, atMost: limit, setting: setting)
+    }
     func list(_ directory: String) throws -> [String] { try FileManager.default.contentsOfDirectory(atPath: root) }
 }
 

@@ -57,7 +57,9 @@ struct ApplyCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
-            let saved = try planFile.map { (plan: try readPlan($0), file: $0) }
+            let saved = try planFile.map {
+                (plan: try readPlan($0, limit: workspace.settings.limits.planBytes), file: $0)
+            }
             let showTokens = global.showTokens
             let request = ApplyRequest(
                 savedPlan: saved,

@@ -12,8 +12,8 @@ struct DiskFileSource: FileSource {
         return path == "." ? root : (root as NSString).appendingPathComponent(path)
     }
 
-    func read(_ path: String) throws -> Data {
-        try Data(contentsOf: URL(fileURLWithPath: resolve(path)))
+    func read(_ path: String, atMost limit: Int, setting: String?) throws -> Data {
+        try InputFile.read(resolve(path), atMost: limit, setting: setting)
     }
 
     func list(_ directory: String) throws -> [String] {

@@ -28,8 +28,16 @@ struct FmtCommand: AsyncParsableCommand {
             for name in files {
                 let path = (workspace.manifestsPath as NSString).appendingPathComponent(name)
                 let display = (workspace.manifestsDisplay as NSString).appendingPathComponent(name)
-                guard let data = FileManager.default.contents(atPath: path) else {
-                    throw CLIError("cannot read \(display).")
+                let data: Data
+                do {
+                    data = try InputFile.read(
+                        path, atMost: workspace.settings.limits.manifestBytes, setting: "manifest_bytes")
+                } catch {
+                    problems.append(
+                        .error(
+                            "cannot read: \(ErrorText.describe(error)).",
+                            at: SourceLocation(file: display, line: 1, column: 1)))
+                    continue
                 }
                 let text = String(decoding: data, as: UTF8.self)
                 switch ManifestFormatter().format(text, file: display) {

@@ -18,7 +18,7 @@ struct ShowCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
-            let plan = try readPlan(planFile)
+            let plan = try readPlan(planFile, limit: workspace.settings.limits.planBytes)
             // Device ids from the inventory when the manifests can be read; the plan shows without them otherwise.
             let loaded = render.format == .json ? nil : await workspace.loadManifests()
             let inventory = loaded.flatMap { $0.diagnostics.hasErrors ? nil : $0.inventory }
@@ -30,9 +30,12 @@ struct ShowCommand: AsyncParsableCommand {
 }
 
 /// Reads and checks a saved plan file.
-func readPlan(_ path: String) throws -> Plan {
-    guard let data = FileManager.default.contents(atPath: path) else {
-        throw CLIError("cannot read the plan file \(path); check the path.")
+func readPlan(_ path: String, limit: Int) throws -> Plan {
+    let data: Data
+    do {
+        data = try InputFile.read(path, atMost: limit, setting: "plan_bytes")
+    } catch {
+        throw CLIError("cannot read the plan file \(path): \(error.problem).")
     }
     do {
         return try Plan.decodeSaved(data, file: path)

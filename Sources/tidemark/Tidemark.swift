@@ -11,7 +11,8 @@ struct Tidemark: AsyncParsableCommand {
             Declare in YAML manifests which devices belong to which topics and device groups; \
             'tidemark plan' shows what must change in FCM and 'tidemark apply' makes it so, \
             within FCM's limits. Exit codes: 0 success or no changes, 1 error, 2 changes present \
-            (only with --detailed-exitcode), 130/143 when SIGINT/SIGTERM stopped an apply (it resumes).
+            (only with --detailed-exitcode), 64 a command line tidemark does not understand (an unknown \
+            flag, a missing argument), 130/143 when SIGINT/SIGTERM stopped an apply (it resumes).
             """,
         version: Workspace.version,
         subcommands: [
@@ -48,7 +49,7 @@ func runReportingErrors(_ body: () async throws -> Void) async throws {
     } catch let error as ValidationError {
         throw error
     } catch {
-        Terminal.err("error: \(error)")
+        Terminal.err("error: \(ErrorText.describe(error))")
         throw ExitCode.failure
     }
 }

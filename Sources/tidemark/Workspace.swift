@@ -32,13 +32,18 @@ struct Workspace {
         }
         let settingsFile = (root as NSString).appendingPathComponent("tidemark.yaml")
         let settingsDisplay = Self.display(options.directory, "tidemark.yaml")
-        if let data = FileManager.default.contents(atPath: settingsFile) {
-            let (decoded, diagnostics) = ProjectSettings.decode(
-                String(decoding: data, as: UTF8.self), file: settingsDisplay)
+        do {
+            let data = try InputFile.read(settingsFile, atMost: 16 << 20)
+            guard let text = String(data: data, encoding: .utf8) else {
+                throw CLIError("\(settingsDisplay) is not UTF-8 text; save it as UTF-8.")
+            }
+            let (decoded, diagnostics) = ProjectSettings.decode(text, file: settingsDisplay)
             if diagnostics.hasErrors { throw DiagnosticsError(diagnostics) }
             settings = decoded
-        } else {
+        } catch let error as InputFileError where error.kind == .notFound {
             settings = ProjectSettings()
+        } catch let error as InputFileError {
+            throw CLIError("cannot read \(settingsDisplay): \(error).")
         }
         if let manifests = options.manifests {
             manifestsPath = manifests.hasPrefix("/") ? manifests : (cwd as NSString).appendingPathComponent(manifests)
@@ -85,7 +90,8 @@ struct Workspace {
 
     /// The manifests directory on disk, and the inventory it names.
     func manifestSource() -> ManifestLoader {
-        ManifestLoader(files: DiskFileSource(root: manifestsPath, displayRoot: manifestsDisplay))
+        ManifestLoader(
+            files: DiskFileSource(root: manifestsPath, displayRoot: manifestsDisplay), limits: settings.limits)
     }
 
     /// Reads and resolves the manifests on their own (validate, show), with a scratch token table.

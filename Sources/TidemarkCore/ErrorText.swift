@@ -1,0 +1,80 @@
+import Foundation
+
+/// One line a person can act on for any error, never a Foundation or Swift dump
+/// (`Error Domain=NSCocoaErrorDomain Code=…`, `DecodingError.typeMismatch(…)`).
+public enum ErrorText {
+    public static func describe(_ error: any Error) -> String {
+        switch error {
+        case let error as DecodingError:
+            return describe(error)
+        case let error as InputFileError:
+            return error.problem
+        case let error as CocoaError:
+            return describe(cocoa: error.code.rawValue, path: error.filePath ?? error.url?.path, error: error)
+        case let error as POSIXError:
+            return String(cString: strerror(error.code.rawValue))
+        default:
+            let bridged = error as NSError
+            if bridged.domain == NSCocoaErrorDomain {
+                return describe(
+                    cocoa: bridged.code, path: bridged.userInfo[NSFilePathErrorKey] as? String, error: error)
+            }
+            if bridged.domain == NSPOSIXErrorDomain { return String(cString: strerror(Int32(bridged.code))) }
+            return String(describing: error)
+        }
+    }
+
+    static func describe(cocoa code: Int, path: String?, error: any Error) -> String {
+        let what: String
+        switch code {
+        case CocoaError.fileNoSuchFile.rawValue, CocoaError.fileReadNoSuchFile.rawValue: what = "no such file"
+        case CocoaError.fileReadNoPermission.rawValue, CocoaError.fileWriteNoPermission.rawValue:
+            what = "permission denied; check the file's owner and mode"
+        case CocoaError.fileWriteOutOfSpace.rawValue: what = "the disk is full"
+        case CocoaError.fileWriteVolumeReadOnly.rawValue: what = "the file system is read-only"
+        case CocoaError.fileReadCorruptFile.rawValue: what = "the file's content cannot be read"
+        case CocoaError.fileReadInapplicableStringEncoding.rawValue: what = "the file is not UTF-8 text"
+        default:
+            let underlying = ((error as NSError).userInfo[NSUnderlyingErrorKey] as? NSError)
+            if let underlying, underlying.domain == NSPOSIXErrorDomain {
+                what = String(cString: strerror(Int32(underlying.code)))
+            } else {
+                what = "the file system refused (code \(code))"
+            }
+        }
+        return path.map { "\($0): \(what)" } ?? what
+    }
+
+    /// Where in a JSON document decoding stopped, and why.
+    public static func describe(_ error: DecodingError) -> String {
+        func place(_ path: [any CodingKey]) -> String {
+            let text = path.map { key in key.intValue.map { "[\($0)]" } ?? ".\(key.stringValue)" }.joined()
+            return text.isEmpty ? "the top level" : String(text.drop { $0 == "." })
+        }
+        switch error {
+        case .keyNotFound(let key, let context):
+            let parent = place(context.codingPath)
+            return "'\(key.stringValue)' is missing at \(parent)"
+        case .typeMismatch(let type, let context):
+            return "\(place(context.codingPath)) is not \(article(type))"
+        case .valueNotFound(let type, let context):
+            return "\(place(context.codingPath)) is null where \(article(type)) belongs"
+        case .dataCorrupted(let context):
+            if context.codingPath.isEmpty { return "it is not valid JSON" }
+            return "\(place(context.codingPath)) is invalid: \(context.debugDescription.prefix(200))"
+        @unknown default:
+            return "it cannot be decoded"
+        }
+    }
+
+    static func article(_ type: Any.Type) -> String {
+        switch type {
+        case is String.Type: "a string"
+        case is Int.Type, is Int64.Type, is UInt32.Type, is Double.Type: "a number"
+        case is Bool.Type: "true or false"
+        case is [Any].Type: "a list"
+        default:
+            String(describing: type).hasPrefix("Array") ? "a list" : "an object (\(String(describing: type)))"
+        }
+    }
+}

@@ -1,0 +1,114 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// What tidemark reads at most, so that no input can cost unbounded memory. The defaults sit well
+/// above the design scale (1,000,000 devices: a 183 MB inventory, a first plan of about 1 GB of
+/// JSON); `limits:` in tidemark.yaml raises or lowers them.
+public struct InputLimits: Sendable, Equatable {
+    /// Bytes of one manifest file (`limits.manifest_bytes`).
+    public var manifestBytes = 256 << 20
+    /// Bytes of one inventory file (`limits.inventory_bytes`).
+    public var inventoryBytes = 8 << 30
+    /// Bytes of a saved plan file (`limits.plan_bytes`).
+    public var planBytes = 8 << 30
+    /// Devices in the whole inventory (`limits.devices`).
+    public var devices = 50_000_000
+
+    public init() {}
+
+    /// The settings of `limits:`, by key.
+    public static let keys = ["manifest_bytes", "inventory_bytes", "plan_bytes", "devices"]
+
+    /// Parses a size such as `512MiB`, `2GiB`, `300MB` or `1000000`.
+    public static func bytes(_ text: String) -> Int? {
+        let units: [(String, Int)] = [
+            ("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("TiB", 1 << 40), ("KB", 1000),
+            ("MB", 1_000_000), ("GB", 1_000_000_000), ("TB", 1_000_000_000_000), ("B", 1),
+        ]
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        for (suffix, factor) in units where trimmed.hasSuffix(suffix) {
+            guard let number = Double(trimmed.dropLast(suffix.count).trimmingCharacters(in: .whitespaces)),
+                number > 0, number * Double(factor) < Double(Int.max / 2)
+            else { return nil }
+            return Int(number * Double(factor))
+        }
+        guard let number = Int(trimmed), number > 0 else { return nil }
+        return number
+    }
+}
+
+/// Why a file could not be read, in words a person can act on (never a Foundation error dump).
+public struct InputFileError: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Kind: Sendable, Equatable {
+        case notFound, isDirectory, notRegular, permissionDenied, tooLarge, io
+    }
+
+    public var kind: Kind
+    /// What is wrong, without the path (callers name the file).
+    public var problem: String
+
+    public var description: String { problem }
+}
+
+/// Reads whole files with the checks every input needs: it exists, is a regular file (a FIFO would
+/// block forever), is readable, and is no larger than a limit.
+public enum InputFile {
+    /// The bytes of `path`; `setting` names the limit in tidemark.yaml, for the message.
+    public static func read(_ path: String, atMost limit: Int, setting: String? = nil) throws(InputFileError) -> Data {
+        // O_NONBLOCK: opening a FIFO with no writer must not hang; it is refused below.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { throw openError(errno) }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw InputFileError(kind: .io, problem: String(cString: strerror(errno))) }
+        switch info.st_mode & S_IFMT {
+        case S_IFREG: break
+        case S_IFDIR: throw InputFileError(kind: .isDirectory, problem: "it is a directory, not a file")
+        default:
+            throw InputFileError(
+                kind: .notRegular, problem: "it is not a regular file (a FIFO, socket or device); tidemark reads files")
+        }
+        let size = Int(info.st_size)
+        guard size <= limit else { throw tooLarge(size, limit, setting) }
+        var data = Data(count: size)
+        var offset = 0
+        let failure: Int32? = data.withUnsafeMutableBytes { buffer -> Int32? in
+            while offset < size {
+                let n = Glibc.read(fd, buffer.baseAddress! + offset, size - offset)
+                if n < 0 {
+                    if errno == EINTR || errno == EAGAIN { continue }
+                    return errno
+                }
+                if n == 0 { break }  // shrank while read
+                offset += n
+            }
+            return nil
+        }
+        if let failure { throw InputFileError(kind: .io, problem: String(cString: strerror(failure))) }
+        data.count = offset
+        return data
+    }
+
+    static func openError(_ code: Int32) -> InputFileError {
+        switch code {
+        case ENOENT, ENOTDIR: InputFileError(kind: .notFound, problem: "no such file")
+        case EACCES, EPERM:
+            InputFileError(kind: .permissionDenied, problem: "permission denied; check the file's owner and mode")
+        case EISDIR: InputFileError(kind: .isDirectory, problem: "it is a directory, not a file")
+        default: InputFileError(kind: .io, problem: String(cString: strerror(code)))
+        }
+    }
+
+    static func tooLarge(_ size: Int, _ limit: Int, _ setting: String?) -> InputFileError {
+        let sizes = ByteCountFormatter.string(fromByteCount: Int64(size), countStyle: .binary)
+        let limits = ByteCountFormatter.string(fromByteCount: Int64(limit), countStyle: .binary)
+        var problem = "it is \(sizes), more than the \(limits) tidemark reads"
+        if let setting { problem += "; if it is meant to be this large, raise limits.\(setting) in tidemark.yaml" }
+        return InputFileError(kind: .tooLarge, problem: problem)
+    }
+}
