@@ -46,39 +46,9 @@ struct DiskFileSource: FileSource {
     }
 }
 
-/// Writes a file so that readers see the old or the new content, never a mix: a temporary file,
-/// flushed to disk, then renamed over the target.
+/// Writes a file atomically (see `AtomicFile.write`).
 func writeAtomically(_ data: Data, to path: String, mode: Int = 0o644) throws {
-    let temporary = path + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
-    let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode_t(mode))
-    guard fd >= 0 else {
-        throw CLIError(
-            "cannot write \(path): \(String(cString: strerror(errno))); check that its directory exists and is writable."
-        )
-    }
-    let written = data.withUnsafeBytes { buffer -> Bool in
-        var offset = 0
-        while offset < buffer.count {
-            let n = write(fd, buffer.baseAddress! + offset, buffer.count - offset)
-            if n < 0 {
-                if errno == EINTR { continue }
-                return false
-            }
-            offset += n
-        }
-        return true
-    }
-    let synced = written && fsync(fd) == 0
-    let failure = String(cString: strerror(errno))
-    close(fd)
-    guard synced else {
-        unlink(temporary)
-        throw CLIError("cannot write \(path): \(failure).")
-    }
-    if rename(temporary, path) != 0 {
-        unlink(temporary)
-        throw CLIError("cannot write \(path): \(String(cString: strerror(errno))).")
-    }
+    try AtomicFile.write(data, to: path, mode: mode)
 }
 
 /// A failure worth one clear line to the user.

@@ -172,4 +172,49 @@ import FoundationNetworking
             headers: auth)
         #expect(status == 404)
     }
+
+    /// Sends one raw HTTP/1.1 request (so the Host header is exactly the test's) and returns the status.
+    static func rawStatus(_ base: String, _ request: String) throws -> Int {
+        let port = try #require(UInt16(base.split(separator: ":").last ?? ""))
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        try #require(connected == 0)
+        let bytes = Array(request.utf8)
+        _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) }
+        var buffer = [UInt8](repeating: 0, count: 256)
+        let n = recv(fd, &buffer, buffer.count, 0)
+        let line = String(decoding: buffer.prefix(max(0, n)), as: UTF8.self)
+        return try #require(Int(line.split(separator: " ").dropFirst().first ?? ""))
+    }
+
+    /// Over a real socket: a DNS-rebound Host and a cross-origin browser POST are refused before they
+    /// touch anything; the key file is private from the moment it exists.
+    @Test func hostileCallersAreRefusedOnTheSocket() async throws {
+        let cli = try CLIRunner()
+        defer { cli.remove() }
+        let data = cli.project.appendingPathComponent("emulator-data").path
+        let server = try Server.start(cli, data: data)
+        defer { _ = server.stop() }
+        let reset = "POST /emulator/v1/reset HTTP/1.1\r\nContent-Length: 0\r\nConnection: close\r\n"
+        #expect(try Self.rawStatus(server.base, reset + "Host: evil.example\r\n\r\n") == 403)
+        #expect(
+            try Self.rawStatus(
+                server.base,
+                reset + "Host: 127.0.0.1\r\nOrigin: https://evil.example\r\nContent-Type: text/plain\r\n\r\n")
+                == 403)
+        #expect(try Self.rawStatus(server.base, reset + "Host: localhost\r\n\r\n") == 200)
+        let mode = try FileManager.default.attributesOfItem(atPath: server.keyFile)[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: data).filter { $0.contains(".tmp-") }
+        #expect(leftovers.isEmpty)
+    }
 }

@@ -127,7 +127,18 @@ public final class AccessTokenAuthority: Sendable {
         case insufficientScopes
     }
 
+    /// The audiences a self-signed JWT may name to stand for an access token to the APIs the emulator
+    /// serves (Google's rule for self-signed JWTs: the API's service endpoint).
+    public static let apiAudiences: Set<String> = [
+        "https://fcm.googleapis.com/", "https://fcm.googleapis.com", "https://iid.googleapis.com/",
+        "https://iid.googleapis.com", "https://fcm.googleapis.com/google.firebase.fcm.v1.FirebaseMessagingService",
+    ]
+
     /// Checks a bearer credential: an access token this authority issued, or a self-signed JWT (reference §4.3).
+    ///
+    /// A self-signed JWT is honoured as Google honours one: its `aud` must be the API (not the token
+    /// endpoint: an assertion made for the exchange is not an access token, and is refused), and when
+    /// it carries a `scope` claim, that must include the messaging or cloud-platform scope.
     public func authenticate(bearer: String) -> Verdict {
         let at = timing.wallClock()
         if let grant = state.withLock({ $0.tokens[bearer] }) {
@@ -135,8 +146,9 @@ public final class AccessTokenAuthority: Sendable {
             return Self.hasScope(grant.scopes) ? .granted(grant) : .insufficientScopes
         }
         guard bearer.split(separator: ".").count == 3, let (key, jwt) = try? verify(bearer) else { return .invalid }
-        // A self-signed JWT stands for its own scopes, or for the audience of the API it is sent to.
+        guard Self.apiAudiences.contains(jwt.claims.aud) else { return .invalid }
         let scopes = (jwt.claims.scope ?? "").split(separator: " ").map(String.init)
+        if !scopes.isEmpty, !Self.hasScope(scopes) { return .insufficientScopes }
         return .granted(
             Grant(
                 project: key.project, clientEmail: key.clientEmail,

@@ -31,6 +31,8 @@ struct EmulatorResponder: HTTPResponder {
         let body = try await request.collectBody(upTo: context.maxUploadSize)
         var headers: [String: String] = [:]
         for field in request.headers { headers[field.name.canonicalName] = field.value }
+        // HTTPTypes carries HTTP/1's Host header as the request's authority, not as a field.
+        if let authority = request.head.authority { headers["host"] = authority }
         let target = request.uri.query.map { "\(request.uri.path)?\($0)" } ?? request.uri.path
         let wire = WireRequest(
             method: request.method.rawValue, target: target, headers: headers,
@@ -123,15 +125,9 @@ public struct EmulatorServer: Sendable {
         return key
     }
 
-    /// Writes the key file privately (0600), atomically.
+    /// Writes the key file atomically, created 0600 (never readable by others, not even for a moment).
     static func write(_ key: ServiceAccountKey, to path: String) throws {
-        let temporary = path + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
-        FileManager.default.createFile(
-            atPath: temporary, contents: try key.jsonData(),
-            attributes: [.posixPermissions: 0o600])
-        guard rename(temporary, path) == 0 else {
-            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path])
-        }
+        try AtomicFile.write(try key.jsonData(), to: path, mode: 0o600)
     }
 
     /// Serves until SIGINT or SIGTERM. `onListening` gets the bound port once the socket is open
