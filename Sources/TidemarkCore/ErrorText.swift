@@ -45,16 +45,18 @@ public enum ErrorText {
         return path.map { "\($0): \(what)" } ?? what
     }
 
-    /// Where in a JSON document decoding stopped, and why.
-    public static func describe(_ error: DecodingError) -> String {
+    /// Where in a JSON document decoding stopped, and why; `snakeCase` names keys as a document
+    /// written with `convertToSnakeCase` spells them.
+    public static func describe(_ error: DecodingError, snakeCase: Bool = false) -> String {
+        func name(_ key: any CodingKey) -> String { snakeCase ? snake(key.stringValue) : key.stringValue }
         func place(_ path: [any CodingKey]) -> String {
-            let text = path.map { key in key.intValue.map { "[\($0)]" } ?? ".\(key.stringValue)" }.joined()
+            let text = path.map { key in key.intValue.map { "[\($0)]" } ?? ".\(name(key))" }.joined()
             return text.isEmpty ? "the top level" : String(text.drop { $0 == "." })
         }
         switch error {
         case .keyNotFound(let key, let context):
             let parent = place(context.codingPath)
-            return "'\(key.stringValue)' is missing at \(parent)"
+            return "'\(name(key))' is missing at \(parent)"
         case .typeMismatch(let type, let context):
             return "\(place(context.codingPath)) is not \(article(type))"
         case .valueNotFound(let type, let context):
@@ -65,6 +67,19 @@ public enum ErrorText {
         @unknown default:
             return "it cannot be decoded"
         }
+    }
+
+    static func snake(_ key: String) -> String {
+        var out = ""
+        for character in key {
+            if character.isUppercase {
+                if !out.isEmpty { out += "_" }
+                out += character.lowercased()
+            } else {
+                out.append(character)
+            }
+        }
+        return out
     }
 
     static func article(_ type: Any.Type) -> String {

@@ -29,7 +29,7 @@ extension Plan {
         } catch {
             throw SavedPlanError(
                 description:
-                    "\(file) is not a valid tidemark plan: \(ErrorText.describe(error)). Make a new plan with 'tidemark plan --out'."
+                    "\(file) is not a valid tidemark plan: \((error as? DecodingError).map { ErrorText.describe($0, snakeCase: true) } ?? ErrorText.describe(error)). Make a new plan with 'tidemark plan --out'."
             )
         }
         if let recorded = plan.operationsDigestWhenMade, recorded != plan.operationsDigest {

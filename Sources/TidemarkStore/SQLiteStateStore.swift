@@ -183,7 +183,8 @@ public final class SQLiteStateStore: StateStore {
                     let id: Int64 = try cell(row, 0, in: "tokens")
                     let token: String = try cell(row, 1, in: "tokens")
                     guard Int(id) == table.count, table.intern(token) == UInt32(id) else {
-                        throw StateStoreError(.damaged, path: location, "token ids are not dense at id \(id)")
+                        throw StateStoreError(
+                            .damaged, path: location, "table 'tokens': token ids are not dense at id \(id)")
                     }
                     seenAt.append(try cell(row, 2, in: "tokens"))
                     if try (cell(row, 3, in: "tokens") as Int64) != 0 { dead.append(UInt32(id)) }
@@ -201,15 +202,16 @@ public final class SQLiteStateStore: StateStore {
                     }
                     topics[name] = TopicState(
                         mode: topicMode, protect: try cell(row, 2, in: "topics"),
-                        managed: try decode(cell(row, 3, in: "topics"), count: table.count),
-                        observed: try decode(cell(row, 4, in: "topics"), count: table.count),
-                        optedOut: optOuts ? try decode(cell(row, 5, in: "topics"), count: table.count) : TokenSet())
+                        managed: try decode(cell(row, 3, in: "topics"), count: table.count, in: "topics"),
+                        observed: try decode(cell(row, 4, in: "topics"), count: table.count, in: "topics"),
+                        optedOut: optOuts
+                            ? try decode(cell(row, 5, in: "topics"), count: table.count, in: "topics") : TokenSet())
                 }
                 var groups: [String: GroupState] = [:]
                 for row in try Row.fetchAll(db, sql: "SELECT name, key, protect, members FROM groups") {
                     groups[try cell(row, 0, in: "groups")] = GroupState(
                         key: try cell(row, 1, in: "groups"), protect: try cell(row, 2, in: "groups"),
-                        members: try decode(cell(row, 3, in: "groups"), count: table.count))
+                        members: try decode(cell(row, 3, in: "groups"), count: table.count, in: "groups"))
                 }
                 var state = State(
                     lineage: lineage, serial: serial, tokens: table, seenAt: seenAt, dead: TokenSet(sorted: dead),
@@ -257,16 +259,17 @@ public final class SQLiteStateStore: StateStore {
         return serial
     }
 
-    private func decode(_ data: Data, count: Int) throws -> TokenSet {
+    private func decode(_ data: Data, count: Int, in table: String) throws -> TokenSet {
         guard data.count % 4 == 0 else {
-            throw StateStoreError(.damaged, path: location, "a membership list has a bad length")
+            throw StateStoreError(.damaged, path: location, "table '\(table)': a membership list has a bad length")
         }
         var ids = [UInt32](repeating: 0, count: data.count / 4)
         _ = ids.withUnsafeMutableBytes { data.copyBytes(to: $0) }
         for i in ids.indices {
             ids[i] = UInt32(littleEndian: ids[i])
             if Int(ids[i]) >= count || (i > 0 && ids[i] <= ids[i - 1]) {
-                throw StateStoreError(.damaged, path: location, "a membership list refers to an unknown token")
+                throw StateStoreError(
+                    .damaged, path: location, "table '\(table)': a membership list refers to an unknown token")
             }
         }
         return TokenSet(sorted: ids)

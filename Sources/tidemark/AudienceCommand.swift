@@ -55,7 +55,9 @@ struct AudienceCommand: AsyncParsableCommand {
             do {
                 parsed = try FCMCondition.parse(condition)
             } catch let error as ConditionError {
-                throw CLIError("\(error.description) The condition was: \(condition)")
+                let shown =
+                    condition.count > 200 ? condition.prefix(200) + "… (\(condition.utf8.count) bytes)" : condition
+                throw CLIError("\(error.description) The condition was: \(shown)")
             }
             let workspace = try Workspace(global)
             let source = Audience.Source(rawValue: from)!

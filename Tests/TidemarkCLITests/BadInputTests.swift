@@ -80,4 +80,88 @@ import Testing
         #expect(result.status == 1)
         #expect(result.stderr.contains("plan.json is not a tidemark plan file"))
     }
+
+    /// Every error a user can cause is one line that says what, where and what to do: no Foundation or
+    /// Swift dump, no misleading reason, and no hang on a FIFO.
+    @Test func everyFileProblemIsOneClearLine() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        func expectOneLine(
+            _ result: CLIRunner.Result, _ parts: [String], sourceLocation: SourceLocation = #_sourceLocation
+        ) {
+            #expect(result.status == 1, sourceLocation: sourceLocation)
+            for part in parts {
+                #expect(result.stderr.contains(part), "\(result.stderr)", sourceLocation: sourceLocation)
+            }
+            for dump in ["Error Domain", "NSCocoaErrorDomain", "DecodingError", "CodingKeys", "NSFilePath"] {
+                #expect(!result.stderr.contains(dump), "\(result.stderr)", sourceLocation: sourceLocation)
+            }
+        }
+        // A FIFO as an inventory file and as a plan file: refused at once (opening one must not block).
+        let fifo = cli.project.appendingPathComponent("manifests/pipe.csv").path
+        #expect(mkfifo(fifo, 0o600) == 0)
+        try cli.write("manifests/pipe.yaml", "inventory:\n  files: [pipe.csv]\n")
+        expectOneLine(try cli.run(["validate"]), ["manifests/pipe.yaml:2:11", "pipe.csv", "not a regular file"])
+        expectOneLine(try cli.run(["apply", "manifests/pipe.csv"]), ["pipe.csv", "not a regular file"])
+        try FileManager.default.removeItem(atPath: fifo)
+        try FileManager.default.removeItem(atPath: cli.project.appendingPathComponent("manifests/pipe.yaml").path)
+        // A manifest that cannot be read, and a plan file that is a directory.
+        let secret = cli.project.appendingPathComponent("manifests/secret.yaml").path
+        try cli.write("manifests/secret.yaml", "topics: []\n")
+        if getuid() != 0 {  // root reads everything
+            chmod(secret, 0)
+            expectOneLine(try cli.run(["validate"]), ["manifests/secret.yaml", "permission denied"])
+        }
+        try FileManager.default.removeItem(atPath: secret)
+        try FileManager.default.createDirectory(
+            at: cli.project.appendingPathComponent("plan.json"), withIntermediateDirectories: true)
+        expectOneLine(try cli.run(["apply", "plan.json"]), ["plan file plan.json", "is a directory"])
+        expectOneLine(try cli.run(["show", "missing.json"]), ["missing.json", "no such file"])
+        // state: naming a directory says so, not "the file is empty".
+        try cli.write("tidemark.yaml", "state: somewhere\n")
+        try FileManager.default.createDirectory(
+            at: cli.project.appendingPathComponent("somewhere"), withIntermediateDirectories: true)
+        let directory = try cli.run(["plan"])
+        expectOneLine(directory, ["somewhere", "is a directory"])
+        #expect(!directory.stderr.contains("empty"))
+        // A plan file whose JSON has the wrong shape names the place.
+        try cli.write("tidemark.yaml", "")
+        try cli.write("bad.json", #"{"format_version": 1, "operations": [{"kind": 7}]}"#)
+        expectOneLine(try cli.run(["apply", "bad.json"]), ["bad.json is not a valid tidemark plan"])
+        // Limits from tidemark.yaml apply to every input.
+        try cli.write("tidemark.yaml", "limits:\n  manifest_bytes: 10\n")
+        expectOneLine(try cli.run(["validate"]), ["limits.manifest_bytes"])
+    }
+
+    /// A command line tidemark does not understand exits 64 (documented), never 0, 1 or 2.
+    @Test func usageErrorsExit64AsDocumented() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        for arguments in [["plan", "--bogus"], ["frobnicate"], ["apply", "a.json", "b.json"]] {
+            #expect(try cli.run(arguments).status == 64, "\(arguments)")
+        }
+        let help = try cli.run(["--help"]).stdout.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        #expect(help.contains("64 a command line tidemark does not understand"), "\(help)")
+    }
+
+    /// `plan --out` killed mid-write leaves a temporary file with full tokens; the next write removes
+    /// it, and a write that fails leaves none.
+    @Test func planTemporariesNeverOutliveTheirWriter() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        // What a killed writer leaves: pid 999999 does not run.
+        try cli.write("plan.json.tmp-999999", "{\"tokens\": \"full\"}")
+        let plan = try cli.run(["plan", "--out", "plan.json"])
+        #expect(plan.status == 0 || plan.status == 2, "\(plan.stderr)")
+        let names = try FileManager.default.contentsOfDirectory(atPath: cli.project.path)
+        #expect(!names.contains { $0.contains(".tmp-") }, "\(names)")
+        let mode =
+            try FileManager.default.attributesOfItem(
+                atPath: cli.project.appendingPathComponent("plan.json").path)[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+        // A write into a directory that does not exist fails in one line and leaves nothing.
+        let failed = try cli.run(["plan", "--out", "nowhere/plan.json"])
+        #expect(failed.status == 1)
+        #expect(failed.stderr.contains("cannot write nowhere/plan.json"))
+    }
 }

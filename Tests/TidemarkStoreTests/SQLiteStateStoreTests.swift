@@ -98,6 +98,75 @@ import TidemarkTesting
         }
     }
 
+    /// State rows tidemark never writes (edited by hand, damaged, written by something else) are refused
+    /// naming the file, the table and what to do; never read as 0, never a crash or a raw DecodingError.
+    @Test(arguments: [
+        ("UPDATE meta SET value = 'abc' WHERE key = 'serial'", "meta", "load"),
+        ("DELETE FROM meta WHERE key = 'serial'", "meta", "load"),
+        ("UPDATE tokens SET seen_at = 'yesterday' WHERE id = 1", "tokens", "load"),
+        ("UPDATE tokens SET id = 70 WHERE id = 2", "tokens", "load"),
+        ("UPDATE topics SET mode = 'sometimes'", "topics", "load"),
+        ("UPDATE topics SET managed = 'not a blob'", "topics", "load"),
+        ("UPDATE groups SET protect = 'maybe'", "groups", "load"),
+        ("INSERT INTO row_versions (key, serial) VALUES ('topic:x', 'soon')", "row_versions", "load"),
+        ("INSERT INTO apply_operations VALUES ('apply-1', 'x', 1, 1, 0)", "apply_operations", "journal"),
+        ("INSERT INTO apply_operations VALUES ('apply-1', 99, 1, 1, 0)", "apply_operations", "journal"),
+        ("UPDATE applies SET started_at = 'noon'", "applies", "journal"),
+        ("UPDATE applies SET plan = x'00ff'", "journal", "journal"),
+        ("UPDATE applies SET status = 'paused'", "applies", "history"),
+        ("UPDATE applies SET id = NULL", "applies", "history"),
+    ])
+    func rowsTidemarkDidNotWriteAreRefused(_ statement: String, _ table: String, _ reader: String) async throws {
+        let path = temporaryPath()
+        defer { cleanup(path) }
+        var state = StateStoreConformance.sample(tokens: 10)
+        let store = SQLiteStateStore(path: path, location: ".tidemark/state.db")
+        var write = StateWrite()
+        write.topics = ["news", "sports"]
+        write.groups = ["family"]
+        write.beginApply = (
+            "apply-1",
+            StateStoreConformance.plan(
+                [PlannedOperation(kind: .subscribe, target: "news", tokens: [Fixtures.token(0)])], state: state)
+        )
+        try await store.save(&state, write, at: 1000)
+        let queue = try DatabaseQueue(path: path)
+        try await queue.write { try $0.execute(sql: statement) }
+        try queue.close()
+        let before = try Data(contentsOf: URL(fileURLWithPath: path))
+        let fresh = SQLiteStateStore(path: path, location: ".tidemark/state.db")
+        do {
+            switch reader {
+            case "load": _ = try await fresh.load()
+            case "journal": _ = try await fresh.unfinishedApply()
+            default: _ = try await fresh.applies(limit: 10)
+            }
+            Issue.record("\(statement): read as if tidemark had written it")
+        } catch let error as StateStoreError {
+            #expect(error.code == .damaged, "\(statement): \(error)")
+            #expect(error.description.contains(".tidemark/state.db"))
+            #expect(error.description.contains(table), "\(statement): \(error)")
+            #expect(error.description.contains("restore it from a backup"))
+            #expect(!error.description.contains("DecodingError") && !error.description.contains("Error Domain"))
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before, "left untouched")
+    }
+
+    /// `state:` naming a directory or a FIFO says so (not "the file is empty", not a hang).
+    @Test func aDirectoryOrAFIFOIsNoStateFile() async throws {
+        let path = temporaryPath()
+        defer { cleanup(path) }
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        await #expect { try await SQLiteStateStore(path: path).load() } throws: { error in
+            (error as? StateStoreError)?.description.contains("is a directory") == true
+        }
+        try FileManager.default.removeItem(atPath: path)
+        #expect(mkfifo(path, 0o600) == 0)
+        await #expect { try await SQLiteStateStore(path: path).load() } throws: { error in
+            (error as? StateStoreError)?.description.contains("not a regular file") == true
+        }
+    }
+
     /// The lock is flock(2): a second store object on the same file, in this process or another, is refused.
     @Test func secondLockFailsNamingTheHolder() async throws {
         let path = temporaryPath()
