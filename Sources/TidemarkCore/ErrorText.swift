@@ -6,13 +6,17 @@ public enum ErrorText {
     public static func describe(_ error: any Error) -> String {
         switch error {
         case let error as DecodingError:
-            return describe(error)
+            return describe(error, snakeCase: false)
         case let error as InputFileError:
             return error.problem
         case let error as CocoaError:
             return describe(cocoa: error.code.rawValue, path: error.filePath ?? error.url?.path, error: error)
         case let error as POSIXError:
             return String(cString: strerror(error.code.rawValue))
+        case let error as CustomStringConvertible
+        where !(error is NSError) && String(describing: type(of: error)) != "NSError":
+            let text = error.description
+            return text.hasPrefix("SQLite error") ? sqlite(text) : text
         default:
             let bridged = error as NSError
             if bridged.domain == NSCocoaErrorDomain {
@@ -32,6 +36,7 @@ public enum ErrorText {
             what = "permission denied; check the file's owner and mode"
         case CocoaError.fileWriteOutOfSpace.rawValue: what = "the disk is full"
         case CocoaError.fileWriteVolumeReadOnly.rawValue: what = "the file system is read-only"
+        case CocoaError.fileWriteFileExists.rawValue: what = "a file is in the way where a directory is needed"
         case CocoaError.fileReadCorruptFile.rawValue: what = "the file's content cannot be read"
         case CocoaError.fileReadInapplicableStringEncoding.rawValue: what = "the file is not UTF-8 text"
         default:
@@ -67,6 +72,13 @@ public enum ErrorText {
         @unknown default:
             return "it cannot be decoded"
         }
+    }
+
+    /// GRDB's "SQLite error 14: unable to open database file - while …" as a reason.
+    static func sqlite(_ text: String) -> String {
+        let reason =
+            text.split(separator: ":", maxSplits: 1).last.map { $0.trimmingCharacters(in: .whitespaces) } ?? text
+        return "SQLite could not use the file: " + (reason.components(separatedBy: " - ").first ?? reason)
     }
 
     static func snake(_ key: String) -> String {

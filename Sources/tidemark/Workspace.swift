@@ -180,8 +180,18 @@ struct Workspace {
     func makeBackend() throws -> any Backend {
         switch backendKind {
         case .embedded:
-            let directory = try ensureStateDirectory()
-            let store = try SQLiteEngineStore(path: (directory as NSString).appendingPathComponent("embedded.db"))
+            let directory: String
+            let store: SQLiteEngineStore
+            do {
+                directory = try ensureStateDirectory()
+                store = try SQLiteEngineStore(path: (directory as NSString).appendingPathComponent("embedded.db"))
+            } catch {
+                let path = ((statePath as NSString).deletingLastPathComponent as NSString)
+                    .appendingPathComponent("embedded.db")
+                throw CLIError(
+                    "the embedded backend keeps its data at \(path), beside the state, and cannot use it (\(ErrorText.describe(error))); point 'state' in tidemark.yaml at a writable directory."
+                )
+            }
             var configuration = FCMEngine.Configuration(autoRegister: true)
             if let text = ProcessInfo.processInfo.environment["TIDEMARK_EMBEDDED_LATENCY_MS"] {
                 guard let millis = Int(text), millis >= 0 else {
