@@ -15,6 +15,15 @@ if ! python3 -c "import jsonschema, yaml, firebase_admin" 2>/dev/null; then
     python3 -m pip install --quiet jsonschema pyyaml "firebase-admin>=7.7.0"
 fi
 
+# PostgreSQL state is tested against a real server: installed from Debian's packages when missing,
+# started in a temporary directory on a free loopback port as an unprivileged user, stopped on exit.
+PG_DIR="$(mktemp -d /tmp/tidemark-pg-XXXXXX)"
+trap 'bash scripts/postgres.sh stop "$PG_DIR"' EXIT
+TIDEMARK_TEST_POSTGRES_URL="$(bash scripts/postgres.sh start "$PG_DIR")"
+export TIDEMARK_TEST_POSTGRES_URL
+# Without it the PostgreSQL tests fail (they never skip here).
+export CI="${CI:-true}"
+
 # The code follows .swift-format (the formatter ships with the Swift toolchain).
 swift format lint --strict -r Sources Tests Package.swift
 swift build --build-tests

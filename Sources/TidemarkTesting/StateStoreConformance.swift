@@ -80,7 +80,7 @@ public enum StateStoreConformance {
             observations: Observations())
     }
 
-    static let holder = LockHolder(
+    public static let holder = LockHolder(
         operation: "tidemark apply", user: "ci", host: "runner-1", pid: 4242,
         since: Date(timeIntervalSince1970: 1_800_000_000))
 

@@ -1,0 +1,838 @@
+import Foundation
+import Logging
+import NIOCore
+import PostgresNIO
+import Synchronization
+import TidemarkCore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// tidemark's state in PostgreSQL, shared by every runner: one workspace per project and
+/// environment, each with its own lineage, serial, journal and lease.
+///
+/// Normalised like the SQLite store: a row per token, a row per topic and group (memberships as
+/// sorted token-id blobs), journal rows; every save is one transaction that checks the lease's
+/// fencing counter, writes only what its `StateWrite` names, and bumps the serial. Nothing uses
+/// session state (no advisory locks, no `SET`), so it works through PgBouncer in transaction pooling.
+public final class PostgresStateStore: StateStore {
+    /// The schema this tidemark writes; a database at a newer version is refused.
+    public static let schemaVersion = 1
+
+    public let url: PostgresURL
+    public let workspace: String
+    public let location: String
+    /// How long a lease lives without a heartbeat.
+    public let leaseDuration: Duration
+    private let link: PostgresLink
+    /// The lease this store object holds, checked by every save (fencing).
+    private let held = Mutex<(id: String, fence: Int64)?>(nil)
+
+    public init(url: PostgresURL, workspace: String = "default", leaseDuration: Duration = .seconds(60)) {
+        self.url = url
+        self.workspace = workspace
+        self.leaseDuration = leaseDuration
+        location = "\(url.display) (workspace \(workspace))"
+        link = PostgresLink(url: url, location: location)
+    }
+
+    /// Closes the connection (a CLI process may simply exit).
+    public func close() async { await link.close() }
+
+    /// Runs one statement outside a transaction (tests and maintenance: CREATE DATABASE cannot run in one).
+    func execute(_ sql: String) async throws { try await link.execute(sql) }
+
+    // MARK: - Reading
+
+    public func load() async throws -> State? {
+        try await ensureSchema()
+        return try await link.transaction(readOnly: true) { c in
+            guard
+                let row = try await c.first(
+                    "SELECT lineage, serial, backend, project FROM tidemark_workspaces WHERE name = \(self.workspace)")
+            else { return nil }
+            let (lineage, serial, kind, project) = try self.decode(
+                row, (String, Int64, String?, String?).self, table: "tidemark_workspaces")
+            var table = TokenTable()
+            var seenAt: [Int64] = []
+            var dead: [UInt32] = []
+            let tokens = try await c.query(
+                "SELECT id, token, seen_at, dead FROM tidemark_tokens WHERE workspace = \(self.workspace) ORDER BY id")
+            for try await row in tokens {
+                let (id, token, seen, isDead) = try self.decode(
+                    row, (Int64, String, Int64, Bool).self, table: "tidemark_tokens")
+                guard Int(id) == table.count, table.intern(token) == UInt32(id) else {
+                    throw self.damaged("table 'tidemark_tokens': token ids are not dense at id \(id)")
+                }
+                seenAt.append(seen)
+                if isDead { dead.append(UInt32(id)) }
+            }
+            var topics: [String: TopicState] = [:]
+            for try await row in try await c.query(
+                "SELECT name, mode, protect, managed, observed, opted_out FROM tidemark_topics WHERE workspace = \(self.workspace)"
+            ) {
+                let (name, mode, protect, managed, observed, optedOut) = try self.decode(
+                    row, (String, String, Bool, ByteBuffer, ByteBuffer, ByteBuffer).self, table: "tidemark_topics")
+                guard let topicMode = TopicMode(rawValue: mode) else {
+                    throw self.damaged("table 'tidemark_topics': topic '\(name)' has the unknown mode '\(mode)'")
+                }
+                topics[name] = TopicState(
+                    mode: topicMode, protect: protect,
+                    managed: try self.tokenSet(managed, count: table.count, table: "tidemark_topics"),
+                    observed: try self.tokenSet(observed, count: table.count, table: "tidemark_topics"),
+                    optedOut: try self.tokenSet(optedOut, count: table.count, table: "tidemark_topics"))
+            }
+            var groups: [String: GroupState] = [:]
+            for try await row in try await c.query(
+                "SELECT name, key, protect, members FROM tidemark_groups WHERE workspace = \(self.workspace)")
+            {
+                let (name, key, protect, members) = try self.decode(
+                    row, (String, String?, Bool, ByteBuffer).self, table: "tidemark_groups")
+                groups[name] = GroupState(
+                    key: key, protect: protect,
+                    members: try self.tokenSet(members, count: table.count, table: "tidemark_groups"))
+            }
+            var state = State(
+                lineage: lineage, serial: Int(serial), tokens: table, seenAt: seenAt, dead: TokenSet(sorted: dead),
+                topics: topics, groups: groups)
+            if let kind, let project {
+                guard let backend = BackendKind(rawValue: kind) else {
+                    throw self.damaged("table 'tidemark_workspaces': the backend '\(kind)' is not one tidemark knows")
+                }
+                state.backend = BackendIdentity(kind: backend, project: project)
+            }
+            for try await row in try await c.query(
+                "SELECT key, serial FROM tidemark_row_versions WHERE workspace = \(self.workspace)")
+            {
+                let (key, serial) = try self.decode(row, (String, Int64).self, table: "tidemark_row_versions")
+                state.versions[key] = Int(serial)
+            }
+            return state
+        }
+    }
+
+    // MARK: - Writing
+
+    @discardableResult
+    public func save(_ state: inout State, _ write: StateWrite, at now: Int64) async throws -> Int {
+        state.growToTable()
+        let snapshot = state
+        let fence = held.withLock { $0 }
+        try await ensureSchema()
+        let serial = try await link.transaction { c in
+            try await self.checkLease(c, held: fence)
+            let workspace = self.workspace
+            var current = try await c.first(
+                "SELECT serial FROM tidemark_workspaces WHERE name = \(workspace) FOR UPDATE")
+            if current == nil {
+                try await c.run(
+                    """
+                    INSERT INTO tidemark_workspaces (name, lineage, serial, created_at) VALUES (\(workspace), \(snapshot.lineage), 0, \(now))
+                    ON CONFLICT (name) DO NOTHING
+                    """)
+                current = try await c.first(
+                    "SELECT serial FROM tidemark_workspaces WHERE name = \(workspace) FOR UPDATE")
+            }
+            guard let current else { throw self.damaged("table 'tidemark_workspaces': the workspace row vanished") }
+            let next = Int(try self.decode(current, Int64.self, table: "tidemark_workspaces")) + 1
+            try await self.writeTokens(c, snapshot, write)
+            for name in Set(write.topics) {
+                if let topic = snapshot.topics[name] {
+                    try await c.run(
+                        """
+                        INSERT INTO tidemark_topics (workspace, name, mode, protect, managed, observed, opted_out)
+                        VALUES (\(workspace), \(name), \(topic.mode.rawValue), \(topic.protect), \(Self.bytes(topic.managed)),
+                            \(Self.bytes(topic.observed)), \(Self.bytes(topic.optedOut)))
+                        ON CONFLICT (workspace, name) DO UPDATE SET mode = EXCLUDED.mode, protect = EXCLUDED.protect,
+                            managed = EXCLUDED.managed, observed = EXCLUDED.observed, opted_out = EXCLUDED.opted_out
+                        """)
+                } else {
+                    try await c.run("DELETE FROM tidemark_topics WHERE workspace = \(workspace) AND name = \(name)")
+                }
+            }
+            for name in Set(write.groups) {
+                if let group = snapshot.groups[name] {
+                    try await c.run(
+                        """
+                        INSERT INTO tidemark_groups (workspace, name, key, protect, members)
+                        VALUES (\(workspace), \(name), \(group.key), \(group.protect), \(Self.bytes(group.members)))
+                        ON CONFLICT (workspace, name) DO UPDATE SET key = EXCLUDED.key, protect = EXCLUDED.protect,
+                            members = EXCLUDED.members
+                        """)
+                } else {
+                    try await c.run("DELETE FROM tidemark_groups WHERE workspace = \(workspace) AND name = \(name)")
+                }
+            }
+            if let (id, plan) = write.beginApply {
+                var buffer = ByteBuffer()
+                buffer.writeBytes(try Plan.encoder(pretty: false).encode(plan))
+                try await c.run(
+                    """
+                    INSERT INTO tidemark_applies (workspace, id, started_at, status, manifests_digest, operations_digest,
+                        operation_count, plan)
+                    VALUES (\(workspace), \(id), \(now), \(ApplyStatus.running.rawValue), \(plan.manifestsDigest),
+                        \(plan.operationsDigest), \(plan.operations.count), \(buffer))
+                    """)
+            }
+            if let entry = write.finishedOperation {
+                try await c.run(
+                    """
+                    INSERT INTO tidemark_apply_operations (workspace, apply_id, idx, finished_at, ok, failed)
+                    VALUES (\(workspace), \(entry.applyID), \(entry.index), \(now), \(entry.ok), \(entry.failed))
+                    ON CONFLICT (workspace, apply_id, idx) DO UPDATE SET finished_at = EXCLUDED.finished_at,
+                        ok = EXCLUDED.ok, failed = EXCLUDED.failed
+                    """)
+                try await c.run(
+                    """
+                    DELETE FROM tidemark_apply_progress WHERE workspace = \(workspace) AND apply_id = \(entry.applyID)
+                        AND idx = \(entry.index)
+                    """)
+            }
+            if let progress = write.operationProgress {
+                try await c.run(
+                    """
+                    INSERT INTO tidemark_apply_progress (workspace, apply_id, idx, tokens_done, ok, failed)
+                    VALUES (\(workspace), \(progress.applyID), \(progress.index), \(progress.tokensDone), \(progress.ok),
+                        \(progress.failed))
+                    ON CONFLICT (workspace, apply_id, idx) DO UPDATE SET tokens_done = EXCLUDED.tokens_done,
+                        ok = EXCLUDED.ok, failed = EXCLUDED.failed
+                    """)
+            }
+            if let (id, status) = write.finishApply {
+                try await c.run(
+                    """
+                    UPDATE tidemark_applies SET status = \(status.rawValue), finished_at = \(now)
+                    WHERE workspace = \(workspace) AND id = \(id)
+                    """)
+            }
+            for key in Set(write.versionKeys) {
+                try await c.run(
+                    """
+                    INSERT INTO tidemark_row_versions (workspace, key, serial) VALUES (\(workspace), \(key), \(next))
+                    ON CONFLICT (workspace, key) DO UPDATE SET serial = EXCLUDED.serial
+                    """)
+            }
+            if let backend = snapshot.backend {
+                try await c.run(
+                    """
+                    UPDATE tidemark_workspaces SET backend = \(backend.kind.rawValue), project = \(backend.project)
+                    WHERE name = \(workspace)
+                    """)
+            }
+            try await c.run("UPDATE tidemark_workspaces SET serial = \(next) WHERE name = \(workspace)")
+            return next
+        }
+        state.serial = serial
+        for key in write.versionKeys { state.versions[key] = serial }
+        return serial
+    }
+
+    /// New tokens in batches (one statement per 20,000, arrays bound as parameters), then the last-seen
+    /// time and liveness of those the write names.
+    private func writeTokens(_ c: PostgresLink.Connection, _ state: State, _ write: StateWrite) async throws {
+        let row = try await c.first(
+            "SELECT coalesce(max(id) + 1, 0) FROM tidemark_tokens WHERE workspace = \(workspace)")
+        let stored = Int(try row.map { try decode($0, Int64.self, table: "tidemark_tokens") } ?? 0)
+        let batch = 20_000
+        var start = stored
+        while start < state.tokens.count {
+            let end = min(state.tokens.count, start + batch)
+            let ids = (start..<end).map { Int64($0) }
+            let tokens = (start..<end).map { state.tokens[UInt32($0)] }
+            let seen = (start..<end).map { state.seenAt[$0] }
+            let dead = (start..<end).map { state.dead.contains(UInt32($0)) }
+            try await c.run(
+                """
+                INSERT INTO tidemark_tokens (workspace, id, token, seen_at, dead)
+                SELECT \(workspace), * FROM unnest(\(ids)::bigint[], \(tokens)::text[], \(seen)::bigint[], \(dead)::boolean[])
+                """)
+            start = end
+        }
+        let touched: [UInt32] =
+            write.allTokens
+            ? Array(0..<UInt32(min(stored, state.tokens.count))) : write.tokens.filter { Int($0) < stored }
+        var offset = 0
+        while offset < touched.count {
+            let slice = touched[offset..<min(touched.count, offset + batch)]
+            let ids = slice.map { Int64($0) }
+            let seen = slice.map { state.seenAt[Int($0)] }
+            let dead = slice.map { state.dead.contains($0) }
+            try await c.run(
+                """
+                UPDATE tidemark_tokens AS t SET seen_at = u.seen_at, dead = u.dead
+                FROM unnest(\(ids)::bigint[], \(seen)::bigint[], \(dead)::boolean[]) AS u(id, seen_at, dead)
+                WHERE t.workspace = \(workspace) AND t.id = u.id
+                """)
+            offset += batch
+        }
+    }
+
+    // MARK: - Journal
+
+    public func unfinishedApply() async throws -> UnfinishedApply? {
+        try await ensureSchema()
+        return try await link.transaction(readOnly: true) { c in
+            let workspace = self.workspace
+            guard
+                let row = try await c.first(
+                    """
+                    SELECT id, started_at, plan FROM tidemark_applies WHERE workspace = \(workspace) AND status = 'running'
+                    ORDER BY started_at DESC LIMIT 1
+                    """)
+            else { return nil }
+            let (id, startedAt, data) = try self.decode(
+                row, (String, Int64, ByteBuffer).self, table: "tidemark_applies")
+            let plan: Plan
+            do {
+                plan = try Plan.decoder().decode(Plan.self, from: Data(data.readableBytesView))
+            } catch {
+                throw self.damaged("table 'tidemark_applies': the journal's plan of apply \(id) cannot be read")
+            }
+            var done: Set<Int> = []
+            for try await row in try await c.query(
+                "SELECT idx FROM tidemark_apply_operations WHERE workspace = \(workspace) AND apply_id = \(id)")
+            {
+                let index = Int(try self.decode(row, Int64.self, table: "tidemark_apply_operations"))
+                guard plan.operations.indices.contains(index) else {
+                    throw self.damaged(
+                        "table 'tidemark_apply_operations': apply \(id) records operation \(index), which its plan does not have"
+                    )
+                }
+                done.insert(index)
+            }
+            var progress: [Int: OperationProgress] = [:]
+            for try await row in try await c.query(
+                """
+                SELECT idx, tokens_done, ok, failed FROM tidemark_apply_progress
+                WHERE workspace = \(workspace) AND apply_id = \(id)
+                """)
+            {
+                let (index, tokens, ok, failed) = try self.decode(
+                    row, (Int64, Int64, Int64, Int64).self, table: "tidemark_apply_progress")
+                guard plan.operations.indices.contains(Int(index)),
+                    (0...plan.operations[Int(index)].tokens.count).contains(Int(tokens))
+                else {
+                    throw self.damaged(
+                        "table 'tidemark_apply_progress': apply \(id) records progress its plan does not have (operation \(index))"
+                    )
+                }
+                progress[Int(index)] = OperationProgress(
+                    applyID: id, index: Int(index), tokensDone: Int(tokens), ok: Int(ok), failed: Int(failed))
+            }
+            return UnfinishedApply(
+                id: id, startedAt: Date(timeIntervalSince1970: TimeInterval(startedAt)), plan: plan, done: done,
+                progress: progress)
+        }
+    }
+
+    public func applies(limit: Int) async throws -> [ApplyRecord] {
+        try await ensureSchema()
+        return try await link.transaction(readOnly: true) { c in
+            var records: [ApplyRecord] = []
+            for try await row in try await c.query(
+                """
+                SELECT a.id, a.status, a.started_at, a.operation_count,
+                    (SELECT count(*) FROM tidemark_apply_operations o WHERE o.workspace = a.workspace AND o.apply_id = a.id)
+                FROM tidemark_applies a WHERE a.workspace = \(self.workspace)
+                ORDER BY a.started_at DESC, a.id DESC LIMIT \(limit)
+                """)
+            {
+                let (id, status, started, operations, done) = try self.decode(
+                    row, (String, String, Int64, Int64, Int64).self, table: "tidemark_applies")
+                guard let parsed = ApplyStatus(rawValue: status) else {
+                    throw self.damaged("table 'tidemark_applies': apply \(id) has an unknown status")
+                }
+                records.append(
+                    ApplyRecord(
+                        id: id, status: parsed, startedAt: started, operations: Int(operations), done: Int(done)))
+            }
+            return records
+        }
+    }
+
+    // MARK: - Lease
+
+    /// A lease row per workspace: holder, heartbeat, expiry, and a fencing counter that grows with
+    /// every lease taken. Saves check it, so a runner whose lease expired or was broken never writes.
+    public func lock(_ holder: LockHolder) async throws -> any StateLease {
+        let leaseID = UUID().uuidString.lowercased()
+        let holderJSON = String(decoding: try JSONEncoder.leaseHolder.encode(holder), as: UTF8.self)
+        let millis = Int64(leaseDuration.components.seconds * 1000)
+        try await ensureSchema()
+        let fence: Int64 = try await link.transaction { c in
+            try await c.run(
+                """
+                INSERT INTO tidemark_leases (workspace, lease_id, holder, fence, started_at, heartbeat_at, expires_at)
+                VALUES (\(self.workspace), '', '{}', 0, 0, 0, 0) ON CONFLICT (workspace) DO NOTHING
+                """)
+            let row = try await c.first(
+                """
+                SELECT lease_id, holder, expires_at > \(unescaped: Self.nowSQL), fence FROM tidemark_leases
+                WHERE workspace = \(self.workspace) FOR UPDATE
+                """)
+            guard let row else { throw self.damaged("table 'tidemark_leases': the lease row vanished") }
+            let (currentID, currentHolder, live, fence) = try self.decode(
+                row, (String, String, Bool, Int64).self, table: "tidemark_leases")
+            if live {
+                let current = try? JSONDecoder.leaseHolder.decode(LockHolder.self, from: Data(currentHolder.utf8))
+                if let current, Self.isDeadLocalProcess(current) {
+                    // The holder ran on this machine and is gone (killed): its lease is stale.
+                    try await self.recordBreak(
+                        c, leaseID: currentID, holder: currentHolder, by: holderJSON, reason: "holder process gone")
+                } else {
+                    throw StateStoreError(
+                        .locked, path: self.location,
+                        "\(current?.description ?? "another run") (lease \(currentID.prefix(8)); it expires unless renewed; 'tidemark state force-unlock \(currentID.prefix(8))' breaks it)",
+                        holder: current)
+                }
+            }
+            let next = fence + 1
+            try await c.run(
+                """
+                UPDATE tidemark_leases SET lease_id = \(leaseID), holder = \(holderJSON), operation = \(holder.operation),
+                    fence = \(next), started_at = \(unescaped: Self.nowSQL), heartbeat_at = \(unescaped: Self.nowSQL),
+                    expires_at = \(unescaped: Self.nowSQL) + \(millis)
+                WHERE workspace = \(self.workspace)
+                """)
+            return next
+        }
+        held.withLock { $0 = (leaseID, fence) }
+        return PostgresLease(store: self, id: leaseID, every: leaseDuration / 3)
+    }
+
+    public func lockHolder() async throws -> LockHolder? {
+        try await ensureSchema()
+        return try await link.transaction(readOnly: true) { c in
+            guard
+                let row = try await c.first(
+                    """
+                    SELECT holder FROM tidemark_leases WHERE workspace = \(self.workspace)
+                    AND expires_at > \(unescaped: Self.nowSQL)
+                    """)
+            else { return nil }
+            let text = try self.decode(row, String.self, table: "tidemark_leases")
+            return try? JSONDecoder.leaseHolder.decode(LockHolder.self, from: Data(text.utf8))
+        }
+    }
+
+    /// Breaks the workspace's lease whose id starts with `prefix`, recording who broke it.
+    public func forceUnlock(_ prefix: String, by holder: LockHolder) async throws -> LockHolder? {
+        let by = String(decoding: try JSONEncoder.leaseHolder.encode(holder), as: UTF8.self)
+        try await ensureSchema()
+        return try await link.transaction { c in
+            guard
+                let row = try await c.first(
+                    """
+                    SELECT lease_id, holder FROM tidemark_leases WHERE workspace = \(self.workspace)
+                    AND expires_at > \(unescaped: Self.nowSQL) FOR UPDATE
+                    """)
+            else { return nil }
+            let (id, text) = try self.decode(row, (String, String).self, table: "tidemark_leases")
+            guard !prefix.isEmpty, id.hasPrefix(prefix.lowercased()) else {
+                throw StateStoreError(
+                    .io, path: self.location,
+                    "the lease held now is \(id.prefix(8)), not '\(prefix)'; check 'tidemark state lock' and try again")
+            }
+            try await self.recordBreak(c, leaseID: id, holder: text, by: by, reason: "tidemark state force-unlock")
+            return try? JSONDecoder.leaseHolder.decode(LockHolder.self, from: Data(text.utf8))
+        }
+    }
+
+    /// The lease held now, with its id, or nil.
+    public func lease() async throws -> (id: String, holder: LockHolder, expires: Date)? {
+        try await ensureSchema()
+        return try await link.transaction(readOnly: true) { c in
+            guard
+                let row = try await c.first(
+                    """
+                    SELECT lease_id, holder, expires_at FROM tidemark_leases WHERE workspace = \(self.workspace)
+                    AND expires_at > \(unescaped: Self.nowSQL)
+                    """)
+            else { return nil }
+            let (id, text, expires) = try self.decode(row, (String, String, Int64).self, table: "tidemark_leases")
+            guard let holder = try? JSONDecoder.leaseHolder.decode(LockHolder.self, from: Data(text.utf8)) else {
+                return nil
+            }
+            return (id, holder, Date(timeIntervalSince1970: TimeInterval(expires) / 1000))
+        }
+    }
+
+    private func recordBreak(
+        _ c: PostgresLink.Connection, leaseID: String, holder: String, by: String, reason: String
+    ) async throws {
+        try await c.run(
+            """
+            INSERT INTO tidemark_lease_breaks (workspace, lease_id, holder, broken_by, reason, broken_at)
+            VALUES (\(workspace), \(leaseID), \(holder), \(by), \(reason), \(unescaped: Self.nowSQL))
+            """)
+        try await c.run("UPDATE tidemark_leases SET expires_at = 0 WHERE workspace = \(workspace)")
+    }
+
+    /// Extends the lease; false when it is no longer ours (expired and taken, or broken).
+    func heartbeat(_ id: String) async -> Bool {
+        let millis = Int64(leaseDuration.components.seconds * 1000)
+        return
+            (try? await link.transaction { c in
+                let row = try await c.first(
+                    """
+                    UPDATE tidemark_leases SET heartbeat_at = \(unescaped: Self.nowSQL), expires_at = \(unescaped: Self.nowSQL) + \(millis)
+                    WHERE workspace = \(self.workspace) AND lease_id = \(id) AND expires_at > \(unescaped: Self.nowSQL)
+                    RETURNING fence
+                    """)
+                return row != nil
+            }) ?? false
+    }
+
+    func release(_ id: String) async {
+        held.withLock { if $0?.id == id { $0 = nil } }
+        _ = try? await link.transaction { c in
+            try await c.run(
+                """
+                UPDATE tidemark_leases SET expires_at = 0 WHERE workspace = \(self.workspace) AND lease_id = \(id)
+                """)
+        }
+    }
+
+    /// Fencing: a store holding a lease writes only while that lease is live and current; one holding
+    /// none writes only while nobody else holds one.
+    private func checkLease(_ c: PostgresLink.Connection, held: (id: String, fence: Int64)?) async throws {
+        let row = try await c.first(
+            """
+            SELECT lease_id, fence, expires_at > \(unescaped: Self.nowSQL), holder FROM tidemark_leases
+            WHERE workspace = \(workspace) FOR SHARE
+            """)
+        guard let row else {
+            if held != nil { throw fenced("its lease row is gone") }
+            return
+        }
+        let (id, fence, live, holder) = try decode(row, (String, Int64, Bool, String).self, table: "tidemark_leases")
+        if let held {
+            guard id == held.id, fence == held.fence, live else {
+                throw fenced(
+                    live
+                        ? "its lease was broken or taken over (fence \(held.fence), now \(fence))"
+                        : "its lease expired without a heartbeat")
+            }
+        } else if live {
+            let current = try? JSONDecoder.leaseHolder.decode(LockHolder.self, from: Data(holder.utf8))
+            throw StateStoreError(.locked, path: location, current?.description ?? "another run", holder: current)
+        }
+    }
+
+    private func fenced(_ why: String) -> StateStoreError {
+        StateStoreError(
+            .locked, path: location,
+            "nobody: this run may no longer write, because \(why). Nothing was written; run the command again")
+    }
+
+    /// Whether `holder` ran on this machine and its process is gone.
+    static func isDeadLocalProcess(_ holder: LockHolder) -> Bool {
+        guard holder.host == ProcessInfo.processInfo.hostName, holder.pid > 0 else { return false }
+        return kill(holder.pid, 0) != 0 && errno == ESRCH
+    }
+
+    // MARK: - Schema
+
+    static let nowSQL = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
+
+    /// Creates the schema on first use and applies versioned migrations, in a transaction of its own
+    /// under a transaction-scoped advisory lock (so two runners never migrate at once, and PgBouncer's
+    /// transaction pooling is no obstacle); a newer database is refused.
+    private func ensureSchema() async throws {
+        if await link.migrated { return }
+        try await link.transaction { c in try await self.migrate(c) }
+        await link.setMigrated()
+    }
+
+    private func migrate(_ c: PostgresLink.Connection) async throws {
+        try await c.run("SELECT pg_advisory_xact_lock(\(Int64(0x7469_6465_6d61_726b)))")
+        try await c.run("CREATE TABLE IF NOT EXISTS tidemark_schema (version INTEGER NOT NULL)")
+        var version = 0
+        if let row = try await c.first("SELECT max(version) FROM tidemark_schema") {
+            version = Int(try decode(row, Int32?.self, table: "tidemark_schema") ?? 0)
+        }
+        guard version <= Self.schemaVersion else {
+            throw StateStoreError(
+                .newerFormat, path: location, "schema version \(version); this tidemark writes \(Self.schemaVersion)")
+        }
+        for (index, migration) in Self.migrations.enumerated() where index + 1 > version {
+            for statement in migration { try await c.run(PostgresQuery(unsafeSQL: statement)) }
+            try await c.run("INSERT INTO tidemark_schema (version) VALUES (\(Int32(index + 1)))")
+        }
+    }
+
+    /// Migration N brings the schema from version N-1 to N. Never edit one that has shipped.
+    static let migrations: [[String]] = [
+        [
+            """
+            CREATE TABLE tidemark_workspaces (name TEXT PRIMARY KEY, lineage TEXT NOT NULL, serial BIGINT NOT NULL,
+                created_at BIGINT NOT NULL, backend TEXT, project TEXT)
+            """,
+            """
+            CREATE TABLE tidemark_tokens (workspace TEXT NOT NULL, id BIGINT NOT NULL, token TEXT NOT NULL,
+                seen_at BIGINT NOT NULL DEFAULT 0, dead BOOLEAN NOT NULL DEFAULT false, PRIMARY KEY (workspace, id))
+            """,
+            """
+            CREATE TABLE tidemark_topics (workspace TEXT NOT NULL, name TEXT NOT NULL, mode TEXT NOT NULL,
+                protect BOOLEAN NOT NULL, managed BYTEA NOT NULL, observed BYTEA NOT NULL, opted_out BYTEA NOT NULL,
+                PRIMARY KEY (workspace, name))
+            """,
+            """
+            CREATE TABLE tidemark_groups (workspace TEXT NOT NULL, name TEXT NOT NULL, key TEXT, protect BOOLEAN NOT NULL,
+                members BYTEA NOT NULL, PRIMARY KEY (workspace, name))
+            """,
+            """
+            CREATE TABLE tidemark_row_versions (workspace TEXT NOT NULL, key TEXT NOT NULL, serial BIGINT NOT NULL,
+                PRIMARY KEY (workspace, key))
+            """,
+            """
+            CREATE TABLE tidemark_applies (workspace TEXT NOT NULL, id TEXT NOT NULL, started_at BIGINT NOT NULL,
+                finished_at BIGINT, status TEXT NOT NULL, manifests_digest TEXT NOT NULL, operations_digest TEXT NOT NULL,
+                operation_count BIGINT NOT NULL, plan BYTEA NOT NULL, PRIMARY KEY (workspace, id))
+            """,
+            """
+            CREATE TABLE tidemark_apply_operations (workspace TEXT NOT NULL, apply_id TEXT NOT NULL, idx BIGINT NOT NULL,
+                finished_at BIGINT NOT NULL, ok BIGINT NOT NULL, failed BIGINT NOT NULL,
+                PRIMARY KEY (workspace, apply_id, idx))
+            """,
+            """
+            CREATE TABLE tidemark_apply_progress (workspace TEXT NOT NULL, apply_id TEXT NOT NULL, idx BIGINT NOT NULL,
+                tokens_done BIGINT NOT NULL, ok BIGINT NOT NULL, failed BIGINT NOT NULL,
+                PRIMARY KEY (workspace, apply_id, idx))
+            """,
+            """
+            CREATE TABLE tidemark_leases (workspace TEXT PRIMARY KEY, lease_id TEXT NOT NULL, holder TEXT NOT NULL,
+                operation TEXT, fence BIGINT NOT NULL, started_at BIGINT NOT NULL, heartbeat_at BIGINT NOT NULL,
+                expires_at BIGINT NOT NULL)
+            """,
+            """
+            CREATE TABLE tidemark_lease_breaks (workspace TEXT NOT NULL, lease_id TEXT NOT NULL, holder TEXT NOT NULL,
+                broken_by TEXT NOT NULL, reason TEXT NOT NULL, broken_at BIGINT NOT NULL)
+            """,
+        ]
+    ]
+
+    // MARK: - Rows
+
+    private func decode<T>(_ row: PostgresRow, _ type: T.Type, table: String) throws -> T {
+        do {
+            return try Self.decodeRow(row, type)
+        } catch let error as StateStoreError {
+            throw error
+        } catch {
+            throw damaged("table '\(table)' has a row tidemark did not write (\(ErrorText.describe(error)))")
+        }
+    }
+
+    private static func decodeRow<T>(_ row: PostgresRow, _ type: T.Type) throws -> T {
+        switch type {
+        case is Int64.Type: return try row.decode(Int64.self) as! T
+        case is String.Type: return try row.decode(String.self) as! T
+        case is Int32?.Type: return try row.decode(Int32?.self) as! T
+        case is (String, Int64, String?, String?).Type:
+            return try row.decode((String, Int64, String?, String?).self) as! T
+        case is (Int64, String, Int64, Bool).Type: return try row.decode((Int64, String, Int64, Bool).self) as! T
+        case is (String, String, Bool, ByteBuffer, ByteBuffer, ByteBuffer).Type:
+            return try row.decode((String, String, Bool, ByteBuffer, ByteBuffer, ByteBuffer).self) as! T
+        case is (String, String?, Bool, ByteBuffer).Type:
+            return try row.decode((String, String?, Bool, ByteBuffer).self) as! T
+        case is (String, Int64).Type: return try row.decode((String, Int64).self) as! T
+        case is (String, Int64, ByteBuffer).Type: return try row.decode((String, Int64, ByteBuffer).self) as! T
+        case is (Int64, Int64, Int64, Int64).Type: return try row.decode((Int64, Int64, Int64, Int64).self) as! T
+        case is (String, String, Int64, Int64, Int64).Type:
+            return try row.decode((String, String, Int64, Int64, Int64).self) as! T
+        case is (String, String, Bool, Int64).Type: return try row.decode((String, String, Bool, Int64).self) as! T
+        case is (String, Int64, Bool, String).Type: return try row.decode((String, Int64, Bool, String).self) as! T
+        case is (String, String).Type: return try row.decode((String, String).self) as! T
+        case is (String, String, Int64).Type: return try row.decode((String, String, Int64).self) as! T
+        default: fatalError("no row decoder for \(T.self)")
+        }
+    }
+
+    private func damaged(_ detail: String) -> StateStoreError { StateStoreError(.damaged, path: location, detail) }
+
+    static func bytes(_ set: TokenSet) -> ByteBuffer {
+        var buffer = ByteBuffer()
+        buffer.reserveCapacity(set.count * 4)
+        for id in set.ids { buffer.writeInteger(id, endianness: .little) }
+        return buffer
+    }
+
+    private func tokenSet(_ buffer: ByteBuffer, count: Int, table: String) throws -> TokenSet {
+        guard buffer.readableBytes % 4 == 0 else {
+            throw damaged("table '\(table)': a membership list has a bad length")
+        }
+        var buffer = buffer
+        var ids: [UInt32] = []
+        ids.reserveCapacity(buffer.readableBytes / 4)
+        while let id = buffer.readInteger(endianness: .little, as: UInt32.self) {
+            if Int(id) >= count || (ids.last.map { id <= $0 } ?? false) {
+                throw damaged("table '\(table)': a membership list refers to an unknown token")
+            }
+            ids.append(id)
+        }
+        return TokenSet(sorted: ids)
+    }
+}
+
+/// A held PostgreSQL lease; a heartbeat keeps it alive until it is released.
+final class PostgresLease: StateLease {
+    let id: String
+    private let store: PostgresStateStore
+    private let beat: Task<Void, Never>
+
+    init(store: PostgresStateStore, id: String, every interval: Duration) {
+        self.id = id
+        self.store = store
+        beat = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: interval)
+                if Task.isCancelled { break }
+                if !(await store.heartbeat(id)) { break }
+            }
+        }
+    }
+
+    func release() async {
+        beat.cancel()
+        await store.release(id)
+    }
+
+    /// Stops renewing the lease (tests of expiry).
+    func stopHeartbeat() { beat.cancel() }
+}
+
+extension JSONEncoder {
+    static var leaseHolder: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .secondsSince1970
+        encoder.outputFormatting = .sortedKeys
+        return encoder
+    }
+}
+
+extension JSONDecoder {
+    static var leaseHolder: JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .secondsSince1970
+        return decoder
+    }
+}
+
+/// One connection, used by one transaction at a time, opened on first use.
+actor PostgresLink {
+    let url: PostgresURL
+    let location: String
+    private var connection: PostgresConnection?
+    private(set) var migrated = false
+    private var busy = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+    private static let logger = Logger(label: "tidemark.state.postgres")
+
+    init(url: PostgresURL, location: String) {
+        self.url = url
+        self.location = location
+    }
+
+    deinit {
+        // A connection must be closed before it is released; the completion keeps it until then.
+        if let connection, !connection.isClosed {
+            connection.close().whenComplete { _ in _ = connection }
+        }
+    }
+
+    func setMigrated() { migrated = true }
+
+    /// The queries of one transaction.
+    struct Connection: Sendable {
+        let base: PostgresConnection
+
+        @discardableResult
+        func query(_ query: PostgresQuery) async throws -> PostgresRowSequence {
+            try await base.query(query, logger: PostgresLink.logger)
+        }
+
+        func run(_ query: PostgresQuery) async throws {
+            try await base.query(query, logger: PostgresLink.logger).collect()
+        }
+
+        func first(_ query: PostgresQuery) async throws -> PostgresRow? {
+            try await base.query(query, logger: PostgresLink.logger).collect().first
+        }
+    }
+
+    /// Runs `body` in a transaction on the link's connection; one transaction at a time.
+    func transaction<T: Sendable>(
+        readOnly: Bool = false, _ body: @Sendable (Connection) async throws -> T
+    ) async throws -> T {
+        while busy { await withCheckedContinuation { waiting.append($0) } }
+        busy = true
+        defer {
+            busy = false
+            if !waiting.isEmpty { waiting.removeFirst().resume() }
+        }
+        let base = try await open()
+        let c = Connection(base: base)
+        do {
+            try await c.run(readOnly ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" : "BEGIN")
+        } catch {
+            connection = nil
+            throw describe(error)
+        }
+        do {
+            let result = try await body(c)
+            try await c.run("COMMIT")
+            return result
+        } catch {
+            _ = try? await c.run("ROLLBACK")
+            if let known = error as? StateStoreError { throw known }
+            throw describe(error)
+        }
+    }
+
+    func execute(_ sql: String) async throws {
+        let c = Connection(base: try await open())
+        do {
+            try await c.run(PostgresQuery(unsafeSQL: sql))
+        } catch {
+            throw describe(error)
+        }
+    }
+
+    private func open() async throws -> PostgresConnection {
+        if let connection, !connection.isClosed { return connection }
+        do {
+            let opened = try await PostgresConnection.connect(
+                configuration: try url.configuration(), id: 1, logger: Self.logger)
+            connection = opened
+            return opened
+        } catch {
+            throw describe(error)
+        }
+    }
+
+    func close() async {
+        try? await connection?.close()
+        connection = nil
+    }
+
+    /// A PostgreSQL error as one line naming the store: the server's message, or why it cannot be reached.
+    func describe(_ error: any Error) -> StateStoreError {
+        if let error = error as? StateStoreError { return error }
+        if let error = error as? PSQLError {
+            if let message = error.serverInfo?[.message] {
+                let state = error.serverInfo?[.sqlState].map { " (SQLSTATE \($0))" } ?? ""
+                return StateStoreError(.io, path: location, "PostgreSQL said: \(message)\(state)")
+            }
+            if let underlying = error.underlying {
+                return StateStoreError(
+                    .io, path: location,
+                    "cannot reach the server: \(ErrorText.describe(underlying)); check the host, port and sslmode")
+            }
+            return StateStoreError(
+                .io, path: location, "the connection failed (\(error.code)); check the host, port, user and sslmode")
+        }
+        return StateStoreError(.io, path: location, ErrorText.describe(error))
+    }
+}

@@ -1,0 +1,105 @@
+import Foundation
+import NIOSSL
+import PostgresNIO
+import TidemarkCore
+
+/// A `postgres://` or `postgresql://` state URL, parsed as libpq reads one: user, password (or
+/// `PGPASSWORD`), host, port, database, and the `sslmode` / `sslrootcert` parameters managed
+/// services need.
+public struct PostgresURL: Sendable, Equatable {
+    public enum SSLMode: String, Sendable, CaseIterable {
+        case disable, allow, prefer, require
+        case verifyCA = "verify-ca"
+        case verifyFull = "verify-full"
+    }
+
+    public var user: String
+    public var password: String?
+    public var host: String
+    public var port: Int
+    public var database: String
+    public var sslMode: SSLMode
+    public var sslRootCert: String?
+
+    /// Whether `text` names a PostgreSQL store (and not a SQLite path).
+    public static func isPostgres(_ text: String) -> Bool {
+        text.hasPrefix("postgres://") || text.hasPrefix("postgresql://")
+    }
+
+    /// Parses `text`; the error says what is wrong without echoing the password.
+    public init(_ text: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+        guard Self.isPostgres(text), let components = URLComponents(string: text) else {
+            throw StateStoreError(
+                .io, path: Self.redact(text),
+                "it is not a PostgreSQL URL such as postgres://user@host:5432/database?sslmode=require")
+        }
+        guard let host = components.host, !host.isEmpty else {
+            throw StateStoreError(.io, path: Self.redact(text), "the URL names no host")
+        }
+        self.host = host
+        port = components.port ?? 5432
+        user = components.user.flatMap { $0.removingPercentEncoding } ?? environment["PGUSER"] ?? "postgres"
+        password = components.password.flatMap { $0.removingPercentEncoding } ?? environment["PGPASSWORD"]
+        let path = components.path.drop { $0 == "/" }
+        database =
+            path.isEmpty ? (environment["PGDATABASE"] ?? user) : String(path).removingPercentEncoding ?? String(path)
+        var mode = SSLMode.prefer
+        var rootCert: String?
+        for item in components.queryItems ?? [] {
+            switch item.name {
+            case "sslmode":
+                guard let value = item.value, let parsed = SSLMode(rawValue: value) else {
+                    throw StateStoreError(
+                        .io, path: Self.redact(text),
+                        "sslmode must be one of \(SSLMode.allCases.map(\.rawValue).joined(separator: ", ")), not '\(item.value ?? "")'"
+                    )
+                }
+                mode = parsed
+            case "sslrootcert": rootCert = item.value
+            case "application_name", "connect_timeout": break
+            default:
+                throw StateStoreError(
+                    .io, path: Self.redact(text),
+                    "tidemark does not know the URL parameter '\(item.name)'; it reads sslmode and sslrootcert")
+            }
+        }
+        sslMode = mode
+        sslRootCert = rootCert
+    }
+
+    /// The URL as messages show it: never the password.
+    public var display: String { "postgres://\(user)@\(host.contains(":") ? "[\(host)]" : host):\(port)/\(database)" }
+
+    /// `text` with any password replaced, for messages about a URL that did not parse.
+    public static func redact(_ text: String) -> String {
+        guard let at = text.lastIndex(of: "@"), let scheme = text.range(of: "://") else { return text }
+        let credentials = text[scheme.upperBound..<at]
+        guard let colon = credentials.firstIndex(of: ":") else { return text }
+        return String(text[..<colon]) + ":***" + String(text[at...])
+    }
+
+    /// The connection configuration, with TLS as `sslmode` asks.
+    func configuration() throws -> PostgresConnection.Configuration {
+        let tls: PostgresConnection.Configuration.TLS
+        switch sslMode {
+        case .disable:
+            tls = .disable
+        case .allow, .prefer, .require:
+            var configuration = TLSConfiguration.makeClientConfiguration()
+            configuration.certificateVerification = .none
+            let context = try NIOSSLContext(configuration: configuration)
+            tls = sslMode == .require ? .require(context) : .prefer(context)
+        case .verifyCA, .verifyFull:
+            var configuration = TLSConfiguration.makeClientConfiguration()
+            configuration.certificateVerification = sslMode == .verifyFull ? .fullVerification : .noHostnameVerification
+            if let sslRootCert {
+                configuration.trustRoots = .file(sslRootCert)
+            }
+            tls = .require(try NIOSSLContext(configuration: configuration))
+        }
+        var configuration = PostgresConnection.Configuration(
+            host: host, port: port, username: user, password: password, database: database, tls: tls)
+        configuration.options.connectTimeout = .seconds(10)
+        return configuration
+    }
+}

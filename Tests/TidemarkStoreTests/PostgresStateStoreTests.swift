@@ -1,0 +1,160 @@
+import Foundation
+import Testing
+import TidemarkCore
+import TidemarkTesting
+
+@testable import TidemarkStore
+
+/// The real server the test command starts (`scripts/postgres.sh`), named by TIDEMARK_TEST_POSTGRES_URL.
+/// Without it these tests are skipped on a developer's machine, and fail in CI (`CI` set): they never
+/// silently pass there.
+enum TestPostgres {
+    static let url = ProcessInfo.processInfo.environment["TIDEMARK_TEST_POSTGRES_URL"]
+    static let required = ProcessInfo.processInfo.environment["CI"] != nil
+    static var enabled: Bool { url != nil || required }
+
+    static func store(
+        _ workspace: String = "test-\(UUID().uuidString.prefix(8))", lease: Duration = .seconds(60)
+    )
+        throws -> PostgresStateStore
+    {
+        guard let url else {
+            throw StateStoreError(
+                .io, path: "TIDEMARK_TEST_POSTGRES_URL",
+                "no PostgreSQL server for the tests: run them with scripts/test.sh, which starts one")
+        }
+        return PostgresStateStore(url: try PostgresURL(url), workspace: workspace, leaseDuration: lease)
+    }
+}
+
+@Suite(.enabled(if: TestPostgres.enabled)) struct PostgresStateStoreTests {
+    @Test(arguments: StateStoreConformance.Check.allCases)
+    func conforms(_ check: StateStoreConformance.Check) async throws {
+        let store = try TestPostgres.store()
+        try await StateStoreConformance.run(check) { store }
+        await store.close()
+    }
+
+    /// Workspaces are separate states in one database: their own lineage, serial, journal and lease.
+    @Test func workspacesAreIndependent() async throws {
+        let name = "ws-\(UUID().uuidString.prefix(8))"
+        let dev = try TestPostgres.store(name + "-dev")
+        let prod = try TestPostgres.store(name + "-prod")
+        var state = StateStoreConformance.sample(tokens: 20)
+        try await dev.save(&state, StateStoreConformance.writeAll(state), at: 1)
+        try await dev.save(&state, StateWrite(), at: 2)
+        #expect(try await prod.load() == nil)
+        var other = State(lineage: "other-lineage", serial: 0)
+        other.tokens.intern(Fixtures.token(99))
+        try await prod.save(&other, StateWrite(), at: 3)
+        #expect(try await dev.load()?.serial == 2)
+        #expect(try await prod.load()?.lineage == "other-lineage")
+        // A lease on one workspace never waits for or blocks another.
+        let lease = try await dev.lock(StateStoreConformance.holder)
+        _ = try await prod.lock(StateStoreConformance.holder)
+        await lease.release()
+        await dev.close()
+        await prod.close()
+    }
+
+    /// Fencing: once a lease is broken (or expires), its holder can no longer write, even though it
+    /// still believes it holds the lock.
+    @Test func aBrokenLeaseCannotWrite() async throws {
+        let name = "fence-\(UUID().uuidString.prefix(8))"
+        let runner = try TestPostgres.store(name)
+        let operator_ = try TestPostgres.store(name)
+        var state = StateStoreConformance.sample(tokens: 10)
+        let lease = try await runner.lock(StateStoreConformance.holder)
+        try await runner.save(&state, StateStoreConformance.writeAll(state), at: 1)
+        // Another process cannot write or lock while the lease lives.
+        var copy = state
+        await #expect { try await operator_.save(&copy, StateWrite(), at: 2) } throws: {
+            ($0 as? StateStoreError)?.code == .locked
+        }
+        let current = try #require(try await operator_.lease())
+        let broken = try await operator_.forceUnlock(
+            String(current.id.prefix(8)),
+            by: LockHolder(
+                operation: "tidemark state force-unlock", user: "oncall", host: "laptop", pid: 1, since: Date()))
+        #expect(broken == StateStoreConformance.holder)
+        await #expect { try await runner.save(&state, StateWrite(), at: 3) } throws: { error in
+            let e = error as? StateStoreError
+            return e?.code == .locked && e!.description.contains("may no longer write")
+        }
+        #expect(try await runner.load()?.serial == 1, "nothing was written")
+        // The operator may now take the lease and write.
+        let second = try await operator_.lock(StateStoreConformance.holder)
+        try await operator_.save(&copy, StateWrite(), at: 4)
+        await second.release()
+        await lease.release()
+        await runner.close()
+        await operator_.close()
+    }
+
+    /// A lease that is not renewed expires; its holder may not write afterwards.
+    @Test func anExpiredLeaseCannotWrite() async throws {
+        let store = try TestPostgres.store(lease: .seconds(1))
+        var state = StateStoreConformance.sample(tokens: 10)
+        let lease = try await store.lock(StateStoreConformance.holder)
+        try await store.save(&state, StateStoreConformance.writeAll(state), at: 1)
+        (lease as? PostgresLease)?.stopHeartbeat()
+        try await Task.sleep(for: .milliseconds(1500))
+        await #expect { try await store.save(&state, StateWrite(), at: 2) } throws: {
+            ($0 as? StateStoreError)?.description.contains("expired") == true
+        }
+        #expect(try await store.lockHolder() == nil)
+        await store.close()
+    }
+
+    @Test func urlsAreParsedAsLibpqDoesAndNeverShowThePassword() throws {
+        let url = try PostgresURL(
+            "postgresql://ci:s3cr%40t@db.example:6432/tidemark?sslmode=verify-full&sslrootcert=/etc/ca.pem",
+            environment: [:])
+        #expect(url.user == "ci" && url.password == "s3cr@t" && url.host == "db.example" && url.port == 6432)
+        #expect(url.database == "tidemark" && url.sslMode == .verifyFull && url.sslRootCert == "/etc/ca.pem")
+        #expect(!url.display.contains("s3cr"))
+        let fromEnvironment = try PostgresURL("postgres://ci@db", environment: ["PGPASSWORD": "pw"])
+        #expect(fromEnvironment.password == "pw" && fromEnvironment.port == 5432 && fromEnvironment.database == "ci")
+        #expect(throws: StateStoreError.self) { try PostgresURL("postgres://db/x?sslmode=sometimes", environment: [:]) }
+        do {
+            _ = try PostgresURL("postgres://u:hunter2@/x", environment: [:])
+        } catch {
+            #expect(!"\(error)".contains("hunter2"))
+        }
+    }
+
+    /// An unreachable server is one line naming the store, never a hang or a dump.
+    @Test func anUnreachableServerIsOneLine() async throws {
+        let store = PostgresStateStore(
+            url: try PostgresURL("postgres://tidemark:pw@127.0.0.1:1/x?sslmode=disable", environment: [:]))
+        do {
+            _ = try await store.load()
+            Issue.record("loaded from a server that does not exist")
+        } catch let error as StateStoreError {
+            #expect(error.description.contains("postgres://tidemark@127.0.0.1:1/x"))
+            #expect(!error.description.contains("pw") && !error.description.contains("PSQLError"))
+        }
+    }
+
+    /// A database written by a newer tidemark is refused with the version it needs.
+    @Test func aNewerSchemaIsRefused() async throws {
+        let store = try TestPostgres.store()
+        _ = try await store.load()  // creates the schema
+        await store.close()
+        let url = try #require(TestPostgres.url)
+        let admin = PostgresStateStore(url: try PostgresURL(url))
+        let database = "newer_\(UUID().uuidString.prefix(8).lowercased())"
+        try await admin.execute("CREATE DATABASE \(database)")
+        var components = URLComponents(string: url)!
+        components.path = "/\(database)"
+        let newer = PostgresStateStore(url: try PostgresURL(components.string!))
+        try await newer.execute("CREATE TABLE tidemark_schema (version INTEGER NOT NULL)")
+        try await newer.execute("INSERT INTO tidemark_schema VALUES (99)")
+        await #expect { try await newer.load() } throws: { error in
+            let e = error as? StateStoreError
+            return e?.code == .newerFormat && e!.description.contains("schema version 99")
+        }
+        await newer.close()
+        await admin.close()
+    }
+}
