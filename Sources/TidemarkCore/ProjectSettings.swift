@@ -4,6 +4,8 @@ public struct ProjectSettings: Sendable, Equatable {
     public var backend: BackendKind?
     public var manifests: String?
     public var state: String?
+    /// The state workspace (`workspace:`); `default` when unset.
+    public var workspace: String?
     /// How topic changes reach FCM: `v1` (default) or `iid`.
     public var transport: TopicTransport?
     /// Subscription changes per second an apply may send (FCM's documented quota: 3000).
@@ -27,10 +29,17 @@ public struct ProjectSettings: Sendable, Equatable {
 
     public static let keys = [
         "project", "backend", "manifests", "state", "transport", "qps", "qps_unit", "credentials",
-        "fcm_url", "iid_url", "sender_id", "unregistered", "dead_share", "dead_minimum", "limits",
+        "fcm_url", "iid_url", "sender_id", "unregistered", "dead_share", "dead_minimum", "limits", "workspace",
     ]
 
     public init() {}
+
+    /// Why `name` cannot name a workspace, or nil.
+    public static func workspaceProblem(_ name: String) -> String? {
+        let allowed = name.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || "-_.".contains($0)) }
+        return !name.isEmpty && name.count <= 100 && allowed
+            ? nil : "must be 1 to 100 letters, digits, '-', '_' or '.', such as prod or staging-eu, not '\(name)'."
+    }
 
     /// Decodes the project file's text; problems come back as diagnostics.
     public static func decode(_ text: String, file: String) -> (ProjectSettings, [Diagnostic]) {
@@ -110,6 +119,12 @@ public struct ProjectSettings: Sendable, Equatable {
                 }
             case "manifests": settings.manifests = text
             case "state": settings.state = text
+            case "workspace":
+                if let problem = ProjectSettings.workspaceProblem(text) {
+                    doc.error("'workspace' \(problem)", value)
+                } else {
+                    settings.workspace = text
+                }
             case "credentials": settings.credentials = text
             case "sender_id": settings.senderID = text
             case "fcm_url", "iid_url":

@@ -26,7 +26,8 @@ public final class PostgresStateStore: StateStore {
     /// How long a lease lives without a heartbeat.
     public let leaseDuration: Duration
     private let link: PostgresLink
-    /// The lease this store object holds, checked by every save (fencing).
+    /// The lease this store object holds, checked by every save (fencing). A process uses one store
+    /// object per workspace, so the lease its lock took covers all its writes.
     private let held = Mutex<(id: String, fence: Int64)?>(nil)
 
     public init(url: PostgresURL, workspace: String = "default", leaseDuration: Duration = .seconds(60)) {

@@ -24,6 +24,18 @@ struct GlobalOptions: ParsableArguments {
             valueName: "API"))
     var transport: TopicTransport?
 
+    @Option(
+        help: ArgumentHelp(
+            "Where state lives: a SQLite file path, or a postgres:// URL (wins over TIDEMARK_STATE_URL and 'state' in tidemark.yaml).",
+            valueName: "PATH|URL"))
+    var state: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "The state workspace (default: 'workspace' in tidemark.yaml, or 'default'): one per project and environment.",
+            valueName: "NAME"))
+    var workspace: String?
+
     @Flag(help: "Show registration tokens in full in human output (they are redacted by default).")
     var showTokens = false
 }

@@ -1,13 +1,16 @@
 import ArgumentParser
 import Foundation
 import TidemarkCore
+import TidemarkStore
 
 /// `tidemark state …`: what tidemark remembers, for people debugging a plan.
 struct StateCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "state",
         abstract: "Inspect tidemark's state: topics and groups it manages, past applies, the lock.",
-        subcommands: [StateListCommand.self, StateShowCommand.self, StateLockCommand.self]
+        subcommands: [
+            StateListCommand.self, StateShowCommand.self, StateLockCommand.self, StateForceUnlockCommand.self,
+        ]
     )
 }
 
@@ -195,7 +198,7 @@ struct StateLockCommand: AsyncParsableCommand {
         commandName: "lock",
         abstract: "Say whether a run holds the state lock, and which.",
         discussion:
-            "The lock is an flock(2) lock: the kernel releases it when the holding process ends, even when it is killed, so there is never a stale lock to force open. Exit 0 when it is free, 2 when a run holds it."
+            "With SQLite state the lock is an flock(2) lock: the kernel releases it when the holding process ends, even when it is killed. With PostgreSQL state it is a lease row with a heartbeat: it expires when its holder stops renewing it, a lease whose holder process is gone from this machine is taken over at once, and 'tidemark state force-unlock ID' breaks one (recorded). Exit 0 when it is free, 2 when a run holds it."
     )
 
     @OptionGroup var global: GlobalOptions
@@ -208,11 +211,50 @@ struct StateLockCommand: AsyncParsableCommand {
                 try Terminal.write("There is no state at \(workspace.stateDisplay) yet, so nothing holds its lock.\n")
                 return
             }
+            if let postgres = store as? PostgresStateStore, let lease = try await postgres.lease() {
+                try Terminal.write(
+                    "The state \(workspace.stateDisplay) is locked: \(lease.holder), lease \(lease.id.prefix(8)), expiring at \(ISO8601DateFormatter().string(from: lease.expires)) unless renewed.\n"
+                )
+                throw ExitCode(2)
+            }
             if let holder = try await store.lockHolder() {
                 try Terminal.write("The state \(workspace.stateDisplay) is locked: \(holder).\n")
                 throw ExitCode(2)
             }
             try Terminal.write("The state \(workspace.stateDisplay) is not locked.\n")
+        }
+    }
+}
+
+struct StateForceUnlockCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "force-unlock",
+        abstract: "Break the lease a run holds on PostgreSQL state (recorded with who broke it).",
+        discussion:
+            "Use it when a runner died on another machine and you cannot wait for its lease to expire. The run that held the lease can no longer write (every write checks the lease's fencing counter). ID is the lease id 'tidemark state lock' shows (its first 8 characters are enough). SQLite state needs no force-unlock: its flock(2) lock ends with its process."
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: ArgumentHelp("The lease id that 'tidemark state lock' shows.", valueName: "ID"))
+    var id: String
+
+    func run() async throws {
+        try await runReportingErrors {
+            let workspace = try Workspace(global)
+            guard let store = workspace.stateStore() as? PostgresStateStore else {
+                throw CLIError(
+                    "\(workspace.stateDisplay) is SQLite state: its lock is flock(2), released when the holding process ends; there is nothing to force."
+                )
+            }
+            guard let broken = try await store.forceUnlock(id, by: workspace.lockHolder("tidemark state force-unlock"))
+            else {
+                try Terminal.write("Nothing holds the lock of \(workspace.stateDisplay).\n")
+                return
+            }
+            try Terminal.write(
+                "Broke the lease of \(broken) on \(workspace.stateDisplay); that run can no longer write. The break is recorded in tidemark_lease_breaks.\n"
+            )
         }
     }
 }

@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import Synchronization
 import TidemarkAuth
 import TidemarkCore
 import TidemarkEmulator
@@ -13,7 +14,15 @@ struct Workspace {
     let settings: ProjectSettings
     let manifestsPath: String
     let manifestsDisplay: String
+    /// The SQLite state file (and, beside it, the embedded backend's data); with PostgreSQL state, the
+    /// embedded backend's data still lives under .tidemark/ in the project.
     let statePath: String
+    /// The state as configured (relative to the project, or absolute), with the workspace applied.
+    let stateSpec: String
+    /// The PostgreSQL state, when `state` is a postgres:// URL.
+    let postgres: PostgresURL?
+    /// The state workspace: one per project and environment.
+    let workspaceName: String
     let backendKind: BackendKind
     /// The one clock and random source of this run.
     let timing = Timing.live
@@ -53,8 +62,31 @@ struct Workspace {
             manifestsPath = relative.hasPrefix("/") ? relative : (root as NSString).appendingPathComponent(relative)
             manifestsDisplay = Self.display(options.directory, relative)
         }
-        let state = settings.state ?? ".tidemark/state.db"
-        statePath = state.hasPrefix("/") ? state : (root as NSString).appendingPathComponent(state)
+        let environment = ProcessInfo.processInfo.environment
+        let state = options.state ?? environment["TIDEMARK_STATE_URL"] ?? settings.state ?? ".tidemark/state.db"
+        let name = options.workspace ?? settings.workspace ?? "default"
+        if let problem = ProjectSettings.workspaceProblem(name) { throw CLIError("--workspace \(problem)") }
+        workspaceName = name
+        if PostgresURL.isPostgres(state) {
+            do {
+                postgres = try PostgresURL(state)
+            } catch {
+                throw CLIError(ErrorText.describe(error))
+            }
+            statePath = (root as NSString).appendingPathComponent(".tidemark/state.db")
+            stateSpec = state
+        } else {
+            postgres = nil
+            var spec = state
+            if name != "default" {
+                // A SQLite workspace is a file of its own beside the default one: state.prod.db.
+                let stem = (spec as NSString).deletingPathExtension
+                let suffix = (spec as NSString).pathExtension
+                spec = stem + "." + name + (suffix.isEmpty ? "" : "." + suffix)
+            }
+            stateSpec = spec
+            statePath = spec.hasPrefix("/") ? spec : (root as NSString).appendingPathComponent(spec)
+        }
         backendKind = options.backend ?? settings.backend ?? .embedded
     }
 
@@ -63,7 +95,10 @@ struct Workspace {
         return (directory as NSString).appendingPathComponent(path)
     }
 
-    var stateDisplay: String { Self.display(options.directory, settings.state ?? ".tidemark/state.db") }
+    var stateDisplay: String {
+        if let postgres { return "\(postgres.display) (workspace \(workspaceName))" }
+        return stateSpec.hasPrefix("/") ? stateSpec : Self.display(options.directory, stateSpec)
+    }
 
     /// The directory that holds state (and the embedded backend), created private to the user.
     @discardableResult
@@ -77,8 +112,19 @@ struct Workspace {
 
     /// The state store tidemark.yaml names (default `.tidemark/state.db`).
     func stateStore() -> any StateStore {
-        SQLiteStateStore(path: statePath, location: stateDisplay)
+        guard let postgres else { return SQLiteStateStore(path: statePath, location: stateDisplay) }
+        // One store object per workspace in a process: its connection, and the lease its lock took, serve
+        // every part of the command.
+        let key = "\(postgres.display)|\(workspaceName)"
+        return Self.postgresStores.withLock { stores in
+            if let store = stores[key] { return store }
+            let store = PostgresStateStore(url: postgres, workspace: workspaceName)
+            stores[key] = store
+            return store
+        }
     }
+
+    private static let postgresStores = Mutex<[String: PostgresStateStore]>([:])
 
     /// Who this run is, for the state lock.
     func lockHolder(_ operation: String) -> LockHolder {

@@ -10,7 +10,9 @@ import TidemarkTesting
 /// silently pass there.
 enum TestPostgres {
     static let url = ProcessInfo.processInfo.environment["TIDEMARK_TEST_POSTGRES_URL"]
-    static let required = ProcessInfo.processInfo.environment["CI"] != nil
+    static let required =
+        ProcessInfo.processInfo.environment["TIDEMARK_REQUIRE_POSTGRES"] != nil
+        || ProcessInfo.processInfo.environment["CI"] != nil
     static var enabled: Bool { url != nil || required }
 
     static func store(

@@ -1,0 +1,92 @@
+import Foundation
+import Testing
+
+/// The CLI with its state in a real PostgreSQL server (`scripts/postgres.sh`, started by the test
+/// command): the demo converges, two runners on one workspace exclude each other, and a killed apply
+/// resumes from the database. Skipped only on a developer's machine without the server; required in CI.
+@Suite(.serialized, .enabled(if: PostgresForCLI.enabled)) struct PostgresStateCLITests {
+    func environment(_ workspace: String, latency: Int? = nil) throws -> [String: String] {
+        let url = try #require(PostgresForCLI.url, "no PostgreSQL server: run the tests with scripts/test.sh")
+        var environment = ["TIDEMARK_STATE_URL": url]
+        if let latency { environment["TIDEMARK_EMBEDDED_LATENCY_MS"] = String(latency) }
+        _ = workspace
+        return environment
+    }
+
+    static func workspace() -> String { "cli-\(UUID().uuidString.prefix(8).lowercased())" }
+
+    @Test func theDemoConvergesWithStateInPostgres() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let ws = Self.workspace()
+        let env = try environment(ws)
+        let plan = try cli.run(["plan", "--workspace", ws, "--detailed-exitcode"], environment: env)
+        #expect(plan.status == 2, "\(plan.stderr)")
+        let apply = try cli.run(["apply", "--auto-approve", "--workspace", ws], environment: env)
+        #expect(apply.status == 0, "\(apply.stderr)")
+        #expect(apply.stdout.contains("Apply complete"))
+        let again = try cli.run(["plan", "--workspace", ws, "--detailed-exitcode"], environment: env)
+        #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
+        // The state is in the database's tables, not in a local file.
+        let show = try cli.run(["state", "list", "--workspace", ws], environment: env)
+        #expect(show.status == 0, "\(show.stderr)")
+        #expect(show.stdout.contains("(workspace \(ws))"), "\(show.stdout)")
+        #expect(!FileManager.default.fileExists(atPath: cli.project.appendingPathComponent(".tidemark/state.db").path))
+        // Another workspace of the same database has no state of its own.
+        let other = try cli.run(["drift", "--workspace", ws + "-other"], environment: env)
+        #expect(other.status == 1)
+        // --state wins over TIDEMARK_STATE_URL: a SQLite file here has no state.
+        let local = try cli.run(["plan", "--state", "local.db", "--detailed-exitcode"], environment: env)
+        #expect(local.status == 2)
+    }
+
+    @Test func aSecondRunnerIsRefusedNamingTheHolderAndAKilledApplyResumes() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let ws = Self.workspace()
+        let slow = try environment(ws, latency: 40)
+        let (process, _, _) = try cli.start(
+            ["apply", "--auto-approve", "--parallelism", "1", "--workspace", ws], environment: slow)
+        defer {
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            process.waitUntilExit()
+        }
+        // Wait until the apply holds the lease and has journaled some operations.
+        let deadline = Date().addingTimeInterval(60)
+        var listing = ""
+        while Date() < deadline, process.isRunning {
+            let result = try cli.run(["state", "list", "--workspace", ws], environment: slow)
+            listing = result.stdout
+            if listing.contains("running"), listing.range(of: #"\b[1-9][0-9]*/"#, options: .regularExpression) != nil {
+                break
+            }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        #expect(process.isRunning, "the apply finished before the test could interrupt it: \(listing)")
+        let started = Date()
+        let second = try cli.run(["apply", "--auto-approve", "--workspace", ws], environment: slow)
+        #expect(Date().timeIntervalSince(started) < 5)
+        #expect(second.status == 1)
+        #expect(
+            second.stderr.contains("is locked by tidemark apply (pid \(process.processIdentifier)"), "\(second.stderr)")
+        let lock = try cli.run(["state", "lock", "--workspace", ws], environment: slow)
+        #expect(lock.stdout.contains("pid \(process.processIdentifier)"), "\(lock.stdout)")
+
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        // The killed holder's lease is recognised as stale (its process is gone), and the apply resumes.
+        let resumed = try cli.run(["apply", "--auto-approve", "--workspace", ws], environment: try environment(ws))
+        #expect(resumed.status == 0, "\(resumed.stderr)")
+        #expect(resumed.stderr.contains("Resuming the apply"), "\(resumed.stderr)")
+        let plan = try cli.run(["plan", "--workspace", ws, "--detailed-exitcode"], environment: try environment(ws))
+        #expect(plan.status == 0, "\(plan.stdout)")
+    }
+}
+
+enum PostgresForCLI {
+    static let url = ProcessInfo.processInfo.environment["TIDEMARK_TEST_POSTGRES_URL"]
+    static var enabled: Bool {
+        url != nil || ProcessInfo.processInfo.environment["TIDEMARK_REQUIRE_POSTGRES"] != nil
+            || ProcessInfo.processInfo.environment["CI"] != nil
+    }
+}
