@@ -71,6 +71,7 @@ public final class SQLiteStateStore: StateStore {
                 if initialize {
                     try queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA journal_mode = WAL") }
                     try queue.write { db in try Self.createSchema(db, lineage: lineage, now: now) }
+                    try Self.checkpoint(queue)
                 } else {
                     try queue.read { db in try self.verify(db) }
                 }
@@ -398,9 +399,18 @@ public final class SQLiteStateStore: StateStore {
                 return next
             }
         }
+        // The commit is in the write-ahead log; copying it into the file at once keeps the file
+        // self-contained between commits, so a file copied alone after a kill (as CI jobs upload it)
+        // holds every committed batch. A checkpoint that cannot finish now (a reader) is done later.
+        try? Self.checkpoint(queue)
         state.serial = serial
         for key in write.versionKeys { state.versions[key] = serial }
         return serial
+    }
+
+    /// Copies the write-ahead log into the database file and empties it.
+    static func checkpoint(_ queue: DatabaseQueue) throws {
+        try queue.writeWithoutTransaction { db in _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
     }
 
     // MARK: - Journal

@@ -44,7 +44,7 @@ import Testing
         let cli = try CLIRunner(demo: true)
         defer { cli.remove() }
         let ws = Self.workspace()
-        let slow = try environment(ws, latency: 40)
+        let slow = try environment(ws, latency: 250)
         let (process, _, _) = try cli.start(
             ["apply", "--auto-approve", "--parallelism", "1", "--workspace", ws], environment: slow)
         defer {

@@ -167,6 +167,29 @@ import TidemarkTesting
         }
     }
 
+    /// The file alone holds every committed save: nothing lives only in the -wal file between commits,
+    /// so a CI job that uploads state.db alone (after a kill, say) uploads all of it.
+    @Test func theFileAloneHoldsEveryCommit() async throws {
+        let path = temporaryPath()
+        defer { cleanup(path) }
+        let store = SQLiteStateStore(path: path)
+        var state = StateStoreConformance.sample(tokens: 50)
+        try await store.save(&state, StateStoreConformance.writeAll(state), at: 1)
+        var write = StateWrite()
+        write.beginApply = (
+            "apply-1",
+            StateStoreConformance.plan(
+                [PlannedOperation(kind: .subscribe, target: "news", tokens: [Fixtures.token(0)])], state: state)
+        )
+        try await store.save(&state, write, at: 2)
+        // Copy the main file only, while the store is still open (as after a SIGKILL).
+        let copy = (path as NSString).deletingLastPathComponent + "/copied.db"
+        try FileManager.default.copyItem(atPath: path, toPath: copy)
+        let alone = SQLiteStateStore(path: copy)
+        #expect(try await alone.load()?.serial == 2)
+        #expect(try await alone.unfinishedApply()?.id == "apply-1")
+    }
+
     /// The lock is flock(2): a second store object on the same file, in this process or another, is refused.
     @Test func secondLockFailsNamingTheHolder() async throws {
         let path = temporaryPath()
