@@ -18,7 +18,7 @@ import Glibc
 /// session state (no advisory locks, no `SET`), so it works through PgBouncer in transaction pooling.
 public final class PostgresStateStore: StateStore {
     /// The schema this tidemark writes; a database at a newer version is refused.
-    public static let schemaVersion = 1
+    public static let schemaVersion = 2
 
     public let url: PostgresURL
     public let workspace: String
@@ -563,6 +563,33 @@ public final class PostgresStateStore: StateStore {
         }
     }
 
+    // MARK: - Quota
+
+    /// Takes `permits` from the shared bucket `key` (one per FCM project), refilled at `rate` a second
+    /// up to `capacity`, going into debt if need be; returns the seconds the caller must wait. One
+    /// transaction on the server's clock, so every runner draws from the same bucket.
+    func reserveQuota(key: String, permits: Double, rate: Double, capacity: Double) async throws -> Double {
+        try await ensureSchema()
+        return try await link.transaction { c in
+            try await c.run(
+                """
+                INSERT INTO tidemark_quota (key, level, last_ms) VALUES (\(key), \(capacity), \(unescaped: Self.nowSQL))
+                ON CONFLICT (key) DO NOTHING
+                """)
+            let row = try await c.first(
+                """
+                UPDATE tidemark_quota SET
+                    level = least(\(capacity), level + greatest(0, \(unescaped: Self.nowSQL) - last_ms) * \(rate) / 1000.0)
+                        - \(permits),
+                    last_ms = greatest(last_ms, \(unescaped: Self.nowSQL))
+                WHERE key = \(key) RETURNING level
+                """)
+            guard let row else { throw self.damaged("table 'tidemark_quota': the bucket row vanished") }
+            let level = try self.decode(row, Double.self, table: "tidemark_quota")
+            return level < 0 ? -level / rate : 0
+        }
+    }
+
     /// Migration N brings the schema from version N-1 to N. Never edit one that has shipped.
     static let migrations: [[String]] = [
         [
@@ -611,7 +638,13 @@ public final class PostgresStateStore: StateStore {
             CREATE TABLE tidemark_lease_breaks (workspace TEXT NOT NULL, lease_id TEXT NOT NULL, holder TEXT NOT NULL,
                 broken_by TEXT NOT NULL, reason TEXT NOT NULL, broken_at BIGINT NOT NULL)
             """,
-        ]
+        ],
+        [
+            // 2: one rate-limit bucket per FCM project, shared by every runner and workspace.
+            """
+            CREATE TABLE tidemark_quota (key TEXT PRIMARY KEY, level DOUBLE PRECISION NOT NULL, last_ms BIGINT NOT NULL)
+            """
+        ],
     ]
 
     // MARK: - Rows
@@ -629,6 +662,7 @@ public final class PostgresStateStore: StateStore {
     private static func decodeRow<T>(_ row: PostgresRow, _ type: T.Type) throws -> T {
         switch type {
         case is Int64.Type: return try row.decode(Int64.self) as! T
+        case is Double.Type: return try row.decode(Double.self) as! T
         case is String.Type: return try row.decode(String.self) as! T
         case is Int32?.Type: return try row.decode(Int32?.self) as! T
         case is (String, Int64, String?, String?).Type:
@@ -836,4 +870,23 @@ actor PostgresLink {
         }
         return StateStoreError(.io, path: location, ErrorText.describe(error))
     }
+}
+
+/// FCM's per-project quota as one bucket in PostgreSQL, shared by every runner and workspace that
+/// applies to the project (on a connection of its own, so a long state write never delays it).
+public final class PostgresQuotaLedger: QuotaLedger {
+    public let key: String
+    private let store: PostgresStateStore
+
+    /// `key` names the FCM project, such as `fcm:my-project`.
+    public init(url: PostgresURL, key: String) {
+        self.key = key
+        store = PostgresStateStore(url: url, workspace: "quota")
+    }
+
+    public func reserve(_ permits: Double, rate: Double, capacity: Double) async throws -> Double {
+        try await store.reserveQuota(key: key, permits: permits, rate: rate, capacity: capacity)
+    }
+
+    public func close() async { await store.close() }
 }

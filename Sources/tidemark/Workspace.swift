@@ -215,7 +215,12 @@ struct Workspace {
         options.unregistered = settings.unregistered
         let rate = qps ?? settings.qps ?? Double(FCMLimits.defaultQuota)
         // A burst of a second's worth, at most one full batch: the first moments of an apply stay within quota.
-        options.limiter = RateLimiter(rate: rate, burst: min(rate, Double(FCMLimits.maxBatchTokens)), timing: timing)
+        // With PostgreSQL state, every runner applying to this FCM project draws from one bucket there.
+        let ledger = postgres.map {
+            PostgresQuotaLedger(url: $0, key: "\(backendKind.rawValue):\(endpoints.fcm):\(settings.project)")
+        }
+        options.limiter = RateLimiter(
+            rate: rate, burst: min(rate, Double(FCMLimits.maxBatchTokens)), timing: timing, ledger: ledger)
         options.timing = timing
         return FCMHTTPBackend(
             kind: backendKind, project: settings.project, endpoints: endpoints, client: client,

@@ -34,4 +34,35 @@ import TidemarkTesting
         #expect(bucket.reserve(5, at: 0.1) == 0.5)
         #expect(bucket.level == -5)
     }
+
+    /// A ledger shared by two limiters (two runners, one FCM project), on the same manual clock: together
+    /// they stay within the project's rate, where each alone would take all of it.
+    @Test func limitersSharingALedgerStayWithinTheRateTogether() async throws {
+        actor SharedLedger: QuotaLedger {
+            var bucket: TokenBucket?
+            let clock: ManualClock
+            var reservations = 0
+            init(clock: ManualClock) { self.clock = clock }
+            func reserve(_ permits: Double, rate: Double, capacity: Double) async throws -> Double {
+                reservations += 1
+                let now = Timing.seconds(clock.now)
+                var current = bucket ?? TokenBucket(rate: rate, capacity: capacity, at: now)
+                let wait = current.reserve(permits, at: now)
+                bucket = current
+                return wait
+            }
+        }
+        let clock = ManualClock()
+        let ledger = SharedLedger(clock: clock)
+        let a = RateLimiter(rate: 100, burst: 10, timing: clock.timing, ledger: ledger)
+        let b = RateLimiter(rate: 100, burst: 10, timing: clock.timing, ledger: ledger)
+        for _ in 0..<100 {
+            try await a.acquire()
+            try await b.acquire()
+        }
+        // 200 permits at 100/s with a burst of 10: about 1.9 s, where two private buckets take 0.9 s.
+        let elapsed = Timing.seconds(clock.now)
+        #expect(elapsed >= 1.85, "took \(elapsed) s")
+        #expect(await ledger.reservations < 100, "permits are reserved in blocks, not one by one")
+    }
 }

@@ -8,6 +8,8 @@ and what it found, and the script exits 1 if any finds a lost or extra membershi
   revert     an apply adding a topic is killed part-way, the change is reverted, and the next apply
              leaves no membership that is not declared (3 kill moments).
   concurrent two applies at once: one proceeds, the other fails at once naming the lock holder.
+  shared-quota (needs TIDEMARK_TEST_POSTGRES_URL) two applies in different PostgreSQL workspaces
+             against one emulator project with quota Q: no 429s, and together at least 90% of Q.
 """
 
 import argparse
@@ -242,10 +244,47 @@ def concurrent(binary, devices=400, topics=20):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def shared_quota(binary, url, quota=500, devices=500, topics=4):
+    """Two workspaces, one FCM project: the ledger in PostgreSQL keeps them within its quota together."""
+    works = [tempfile.mkdtemp(prefix="tm-quota-") for _ in range(2)]
+    suffix = str(os.getpid())
+    try:
+        with Emulator(binary, PROJECT, "--rate-limit", str(quota)) as emulator:
+            tokens = None
+            for n, work in enumerate(works):
+                tokens = make_project(work, PROJECT, devices, 0, "v1",
+                                      extra="state: %s\nworkspace: quota-%s-%d\n" % (url, suffix, n))
+                with open(os.path.join(work, "manifests", "topics.yaml"), "a") as f:
+                    for t in range(topics):
+                        f.write("  - name: side%d-%d\n    members: [{selector: {fleet: all}}]\n" % (n, t))
+            emulator.register(tokens)
+            emulator.admin("DELETE", "traffic")
+            print("shared-quota: two workspaces apply %d changes each to one project with quota %d/s" % (
+                devices * topics, quota), flush=True)
+            processes = [subprocess.Popen([binary, "apply", "--auto-approve", "--qps", str(quota), "-C", work],
+                                          env=emulator.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         for work in works]
+            results = [p.communicate() + (p.returncode,) for p in processes]
+            traffic = emulator.traffic()
+            window = (traffic.get("last_change_at") or 0) - (traffic.get("first_change_at") or 0)
+            rate = traffic["tokens_changed"] / window if window > 0 else 0
+            statuses = [r[2] for r in results]
+            print("  applies exit %s; %d changes in %.2f s: %.0f/s combined (%.0f%% of the quota); %d answered 429" % (
+                statuses, traffic["tokens_changed"], window, rate, 100 * rate / quota, traffic["rate_limited"]))
+            for out, err, status in results:
+                if status != 0:
+                    print(err[-1500:])
+            return (statuses == [0, 0] and traffic["rate_limited"] == 0 and rate >= 0.9 * quota
+                    and traffic["tokens_changed"] == 2 * devices * topics)
+    finally:
+        for work in works:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("binary")
-    parser.add_argument("checks", nargs="*", default=["faults", "kills", "revert", "concurrent"])
+    parser.add_argument("checks", nargs="*", default=["faults", "kills", "revert", "concurrent", "shared-quota"])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="smaller fault run, for the test suite")
     args = parser.parse_args()
@@ -261,6 +300,15 @@ def main():
             results["revert"] = revert(args.binary)
         elif check == "concurrent":
             results["concurrent"] = concurrent(args.binary)
+        elif check == "shared-quota":
+            url = os.environ.get("TIDEMARK_TEST_POSTGRES_URL")
+            if url:
+                results["shared-quota"] = shared_quota(args.binary, url)
+            elif os.environ.get("TIDEMARK_REQUIRE_POSTGRES"):
+                print("shared-quota: no PostgreSQL server (TIDEMARK_TEST_POSTGRES_URL is not set)")
+                results["shared-quota"] = False
+            else:
+                print("shared-quota: skipped, no PostgreSQL server (scripts/test.sh starts one)")
         else:
             parser.error("unknown check %s" % check)
     print()

@@ -29,6 +29,9 @@ public final class TrafficLog: Sendable {
         public var faults = 0
         /// Subscription changes that reached the engine, in tokens.
         public var tokensChanged = 0
+        /// When the first and the last of them arrived (Unix seconds): the window to measure a rate over.
+        public var firstChangeAt: Double?
+        public var lastChangeAt: Double?
 
         enum CodingKeys: String, CodingKey {
             case requests
@@ -38,6 +41,8 @@ public final class TrafficLog: Sendable {
             case rateLimited = "rate_limited"
             case faults
             case tokensChanged = "tokens_changed"
+            case firstChangeAt = "first_change_at"
+            case lastChangeAt = "last_change_at"
         }
     }
 
@@ -65,6 +70,9 @@ public final class TrafficLog: Sendable {
     func recordChange(project: String, operation: String, topic: String, tokens: [String], api: String) {
         inner.withLock { inner in
             inner.counters.tokensChanged += tokens.count
+            let now = Date().timeIntervalSince1970
+            if inner.counters.firstChangeAt == nil { inner.counters.firstChangeAt = now }
+            inner.counters.lastChangeAt = now
             guard inner.recording else { return }
             inner.sequence += 1
             inner.changes.append(
