@@ -92,6 +92,9 @@ public struct StateWrite: Sendable {
     public var operationProgress: OperationProgress?
     /// Journal: an apply ended.
     public var finishApply: (id: String, status: ApplyStatus)?
+    /// A copy of a whole state from another store (`state pull`, `push`, `migrate`): the serial and
+    /// the row versions are the state's own, not bumped.
+    public var restore = false
 
     public init() {}
 
@@ -102,6 +105,16 @@ public struct StateWrite: Sendable {
             .sorted()
         groups = Set(before.groups.keys).union(after.groups.keys).filter { before.groups[$0] != after.groups[$0] }
             .sorted()
+    }
+
+    /// A write of everything in `state`, keeping its serial and versions: how a state is copied whole.
+    public static func restoring(_ state: State) -> StateWrite {
+        var write = StateWrite()
+        write.topics = state.topics.keys.sorted()
+        write.groups = state.groups.keys.sorted()
+        write.allTokens = true
+        write.restore = true
+        return write
     }
 
     /// The version keys of the rows this write touches.

@@ -136,7 +136,9 @@ public final class PostgresStateStore: StateStore {
                     "SELECT serial FROM tidemark_workspaces WHERE name = \(workspace) FOR UPDATE")
             }
             guard let current else { throw self.damaged("table 'tidemark_workspaces': the workspace row vanished") }
-            let next = Int(try self.decode(current, Int64.self, table: "tidemark_workspaces")) + 1
+            let next =
+                write.restore
+                ? snapshot.serial : Int(try self.decode(current, Int64.self, table: "tidemark_workspaces")) + 1
             try await self.writeTokens(c, snapshot, write)
             for name in Set(write.topics) {
                 if let topic = snapshot.topics[name] {
@@ -207,10 +209,12 @@ public final class PostgresStateStore: StateStore {
                     WHERE workspace = \(workspace) AND id = \(id)
                     """)
             }
-            for key in Set(write.versionKeys) {
+            let versions =
+                write.restore ? snapshot.versions : Dictionary(write.versionKeys.map { ($0, next) }) { a, _ in a }
+            for (key, serial) in versions {
                 try await c.run(
                     """
-                    INSERT INTO tidemark_row_versions (workspace, key, serial) VALUES (\(workspace), \(key), \(next))
+                    INSERT INTO tidemark_row_versions (workspace, key, serial) VALUES (\(workspace), \(key), \(serial))
                     ON CONFLICT (workspace, key) DO UPDATE SET serial = EXCLUDED.serial
                     """)
             }
@@ -225,7 +229,7 @@ public final class PostgresStateStore: StateStore {
             return next
         }
         state.serial = serial
-        for key in write.versionKeys { state.versions[key] = serial }
+        if !write.restore { for key in write.versionKeys { state.versions[key] = serial } }
         return serial
     }
 

@@ -384,10 +384,13 @@ public final class SQLiteStateStore: StateStore {
                 if try !db.tableExists("row_versions") {
                     try db.execute(sql: "CREATE TABLE row_versions (key TEXT PRIMARY KEY, serial INTEGER NOT NULL)")
                 }
-                let next = try Self.serial(db, location: location) + 1
-                for key in write.versionKeys {
+                let next = write.restore ? snapshot.serial : try Self.serial(db, location: location) + 1
+                let versions =
+                    write.restore ? snapshot.versions : Dictionary(write.versionKeys.map { ($0, next) }) { a, _ in a }
+                for (key, serial) in versions {
                     try db.execute(
-                        sql: "INSERT OR REPLACE INTO row_versions (key, serial) VALUES (?, ?)", arguments: [key, next])
+                        sql: "INSERT OR REPLACE INTO row_versions (key, serial) VALUES (?, ?)",
+                        arguments: [key, serial])
                 }
                 if let backend = snapshot.backend {
                     for (key, value) in [("backend", backend.kind.rawValue), ("project", backend.project)] {
@@ -404,7 +407,7 @@ public final class SQLiteStateStore: StateStore {
         // holds every committed batch. A checkpoint that cannot finish now (a reader) is done later.
         try? Self.checkpoint(queue)
         state.serial = serial
-        for key in write.versionKeys { state.versions[key] = serial }
+        if !write.restore { for key in write.versionKeys { state.versions[key] = serial } }
         return serial
     }
 

@@ -87,10 +87,15 @@ public actor InMemoryStateStore: StateStore {
             journal[i].entry.status = status
         }
         if let backend = state.backend { next.backend = backend }
-        next.serial += 1
-        for key in write.versionKeys { next.versions[key] = next.serial }
+        if write.restore {
+            next.serial = state.serial
+            next.versions.merge(state.versions) { _, new in new }
+        } else {
+            next.serial += 1
+            for key in write.versionKeys { next.versions[key] = next.serial }
+            for key in write.versionKeys { state.versions[key] = next.serial }
+        }
         stored = next
-        for key in write.versionKeys { state.versions[key] = next.serial }
         saveCount += 1
         state.serial = next.serial
         return next.serial

@@ -23,6 +23,7 @@ public enum StateStoreConformance {
         case sessionResumesWhereItStopped
         case recordsWhenEachTopicAndGroupChanged
         case journalsStepsWithinAnOperation
+        case restoresAWholeStateKeepingItsSerial
 
         public var testDescription: String { rawValue }
     }
@@ -41,6 +42,7 @@ public enum StateStoreConformance {
         case .sessionResumesWhereItStopped: try await sessionResumesWhereItStopped(store)
         case .recordsWhenEachTopicAndGroupChanged: try await recordsWhenEachTopicAndGroupChanged(store)
         case .journalsStepsWithinAnOperation: try await journalsStepsWithinAnOperation(store)
+        case .restoresAWholeStateKeepingItsSerial: try await restoresAWholeStateKeepingItsSerial(store)
         }
     }
 
@@ -317,5 +319,28 @@ public enum StateStoreConformance {
         reloaded = try #require(try await store.load())
         #expect(reloaded.topics["t"]?.managed == TokenSet([0, 2, 3, 4]))
         #expect(try await store.applies(limit: 1).first?.done == 1)
+    }
+
+    /// `state pull`, `push` and `migrate` copy a state whole: its serial and row versions are kept, so
+    /// plans saved against it stay valid in the new store; the next save bumps from there.
+    static func restoresAWholeStateKeepingItsSerial(_ store: any StateStore) async throws {
+        var state = sample(tokens: 30)
+        state.serial = 41
+        state.versions = ["topic:news": 12, "topic:sports": 40, "group:family": 3, "topic:gone": 7]
+        var copy = state
+        try await store.save(&copy, .restoring(state), at: 1000)
+        #expect(copy.serial == 41)
+        let loaded = try #require(try await store.load())
+        #expect(loaded.serial == 41 && loaded.lineage == lineage)
+        #expect(loaded.versions == state.versions)
+        #expect(loaded.topics == state.topics && loaded.groups == state.groups)
+        #expect(loaded.tokens.count == 30 && loaded.dead == state.dead && loaded.seenAt == state.seenAt)
+        #expect(loaded.backend == state.backend)
+        var next = loaded
+        next.topics["news"]!.managed = TokenSet([1])
+        var write = StateWrite()
+        write.topics = ["news"]
+        #expect(try await store.save(&next, write, at: 1001) == 42)
+        #expect(try await store.load()?.versions["topic:news"] == 42)
     }
 }

@@ -10,6 +10,7 @@ struct StateCommand: AsyncParsableCommand {
         abstract: "Inspect tidemark's state: topics and groups it manages, past applies, the lock.",
         subcommands: [
             StateListCommand.self, StateShowCommand.self, StateLockCommand.self, StateForceUnlockCommand.self,
+            StatePullCommand.self, StatePushCommand.self, StateMigrateCommand.self,
         ]
     )
 }
@@ -254,6 +255,147 @@ struct StateForceUnlockCommand: AsyncParsableCommand {
             }
             try Terminal.write(
                 "Broke the lease of \(broken) on \(workspace.stateDisplay); that run can no longer write. The break is recorded in tidemark_lease_breaks.\n"
+            )
+        }
+    }
+}
+
+/// Copies a whole state between stores, keeping its lineage, serial and row versions (so plans saved
+/// against it stay valid). The journal's history is not copied; a state with an unfinished apply is
+/// refused, since the copy could not resume it.
+struct StateCopy {
+    let workspace: Workspace
+
+    enum Rule {
+        /// The target must hold no state.
+        case emptyTarget
+        /// The target may hold the same lineage at an older serial.
+        case newerThanTarget
+    }
+
+    func copy(from source: any StateStore, to target: any StateStore, rule: Rule) async throws -> State {
+        let holder = workspace.lockHolder("tidemark state copy")
+        return try await source.withLock(holder) {
+            try await target.withLock(holder) {
+                guard let state = try await source.load() else {
+                    throw CLIError("there is no state at \(source.location) to copy.")
+                }
+                if let unfinished = try await source.unfinishedApply() {
+                    throw CLIError(
+                        "\(source.location) has an unfinished apply (\(unfinished.id.prefix(8))); run 'tidemark apply' to finish it (or abandon it) before copying the state."
+                    )
+                }
+                if let existing = try await target.load() {
+                    switch rule {
+                    case .emptyTarget:
+                        throw CLIError(
+                            "\(target.location) already holds a state (lineage \(existing.lineage.prefix(8)), serial \(existing.serial)); copy into an empty store or workspace."
+                        )
+                    case .newerThanTarget:
+                        guard existing.lineage == state.lineage else {
+                            throw CLIError(
+                                "\(source.location) is another state (lineage \(state.lineage.prefix(8))) than \(target.location) (lineage \(existing.lineage.prefix(8))); nothing was pushed."
+                            )
+                        }
+                        guard state.serial > existing.serial else {
+                            throw CLIError(
+                                "\(source.location) is at serial \(state.serial), not newer than \(target.location) at serial \(existing.serial); nothing was pushed."
+                            )
+                        }
+                    }
+                }
+                var copy = state
+                try await target.save(&copy, .restoring(state), at: workspace.timing.unixTime())
+                return state
+            }
+        }
+    }
+}
+
+struct StatePullCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pull",
+        abstract: "Write a consistent, self-contained snapshot of the state to a SQLite file.",
+        discussion:
+            "The snapshot keeps the state's lineage, serial and versions; 'tidemark state push FILE' uploads it again. It is read under the state's lock, so it is never half an apply."
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: ArgumentHelp("The SQLite file to write (must not exist).", valueName: "FILE"))
+    var file = "tidemark-state.db"
+
+    func run() async throws {
+        try await runReportingErrors {
+            let workspace = try Workspace(global)
+            guard !FileManager.default.fileExists(atPath: file) else {
+                throw CLIError("\(file) exists; remove it or name another file.")
+            }
+            let target = SQLiteStateStore(path: file, location: file)
+            let state = try await StateCopy(workspace: workspace).copy(
+                from: workspace.stateStore(), to: target, rule: .emptyTarget)
+            try? FileManager.default.removeItem(atPath: file + ".lock")
+            try Terminal.write(
+                "Wrote \(workspace.stateDisplay) (lineage \(state.lineage.prefix(8)), serial \(state.serial)) to \(file).\n"
+            )
+        }
+    }
+}
+
+struct StatePushCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "push",
+        abstract: "Upload a SQLite state snapshot into the configured store.",
+        discussion:
+            "Refused when the store holds another lineage, or the same lineage at the same or a newer serial: an older snapshot never overwrites newer state."
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: ArgumentHelp("A SQLite state file ('tidemark state pull' writes one).", valueName: "FILE"))
+    var file: String
+
+    func run() async throws {
+        try await runReportingErrors {
+            let workspace = try Workspace(global)
+            guard FileManager.default.fileExists(atPath: file) else { throw CLIError("\(file): no such file.") }
+            let state = try await StateCopy(workspace: workspace).copy(
+                from: SQLiteStateStore(path: file, location: file), to: workspace.stateStore(), rule: .newerThanTarget)
+            try Terminal.write("Pushed \(file) (serial \(state.serial)) to \(workspace.stateDisplay).\n")
+        }
+    }
+}
+
+struct StateMigrateCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "migrate",
+        abstract: "Move the state to another store or workspace (a SQLite path or a postgres:// URL).",
+        discussion:
+            "The target must hold no state. The source is left as it was; point 'state' (and 'workspace') in tidemark.yaml at the target afterwards."
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Option(help: ArgumentHelp("Where to move the state: a SQLite path or a postgres:// URL.", valueName: "PATH|URL"))
+    var to: String
+
+    @Option(help: ArgumentHelp("The target workspace (default: the current one).", valueName: "NAME"))
+    var toWorkspace: String?
+
+    func run() async throws {
+        try await runReportingErrors {
+            let workspace = try Workspace(global)
+            var targetOptions = global
+            targetOptions.state = to
+            targetOptions.workspace = toWorkspace ?? workspace.workspaceName
+            let target = try Workspace(targetOptions)
+            guard target.stateDisplay != workspace.stateDisplay else {
+                throw CLIError("the target is the state itself (\(workspace.stateDisplay)).")
+            }
+            let state = try await StateCopy(workspace: workspace).copy(
+                from: workspace.stateStore(), to: target.stateStore(), rule: .emptyTarget)
+            try Terminal.write(
+                "Copied \(workspace.stateDisplay) (serial \(state.serial)) to \(target.stateDisplay). Point 'state' in tidemark.yaml (or TIDEMARK_STATE_URL) there; the old state was left as it was.\n"
             )
         }
     }

@@ -83,6 +83,35 @@ import Testing
     }
 }
 
+extension PostgresStateCLITests {
+    /// State moves between stores whole (lineage, serial, versions): SQLite to PostgreSQL with
+    /// `migrate`, back to a file with `pull`; an older snapshot is never pushed over newer state.
+    @Test func stateMovesBetweenStoresWhole() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let url = try #require(PostgresForCLI.url)
+        let ws = Self.workspace()
+        #expect(try cli.run(["apply", "--auto-approve"]).status == 0)
+        let saved = try cli.run(["plan", "--no-refresh", "--out", "plan.json"])
+        #expect(saved.status == 0)
+        let migrate = try cli.run(["state", "migrate", "--to", url, "--to-workspace", ws])
+        #expect(migrate.status == 0, "\(migrate.stderr)")
+        let env = ["TIDEMARK_STATE_URL": url]
+        // The same serial and versions: a plan saved against the SQLite state applies against PostgreSQL.
+        let apply = try cli.run(["apply", "plan.json", "--workspace", ws], environment: env)
+        #expect(apply.status == 0, "\(apply.stdout)\(apply.stderr)")
+        #expect(
+            try cli.run(["state", "migrate", "--to", url, "--to-workspace", ws]).status == 1, "the target holds state")
+        let pull = try cli.run(["state", "pull", "snapshot.db", "--workspace", ws], environment: env)
+        #expect(pull.status == 0, "\(pull.stderr)")
+        let fromFile = try cli.run(["plan", "--state", "snapshot.db", "--no-refresh", "--detailed-exitcode"])
+        #expect(fromFile.status == 0, "\(fromFile.stdout)\(fromFile.stderr)")
+        let push = try cli.run(["state", "push", "snapshot.db", "--workspace", ws], environment: env)
+        #expect(push.status == 1)
+        #expect(push.stderr.contains("not newer than"), "\(push.stderr)")
+    }
+}
+
 enum PostgresForCLI {
     static let url = ProcessInfo.processInfo.environment["TIDEMARK_TEST_POSTGRES_URL"]
     static var enabled: Bool {
