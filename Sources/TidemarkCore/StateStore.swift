@@ -60,17 +60,33 @@ public struct LockHolder: Sendable, Equatable, Codable, CustomStringConvertible 
     public var host: String
     public var pid: Int32
     public var since: Date
+    /// The CI job running the command, when the environment names one.
+    public var job: String?
 
-    public init(operation: String, user: String, host: String, pid: Int32, since: Date) {
+    public init(operation: String, user: String, host: String, pid: Int32, since: Date, job: String? = nil) {
         self.operation = operation
         self.user = user
         self.host = host
         self.pid = pid
         self.since = since
+        self.job = job
     }
 
     public var description: String {
-        "\(operation) (pid \(pid), user \(user) on \(host)) since \(ISO8601DateFormatter().string(from: since))"
+        "\(operation) (pid \(pid), user \(user) on \(host)\(job.map { ", job \($0)" } ?? "")) since \(ISO8601DateFormatter().string(from: since))"
+    }
+
+    /// The CI job URL the environment gives: GitHub Actions, GitLab CI, Buildkite, CircleCI, Jenkins.
+    public static func jobURL(_ environment: [String: String]) -> String? {
+        if let server = environment["GITHUB_SERVER_URL"], let repository = environment["GITHUB_REPOSITORY"],
+            let run = environment["GITHUB_RUN_ID"]
+        {
+            return "\(server)/\(repository)/actions/runs/\(run)"
+        }
+        for key in ["CI_JOB_URL", "BUILDKITE_BUILD_URL", "CIRCLE_BUILD_URL", "BUILD_URL"] {
+            if let url = environment[key], !url.isEmpty { return url }
+        }
+        return nil
     }
 }
 

@@ -131,7 +131,8 @@ struct Workspace {
         let environment = ProcessInfo.processInfo.environment
         return LockHolder(
             operation: operation, user: environment["USER"] ?? String(getuid()),
-            host: ProcessInfo.processInfo.hostName, pid: getpid(), since: timing.wallClock())
+            host: ProcessInfo.processInfo.hostName, pid: getpid(), since: timing.wallClock(),
+            job: LockHolder.jobURL(environment))
     }
 
     /// The manifests directory on disk, and the inventory it names.

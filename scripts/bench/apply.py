@@ -17,6 +17,7 @@ parser.add_argument("--devices", type=int, default=100_000)
 parser.add_argument("--topics", type=int, default=10)
 parser.add_argument("--qps", default="3000,20000", help="comma-separated quotas Q")
 parser.add_argument("--transports", default="v1,iid")
+parser.add_argument("--state", help="a postgres:// URL: journal the applies in PostgreSQL (a workspace per run)")
 args = parser.parse_args()
 
 changes = args.devices * args.topics
@@ -26,7 +27,9 @@ for transport in args.transports.split(","):
         work = tempfile.mkdtemp(prefix="tm-bench-apply-")
         try:
             with Emulator(args.binary, "bench", "--rate-limit", str(q), "--auto-register") as emulator:
-                tokens = make_project(work, "bench", args.devices, args.topics, transport)
+                extra = ("state: %s\nworkspace: bench-%d-%s-%d\n" % (args.state, os.getpid(), transport, q)
+                         if args.state else "")
+                tokens = make_project(work, "bench", args.devices, args.topics, transport, extra=extra)
                 emulator.register(tokens)
                 print("%s, Q=%d: applying %s changes (%d devices x %d topics) ..." % (
                     transport, q, format(changes, ","), args.devices, args.topics), flush=True)
