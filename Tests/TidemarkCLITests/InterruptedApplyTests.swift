@@ -52,6 +52,15 @@ import Testing
         process.waitUntilExit()
         #expect(process.terminationReason == .uncaughtSignal)
 
+        // What a CI job uploads after a cancelled apply: state.db alone, without its -wal file. It loads,
+        // and holds the journal to resume from.
+        let alone = cli.project.appendingPathComponent("alone.db").path
+        try FileManager.default.copyItem(
+            atPath: cli.project.appendingPathComponent(".tidemark/state.db").path, toPath: alone)
+        let list = try cli.run(["state", "list", "--state", "alone.db"])
+        #expect(list.status == 0, "\(list.stderr)")
+        #expect(list.stdout.contains("interrupted"), "the copy holds the unfinished apply: \(list.stdout)")
+
         let resumed = try cli.run(["apply", "--auto-approve"], environment: slow)
         #expect(resumed.status == 0, "\(resumed.stderr)")
         let message = try #require(resumed.stderr.split(separator: "\n").first { $0.contains("Resuming the apply") })
