@@ -208,10 +208,7 @@ struct StateLockCommand: AsyncParsableCommand {
         try await runReportingErrors {
             let workspace = try Workspace(global)
             let store = workspace.stateStore()
-            guard try await store.load() != nil else {
-                try Terminal.write("There is no state at \(workspace.stateDisplay) yet, so nothing holds its lock.\n")
-                return
-            }
+            // A lock can be held before the state exists: a first apply takes it, then refreshes.
             if let postgres = store as? PostgresStateStore, let lease = try await postgres.lease() {
                 try Terminal.write(
                     "The state \(workspace.stateDisplay) is locked: \(lease.holder), lease \(lease.id.prefix(8)), expiring at \(ISO8601DateFormatter().string(from: lease.expires)) unless renewed.\n"
@@ -221,6 +218,10 @@ struct StateLockCommand: AsyncParsableCommand {
             if let holder = try await store.lockHolder() {
                 try Terminal.write("The state \(workspace.stateDisplay) is locked: \(holder).\n")
                 throw ExitCode(2)
+            }
+            guard try await store.load() != nil else {
+                try Terminal.write("There is no state at \(workspace.stateDisplay) yet, and nothing holds its lock.\n")
+                return
             }
             try Terminal.write("The state \(workspace.stateDisplay) is not locked.\n")
         }
