@@ -10,6 +10,7 @@ import TidemarkTesting
     /// Every case here finishes far below this; a parser that hangs or blows up would not.
     static let bound: Duration = .seconds(10)
 
+    @discardableResult
     func timed<T>(_ what: String, _ body: () async throws -> T) async rethrows -> T {
         let clock = ContinuousClock()
         let start = clock.now
