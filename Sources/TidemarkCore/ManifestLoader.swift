@@ -1,5 +1,9 @@
 import Foundation
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Everything read from a manifests directory, resolved and checked.
 public struct LoadedManifests: Sendable {
     public var manifests: ManifestSet
@@ -99,22 +103,56 @@ public struct ManifestLoader: ManifestSource {
     {
         var sources: [(any InventorySource, SourceLocation?)] = []
         if !manifests.devices.isEmpty { sources.append((InlineInventorySource(manifests.devices), nil)) }
-        for file in manifests.inventoryFiles {
+        for spec in manifests.inventoryFiles {
+            for file in expand(spec, &diagnostics) {
+                if let source = fileSource(file, &diagnostics) { sources.append(source) }
+            }
+        }
+        return sources + extraSources.map { ($0, nil) }
+    }
+
+    /// Whether an inventory path is a glob (`*`, `?` or `[…]`).
+    static func isGlob(_ path: String) -> Bool { path.contains { "*?[".contains($0) } }
+
+    /// A glob such as `exports/devices-*.csv` as the files it matches, sorted (relative to the manifests
+    /// directory; `*` does not cross '/'); a glob that matches nothing is an error, never an empty inventory.
+    func expand(_ spec: InventoryFileSpec, _ diagnostics: inout [Diagnostic]) -> [InventoryFileSpec] {
+        let pattern = spec.path.value
+        guard Self.isGlob(pattern) else { return [spec] }
+        guard !pattern.hasPrefix("/") else {
+            diagnostics.append(
+                .error(
+                    "inventory glob '\(pattern)' is absolute; globs are relative to the manifests directory.",
+                    at: spec.path.location))
+            return []
+        }
+        let names = ((try? files.listFiles(".")) ?? []).filter { fnmatch(pattern, $0, FNM_PATHNAME) == 0 }.sorted()
+        if names.isEmpty {
+            diagnostics.append(
+                .error(
+                    "inventory glob '\(pattern)' matches no file in \(files.displayPath(".")); check the pattern (it is relative to the manifests directory).",
+                    at: spec.path.location))
+        }
+        return names.map { InventoryFileSpec(path: Located($0, at: spec.path.location), format: spec.format) }
+    }
+
+    func fileSource(
+        _ file: InventoryFileSpec, _ diagnostics: inout [Diagnostic]
+    ) -> (any InventorySource, SourceLocation?)? {
+        do {
             guard let format = file.format ?? InventoryFormat(suffixOf: file.path.value) else {
                 diagnostics.append(
                     .error(
                         "inventory file '\(file.path.value)' must end in .csv or .jsonl, or say its format: {path: \(file.path.value), format: csv}.",
                         at: file.path.location))
-                continue
+                return nil
             }
-            sources.append(
-                (
-                    FileInventorySource(
-                        path: file.path.value, format: format, files: files, maxBytes: limits.inventoryBytes),
-                    file.path.location
-                ))
+            return (
+                FileInventorySource(
+                    path: file.path.value, format: format, files: files, maxBytes: limits.inventoryBytes),
+                file.path.location
+            )
         }
-        return sources + extraSources.map { ($0, nil) }
     }
 }
 

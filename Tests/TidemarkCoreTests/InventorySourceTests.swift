@@ -92,4 +92,30 @@ import TidemarkTesting
         .load(into: &table)
         #expect(one.digest != rotated.digest, "a saved plan notices that a source's devices changed")
     }
+
+    /// `files:` takes globs: every match is a source of its own, in name order; a glob that matches
+    /// nothing is an error at its line, never an empty inventory.
+    @Test func globsExpandToTheFilesTheyMatch() async throws {
+        func csv(_ range: Range<Int>) -> String {
+            "device_id,token\n" + range.map { "d\($0),\(Fixtures.token($0))" }.joined(separator: "\n") + "\n"
+        }
+        var files: [String: String] = [
+            "inv.yaml": "inventory:\n  files: [exports/devices-*.csv, \"exports/extra/[ab].jsonl\"]\n",
+            "topics.yaml": "topics:\n  - name: all\n    members: [{devices: [d0, d5, d10]}]\n",
+            "exports/devices-1.csv": csv(0..<5),
+            "exports/devices-2.csv": csv(5..<10),
+            "exports/other.csv": csv(20..<25),
+            "exports/extra/a.jsonl": #"{"id": "d10", "token": "\#(Fixtures.token(10))"}"# + "\n",
+        ]
+        var table = TokenTable()
+        let loaded = await ManifestLoader(files: InMemoryFileSource(files)).load(into: &table)
+        #expect(!loaded.diagnostics.hasErrors, "\(loaded.diagnostics)")
+        #expect(loaded.inventory.count == 11, "devices-1, devices-2 and a.jsonl; not other.csv")
+        files["inv.yaml"] = "inventory:\n  files:\n    - exports/missing-*.csv\n"
+        let missing = await ManifestLoader(files: InMemoryFileSource(files)).load(into: &table)
+        #expect(
+            missing.diagnostics.contains {
+                $0.location?.file == "inv.yaml" && $0.location?.line == 3 && $0.message.contains("matches no file")
+            }, "\(missing.diagnostics)")
+    }
 }
