@@ -362,7 +362,7 @@ public final class PostgresStateStore: StateStore {
     /// every lease taken. Saves check it, so a runner whose lease expired or was broken never writes.
     public func lock(_ holder: LockHolder) async throws -> any StateLease {
         let leaseID = UUID().uuidString.lowercased()
-        let holderJSON = String(decoding: try JSONEncoder.leaseHolder.encode(holder), as: UTF8.self)
+        let holderJSON = String(decoding: try JSONEncoder.lockHolder.encode(holder), as: UTF8.self)
         let millis = Int64(leaseDuration.components.seconds * 1000)
         try await ensureSchema()
         let fence: Int64 = try await link.transaction { c in
@@ -380,7 +380,7 @@ public final class PostgresStateStore: StateStore {
             let (currentID, currentHolder, live, fence) = try self.decode(
                 row, (String, String, Bool, Int64).self, table: "tidemark_leases")
             if live {
-                let current = try? JSONDecoder.leaseHolder.decode(LockHolder.self, from: Data(currentHolder.utf8))
+                let current = try? JSONDecoder.lockHolder.decode(LockHolder.self, from: Data(currentHolder.utf8))
                 if let current, Self.isDeadLocalProcess(current) {
                     // The holder ran on this machine and is gone (killed): its lease is stale.
                     try await self.recordBreak(
@@ -417,13 +417,13 @@ public final class PostgresStateStore: StateStore {
                     """)
             else { return nil }
             let text = try self.decode(row, String.self, table: "tidemark_leases")
-            return try? JSONDecoder.leaseHolder.decode(LockHolder.self, from: Data(text.utf8))
+            return try? JSONDecoder.lockHolder.decode(LockHolder.self, from: Data(text.utf8))
         }
     }
 
     /// Breaks the workspace's lease whose id starts with `prefix`, recording who broke it.
     public func forceUnlock(_ prefix: String, by holder: LockHolder) async throws -> LockHolder? {
-        let by = String(decoding: try JSONEncoder.leaseHolder.encode(holder), as: UTF8.self)
+        let by = String(decoding: try JSONEncoder.lockHolder.encode(holder), as: UTF8.self)
         try await ensureSchema()
         return try await link.transaction { c in
             guard
@@ -440,7 +440,7 @@ public final class PostgresStateStore: StateStore {
                     "the lease held now is \(id.prefix(8)), not '\(prefix)'; check 'tidemark state lock' and try again")
             }
             try await self.recordBreak(c, leaseID: id, holder: text, by: by, reason: "tidemark state force-unlock")
-            return try? JSONDecoder.leaseHolder.decode(LockHolder.self, from: Data(text.utf8))
+            return try? JSONDecoder.lockHolder.decode(LockHolder.self, from: Data(text.utf8))
         }
     }
 
@@ -456,7 +456,7 @@ public final class PostgresStateStore: StateStore {
                     """)
             else { return nil }
             let (id, text, expires) = try self.decode(row, (String, String, Int64).self, table: "tidemark_leases")
-            guard let holder = try? JSONDecoder.leaseHolder.decode(LockHolder.self, from: Data(text.utf8)) else {
+            guard let holder = try? JSONDecoder.lockHolder.decode(LockHolder.self, from: Data(text.utf8)) else {
                 return nil
             }
             return (id, holder, Date(timeIntervalSince1970: TimeInterval(expires) / 1000))
@@ -520,7 +520,7 @@ public final class PostgresStateStore: StateStore {
                         : "its lease expired without a heartbeat")
             }
         } else if live {
-            let current = try? JSONDecoder.leaseHolder.decode(LockHolder.self, from: Data(holder.utf8))
+            let current = try? JSONDecoder.lockHolder.decode(LockHolder.self, from: Data(holder.utf8))
             throw StateStoreError(.locked, path: location, current?.description ?? "another run", holder: current)
         }
     }
@@ -740,23 +740,6 @@ final class PostgresLease: StateLease {
 
     /// Stops renewing the lease (tests of expiry).
     func stopHeartbeat() { beat.cancel() }
-}
-
-extension JSONEncoder {
-    static var leaseHolder: JSONEncoder {
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .secondsSince1970
-        encoder.outputFormatting = .sortedKeys
-        return encoder
-    }
-}
-
-extension JSONDecoder {
-    static var leaseHolder: JSONDecoder {
-        let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .secondsSince1970
-        return decoder
-    }
 }
 
 /// One connection, used by one transaction at a time, opened on first use.

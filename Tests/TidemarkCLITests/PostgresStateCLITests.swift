@@ -5,11 +5,10 @@ import Testing
 /// command): the demo converges, two runners on one workspace exclude each other, and a killed apply
 /// resumes from the database. Skipped only on a developer's machine without the server; required in CI.
 @Suite(.serialized, .enabled(if: PostgresForCLI.enabled)) struct PostgresStateCLITests {
-    func environment(_ workspace: String, latency: Int? = nil) throws -> [String: String] {
+    func environment(latency: Int? = nil) throws -> [String: String] {
         let url = try #require(PostgresForCLI.url, "no PostgreSQL server: run the tests with scripts/test.sh")
         var environment = ["TIDEMARK_STATE_URL": url]
         if let latency { environment["TIDEMARK_EMBEDDED_LATENCY_MS"] = String(latency) }
-        _ = workspace
         return environment
     }
 
@@ -19,7 +18,7 @@ import Testing
         let cli = try CLIRunner(demo: true)
         defer { cli.remove() }
         let ws = Self.workspace()
-        let env = try environment(ws)
+        let env = try environment()
         let plan = try cli.run(["plan", "--workspace", ws, "--detailed-exitcode"], environment: env)
         #expect(plan.status == 2, "\(plan.stderr)")
         let apply = try cli.run(["apply", "--auto-approve", "--workspace", ws], environment: env)
@@ -45,7 +44,7 @@ import Testing
         let cli = try InterruptedApplyTests().makeProject()
         defer { cli.remove() }
         let ws = Self.workspace()
-        let slow = try environment(ws, latency: 100)
+        let slow = try environment(latency: 100)
         let (process, _, _) = try cli.start(
             ["apply", "--auto-approve", "--parallelism", "1", "--workspace", ws], environment: slow)
         defer {
@@ -67,7 +66,7 @@ import Testing
         }
         #expect(process.isRunning, "the apply finished before the test could interrupt it: \(listing)")
         let started = Date()
-        let second = try cli.run(["apply", "--auto-approve", "--workspace", ws], environment: try environment(ws))
+        let second = try cli.run(["apply", "--auto-approve", "--workspace", ws], environment: try environment())
         #expect(Date().timeIntervalSince(started) < 10)
         #expect(second.status == 1)
         #expect(
@@ -79,10 +78,10 @@ import Testing
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
         // The killed holder's lease is recognised as stale (its process is gone), and the apply resumes.
-        let resumed = try cli.run(["apply", "--auto-approve", "--workspace", ws], environment: try environment(ws))
+        let resumed = try cli.run(["apply", "--auto-approve", "--workspace", ws], environment: try environment())
         #expect(resumed.status == 0, "\(resumed.stderr)")
         #expect(resumed.stderr.contains("Resuming the apply"), "\(resumed.stderr)")
-        let plan = try cli.run(["plan", "--workspace", ws, "--detailed-exitcode"], environment: try environment(ws))
+        let plan = try cli.run(["plan", "--workspace", ws, "--detailed-exitcode"], environment: try environment())
         #expect(plan.status == 0, "\(plan.stdout)")
     }
 }

@@ -19,6 +19,22 @@ import TidemarkTesting
         return result
     }
 
+    /// `text` with a random number of `edits`: each deletes a character or inserts one of `fragments`.
+    static func mutate(
+        _ text: String, edits: ClosedRange<Int>, fragments: [String], _ random: inout SeededGenerator
+    ) -> String {
+        var characters = Array(text)
+        for _ in 0..<Int.random(in: edits, using: &random) {
+            let at = Int.random(in: 0...characters.count, using: &random)
+            if Bool.random(using: &random), at < characters.count {
+                characters.remove(at: at)
+            } else {
+                characters.insert(contentsOf: fragments.randomElement(using: &random)!, at: min(at, characters.count))
+            }
+        }
+        return String(characters)
+    }
+
     // MARK: - Conditions
 
     @Test func conditionsDeepLongOrRandomNeverCrash() async throws {
@@ -131,16 +147,8 @@ import TidemarkTesting
         ]
         var cases = 0
         for _ in 0..<600 {
-            var text = Array(valid)
-            for _ in 0..<Int.random(in: 1...6, using: &random) {
-                let at = Int.random(in: 0...text.count, using: &random)
-                if Bool.random(using: &random), at < text.count {
-                    text.remove(at: at)
-                } else {
-                    text.insert(contentsOf: fragments.randomElement(using: &random)!, at: min(at, text.count))
-                }
-            }
-            let diagnostics = await load(["m.yaml": String(text)])
+            let text = Self.mutate(valid, edits: 1...6, fragments: fragments, &random)
+            let diagnostics = await load(["m.yaml": text])
             for diagnostic in diagnostics where diagnostic.severity == .error {
                 #expect(!diagnostic.message.contains("Error Domain") && !diagnostic.message.contains("DecodingError"))
             }
@@ -208,16 +216,8 @@ import TidemarkTesting
         var cases = 0
         for (name, base) in [("devices.csv", good), ("devices.jsonl", goodJSON)] {
             for _ in 0..<300 {
-                var text = Array(base)
-                for _ in 0..<Int.random(in: 1...8, using: &random) {
-                    let at = Int.random(in: 0...text.count, using: &random)
-                    if Bool.random(using: &random), at < text.count {
-                        text.remove(at: at)
-                    } else {
-                        text.insert(contentsOf: fragments.randomElement(using: &random)!, at: min(at, text.count))
-                    }
-                }
-                let diagnostics = await load(["inv.yaml": "inventory:\n  files: [\(name)]\n", name: String(text)])
+                let text = Self.mutate(base, edits: 1...8, fragments: fragments, &random)
+                let diagnostics = await load(["inv.yaml": "inventory:\n  files: [\(name)]\n", name: text])
                 for diagnostic in diagnostics where diagnostic.severity == .error {
                     #expect(
                         diagnostic.location?.file == name || diagnostic.location?.file == "inv.yaml",
