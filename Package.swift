@@ -22,9 +22,13 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
     ],
     targets: [
+        // The system zlib (Debian's zlib1g-dev), for gzip inventories.
+        .systemLibrary(name: "CZlib", path: "Sources/CZlib"),
         .target(
             name: "TidemarkCore",
-            dependencies: [.product(name: "Yams", package: "Yams"), .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: [
+                "CZlib", .product(name: "Yams", package: "Yams"), .product(name: "Crypto", package: "swift-crypto"),
+            ]
         ),
         .target(
             name: "TidemarkAuth",

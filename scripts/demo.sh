@@ -3,6 +3,7 @@
 # validate, plan, apply, and plan again to show there is nothing left to do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/deps.sh
 swift build --product tidemark
 tidemark=".build/debug/tidemark"
 set -x

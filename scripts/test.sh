@@ -3,12 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# GRDB links the system SQLite; its headers come from Debian's libsqlite3-dev.
-if ! dpkg -s libsqlite3-dev >/dev/null 2>&1; then
-    echo "Installing libsqlite3-dev ..."
-    if [ "$(id -u)" -eq 0 ]; then apt-get update -qq && apt-get install -y -qq libsqlite3-dev
-    else sudo apt-get update -qq && sudo apt-get install -y -qq libsqlite3-dev; fi
-fi
+# GRDB links the system SQLite, gzip inventories the system zlib; their headers come from Debian.
+bash scripts/deps.sh
 # The schema check uses jsonschema and PyYAML; the emulator's compatibility test uses the
 # official firebase-admin SDK from PyPI, unmodified.
 if ! python3 -c "import jsonschema, yaml, firebase_admin" 2>/dev/null; then

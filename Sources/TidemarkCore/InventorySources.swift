@@ -45,8 +45,12 @@ public struct FileInventorySource: InventorySource {
     public var name: String { path }
 
     public func load(into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
-        let data = try files.read(path, atMost: maxBytes, setting: "inventory_bytes")
+        var data = try files.read(path, atMost: maxBytes, setting: "inventory_bytes")
         let display = files.displayPath(path)
+        // gzip by name or by content: a .csv.gz export, or a compressed file someone named .csv.
+        if path.hasSuffix(".gz") || Gzip.isCompressed(data) {
+            data = try Gzip.decompress(data, atMost: maxBytes, setting: "inventory_bytes")
+        }
         switch format {
         case .csv: Self.loadCSV(data, file: display, into: &builder)
         case .jsonl: Self.loadJSONLines(data, file: display, into: &builder)

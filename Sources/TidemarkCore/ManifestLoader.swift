@@ -82,7 +82,7 @@ public struct ManifestLoader: ManifestSource {
                 if let location {
                     diagnostics.append(
                         .error(
-                            "cannot read inventory file '\(source.name)': \(ErrorText.describe(error)); check the path, which is relative to the manifests directory.",
+                            "cannot read inventory file '\(source.name)': \(ErrorText.describe(error))\((error as? InputFileError)?.kind == .notFound ? "; check the path, which is relative to the manifests directory" : "").",
                             at: location))
                 } else {
                     diagnostics.append(.error("cannot read inventory '\(source.name)': \(ErrorText.describe(error))"))
@@ -143,7 +143,7 @@ public struct ManifestLoader: ManifestSource {
             guard let format = file.format ?? InventoryFormat(suffixOf: file.path.value) else {
                 diagnostics.append(
                     .error(
-                        "inventory file '\(file.path.value)' must end in .csv or .jsonl, or say its format: {path: \(file.path.value), format: csv}.",
+                        "inventory file '\(file.path.value)' must end in .csv or .jsonl (optionally .gz), or say its format: {path: \(file.path.value), format: csv}.",
                         at: file.path.location))
                 return nil
             }

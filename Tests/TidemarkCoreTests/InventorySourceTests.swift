@@ -69,7 +69,8 @@ import TidemarkTesting
         #expect(
             messages.contains {
                 $0.contains(
-                    "inv.yaml:2:11: error: inventory file 'export.txt' must end in .csv or .jsonl, or say its format")
+                    "inv.yaml:2:11: error: inventory file 'export.txt' must end in .csv or .jsonl (optionally .gz), or say its format"
+                )
             }, "\(messages)")
         #expect(messages.contains { $0.contains("unknown inventory format 'xml'; use csv or jsonl") }, "\(messages)")
     }
@@ -117,5 +118,59 @@ import TidemarkTesting
             missing.diagnostics.contains {
                 $0.location?.file == "inv.yaml" && $0.location?.line == 3 && $0.message.contains("matches no file")
             }, "\(missing.diagnostics)")
+    }
+}
+
+/// gzip inventories: `.csv.gz` and `.jsonl.gz`, concatenated members, and bounded inflation.
+@Suite struct GzipInventoryTests {
+    static func files(_ entries: [String: Data]) -> InMemoryFileSource {
+        var files = InMemoryFileSource([:])
+        files.files = entries
+        return files
+    }
+
+    @Test(arguments: InventorySourceConformance.Check.allCases)
+    func gzipCSV(_ check: InventorySourceConformance.Check) async throws {
+        try await InventorySourceConformance.run(check) { devices in
+            FileInventorySource(
+                path: "devices.csv.gz", format: .csv,
+                files: Self.files(["devices.csv.gz": Gzip.compress(Data(InventorySourceTests.csv(devices).utf8))]))
+        }
+    }
+
+    @Test func formatComesFromTheNameBeforeGz() {
+        #expect(InventoryFormat(suffixOf: "a.csv.gz") == .csv)
+        #expect(InventoryFormat(suffixOf: "a.jsonl.gz") == .jsonl)
+        #expect(InventoryFormat(suffixOf: "a.gz") == nil)
+    }
+
+    @Test func concatenatedMembersAreOneFile() throws {
+        let text = Data("device_id,token\n".utf8)
+        let more = Data("a,\(Fixtures.token(1))\n".utf8)
+        let joined = Gzip.compress(text) + Gzip.compress(more)
+        #expect(try Gzip.decompress(joined, atMost: 1 << 20) == text + more)
+    }
+
+    @Test func refusesTruncatedCorruptAndBombs() async throws {
+        let data = Gzip.compress(Data(repeating: UInt8(ascii: "a"), count: 1 << 20))
+        #expect(throws: GzipError.self) { try Gzip.decompress(data.prefix(data.count / 2), atMost: 1 << 30) }
+        var corrupt = data
+        corrupt[20] ^= 0xff
+        #expect(throws: GzipError.self) { try Gzip.decompress(corrupt, atMost: 1 << 30) }
+        // A small file that inflates past the limit is refused, naming the setting.
+        let error = #expect(throws: GzipError.self) {
+            try Gzip.decompress(data, atMost: 1000, setting: "inventory_bytes")
+        }
+        #expect(error?.description.contains("limits.inventory_bytes") == true)
+        // Through the loader: one line at the file's place.
+        var table = TokenTable()
+        let loaded = await ManifestLoader(
+            files: Self.files([
+                "inv.yaml": Data("inventory:\n  files: [devices.csv.gz]\n".utf8),
+                "devices.csv.gz": data.prefix(data.count / 2),
+            ])
+        ).load(into: &table)
+        let messages = loaded.diagnostics.map(\.description)
+        #expect(messages.contains { $0.contains("inv.yaml:2:11") && $0.contains("truncated") }, "\(messages)")
     }
 }
