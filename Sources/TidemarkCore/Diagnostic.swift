@@ -10,7 +10,8 @@ public struct SourceLocation: Hashable, Sendable, Codable, CustomStringConvertib
         self.column = column
     }
 
-    public var description: String { "\(file):\(line):\(column)" }
+    /// Column 0 marks a row of a source that is not a file (a query's or a command's row).
+    public var description: String { column == 0 ? "\(file) row \(line)" : "\(file):\(line):\(column)" }
 }
 
 /// A problem in the user's input, reported with where it is and what to do about it.

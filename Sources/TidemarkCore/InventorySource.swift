@@ -12,14 +12,80 @@ public protocol InventorySource: Sendable {
 
     /// Streams every device into `builder`, and says which snapshot of the source it read.
     func load(into builder: inout InventoryBuilder) async throws -> InventorySnapshot
+
+    /// Where the source is declared (tidemark.yaml's line), for messages; nil for manifests' files.
+    var declaredAt: SourceLocation? { get }
+}
+
+extension InventorySource {
+    public var declaredAt: SourceLocation? { nil }
 }
 
 /// Which version of a source a load read: a saved plan made from another snapshot is stale.
-public struct InventorySnapshot: Sendable, Equatable {
-    /// A digest of what was read (a file's SHA-256), or an identity the source vouches for.
+public struct InventorySnapshot: Sendable, Equatable, Codable {
+    /// A digest of what was read (a file's SHA-256, or `DeviceDigest` of a query's devices).
     public var identity: String
+    /// Rows (devices) read, and how many of them a policy (`exclude_if`) left out; nil when not counted.
+    public var rows: Int?
+    public var excluded: Int?
 
-    public init(identity: String) { self.identity = identity }
+    public init(identity: String, rows: Int? = nil, excluded: Int? = nil) {
+        self.identity = identity
+        self.rows = rows
+        self.excluded = excluded
+    }
+}
+
+/// An order-independent digest of devices (a query without ORDER BY may return rows in any order):
+/// each device's id, token and labels are hashed on their own and the hashes summed.
+public struct DeviceDigest: Sendable {
+    private var sum: (UInt64, UInt64) = (0, 0)
+    private var mix: UInt64 = 0
+    public private(set) var count = 0
+
+    public init() {}
+
+    @inline(__always)
+    private static func fnv(_ value: inout UInt64, _ bytes: some Sequence<UInt8>) {
+        for b in bytes {
+            value ^= UInt64(b)
+            value = value &* 0x100_0000_01b3
+        }
+        value ^= 0xff
+        value = value &* 0x100_0000_01b3
+    }
+
+    @inline(__always)
+    private static func finish(_ x: UInt64) -> UInt64 {
+        var z = x &+ 0x9e37_79b9_7f4a_7c15
+        z = (z ^ (z >> 30)) &* 0xbf58_476d_1ce4_e5b9
+        z = (z ^ (z >> 27)) &* 0x94d0_49bb_1331_11eb
+        return z ^ (z >> 31)
+    }
+
+    /// Adds one device; `labels` in a fixed order (by name).
+    public mutating func add(id: String, token: String, labels: [(String, String)]) {
+        var a: UInt64 = 0xcbf2_9ce4_8422_2325
+        var b: UInt64 = 0x8422_2325_cbf2_9ce4
+        var id = id
+        var token = token
+        id.withUTF8 { Self.fnv(&a, $0) }
+        token.withUTF8 { Self.fnv(&a, $0) }
+        for (key, value) in labels {
+            Self.fnv(&a, key.utf8)
+            Self.fnv(&a, value.utf8)
+        }
+        b ^= a
+        token.withUTF8 { Self.fnv(&b, $0) }
+        sum.0 &+= Self.finish(a)
+        sum.1 &+= Self.finish(b)
+        mix ^= Self.finish(a ^ 0x5555_5555_5555_5555)
+        count += 1
+    }
+
+    public var hex: String {
+        String(format: "%016llx%016llx%016llx-%d", sum.0, sum.1, mix, count)
+    }
 }
 
 /// The formats an inventory file can have.
@@ -53,6 +119,11 @@ public struct InventoryBuilder: Sendable {
     public static let diagnosticLimit = 1000
     private var suppressed = 0
     private var overLimit = false
+    /// Rows a policy (`exclude_if`) left out, over every source so far.
+    public private(set) var excluded = 0
+
+    /// Counts a row left out by policy.
+    public mutating func countExcluded() { excluded += 1 }
 
     public init(deviceLimit: Int = .max) { self.deviceLimit = deviceLimit }
 
@@ -164,4 +235,10 @@ public struct InventoryBuilder: Sendable {
     public mutating func error(_ message: String, at location: SourceLocation) {
         report(.error(message, at: location))
     }
+}
+
+/// Why a source could not be read at all, in one line (the loader adds the source's name and place).
+public struct InventorySourceError: Error, Sendable, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
 }

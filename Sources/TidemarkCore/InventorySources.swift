@@ -58,9 +58,15 @@ public struct FileInventorySource: InventorySource {
         return InventorySnapshot(identity: SHA256Digest.hex(data))
     }
 
-    /// CSV: a header row naming `device_id` (or `id`), `token`, and any label columns.
-    static func loadCSV(_ data: Data, file: String, into builder: inout InventoryBuilder) {
+    /// CSV: a header row naming `device_id` (or `id`), `token`, and any label columns. With `exclusion`,
+    /// its column is read as a time and not kept as a label; `rowsAreLines: false` names rows by number
+    /// (a command's output) rather than by file line.
+    public static func loadCSV(
+        _ data: Data, file: String, into builder: inout InventoryBuilder, exclusion: ExclusionFilter? = nil,
+        rowsAreLines: Bool = true
+    ) {
         let source = builder.source(file)
+        let column = rowsAreLines ? 1 : 0
         var reader = CSVReader(data)
         guard let header = reader.next() else {
             builder.error(
@@ -77,11 +83,22 @@ public struct FileInventorySource: InventorySource {
                 at: SourceLocation(file: file, line: header.line, column: 1))
             return
         }
-        let labelColumns = names.indices.filter { $0 != idColumn && $0 != tokenColumn && !names[$0].isEmpty }
+        let excludedColumn = exclusion.flatMap { rule in names.firstIndex(of: rule.rule.column) }
+        if let exclusion, excludedColumn == nil {
+            builder.error(
+                "exclude_if reads the column '\(exclusion.rule.column)', which the header does not have; found \(names.joined(separator: ",")).",
+                at: SourceLocation(file: file, line: header.line, column: column))
+            return
+        }
+        let labelColumns = names.indices.filter {
+            $0 != idColumn && $0 != tokenColumn && $0 != excludedColumn && !names[$0].isEmpty
+        }
         let slots = labelColumns.map { builder.labelSlot(names[$0]) }
         builder.reserveCapacity(data.count / 120)
+        var number = 0
         while let row = reader.next() {
-            let location = SourceLocation(file: file, line: row.line, column: 1)
+            number += 1
+            let location = SourceLocation(file: file, line: rowsAreLines ? row.line : number, column: column)
             if let problem = row.problem {
                 builder.error(problem, at: location)
                 continue
@@ -93,28 +110,43 @@ public struct FileInventorySource: InventorySource {
                     at: location)
                 continue
             }
+            if let exclusion, let excludedColumn,
+                exclusion.excludes(
+                    row.fields[excludedColumn], device: row.fields[idColumn], at: location, into: &builder)
+            {
+                continue
+            }
             builder.add(
                 id: row.fields[idColumn], token: row.fields[tokenColumn],
-                slots: zip(slots, labelColumns).lazy.map { ($0.0, row.fields[$0.1]) }, from: source, line: row.line)
+                slots: zip(slots, labelColumns).lazy.map { ($0.0, row.fields[$0.1]) }, from: source,
+                line: location.line, column: column)
         }
     }
 
-    /// JSON lines: one object a line, `{"id": …, "token": …, "labels": {…}}`.
-    static func loadJSONLines(_ data: Data, file: String, into builder: inout InventoryBuilder) {
+    /// JSON lines: one object a line, `{"id": …, "token": …, "labels": {…}}`; with `exclusion`, its
+    /// column is a label (or a top-level key) read as a time and not kept.
+    public static func loadJSONLines(
+        _ data: Data, file: String, into builder: inout InventoryBuilder, exclusion: ExclusionFilter? = nil,
+        rowsAreLines: Bool = true
+    ) {
         let source = builder.source(file)
+        let column = rowsAreLines ? 1 : 0
+        var number = 0
         var line = 0
         for slice in data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
             line += 1
             let trimmed = slice.drop { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
             if trimmed.isEmpty || trimmed == Data([UInt8(ascii: "\r")]) { continue }
-            let location = SourceLocation(file: file, line: line, column: 1)
+            number += 1
+            let location = SourceLocation(file: file, line: rowsAreLines ? line : number, column: column)
             guard let object = (try? JSONSerialization.jsonObject(with: Data(slice))) as? [String: Any] else {
                 builder.error(
                     "line is not a JSON object; each line must look like {\"id\": \"…\", \"token\": \"…\", \"labels\": {…}}.",
                     at: location)
                 continue
             }
-            let unknown = object.keys.filter { !["id", "device_id", "token", "labels"].contains($0) }.sorted()
+            let known = ["id", "device_id", "token", "labels"] + (exclusion.map { [$0.rule.column] } ?? [])
+            let unknown = object.keys.filter { !known.contains($0) }.sorted()
             if let key = unknown.first {
                 builder.error("unknown key '\(key)'; a device line has id, token and labels.", at: location)
                 continue
@@ -131,7 +163,7 @@ public struct FileInventorySource: InventorySource {
                     builder.error("'labels' of device '\(id)' must be an object of strings.", at: location)
                     continue
                 }
-                for (key, value) in map.sorted(by: { $0.key < $1.key }) {
+                for (key, value) in map.sorted(by: { $0.key < $1.key }) where key != exclusion?.rule.column {
                     if let s = value as? String {
                         labels.append((key, s))
                     } else if let n = value as? NSNumber {
@@ -141,7 +173,42 @@ public struct FileInventorySource: InventorySource {
                     }
                 }
             }
-            builder.add(id: id, token: token, labels: labels, from: source, line: line)
+            if let exclusion {
+                let seen = object[exclusion.rule.column] ?? (object["labels"] as? [String: Any])?[exclusion.rule.column]
+                let text = (seen as? String) ?? (seen as? NSNumber)?.stringValue ?? ""
+                if exclusion.excludes(text, device: id, at: location, into: &builder) { continue }
+            }
+            builder.add(id: id, token: token, labels: labels, from: source, line: location.line, column: column)
+        }
+    }
+}
+
+/// An `ExclusionRule` at one moment: whether a row is left out, counting it in the builder.
+public struct ExclusionFilter: Sendable {
+    public var rule: ExclusionRule
+    /// Seconds since 1970.
+    public var now: Int64
+
+    public init(_ rule: ExclusionRule, now: Int64) {
+        self.rule = rule
+        self.now = now
+    }
+
+    /// True when the row is left out (counted); a value that is not a time is reported and the row
+    /// left out too, since keeping it could subscribe a token the policy means to drop.
+    public func excludes(
+        _ value: String, device: String, at location: SourceLocation, into builder: inout InventoryBuilder
+    ) -> Bool {
+        switch rule.excludes(value, now: now) {
+        case false?: return false
+        case true?:
+            builder.countExcluded()
+            return true
+        case nil:
+            builder.error(
+                "\(rule.column) '\(value.prefix(40))' of device '\(device)' is not a time; exclude_if reads dates such as 2026-05-01, 2026-05-01T10:00:00Z or epoch seconds.",
+                at: location)
+            return true
         }
     }
 }

@@ -39,9 +39,17 @@ public struct ManifestDecoder {
     }
 
     private func decodeInventory(_ node: Node, _ doc: inout YAMLDocument, _ set: inout ManifestSet) {
-        guard let pairs = doc.mapping(node, "'inventory'", allowed: Self.inventoryKeys) else { return }
-        for (key, _, value) in pairs {
+        // Keys that run SQL or a program get their own refusal, not "unknown key".
+        let honouredElsewhere = ["postgres", "exec", "on_dead", "exclude_if", "query", "command"]
+        guard let pairs = doc.mapping(node, "'inventory'", allowed: Self.inventoryKeys + honouredElsewhere) else {
+            return
+        }
+        for (key, keyNode, value) in pairs {
             switch key {
+            case _ where honouredElsewhere.contains(key):
+                doc.error(
+                    "'\(key)' in a manifest is refused: sources that run SQL or a command (postgres, exec, on_dead) are honoured only from tidemark.yaml's 'inventory:', so a pull request that edits manifests cannot make CI run them. Move it to tidemark.yaml (see docs/inventory.md).",
+                    keyNode)
             case "files":
                 let items: [(Node, String)]
                 if case .sequence(let sequence) = value {

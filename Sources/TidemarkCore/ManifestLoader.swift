@@ -75,24 +75,29 @@ public struct ManifestLoader: ManifestSource {
         }
         var builder = InventoryBuilder(deviceLimit: limits.devices)
         var snapshots: [String: InventorySnapshot] = [:]
+        var inventoryFailed = false
         for (source, location) in inventorySources(manifests, &diagnostics) {
             do {
                 snapshots[source.name] = try await source.load(into: &builder)
             } catch {
+                inventoryFailed = true
                 if let location {
                     diagnostics.append(
                         .error(
                             "cannot read inventory file '\(source.name)': \(ErrorText.describe(error))\((error as? InputFileError)?.kind == .notFound ? "; check the path, which is relative to the manifests directory" : "").",
                             at: location))
                 } else {
-                    diagnostics.append(.error("cannot read inventory '\(source.name)': \(ErrorText.describe(error))"))
+                    diagnostics.append(
+                        .error(
+                            "inventory source '\(source.name)' failed: \(ErrorText.describe(error))",
+                            at: source.declaredAt))
                 }
             }
         }
         diagnostics += builder.allDiagnostics
         return ReadManifests(
             manifests: manifests, inventory: builder.inventory, diagnostics: diagnostics, snapshots: snapshots,
-            files: recording)
+            inventoryFailed: inventoryFailed, files: recording)
     }
 
     /// The sources the manifests declare (inline devices, then files in order), then the extra ones.
@@ -163,6 +168,9 @@ public struct ReadManifests: Sendable {
     public var diagnostics: [Diagnostic]
     /// Each inventory source read, by name, with the snapshot it read.
     public var snapshots: [String: InventorySnapshot]
+    /// A source could not be read at all: members resolved against what is missing would only add
+    /// misleading errors (empty topics, unknown labels), so they are not reported.
+    public var inventoryFailed = false
     let files: any FileSource
 
     /// Resolves members, interning tokens into `table`, and checks FCM's limits.
@@ -171,6 +179,7 @@ public struct ReadManifests: Sendable {
             .resolve(into: &table)
         return LoadedManifests(
             manifests: manifests, inventory: inventory, desired: desired,
-            diagnostics: (diagnostics + resolveDiagnostics).sortedByLocation(), digest: desired.digest(tokens: table))
+            diagnostics: (diagnostics + (inventoryFailed ? [] : resolveDiagnostics)).sortedByLocation(),
+            digest: desired.digest(tokens: table))
     }
 }

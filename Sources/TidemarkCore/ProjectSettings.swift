@@ -26,10 +26,13 @@ public struct ProjectSettings: Sendable, Equatable {
     public var deadTokenGuard = DeadTokenGuard()
     /// What any one input may cost (`limits: {manifest_bytes, inventory_bytes, plan_bytes, devices}`).
     public var limits = InputLimits()
+    /// Inventory sources that run SQL or a command (`inventory:`): honoured only from this file.
+    public var inventory: [ConfiguredSource] = []
 
     public static let keys = [
         "project", "backend", "manifests", "state", "transport", "qps", "qps_unit", "credentials",
         "fcm_url", "iid_url", "sender_id", "unregistered", "dead_share", "dead_minimum", "limits", "workspace",
+        "inventory",
     ]
 
     public init() {}
@@ -58,6 +61,9 @@ public struct ProjectSettings: Sendable, Equatable {
                 continue
             }
             switch key {
+            case "inventory":
+                settings.inventory = ConfiguredSource.decodeList(value, &doc)
+                continue
             case "unregistered":
                 for (surface, _, list) in doc.mapping(value, "'unregistered'", allowed: ["v1", "iid"]) ?? [] {
                     let codes = Set((doc.strings(list, "'unregistered.\(surface)'") ?? []).map(\.0))

@@ -48,7 +48,7 @@ public enum InventorySourceConformance {
         }
     }
 
-    static func devices(_ range: Range<Int>) -> [FixtureDevice] {
+    public static func devices(_ range: Range<Int>) -> [FixtureDevice] {
         range.map { i in
             FixtureDevice(
                 id: "device-\(i)", token: Fixtures.token(i, prefix: "inv"),

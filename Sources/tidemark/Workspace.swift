@@ -138,7 +138,29 @@ struct Workspace {
     /// The manifests directory on disk, and the inventory it names.
     func manifestSource() -> ManifestLoader {
         ManifestLoader(
-            files: DiskFileSource(root: manifestsPath, displayRoot: manifestsDisplay), limits: settings.limits)
+            files: DiskFileSource(root: manifestsPath, displayRoot: manifestsDisplay),
+            extraSources: configuredSources(), limits: settings.limits)
+    }
+
+    /// The sources tidemark.yaml declares (a query, a command): credentials from the environment only.
+    func configuredSources() -> [any InventorySource] {
+        let environment = ProcessInfo.processInfo.environment
+        let now = timing.wallClock()
+        return settings.inventory.map { spec -> any InventorySource in
+            let exclusion = spec.exclusion.map { ExclusionFilter($0, now: Int64(now.timeIntervalSince1970)) }
+            switch spec.kind {
+            case .postgres(let urlEnv, let query, let labels):
+                return PostgresInventorySource(
+                    name: spec.name, url: environment[urlEnv], urlEnv: urlEnv, query: query, labels: labels,
+                    exclusion: exclusion, declaredAt: spec.location)
+            case .exec(let command, let format, let timeout):
+                return CommandInventorySource(
+                    name: spec.name,
+                    runner: ProcessRunner(
+                        command: command, directory: root, timeout: timeout, maxOutput: settings.limits.inventoryBytes),
+                    format: format, exclusion: exclusion, declaredAt: spec.location)
+            }
+        }
     }
 
     /// Reads and resolves the manifests on their own (validate, show), with a scratch token table.

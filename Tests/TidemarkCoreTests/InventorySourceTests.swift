@@ -174,3 +174,120 @@ import TidemarkTesting
         #expect(messages.contains { $0.contains("inv.yaml:2:11") && $0.contains("truncated") }, "\(messages)")
     }
 }
+
+/// Sources that run SQL or a command are declared in tidemark.yaml, and only there.
+@Suite struct ConfiguredSourceTests {
+    @Test func decodesPostgresAndExecSources() throws {
+        let (settings, diagnostics) = ProjectSettings.decode(
+            """
+            inventory:
+              - name: app-db
+                postgres:
+                  url_env: APP_DATABASE_URL
+                  query: select device_id, token, platform from fcm_tokens where active
+                  labels: [platform]
+                on_dead: "update fcm_tokens set active = false where token = $1"
+                exclude_if: {last_seen_older_than: 270d}
+              - exec:
+                  command: [python3, examples/firestore/run_query.py]
+                  format: jsonl
+                  timeout: 2m
+                on_dead: {exec: [python3, examples/firestore/mark_dead.py]}
+            """, file: "tidemark.yaml")
+        #expect(diagnostics.isEmpty, "\(diagnostics)")
+        #expect(settings.inventory.count == 2)
+        let db = try #require(settings.inventory.first)
+        #expect(db.name == "app-db")
+        #expect(
+            db.kind
+                == .postgres(
+                    urlEnv: "APP_DATABASE_URL", query: "select device_id, token, platform from fcm_tokens where active",
+                    labels: ["platform"]))
+        #expect(db.onDead == .sql("update fcm_tokens set active = false where token = $1"))
+        #expect(db.exclusion == ExclusionRule(maxAge: 270 * 86_400, text: "270d"))
+        #expect(db.location.description == "tidemark.yaml:2:5")
+        let exec = settings.inventory[1]
+        #expect(exec.name == "exec run_query.py")
+        #expect(
+            exec.kind == .exec(command: ["python3", "examples/firestore/run_query.py"], format: .jsonl, timeout: 120))
+        #expect(exec.onDead == .exec(["python3", "examples/firestore/mark_dead.py"]))
+    }
+
+    @Test(arguments: [
+        ("inventory:\n  - postgres: {url_env: 'postgres://u:p@h/db', query: x}\n", "not the URL itself"),
+        ("inventory:\n  - postgres: {query: x}\n", "needs 'url_env'"),
+        ("inventory:\n  - exec: {command: python3 x.py}\n", "tidemark runs no shell"),
+        ("inventory:\n  - exec: {command: [x], timeout: soon}\n", "'exec.timeout' must be a duration"),
+        ("inventory:\n  - exec: {command: [x]}\n    on_dead: update t set a = 1\n", "must use $1"),
+        (
+            "inventory:\n  - exec: {command: [x]}\n    on_dead: update t set a = 1 where t = $1\n",
+            "needs a 'postgres' source"
+        ),
+        ("inventory:\n  - name: a\n", "needs 'postgres' or 'exec'"),
+        (
+            "inventory:\n  - {name: a, exec: {command: [x]}}\n  - {name: a, exec: {command: [y]}}\n",
+            "two inventory sources are named 'a'"
+        ),
+        (
+            "inventory:\n  - exec: {command: [x]}\n    exclude_if: {last_seen_older_than: 9 months}\n",
+            "duration such as 270d"
+        ),
+        ("inventory:\n  - exec: {command: [x]}\n    querry: y\n", "unknown key 'querry'"),
+    ])
+    func refusesWhatIsWrong(_ text: String, _ expected: String) {
+        let (_, diagnostics) = ProjectSettings.decode(text, file: "tidemark.yaml")
+        let messages = diagnostics.map(\.description)
+        #expect(messages.contains { $0.hasPrefix("tidemark.yaml:") && $0.contains(expected) }, "\(messages)")
+    }
+
+    /// A pull request that edits manifests cannot make CI run SQL or a command.
+    @Test(arguments: [
+        "postgres: {url_env: X, query: 'select 1'}", "exec: {command: [sh, -c, id]}", "on_dead: 'drop table x'",
+    ])
+    func manifestsCannotDeclareThem(_ entry: String) async {
+        var table = TokenTable()
+        let loaded = await Fixtures.manifests([
+            "inv.yaml": "inventory:\n  \(entry)\n", "topics.yaml": "topics: []\n",
+        ]).load(into: &table)
+        let messages = loaded.diagnostics.map(\.description)
+        #expect(
+            messages.contains {
+                $0.hasPrefix("inv.yaml:2:3: error:") && $0.contains("honoured only from tidemark.yaml")
+            },
+            "\(messages)")
+    }
+
+    @Test func readsTimesAsDatabasesWriteThem() {
+        #expect(ExclusionRule.time("1970-01-02") == 86_400)
+        #expect(ExclusionRule.time("2026-05-01T10:00:00Z") == 1_777_629_600)
+        #expect(ExclusionRule.time("2026-05-01 12:00:00.123+02") == 1_777_629_600)
+        #expect(ExclusionRule.time("2026-05-01T12:30:00+02:30") == 1_777_629_600)
+        #expect(ExclusionRule.time("1777629600") == 1_777_629_600)
+        #expect(ExclusionRule.time("1777629600000") == 1_777_629_600)
+        #expect(ExclusionRule.time("yesterday") == nil)
+        #expect(ExclusionRule.time("2026-13-01") == nil)
+        let rule = ExclusionRule(maxAge: 270 * 86_400, text: "270d")
+        let now: Int64 = 1_777_629_600
+        #expect(rule.excludes("2025-01-01", now: now) == true)
+        #expect(rule.excludes("2026-04-01", now: now) == false)
+        #expect(rule.excludes("", now: now) == false, "never seen is not stale")
+        #expect(rule.excludes("soon", now: now) == nil)
+    }
+
+    /// exclude_if over a file's rows (an exec source's output is read the same way).
+    @Test func exclusionLeavesStaleRowsOutAndCountsThem() {
+        var builder = InventoryBuilder()
+        let csv =
+            "device_id,token,platform,last_seen\na,\(Fixtures.token(1)),ios,2026-04-30\nb,\(Fixtures.token(2)),ios,2024-01-01\nc,\(Fixtures.token(3)),ios,later\n"
+        FileInventorySource.loadCSV(
+            Data(csv.utf8), file: "x.csv", into: &builder,
+            exclusion: ExclusionFilter(ExclusionRule(maxAge: 270 * 86_400, text: "270d"), now: 1_777_629_600))
+        #expect(builder.inventory.deviceIDs == ["a"])
+        #expect(builder.excluded == 1)
+        #expect(builder.inventory.labelKeys == ["platform"])
+        #expect(
+            builder.diagnostics.map(\.description) == [
+                "x.csv:4:1: error: last_seen 'later' of device 'c' is not a time; exclude_if reads dates such as 2026-05-01, 2026-05-01T10:00:00Z or epoch seconds."
+            ])
+    }
+}

@@ -1,0 +1,304 @@
+import Foundation
+import Yams
+
+/// An inventory source declared in tidemark.yaml's `inventory:`. Sources that run SQL or a command
+/// (and the `on_dead` hooks that write back) are honoured only there, never in a manifest, so a pull
+/// request that edits manifests cannot make CI run a statement or a program.
+public struct ConfiguredSource: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
+        /// A query on the app's own token table; the URL comes from the environment variable `urlEnv`.
+        case postgres(urlEnv: String, query: String, labels: [String]?)
+        /// A program that prints devices on stdout (`format`), stopped after `timeout` seconds.
+        case exec(command: [String], format: InventoryFormat, timeout: Double)
+    }
+
+    /// How messages name the source (`name:`, or a default from its kind).
+    public var name: String
+    public var kind: Kind
+    /// Where dead tokens are reported back to (apply only).
+    public var onDead: DeadTokenHook?
+    /// Devices left out by policy (`exclude_if: {last_seen_older_than: 270d}`).
+    public var exclusion: ExclusionRule?
+    /// Where tidemark.yaml declares it.
+    public var location: SourceLocation
+
+    public init(
+        name: String, kind: Kind, onDead: DeadTokenHook? = nil, exclusion: ExclusionRule? = nil,
+        location: SourceLocation
+    ) {
+        self.name = name
+        self.kind = kind
+        self.onDead = onDead
+        self.exclusion = exclusion
+        self.location = location
+    }
+
+    /// The keys of one `inventory:` item in tidemark.yaml.
+    public static let keys = ["name", "postgres", "exec", "on_dead", "exclude_if"]
+    static let postgresKeys = ["url_env", "query", "labels"]
+    static let execKeys = ["command", "format", "timeout"]
+    /// The longest a command may run (`exec.timeout`) when not said.
+    public static let defaultTimeout = 300.0
+}
+
+/// How an apply tells a source which of its tokens FCM reported dead.
+public enum DeadTokenHook: Sendable, Equatable {
+    /// A statement run once per token with the token as `$1`, in batches of one transaction each.
+    case sql(String)
+    /// A program that reads NDJSON (`{"device_id", "token", "reason"}` a line) on stdin, once per batch.
+    case exec([String])
+}
+
+/// Devices a source leaves out: those whose `column` (a time) is older than `maxAge` seconds.
+public struct ExclusionRule: Sendable, Equatable {
+    public var column: String
+    public var maxAge: Int64
+    /// The original wording (`270d`), for messages.
+    public var text: String
+
+    public init(column: String = "last_seen", maxAge: Int64, text: String) {
+        self.column = column
+        self.maxAge = maxAge
+        self.text = text
+    }
+
+    /// Seconds in a duration such as `270d`, `12h`, `30m`, `90s` or `2w`.
+    public static func seconds(_ text: String) -> Int64? {
+        let units: [(Character, Int64)] = [("s", 1), ("m", 60), ("h", 3600), ("d", 86_400), ("w", 604_800)]
+        guard let last = text.last, let unit = units.first(where: { $0.0 == last }),
+            let number = Int64(text.dropLast()), number > 0, number < Int64.max / unit.1
+        else { return nil }
+        return number * unit.1
+    }
+
+    /// Whether a device seen at `value` is excluded at `now` (seconds since 1970); nil when `value`
+    /// is not a time tidemark can read. An empty value keeps the device (nothing says it is stale).
+    public func excludes(_ value: String, now: Int64) -> Bool? {
+        if value.isEmpty { return false }
+        guard let seen = Self.time(value) else { return nil }
+        return now - seen > maxAge
+    }
+
+    /// Seconds since 1970 in the forms databases and exports write: epoch seconds (or milliseconds),
+    /// `2026-05-01`, `2026-05-01T10:00:00Z`, `2026-05-01 10:00:00.123+00` (PostgreSQL's text form).
+    public static func time(_ text: String) -> Int64? {
+        if let number = Int64(text) { return number > 100_000_000_000 ? number / 1000 : number }
+        let bytes = Array(text.utf8)
+        func number(_ range: Range<Int>) -> Int? {
+            guard range.upperBound <= bytes.count else { return nil }
+            var value = 0
+            for b in bytes[range] {
+                guard b >= 48, b <= 57 else { return nil }
+                value = value * 10 + Int(b - 48)
+            }
+            return value
+        }
+        guard bytes.count >= 10, bytes[4] == UInt8(ascii: "-"), bytes[7] == UInt8(ascii: "-"),
+            let year = number(0..<4), let month = number(5..<7), let day = number(8..<10), (1...12).contains(month),
+            (1...31).contains(day)
+        else { return nil }
+        var seconds = 0
+        var offset = 0
+        if bytes.count > 10 {
+            guard bytes[10] == UInt8(ascii: "T") || bytes[10] == UInt8(ascii: " "), let hour = number(11..<13),
+                bytes.count >= 19, let minute = number(14..<16), let second = number(17..<19)
+            else { return nil }
+            seconds = hour * 3600 + minute * 60 + second
+            var i = 19
+            if i < bytes.count, bytes[i] == UInt8(ascii: ".") {
+                i += 1
+                while i < bytes.count, bytes[i] >= 48, bytes[i] <= 57 { i += 1 }
+            }
+            if i < bytes.count {
+                switch bytes[i] {
+                case UInt8(ascii: "Z"), UInt8(ascii: "z"): i += 1
+                case UInt8(ascii: "+"), UInt8(ascii: "-"):
+                    let sign = bytes[i] == UInt8(ascii: "+") ? 1 : -1
+                    guard let hours = number((i + 1)..<(i + 3)) else { return nil }
+                    i += 3
+                    var minutes = 0
+                    if i < bytes.count, bytes[i] == UInt8(ascii: ":") { i += 1 }
+                    if i + 2 <= bytes.count, let m = number(i..<(i + 2)) {
+                        minutes = m
+                        i += 2
+                    }
+                    offset = sign * (hours * 3600 + minutes * 60)
+                default: return nil
+                }
+            }
+            guard i == bytes.count else { return nil }
+        }
+        // Days from the civil date (Howard Hinnant's algorithm).
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let mp = (month + 9) % 12
+        let doy = (153 * mp + 2) / 5 + day - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        let days = era * 146_097 + doe - 719_468
+        return Int64(days * 86_400 + seconds - offset)
+    }
+}
+
+extension ConfiguredSource {
+    /// Decodes tidemark.yaml's `inventory:` list.
+    static func decodeList(_ node: Node, _ doc: inout YAMLDocument) -> [ConfiguredSource] {
+        var sources: [ConfiguredSource] = []
+        for item in doc.sequence(node, "'inventory' in tidemark.yaml") ?? [] {
+            guard let source = decode(item, &doc) else { continue }
+            if sources.contains(where: { $0.name == source.name }) {
+                doc.error(
+                    "two inventory sources are named '\(source.name)'; give each its own 'name:'.", item)
+                continue
+            }
+            sources.append(source)
+        }
+        return sources
+    }
+
+    static func decode(_ node: Node, _ doc: inout YAMLDocument) -> ConfiguredSource? {
+        guard let pairs = doc.mapping(node, "an inventory source", allowed: keys) else { return nil }
+        var name: String?
+        var kind: Kind?
+        var onDead: DeadTokenHook?
+        var exclusion: ExclusionRule?
+        var failed = false
+        for (key, _, value) in pairs {
+            switch key {
+            case "name":
+                name = doc.string(value, "'name'")
+            case "postgres":
+                guard let fields = doc.mapping(value, "'postgres'", allowed: postgresKeys) else {
+                    failed = true
+                    continue
+                }
+                var urlEnv: String?
+                var query: String?
+                var labels: [String]?
+                for (field, _, v) in fields {
+                    switch field {
+                    case "url_env":
+                        urlEnv = doc.string(v, "'postgres.url_env'")
+                        if let env = urlEnv, env.contains("://") {
+                            doc.error(
+                                "'postgres.url_env' names an environment variable that holds the URL (such as APP_DATABASE_URL), not the URL itself; keep credentials out of tidemark.yaml.",
+                                v)
+                            urlEnv = nil
+                        }
+                    case "query": query = doc.string(v, "'postgres.query'")
+                    default: labels = doc.strings(v, "'postgres.labels'")?.map(\.0)
+                    }
+                }
+                guard let urlEnv, let query else {
+                    if !doc.diagnostics.hasErrors {
+                        doc.error("'postgres' needs 'url_env' (the variable holding the URL) and 'query'.", value)
+                    }
+                    failed = true
+                    continue
+                }
+                kind = .postgres(urlEnv: urlEnv, query: query, labels: labels)
+            case "exec":
+                guard let fields = doc.mapping(value, "'exec'", allowed: execKeys) else {
+                    failed = true
+                    continue
+                }
+                var command: [String]?
+                var format = InventoryFormat.jsonl
+                var timeout = defaultTimeout
+                for (field, _, v) in fields {
+                    switch field {
+                    case "command":
+                        guard case .sequence = v else {
+                            doc.error(
+                                "'exec.command' must be a list of words such as [python3, scripts/devices.py]; tidemark runs no shell.",
+                                v)
+                            continue
+                        }
+                        command = doc.strings(v, "'exec.command'")?.map(\.0)
+                    case "format":
+                        let text = doc.string(v, "'exec.format'") ?? ""
+                        if let known = InventoryFormat(rawValue: text) {
+                            format = known
+                        } else {
+                            doc.error("unknown format '\(text)'; use \(InventoryFormat.choices).", v)
+                        }
+                    default:
+                        let text = doc.string(v, "'exec.timeout'") ?? ""
+                        if let seconds = ExclusionRule.seconds(text) ?? Int64(text) {
+                            timeout = Double(seconds)
+                        } else {
+                            doc.error("'exec.timeout' must be a duration such as 60s or 5m, not '\(text)'.", v)
+                        }
+                    }
+                }
+                guard let command, !command.isEmpty else {
+                    if !doc.diagnostics.hasErrors { doc.error("'exec' needs a 'command' list.", value) }
+                    failed = true
+                    continue
+                }
+                kind = .exec(command: command, format: format, timeout: timeout)
+            case "on_dead":
+                if case .mapping = value {
+                    for (_, _, v) in doc.mapping(value, "'on_dead'", allowed: ["exec"]) ?? [] {
+                        guard case .sequence = v, let words = doc.strings(v, "'on_dead.exec'")?.map(\.0),
+                            !words.isEmpty
+                        else {
+                            doc.error("'on_dead.exec' must be a list of words such as [python3, mark_dead.py].", v)
+                            continue
+                        }
+                        onDead = .exec(words)
+                    }
+                } else if let statement = doc.string(value, "'on_dead'") {
+                    guard statement.contains("$1") else {
+                        doc.error(
+                            "'on_dead' must use $1 for the token, such as \"update fcm_tokens set active = false where token = $1\".",
+                            value)
+                        continue
+                    }
+                    onDead = .sql(statement)
+                }
+            default:
+                for (field, _, v) in doc.mapping(value, "'exclude_if'", allowed: ["last_seen_older_than", "column"])
+                    ?? []
+                {
+                    let text = doc.string(v, "'exclude_if.\(field)'") ?? ""
+                    if field == "column" {
+                        exclusion = ExclusionRule(
+                            column: text, maxAge: exclusion?.maxAge ?? 0, text: exclusion?.text ?? "")
+                    } else if let seconds = ExclusionRule.seconds(text) {
+                        exclusion = ExclusionRule(
+                            column: exclusion?.column ?? "last_seen", maxAge: seconds, text: text)
+                    } else {
+                        doc.error(
+                            "'exclude_if.last_seen_older_than' must be a duration such as 270d or 12w, not '\(text)'.",
+                            v)
+                    }
+                }
+                if let rule = exclusion, rule.maxAge == 0 {
+                    doc.error("'exclude_if' needs 'last_seen_older_than', such as 270d.", value)
+                    exclusion = nil
+                }
+            }
+        }
+        if failed { return nil }
+        guard let kind else {
+            doc.error("an inventory source in tidemark.yaml needs 'postgres' or 'exec'.", node)
+            return nil
+        }
+        if case .sql = onDead, case .exec = kind {
+            doc.error(
+                "'on_dead' as SQL needs a 'postgres' source; an 'exec' source reports dead tokens with on_dead: {exec: [...]}.",
+                node)
+            return nil
+        }
+        let fallback: String
+        switch kind {
+        case .postgres(let env, _, _): fallback = "postgres \(env)"
+        case .exec(let command, _, _):
+            // The script rather than its interpreter: [python3, scripts/devices.py] is "exec devices.py".
+            fallback = "exec \(((command.last { $0.contains("/") } ?? command[0]) as NSString).lastPathComponent)"
+        }
+        return ConfiguredSource(
+            name: name ?? fallback, kind: kind, onDead: onDead, exclusion: exclusion, location: doc.location(node))
+    }
+}

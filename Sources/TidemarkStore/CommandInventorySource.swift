@@ -1,0 +1,49 @@
+import Foundation
+import TidemarkCore
+
+/// Devices printed by a program (`exec: {command: [...], format: jsonl|csv}` in tidemark.yaml), the
+/// way kubectl credential plugins and Terraform's external data source work: the door to Firestore,
+/// BigQuery or an internal API without tidemark linking their SDKs.
+public struct CommandInventorySource: InventorySource {
+    public var name: String
+    public var runner: ProcessRunner
+    public var format: InventoryFormat
+    public var exclusion: ExclusionFilter?
+    public var declaredAt: SourceLocation?
+
+    public init(
+        name: String, runner: ProcessRunner, format: InventoryFormat, exclusion: ExclusionFilter? = nil,
+        declaredAt: SourceLocation? = nil
+    ) {
+        self.name = name
+        self.runner = runner
+        self.format = format
+        self.exclusion = exclusion
+        self.declaredAt = declaredAt
+    }
+
+    public func load(into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
+        let result = try await runner.run()
+        guard result.status == 0 else {
+            throw InventorySourceError(
+                "'\(runner.display)' exited with status \(result.status)\(result.stderr.isEmpty ? " and printed nothing on stderr" : "; its stderr ended with: \(ProcessRunner.oneLine(result.stderr))")"
+            )
+        }
+        var output = result.stdout
+        if Gzip.isCompressed(output) {
+            output = try Gzip.decompress(output, atMost: runner.maxOutput, setting: "inventory_bytes")
+        }
+        let file = "inventory source '\(name)'"
+        let before = (builder.inventory.count, builder.excluded)
+        switch format {
+        case .csv:
+            FileInventorySource.loadCSV(output, file: file, into: &builder, exclusion: exclusion, rowsAreLines: false)
+        case .jsonl:
+            FileInventorySource.loadJSONLines(
+                output, file: file, into: &builder, exclusion: exclusion, rowsAreLines: false)
+        }
+        return InventorySnapshot(
+            identity: SHA256Digest.hex(output), rows: builder.inventory.count - before.0,
+            excluded: builder.excluded - before.1)
+    }
+}

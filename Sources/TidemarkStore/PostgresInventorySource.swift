@@ -1,0 +1,261 @@
+import Foundation
+import Logging
+import NIOCore
+import PostgresNIO
+import TidemarkCore
+
+/// Devices from the app's own token table: `postgres: {url_env: VAR, query: "select …"}` in
+/// tidemark.yaml. The query runs in a read-only transaction through a server-side cursor, fetched in
+/// pages, so a million rows stream through once and never sit in memory twice. Its columns map to
+/// `device_id` (or `id`), `token`, and labels: every other column, or the `labels:` list.
+public struct PostgresInventorySource: InventorySource {
+    public var name: String
+    /// The URL as given in the environment (never shown: messages use `PostgresURL.display`); nil
+    /// when the variable `urlEnv` is not set.
+    var url: String?
+    /// The environment variable that held the URL, for messages.
+    public var urlEnv: String
+    public var query: String
+    public var labels: [String]?
+    public var exclusion: ExclusionFilter?
+    public var declaredAt: SourceLocation?
+    /// Rows per FETCH.
+    public var pageSize = 20_000
+
+    public init(
+        name: String, url: String?, urlEnv: String = "the URL", query: String, labels: [String]? = nil,
+        exclusion: ExclusionFilter? = nil, declaredAt: SourceLocation? = nil
+    ) {
+        self.name = name
+        self.url = url
+        self.urlEnv = urlEnv
+        self.query = query
+        self.labels = labels
+        self.exclusion = exclusion
+        self.declaredAt = declaredAt
+    }
+
+    static let logger = Logger(label: "tidemark.inventory.postgres")
+
+    /// The query without a trailing semicolon, ready to follow `DECLARE … CURSOR FOR`.
+    var cursorQuery: String {
+        var text = query.trimmingCharacters(in: .whitespacesAndNewlines)
+        while text.hasSuffix(";") { text = String(text.dropLast()).trimmingCharacters(in: .whitespacesAndNewlines) }
+        return text
+    }
+
+    public func load(into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
+        guard let url, !url.isEmpty else {
+            throw InventorySourceError(
+                "the environment variable \(urlEnv) is not set; set it to the database URL (postgres://user@host:5432/db?sslmode=require) in the job's secrets"
+            )
+        }
+        let parsed: PostgresURL
+        do {
+            parsed = try PostgresURL(url)
+        } catch let error as StateStoreError {
+            throw InventorySourceError("the URL in \(urlEnv) is not usable: \(error.detail)")
+        }
+        let connection: PostgresConnection
+        do {
+            connection = try await PostgresConnection.connect(
+                configuration: try parsed.configuration(), id: 1, logger: Self.logger)
+        } catch {
+            throw InventorySourceError("cannot connect to \(parsed.display): \(Self.describe(error))")
+        }
+        do {
+            let snapshot = try await read(connection, into: &builder)
+            try await connection.close()
+            return snapshot
+        } catch {
+            try? await connection.close()
+            if let known = error as? InventorySourceError { throw known }
+            throw InventorySourceError("the query failed on \(parsed.display): \(Self.describe(error))")
+        }
+    }
+
+    /// What a column is for.
+    enum Role {
+        case id, token
+        case label(Int)
+        case exclusion, ignored
+    }
+
+    private func read(_ c: PostgresConnection, into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
+        // Read-only: even a query with a side effect cannot write; plan jobs should also use a read-only role.
+        try await c.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: Self.logger).collect()
+        try await c.query(
+            "DECLARE tidemark_inventory NO SCROLL CURSOR FOR \(unescaped: cursorQuery)", logger: Self.logger
+        ).collect()
+        let file = "inventory source '\(name)'"
+        let source = builder.source(file)
+        var roles: [Role]?
+        var digest = DeviceDigest()
+        var number = 0
+        let before = (builder.inventory.count, builder.excluded)
+        while true {
+            let rows = try await c.query(
+                "FETCH FORWARD \(unescaped: String(pageSize)) FROM tidemark_inventory", logger: Self.logger)
+            var fetched = 0
+            for try await row in rows {
+                fetched += 1
+                number += 1
+                let location = SourceLocation(file: file, line: number, column: 0)
+                if roles == nil {
+                    let (planned, names) = try plan(row)
+                    roles = zip(planned, names).map { role, name in
+                        if case .label = role { return .label(builder.labelSlot(name)) }
+                        return role
+                    }
+                    builder.reserveCapacity(pageSize)
+                }
+                var id: String?
+                var token: String?
+                var seen: String?
+                var slots: [(Int, String)] = []
+                var labelPairs: [(String, String)] = []
+                var problem: String?
+                for (cell, role) in zip(row, roles!) {
+                    if case .ignored = role { continue }
+                    let text: String?
+                    do {
+                        text = try Self.text(cell)
+                    } catch {
+                        problem = error.description
+                        break
+                    }
+                    switch role {
+                    case .id: id = text
+                    case .token: token = text
+                    case .exclusion: seen = text
+                    case .label(let slot):
+                        if let text, !text.isEmpty {
+                            slots.append((slot, text))
+                            labelPairs.append((cell.columnName, text))
+                        }
+                    case .ignored: break
+                    }
+                }
+                if let problem {
+                    builder.error(problem, at: location)
+                    continue
+                }
+                guard let id, !id.isEmpty else {
+                    builder.error("device_id is null or empty; the query must return one for every row.", at: location)
+                    continue
+                }
+                guard let token else {
+                    builder.error(
+                        "token of device '\(id)' is null; filter such rows out in the query (where token is not null).",
+                        at: location)
+                    continue
+                }
+                if let exclusion, exclusion.excludes(seen ?? "", device: id, at: location, into: &builder) {
+                    continue
+                }
+                if builder.add(id: id, token: token, slots: slots, from: source, line: number, column: 0) {
+                    digest.add(id: id, token: token, labels: labelPairs)
+                }
+            }
+            if fetched < pageSize { break }
+        }
+        try await c.query("CLOSE tidemark_inventory", logger: Self.logger).collect()
+        try await c.query("COMMIT", logger: Self.logger).collect()
+        return InventorySnapshot(
+            identity: digest.hex, rows: builder.inventory.count - before.0, excluded: builder.excluded - before.1)
+    }
+
+    /// Maps the columns of the first row to roles; a missing column is refused naming what was found.
+    private func plan(_ row: PostgresRow) throws -> ([Role], [String]) {
+        let names = row.map(\.columnName)
+        func refuse(_ problem: String) -> InventorySourceError {
+            InventorySourceError(
+                "\(problem); the query returns \(names.joined(separator: ", ")). Fix the query in tidemark.yaml.")
+        }
+        guard let idColumn = names.firstIndex(of: "device_id") ?? names.firstIndex(of: "id") else {
+            throw refuse("the query returns no 'device_id' column (alias one: select user_device_id as device_id …)")
+        }
+        guard let tokenColumn = names.firstIndex(of: "token") else {
+            throw refuse("the query returns no 'token' column (alias one: select fcm_token as token …)")
+        }
+        let excluded = exclusion.map { $0.rule.column }
+        if let excluded, !names.contains(excluded) {
+            throw refuse("exclude_if reads the column '\(excluded)', which the query does not return")
+        }
+        if let labels {
+            for label in labels where !names.contains(label) {
+                throw refuse("'labels' names the column '\(label)', which the query does not return")
+            }
+        }
+        if Set(names).count != names.count {
+            let twice = Dictionary(grouping: names, by: { $0 }).filter { $0.value.count > 1 }.keys.sorted()
+            throw refuse("the column \(twice.joined(separator: ", ")) appears twice; alias one of them")
+        }
+        return (
+            names.indices.map { i in
+                if i == idColumn { return .id }
+                if i == tokenColumn { return .token }
+                if names[i] == excluded { return .exclusion }
+                if let labels, !labels.contains(names[i]) { return .ignored }
+                return .label(-1)
+            }, names
+        )
+    }
+
+    /// A cell as text: strings as they are, numbers, booleans, UUIDs and times in a plain form
+    /// (times as epoch seconds, which `exclude_if` reads); any other type must be cast in the query.
+    static func text(_ cell: PostgresCell) throws(InventorySourceError) -> String? {
+        guard let bytes = cell.bytes else { return nil }
+        do {
+            if cell.format == .text { return String(buffer: bytes) }
+            switch cell.dataType {
+            case .text, .varchar, .bpchar, .name:
+                return String(buffer: bytes)
+            case .int2, .int4, .int8:
+                return String(try cell.decode(Int.self))
+            case .bool:
+                return try cell.decode(Bool.self) ? "true" : "false"
+            case .uuid:
+                return try cell.decode(UUID.self).uuidString.lowercased()
+            case .timestamp, .timestamptz, .date:
+                return String(Int64(try cell.decode(Date.self).timeIntervalSince1970.rounded(.down)))
+            case .float4, .float8:
+                return String(try cell.decode(Double.self))
+            case .numeric:
+                return try cell.decode(String.self)
+            default:
+                // An enum or citext arrives as its text; anything else is refused.
+                let text = String(buffer: bytes)
+                if !text.isEmpty, text.utf8.allSatisfy({ $0 >= 0x20 }),
+                    text.unicodeScalars.allSatisfy({ $0 != "\u{FFFD}" })
+                {
+                    return text
+                }
+                throw InventorySourceError(
+                    "column '\(cell.columnName)' has a type tidemark does not read (oid \(cell.dataType.rawValue)); cast it in the query (\(cell.columnName)::text)."
+                )
+            }
+        } catch let error as InventorySourceError {
+            throw error
+        } catch {
+            throw InventorySourceError(
+                "column '\(cell.columnName)' could not be read (\(cell.dataType)); cast it in the query (\(cell.columnName)::text)."
+            )
+        }
+    }
+
+    /// A PostgreSQL error as one line: the server's message, or why it cannot be reached.
+    static func describe(_ error: any Error) -> String {
+        if let error = error as? PSQLError {
+            if let message = error.serverInfo?[.message] {
+                let state = error.serverInfo?[.sqlState].map { " (SQLSTATE \($0))" } ?? ""
+                return "PostgreSQL said: \(message)\(state)"
+            }
+            if let underlying = error.underlying {
+                return "\(ErrorText.describe(underlying)); check the host, port and sslmode"
+            }
+            return "the connection failed (\(error.code)); check the host, port, user and sslmode"
+        }
+        return ErrorText.describe(error)
+    }
+}

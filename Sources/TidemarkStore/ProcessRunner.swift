@@ -1,0 +1,215 @@
+import Foundation
+import TidemarkCore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Runs a program without a shell (`/usr/bin/env` finds it on PATH), feeding it stdin, reading its
+/// stdout up to a limit, keeping the end of its stderr for messages, and stopping it after a timeout
+/// (SIGTERM, then SIGKILL 5 seconds later).
+public struct ProcessRunner: Sendable {
+    public var command: [String]
+    public var directory: String?
+    public var timeout: Double
+    /// The most stdout bytes kept; past it the program is stopped and the run refused.
+    public var maxOutput: Int
+
+    public init(command: [String], directory: String? = nil, timeout: Double, maxOutput: Int = 8 << 30) {
+        self.command = command
+        self.directory = directory
+        self.timeout = timeout
+        self.maxOutput = maxOutput
+    }
+
+    public struct Result: Sendable {
+        public var status: Int32
+        public var stdout: Data
+        /// The last lines of stderr (at most 4 KiB).
+        public var stderr: String
+    }
+
+    /// The command as messages show it (arguments only, never the environment).
+    public var display: String { command.joined(separator: " ") }
+
+    /// Runs the program to its end; throws when it cannot start, outlives the timeout or prints too much.
+    ///
+    /// Spawned with posix_spawn and an empty signal mask: the threads of a Swift process block most
+    /// signals, and a child that inherited that mask could not be stopped by SIGTERM.
+    public func run(stdin: Data? = nil) async throws -> Result {
+        var outPipe: [Int32] = [0, 0]
+        var errPipe: [Int32] = [0, 0]
+        var inPipe: [Int32] = [0, 0]
+        func cloexecPipe(_ fds: inout [Int32]) -> Bool {
+            guard pipe(&fds) == 0 else { return false }
+            _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
+            _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
+            return true
+        }
+        guard cloexecPipe(&outPipe), cloexecPipe(&errPipe), cloexecPipe(&inPipe) else {
+            throw InventorySourceError("cannot run '\(display)': no pipes (\(String(cString: strerror(errno))))")
+        }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        if stdin != nil {
+            posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
+        } else {
+            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        }
+        posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
+        posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        var all = sigset_t()
+        sigfillset(&all)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        // env finds the program on PATH; `-C` (GNU env) starts it in the project directory.
+        let argv = (["/usr/bin/env"] + (directory.map { ["-C", $0] } ?? []) + command).map { strdup($0) } + [nil]
+        defer { for arg in argv { free(arg) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, "/usr/bin/env", &actions, &attributes, argv, environ)
+        close(outPipe[1])
+        close(errPipe[1])
+        close(inPipe[0])
+        guard spawned == 0 else {
+            close(outPipe[0])
+            close(errPipe[0])
+            close(inPipe[1])
+            throw InventorySourceError("cannot run '\(display)': \(String(cString: strerror(spawned)))")
+        }
+        let limit = maxOutput
+        async let stdoutData = Self.drain(outPipe[0], limit: limit)
+        async let stderrData = Self.drain(errPipe[0], limit: 1 << 20)
+        let inputFD = inPipe[1]
+        if let stdin {
+            // Written off the caller's thread: a program that does not read stdin must not block tidemark.
+            Thread.detachNewThread {
+                stdin.withUnsafeBytes { buffer in
+                    var offset = 0
+                    while offset < buffer.count {
+                        let n = write(inputFD, buffer.baseAddress! + offset, buffer.count - offset)
+                        if n < 0, errno == EINTR { continue }
+                        if n <= 0 { break }
+                        offset += n
+                    }
+                }
+                close(inputFD)
+            }
+        } else {
+            close(inputFD)
+        }
+        let exited = AsyncExit()
+        let child = pid
+        Thread.detachNewThread {
+            var status: Int32 = 0
+            while waitpid(child, &status, 0) < 0, errno == EINTR {}
+            // Exit status, or 128 + signal as shells report it.
+            let code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+            exited.finish(code)
+        }
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(timeout))
+            exited.timedOut()
+            kill(child, SIGTERM)
+            try await Task.sleep(for: .seconds(5))
+            kill(child, SIGKILL)
+        }
+        let status = await exited.wait()
+        watchdog.cancel()
+        let (output, overflow) = await stdoutData
+        let (errors, _) = await stderrData
+        let tail = String(decoding: errors.suffix(4096), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        if exited.didTimeOut {
+            throw InventorySourceError(
+                "'\(display)' did not finish within \(Self.seconds(timeout)) and was stopped; raise 'timeout' in tidemark.yaml or make it faster\(tail.isEmpty ? "" : ". Its stderr ended with: \(Self.oneLine(tail))")"
+            )
+        }
+        if overflow {
+            throw InventorySourceError(
+                "'\(display)' printed more than \(limit) bytes (limits.inventory_bytes in tidemark.yaml)")
+        }
+        return Result(status: status, stdout: output, stderr: tail)
+    }
+
+    /// stderr as one line for a message.
+    public static func oneLine(_ text: String) -> String {
+        let lines = text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
+        return lines.suffix(5).joined(separator: " | ")
+    }
+
+    static func seconds(_ value: Double) -> String {
+        value == value.rounded() ? "\(Int(value))s" : String(format: "%.1fs", value)
+    }
+
+    /// Reads a pipe to its end on a thread of its own, then closes it; past `limit` bytes it keeps
+    /// reading (so the program is not blocked) but drops the rest and says so.
+    static func drain(_ fd: Int32, limit: Int) async -> (Data, Bool) {
+        await withCheckedContinuation { continuation in
+            Thread.detachNewThread {
+                var data = Data()
+                var overflow = false
+                var buffer = [UInt8](repeating: 0, count: 1 << 16)
+                while true {
+                    let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                    if n < 0, errno == EINTR { continue }
+                    if n <= 0 { break }
+                    if data.count + n > limit {
+                        overflow = true
+                    } else {
+                        data.append(contentsOf: buffer[0..<n])
+                    }
+                }
+                close(fd)
+                continuation.resume(returning: (data, overflow))
+            }
+        }
+    }
+}
+
+/// The exit of a process, awaited once.
+final class AsyncExit: @unchecked Sendable {
+    private let lock = NSLock()
+    private var status: Int32?
+    private var waiter: CheckedContinuation<Int32, Never>?
+    private var timed = false
+
+    func finish(_ value: Int32) {
+        lock.lock()
+        status = value
+        let w = waiter
+        waiter = nil
+        lock.unlock()
+        w?.resume(returning: value)
+    }
+
+    func timedOut() {
+        lock.lock()
+        timed = true
+        lock.unlock()
+    }
+
+    var didTimeOut: Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return timed
+    }
+
+    func wait() async -> Int32 {
+        await withCheckedContinuation { continuation in
+            lock.lock()
+            if let status {
+                lock.unlock()
+                continuation.resume(returning: status)
+            } else {
+                waiter = continuation
+                lock.unlock()
+            }
+        }
+    }
+}
