@@ -37,6 +37,9 @@ public struct ConfiguredSource: Sendable, Equatable {
     public static let keys = ["name", "postgres", "exec", "on_dead", "exclude_if"]
     static let postgresKeys = ["url_env", "query", "labels"]
     static let execKeys = ["command", "format", "timeout"]
+    /// How a configured source names itself in messages and as the place of its devices.
+    public static func display(_ name: String) -> String { "inventory source '\(name)'" }
+
     /// The longest a command may run (`exec.timeout`) when not said.
     public static let defaultTimeout = 300.0
 }

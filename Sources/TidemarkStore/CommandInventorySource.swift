@@ -33,7 +33,7 @@ public struct CommandInventorySource: InventorySource {
         if Gzip.isCompressed(output) {
             output = try Gzip.decompress(output, atMost: runner.maxOutput, setting: "inventory_bytes")
         }
-        let file = "inventory source '\(name)'"
+        let file = ConfiguredSource.display(name)
         let before = (builder.inventory.count, builder.excluded)
         switch format {
         case .csv:

@@ -87,7 +87,7 @@ public struct PostgresInventorySource: InventorySource {
         try await c.query(
             "DECLARE tidemark_inventory NO SCROLL CURSOR FOR \(unescaped: cursorQuery)", logger: Self.logger
         ).collect()
-        let file = "inventory source '\(name)'"
+        let file = ConfiguredSource.display(name)
         let source = builder.source(file)
         var roles: [Role]?
         var digest = DeviceDigest()

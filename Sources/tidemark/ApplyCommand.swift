@@ -43,6 +43,12 @@ struct ApplyCommand: AsyncParsableCommand {
     @Flag(help: "Plan from state alone, without reading FCM first.")
     var noRefresh = false
 
+    @Option(
+        help: ArgumentHelp(
+            "Write the inventory's devices whose token FCM reported dead to FILE (NDJSON: device id, token, redacted token, source, reason, when), so the app can stop sending to them.",
+            valueName: "FILE"))
+    var deadTokens: String?
+
     func validate() throws {
         if let qps, !(qps > 0) { throw ValidationError("--qps must be a positive number, not \(qps).") }
         guard parallelism >= 1, parallelism <= 1000 else {
@@ -117,6 +123,12 @@ struct ApplyCommand: AsyncParsableCommand {
             }
             if outcome.hasUnexpectedFailures {
                 Terminal.err("Some tokens could not be changed; the next plan shows what is left.")
+            }
+            switch outcome.result {
+            case .applied, .nothingToDo:
+                // Reported after the apply, outside its lock: the hooks write to the app's database, not to state.
+                try await workspace.reportDead(outcome.dead, to: deadTokens)
+            case .declined, .resumedOnly: break
             }
             try end(with: outcome.exitStatus)
         }

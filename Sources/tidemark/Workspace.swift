@@ -142,6 +142,60 @@ struct Workspace {
             extraSources: configuredSources(), limits: settings.limits)
     }
 
+    /// Writes the dead devices to `file` (NDJSON, private to the user: it holds full tokens) and reports
+    /// each source's share to its `on_dead` hook; says what was done, and fails (after trying every
+    /// hook) when a hook failed, so CI sees it. Nothing is printed when nothing is dead.
+    func reportDead(_ dead: [DeadDevice], to file: String?) async throws {
+        let now = timing.wallClock()
+        if let file {
+            let encoder = JSONEncoder()
+            encoder.keyEncodingStrategy = .convertToSnakeCase
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            var data = Data()
+            for device in dead {
+                data.append(try encoder.encode(DeadTokenLine(device, at: now)))
+                data.append(UInt8(ascii: "\n"))
+            }
+            do {
+                try writeAtomically(data, to: file, mode: 0o600)
+            } catch {
+                throw CLIError("cannot write --dead-tokens \(file): \(ErrorText.describe(error)).")
+            }
+            Terminal.out(
+                "Dead tokens: \(PlanRenderer.formatCount(dead.count)) device(s) of the inventory, written to \(file).\n"
+            )
+        } else if !dead.isEmpty {
+            Terminal.out(
+                "Dead tokens: \(PlanRenderer.formatCount(dead.count)) device(s) of the inventory have a token FCM no longer knows; --dead-tokens FILE lists them.\n"
+            )
+        }
+        let environment = ProcessInfo.processInfo.environment
+        var failures: [String] = []
+        for spec in settings.inventory {
+            guard let hook = spec.onDead else { continue }
+            let mine = dead.filter { $0.source == ConfiguredSource.display(spec.name) }
+            guard !mine.isEmpty else { continue }
+            var reporter = DeadTokenReporter(sourceName: spec.name, hook: hook, directory: root)
+            if case .postgres(let urlEnv, _, _) = spec.kind {
+                reporter = DeadTokenReporter(
+                    sourceName: spec.name, hook: hook, url: environment[urlEnv], urlEnv: urlEnv, directory: root)
+            }
+            if case .exec(_, _, let timeout) = spec.kind { reporter.timeout = timeout }
+            do {
+                let (reported, changed) = try await reporter.report(mine)
+                Terminal.out(
+                    "Dead tokens: reported \(PlanRenderer.formatCount(reported)) to '\(spec.name)' (on_dead)\(changed.map { "; \(PlanRenderer.formatCount($0)) row(s) changed" } ?? "").\n"
+                )
+            } catch {
+                failures.append(ErrorText.describe(error))
+            }
+        }
+        if !failures.isEmpty {
+            throw CLIError(
+                "the apply finished, but reporting dead tokens failed: \(failures.joined(separator: "; "))")
+        }
+    }
+
     /// The sources tidemark.yaml declares (a query, a command): credentials from the environment only.
     func configuredSources() -> [any InventorySource] {
         let environment = ProcessInfo.processInfo.environment

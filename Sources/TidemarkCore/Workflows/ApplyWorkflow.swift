@@ -73,6 +73,9 @@ public struct ApplyOutcome: Sendable {
     /// An interrupted apply that was finished first.
     public var resumed: ApplySummary?
     public var result: Result
+    /// Devices the inventory still lists whose token FCM reported dead, after this apply: for
+    /// `--dead-tokens FILE` and the sources' `on_dead` hooks.
+    public var dead: [DeadDevice] = []
 
     /// Whether a token failed, in either apply, for a reason other than being unregistered.
     public var hasUnexpectedFailures: Bool {
@@ -138,14 +141,18 @@ public struct ApplyWorkflow: Sendable {
             }
         }
         if !plan.hasChanges, plan.observations.isEmpty {
-            return ApplyOutcome(resumed: resumed, result: .nothingToDo(savedPlan: request.savedPlan != nil))
+            return ApplyOutcome(
+                resumed: resumed, result: .nothingToDo(savedPlan: request.savedPlan != nil),
+                dead: DeadDevice.collect(state: state, inventory: loaded.inventory))
         }
         if state.lineage.isEmpty { state.lineage = parts.timing.uuid() }
         let session = try await ApplySession.begin(
             plan: plan, desired: loaded.desired, store: parts.store, state: state,
             timing: parts.timing)
         let summary = try await execute(plan, done: [], tokensDone: [:], session: session)
-        return ApplyOutcome(resumed: resumed, result: .applied(summary))
+        return ApplyOutcome(
+            resumed: resumed, result: .applied(summary),
+            dead: DeadDevice.collect(state: await session.state, inventory: loaded.inventory))
     }
 
     enum Resumption {
