@@ -12,6 +12,8 @@ public struct LoadedManifests: Sendable {
     public var diagnostics: [Diagnostic]
     /// A digest of what the manifests mean (`DesiredState.digest`); a saved plan records it.
     public var digest: String
+    /// What each inventory source read, by name.
+    public var snapshots: [String: InventorySnapshot] = [:]
 }
 
 /// Reads all `*.yaml` / `*.yml` files of a manifests directory, merges them, loads the inventory and resolves members.

@@ -78,6 +78,26 @@ public struct Observations: Sendable, Codable, Equatable {
     public var isEmpty: Bool { topics.isEmpty && dead.isEmpty && revived.isEmpty && groupKeys.isEmpty }
 }
 
+/// What one inventory source read for a plan: its name, how many devices, and a digest of them.
+public struct InventoryRecord: Sendable, Codable, Equatable {
+    public var source: String
+    public var identity: String
+    public var rows: Int?
+    public var excluded: Int?
+
+    public init(source: String, _ snapshot: InventorySnapshot) {
+        self.source = source
+        identity = snapshot.identity
+        rows = snapshot.rows
+        excluded = snapshot.excluded
+    }
+
+    /// The records of a load, by source name.
+    public static func of(_ snapshots: [String: InventorySnapshot]) -> [InventoryRecord]? {
+        snapshots.isEmpty ? nil : snapshots.sorted { $0.key < $1.key }.map { InventoryRecord(source: $0.key, $0.value) }
+    }
+}
+
 /// A reviewable, replayable plan: operations in execution order plus what it was computed from.
 public struct Plan: Sendable, Codable {
     public static let currentFormatVersion = 1
@@ -112,6 +132,8 @@ public struct Plan: Sendable, Codable {
     /// SHA-256 of the operations when the plan was made: a saved plan whose operations no longer match
     /// it was edited or damaged (absent in older plans).
     public var operationsDigestWhenMade: String? = nil
+    /// What each inventory source read when the plan was made (absent in older plans).
+    public var inventory: [InventoryRecord]? = nil
 
     public init(
         formatVersion: Int = Plan.currentFormatVersion, tidemarkVersion: String, createdAt: Date,

@@ -170,6 +170,16 @@ public struct PlanRenderer: Sendable {
         let refresh = plan.refreshed ? "after reading the backend" : "from state only (--no-refresh)"
         let state = plan.lineage.isEmpty ? "no state yet" : "state \(plan.lineage.prefix(8)) serial \(plan.serial)"
         return
-            "Computed \(refresh); \(state); manifests sha256:\(plan.manifestsDigest.prefix(12)); backend \(plan.backend); \(plan.requests.map { "\(Self.formatCount($0)) request\($0 == 1 ? "" : "s") to FCM" } ?? "\(plan.operations.count) operation\(plan.operations.count == 1 ? "" : "s")")."
+            "Computed \(refresh); \(state); manifests sha256:\(plan.manifestsDigest.prefix(12)); backend \(plan.backend); \(plan.requests.map { "\(Self.formatCount($0)) request\($0 == 1 ? "" : "s") to FCM" } ?? "\(plan.operations.count) operation\(plan.operations.count == 1 ? "" : "s")").\(Self.inventoryLine(plan).map { " " + $0 } ?? "")"
+    }
+
+    /// What the counted sources (queries, commands) read, for the provenance line; nil when there are none.
+    static func inventoryLine(_ plan: Plan) -> String? {
+        let counted = (plan.inventory ?? []).compactMap { record -> String? in
+            guard let rows = record.rows else { return nil }
+            let left = record.excluded.flatMap { $0 > 0 ? " (\(formatCount($0)) left out by exclude_if)" : nil } ?? ""
+            return "\(record.source) \(formatCount(rows)) device\(rows == 1 ? "" : "s")\(left)"
+        }
+        return counted.isEmpty ? nil : "Inventory read: \(counted.joined(separator: ", "))."
     }
 }

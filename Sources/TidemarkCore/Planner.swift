@@ -35,6 +35,7 @@ public struct Planner: Sendable {
             targets: targets.include.map(\.description), operations: result.operations,
             topics: result.topics, groups: result.groups, diagnostics: diagnostics, observations: observations)
         plan.excludes = targets.exclude.map(\.description)
+        plan.inventory = InventoryRecord.of(loaded.snapshots)
         plan.optedOut = result.optedOut == 0 ? nil : result.optedOut
         var versions: [String: Int] = [:]
         for op in plan.operations {

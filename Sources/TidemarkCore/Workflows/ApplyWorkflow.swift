@@ -225,12 +225,44 @@ public struct ApplyWorkflow: Sendable {
             let now = loaded.desired.entryDigests(tokens: state.tokens)
             let changed = desired.filter { (now[$0.key] ?? "") != $0.value }.map(\.key).sorted()
             if !changed.isEmpty {
-                throw stale(.touchedInManifests(changed))
+                throw stale(.touchedInManifests(changed, devices: Self.inventoryMoves(plan, loaded, state)))
             }
         }
         if plan.backend != parts.backend.identity {
             throw stale(.otherBackend(plan: plan.backend, now: parts.backend.identity))
         }
+    }
+
+    /// Which inventory sources read other devices than when `plan` was made, and which devices of its
+    /// operations the inventory no longer lists with the same token; nil when nothing is known to have moved.
+    static func inventoryMoves(_ plan: Plan, _ loaded: LoadedManifests, _ state: State) -> String? {
+        var parts: [String] = []
+        for record in plan.inventory ?? [] {
+            guard let now = loaded.snapshots[record.source] else {
+                parts.append("inventory '\(record.source)' is no longer read")
+                continue
+            }
+            guard now.identity != record.identity else { continue }
+            let counts = record.rows.flatMap { then in now.rows.map { " (\(then) devices then, \($0) now)" } } ?? ""
+            parts.append("inventory '\(record.source)' changed\(counts)")
+        }
+        let topics = Dictionary(loaded.desired.topics.map { ($0.name, $0.members) }, uniquingKeysWith: { a, _ in a })
+        let groups = Dictionary(loaded.desired.groups.map { ($0.name, $0.members) }, uniquingKeysWith: { a, _ in a })
+        var gone: [String] = []
+        var seen = Set<String>()
+        for op in plan.operations where op.kind == .subscribe || op.kind == .groupAdd || op.kind == .groupCreate {
+            let members = op.kind == .subscribe ? topics[op.target] : groups[op.target]
+            for token in op.tokens where seen.insert(token).inserted {
+                let declared = state.tokens.id(token).map { members?.contains($0) ?? false } ?? false
+                if !declared { gone.append(Redaction.redact(token)) }
+            }
+        }
+        if !gone.isEmpty {
+            parts.append(
+                "\(gone.count) token\(gone.count == 1 ? "" : "s") it adds \(gone.count == 1 ? "is" : "are") no longer declared, as when a device leaves the inventory or its token rotates: \(gone.prefix(3).joined(separator: ", "))\(gone.count > 3 ? ", …" : "")"
+            )
+        }
+        return parts.isEmpty ? nil : parts.joined(separator: "; ")
     }
 
     /// A saved plan runs only operations the planner would produce now: the registrations and groups it

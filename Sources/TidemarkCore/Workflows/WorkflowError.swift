@@ -57,8 +57,9 @@ public struct StalePlan: Sendable, CustomStringConvertible {
         case otherLineage(plan: String, state: String)
         /// The state moved on since (a plan without per-topic versions).
         case serialMoved(plan: Int, state: Int)
-        /// The manifests changed for topics or groups the plan touches.
-        case touchedInManifests([String])
+        /// The manifests changed for topics or groups the plan touches; `devices` says which inventory
+        /// sources and devices moved, when that is known.
+        case touchedInManifests([String], devices: String? = nil)
         /// Topics or groups the plan touches changed since (`topic:NAME`, `group:NAME`).
         case touchedChanged([String], plan: Int, state: Int)
         /// The manifests or inventory changed since.
@@ -95,8 +96,8 @@ public struct StalePlan: Sendable, CustomStringConvertible {
             "\(file) was made for another state (lineage \(plan.prefix(8)), this state is \(state.isEmpty ? "missing" : String(state.prefix(8)))). Make a new plan against this state."
         case .serialMoved(let plan, let state):
             "\(file) is stale: the state moved from serial \(plan) (when planned) to \(state). Make a new plan."
-        case .touchedInManifests(let names):
-            "\(file) is stale: the manifests or inventory changed what \(names.prefix(5).joined(separator: ", "))\(names.count > 5 ? " and \(names.count - 5) more" : "") mean\(names.count == 1 ? "s" : "") since it was made. Make a new plan."
+        case .touchedInManifests(let names, let devices):
+            "\(file) is stale: the manifests or inventory changed what \(names.prefix(5).joined(separator: ", "))\(names.count > 5 ? " and \(names.count - 5) more" : "") mean\(names.count == 1 ? "s" : "") since it was made\(devices.map { " (\($0))" } ?? ""). Make a new plan."
         case .touchedChanged(let names, let plan, let state):
             "\(file) is stale: \(names.prefix(5).joined(separator: ", "))\(names.count > 5 ? " and \(names.count - 5) more" : "") changed since it was made (state serial \(plan) then, \(state) now). Make a new plan."
         case .manifestsChanged(let plan, let now):
