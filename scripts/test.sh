@@ -33,6 +33,8 @@ BIN="$(swift build --show-bin-path)/tidemark"
 TIDEMARK_BIN="$BIN" python3 Tests/compat/test_firebase_admin.py
 # tidemark's HTTP client against an independent fake of FCM (not tidemark's emulator).
 TIDEMARK_BIN="$BIN" python3 Tests/compat/test_fake_fcm.py
+# The Firestore inventory example (examples/firestore/) against a fake of Firestore's REST API.
+TIDEMARK_BIN="$BIN" python3 Tests/compat/test_firestore_example.py
 # Faults, 20 SIGKILLs with resume and concurrent applies against the emulator (scripts/resilience.sh).
 python3 scripts/resilience/run.py "$BIN" --quick
 echo "All tests passed."

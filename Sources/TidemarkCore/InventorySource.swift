@@ -45,14 +45,29 @@ public struct DeviceDigest: Sendable {
 
     public init() {}
 
+    /// One 64-bit multiply-mix hash of a string's bytes, eight at a time.
     @inline(__always)
-    private static func fnv(_ value: inout UInt64, _ bytes: some Sequence<UInt8>) {
-        for b in bytes {
-            value ^= UInt64(b)
-            value = value &* 0x100_0000_01b3
+    private static func mix(_ state: inout UInt64, _ text: String) {
+        var text = text
+        text.withUTF8 { bytes in
+            var i = 0
+            let count = bytes.count
+            while i + 8 <= count {
+                let word = UnsafeRawPointer(bytes.baseAddress! + i).loadUnaligned(as: UInt64.self)
+                state = (state ^ word) &* 0x9e37_79b9_7f4a_7c15
+                state ^= state >> 29
+                i += 8
+            }
+            var tail: UInt64 = UInt64(count) << 56
+            var shift: UInt64 = 0
+            while i < count {
+                tail |= UInt64(bytes[i]) << shift
+                shift += 8
+                i += 1
+            }
+            state = (state ^ tail) &* 0xbf58_476d_1ce4_e5b9
+            state ^= state >> 31
         }
-        value ^= 0xff
-        value = value &* 0x100_0000_01b3
     }
 
     @inline(__always)
@@ -65,21 +80,31 @@ public struct DeviceDigest: Sendable {
 
     /// Adds one device; `labels` in a fixed order (by name).
     public mutating func add(id: String, token: String, labels: [(String, String)]) {
+        add(id: id, token: token, values: labels.flatMap { [$0.0, $0.1] })
+    }
+
+    /// Adds one device whose label values come in a fixed column order.
+    public mutating func add(id: String, token: String, values: [String]) {
+        add(Self.hash(id: id, token: token, values: values.map { $0 }))
+    }
+
+    /// One device's hash, computed apart and added with `add(_:)`; values from `first` on are the
+    /// labels (nil as empty). Concrete types, so that other modules call specialized code.
+    public static func hash(id: String, token: String, values: [String?], from first: Int = 0) -> UInt64 {
         var a: UInt64 = 0xcbf2_9ce4_8422_2325
         var b: UInt64 = 0x8422_2325_cbf2_9ce4
-        var id = id
-        var token = token
-        id.withUTF8 { Self.fnv(&a, $0) }
-        token.withUTF8 { Self.fnv(&a, $0) }
-        for (key, value) in labels {
-            Self.fnv(&a, key.utf8)
-            Self.fnv(&a, value.utf8)
-        }
-        b ^= a
-        token.withUTF8 { Self.fnv(&b, $0) }
-        sum.0 &+= Self.finish(a)
-        sum.1 &+= Self.finish(b)
-        mix ^= Self.finish(a ^ 0x5555_5555_5555_5555)
+        mix(&a, id)
+        mix(&b, token)
+        for index in first..<values.count { mix(&a, values[index] ?? "") }
+        return finish(a ^ finish(b))
+    }
+
+    /// Adds one device by its `hash`.
+    public mutating func add(_ h1: UInt64) {
+        let h2 = Self.finish(h1 &+ 0x2545_f491_4f6c_dd1d)
+        sum.0 &+= h1
+        sum.1 &+= h2
+        mix ^= Self.finish(h1 ^ 0x5555_5555_5555_5555)
         count += 1
     }
 
@@ -170,6 +195,16 @@ public struct InventoryBuilder: Sendable {
         guard accepts(id: id, token: token, at: location, tokenAt: tokenAt) else { return false }
         let slots = labels.map { (labelSlot($0.0), $0.1) }
         return add(id: id, token: token, slots: slots, from: source, line: line, column: column, checked: true)
+    }
+
+    /// Adds a device with labels by slot from an array; returns false (with a diagnostic) when it is
+    /// refused. Not generic, so that callers in other modules (database sources) run code specialized
+    /// here rather than the unspecialized generic path, which hashes through runtime metadata.
+    @discardableResult
+    public mutating func add(
+        id: String, token: String, slots: [(Int, String)], from source: SourceHandle, line: Int, column: Int = 1
+    ) -> Bool {
+        add(id: id, token: token, slots: slots, from: source, line: line, column: column, checked: false)
     }
 
     /// Adds a device with labels by slot; returns false (with a diagnostic) when it is refused.

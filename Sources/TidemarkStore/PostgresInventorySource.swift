@@ -74,90 +74,104 @@ public struct PostgresInventorySource: InventorySource {
         }
     }
 
-    /// What a column is for.
-    enum Role {
-        case id, token
-        case label(Int)
-        case exclusion, ignored
+    /// Which column is which, from the first row.
+    struct Layout: Sendable {
+        var columns: Int
+        var id: Int
+        var token: Int
+        var exclusion: Int?
+        /// Label columns, in column order, and their names.
+        var labels: [Int]
+        var labelNames: [String]
     }
 
     private func read(_ c: PostgresConnection, into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
         // Read-only: even a query with a side effect cannot write; plan jobs should also use a read-only role.
         try await c.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: Self.logger).collect()
+        // The planner's estimate sizes the inventory's tables once, instead of growing them page by page.
+        let estimate = try await Self.estimatedRows(c, cursorQuery)
         try await c.query(
             "DECLARE tidemark_inventory NO SCROLL CURSOR FOR \(unescaped: cursorQuery)", logger: Self.logger
         ).collect()
         let file = ConfiguredSource.display(name)
         let source = builder.source(file)
-        var roles: [Role]?
         var digest = DeviceDigest()
         var number = 0
         let before = (builder.inventory.count, builder.excluded)
-        while true {
-            let rows = try await c.query(
-                "FETCH FORWARD \(unescaped: String(pageSize)) FROM tidemark_inventory", logger: Self.logger)
-            var fetched = 0
-            for try await row in rows {
-                fetched += 1
+        // Half again as many: the estimate can be low, and a roomier table probes less.
+        if let estimate { builder.reserveCapacity(min(estimate + estimate / 2, builder.deviceLimit, 50_000_000)) }
+        let pageSize = pageSize
+        @Sendable func fetch() async throws -> [PostgresRow] {
+            try await c.query(
+                "FETCH FORWARD \(unescaped: String(pageSize)) FROM tidemark_inventory", logger: Self.logger
+            )
+            .collect()
+        }
+        // The next page is fetched (the server runs the query, the connection's thread decodes it)
+        // while this one's devices are added.
+        var next: Task<[PostgresRow], any Error>? = Task { try await fetch() }
+        defer { next?.cancel() }
+        var layout: Layout?
+        // Where each column's text goes: 0 id, 1 token, 2 exclusion, 3 + k label k, -1 unused.
+        var target: [Int] = []
+        var labelSlots: [Int] = []
+        var values: [String?] = []
+        var slots: [(Int, String)] = []
+        while let pending = next {
+            let rows = try await pending.value
+            next = rows.count == pageSize ? Task { try await fetch() } : nil
+            for row in rows {
                 number += 1
-                let location = SourceLocation(file: file, line: number, column: 0)
-                if roles == nil {
-                    let (planned, names) = try plan(row)
-                    roles = zip(planned, names).map { role, name in
-                        if case .label = role { return .label(builder.labelSlot(name)) }
-                        return role
-                    }
-                    builder.reserveCapacity(pageSize)
+                if layout == nil {
+                    let found = try self.layout(row)
+                    layout = found
+                    target = [Int](repeating: -1, count: found.columns)
+                    target[found.id] = 0
+                    target[found.token] = 1
+                    if let e = found.exclusion { target[e] = 2 }
+                    for (k, column) in found.labels.enumerated() { target[column] = 3 + k }
+                    labelSlots = found.labelNames.map { builder.labelSlot($0) }
+                    values = [String?](repeating: nil, count: 3 + found.labels.count)
                 }
-                var id: String?
-                var token: String?
-                var seen: String?
-                var slots: [(Int, String)] = []
-                var labelPairs: [(String, String)] = []
+                for k in values.indices { values[k] = nil }
                 var problem: String?
-                for (cell, role) in zip(row, roles!) {
-                    if case .ignored = role { continue }
-                    let text: String?
+                var column = 0
+                for cell in row {
+                    let slot = column < target.count ? target[column] : -1
+                    column += 1
+                    guard slot >= 0 else { continue }
                     do {
-                        text = try Self.text(cell)
+                        values[slot] = try Self.text(cell)
                     } catch {
                         problem = error.description
-                        break
-                    }
-                    switch role {
-                    case .id: id = text
-                    case .token: token = text
-                    case .exclusion: seen = text
-                    case .label(let slot):
-                        if let text, !text.isEmpty {
-                            slots.append((slot, text))
-                            labelPairs.append((cell.columnName, text))
-                        }
-                    case .ignored: break
                     }
                 }
+                let location = SourceLocation(file: file, line: number, column: 0)
                 if let problem {
                     builder.error(problem, at: location)
                     continue
                 }
-                guard let id, !id.isEmpty else {
+                guard let id = values[0], !id.isEmpty else {
                     builder.error("device_id is null or empty; the query must return one for every row.", at: location)
                     continue
                 }
-                guard let token else {
+                guard let token = values[1] else {
                     builder.error(
                         "token of device '\(id)' is null; filter such rows out in the query (where token is not null).",
                         at: location)
                     continue
                 }
-                if let exclusion, exclusion.excludes(seen ?? "", device: id, at: location, into: &builder) {
+                if let exclusion, exclusion.excludes(values[2] ?? "", device: id, at: location, into: &builder) {
                     continue
                 }
+                slots.removeAll(keepingCapacity: true)
+                for (k, slot) in labelSlots.enumerated() {
+                    if let value = values[3 + k], !value.isEmpty { slots.append((slot, value)) }
+                }
                 if builder.add(id: id, token: token, slots: slots, from: source, line: number, column: 0) {
-                    digest.add(id: id, token: token, labels: labelPairs)
+                    digest.add(DeviceDigest.hash(id: id, token: token, values: values, from: 3))
                 }
             }
-            if fetched < pageSize { break }
         }
         try await c.query("CLOSE tidemark_inventory", logger: Self.logger).collect()
         try await c.query("COMMIT", logger: Self.logger).collect()
@@ -165,8 +179,17 @@ public struct PostgresInventorySource: InventorySource {
             identity: digest.hex, rows: builder.inventory.count - before.0, excluded: builder.excluded - before.1)
     }
 
-    /// Maps the columns of the first row to roles; a missing column is refused naming what was found.
-    private func plan(_ row: PostgresRow) throws -> ([Role], [String]) {
+    /// The planner's row estimate for `query` (EXPLAIN, which runs nothing); nil when it gives none.
+    static func estimatedRows(_ c: PostgresConnection, _ query: String) async throws -> Int? {
+        let rows = try await c.query("EXPLAIN (FORMAT JSON) \(unescaped: query)", logger: logger).collect()
+        guard let cell = rows.first?.first(where: { _ in true }), let text = try? Self.text(cell) else { return nil }
+        guard let range = text.range(of: "\"Plan Rows\": ") else { return nil }
+        let digits = text[range.upperBound...].prefix { $0.isNumber }
+        return Int(digits)
+    }
+
+    /// Finds the columns in the first row; a missing one is refused naming what was found.
+    func layout(_ row: PostgresRow) throws -> Layout {
         let names = row.map(\.columnName)
         func refuse(_ problem: String) -> InventorySourceError {
             InventorySourceError(
@@ -191,15 +214,19 @@ public struct PostgresInventorySource: InventorySource {
             let twice = Dictionary(grouping: names, by: { $0 }).filter { $0.value.count > 1 }.keys.sorted()
             throw refuse("the column \(twice.joined(separator: ", ")) appears twice; alias one of them")
         }
-        return (
-            names.indices.map { i in
-                if i == idColumn { return .id }
-                if i == tokenColumn { return .token }
-                if names[i] == excluded { return .exclusion }
-                if let labels, !labels.contains(names[i]) { return .ignored }
-                return .label(-1)
-            }, names
-        )
+        let labelColumns = names.indices.filter { i in
+            i != idColumn && i != tokenColumn && names[i] != excluded && (labels?.contains(names[i]) ?? true)
+        }
+        return Layout(
+            columns: names.count, id: idColumn, token: tokenColumn,
+            exclusion: excluded.flatMap { names.firstIndex(of: $0) },
+            labels: labelColumns, labelNames: labelColumns.map { names[$0] })
+    }
+
+    /// The bytes as a native String, validated (so that hashing and comparing it take the fast ASCII path).
+    @inline(__always)
+    static func string(_ bytes: ByteBuffer) -> String {
+        bytes.withUnsafeReadableBytes { String(decoding: $0, as: UTF8.self) }
     }
 
     /// A cell as text: strings as they are, numbers, booleans, UUIDs and times in a plain form
@@ -207,10 +234,10 @@ public struct PostgresInventorySource: InventorySource {
     static func text(_ cell: PostgresCell) throws(InventorySourceError) -> String? {
         guard let bytes = cell.bytes else { return nil }
         do {
-            if cell.format == .text { return String(buffer: bytes) }
+            if cell.format == .text { return Self.string(bytes) }
             switch cell.dataType {
             case .text, .varchar, .bpchar, .name:
-                return String(buffer: bytes)
+                return Self.string(bytes)
             case .int2, .int4, .int8:
                 return String(try cell.decode(Int.self))
             case .bool:
@@ -225,7 +252,7 @@ public struct PostgresInventorySource: InventorySource {
                 return try cell.decode(String.self)
             default:
                 // An enum or citext arrives as its text; anything else is refused.
-                let text = String(buffer: bytes)
+                let text = Self.string(bytes)
                 if !text.isEmpty, text.utf8.allSatisfy({ $0 >= 0x20 }),
                     text.unicodeScalars.allSatisfy({ $0 != "\u{FFFD}" })
                 {
