@@ -25,12 +25,13 @@ public actor ApplySession: ApplyRecorder {
     /// one save. A state that does not exist yet is created by that save.
     public static func begin(
         plan: Plan, desired: DesiredState, store: any StateStore, state: State,
-        timing: Timing = .live
+        timing: Timing = .live, inventory: Inventory? = nil
     ) async throws -> ApplySession {
         let before = state
         var state = state
         state.backend = state.backend ?? plan.backend
         state.growToTable()
+        let devicesChanged = inventory.map { state.recordDevices($0) } ?? []
         let seen = plan.observations.refreshedAt == nil ? TokenSet() : TokenSet(0..<UInt32(state.tokens.count))
         state.apply(plan.observations, seen: seen)
         state.reconcileBookkeeping(with: desired, operations: plan.operations, targets: try plan.selection)
@@ -41,6 +42,7 @@ public actor ApplySession: ApplyRecorder {
         } else {
             write.tokens = (plan.observations.dead + plan.observations.revived).compactMap { state.tokens.id($0) }
         }
+        if !write.allTokens { write.tokens += devicesChanged }
         let id = timing.uuid()
         write.beginApply = (id, plan)
         try await store.save(&state, write, at: timing.unixTime())

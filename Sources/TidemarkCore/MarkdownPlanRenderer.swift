@@ -50,6 +50,13 @@ public struct MarkdownPlanRenderer: Sendable {
             if destructive.count > 25 { lines.append("- … and \(destructive.count - 25) more (see the table)") }
             blocks.append(MarkdownBlock(open: "**⚠️ Destructive changes**\n", lines: lines))
         }
+        let rotated = PlanRenderer(showTokens: false).rotationLines(plan)
+        if !rotated.isEmpty {
+            blocks.append(
+                MarkdownBlock(
+                    open: "**Rotated tokens** (the same device with a new token; its memberships move):\n",
+                    lines: rotated.map { "- " + Self.escape($0) }))
+        }
         if !plan.topics.isEmpty || !plan.groups.isEmpty {
             var rows: [String] = []
             for change in plan.topics {

@@ -78,6 +78,24 @@ public struct Observations: Sendable, Codable, Equatable {
     public var isEmpty: Bool { topics.isEmpty && dead.isEmpty && revived.isEmpty && groupKeys.isEmpty }
 }
 
+/// A device whose token rotated: the old token leaves its topics and the new one joins them.
+public struct Rotation: Sendable, Codable, Equatable {
+    public var device: String
+    public var from: String
+    public var to: String
+    /// Topics the new token is subscribed to by this plan, and the old one unsubscribed from.
+    public var subscribes: Int
+    public var unsubscribes: Int
+
+    public init(device: String, from: String, to: String, subscribes: Int, unsubscribes: Int) {
+        self.device = device
+        self.from = from
+        self.to = to
+        self.subscribes = subscribes
+        self.unsubscribes = unsubscribes
+    }
+}
+
 /// What one inventory source read for a plan: its name, how many devices, and a digest of them.
 public struct InventoryRecord: Sendable, Codable, Equatable {
     public var source: String
@@ -134,6 +152,8 @@ public struct Plan: Sendable, Codable {
     public var operationsDigestWhenMade: String? = nil
     /// What each inventory source read when the plan was made (absent in older plans).
     public var inventory: [InventoryRecord]? = nil
+    /// Devices whose token changed since tidemark last saw them: their memberships move (absent when none).
+    public var rotations: [Rotation]? = nil
 
     public init(
         formatVersion: Int = Plan.currentFormatVersion, tidemarkVersion: String, createdAt: Date,

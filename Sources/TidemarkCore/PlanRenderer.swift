@@ -54,7 +54,12 @@ public struct PlanRenderer: Sendable {
             "−\(Self.formatCount(plan.unsubscribeCount)) unsubscription\(plan.unsubscribeCount == 1 ? "" : "s")")
         let groupCalls = plan.operations.filter { $0.kind.isGroup }.count
         if groupCalls > 0 { counts.append("\(groupCalls) group call\(groupCalls == 1 ? "" : "s")") }
-        return "Plan: \(parts.joined(separator: " and ")) \(change): \(counts.joined(separator: ", "))."
+        let rotated = plan.rotations?.count ?? 0
+        let rotation =
+            rotated == 0
+            ? ""
+            : " (\(Self.formatCount(rotated)) device\(rotated == 1 ? "" : "s") rotated \(rotated == 1 ? "its token" : "their tokens"))"
+        return "Plan: \(parts.joined(separator: " and ")) \(change): \(counts.joined(separator: ", "))\(rotation)."
     }
 
     public func render(_ plan: Plan) -> String {
@@ -75,6 +80,12 @@ public struct PlanRenderer: Sendable {
             out.append("")
             out.append("Destructive changes:")
             out += destructive.map { "  ! " + $0 }
+        }
+        let rotated = rotationLines(plan)
+        if !rotated.isEmpty {
+            out.append("")
+            out.append("Rotated tokens (the same device with a new token; its memberships move):")
+            out += rotated.map { "  ~ " + $0 }
         }
         let index = OperationIndex(plan)
         if !plan.topics.isEmpty {
@@ -164,6 +175,18 @@ public struct PlanRenderer: Sendable {
         let shown = showTokens ? token : Redaction.redact(token)
         if let device = deviceName(token) { return "\(shown) (\(device))" }
         return shown
+    }
+
+    /// One line per rotated device (at most 20, then a count).
+    func rotationLines(_ plan: Plan) -> [String] {
+        let rotations = plan.rotations ?? []
+        var lines = rotations.prefix(20).map { r in
+            let shown = { (token: String) in showTokens ? token : Redaction.redact(token) }
+            return
+                "device \(r.device): \(shown(r.from)) → \(shown(r.to)) (−\(r.unsubscribes) +\(r.subscribes) membership\(r.subscribes == 1 ? "" : "s"))"
+        }
+        if rotations.count > 20 { lines.append("… and \(rotations.count - 20) more rotated device(s)") }
+        return lines
     }
 
     func provenance(_ plan: Plan) -> String {

@@ -36,6 +36,8 @@ public struct Planner: Sendable {
             topics: result.topics, groups: result.groups, diagnostics: diagnostics, observations: observations)
         plan.excludes = targets.exclude.map(\.description)
         plan.inventory = InventoryRecord.of(loaded.snapshots)
+        let rotations = Self.rotations(plan, state: working, inventory: loaded.inventory)
+        plan.rotations = rotations.isEmpty ? nil : rotations
         plan.optedOut = result.optedOut == 0 ? nil : result.optedOut
         var versions: [String: Int] = [:]
         for op in plan.operations {
@@ -53,6 +55,34 @@ public struct Planner: Sendable {
             plan.diagnostics.append(.error(violation))
         }
         return plan
+    }
+
+    /// Tokens the plan removes (or found dead) that state knows as a device's, where the inventory now
+    /// lists that device with another token: one rotation each, not an unrelated leave and join.
+    static func rotations(_ plan: Plan, state: State, inventory: Inventory) -> [Rotation] {
+        var unsubscribes: [String: Int] = [:]
+        var subscribes: [String: Int] = [:]
+        for op in plan.operations {
+            switch op.kind {
+            case .unsubscribe, .groupRemove: for token in op.tokens { unsubscribes[token, default: 0] += 1 }
+            case .subscribe, .groupAdd, .groupCreate: for token in op.tokens { subscribes[token, default: 0] += 1 }
+            }
+        }
+        var candidates = Set(unsubscribes.keys)
+        candidates.formUnion(plan.observations.dead)
+        var result: [Rotation] = []
+        for token in candidates where inventory.index(ofToken: token) == nil {
+            guard let id = state.tokens.id(token), let device = state.deviceID(of: id),
+                let index = inventory.index(ofDevice: device)
+            else { continue }
+            let new = inventory.tokens[index]
+            guard new != token else { continue }
+            result.append(
+                Rotation(
+                    device: device, from: token, to: new, subscribes: subscribes[new] ?? 0,
+                    unsubscribes: unsubscribes[token] ?? 0))
+        }
+        return result.sorted { $0.device < $1.device }
     }
 
     private func describe(_ token: String, _ inventory: Inventory) -> String {

@@ -49,6 +49,9 @@ public struct State: Sendable {
     public var tokens: TokenTable
     /// Seconds since 1970 when each token was last seen by a refresh or an apply; 0 = never.
     public var seenAt: [Int64]
+    /// The inventory's device id of each token, as the last apply saw it ("" when unknown): how a
+    /// token that left the inventory is recognised as a device's earlier token (a rotation).
+    public var deviceIDs: [String] = []
     /// Tokens FCM reported as unregistered (NOT_FOUND).
     public var dead: TokenSet
     public var topics: [String: TopicState]
@@ -84,6 +87,29 @@ public struct State: Sendable {
         if seenAt.count < tokens.count {
             seenAt.append(contentsOf: repeatElement(0, count: tokens.count - seenAt.count))
         }
+        if deviceIDs.count < tokens.count {
+            deviceIDs.append(contentsOf: repeatElement("", count: tokens.count - deviceIDs.count))
+        }
+    }
+
+    /// The device id of a token, when known.
+    public func deviceID(of id: UInt32) -> String? {
+        Int(id) < deviceIDs.count && !deviceIDs[Int(id)].isEmpty ? deviceIDs[Int(id)] : nil
+    }
+
+    /// Records which device each of the inventory's tokens belongs to; returns the tokens whose device
+    /// id changed (to be written). Tokens are interned when new.
+    public mutating func recordDevices(_ inventory: Inventory) -> [UInt32] {
+        var changed: [UInt32] = []
+        for (index, token) in inventory.tokens.enumerated() {
+            let id = tokens.intern(token)
+            growToTable()
+            if deviceIDs[Int(id)] != inventory.deviceIDs[index] {
+                deviceIDs[Int(id)] = inventory.deviceIDs[index]
+                changed.append(id)
+            }
+        }
+        return changed
     }
 
     /// Memberships tidemark knows of: observed subscriptions over every topic.

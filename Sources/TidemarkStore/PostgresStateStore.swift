@@ -18,7 +18,7 @@ import Glibc
 /// session state (no advisory locks, no `SET`), so it works through PgBouncer in transaction pooling.
 public final class PostgresStateStore: StateStore {
     /// The schema this tidemark writes; a database at a newer version is refused.
-    public static let schemaVersion = 2
+    public static let schemaVersion = 3
 
     public let url: PostgresURL
     public let workspace: String
@@ -58,11 +58,14 @@ public final class PostgresStateStore: StateStore {
             var table = TokenTable()
             var seenAt: [Int64] = []
             var dead: [UInt32] = []
+            var deviceIDs: [String] = []
             let tokens = try await c.query(
-                "SELECT id, token, seen_at, dead FROM tidemark_tokens WHERE workspace = \(self.workspace) ORDER BY id")
+                "SELECT id, token, seen_at, dead, device_id FROM tidemark_tokens WHERE workspace = \(self.workspace) ORDER BY id"
+            )
             for try await row in tokens {
-                let (id, token, seen, isDead) = try self.decode(
-                    row, (Int64, String, Int64, Bool).self, table: "tidemark_tokens")
+                let (id, token, seen, isDead, device) = try self.decode(
+                    row, (Int64, String, Int64, Bool, String).self, table: "tidemark_tokens")
+                deviceIDs.append(device)
                 guard Int(id) == table.count, table.intern(token) == UInt32(id) else {
                     throw self.damaged("table 'tidemark_tokens': token ids are not dense at id \(id)")
                 }
@@ -97,6 +100,7 @@ public final class PostgresStateStore: StateStore {
             var state = State(
                 lineage: lineage, serial: Int(serial), tokens: table, seenAt: seenAt, dead: TokenSet(sorted: dead),
                 topics: topics, groups: groups)
+            state.deviceIDs = deviceIDs
             if let kind, let project {
                 guard let backend = BackendKind(rawValue: kind) else {
                     throw self.damaged("table 'tidemark_workspaces': the backend '\(kind)' is not one tidemark knows")
@@ -247,10 +251,12 @@ public final class PostgresStateStore: StateStore {
             let tokens = (start..<end).map { state.tokens[UInt32($0)] }
             let seen = (start..<end).map { state.seenAt[$0] }
             let dead = (start..<end).map { state.dead.contains(UInt32($0)) }
+            let devices = (start..<end).map { $0 < state.deviceIDs.count ? state.deviceIDs[$0] : "" }
             try await c.run(
                 """
-                INSERT INTO tidemark_tokens (workspace, id, token, seen_at, dead)
-                SELECT \(workspace), * FROM unnest(\(ids)::bigint[], \(tokens)::text[], \(seen)::bigint[], \(dead)::boolean[])
+                INSERT INTO tidemark_tokens (workspace, id, token, seen_at, dead, device_id)
+                SELECT \(workspace), * FROM unnest(\(ids)::bigint[], \(tokens)::text[], \(seen)::bigint[], \(dead)::boolean[],
+                    \(devices)::text[])
                 """)
             start = end
         }
@@ -263,10 +269,12 @@ public final class PostgresStateStore: StateStore {
             let ids = slice.map { Int64($0) }
             let seen = slice.map { state.seenAt[Int($0)] }
             let dead = slice.map { state.dead.contains($0) }
+            let devices = slice.map { Int($0) < state.deviceIDs.count ? state.deviceIDs[Int($0)] : "" }
             try await c.run(
                 """
-                UPDATE tidemark_tokens AS t SET seen_at = u.seen_at, dead = u.dead
-                FROM unnest(\(ids)::bigint[], \(seen)::bigint[], \(dead)::boolean[]) AS u(id, seen_at, dead)
+                UPDATE tidemark_tokens AS t SET seen_at = u.seen_at, dead = u.dead, device_id = u.device_id
+                FROM unnest(\(ids)::bigint[], \(seen)::bigint[], \(dead)::boolean[], \(devices)::text[])
+                    AS u(id, seen_at, dead, device_id)
                 WHERE t.workspace = \(workspace) AND t.id = u.id
                 """)
             offset += batch
@@ -649,6 +657,10 @@ public final class PostgresStateStore: StateStore {
             CREATE TABLE tidemark_quota (key TEXT PRIMARY KEY, level DOUBLE PRECISION NOT NULL, last_ms BIGINT NOT NULL)
             """
         ],
+        [
+            // 3: the inventory's device id of each token, so a rotated token is recognised.
+            "ALTER TABLE tidemark_tokens ADD COLUMN device_id TEXT NOT NULL DEFAULT ''"
+        ],
     ]
 
     // MARK: - Rows
@@ -672,6 +684,8 @@ public final class PostgresStateStore: StateStore {
         case is (String, Int64, String?, String?).Type:
             return try row.decode((String, Int64, String?, String?).self) as! T
         case is (Int64, String, Int64, Bool).Type: return try row.decode((Int64, String, Int64, Bool).self) as! T
+        case is (Int64, String, Int64, Bool, String).Type:
+            return try row.decode((Int64, String, Int64, Bool, String).self) as! T
         case is (String, String, Bool, ByteBuffer, ByteBuffer, ByteBuffer).Type:
             return try row.decode((String, String, Bool, ByteBuffer, ByteBuffer, ByteBuffer).self) as! T
         case is (String, String?, Bool, ByteBuffer).Type:

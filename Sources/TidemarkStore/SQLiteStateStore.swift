@@ -112,7 +112,7 @@ public final class SQLiteStateStore: StateStore {
                 PRAGMA application_id = \(applicationID);
                 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
                 CREATE TABLE tokens (id INTEGER PRIMARY KEY, token TEXT NOT NULL, seen_at INTEGER NOT NULL DEFAULT 0,
-                    dead INTEGER NOT NULL DEFAULT 0);
+                    dead INTEGER NOT NULL DEFAULT 0, device_id TEXT NOT NULL DEFAULT '');
                 CREATE TABLE topics (name TEXT PRIMARY KEY, mode TEXT NOT NULL, protect INTEGER NOT NULL,
                     managed BLOB NOT NULL, observed BLOB NOT NULL, opted_out BLOB NOT NULL DEFAULT x'');
                 CREATE TABLE groups (name TEXT PRIMARY KEY, key TEXT, protect INTEGER NOT NULL, members BLOB NOT NULL);
@@ -151,6 +151,10 @@ public final class SQLiteStateStore: StateStore {
         }
     }
 
+    static func hasDeviceColumn(_ db: Database) throws -> Bool {
+        try db.columns(in: "tokens").contains { $0.name == "device_id" }
+    }
+
     static func hasOptOutColumn(_ db: Database) throws -> Bool {
         try db.columns(in: "topics").contains { $0.name == "opted_out" }
     }
@@ -178,7 +182,12 @@ public final class SQLiteStateStore: StateStore {
                 var seenAt: [Int64] = []
                 seenAt.reserveCapacity(count)
                 var dead: [UInt32] = []
-                let statement = try db.makeStatement(sql: "SELECT id, token, seen_at, dead FROM tokens ORDER BY id")
+                // Files written before device ids were recorded have no device_id column: none is known.
+                let devices = try Self.hasDeviceColumn(db)
+                var deviceIDs: [String] = []
+                if devices { deviceIDs.reserveCapacity(count) }
+                let statement = try db.makeStatement(
+                    sql: "SELECT id, token, seen_at, dead\(devices ? ", device_id" : "") FROM tokens ORDER BY id")
                 let rows = try Row.fetchCursor(statement)
                 while let row = try rows.next() {
                     let id: Int64 = try cell(row, 0, in: "tokens")
@@ -189,6 +198,7 @@ public final class SQLiteStateStore: StateStore {
                     }
                     seenAt.append(try cell(row, 2, in: "tokens"))
                     if try (cell(row, 3, in: "tokens") as Int64) != 0 { dead.append(UInt32(id)) }
+                    if devices { deviceIDs.append(try cell(row, 4, in: "tokens")) }
                 }
                 var topics: [String: TopicState] = [:]
                 // Files written before opt-outs existed have no opted_out column: none is recorded.
@@ -217,6 +227,8 @@ public final class SQLiteStateStore: StateStore {
                 var state = State(
                     lineage: lineage, serial: serial, tokens: table, seenAt: seenAt, dead: TokenSet(sorted: dead),
                     topics: topics, groups: groups)
+                state.deviceIDs = deviceIDs
+                state.growToTable()
                 if let kind = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'backend'"),
                     let project = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'project'")
                 {
@@ -295,22 +307,29 @@ public final class SQLiteStateStore: StateStore {
                     // Added after format 1 was first written; older tidemarks read the other columns as before.
                     try db.execute(sql: "ALTER TABLE topics ADD COLUMN opted_out BLOB NOT NULL DEFAULT x''")
                 }
+                if try !Self.hasDeviceColumn(db) {
+                    try db.execute(sql: "ALTER TABLE tokens ADD COLUMN device_id TEXT NOT NULL DEFAULT ''")
+                }
+                func device(_ id: Int) -> String { id < snapshot.deviceIDs.count ? snapshot.deviceIDs[id] : "" }
                 let stored = try Int.fetchOne(db, sql: "SELECT count(*) FROM tokens") ?? 0
                 if stored < snapshot.tokens.count {
                     let insert = try db.makeStatement(
-                        sql: "INSERT INTO tokens (id, token, seen_at, dead) VALUES (?, ?, ?, ?)")
+                        sql: "INSERT INTO tokens (id, token, seen_at, dead, device_id) VALUES (?, ?, ?, ?, ?)")
                     for id in stored..<snapshot.tokens.count {
                         try insert.execute(arguments: [
                             id, snapshot.tokens[UInt32(id)], snapshot.seenAt[id],
-                            snapshot.dead.contains(UInt32(id)) ? 1 : 0,
+                            snapshot.dead.contains(UInt32(id)) ? 1 : 0, device(id),
                         ])
                     }
                 }
-                let update = try db.makeStatement(sql: "UPDATE tokens SET seen_at = ?, dead = ? WHERE id = ?")
+                let update = try db.makeStatement(
+                    sql: "UPDATE tokens SET seen_at = ?, dead = ?, device_id = ? WHERE id = ?")
                 let touched: [UInt32] =
                     write.allTokens ? Array(0..<UInt32(min(stored, snapshot.tokens.count))) : write.tokens
                 for id in touched where Int(id) < stored {
-                    try update.execute(arguments: [snapshot.seenAt[Int(id)], snapshot.dead.contains(id) ? 1 : 0, id])
+                    try update.execute(arguments: [
+                        snapshot.seenAt[Int(id)], snapshot.dead.contains(id) ? 1 : 0, device(Int(id)), id,
+                    ])
                 }
                 for name in Set(write.topics) {
                     if let topic = snapshot.topics[name] {

@@ -13,6 +13,7 @@ public actor InMemoryStateStore: StateStore {
         var serial = 0
         var tokens: [String] = []
         var seenAt: [Int64] = []
+        var deviceIDs: [String] = []
         var dead: Set<UInt32> = []
         var topics: [String: TopicState] = [:]
         var groups: [String: GroupState] = [:]
@@ -50,6 +51,8 @@ public actor InMemoryStateStore: StateStore {
             dead: TokenSet(stored.dead), topics: stored.topics, groups: stored.groups)
         state.backend = stored.backend
         state.versions = stored.versions
+        state.deviceIDs = stored.deviceIDs
+        state.growToTable()
         return state
     }
 
@@ -64,11 +67,13 @@ public actor InMemoryStateStore: StateStore {
         for id in known..<state.tokens.count {
             next.tokens.append(state.tokens[UInt32(id)])
             next.seenAt.append(state.seenAt[id])
+            next.deviceIDs.append(id < state.deviceIDs.count ? state.deviceIDs[id] : "")
             if state.dead.contains(UInt32(id)) { next.dead.insert(UInt32(id)) }
         }
         let touched: [UInt32] = write.allTokens ? Array(0..<UInt32(min(known, state.tokens.count))) : write.tokens
         for id in touched where Int(id) < known {
             next.seenAt[Int(id)] = state.seenAt[Int(id)]
+            next.deviceIDs[Int(id)] = Int(id) < state.deviceIDs.count ? state.deviceIDs[Int(id)] : ""
             if state.dead.contains(id) { next.dead.insert(id) } else { next.dead.remove(id) }
         }
         for name in Set(write.topics) { next.topics[name] = state.topics[name] }

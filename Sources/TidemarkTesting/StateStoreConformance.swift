@@ -24,6 +24,7 @@ public enum StateStoreConformance {
         case recordsWhenEachTopicAndGroupChanged
         case journalsStepsWithinAnOperation
         case restoresAWholeStateKeepingItsSerial
+        case remembersEachTokensDevice
 
         public var testDescription: String { rawValue }
     }
@@ -43,6 +44,7 @@ public enum StateStoreConformance {
         case .recordsWhenEachTopicAndGroupChanged: try await recordsWhenEachTopicAndGroupChanged(store)
         case .journalsStepsWithinAnOperation: try await journalsStepsWithinAnOperation(store)
         case .restoresAWholeStateKeepingItsSerial: try await restoresAWholeStateKeepingItsSerial(store)
+        case .remembersEachTokensDevice: try await remembersEachTokensDevice(store)
         }
     }
 
@@ -85,6 +87,28 @@ public enum StateStoreConformance {
     public static let holder = LockHolder(
         operation: "tidemark apply", user: "ci", host: "runner-1", pid: 4242,
         since: Date(timeIntervalSince1970: 1_800_000_000))
+
+    /// The device id of each token survives a save; a changed one is written when the write names it.
+    static func remembersEachTokensDevice(_ store: any StateStore) async throws {
+        var state = sample(tokens: 30)
+        state.deviceIDs[0] = "device-0"
+        state.deviceIDs[7] = "d7"
+        try await store.save(&state, writeAll(state), at: 1000)
+        var loaded = try #require(try await store.load())
+        #expect(loaded.deviceIDs.count == 30)
+        #expect(loaded.deviceID(of: 0) == "device-0" && loaded.deviceID(of: 7) == "d7" && loaded.deviceID(of: 1) == nil)
+        // A device id learnt later for a stored token, and a new token with its device.
+        loaded.deviceIDs[1] = "device-1"
+        let new = loaded.tokens.intern(token(500))
+        loaded.growToTable()
+        loaded.deviceIDs[Int(new)] = "device-500"
+        var write = StateWrite()
+        write.tokens = [1]
+        try await store.save(&loaded, write, at: 1001)
+        let again = try #require(try await store.load())
+        #expect(again.deviceID(of: 1) == "device-1" && again.deviceID(of: new) == "device-500")
+        #expect(again.deviceID(of: 0) == "device-0")
+    }
 
     static func startsEmpty(_ store: any StateStore) async throws {
         #expect(try await store.load() == nil)

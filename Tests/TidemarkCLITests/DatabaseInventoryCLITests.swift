@@ -108,7 +108,19 @@ import TidemarkTesting
         try Self.psql("update \(table) set token = '\(Fixtures.token(1003, prefix: "app"))' where id = 3")
         let rotated = try cli.run(["plan", "--detailed-exitcode"], environment: environment)
         #expect(rotated.status == 2, "\(rotated.stdout)\(rotated.stderr)")
-        #expect(rotated.stdout.contains("+1") && rotated.stdout.contains("−1"), "\(rotated.stdout)")
+        #expect(rotated.stdout.contains("(1 device rotated its token)"), "\(rotated.stdout)")
+        #expect(rotated.stdout.contains("device d3: "), "\(rotated.stdout)")
+        #expect(rotated.stdout.contains("(−1 +1 membership)"), "\(rotated.stdout)")
+        let json = try cli.run(["plan", "--format", "json"], environment: environment)
+        let saved = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
+        let rotations = saved?["rotations"] as? [[String: Any]]
+        #expect(rotations?.count == 1 && rotations?.first?["device"] as? String == "d3", "\(json.stdout.prefix(400))")
+        #expect(rotations?.first?["to"] as? String == Fixtures.token(1003, prefix: "app"))
+        // Applied, the new token holds the device's topics and the next plan is clean.
+        let moved = try cli.run(["apply", "--auto-approve"], environment: environment)
+        #expect(moved.status == 0, "\(moved.stdout)\(moved.stderr)")
+        let clean = try cli.run(["plan", "--detailed-exitcode"], environment: environment)
+        #expect(clean.status == 0, "\(clean.stdout)\(clean.stderr)")
     }
 
     /// A query that fails, a missing variable, a hook that cannot run: one line naming tidemark.yaml's source.

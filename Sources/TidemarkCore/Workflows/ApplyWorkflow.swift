@@ -148,7 +148,7 @@ public struct ApplyWorkflow: Sendable {
         if state.lineage.isEmpty { state.lineage = parts.timing.uuid() }
         let session = try await ApplySession.begin(
             plan: plan, desired: loaded.desired, store: parts.store, state: state,
-            timing: parts.timing)
+            timing: parts.timing, inventory: loaded.inventory)
         let summary = try await execute(plan, done: [], tokensDone: [:], session: session)
         return ApplyOutcome(
             resumed: resumed, result: .applied(summary),
