@@ -27,11 +27,13 @@ public actor ApplySession: ApplyRecorder {
         plan: Plan, desired: DesiredState, store: any StateStore, state: State,
         timing: Timing = .live, inventory: Inventory? = nil
     ) async throws -> ApplySession {
+        let now = timing.unixTime()
         let before = state
         var state = state
         state.backend = state.backend ?? plan.backend
         state.growToTable()
-        let devicesChanged = inventory.map { state.recordDevices($0) } ?? []
+        var devicesChanged = inventory.map { state.recordDevices($0) } ?? []
+        if inventory != nil { devicesChanged += state.noteDepartures(declared: desired.knownTokens, at: now) }
         let seen = plan.observations.refreshedAt == nil ? TokenSet() : TokenSet(0..<UInt32(state.tokens.count))
         state.apply(plan.observations, seen: seen)
         state.reconcileBookkeeping(with: desired, operations: plan.operations, targets: try plan.selection)

@@ -28,11 +28,15 @@ public struct ProjectSettings: Sendable, Equatable {
     public var limits = InputLimits()
     /// Inventory sources that run SQL or a command (`inventory:`): honoured only from this file.
     public var inventory: [ConfiguredSource] = []
+    /// `prune_after`: the retention of dead and departed tokens in state, in seconds (and as written);
+    /// set, apply prunes on its own.
+    public var pruneAfter: Int64?
+    public var pruneAfterText: String?
 
     public static let keys = [
         "project", "backend", "manifests", "state", "transport", "qps", "qps_unit", "credentials",
         "fcm_url", "iid_url", "sender_id", "unregistered", "dead_share", "dead_minimum", "limits", "workspace",
-        "inventory",
+        "inventory", "prune_after",
     ]
 
     public init() {}
@@ -63,6 +67,15 @@ public struct ProjectSettings: Sendable, Equatable {
             switch key {
             case "inventory":
                 settings.inventory = ConfiguredSource.decodeList(value, &doc)
+                continue
+            case "prune_after":
+                let text = doc.string(value, "'prune_after'") ?? ""
+                if let seconds = ExclusionRule.seconds(text) {
+                    settings.pruneAfter = seconds
+                    settings.pruneAfterText = text
+                } else {
+                    doc.error("'prune_after' must be a duration such as 90d or 12w, not '\(text)'.", value)
+                }
                 continue
             case "unregistered":
                 for (surface, _, list) in doc.mapping(value, "'unregistered'", allowed: ["v1", "iid"]) ?? [] {

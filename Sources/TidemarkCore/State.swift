@@ -52,6 +52,9 @@ public struct State: Sendable {
     /// The inventory's device id of each token, as the last apply saw it ("" when unknown): how a
     /// token that left the inventory is recognised as a device's earlier token (a rotation).
     public var deviceIDs: [String] = []
+    /// When each token stopped being declared (seconds since 1970; 0 while declared or never noted):
+    /// `prune` forgets a token that left long enough ago.
+    public var leftAt: [Int64] = []
     /// Tokens FCM reported as unregistered (NOT_FOUND).
     public var dead: TokenSet
     public var topics: [String: TopicState]
@@ -90,6 +93,31 @@ public struct State: Sendable {
         if deviceIDs.count < tokens.count {
             deviceIDs.append(contentsOf: repeatElement("", count: tokens.count - deviceIDs.count))
         }
+        if leftAt.count < tokens.count {
+            leftAt.append(contentsOf: repeatElement(0, count: tokens.count - leftAt.count))
+        }
+    }
+
+    /// Notes which tokens stopped (or started again) being declared; returns the tokens whose
+    /// `leftAt` changed (to be written). Proportional to the churn in writes, not to the fleet.
+    public mutating func noteDepartures(declared: TokenSet, at now: Int64) -> [UInt32] {
+        growToTable()
+        var changed: [UInt32] = []
+        var next = declared.makeIterator()
+        var upcoming = next.next()
+        for index in 0..<tokens.count {
+            let id = UInt32(index)
+            while let d = upcoming, d < id { upcoming = next.next() }
+            let isDeclared = upcoming == id
+            if isDeclared, leftAt[index] != 0 {
+                leftAt[index] = 0
+                changed.append(id)
+            } else if !isDeclared, leftAt[index] == 0 {
+                leftAt[index] = now
+                changed.append(id)
+            }
+        }
+        return changed
     }
 
     /// The device id of a token, when known.

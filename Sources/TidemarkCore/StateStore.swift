@@ -111,6 +111,8 @@ public struct StateWrite: Sendable {
     /// A copy of a whole state from another store (`state pull`, `push`, `migrate`): the serial and
     /// the row versions are the state's own, not bumped.
     public var restore = false
+    /// The token table was rebuilt with new ids (`state prune`): every stored token is replaced.
+    public var compact = false
 
     public init() {}
 

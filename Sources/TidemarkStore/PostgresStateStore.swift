@@ -59,13 +59,15 @@ public final class PostgresStateStore: StateStore {
             var seenAt: [Int64] = []
             var dead: [UInt32] = []
             var deviceIDs: [String] = []
+            var leftAt: [Int64] = []
             let tokens = try await c.query(
-                "SELECT id, token, seen_at, dead, device_id FROM tidemark_tokens WHERE workspace = \(self.workspace) ORDER BY id"
+                "SELECT id, token, seen_at, dead, device_id, left_at FROM tidemark_tokens WHERE workspace = \(self.workspace) ORDER BY id"
             )
             for try await row in tokens {
-                let (id, token, seen, isDead, device) = try self.decode(
-                    row, (Int64, String, Int64, Bool, String).self, table: "tidemark_tokens")
+                let (id, token, seen, isDead, device, left) = try self.decode(
+                    row, (Int64, String, Int64, Bool, String, Int64).self, table: "tidemark_tokens")
                 deviceIDs.append(device)
+                leftAt.append(left)
                 guard Int(id) == table.count, table.intern(token) == UInt32(id) else {
                     throw self.damaged("table 'tidemark_tokens': token ids are not dense at id \(id)")
                 }
@@ -101,6 +103,7 @@ public final class PostgresStateStore: StateStore {
                 lineage: lineage, serial: Int(serial), tokens: table, seenAt: seenAt, dead: TokenSet(sorted: dead),
                 topics: topics, groups: groups)
             state.deviceIDs = deviceIDs
+            state.leftAt = leftAt
             if let kind, let project {
                 guard let backend = BackendKind(rawValue: kind) else {
                     throw self.damaged("table 'tidemark_workspaces': the backend '\(kind)' is not one tidemark knows")
@@ -240,6 +243,8 @@ public final class PostgresStateStore: StateStore {
     /// New tokens in batches (one statement per 20,000, arrays bound as parameters), then the last-seen
     /// time and liveness of those the write names.
     private func writeTokens(_ c: PostgresLink.Connection, _ state: State, _ write: StateWrite) async throws {
+        // A rebuilt token table replaces the stored one, in the same transaction as every set.
+        if write.compact { try await c.run("DELETE FROM tidemark_tokens WHERE workspace = \(workspace)") }
         let row = try await c.first(
             "SELECT coalesce(max(id) + 1, 0) FROM tidemark_tokens WHERE workspace = \(workspace)")
         let stored = Int(try row.map { try decode($0, Int64.self, table: "tidemark_tokens") } ?? 0)
@@ -252,11 +257,12 @@ public final class PostgresStateStore: StateStore {
             let seen = (start..<end).map { state.seenAt[$0] }
             let dead = (start..<end).map { state.dead.contains(UInt32($0)) }
             let devices = (start..<end).map { $0 < state.deviceIDs.count ? state.deviceIDs[$0] : "" }
+            let left = (start..<end).map { $0 < state.leftAt.count ? state.leftAt[$0] : 0 }
             try await c.run(
                 """
-                INSERT INTO tidemark_tokens (workspace, id, token, seen_at, dead, device_id)
+                INSERT INTO tidemark_tokens (workspace, id, token, seen_at, dead, device_id, left_at)
                 SELECT \(workspace), * FROM unnest(\(ids)::bigint[], \(tokens)::text[], \(seen)::bigint[], \(dead)::boolean[],
-                    \(devices)::text[])
+                    \(devices)::text[], \(left)::bigint[])
                 """)
             start = end
         }
@@ -270,11 +276,13 @@ public final class PostgresStateStore: StateStore {
             let seen = slice.map { state.seenAt[Int($0)] }
             let dead = slice.map { state.dead.contains($0) }
             let devices = slice.map { Int($0) < state.deviceIDs.count ? state.deviceIDs[Int($0)] : "" }
+            let left = slice.map { Int($0) < state.leftAt.count ? state.leftAt[Int($0)] : 0 }
             try await c.run(
                 """
-                UPDATE tidemark_tokens AS t SET seen_at = u.seen_at, dead = u.dead, device_id = u.device_id
-                FROM unnest(\(ids)::bigint[], \(seen)::bigint[], \(dead)::boolean[], \(devices)::text[])
-                    AS u(id, seen_at, dead, device_id)
+                UPDATE tidemark_tokens AS t SET seen_at = u.seen_at, dead = u.dead, device_id = u.device_id,
+                    left_at = u.left_at
+                FROM unnest(\(ids)::bigint[], \(seen)::bigint[], \(dead)::boolean[], \(devices)::text[], \(left)::bigint[])
+                    AS u(id, seen_at, dead, device_id, left_at)
                 WHERE t.workspace = \(workspace) AND t.id = u.id
                 """)
             offset += batch
@@ -659,7 +667,8 @@ public final class PostgresStateStore: StateStore {
         ],
         [
             // 3: the inventory's device id of each token, so a rotated token is recognised.
-            "ALTER TABLE tidemark_tokens ADD COLUMN device_id TEXT NOT NULL DEFAULT ''"
+            "ALTER TABLE tidemark_tokens ADD COLUMN device_id TEXT NOT NULL DEFAULT ''",
+            "ALTER TABLE tidemark_tokens ADD COLUMN left_at BIGINT NOT NULL DEFAULT 0",
         ],
     ]
 
@@ -684,8 +693,8 @@ public final class PostgresStateStore: StateStore {
         case is (String, Int64, String?, String?).Type:
             return try row.decode((String, Int64, String?, String?).self) as! T
         case is (Int64, String, Int64, Bool).Type: return try row.decode((Int64, String, Int64, Bool).self) as! T
-        case is (Int64, String, Int64, Bool, String).Type:
-            return try row.decode((Int64, String, Int64, Bool, String).self) as! T
+        case is (Int64, String, Int64, Bool, String, Int64).Type:
+            return try row.decode((Int64, String, Int64, Bool, String, Int64).self) as! T
         case is (String, String, Bool, ByteBuffer, ByteBuffer, ByteBuffer).Type:
             return try row.decode((String, String, Bool, ByteBuffer, ByteBuffer, ByteBuffer).self) as! T
         case is (String, String?, Bool, ByteBuffer).Type:

@@ -83,8 +83,8 @@ public struct ProcessRunner: Sendable {
             close(inPipe[1])
             throw InventorySourceError("cannot run '\(display)': \(String(cString: strerror(spawned)))")
         }
-        let limit = maxOutput
-        async let stdoutData = Self.drain(outPipe[0], limit: limit)
+        let outputLimit = maxOutput
+        async let stdoutData = Self.drain(outPipe[0], limit: outputLimit)
         async let stderrData = Self.drain(errPipe[0], limit: 1 << 20)
         let inputFD = inPipe[1]
         if let stdin {
@@ -106,22 +106,24 @@ public struct ProcessRunner: Sendable {
         }
         let exited = AsyncExit()
         let child = pid
+        let ended = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
             var status: Int32 = 0
             while waitpid(child, &status, 0) < 0, errno == EINTR {}
             // Exit status, or 128 + signal as shells report it.
             let code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+            ended.signal()
             exited.finish(code)
         }
-        let watchdog = Task {
-            try await Task.sleep(for: .seconds(timeout))
+        // The watchdog is a thread of its own: a busy task pool must not delay the stop.
+        let limit = timeout
+        Thread.detachNewThread {
+            guard ended.wait(timeout: .now() + limit) == .timedOut else { return }
             exited.timedOut()
             kill(child, SIGTERM)
-            try await Task.sleep(for: .seconds(5))
-            kill(child, SIGKILL)
+            if ended.wait(timeout: .now() + 5) == .timedOut { kill(child, SIGKILL) }
         }
         let status = await exited.wait()
-        watchdog.cancel()
         let (output, overflow) = await stdoutData
         let (errors, _) = await stderrData
         let tail = String(decoding: errors.suffix(4096), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
@@ -132,7 +134,7 @@ public struct ProcessRunner: Sendable {
         }
         if overflow {
             throw InventorySourceError(
-                "'\(display)' printed more than \(limit) bytes (limits.inventory_bytes in tidemark.yaml)")
+                "'\(display)' printed more than \(outputLimit) bytes (limits.inventory_bytes in tidemark.yaml)")
         }
         return Result(status: status, stdout: output, stderr: tail)
     }

@@ -112,7 +112,8 @@ public final class SQLiteStateStore: StateStore {
                 PRAGMA application_id = \(applicationID);
                 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
                 CREATE TABLE tokens (id INTEGER PRIMARY KEY, token TEXT NOT NULL, seen_at INTEGER NOT NULL DEFAULT 0,
-                    dead INTEGER NOT NULL DEFAULT 0, device_id TEXT NOT NULL DEFAULT '');
+                    dead INTEGER NOT NULL DEFAULT 0, device_id TEXT NOT NULL DEFAULT '',
+                    left_at INTEGER NOT NULL DEFAULT 0);
                 CREATE TABLE topics (name TEXT PRIMARY KEY, mode TEXT NOT NULL, protect INTEGER NOT NULL,
                     managed BLOB NOT NULL, observed BLOB NOT NULL, opted_out BLOB NOT NULL DEFAULT x'');
                 CREATE TABLE groups (name TEXT PRIMARY KEY, key TEXT, protect INTEGER NOT NULL, members BLOB NOT NULL);
@@ -151,6 +152,7 @@ public final class SQLiteStateStore: StateStore {
         }
     }
 
+    /// device_id and left_at came together, after format 1 was first written.
     static func hasDeviceColumn(_ db: Database) throws -> Bool {
         try db.columns(in: "tokens").contains { $0.name == "device_id" }
     }
@@ -185,9 +187,15 @@ public final class SQLiteStateStore: StateStore {
                 // Files written before device ids were recorded have no device_id column: none is known.
                 let devices = try Self.hasDeviceColumn(db)
                 var deviceIDs: [String] = []
-                if devices { deviceIDs.reserveCapacity(count) }
+                var leftAt: [Int64] = []
+                if devices {
+                    deviceIDs.reserveCapacity(count)
+                    leftAt.reserveCapacity(count)
+                }
                 let statement = try db.makeStatement(
-                    sql: "SELECT id, token, seen_at, dead\(devices ? ", device_id" : "") FROM tokens ORDER BY id")
+                    sql:
+                        "SELECT id, token, seen_at, dead\(devices ? ", device_id, left_at" : "") FROM tokens ORDER BY id"
+                )
                 let rows = try Row.fetchCursor(statement)
                 while let row = try rows.next() {
                     let id: Int64 = try cell(row, 0, in: "tokens")
@@ -198,7 +206,10 @@ public final class SQLiteStateStore: StateStore {
                     }
                     seenAt.append(try cell(row, 2, in: "tokens"))
                     if try (cell(row, 3, in: "tokens") as Int64) != 0 { dead.append(UInt32(id)) }
-                    if devices { deviceIDs.append(try cell(row, 4, in: "tokens")) }
+                    if devices {
+                        deviceIDs.append(try cell(row, 4, in: "tokens"))
+                        leftAt.append(try cell(row, 5, in: "tokens"))
+                    }
                 }
                 var topics: [String: TopicState] = [:]
                 // Files written before opt-outs existed have no opted_out column: none is recorded.
@@ -228,6 +239,7 @@ public final class SQLiteStateStore: StateStore {
                     lineage: lineage, serial: serial, tokens: table, seenAt: seenAt, dead: TokenSet(sorted: dead),
                     topics: topics, groups: groups)
                 state.deviceIDs = deviceIDs
+                state.leftAt = leftAt
                 state.growToTable()
                 if let kind = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'backend'"),
                     let project = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'project'")
@@ -309,26 +321,33 @@ public final class SQLiteStateStore: StateStore {
                 }
                 if try !Self.hasDeviceColumn(db) {
                     try db.execute(sql: "ALTER TABLE tokens ADD COLUMN device_id TEXT NOT NULL DEFAULT ''")
+                    try db.execute(sql: "ALTER TABLE tokens ADD COLUMN left_at INTEGER NOT NULL DEFAULT 0")
                 }
                 func device(_ id: Int) -> String { id < snapshot.deviceIDs.count ? snapshot.deviceIDs[id] : "" }
+                func left(_ id: Int) -> Int64 { id < snapshot.leftAt.count ? snapshot.leftAt[id] : 0 }
+                // A rebuilt token table replaces the stored one, in the same transaction as every set.
+                if write.compact { try db.execute(sql: "DELETE FROM tokens") }
                 let stored = try Int.fetchOne(db, sql: "SELECT count(*) FROM tokens") ?? 0
                 if stored < snapshot.tokens.count {
                     let insert = try db.makeStatement(
-                        sql: "INSERT INTO tokens (id, token, seen_at, dead, device_id) VALUES (?, ?, ?, ?, ?)")
+                        sql:
+                            "INSERT INTO tokens (id, token, seen_at, dead, device_id, left_at) VALUES (?, ?, ?, ?, ?, ?)"
+                    )
                     for id in stored..<snapshot.tokens.count {
                         try insert.execute(arguments: [
                             id, snapshot.tokens[UInt32(id)], snapshot.seenAt[id],
-                            snapshot.dead.contains(UInt32(id)) ? 1 : 0, device(id),
+                            snapshot.dead.contains(UInt32(id)) ? 1 : 0, device(id), left(id),
                         ])
                     }
                 }
                 let update = try db.makeStatement(
-                    sql: "UPDATE tokens SET seen_at = ?, dead = ?, device_id = ? WHERE id = ?")
+                    sql: "UPDATE tokens SET seen_at = ?, dead = ?, device_id = ?, left_at = ? WHERE id = ?")
                 let touched: [UInt32] =
                     write.allTokens ? Array(0..<UInt32(min(stored, snapshot.tokens.count))) : write.tokens
                 for id in touched where Int(id) < stored {
                     try update.execute(arguments: [
-                        snapshot.seenAt[Int(id)], snapshot.dead.contains(id) ? 1 : 0, device(Int(id)), id,
+                        snapshot.seenAt[Int(id)], snapshot.dead.contains(id) ? 1 : 0, device(Int(id)), left(Int(id)),
+                        id,
                     ])
                 }
                 for name in Set(write.topics) {

@@ -14,6 +14,7 @@ public actor InMemoryStateStore: StateStore {
         var tokens: [String] = []
         var seenAt: [Int64] = []
         var deviceIDs: [String] = []
+        var leftAt: [Int64] = []
         var dead: Set<UInt32> = []
         var topics: [String: TopicState] = [:]
         var groups: [String: GroupState] = [:]
@@ -52,6 +53,7 @@ public actor InMemoryStateStore: StateStore {
         state.backend = stored.backend
         state.versions = stored.versions
         state.deviceIDs = stored.deviceIDs
+        state.leftAt = stored.leftAt
         state.growToTable()
         return state
     }
@@ -63,17 +65,26 @@ public actor InMemoryStateStore: StateStore {
         }
         state.growToTable()
         var next = stored ?? Stored(lineage: state.lineage)
+        if write.compact {
+            next.tokens = []
+            next.seenAt = []
+            next.deviceIDs = []
+            next.leftAt = []
+            next.dead = []
+        }
         let known = next.tokens.count
         for id in known..<state.tokens.count {
             next.tokens.append(state.tokens[UInt32(id)])
             next.seenAt.append(state.seenAt[id])
             next.deviceIDs.append(id < state.deviceIDs.count ? state.deviceIDs[id] : "")
+            next.leftAt.append(id < state.leftAt.count ? state.leftAt[id] : 0)
             if state.dead.contains(UInt32(id)) { next.dead.insert(UInt32(id)) }
         }
         let touched: [UInt32] = write.allTokens ? Array(0..<UInt32(min(known, state.tokens.count))) : write.tokens
         for id in touched where Int(id) < known {
             next.seenAt[Int(id)] = state.seenAt[Int(id)]
             next.deviceIDs[Int(id)] = Int(id) < state.deviceIDs.count ? state.deviceIDs[Int(id)] : ""
+            next.leftAt[Int(id)] = Int(id) < state.leftAt.count ? state.leftAt[Int(id)] : 0
             if state.dead.contains(id) { next.dead.insert(id) } else { next.dead.remove(id) }
         }
         for name in Set(write.topics) { next.topics[name] = state.topics[name] }

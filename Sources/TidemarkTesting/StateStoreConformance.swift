@@ -25,6 +25,7 @@ public enum StateStoreConformance {
         case journalsStepsWithinAnOperation
         case restoresAWholeStateKeepingItsSerial
         case remembersEachTokensDevice
+        case compactsTheTokenTable
 
         public var testDescription: String { rawValue }
     }
@@ -45,6 +46,7 @@ public enum StateStoreConformance {
         case .journalsStepsWithinAnOperation: try await journalsStepsWithinAnOperation(store)
         case .restoresAWholeStateKeepingItsSerial: try await restoresAWholeStateKeepingItsSerial(store)
         case .remembersEachTokensDevice: try await remembersEachTokensDevice(store)
+        case .compactsTheTokenTable: try await compactsTheTokenTable(store)
         }
     }
 
@@ -93,12 +95,15 @@ public enum StateStoreConformance {
         var state = sample(tokens: 30)
         state.deviceIDs[0] = "device-0"
         state.deviceIDs[7] = "d7"
+        state.leftAt[9] = 777
         try await store.save(&state, writeAll(state), at: 1000)
         var loaded = try #require(try await store.load())
+        #expect(loaded.leftAt.count == 30 && loaded.leftAt[9] == 777 && loaded.leftAt[8] == 0)
         #expect(loaded.deviceIDs.count == 30)
         #expect(loaded.deviceID(of: 0) == "device-0" && loaded.deviceID(of: 7) == "d7" && loaded.deviceID(of: 1) == nil)
         // A device id learnt later for a stored token, and a new token with its device.
         loaded.deviceIDs[1] = "device-1"
+        loaded.leftAt[1] = 555
         let new = loaded.tokens.intern(token(500))
         loaded.growToTable()
         loaded.deviceIDs[Int(new)] = "device-500"
@@ -107,7 +112,37 @@ public enum StateStoreConformance {
         try await store.save(&loaded, write, at: 1001)
         let again = try #require(try await store.load())
         #expect(again.deviceID(of: 1) == "device-1" && again.deviceID(of: new) == "device-500")
+        #expect(again.leftAt[1] == 555 && again.leftAt[9] == 777)
         #expect(again.deviceID(of: 0) == "device-0")
+    }
+
+    /// `state prune`: a rebuilt token table replaces the stored one, every set remapped, in one save.
+    static func compactsTheTokenTable(_ store: any StateStore) async throws {
+        var state = sample(tokens: 40)
+        state.deviceIDs[12] = "device-12"
+        try await store.save(&state, writeAll(state), at: 1000)
+        var selection = PruneSelection()
+        selection.dead = [4]
+        selection.departed = [0, 10, 39]
+        var pruned = state.removing(selection)
+        #expect(pruned.tokens.count == 36 && pruned.tokens[0] == token(1) && pruned.tokens.id(token(10)) == nil)
+        let serial = try await store.save(&pruned, .compacting(pruned), at: 1001)
+        #expect(serial == 2)
+        let loaded = try #require(try await store.load())
+        #expect(loaded.tokens.count == 36)
+        #expect((0..<36).allSatisfy { loaded.tokens[UInt32($0)] == pruned.tokens[UInt32($0)] })
+        #expect(loaded.dead.isEmpty, "the dead token is gone")
+        #expect(loaded.topics == pruned.topics && loaded.groups == pruned.groups)
+        #expect(loaded.deviceID(of: loaded.tokens.id(token(12))!) == "device-12")
+        #expect(loaded.seenAt[Int(loaded.tokens.id(token(3))!)] == 99)
+        // The news topic's managed tokens 1, 2, 3 are ids 0, 1, 2 now.
+        #expect(loaded.topics["news"]?.managed.map { loaded.tokens[$0] } == [token(1), token(2), token(3)])
+        // A later ordinary save appends after the compacted table.
+        var next = loaded
+        let new = next.tokens.intern(token(900))
+        next.growToTable()
+        try await store.save(&next, StateWrite(), at: 1002)
+        #expect(try await store.load()?.tokens.id(token(900)) == new)
     }
 
     static func startsEmpty(_ store: any StateStore) async throws {

@@ -67,7 +67,7 @@ struct ApplyCommand: AsyncParsableCommand {
                 (plan: try readPlan($0, limit: workspace.settings.limits.planBytes), file: $0)
             }
             let showTokens = global.showTokens
-            let request = ApplyRequest(
+            var request = ApplyRequest(
                 savedPlan: saved,
                 planning: PlanRequest(
                     refresh: !noRefresh, targets: try planning.selection.targets(),
@@ -93,6 +93,8 @@ struct ApplyCommand: AsyncParsableCommand {
                     try? Terminal.write(PlanRenderer(showTokens: showTokens).render(remaining))
                     return Terminal.confirm("\nDo you want to finish it?") ? .approved : .declined
                 })
+            request.pruneAfter = workspace.settings.pruneAfter
+            let prepared = request
             let store = workspace.stateStore()
             let interruption = Interruption()
             let (qps, qpsUnit, parallelism, acceptDead) = (qps, qpsUnit, parallelism, refreshing.acceptDead)
@@ -103,7 +105,7 @@ struct ApplyCommand: AsyncParsableCommand {
                         try await store.withLock(workspace.lockHolder("tidemark apply")) {
                             try await ApplyWorkflow(
                                 workspace.parts(backend, parallelism: parallelism, acceptDead: acceptDead)
-                            ).run(request)
+                            ).run(prepared)
                         }
                     }
                 }
@@ -123,6 +125,12 @@ struct ApplyCommand: AsyncParsableCommand {
             }
             if outcome.hasUnexpectedFailures {
                 Terminal.err("Some tokens could not be changed; the next plan shows what is left.")
+            }
+            if let pruned = outcome.pruned {
+                Terminal.out(
+                    StatePruneCommand.describe(
+                        pruned, age: workspace.settings.pruneAfterText ?? "", dryRun: false,
+                        state: workspace.stateDisplay) + "\n")
             }
             switch outcome.result {
             case .applied, .nothingToDo:

@@ -10,7 +10,7 @@ struct StateCommand: AsyncParsableCommand {
         abstract: "Inspect tidemark's state: topics and groups it manages, past applies, the lock.",
         subcommands: [
             StateListCommand.self, StateShowCommand.self, StateLockCommand.self, StateForceUnlockCommand.self,
-            StatePullCommand.self, StatePushCommand.self, StateMigrateCommand.self,
+            StatePullCommand.self, StatePushCommand.self, StateMigrateCommand.self, StatePruneCommand.self,
         ]
     )
 }
@@ -399,5 +399,68 @@ struct StateMigrateCommand: AsyncParsableCommand {
                 "Copied \(workspace.stateDisplay) (serial \(state.serial)) to \(target.stateDisplay). Point 'state' in tidemark.yaml (or TIDEMARK_STATE_URL) there; the old state was left as it was.\n"
             )
         }
+    }
+}
+
+struct StatePruneCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "prune",
+        abstract: "Forget dead tokens and tokens that left the inventory, once they have been gone a while.",
+        discussion: """
+            A token is forgotten when the manifests and inventory stopped declaring it at least --older-than \
+            ago (default: 'prune_after' in tidemark.yaml, else 90d; an apply notes when a token leaves), and \
+            it is either dead (FCM reported it unregistered) or holds no membership tidemark manages (an \
+            apply unsubscribed it already). Its observed memberships go with it. Refused while an apply is unfinished or the \
+            inventory cannot be read. With 'prune_after' set, apply prunes on its own when at least 1,000 \
+            tokens (or a tenth of state) can go. Pruning rewrites every topic's row, so plans saved before \
+            it are stale.
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Option(
+        help: ArgumentHelp(
+            "Forget only tokens that left at least this long ago (such as 90d, 12w).", valueName: "AGE"))
+    var olderThan: String?
+
+    @Flag(help: "Say what would be forgotten; write nothing.")
+    var dryRun = false
+
+    func validate() throws {
+        if let olderThan, ExclusionRule.seconds(olderThan) == nil {
+            throw ValidationError("--older-than must be a duration such as 90d or 12w, not '\(olderThan)'.")
+        }
+    }
+
+    func run() async throws {
+        try await runReportingErrors {
+            let workspace = try Workspace(global)
+            let retention = olderThan.flatMap(ExclusionRule.seconds) ?? workspace.settings.pruneAfter ?? 90 * 86_400
+            let store = workspace.stateStore()
+            let workflow = PruneWorkflow(
+                manifests: workspace.manifestSource(), store: store, timing: workspace.timing,
+                output: TerminalOutput())
+            let outcome =
+                dryRun
+                ? try await workflow.run(retention: retention, dryRun: true)
+                : try await store.withLock(workspace.lockHolder("tidemark state prune")) {
+                    try await workflow.run(retention: retention)
+                }
+            let age = olderThan ?? workspace.settings.pruneAfterText ?? "90d"
+            try Terminal.write(Self.describe(outcome, age: age, dryRun: dryRun, state: workspace.stateDisplay) + "\n")
+        }
+    }
+
+    static func describe(_ outcome: PruneOutcome, age: String, dryRun: Bool, state: String) -> String {
+        let selection = outcome.selection
+        guard !selection.isEmpty else {
+            return
+                "Nothing to prune in \(state): no token left the inventory \(age) or more ago without a membership tidemark still manages."
+        }
+        let what =
+            "\(PlanRenderer.formatCount(selection.count)) of \(PlanRenderer.formatCount(outcome.tokensBefore)) tokens (\(PlanRenderer.formatCount(selection.dead.count)) dead, \(PlanRenderer.formatCount(selection.departed.count)) no longer in the inventory), gone for \(age) or more"
+        if dryRun { return "Would prune \(what) from \(state). Run without --dry-run to forget them." }
+        return "Pruned \(what) from \(state); serial \(outcome.serial.map(String.init) ?? "?")."
     }
 }

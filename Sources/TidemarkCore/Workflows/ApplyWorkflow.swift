@@ -21,6 +21,9 @@ public struct ApplyRequest: Sendable {
     public var planReady: @Sendable (PlanOutcome) async throws -> Void
     /// Asked before an interrupted apply is finished: the operations it still has to run.
     public var approveResume: @Sendable (UnfinishedApply) async -> Approval
+    /// `prune_after`: after an apply that changed something, forget dead and departed tokens unseen for
+    /// this many seconds, when at least `PruneWorkflow.automaticMinimum` of them can go.
+    public var pruneAfter: Int64? = nil
 
     public init(
         savedPlan: (plan: Plan, file: String)? = nil, planning: PlanRequest = PlanRequest(),
@@ -76,6 +79,8 @@ public struct ApplyOutcome: Sendable {
     /// Devices the inventory still lists whose token FCM reported dead, after this apply: for
     /// `--dead-tokens FILE` and the sources' `on_dead` hooks.
     public var dead: [DeadDevice] = []
+    /// What the automatic prune (`prune_after`) forgot, when it ran.
+    public var pruned: PruneOutcome? = nil
 
     /// Whether a token failed, in either apply, for a reason other than being unregistered.
     public var hasUnexpectedFailures: Bool {
@@ -150,9 +155,18 @@ public struct ApplyWorkflow: Sendable {
             plan: plan, desired: loaded.desired, store: parts.store, state: state,
             timing: parts.timing, inventory: loaded.inventory)
         let summary = try await execute(plan, done: [], tokensDone: [:], session: session)
-        return ApplyOutcome(
+        let final = await session.state
+        var outcome = ApplyOutcome(
             resumed: resumed, result: .applied(summary),
-            dead: DeadDevice.collect(state: await session.state, inventory: loaded.inventory))
+            dead: DeadDevice.collect(state: final, inventory: loaded.inventory))
+        if let retention = request.pruneAfter {
+            // A prune rewrites every topic's row (token ids change), so it waits until enough can go.
+            let pruned = try await PruneWorkflow.prune(
+                final, declared: loaded.desired.knownTokens, store: parts.store, now: parts.timing.unixTime(),
+                retention: retention, minimum: max(PruneWorkflow.automaticMinimum, final.tokens.count / 10))
+            if pruned.serial != nil { outcome.pruned = pruned }
+        }
+        return outcome
     }
 
     enum Resumption {

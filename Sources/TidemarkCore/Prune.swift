@@ -1,0 +1,95 @@
+import Foundation
+
+/// Tokens state can forget, so that it does not grow forever: dead tokens and tokens no longer
+/// declared that hold no membership tidemark manages, unseen for a retention.
+public struct PruneSelection: Sendable, Equatable {
+    /// Tokens FCM reported dead that the manifests and inventory no longer declare.
+    public var dead: [UInt32] = []
+    /// Tokens that left the inventory, live or unknown, with no membership tidemark manages (it
+    /// unsubscribed them already) and no device-group membership.
+    public var departed: [UInt32] = []
+
+    public init() {}
+
+    public var count: Int { dead.count + departed.count }
+    public var isEmpty: Bool { count == 0 }
+}
+
+extension State {
+    /// What `prune` would forget: tokens not in `declared` (the inventory and the manifests' own
+    /// tokens) that left it at least `retention` seconds ago (as an apply noted), and either dead (and
+    /// not seen alive since) or holding no membership tidemark manages: a token with managed
+    /// memberships is kept until an apply unsubscribed it.
+    public func prunable(declared: TokenSet, now: Int64, retention: Int64) -> PruneSelection {
+        let held = TokenSet.union(of: topics.values.map(\.managed) + groups.values.map(\.members))
+        let cutoff = now - retention
+        var selection = PruneSelection()
+        for index in 0..<tokens.count {
+            let id = UInt32(index)
+            if declared.contains(id) { continue }
+            let left = index < leftAt.count ? leftAt[index] : 0
+            guard left != 0, left <= cutoff else { continue }
+            if index < seenAt.count, seenAt[index] > cutoff, dead.contains(id) { continue }
+            if dead.contains(id) {
+                selection.dead.append(id)
+            } else if !held.contains(id) {
+                selection.departed.append(id)
+            }
+        }
+        return selection
+    }
+
+    /// This state without the selected tokens: the token table is rebuilt densely (ids renumbered in
+    /// order) and every set remapped; memberships of removed tokens are dropped.
+    public func removing(_ selection: PruneSelection) -> State {
+        let removed = TokenSet(selection.dead + selection.departed)
+        var map = [UInt32](repeating: .max, count: tokens.count)
+        var table = TokenTable()
+        table.reserveCapacity(tokens.count - removed.count)
+        var seen: [Int64] = []
+        var devices: [String] = []
+        var left: [Int64] = []
+        for index in 0..<tokens.count where !removed.contains(UInt32(index)) {
+            map[index] = table.intern(tokens[UInt32(index)])
+            seen.append(index < seenAt.count ? seenAt[index] : 0)
+            devices.append(index < deviceIDs.count ? deviceIDs[index] : "")
+            left.append(index < leftAt.count ? leftAt[index] : 0)
+        }
+        // Ids keep their order, so a remapped sorted set stays sorted.
+        func remap(_ set: TokenSet) -> TokenSet {
+            TokenSet(sorted: set.compactMap { map[Int($0)] == .max ? nil : map[Int($0)] })
+        }
+        var next = self
+        next.tokens = table
+        next.seenAt = seen
+        next.deviceIDs = devices
+        next.leftAt = left
+        next.dead = remap(dead)
+        next.topics = topics.mapValues { topic in
+            var topic = topic
+            topic.managed = remap(topic.managed)
+            topic.observed = remap(topic.observed)
+            topic.optedOut = remap(topic.optedOut)
+            return topic
+        }
+        next.groups = groups.mapValues { group in
+            var group = group
+            group.members = remap(group.members)
+            return group
+        }
+        return next
+    }
+}
+
+extension StateWrite {
+    /// A write of a state whose token table was rebuilt (`State.removing`): every token, topic and
+    /// group is replaced; the serial and the versions move on as for any write.
+    public static func compacting(_ state: State) -> StateWrite {
+        var write = StateWrite()
+        write.topics = state.topics.keys.sorted()
+        write.groups = state.groups.keys.sorted()
+        write.allTokens = true
+        write.compact = true
+        return write
+    }
+}
