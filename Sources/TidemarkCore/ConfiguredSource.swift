@@ -21,6 +21,9 @@ public struct ConfiguredSource: Sendable, Equatable {
     public var exclusion: ExclusionRule?
     /// Where tidemark.yaml declares it.
     public var location: SourceLocation
+    /// A source that reads no device is an error (a broken query would otherwise look like every
+    /// device leaving) unless `allow_empty: true`.
+    public var allowEmpty = false
 
     public init(
         name: String, kind: Kind, onDead: DeadTokenHook? = nil, exclusion: ExclusionRule? = nil,
@@ -34,7 +37,7 @@ public struct ConfiguredSource: Sendable, Equatable {
     }
 
     /// The keys of one `inventory:` item in tidemark.yaml.
-    public static let keys = ["name", "postgres", "exec", "on_dead", "exclude_if"]
+    public static let keys = ["name", "postgres", "exec", "on_dead", "exclude_if", "allow_empty"]
     static let postgresKeys = ["url_env", "query", "labels"]
     static let execKeys = ["command", "format", "timeout"]
     /// How a configured source names itself in messages and as the place of its devices.
@@ -165,11 +168,14 @@ extension ConfiguredSource {
         var kind: Kind?
         var onDead: DeadTokenHook?
         var exclusion: ExclusionRule?
+        var allowEmpty = false
         var failed = false
         for (key, _, value) in pairs {
             switch key {
             case "name":
                 name = doc.string(value, "'name'")
+            case "allow_empty":
+                allowEmpty = doc.bool(value, "'allow_empty'") ?? false
             case "postgres":
                 guard let fields = doc.mapping(value, "'postgres'", allowed: postgresKeys) else {
                     failed = true
@@ -301,7 +307,9 @@ extension ConfiguredSource {
             // The script rather than its interpreter: [python3, scripts/devices.py] is "exec devices.py".
             fallback = "exec \(((command.last { $0.contains("/") } ?? command[0]) as NSString).lastPathComponent)"
         }
-        return ConfiguredSource(
+        var source = ConfiguredSource(
             name: name ?? fallback, kind: kind, onDead: onDead, exclusion: exclusion, location: doc.location(node))
+        source.allowEmpty = allowEmpty
+        return source
     }
 }

@@ -182,6 +182,6 @@ public struct ReadManifests: Sendable {
         return LoadedManifests(
             manifests: manifests, inventory: inventory, desired: desired,
             diagnostics: (diagnostics + (inventoryFailed ? [] : resolveDiagnostics)).sortedByLocation(),
-            digest: desired.digest(tokens: table))
+            digest: desired.digest(tokens: table), snapshots: snapshots)
     }
 }

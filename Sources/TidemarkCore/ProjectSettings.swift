@@ -28,6 +28,10 @@ public struct ProjectSettings: Sendable, Equatable {
     public var limits = InputLimits()
     /// Inventory sources that run SQL or a command (`inventory:`): honoured only from this file.
     public var inventory: [ConfiguredSource] = []
+    /// `inventory: FILE`: the sources live in a file of their own (relative to the project directory,
+    /// outside the manifests directory); `Workspace` reads it with `decodeInventoryFile`.
+    public var inventoryFile: String?
+    public var inventoryFileLocation: SourceLocation?
     /// `prune_after`: the retention of dead and departed tokens in state, in seconds (and as written);
     /// set, apply prunes on its own.
     public var pruneAfter: Int64?
@@ -48,6 +52,21 @@ public struct ProjectSettings: Sendable, Equatable {
             ? nil : "must be 1 to 100 letters, digits, '-', '_' or '.', such as prod or staging-eu, not '\(name)'."
     }
 
+    /// Decodes a file of inventory sources that tidemark.yaml names (`inventory: ops/inventory.yaml`):
+    /// the same list as tidemark.yaml's `inventory:`, at the top level or under an `inventory:` key.
+    public static func decodeInventoryFile(_ text: String, file: String) -> ([ConfiguredSource], [Diagnostic]) {
+        var doc = YAMLDocument(file: file)
+        guard let root = doc.compose(text) else { return ([], doc.diagnostics) }
+        var list = root
+        if case .mapping = root {
+            guard let pairs = doc.mapping(root, "an inventory file", allowed: ["inventory"]), let first = pairs.first
+            else { return ([], doc.diagnostics) }
+            list = first.value
+        }
+        let sources = ConfiguredSource.decodeList(list, &doc)
+        return (sources, doc.diagnostics)
+    }
+
     /// Decodes the project file's text; problems come back as diagnostics.
     public static func decode(_ text: String, file: String) -> (ProjectSettings, [Diagnostic]) {
         var doc = YAMLDocument(file: file)
@@ -66,7 +85,12 @@ public struct ProjectSettings: Sendable, Equatable {
             }
             switch key {
             case "inventory":
-                settings.inventory = ConfiguredSource.decodeList(value, &doc)
+                if case .scalar(let scalar) = value, !scalar.string.isEmpty {
+                    settings.inventoryFile = scalar.string
+                    settings.inventoryFileLocation = doc.location(value)
+                } else {
+                    settings.inventory = ConfiguredSource.decodeList(value, &doc)
+                }
                 continue
             case "prune_after":
                 let text = doc.string(value, "'prune_after'") ?? ""

@@ -10,6 +10,8 @@ public struct CommandInventorySource: InventorySource {
     public var format: InventoryFormat
     public var exclusion: ExclusionFilter?
     public var declaredAt: SourceLocation?
+    /// Whether reading no device at all is acceptable (`allow_empty: true`); otherwise it is an error.
+    public var allowEmpty = false
 
     public init(
         name: String, runner: ProcessRunner, format: InventoryFormat, exclusion: ExclusionFilter? = nil,
@@ -34,13 +36,19 @@ public struct CommandInventorySource: InventorySource {
             output = try Gzip.decompress(output, atMost: runner.maxOutput, setting: "inventory_bytes")
         }
         let file = ConfiguredSource.display(name)
-        let before = (builder.inventory.count, builder.excluded)
+        let before = (builder.inventory.count, builder.excluded, builder.diagnostics.count)
         switch format {
         case .csv:
             FileInventorySource.loadCSV(output, file: file, into: &builder, exclusion: exclusion, rowsAreLines: false)
         case .jsonl:
             FileInventorySource.loadJSONLines(
                 output, file: file, into: &builder, exclusion: exclusion, rowsAreLines: false)
+        }
+        if !allowEmpty, builder.inventory.count == before.0, builder.excluded == before.1,
+            builder.diagnostics.count == before.2
+        {
+            throw InventorySourceError(
+                PostgresInventorySource.emptyProblem("'\(runner.display)' printed no devices"))
         }
         return InventorySnapshot(
             identity: SHA256Digest.hex(output), rows: builder.inventory.count - before.0,

@@ -19,6 +19,8 @@ public struct PostgresInventorySource: InventorySource {
     public var labels: [String]?
     public var exclusion: ExclusionFilter?
     public var declaredAt: SourceLocation?
+    /// Whether reading no device at all is acceptable (`allow_empty: true`); otherwise it is an error.
+    public var allowEmpty = false
     /// Rows per FETCH.
     public var pageSize = 20_000
 
@@ -173,10 +175,16 @@ public struct PostgresInventorySource: InventorySource {
                 }
             }
         }
+        if number == 0, !allowEmpty { throw InventorySourceError(Self.emptyProblem("the query returned no rows")) }
         try await c.query("CLOSE tidemark_inventory", logger: Self.logger).collect()
         try await c.query("COMMIT", logger: Self.logger).collect()
         return InventorySnapshot(
             identity: digest.hex, rows: builder.inventory.count - before.0, excluded: builder.excluded - before.1)
+    }
+
+    /// Why an empty source is refused: a broken query or export would otherwise look like every device leaving.
+    public static func emptyProblem(_ what: String) -> String {
+        "\(what); a source that reads nothing would make every device look gone (and its memberships removed). If it is meant to be empty, set 'allow_empty: true' on it in tidemark.yaml"
     }
 
     /// The planner's row estimate for `query` (EXPLAIN, which runs nothing); nil when it gives none.

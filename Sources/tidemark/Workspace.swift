@@ -41,6 +41,7 @@ struct Workspace {
         }
         let settingsFile = (root as NSString).appendingPathComponent("tidemark.yaml")
         let settingsDisplay = Self.display(options.directory, "tidemark.yaml")
+        var settings: ProjectSettings
         do {
             let data = try InputFile.read(settingsFile, atMost: 16 << 20)
             guard let text = String(data: data, encoding: .utf8) else {
@@ -54,6 +55,11 @@ struct Workspace {
         } catch let error as InputFileError {
             throw CLIError("cannot read \(settingsDisplay): \(error).")
         }
+        if let file = settings.inventoryFile {
+            settings.inventory = try Self.readInventoryFile(
+                file, root: root, directory: options.directory, at: settings.inventoryFileLocation)
+        }
+        self.settings = settings
         if let manifests = options.manifests {
             manifestsPath = manifests.hasPrefix("/") ? manifests : (cwd as NSString).appendingPathComponent(manifests)
             manifestsDisplay = manifests
@@ -61,6 +67,18 @@ struct Workspace {
             let relative = settings.manifests ?? "manifests"
             manifestsPath = relative.hasPrefix("/") ? relative : (root as NSString).appendingPathComponent(relative)
             manifestsDisplay = Self.display(options.directory, relative)
+        }
+        if let file = settings.inventoryFile {
+            let path = URL(
+                fileURLWithPath: file.hasPrefix("/") ? file : (root as NSString).appendingPathComponent(file)
+            )
+            .standardizedFileURL.path
+            let manifests = URL(fileURLWithPath: manifestsPath).standardizedFileURL.path
+            if path.hasPrefix(manifests + "/") {
+                throw CLIError(
+                    "\(settings.inventoryFileLocation.map { "\($0): " } ?? "")the inventory file \(file) is inside the manifests directory, which pull requests edit; sources that run SQL or a command must live in tidemark.yaml or a file beside it that is reviewed like it (CODEOWNERS)."
+                )
+            }
         }
         let environment = ProcessInfo.processInfo.environment
         let state = options.state ?? environment["TIDEMARK_STATE_URL"] ?? settings.state ?? ".tidemark/state.db"
@@ -88,6 +106,29 @@ struct Workspace {
             statePath = spec.hasPrefix("/") ? spec : (root as NSString).appendingPathComponent(spec)
         }
         backendKind = options.backend ?? settings.backend ?? .embedded
+    }
+
+    /// The sources of a file tidemark.yaml names; like tidemark.yaml it must be protected in review, so
+    /// it may not live in the manifests directory (where every pull request edits files).
+    static func readInventoryFile(
+        _ file: String, root: String, directory: String, at location: SourceLocation?
+    ) throws -> [ConfiguredSource] {
+        let path = file.hasPrefix("/") ? file : (root as NSString).appendingPathComponent(file)
+        let display = display(directory, file)
+        let data: Data
+        do {
+            data = try InputFile.read(path, atMost: 16 << 20)
+        } catch {
+            throw CLIError(
+                "\(location.map { "\($0): " } ?? "")cannot read the inventory file \(display) that tidemark.yaml names: \(ErrorText.describe(error))."
+            )
+        }
+        guard let text = String(data: data, encoding: .utf8) else {
+            throw CLIError("\(display) is not UTF-8 text; save it as UTF-8.")
+        }
+        let (sources, diagnostics) = ProjectSettings.decodeInventoryFile(text, file: display)
+        if diagnostics.hasErrors { throw DiagnosticsError(diagnostics) }
+        return sources
     }
 
     static func display(_ directory: String, _ path: String) -> String {
@@ -204,15 +245,19 @@ struct Workspace {
             let exclusion = spec.exclusion.map { ExclusionFilter($0, now: Int64(now.timeIntervalSince1970)) }
             switch spec.kind {
             case .postgres(let urlEnv, let query, let labels):
-                return PostgresInventorySource(
+                var source = PostgresInventorySource(
                     name: spec.name, url: environment[urlEnv], urlEnv: urlEnv, query: query, labels: labels,
                     exclusion: exclusion, declaredAt: spec.location)
+                source.allowEmpty = spec.allowEmpty
+                return source
             case .exec(let command, let format, let timeout):
-                return CommandInventorySource(
+                var source = CommandInventorySource(
                     name: spec.name,
                     runner: ProcessRunner(
                         command: command, directory: root, timeout: timeout, maxOutput: settings.limits.inventoryBytes),
                     format: format, exclusion: exclusion, declaredAt: spec.location)
+                source.allowEmpty = spec.allowEmpty
+                return source
             }
         }
     }

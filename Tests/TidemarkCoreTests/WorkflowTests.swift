@@ -646,3 +646,25 @@ import TidemarkTesting
         }
     }
 }
+
+/// A saved plan refused because the inventory moved says which source changed and which tokens went.
+@Suite struct StaleInventoryTests {
+    @Test func theRefusalNamesTheSourceAndTheTokens() async throws {
+        var project = try WorkflowTests.Project()
+        _ = try await project.apply()
+        // d6 joins; the plan subscribes it. Then its token rotates before the plan is applied.
+        project.files["inventory.csv"] = WorkflowTests.inventory + "d6,\(Fixtures.token(6)),t0\n"
+        let plan = try await project.plan().plan
+        #expect(plan.inventory?.map(\.source) == ["inventory.csv"])
+        project.files["inventory.csv"] = WorkflowTests.inventory + "d6,\(Fixtures.token(66)),t0\n"
+        do {
+            _ = try await project.apply(project.saved(plan))
+            Issue.record("a plan whose inventory moved was applied")
+        } catch WorkflowError.stalePlan(let stale) {
+            let text = stale.description
+            #expect(text.contains("inventory 'inventory.csv' changed"), "\(text)")
+            #expect(text.contains("1 token it adds is no longer declared"), "\(text)")
+            #expect(text.contains(Redaction.redact(Fixtures.token(6))), "\(text)")
+        }
+    }
+}

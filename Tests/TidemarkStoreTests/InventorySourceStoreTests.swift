@@ -44,6 +44,7 @@ extension TestPostgres {
         var source = PostgresInventorySource(
             name: "app-db", url: url, query: "select device_id, token, platform, region from \(table) order by n;")
         source.pageSize = 7  // many pages even for small tables
+        source.allowEmpty = true  // the suite's empty source is meant to be empty
         return (table, source)
     }
 }
@@ -124,6 +125,10 @@ extension TestPostgres {
         _ = try await good.load(into: &builder)
         #expect(builder.inventory.count == 3, "the table is still there")
         // No URL in the environment, a bad URL, an unreachable server: the password never appears.
+        source.labels = nil
+        source.query = "select device_id, token from \(table) where false"
+        source.allowEmpty = false
+        #expect(await failure(source).contains("the query returned no rows"))
         let unset = PostgresInventorySource(name: "x", url: nil, urlEnv: "APP_DATABASE_URL", query: "select 1")
         #expect(await failure(unset).contains("APP_DATABASE_URL is not set"))
         let unreachable = PostgresInventorySource(
@@ -146,10 +151,12 @@ extension TestPostgres {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tm-exec-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         try Data(text.utf8).write(to: directory.appendingPathComponent("devices.out"))
-        return CommandInventorySource(
+        var source = CommandInventorySource(
             name: "devices",
             runner: ProcessRunner(command: ["cat", "devices.out"], directory: directory.path, timeout: timeout),
             format: format)
+        source.allowEmpty = true  // the suite's empty source is meant to be empty
+        return source
     }
 
     @Test(arguments: InventorySourceConformance.Check.allCases)
@@ -202,6 +209,18 @@ extension TestPostgres {
         let (_, csv) = await Self.failure(
             try Self.source("device_id,token\na,\(Fixtures.token(1)),extra\n", format: .csv))
         #expect(csv.count == 1 && csv[0].contains("row 1: error: row has 3 fields"), "\(csv)")
+    }
+
+    /// A command that prints nothing is refused unless the source allows it: a broken export must not
+    /// look like every device leaving.
+    @Test func anEmptyOutputIsRefusedUnlessAllowed() async throws {
+        var source = try Self.source("")
+        source.allowEmpty = false
+        let (empty, _) = await Self.failure(source)
+        #expect(empty.contains("printed no devices") && empty.contains("allow_empty: true"), "\(empty)")
+        var header = try Self.source("device_id,token\n", format: .csv)
+        header.allowEmpty = false
+        #expect(await Self.failure(header).0.contains("printed no devices"))
     }
 
     /// stdin reaches the program (the on_dead hook feeds tokens this way).
