@@ -51,11 +51,12 @@ public struct FileInventorySource: InventorySource {
         if path.hasSuffix(".gz") || Gzip.isCompressed(data) {
             data = try Gzip.decompress(data, atMost: maxBytes, setting: "inventory_bytes")
         }
+        let before = builder.inventory.count
         switch format {
         case .csv: Self.loadCSV(data, file: display, into: &builder)
         case .jsonl: Self.loadJSONLines(data, file: display, into: &builder)
         }
-        return InventorySnapshot(identity: SHA256Digest.hex(data))
+        return InventorySnapshot(identity: SHA256Digest.hex(data), rows: builder.inventory.count - before)
     }
 
     /// CSV: a header row naming `device_id` (or `id`), `token`, and any label columns. With `exclusion`,
