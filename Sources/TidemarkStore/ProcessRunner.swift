@@ -40,11 +40,10 @@ public struct ProcessRunner: Sendable {
         var outPipe: [Int32] = [0, 0]
         var errPipe: [Int32] = [0, 0]
         var inPipe: [Int32] = [0, 0]
+        // pipe2 with O_CLOEXEC, atomically: a program spawned by another thread meanwhile must not
+        // inherit these ends (it would hold the pipe open, and this read would never see its end).
         func cloexecPipe(_ fds: inout [Int32]) -> Bool {
-            guard pipe(&fds) == 0 else { return false }
-            _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
-            _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
-            return true
+            fds.withUnsafeMutableBufferPointer { systemPipe2($0.baseAddress!, O_CLOEXEC) } == 0
         }
         guard cloexecPipe(&outPipe), cloexecPipe(&errPipe), cloexecPipe(&inPipe) else {
             throw InventorySourceError("cannot run '\(display)': no pipes (\(String(cString: strerror(errno))))")
@@ -84,8 +83,10 @@ public struct ProcessRunner: Sendable {
             throw InventorySourceError("cannot run '\(display)': \(String(cString: strerror(spawned)))")
         }
         let outputLimit = maxOutput
-        async let stdoutData = Self.drain(outPipe[0], limit: outputLimit)
-        async let stderrData = Self.drain(errPipe[0], limit: 1 << 20)
+        // Reading starts now, on threads of their own: a program that fills its pipe must never wait for
+        // the task pool (which tests, or a busy tidemark, can keep occupied).
+        let stdoutData = PipeDrain(outPipe[0], limit: outputLimit)
+        let stderrData = PipeDrain(errPipe[0], limit: 1 << 20)
         let inputFD = inPipe[1]
         if let stdin {
             // Written off the caller's thread: a program that does not read stdin must not block tidemark.
@@ -124,8 +125,8 @@ public struct ProcessRunner: Sendable {
             if ended.wait(timeout: .now() + 5) == .timedOut { kill(child, SIGKILL) }
         }
         let status = await exited.wait()
-        let (output, overflow) = await stdoutData
-        let (errors, _) = await stderrData
+        let (output, overflow) = await stdoutData.value()
+        let (errors, _) = await stderrData.value()
         let tail = String(decoding: errors.suffix(4096), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         if exited.didTimeOut {
             throw InventorySourceError(
@@ -149,26 +150,57 @@ public struct ProcessRunner: Sendable {
         value == value.rounded() ? "\(Int(value))s" : String(format: "%.1fs", value)
     }
 
-    /// Reads a pipe to its end on a thread of its own, then closes it; past `limit` bytes it keeps
-    /// reading (so the program is not blocked) but drops the rest and says so.
-    static func drain(_ fd: Int32, limit: Int) async -> (Data, Bool) {
-        await withCheckedContinuation { continuation in
-            Thread.detachNewThread {
-                var data = Data()
-                var overflow = false
-                var buffer = [UInt8](repeating: 0, count: 1 << 16)
-                while true {
-                    let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-                    if n < 0, errno == EINTR { continue }
-                    if n <= 0 { break }
-                    if data.count + n > limit {
-                        overflow = true
-                    } else {
-                        data.append(contentsOf: buffer[0..<n])
-                    }
+}
+
+/// glibc's pipe2, which Glibc's module map hides behind _GNU_SOURCE.
+@_silgen_name("pipe2")
+private func systemPipe2(_ fds: UnsafeMutablePointer<Int32>, _ flags: Int32) -> Int32
+
+/// Reads a pipe to its end on a thread started at once, then closes it; past `limit` bytes it keeps
+/// reading (so the program is not blocked) but drops the rest and says so.
+final class PipeDrain: @unchecked Sendable {
+    private let lock = NSLock()
+    private var result: (Data, Bool)?
+    private var waiter: CheckedContinuation<(Data, Bool), Never>?
+
+    init(_ fd: Int32, limit: Int) {
+        Thread.detachNewThread { [self] in
+            var data = Data()
+            var overflow = false
+            var buffer = [UInt8](repeating: 0, count: 1 << 16)
+            while true {
+                let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                if n < 0, errno == EINTR { continue }
+                if n <= 0 { break }
+                if data.count + n > limit {
+                    overflow = true
+                } else {
+                    data.append(contentsOf: buffer[0..<n])
                 }
-                close(fd)
-                continuation.resume(returning: (data, overflow))
+            }
+            close(fd)
+            finish((data, overflow))
+        }
+    }
+
+    private func finish(_ value: (Data, Bool)) {
+        lock.lock()
+        result = value
+        let w = waiter
+        waiter = nil
+        lock.unlock()
+        w?.resume(returning: value)
+    }
+
+    func value() async -> (Data, Bool) {
+        await withCheckedContinuation { continuation in
+            lock.lock()
+            if let result {
+                lock.unlock()
+                continuation.resume(returning: result)
+            } else {
+                waiter = continuation
+                lock.unlock()
             }
         }
     }
