@@ -10,6 +10,8 @@ public struct ProjectSettings: Sendable, Equatable {
     public var transport: TopicTransport?
     /// Subscription changes per second an apply may send (FCM's documented quota: 3000).
     public var qps: Double?
+    /// Reads per second while refreshing (`read_qps`); nil for no limit.
+    public var readQPS: Double?
     /// What `qps` counts: `tokens` (membership changes, the default) or `requests` (HTTP calls).
     public var qpsUnit: QuotaUnit?
     /// The service-account key file; `GOOGLE_APPLICATION_CREDENTIALS` wins.
@@ -40,7 +42,7 @@ public struct ProjectSettings: Sendable, Equatable {
     public static let keys = [
         "project", "backend", "manifests", "state", "transport", "qps", "qps_unit", "credentials",
         "fcm_url", "iid_url", "sender_id", "unregistered", "dead_share", "dead_minimum", "limits", "workspace",
-        "inventory", "prune_after",
+        "inventory", "prune_after", "read_qps",
     ]
 
     public init() {}
@@ -74,6 +76,14 @@ public struct ProjectSettings: Sendable, Equatable {
         guard let root = doc.compose(text) else { return (settings, doc.diagnostics) }
         if case .scalar(let s) = root, s.string.isEmpty { return (settings, doc.diagnostics) }
         for (key, _, value) in doc.mapping(root, "tidemark.yaml", allowed: keys) ?? [] {
+            if key == "read_qps" {
+                if case .scalar(let scalar) = value, let reads = Double(scalar.string), reads > 0 {
+                    settings.readQPS = reads
+                } else {
+                    doc.error("'read_qps' must be a positive number of reads per second.", value)
+                }
+                continue
+            }
             if key == "qps" {
                 if case .scalar(let scalar) = value, let qps = Double(scalar.string), qps > 0 {
                     settings.qps = qps

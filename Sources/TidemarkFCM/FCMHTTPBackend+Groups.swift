@@ -17,6 +17,7 @@ extension FCMHTTPBackend {
     }
 
     public func groupKey(name: String) async throws -> String? {
+        try await options.readLimiter?.acquire()
         let answer = try await call(.GET, groupsURL + "?notification_key_name=\(Self.encode(name))", groupHeaders: true)
         if answer.status == 200, let key = answer.decode(FCMWire.GroupKey.self)?.notificationKey { return key }
         if answer.code == GroupError.Kind.notFound.rawValue { return nil }

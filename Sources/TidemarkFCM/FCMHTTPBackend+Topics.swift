@@ -118,6 +118,7 @@ extension FCMHTTPBackend {
         repeat {
             var url = registrationsURL(token) + "?pageSize=2000"
             if let pageToken { url += "&pageToken=\(Self.encode(pageToken))" }
+            try await options.readLimiter?.acquire()
             let answer = try await call(.GET, url)
             guard answer.status == 200 else {
                 if let status = answer.rpcStatus,
@@ -141,6 +142,7 @@ extension FCMHTTPBackend {
     /// unknown instance); anything else that is not an instance's info stops the command.
     func infoTopics(_ token: String) async throws -> RegistrationStatus {
         let url = "\(endpoints.iid)/iid/info/\(Self.encode(token))?details=true"
+        try await options.readLimiter?.acquire()
         let answer = try await call(.GET, url, iidHeaders: true)
         let what = "Reading \(Redaction.redact(token)) from iid/info"
         guard answer.status == 200 else {

@@ -65,6 +65,9 @@ public struct FCMHTTPBackend: Backend {
         public var concurrency = 100
         /// The client-side rate limit on subscription changes, or nil for none.
         public var limiter: RateLimiter?
+        /// The client-side rate limit on reads (a registration's topics, a group's key), separate from
+        /// the write quota because FCM documents none for reads; nil for none (`read_qps`).
+        public var readLimiter: RateLimiter?
         public var quotaUnit: QuotaUnit = .tokens
         /// Sent as `project_id` on device-group calls; default: the project id.
         public var senderID: String?

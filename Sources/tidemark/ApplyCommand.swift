@@ -98,10 +98,11 @@ struct ApplyCommand: AsyncParsableCommand {
             let store = workspace.stateStore()
             let interruption = Interruption()
             let (qps, qpsUnit, parallelism, acceptDead) = (qps, qpsUnit, parallelism, refreshing.acceptDead)
+            let readQPS = refreshing.readQps
             let outcome: ApplyOutcome
             do {
                 outcome = try await interruption.run {
-                    try await workspace.withBackend(qps: qps, qpsUnit: qpsUnit) { backend in
+                    try await workspace.withBackend(qps: qps, qpsUnit: qpsUnit, readQPS: readQPS) { backend in
                         try await store.withLock(workspace.lockHolder("tidemark apply")) {
                             try await ApplyWorkflow(
                                 workspace.parts(backend, parallelism: parallelism, acceptDead: acceptDead)

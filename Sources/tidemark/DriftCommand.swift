@@ -39,7 +39,7 @@ struct DriftCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
-            let report = try await workspace.withBackend { backend in
+            let report = try await workspace.withBackend(readQPS: refreshing.readQps) { backend in
                 try await DriftWorkflow(workspace.parts(backend, acceptDead: refreshing.acceptDead)).run()
             }
             let renderer = DriftRenderer(showTokens: global.showTokens)

@@ -28,7 +28,7 @@ struct ImportCommand: AsyncParsableCommand {
             let targets = try selection.targets()
             let workspace = try Workspace(global)
             let store = workspace.stateStore()
-            let outcome = try await workspace.withBackend { backend in
+            let outcome = try await workspace.withBackend(readQPS: refreshing.readQps) { backend in
                 let importing = ImportWorkflow(workspace.parts(backend, acceptDead: refreshing.acceptDead))
                 if dryRun { return try await importing.run(targets: targets, dryRun: true) }
                 return try await store.withLock(workspace.lockHolder("tidemark import")) {

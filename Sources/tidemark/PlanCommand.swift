@@ -36,7 +36,7 @@ struct PlanCommand: AsyncParsableCommand {
             let request = PlanRequest(
                 refresh: !noRefresh, targets: try planning.selection.targets(),
                 maxUnsubscribes: try planning.limit())
-            let outcome = try await workspace.withBackend { backend in
+            let outcome = try await workspace.withBackend(readQPS: refreshing.readQps) { backend in
                 try await PlanWorkflow(workspace.parts(backend, acceptDead: refreshing.acceptDead)).run(request)
             }
             let plan = outcome.plan

@@ -77,4 +77,16 @@ struct RefreshOptions: ParsableArguments {
             "Accept a refresh in which many devices come back dead at once (by default more than 20% and 50 of those read is refused as a likely misconfiguration; 'dead_share' and 'dead_minimum' in tidemark.yaml)."
         ))
     var acceptDead = false
+
+    @Option(
+        help: ArgumentHelp(
+            "Reads per second sent to FCM while refreshing (emulator and fcm backends; default: 'read_qps' in tidemark.yaml, else no limit). FCM documents no read quota; this keeps refreshes polite and separate from the write quota.",
+            valueName: "N"))
+    var readQps: Double?
+
+    func validate() throws {
+        if let readQps, !(readQps > 0) {
+            throw ValidationError("--read-qps must be a positive number of reads per second, not \(readQps).")
+        }
+    }
 }

@@ -279,14 +279,15 @@ struct Workspace {
     /// Runs `body` with the backend named by flag, tidemark.yaml, or the embedded default; an HTTP
     /// backend's client lives exactly as long as `body`.
     func withBackend<T>(
-        qps: Double? = nil, qpsUnit: QuotaUnit? = nil, _ body: (any Backend) async throws -> T
+        qps: Double? = nil, qpsUnit: QuotaUnit? = nil, readQPS: Double? = nil, _ body: (any Backend) async throws -> T
     )
         async throws -> T
     {
         guard backendKind.isHTTP else { return try await body(try makeBackend()) }
         let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: FCMHTTPBackend.clientConfiguration())
         do {
-            let result = try await body(try makeHTTPBackend(client: client, qps: qps, qpsUnit: qpsUnit))
+            let result = try await body(
+                try makeHTTPBackend(client: client, qps: qps, qpsUnit: qpsUnit, readQPS: readQPS))
             try await client.shutdown()
             return result
         } catch {
@@ -308,7 +309,9 @@ struct Workspace {
         )
     }
 
-    func makeHTTPBackend(client: HTTPClient, qps: Double?, qpsUnit: QuotaUnit?) throws -> any Backend {
+    func makeHTTPBackend(
+        client: HTTPClient, qps: Double?, qpsUnit: QuotaUnit?, readQPS: Double? = nil
+    ) throws -> any Backend {
         let environment = ProcessInfo.processInfo.environment
         let keyPath = try credentialsPath(environment)
         let key = try ServiceAccountKey.load(path: keyPath)
@@ -343,6 +346,10 @@ struct Workspace {
         }
         options.limiter = RateLimiter(
             rate: rate, burst: min(rate, Double(FCMLimits.maxBatchTokens)), timing: timing, ledger: ledger)
+        if let reads = readQPS ?? settings.readQPS {
+            // Reads are per process: FCM documents no read quota to share.
+            options.readLimiter = RateLimiter(rate: reads, burst: min(reads, 100), timing: timing)
+        }
         options.timing = timing
         return FCMHTTPBackend(
             kind: backendKind, project: settings.project, endpoints: endpoints, client: client,

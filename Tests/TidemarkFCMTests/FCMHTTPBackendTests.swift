@@ -119,6 +119,27 @@ import TidemarkTesting
 }
 
 extension FCMHTTPBackendTests {
+    /// `read_qps`: every read (a registration's topics on either transport, a group's key) draws from
+    /// its own limiter; writes never do.
+    @Test(arguments: TopicTransport.allCases)
+    func readsDrawFromTheReadLimiter(_ transport: TopicTransport) async throws {
+        let reads = RateLimiter(rate: 100_000)
+        let writes = RateLimiter(rate: 100_000)
+        try await withBackend(
+            transport,
+            configure: {
+                $0.readLimiter = reads
+                $0.limiter = writes
+            }
+        ) { backend, _ in
+            _ = try await backend.subscribe(topic: "r", tokens: (0..<5).map { Self.token($0) })
+            _ = try await backend.refresh((0..<5).map { Self.token($0) })
+            _ = try await backend.groupKey(name: "no-such-group")
+            #expect(await reads.charged == 6, "5 registrations and 1 group look-up")
+            #expect(await writes.charged == 5, "the subscriptions only")
+        }
+    }
+
     @Test func validateOnlySendChecksTargetingWithoutDelivering() async throws {
         try await withBackend(.v1) { backend, server in
             _ = try await backend.subscribe(topic: "weather", tokens: [Self.token(1)])
