@@ -85,10 +85,8 @@ extension StateWrite {
     /// A write of a state whose token table was rebuilt (`State.removing`): every token, topic and
     /// group is replaced; the serial and the versions move on as for any write.
     public static func compacting(_ state: State) -> StateWrite {
-        var write = StateWrite()
-        write.topics = state.topics.keys.sorted()
-        write.groups = state.groups.keys.sorted()
-        write.allTokens = true
+        var write = restoring(state)
+        write.restore = false
         write.compact = true
         return write
     }

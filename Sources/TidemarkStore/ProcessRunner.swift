@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TidemarkCore
 
 #if canImport(Glibc)
@@ -156,34 +157,14 @@ public struct ProcessRunner: Sendable {
 @_silgen_name("pipe2")
 private func systemPipe2(_ fds: UnsafeMutablePointer<Int32>, _ flags: Int32) -> Int32
 
-/// Reads a pipe to its end on a thread started at once, then closes it; past `limit` bytes it keeps
-/// reading (so the program is not blocked) but drops the rest and says so.
-final class PipeDrain: @unchecked Sendable {
+/// A value a thread produces once and a task awaits: the bridge from the threads that read pipes
+/// and reap the child to async code, which works however busy the task pool is.
+final class OneShot<Value: Sendable>: @unchecked Sendable {
     private let lock = NSLock()
-    private var result: (Data, Bool)?
-    private var waiter: CheckedContinuation<(Data, Bool), Never>?
+    private var result: Value?
+    private var waiter: CheckedContinuation<Value, Never>?
 
-    init(_ fd: Int32, limit: Int) {
-        Thread.detachNewThread { [self] in
-            var data = Data()
-            var overflow = false
-            var buffer = [UInt8](repeating: 0, count: 1 << 16)
-            while true {
-                let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-                if n < 0, errno == EINTR { continue }
-                if n <= 0 { break }
-                if data.count + n > limit {
-                    overflow = true
-                } else {
-                    data.append(contentsOf: buffer[0..<n])
-                }
-            }
-            close(fd)
-            finish((data, overflow))
-        }
-    }
-
-    private func finish(_ value: (Data, Bool)) {
+    func fulfil(_ value: Value) {
         lock.lock()
         result = value
         let w = waiter
@@ -192,7 +173,7 @@ final class PipeDrain: @unchecked Sendable {
         w?.resume(returning: value)
     }
 
-    func value() async -> (Data, Bool) {
+    func value() async -> Value {
         await withCheckedContinuation { continuation in
             lock.lock()
             if let result {
@@ -206,44 +187,42 @@ final class PipeDrain: @unchecked Sendable {
     }
 }
 
-/// The exit of a process, awaited once.
-final class AsyncExit: @unchecked Sendable {
-    private let lock = NSLock()
-    private var status: Int32?
-    private var waiter: CheckedContinuation<Int32, Never>?
-    private var timed = false
+/// Reads a pipe to its end on a thread started at once, then closes it; past `limit` bytes it keeps
+/// reading (so the program is not blocked) but drops the rest and says so.
+final class PipeDrain: Sendable {
+    private let read = OneShot<(Data, Bool)>()
 
-    func finish(_ value: Int32) {
-        lock.lock()
-        status = value
-        let w = waiter
-        waiter = nil
-        lock.unlock()
-        w?.resume(returning: value)
-    }
-
-    func timedOut() {
-        lock.lock()
-        timed = true
-        lock.unlock()
-    }
-
-    var didTimeOut: Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        return timed
-    }
-
-    func wait() async -> Int32 {
-        await withCheckedContinuation { continuation in
-            lock.lock()
-            if let status {
-                lock.unlock()
-                continuation.resume(returning: status)
-            } else {
-                waiter = continuation
-                lock.unlock()
+    init(_ fd: Int32, limit: Int) {
+        let result = read
+        Thread.detachNewThread {
+            var data = Data()
+            var overflow = false
+            var buffer = [UInt8](repeating: 0, count: 1 << 16)
+            while true {
+                let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+                if n < 0, errno == EINTR { continue }
+                if n <= 0 { break }
+                if data.count + n > limit {
+                    overflow = true
+                } else {
+                    data.append(contentsOf: buffer[0..<n])
+                }
             }
+            close(fd)
+            result.fulfil((data, overflow))
         }
     }
+
+    func value() async -> (Data, Bool) { await read.value() }
+}
+
+/// The exit of a process, awaited once, and whether the watchdog stopped it.
+final class AsyncExit: Sendable {
+    private let status = OneShot<Int32>()
+    private let timed = Mutex(false)
+
+    func finish(_ value: Int32) { status.fulfil(value) }
+    func timedOut() { timed.withLock { $0 = true } }
+    var didTimeOut: Bool { timed.withLock { $0 } }
+    func wait() async -> Int32 { await status.value() }
 }

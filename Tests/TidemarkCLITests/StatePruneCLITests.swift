@@ -8,15 +8,22 @@ import TidemarkTesting
         "device_id,token,platform\n" + devices.map { "d\($0),\(Fixtures.token($0, prefix: "pr")),ios\n" }.joined()
     }
 
-    @Test func forgetsDevicesThatLeftOnceTheirMembershipsAreGone() throws {
+    /// A project of `devices` iOS devices in one topic, applied once.
+    static func converged(devices: Int, settings: String? = nil) throws -> CLIRunner {
         let cli = try CLIRunner()
-        defer { cli.remove() }
-        try cli.write("manifests/inventory/devices.csv", Self.inventory(0..<6))
+        if let settings { try cli.write("tidemark.yaml", settings) }
+        try cli.write("manifests/inventory/devices.csv", inventory(0..<devices))
         try cli.write(
             "manifests/topics.yaml",
             "inventory:\n  files: [inventory/devices.csv]\ntopics:\n  - name: ios\n    members: [{selector: {platform: ios}}]\n"
         )
         #expect(try cli.run(["apply", "--auto-approve"]).status == 0)
+        return cli
+    }
+
+    @Test func forgetsDevicesThatLeftOnceTheirMembershipsAreGone() throws {
+        let cli = try Self.converged(devices: 6)
+        defer { cli.remove() }
         // Two devices leave; before the apply that unsubscribes them, prune keeps them: tidemark manages their memberships.
         try cli.write("manifests/inventory/devices.csv", Self.inventory(0..<4))
         let early = try cli.run(["state", "prune", "--older-than", "1s"])
@@ -49,15 +56,8 @@ import TidemarkTesting
 
     /// With `prune_after`, an apply that changed something prunes on its own once enough can go.
     @Test func applyPrunesOnItsOwnWithPruneAfter() throws {
-        let cli = try CLIRunner()
+        let cli = try Self.converged(devices: 1_200, settings: "prune_after: 1s\n")
         defer { cli.remove() }
-        try cli.write("tidemark.yaml", "prune_after: 1s\n")
-        try cli.write("manifests/inventory/devices.csv", Self.inventory(0..<1_200))
-        try cli.write(
-            "manifests/topics.yaml",
-            "inventory:\n  files: [inventory/devices.csv]\ntopics:\n  - name: ios\n    members: [{selector: {platform: ios}}]\n"
-        )
-        #expect(try cli.run(["apply", "--auto-approve"]).status == 0)
         try cli.write("manifests/inventory/devices.csv", Self.inventory(0..<100))
         let leave = try cli.run(["apply", "--auto-approve"])
         #expect(leave.status == 0 && !leave.stdout.contains("Pruned"), "just unsubscribed: seen now, kept")
