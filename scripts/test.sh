@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 # The schema check uses jsonschema and PyYAML; the emulator's compatibility test uses the
 # official firebase-admin SDK from PyPI, unmodified.
-if ! python3 -c "import jsonschema, yaml, firebase_admin" 2>/dev/null; then
-    python3 -m pip install --quiet jsonschema pyyaml "firebase-admin>=7.7.0"
+# check-jsonschema ships GitHub's workflow and action schemas and GitLab CI's, for the recipes.
+if ! python3 -c "import jsonschema, yaml, firebase_admin" 2>/dev/null || ! python3 -c "import check_jsonschema" 2>/dev/null; then
+    python3 -m pip install --quiet jsonschema pyyaml "firebase-admin>=7.7.0" check-jsonschema
 fi
 
 # PostgreSQL state is tested against a real server: installed from Debian's packages when missing,
@@ -29,6 +30,10 @@ if ! grep -q "✔ Test run with .* passed" /tmp/tidemark-test.log; then
     exit 1
 fi
 python3 scripts/check-schema.py
+# The CI recipes against the schemas GitHub and GitLab publish (bundled with check-jsonschema).
+python3 -m check_jsonschema --builtin-schema vendor.github-workflows examples/github/tidemark.yml
+python3 -m check_jsonschema --builtin-schema vendor.github-actions examples/github/actions/install-tidemark/action.yml
+python3 -m check_jsonschema --builtin-schema vendor.gitlab-ci examples/gitlab/.gitlab-ci.yml
 BIN="$(swift build --show-bin-path)/tidemark"
 TIDEMARK_BIN="$BIN" python3 Tests/compat/test_firebase_admin.py
 # tidemark's HTTP client against an independent fake of FCM (not tidemark's emulator).

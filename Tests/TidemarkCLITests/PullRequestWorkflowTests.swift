@@ -392,6 +392,14 @@ import Yams
             }
             if file == "gitlab/.gitlab-ci.yml" {
                 #expect(keys.isSuperset(of: ["stages", "plan", "apply", "drift"]))
+                // Every script line is a string: an unquoted `- auth="PRIVATE-TOKEN: …"` is a mapping.
+                for job in ["check", "plan", "apply", "drift", "default"] {
+                    for key in ["script", "before_script"] {
+                        for line in node[job]?[key]?.sequence ?? [] {
+                            #expect(line.scalar != nil, "\(file): a line of \(job).\(key) is not a string: \(line)")
+                        }
+                    }
+                }
             }
             for match in text.matches(
                 of: /tidemark (validate|plan|apply|drift|show|fmt|import|audience)[^\n]*(\\\n[^\n]*)*/)
