@@ -47,7 +47,7 @@ public actor ApplySession: ApplyRecorder {
         if !write.allTokens { write.tokens += devicesChanged }
         let id = timing.uuid()
         write.beginApply = (id, plan)
-        try await store.save(&state, write, at: timing.unixTime())
+        try await store.save(&state, write, at: now)
         return ApplySession(id: id, store: store, state: state, timing: timing)
     }
 

@@ -276,4 +276,12 @@ public struct InventoryBuilder: Sendable {
 public struct InventorySourceError: Error, Sendable, CustomStringConvertible {
     public var description: String
     public init(_ description: String) { self.description = description }
+
+    /// A configured source read no device: refused, since a broken query or export would otherwise
+    /// look like every device leaving.
+    public static func empty(_ what: String) -> InventorySourceError {
+        InventorySourceError(
+            "\(what); a source that reads nothing would make every device look gone (and its memberships removed). If it is meant to be empty, set 'allow_empty: true' on it in tidemark.yaml"
+        )
+    }
 }

@@ -47,8 +47,7 @@ public struct CommandInventorySource: InventorySource {
         if !allowEmpty, builder.inventory.count == before.0, builder.excluded == before.1,
             builder.diagnostics.count == before.2
         {
-            throw InventorySourceError(
-                PostgresInventorySource.emptyProblem("'\(runner.display)' printed no devices"))
+            throw InventorySourceError.empty("'\(runner.display)' printed no devices")
         }
         return InventorySnapshot(
             identity: SHA256Digest.hex(output), rows: builder.inventory.count - before.0,

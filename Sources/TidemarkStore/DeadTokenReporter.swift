@@ -30,34 +30,19 @@ public struct DeadTokenReporter: Sendable {
     }
 
     /// Reports every device; returns how many were reported (for SQL, also the rows the statement changed).
-    public func report(_ devices: [DeadDevice]) async throws -> (reported: Int, rowsChanged: Int?) {
+    public func report(
+        _ devices: [DeadDevice], at time: Date
+    ) async throws -> (reported: Int, rowsChanged: Int?) {
         guard !devices.isEmpty else { return (0, nil) }
         switch hook {
         case .sql(let statement): return try await reportSQL(statement, devices)
-        case .exec(let command): return (try await reportExec(command, devices), nil)
+        case .exec(let command): return (try await reportExec(command, devices, at: time), nil)
         }
     }
 
     private func reportSQL(_ statement: String, _ devices: [DeadDevice]) async throws -> (Int, Int?) {
-        guard let url, !url.isEmpty else {
-            throw InventorySourceError("on_dead of '\(sourceName)': the environment variable \(urlEnv) is not set")
-        }
-        let parsed: PostgresURL
-        do {
-            parsed = try PostgresURL(url)
-        } catch let error as StateStoreError {
-            throw InventorySourceError(
-                "on_dead of '\(sourceName)': the URL in \(urlEnv) is not usable: \(error.detail)")
-        }
-        let connection: PostgresConnection
-        do {
-            connection = try await PostgresConnection.connect(
-                configuration: try parsed.configuration(), id: 2, logger: PostgresInventorySource.logger)
-        } catch {
-            throw InventorySourceError(
-                "on_dead of '\(sourceName)': cannot connect to \(parsed.display): \(PostgresInventorySource.describe(error))"
-            )
-        }
+        let (connection, _) = try await PostgresURL.connect(
+            url, urlEnv: urlEnv, what: "on_dead of '\(sourceName)'", id: 2, logger: PostgresInventorySource.logger)
         var reported = 0
         var changed = 0
         do {
@@ -81,24 +66,17 @@ public struct DeadTokenReporter: Sendable {
             _ = try? await connection.query("ROLLBACK", logger: PostgresInventorySource.logger).collect()
             try? await connection.close()
             throw InventorySourceError(
-                "on_dead of '\(sourceName)' failed after \(reported) of \(devices.count) tokens: \(PostgresInventorySource.describe(error)); the next apply reports the rest again"
+                "on_dead of '\(sourceName)' failed after \(reported) of \(devices.count) tokens: \(PostgresURL.explain(error)); the next apply reports the rest again"
             )
         }
         return (reported, changed)
     }
 
-    private func reportExec(_ command: [String], _ devices: [DeadDevice]) async throws -> Int {
-        let encoder = JSONEncoder()
-        encoder.keyEncodingStrategy = .convertToSnakeCase
-        encoder.outputFormatting = .sortedKeys
+    private func reportExec(_ command: [String], _ devices: [DeadDevice], at time: Date) async throws -> Int {
         var reported = 0
         for start in stride(from: 0, to: devices.count, by: batchSize) {
             let batch = devices[start..<min(start + batchSize, devices.count)]
-            var input = Data()
-            for device in batch {
-                input.append(try encoder.encode(DeadTokenLine(device)))
-                input.append(UInt8(ascii: "\n"))
-            }
+            let input = try DeadTokenLine.ndjson(batch, reportedAt: time)
             let runner = ProcessRunner(command: command, directory: directory, timeout: timeout, maxOutput: 1 << 20)
             let result = try await runner.run(stdin: input)
             guard result.status == 0 else {
@@ -121,12 +99,26 @@ public struct DeadTokenLine: Codable, Sendable, Equatable {
     public var reason: String
     public var reportedAt: String?
 
-    public init(_ device: DeadDevice, at time: Date? = nil) {
+    public init(_ device: DeadDevice, reportedAt: String?) {
         deviceId = device.deviceID
         token = device.token
         tokenRedacted = Redaction.redact(device.token)
         source = device.source
         reason = device.reason
-        reportedAt = time.map { ISO8601DateFormatter().string(from: $0) }
+        self.reportedAt = reportedAt
+    }
+
+    /// The devices as NDJSON, one object a line: the `--dead-tokens` file and a hook's stdin alike.
+    public static func ndjson(_ devices: some Sequence<DeadDevice>, reportedAt time: Date) throws -> Data {
+        let encoder = JSONEncoder()
+        encoder.keyEncodingStrategy = .convertToSnakeCase
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let when = ISO8601DateFormatter().string(from: time)
+        var data = Data()
+        for device in devices {
+            data.append(try encoder.encode(DeadTokenLine(device, reportedAt: when)))
+            data.append(UInt8(ascii: "\n"))
+        }
+        return data
     }
 }

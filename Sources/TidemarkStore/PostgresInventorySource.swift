@@ -47,24 +47,8 @@ public struct PostgresInventorySource: InventorySource {
     }
 
     public func load(into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
-        guard let url, !url.isEmpty else {
-            throw InventorySourceError(
-                "the environment variable \(urlEnv) is not set; set it to the database URL (postgres://user@host:5432/db?sslmode=require) in the job's secrets"
-            )
-        }
-        let parsed: PostgresURL
-        do {
-            parsed = try PostgresURL(url)
-        } catch let error as StateStoreError {
-            throw InventorySourceError("the URL in \(urlEnv) is not usable: \(error.detail)")
-        }
-        let connection: PostgresConnection
-        do {
-            connection = try await PostgresConnection.connect(
-                configuration: try parsed.configuration(), id: 1, logger: Self.logger)
-        } catch {
-            throw InventorySourceError("cannot connect to \(parsed.display): \(Self.describe(error))")
-        }
+        let (connection, parsed) = try await PostgresURL.connect(
+            url, urlEnv: urlEnv, what: nil, id: 1, logger: Self.logger)
         do {
             let snapshot = try await read(connection, into: &builder)
             try await connection.close()
@@ -72,7 +56,7 @@ public struct PostgresInventorySource: InventorySource {
         } catch {
             try? await connection.close()
             if let known = error as? InventorySourceError { throw known }
-            throw InventorySourceError("the query failed on \(parsed.display): \(Self.describe(error))")
+            throw InventorySourceError("the query failed on \(parsed.display): \(PostgresURL.explain(error))")
         }
     }
 
@@ -175,16 +159,11 @@ public struct PostgresInventorySource: InventorySource {
                 }
             }
         }
-        if number == 0, !allowEmpty { throw InventorySourceError(Self.emptyProblem("the query returned no rows")) }
+        if number == 0, !allowEmpty { throw InventorySourceError.empty("the query returned no rows") }
         try await c.query("CLOSE tidemark_inventory", logger: Self.logger).collect()
         try await c.query("COMMIT", logger: Self.logger).collect()
         return InventorySnapshot(
             identity: digest.hex, rows: builder.inventory.count - before.0, excluded: builder.excluded - before.1)
-    }
-
-    /// Why an empty source is refused: a broken query or export would otherwise look like every device leaving.
-    public static func emptyProblem(_ what: String) -> String {
-        "\(what); a source that reads nothing would make every device look gone (and its memberships removed). If it is meant to be empty, set 'allow_empty: true' on it in tidemark.yaml"
     }
 
     /// The planner's row estimate for `query` (EXPLAIN, which runs nothing); nil when it gives none.
@@ -231,21 +210,15 @@ public struct PostgresInventorySource: InventorySource {
             labels: labelColumns, labelNames: labelColumns.map { names[$0] })
     }
 
-    /// The bytes as a native String, validated (so that hashing and comparing it take the fast ASCII path).
-    @inline(__always)
-    static func string(_ bytes: ByteBuffer) -> String {
-        bytes.withUnsafeReadableBytes { String(decoding: $0, as: UTF8.self) }
-    }
-
     /// A cell as text: strings as they are, numbers, booleans, UUIDs and times in a plain form
     /// (times as epoch seconds, which `exclude_if` reads); any other type must be cast in the query.
     static func text(_ cell: PostgresCell) throws(InventorySourceError) -> String? {
         guard let bytes = cell.bytes else { return nil }
         do {
-            if cell.format == .text { return Self.string(bytes) }
+            if cell.format == .text { return String(buffer: bytes) }
             switch cell.dataType {
             case .text, .varchar, .bpchar, .name:
-                return Self.string(bytes)
+                return String(buffer: bytes)
             case .int2, .int4, .int8:
                 return String(try cell.decode(Int.self))
             case .bool:
@@ -260,7 +233,7 @@ public struct PostgresInventorySource: InventorySource {
                 return try cell.decode(String.self)
             default:
                 // An enum or citext arrives as its text; anything else is refused.
-                let text = Self.string(bytes)
+                let text = String(buffer: bytes)
                 if !text.isEmpty, text.utf8.allSatisfy({ $0 >= 0x20 }),
                     text.unicodeScalars.allSatisfy({ $0 != "\u{FFFD}" })
                 {
@@ -277,20 +250,5 @@ public struct PostgresInventorySource: InventorySource {
                 "column '\(cell.columnName)' could not be read (\(cell.dataType)); cast it in the query (\(cell.columnName)::text)."
             )
         }
-    }
-
-    /// A PostgreSQL error as one line: the server's message, or why it cannot be reached.
-    static func describe(_ error: any Error) -> String {
-        if let error = error as? PSQLError {
-            if let message = error.serverInfo?[.message] {
-                let state = error.serverInfo?[.sqlState].map { " (SQLSTATE \($0))" } ?? ""
-                return "PostgreSQL said: \(message)\(state)"
-            }
-            if let underlying = error.underlying {
-                return "\(ErrorText.describe(underlying)); check the host, port and sslmode"
-            }
-            return "the connection failed (\(error.code)); check the host, port, user and sslmode"
-        }
-        return ErrorText.describe(error)
     }
 }

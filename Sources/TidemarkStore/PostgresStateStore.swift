@@ -865,20 +865,7 @@ actor PostgresLink {
     /// A PostgreSQL error as one line naming the store: the server's message, or why it cannot be reached.
     func describe(_ error: any Error) -> StateStoreError {
         if let error = error as? StateStoreError { return error }
-        if let error = error as? PSQLError {
-            if let message = error.serverInfo?[.message] {
-                let state = error.serverInfo?[.sqlState].map { " (SQLSTATE \($0))" } ?? ""
-                return StateStoreError(.io, path: location, "PostgreSQL said: \(message)\(state)")
-            }
-            if let underlying = error.underlying {
-                return StateStoreError(
-                    .io, path: location,
-                    "cannot reach the server: \(ErrorText.describe(underlying)); check the host, port and sslmode")
-            }
-            return StateStoreError(
-                .io, path: location, "the connection failed (\(error.code)); check the host, port, user and sslmode")
-        }
-        return StateStoreError(.io, path: location, ErrorText.describe(error))
+        return StateStoreError(.io, path: location, PostgresURL.explain(error))
     }
 }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import NIOSSL
 import PostgresNIO
 import TidemarkCore
@@ -76,6 +77,46 @@ public struct PostgresURL: Sendable, Equatable {
         let credentials = text[scheme.upperBound..<at]
         guard let colon = credentials.firstIndex(of: ":") else { return text }
         return String(text[..<colon]) + ":***" + String(text[at...])
+    }
+
+    /// A PostgreSQL error as one line: the server's message, or why the server cannot be reached. The
+    /// state store, inventory sources and `on_dead` hooks all say it this way.
+    public static func explain(_ error: any Error) -> String {
+        guard let error = error as? PSQLError else { return ErrorText.describe(error) }
+        if let message = error.serverInfo?[.message] {
+            let state = error.serverInfo?[.sqlState].map { " (SQLSTATE \($0))" } ?? ""
+            return "PostgreSQL said: \(message)\(state)"
+        }
+        if let underlying = error.underlying {
+            return "cannot reach the server: \(ErrorText.describe(underlying)); check the host, port and sslmode"
+        }
+        return "the connection failed (\(error.code)); check the host, port, user and sslmode"
+    }
+
+    /// Opens a connection for a source or hook whose URL comes from the environment variable `urlEnv`;
+    /// every failure is one line starting with `what` (such as "on_dead of 'app-db'"), never the password.
+    static func connect(
+        _ url: String?, urlEnv: String, what: String?, id: Int, logger: Logger
+    ) async throws -> (PostgresConnection, PostgresURL) {
+        let prefix = what.map { "\($0): " } ?? ""
+        guard let url, !url.isEmpty else {
+            throw InventorySourceError(
+                "\(prefix)the environment variable \(urlEnv) is not set; set it to the database URL (postgres://user@host:5432/db?sslmode=require) in the job's secrets"
+            )
+        }
+        let parsed: PostgresURL
+        do {
+            parsed = try PostgresURL(url)
+        } catch let error as StateStoreError {
+            throw InventorySourceError("\(prefix)the URL in \(urlEnv) is not usable: \(error.detail)")
+        }
+        do {
+            let connection = try await PostgresConnection.connect(
+                configuration: try parsed.configuration(), id: id, logger: logger)
+            return (connection, parsed)
+        } catch {
+            throw InventorySourceError("\(prefix)cannot connect to \(parsed.display): \(explain(error))")
+        }
     }
 
     /// The connection configuration, with TLS as `sslmode` asks.

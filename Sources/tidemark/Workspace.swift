@@ -189,16 +189,8 @@ struct Workspace {
     func reportDead(_ dead: [DeadDevice], to file: String?) async throws {
         let now = timing.wallClock()
         if let file {
-            let encoder = JSONEncoder()
-            encoder.keyEncodingStrategy = .convertToSnakeCase
-            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-            var data = Data()
-            for device in dead {
-                data.append(try encoder.encode(DeadTokenLine(device, at: now)))
-                data.append(UInt8(ascii: "\n"))
-            }
             do {
-                try writeAtomically(data, to: file, mode: 0o600)
+                try writeAtomically(try DeadTokenLine.ndjson(dead, reportedAt: now), to: file, mode: 0o600)
             } catch {
                 throw CLIError("cannot write --dead-tokens \(file): \(ErrorText.describe(error)).")
             }
@@ -216,14 +208,16 @@ struct Workspace {
             guard let hook = spec.onDead else { continue }
             let mine = dead.filter { $0.source == ConfiguredSource.display(spec.name) }
             guard !mine.isEmpty else { continue }
-            var reporter = DeadTokenReporter(sourceName: spec.name, hook: hook, directory: root)
-            if case .postgres(let urlEnv, _, _) = spec.kind {
+            let reporter: DeadTokenReporter
+            switch spec.kind {
+            case .postgres(let urlEnv, _, _):
                 reporter = DeadTokenReporter(
                     sourceName: spec.name, hook: hook, url: environment[urlEnv], urlEnv: urlEnv, directory: root)
+            case .exec(_, _, let timeout):
+                reporter = DeadTokenReporter(sourceName: spec.name, hook: hook, directory: root, timeout: timeout)
             }
-            if case .exec(_, _, let timeout) = spec.kind { reporter.timeout = timeout }
             do {
-                let (reported, changed) = try await reporter.report(mine)
+                let (reported, changed) = try await reporter.report(mine, at: now)
                 Terminal.out(
                     "Dead tokens: reported \(PlanRenderer.formatCount(reported)) to '\(spec.name)' (on_dead)\(changed.map { "; \(PlanRenderer.formatCount($0)) row(s) changed" } ?? "").\n"
                 )
