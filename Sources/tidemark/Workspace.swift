@@ -333,13 +333,15 @@ struct Workspace {
         options.senderID = settings.senderID
         options.unregistered = settings.unregistered
         let rate = qps ?? settings.qps ?? Double(FCMLimits.defaultQuota)
-        // A burst of a second's worth, at most one full batch: the first moments of an apply stay within quota.
+        // A burst of half a second's worth, at most one full batch. FCM's own bucket holds a second's worth:
+        // the other half absorbs requests that reach FCM closer together than they left (one runner's
+        // requests delayed, another's not), so pacing at the full rate is never answered 429.
         // With PostgreSQL state, every runner applying to this FCM project draws from one bucket there.
         let ledger = postgres.map {
             PostgresQuotaLedger(url: $0, key: "\(backendKind.rawValue):\(endpoints.fcm):\(settings.project)")
         }
         options.limiter = RateLimiter(
-            rate: rate, burst: min(rate, Double(FCMLimits.maxBatchTokens)), timing: timing, ledger: ledger)
+            rate: rate, burst: min(rate / 2, Double(FCMLimits.maxBatchTokens)), timing: timing, ledger: ledger)
         if let reads = readQPS ?? settings.readQPS {
             // Reads are per process: FCM documents no read quota to share.
             options.readLimiter = RateLimiter(rate: reads, burst: min(reads, 100), timing: timing)
