@@ -25,7 +25,8 @@ public actor ApplySession: ApplyRecorder {
     /// one save. A state that does not exist yet is created by that save.
     public static func begin(
         plan: Plan, desired: DesiredState, store: any StateStore, state: State,
-        timing: Timing = .live, inventory: Inventory? = nil
+        timing: Timing = .live, inventory: Inventory? = nil, read: TokenSet = TokenSet(),
+        swept: SweptRegistrations? = nil
     ) async throws -> ApplySession {
         let now = timing.unixTime()
         let before = state
@@ -34,17 +35,20 @@ public actor ApplySession: ApplyRecorder {
         state.growToTable()
         var devicesChanged = inventory.map { state.recordDevices($0) } ?? []
         if inventory != nil { devicesChanged += state.noteDepartures(declared: desired.knownTokens, at: now) }
-        let seen = plan.observations.refreshedAt == nil ? TokenSet() : TokenSet(0..<UInt32(state.tokens.count))
-        state.apply(plan.observations, seen: seen)
+        // Only what was read is recorded as read: a partial refresh leaves the rest's times alone.
+        state.apply(plan.observations, seen: read)
+        if let swept { state.noteRead(swept.ids, at: swept.at) }
         state.reconcileBookkeeping(with: desired, operations: plan.operations, targets: try plan.selection)
         var write = StateWrite()
         write.includeTopicsAndGroups(before: before, after: state)
-        if plan.observations.refreshedAt != nil {
+        if !read.isEmpty, read.count >= state.tokens.count {
             write.allTokens = true
         } else {
             write.tokens = (plan.observations.dead + plan.observations.revived).compactMap { state.tokens.id($0) }
+            write.tokens += read.ids
+            write.tokens += swept?.ids.ids ?? []
+            write.tokens += devicesChanged
         }
-        if !write.allTokens { write.tokens += devicesChanged }
         let id = timing.uuid()
         write.beginApply = (id, plan)
         try await store.save(&state, write, at: now)

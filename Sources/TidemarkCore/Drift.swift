@@ -67,6 +67,10 @@ public struct DriftReport: Sendable, Codable {
     public var items: [Item]
     /// Changes a plan made now would carry out (drift corrections and unapplied manifest edits), in tokens and group calls.
     public var pendingChanges: Int
+    /// How far the refresh looked (absent in reports before refresh modes).
+    public var coverage: RefreshCoverage? = nil
+    /// For a sample: how much of the fleet not read has likely drifted, from the sweep's slice.
+    public var estimate: DriftEstimate? = nil
 
     public init(
         tidemarkVersion: String, checkedAt: Date, lineage: String, serial: Int, backend: BackendIdentity,
@@ -80,6 +84,15 @@ public struct DriftReport: Sendable, Codable {
         self.registrationsRead = registrationsRead
         self.items = items
         self.pendingChanges = pendingChanges
+    }
+
+    /// Estimates the drift among the registrations not read from the share found in `sampled` (the
+    /// sweep's slice, spread over the fleet): every kind but opt-outs and vanished groups counts.
+    public mutating func estimate(sampled: Set<String>) {
+        guard let coverage, !sampled.isEmpty, coverage.read < coverage.fleet else { return }
+        let drifted = Set(items.filter { $0.kind != .optedOut && $0.kind != .vanishedGroup }.compactMap(\.token))
+            .intersection(sampled).count
+        estimate = DriftEstimate(drifted: drifted, sampled: sampled.count, unread: coverage.fleet - coverage.read)
     }
 
     /// Opt-outs a topic respects are reported, never counted as drift: they are users' choices.
@@ -123,6 +136,36 @@ public struct DriftReport: Sendable, Codable {
     }
 }
 
+/// How many of the registrations a sample did not read have likely drifted: the share found in the
+/// sample, with a 95% Wilson score interval, scaled to the rest.
+public struct DriftEstimate: Sendable, Codable, Equatable {
+    /// Registrations of the sample found drifted, and the sample's size.
+    public var drifted: Int
+    public var sampled: Int
+    /// Registrations of the fleet not read.
+    public var unread: Int
+    /// The estimate for the registrations not read, and its 95% bounds.
+    public var expected: Int
+    public var low: Int
+    public var high: Int
+
+    public init(drifted: Int, sampled: Int, unread: Int) {
+        self.drifted = drifted
+        self.sampled = sampled
+        self.unread = unread
+        let n = Double(max(sampled, 1))
+        let p = Double(drifted) / n
+        let z = 1.96
+        let denominator = 1 + z * z / n
+        let center = (p + z * z / (2 * n)) / denominator
+        let half = z / denominator * (p * (1 - p) / n + z * z / (4 * n * n)).squareRoot()
+        let rest = Double(unread)
+        expected = Int((p * rest).rounded())
+        low = Int((max(0, center - half) * rest).rounded(.down))
+        high = Int((min(1, center + half) * rest).rounded(.up))
+    }
+}
+
 /// Renders a drift report for people (text and markdown) and for log pipelines (NDJSON events).
 public struct DriftRenderer: Sendable {
     public var showTokens: Bool
@@ -145,6 +188,11 @@ public struct DriftRenderer: Sendable {
                 optedOut == 0
                 ? ""
                 : "; \(PlanRenderer.formatCount(optedOut)) opt-out\(optedOut == 1 ? "" : "s") in the app, respected"
+            if let coverage = report.coverage, coverage.read < coverage.fleet {
+                let share = PlanRenderer.formatShare(Double(coverage.read) / Double(max(coverage.fleet, 1)))
+                return
+                    "No drift among the \(read) registration\(report.registrationsRead == 1 ? "" : "s") read (\(share) of the fleet)\(note)."
+            }
             return
                 "No drift: FCM matches what tidemark last saw (\(read) registration\(report.registrationsRead == 1 ? "" : "s") read)\(note)."
         }
@@ -209,8 +257,22 @@ public struct DriftRenderer: Sendable {
         return result
     }
 
+    /// How far the refresh looked and, for a sample, what the rest likely holds; nil for a full read.
+    func coverageLines(_ report: DriftReport) -> [String] {
+        guard let coverage = report.coverage, coverage.mode != .all, coverage.read < coverage.fleet else { return [] }
+        var lines = [PlanRenderer.coverageSentence(coverage)]
+        if let e = report.estimate {
+            let rest = PlanRenderer.formatCount(e.unread)
+            lines.append(
+                "Estimated drift among the \(rest) registrations not read: about \(PlanRenderer.formatCount(e.expected)) (95% between \(PlanRenderer.formatCount(e.low)) and \(PlanRenderer.formatCount(e.high))), from \(PlanRenderer.formatCount(e.drifted)) of the \(PlanRenderer.formatCount(e.sampled)) sampled. Only --refresh all reads them all."
+            )
+        }
+        return lines
+    }
+
     public func text(_ report: DriftReport) -> String {
         var out = [verdict(report)]
+        out += coverageLines(report)
         for (kind, lines) in sections(report) {
             out.append("")
             out.append("\(kind.heading) (\(kind.correction)):")
@@ -239,6 +301,7 @@ public struct DriftRenderer: Sendable {
                     open: "<details><summary>\(title)</summary>\n\n```", lines: lines,
                     close: "```\n\n</details>", reopen: "<details><summary>\(title) (continued)</summary>\n\n```"))
         }
+        for line in coverageLines(report) { blocks.append(.text(MarkdownPlanRenderer.escape(line))) }
         blocks.append(.text(MarkdownPlanRenderer.escape(advice(report))))
         blocks.append(.text("<sub>\(MarkdownPlanRenderer.escape(provenance(report)))</sub>"))
         return packer.pack(

@@ -154,6 +154,12 @@ public struct Plan: Sendable, Codable {
     public var inventory: [InventoryRecord]? = nil
     /// Devices whose token changed since tidemark last saw them: their memberships move (absent when none).
     public var rotations: [Rotation]? = nil
+    /// How far the refresh looked: the registrations read, of what fleet, and how long ago the rest
+    /// were read (absent in older plans).
+    public var coverage: RefreshCoverage? = nil
+    /// The registrations of the sweep's slice that matched state when read: applying this plan records
+    /// them as read (absent when the plan swept nothing).
+    public var sweptMatching: [String]? = nil
 
     public init(
         formatVersion: Int = Plan.currentFormatVersion, tidemarkVersion: String, createdAt: Date,

@@ -15,6 +15,15 @@ public struct PlanRenderer: Sendable {
         self.deviceName = deviceName
     }
 
+    /// 0.113 → "11%", 0.004 → "0.4%", 0.00004 → "<0.1%".
+    public static func formatShare(_ share: Double) -> String {
+        let percent = share * 100
+        if percent > 0, percent < 0.1 { return "<0.1%" }
+        if percent < 100, percent >= 99.5 { return ">99%" }
+        if percent < 10, percent != percent.rounded() { return String(format: "%.1f%%", percent) }
+        return "\(Int(percent.rounded()))%"
+    }
+
     public static func formatCount(_ n: Int) -> String {
         let digits = String(abs(n))
         var result = ""
@@ -39,6 +48,11 @@ public struct PlanRenderer: Sendable {
                 optedOut == 0
                 ? ""
                 : ", but for \(Self.formatCount(optedOut)) device\(optedOut == 1 ? "" : "s") that opted out in the app (respected)"
+            if let coverage = plan.coverage, coverage.mode == .touched || coverage.mode == .sample,
+                !coverage.readWholeFleet
+            {
+                return Self.partialVerdict(coverage, respected: respected)
+            }
             return
                 "No changes. FCM matches the manifests\(respected)\(plan.refreshed ? "" : " (as recorded in state; not refreshed)")."
         }
@@ -189,8 +203,80 @@ public struct PlanRenderer: Sendable {
         return lines
     }
 
+    /// A "No changes" that read only part of the fleet says how far it looked, and claims the whole
+    /// fleet only when a completed sweep read the rest.
+    static func partialVerdict(_ coverage: RefreshCoverage, respected: String) -> String {
+        let read =
+            "\(formatCount(coverage.read)) registration\(coverage.read == 1 ? "" : "s") read, \(formatShare(coverage.fleet == 0 ? 1 : Double(coverage.read) / Double(coverage.fleet))) of the fleet"
+        if coverage.read == 0 {
+            let age = coverage.oldestUnread.map { " at most \(formatAge(coverage.at - $0)) ago" } ?? ""
+            if coverage.neverRead == 0 {
+                return
+                    "No changes. FCM matches the manifests\(respected) as last read: no registration needed reading now, and every one was read\(age), by the completed sweep."
+            }
+            return
+                "No changes to what state records\(respected); nothing was read now, and \(formatCount(coverage.neverRead)) registrations have never been read, so FCM is not known to match for them."
+        }
+        if coverage.neverRead == 0 {
+            let rest = coverage.oldestUnread.map { "at most \(formatAge(coverage.at - $0)) ago" } ?? "before"
+            return
+                "No changes. FCM matches the manifests\(respected) among the \(read); the rest were last read \(rest), by the completed sweep."
+        }
+        let earlier =
+            coverage.oldestUnread.map { " (the others last read at most \(formatAge(coverage.at - $0)) ago)" } ?? ""
+        let sweep =
+            coverage.runsToCompleteSweep.map {
+                " The sweep reads the rest in about \($0) more appl\($0 == 1 ? "y" : "ies")."
+            } ?? " Run with --refresh all to read them."
+        return
+            "No changes among the \(read)\(respected); \(formatCount(coverage.neverRead)) have never been read, so FCM is not known to match for them\(earlier).\(sweep)"
+    }
+
+    /// "Read 2,140 of 21,400 registrations (10%): 140 the plan changes, 2,000 of the sweep."
+    public static func coverageSentence(_ coverage: RefreshCoverage) -> String {
+        switch coverage.mode {
+        case .none: return "Read nothing from FCM (--refresh none)."
+        case .all: return "Read all \(formatCount(coverage.read)) registrations (--refresh all)."
+        case .touched, .sample:
+            var parts: [String] = []
+            if coverage.touched > 0 { parts.append("\(formatCount(coverage.touched)) the plan changes") }
+            if coverage.stale > 0 { parts.append("\(formatCount(coverage.stale)) past refresh_max_age") }
+            if coverage.sampled > 0 { parts.append("\(formatCount(coverage.sampled)) of the sweep") }
+            let share = formatShare(coverage.fleet == 0 ? 1 : Double(coverage.read) / Double(coverage.fleet))
+            var text =
+                "Read \(formatCount(coverage.read)) of \(formatCount(coverage.fleet)) registrations (\(share), --refresh \(coverage.mode.rawValue))\(parts.isEmpty ? "" : ": " + parts.joined(separator: ", "))."
+            if coverage.read < coverage.fleet {
+                if coverage.neverRead > 0 {
+                    text += " \(formatCount(coverage.neverRead)) never read yet"
+                    text +=
+                        coverage.runsToCompleteSweep.map {
+                            " (the sweep reaches them in about \($0) more appl\($0 == 1 ? "y" : "ies"))."
+                        } ?? "."
+                }
+                if let oldest = coverage.oldestUnread {
+                    text += " The rest were last read at most \(formatAge(coverage.at - oldest)) ago."
+                }
+            }
+            return text
+        }
+    }
+
+    /// 45 → "1 minute", 7_200 → "2 hours", 259_200 → "3 days".
+    public static func formatAge(_ seconds: Int64) -> String {
+        let s = max(0, seconds)
+        let (n, unit): (Int64, String) =
+            s < 5_400
+            ? (max(1, (s + 30) / 60), "minute")
+            : s < 172_800 ? ((s + 1_800) / 3_600, "hour") : ((s + 43_200) / 86_400, "day")
+        return "\(n) \(unit)\(n == 1 ? "" : "s")"
+    }
+
     func provenance(_ plan: Plan) -> String {
-        let refresh = plan.refreshed ? "after reading the backend" : "from state only (--no-refresh)"
+        var refresh = plan.refreshed ? "after reading the backend" : "from state only (--no-refresh)"
+        if let coverage = plan.coverage, coverage.mode == .touched || coverage.mode == .sample {
+            refresh =
+                "after reading \(Self.formatCount(coverage.read)) of \(Self.formatCount(coverage.fleet)) registrations (--refresh \(coverage.mode.rawValue))"
+        }
         let state = plan.lineage.isEmpty ? "no state yet" : "state \(plan.lineage.prefix(8)) serial \(plan.serial)"
         return
             "Computed \(refresh); \(state); manifests sha256:\(plan.manifestsDigest.prefix(12)); backend \(plan.backend); \(plan.requests.map { "\(Self.formatCount($0)) request\($0 == 1 ? "" : "s") to FCM" } ?? "\(plan.operations.count) operation\(plan.operations.count == 1 ? "" : "s")").\(Self.inventoryLine(plan).map { " " + $0 } ?? "")"

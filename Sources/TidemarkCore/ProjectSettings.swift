@@ -38,11 +38,13 @@ public struct ProjectSettings: Sendable, Equatable {
     /// set, apply prunes on its own.
     public var pruneAfter: Int64?
     public var pruneAfterText: String?
+    /// `refresh:`, `refresh_budget:` and `refresh_max_age:`: what plan, apply and drift read by default.
+    public var refresh = RefreshPolicy.sample
 
     public static let keys = [
         "project", "backend", "manifests", "state", "transport", "qps", "qps_unit", "credentials",
         "fcm_url", "iid_url", "sender_id", "unregistered", "dead_share", "dead_minimum", "limits", "workspace",
-        "inventory", "prune_after", "read_qps",
+        "inventory", "prune_after", "read_qps", "refresh", "refresh_budget", "refresh_max_age",
     ]
 
     public init() {}
@@ -100,6 +102,30 @@ public struct ProjectSettings: Sendable, Equatable {
                     settings.inventoryFileLocation = doc.location(value)
                 } else {
                     settings.inventory = ConfiguredSource.decodeList(value, &doc)
+                }
+                continue
+            case "refresh":
+                let text = doc.string(value, "'refresh'") ?? ""
+                if let mode = RefreshMode(rawValue: text) {
+                    settings.refresh.mode = mode
+                } else {
+                    doc.error("'refresh' must be touched, sample, all or none, not '\(text)'.", value)
+                }
+                continue
+            case "refresh_budget":
+                let text = doc.string(value, "'refresh_budget'") ?? ""
+                do {
+                    settings.refresh.budget = try RefreshBudget(parsing: text)
+                } catch {
+                    doc.error("'refresh_budget': \(error.description)", value)
+                }
+                continue
+            case "refresh_max_age":
+                let text = doc.string(value, "'refresh_max_age'") ?? ""
+                if let seconds = ExclusionRule.seconds(text) {
+                    settings.refresh.maxAge = seconds
+                } else {
+                    doc.error("'refresh_max_age' must be a duration such as 30d or 12h, not '\(text)'.", value)
                 }
                 continue
             case "prune_after":

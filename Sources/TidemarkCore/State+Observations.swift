@@ -94,6 +94,12 @@ extension State {
         }
     }
 
+    /// Records that `ids` were read at `at` (a saved plan's sweep), keeping any later read.
+    public mutating func noteRead(_ ids: TokenSet, at: Int64) {
+        growToTable()
+        for id in ids where Int(id) < seenAt.count && !dead.contains(id) { seenAt[Int(id)] = max(seenAt[Int(id)], at) }
+    }
+
     /// Records the outcome of one executed operation; returns the topics whose memberships changed.
     @discardableResult
     public mutating func record(
@@ -128,7 +134,6 @@ extension State {
             }
             topics[operation.target] = topic
             changedTopics.insert(operation.target)
-            for id in succeeded { seenAt[Int(id)] = at }
             if !gone.isEmpty {
                 let goneSet = TokenSet(gone)
                 dead.formUnion(goneSet)

@@ -17,6 +17,7 @@ struct ApplyCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var refreshing: RefreshOptions
+    @OptionGroup var reading: RefreshModeOptions
     @OptionGroup var planning: PlanningOptions
 
     @Argument(help: ArgumentHelp("A plan saved with 'tidemark plan --out FILE'.", valueName: "PLANFILE"))
@@ -40,8 +41,11 @@ struct ApplyCommand: AsyncParsableCommand {
             valueName: "UNIT"))
     var qpsUnit: QuotaUnit?
 
-    @Flag(help: "Plan from state alone, without reading FCM first.")
-    var noRefresh = false
+    @Flag(
+        help:
+            "Read FCM (per --refresh) and record what it holds in state, changing nothing in FCM: advances the sweep for scheduled jobs."
+    )
+    var refreshOnly = false
 
     @Option(
         help: ArgumentHelp(
@@ -54,9 +58,16 @@ struct ApplyCommand: AsyncParsableCommand {
         guard parallelism >= 1, parallelism <= 1000 else {
             throw ValidationError("--parallelism must be between 1 and 1000, not \(parallelism).")
         }
-        if planFile != nil, noRefresh {
+        if planFile != nil, reading.noRefresh || reading.refresh == RefreshMode.none {
             throw ValidationError(
-                "--no-refresh has no effect with a saved plan; the plan already says whether it refreshed.")
+                "--no-refresh has no effect with a saved plan: apply always reads the registrations the plan changes again."
+            )
+        }
+        if refreshOnly, planFile != nil {
+            throw ValidationError("--refresh-only changes nothing in FCM; it takes no PLANFILE.")
+        }
+        if refreshOnly, reading.noRefresh || reading.refresh == RefreshMode.none {
+            throw ValidationError("--refresh-only needs something to read; it cannot be combined with --refresh none.")
         }
     }
 
@@ -70,7 +81,7 @@ struct ApplyCommand: AsyncParsableCommand {
             var request = ApplyRequest(
                 savedPlan: saved,
                 planning: PlanRequest(
-                    refresh: !noRefresh, targets: try planning.selection.targets(),
+                    policy: try reading.policy(workspace.settings), targets: try planning.selection.targets(),
                     maxUnsubscribes: try planning.limit()),
                 approve: { [autoApprove] _ in
                     if autoApprove { return .approved }
@@ -94,6 +105,7 @@ struct ApplyCommand: AsyncParsableCommand {
                     return Terminal.confirm("\nDo you want to finish it?") ? .approved : .declined
                 })
             request.pruneAfter = workspace.settings.pruneAfter
+            request.refreshOnly = refreshOnly
             let prepared = request
             let store = workspace.stateStore()
             let interruption = Interruption()
@@ -123,6 +135,7 @@ struct ApplyCommand: AsyncParsableCommand {
                 if savedPlan { Terminal.out("The plan has no changes; nothing to apply.\n") }
             case .declined: Terminal.err("Apply cancelled; nothing was changed.")
             case .resumedOnly: break
+            case .refreshed(let record): Terminal.out(Self.describe(record, state: workspace.stateDisplay) + "\n")
             }
             if outcome.hasUnexpectedFailures {
                 Terminal.err("Some tokens could not be changed; the next plan shows what is left.")
@@ -134,13 +147,29 @@ struct ApplyCommand: AsyncParsableCommand {
                         state: workspace.stateDisplay) + "\n")
             }
             switch outcome.result {
-            case .applied, .nothingToDo:
+            case .applied, .nothingToDo, .refreshed:
                 // Reported after the apply, outside its lock: the hooks write to the app's database, not to state.
                 try await workspace.reportDead(outcome.dead, to: deadTokens)
             case .declined, .resumedOnly: break
             }
             try end(with: outcome.exitStatus)
         }
+    }
+
+    /// What `--refresh-only` read and recorded.
+    static func describe(_ record: RefreshRecord, state: String) -> String {
+        let coverage = PlanRenderer.coverageSentence(record.coverage)
+        let observations = record.observations
+        let moved = observations.topics.reduce(0) { $0 + $1.subscribed.count + $1.unsubscribed.count }
+        var found: [String] = []
+        if moved > 0 { found.append("\(PlanRenderer.formatCount(moved)) membership(s) differed from state") }
+        if !observations.dead.isEmpty {
+            found.append("\(PlanRenderer.formatCount(observations.dead.count)) token(s) dead")
+        }
+        let news = found.isEmpty ? "state already matched what was read" : found.joined(separator: ", ")
+        let written = record.serial.map { "recorded in \(state) (serial \($0))" } ?? "nothing recorded"
+        return
+            "Refresh only: \(coverage) \(news.prefix(1).uppercased() + news.dropFirst()); \(written). Nothing was changed in FCM; 'tidemark plan' shows what apply would do about it."
     }
 
     /// The summary line of an apply, and a warning per kind of failure.

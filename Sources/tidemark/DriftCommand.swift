@@ -7,16 +7,19 @@ struct DriftCommand: AsyncParsableCommand {
         commandName: "drift",
         abstract: "Find what moved in FCM since the last apply, without changing anything.",
         discussion: """
-            Reads every known token and group from the backend and classifies what nobody planned: \
+            Reads the backend (by default the registrations a plan would change and the sweep's slice of \
+            the rest; --refresh all reads every one) and classifies what nobody planned: \
             devices that subscribed themselves to authoritative topics, devices that dropped declared \
             topics, dead tokens, vanished device groups. Neither FCM nor the state file is \
             changed; 'tidemark apply' corrects the drift. For scheduled jobs: --detailed-exitcode exits 2 \
-            when there is drift; --json writes one event per line for log pipelines.
+            when there is drift; --json writes one event per line for log pipelines. A sample says what \
+            share of the fleet it read and estimates, with bounds, the drift among the rest.
             """
     )
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var refreshing: RefreshOptions
+    @OptionGroup var reading: RefreshModeOptions
     @OptionGroup var render: RenderOptions
 
     @Flag(help: "Exit 2 when drift was found, 0 when none, 1 on error.")
@@ -30,6 +33,11 @@ struct DriftCommand: AsyncParsableCommand {
     var ndjson = false
 
     func validate() throws {
+        if reading.noRefresh || reading.refresh == RefreshMode.none {
+            throw ValidationError(
+                "drift compares what FCM holds with state, so it must read something: use --refresh touched, sample or all."
+            )
+        }
         if ndjson, render.format != .text {
             throw ValidationError(
                 "--json writes the event stream; it cannot be combined with --format \(render.format.rawValue).")
@@ -40,7 +48,8 @@ struct DriftCommand: AsyncParsableCommand {
         try await runReportingErrors {
             let workspace = try Workspace(global)
             let report = try await workspace.withBackend(readQPS: refreshing.readQps) { backend in
-                try await DriftWorkflow(workspace.parts(backend, acceptDead: refreshing.acceptDead)).run()
+                try await DriftWorkflow(workspace.parts(backend, acceptDead: refreshing.acceptDead)).run(
+                    try reading.policy(workspace.settings))
             }
             let renderer = DriftRenderer(showTokens: global.showTokens)
             if ndjson {

@@ -7,14 +7,16 @@ struct PlanCommand: AsyncParsableCommand {
         commandName: "plan",
         abstract: "Show what must change in FCM to match the manifests.",
         discussion: """
-            Refreshes what FCM holds for every known token (unless --no-refresh), diffs it against the \
-            manifests and prints the plan: the verdict first, destructive changes called out, tokens redacted. \
+            Reads what FCM holds for the registrations the plan would change and a slice of the rest \
+            (--refresh: touched, sample, all or none), diffs it against the manifests and state, and prints \
+            the plan, saying how much of the fleet it read: the verdict first, destructive changes called out, tokens redacted. \
             With --out the plan is saved as JSON for 'tidemark apply FILE'. Nothing is changed.
             """
     )
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var refreshing: RefreshOptions
+    @OptionGroup var reading: RefreshModeOptions
     @OptionGroup var planning: PlanningOptions
     @OptionGroup var render: RenderOptions
 
@@ -26,15 +28,12 @@ struct PlanCommand: AsyncParsableCommand {
     @Flag(help: "Exit 2 when the plan has changes, 0 when it has none, 1 on error.")
     var detailedExitcode = false
 
-    @Flag(help: "Plan from state alone, without reading FCM (fast; for pull requests).")
-    var noRefresh = false
-
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
             if let out { try Self.checkOverwritable(out) }
             let request = PlanRequest(
-                refresh: !noRefresh, targets: try planning.selection.targets(),
+                policy: try reading.policy(workspace.settings), targets: try planning.selection.targets(),
                 maxUnsubscribes: try planning.limit())
             let outcome = try await workspace.withBackend(readQPS: refreshing.readQps) { backend in
                 try await PlanWorkflow(workspace.parts(backend, acceptDead: refreshing.acceptDead)).run(request)

@@ -90,3 +90,48 @@ struct RefreshOptions: ParsableArguments {
         }
     }
 }
+
+extension RefreshMode: ExpressibleByArgument {}
+
+/// `--refresh`, `--refresh-budget`, `--no-refresh`: how much of FCM plan, apply and drift read.
+struct RefreshModeOptions: ParsableArguments {
+    @Option(
+        help: ArgumentHelp(
+            "What to read from FCM first: touched (the registrations the plan would change, and any read longer ago than 'refresh_max_age'), sample (touched plus the sweep's slice of the rest, oldest read first, within the budget), all (every registration) or none. Default: 'refresh' in tidemark.yaml, else sample.",
+            valueName: "MODE"))
+    var refresh: RefreshMode?
+
+    @Option(
+        help: ArgumentHelp(
+            "Reads a sample refresh spends on the sweep beyond the touched registrations: a number, or a share of the fleet such as 5%. Default: 'refresh_budget' in tidemark.yaml, else 2% (at least 1,000).",
+            valueName: "N|P%"))
+    var refreshBudget: String?
+
+    @Flag(help: "Plan from state alone, without reading FCM (the same as --refresh none).")
+    var noRefresh = false
+
+    func validate() throws {
+        if noRefresh, let refresh, refresh != .none {
+            throw ValidationError("--no-refresh contradicts --refresh \(refresh.rawValue); give one of them.")
+        }
+        if let refreshBudget {
+            do {
+                _ = try RefreshBudget(parsing: refreshBudget)
+            } catch {
+                throw ValidationError("--refresh-budget: \(error.description)")
+            }
+        }
+    }
+
+    /// Whether a mode was asked for on the command line.
+    var given: Bool { refresh != nil || noRefresh || refreshBudget != nil }
+
+    /// The policy: flags win over tidemark.yaml.
+    func policy(_ settings: ProjectSettings) throws -> RefreshPolicy {
+        var policy = settings.refresh
+        if noRefresh { policy.mode = .none }
+        if let refresh { policy.mode = refresh }
+        if let refreshBudget { policy.budget = try RefreshBudget(parsing: refreshBudget) }
+        return policy
+    }
+}

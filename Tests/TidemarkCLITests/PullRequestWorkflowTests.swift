@@ -169,8 +169,11 @@ import Yams
         let server = try EmulatorServeTests.Server.startForDemo(cli)
         defer { _ = server.stop() }
         let environment = server.environment
-        let backend = ["--backend", "emulator"]
-        #expect(try cli.run(["apply", "--auto-approve"] + backend, environment: environment).status == 0)
+        // Drift on devices no plan touches: only a full read is sure to find it (a sample finds it as
+        // the sweep reaches those devices; RefreshModeTests).
+        let backend = ["--backend", "emulator", "--refresh", "all"]
+        #expect(
+            try cli.run(["apply", "--auto-approve", "--backend", "emulator"], environment: environment).status == 0)
         let none = try cli.run(["drift", "--detailed-exitcode"] + backend, environment: environment)
         #expect(none.status == 0, "\(none.stdout)\(none.stderr)")
         #expect(none.stdout.hasPrefix("No drift"))

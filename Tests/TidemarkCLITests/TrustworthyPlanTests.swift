@@ -78,11 +78,13 @@ import Testing
             )
             #expect(status == 200)
         }
-        let refused = try cli.run(["plan", "--backend", "emulator"], environment: environment)
+        // A full read sees all 700 (a sample sees its share of them, and is refused the same way).
+        let refused = try cli.run(["plan", "--backend", "emulator", "--refresh", "all"], environment: environment)
         #expect(refused.status == 1, "\(refused.stdout)\(refused.stderr)")
         #expect(refused.stderr.contains("came back unregistered at once"), "\(refused.stderr)")
         #expect(refused.stderr.contains("--accept-dead"))
-        let accepted = try cli.run(["plan", "--backend", "emulator", "--accept-dead"], environment: environment)
+        let accepted = try cli.run(
+            ["plan", "--backend", "emulator", "--accept-dead", "--refresh", "all"], environment: environment)
         #expect(accepted.status == 0, "\(accepted.stderr)")
         #expect(
             !accepted.stdout.contains("FCM matches the manifests"),
@@ -170,16 +172,18 @@ import Testing
             "DELETE", "/v1/projects/tidemark-demo/registrations/\(encoded)/topicSubscriptions/\(op.target)",
             headers: ["Authorization": "Bearer \(bearer)"])
         #expect(status == 200)
-        let drift = try cli.run(["drift", "--backend", "emulator", "--detailed-exitcode"], environment: environment)
+        // The device is in no plan, so only a full read (or the sweep reaching it) sees the opt-out.
+        let all = ["--backend", "emulator", "--refresh", "all"]
+        let drift = try cli.run(["drift", "--detailed-exitcode"] + all, environment: environment)
         #expect(drift.status == 0, "an opt-out is not drift: \(drift.stdout)\(drift.stderr)")
         #expect(drift.stdout.contains("1 opt-out in the app, respected"), "\(drift.stdout)")
-        let apply = try cli.run(["apply", "--auto-approve", "--backend", "emulator"], environment: environment)
+        let apply = try cli.run(["apply", "--auto-approve"] + all, environment: environment)
         #expect(apply.status == 0, "\(apply.stderr)")
         let (_, registration) = try await server.call(
             "GET", "/emulator/v1/projects/tidemark-demo/registrations/\(encoded)")
         let topics = try #require(registration["topics"] as? [String])
         #expect(!topics.contains(op.target), "the opt-out was respected")
-        let again = try cli.run(["plan", "--backend", "emulator"], environment: environment)
+        let again = try cli.run(["plan"] + all, environment: environment)
         #expect(again.stdout.contains("but for 1 device that opted out in the app (respected)"), "\(again.stdout)")
     }
 }

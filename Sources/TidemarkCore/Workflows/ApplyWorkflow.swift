@@ -21,6 +21,9 @@ public struct ApplyRequest: Sendable {
     public var planReady: @Sendable (PlanOutcome) async throws -> Void
     /// Asked before an interrupted apply is finished: the operations it still has to run.
     public var approveResume: @Sendable (UnfinishedApply) async -> Approval
+    /// `--refresh-only`: read what the refresh policy asks for and record it in state (observed
+    /// memberships, dead tokens, when each registration was read), changing nothing in FCM.
+    public var refreshOnly = false
     /// `prune_after`: after an apply that changed something, forget dead and departed tokens unseen for
     /// this many seconds, when at least `PruneWorkflow.automaticMinimum` of them can go.
     public var pruneAfter: Int64? = nil
@@ -71,6 +74,8 @@ public struct ApplyOutcome: Sendable {
         /// Only the interrupted apply ran: it was the saved plan given, or it left failures, so
         /// nothing new was planned.
         case resumedOnly
+        /// `--refresh-only`: what was read is recorded; FCM was not changed.
+        case refreshed(RefreshRecord)
     }
 
     /// An interrupted apply that was finished first.
@@ -108,6 +113,7 @@ public struct ApplyWorkflow: Sendable {
     public init(_ parts: WorkflowParts) { self.parts = parts }
 
     public func run(_ request: ApplyRequest) async throws -> ApplyOutcome {
+        if request.refreshOnly { return try await refreshOnly(request) }
         var resumed: ApplySummary?
         if let unfinished = try await parts.store.unfinishedApply() {
             switch try await resume(unfinished, request) {
@@ -122,19 +128,29 @@ public struct ApplyWorkflow: Sendable {
         var state: State
         var loaded: LoadedManifests
         let plan: Plan
+        // The registrations read before this apply: recorded as read, which advances the sweep.
+        var read = TokenSet()
+        // A saved plan's sweep: the registrations it read that matched state, and when.
+        var swept: SweptRegistrations?
         if let (saved, file) = request.savedPlan {
             (state, loaded) = try await parts.loadStateAndManifests()
             try parts.stopOnErrors(loaded)
             try checkFresh(saved, file: file, state: state, loaded: loaded)
             try checkSelection(saved, file: file, request: request.planning, state: state)
-            try await checkOperations(saved, file: file, state: &state, loaded: loaded, request: request.planning)
-            // What the file says it observed is never trusted: only its checked operations run.
+            let observed = try await checkOperations(
+                saved, file: file, state: &state, loaded: loaded, request: request.planning)
+            // What the file says it observed is never trusted: only its checked operations run, and
+            // only what this apply read itself is recorded. The one claim taken from it is which
+            // registrations of its sweep matched state: that only moves them later in the sweep.
             var checked = saved
-            checked.observations = Observations()
+            checked.observations = state.observations(from: observed)
+            read = observed.refreshed
+            swept = SweptRegistrations(plan: saved, state: state)
             plan = checked
         } else {
             let outcome = try await PlanWorkflow(parts).run(request.planning)
             (state, loaded, plan) = (outcome.state, outcome.loaded, outcome.plan)
+            read = outcome.read
             try await request.planReady(outcome)
             if plan.diagnostics.hasErrors { throw WorkflowError.planHasErrors }
             if plan.hasChanges {
@@ -145,7 +161,12 @@ public struct ApplyWorkflow: Sendable {
                 }
             }
         }
-        if !plan.hasChanges, plan.observations.isEmpty {
+        if !plan.hasChanges {
+            // Nothing to change in FCM; what was read is still recorded (the sweep moves on), in one
+            // write that touches no topic it did not see change.
+            if !read.isEmpty || !plan.observations.isEmpty || swept?.ids.isEmpty == false {
+                state = try await record(plan.observations, read: read, swept: swept, state: state, loaded: loaded)
+            }
             return ApplyOutcome(
                 resumed: resumed, result: .nothingToDo(savedPlan: request.savedPlan != nil),
                 dead: DeadDevice.collect(state: state, inventory: loaded.inventory))
@@ -153,7 +174,7 @@ public struct ApplyWorkflow: Sendable {
         if state.lineage.isEmpty { state.lineage = parts.timing.uuid() }
         let session = try await ApplySession.begin(
             plan: plan, desired: loaded.desired, store: parts.store, state: state,
-            timing: parts.timing, inventory: loaded.inventory)
+            timing: parts.timing, inventory: loaded.inventory, read: read, swept: swept)
         let summary = try await execute(plan, done: [], tokensDone: [:], session: session)
         let final = await session.state
         var outcome = ApplyOutcome(
@@ -287,13 +308,16 @@ public struct ApplyWorkflow: Sendable {
     func checkOperations(
         _ plan: Plan, file: String, state: inout State, loaded: LoadedManifests, request: PlanRequest
     )
-        async throws
+        async throws -> RefreshResult
     {
         var touched: [UInt32] = []
         for op in plan.operations { for token in op.tokens { touched.append(state.tokens.intern(token)) } }
         state.growToTable()
+        // The plan's registrations are always read again (everything with --refresh all).
+        let ids =
+            request.refresh.mode == .all ? TokenSet(sorted: Array(0..<UInt32(state.tokens.count))) : TokenSet(touched)
         let groups = Set(plan.operations.filter(\.kind.isGroup).map(\.target)).sorted()
-        let observed = try await parts.refresh(TokenSet(touched), groups: groups, state: state, loaded: loaded)
+        let observed = try await parts.refresh(ids, groups: groups, state: state, loaded: loaded)
         let now = Planner(tidemarkVersion: parts.tidemarkVersion).plan(
             loaded: loaded, state: state, refresh: observed, backend: parts.backend.identity,
             now: parts.timing.wallClock(), targets: try plan.selection, maxUnsubscribes: request.maxUnsubscribes)
@@ -333,7 +357,7 @@ public struct ApplyWorkflow: Sendable {
                 if !alreadyTrue { unexpected.append(Triple(kind: op.kind, target: op.target, token: token)) }
             }
         }
-        guard let first = unexpected.first else { return }
+        guard let first = unexpected.first else { return observed }
         throw refuse(
             "it would \(first.kind.rawValue) \(Redaction.redact(first.token)) \(first.kind == .subscribe || first.kind == .groupAdd || first.kind == .groupCreate ? "to" : "from") '\(first.target)', which the manifests and state do not call for\(unexpected.count > 1 ? " (and \(unexpected.count - 1) more such change\(unexpected.count == 2 ? "" : "s"))" : "")"
         )
@@ -396,5 +420,69 @@ public struct ApplyWorkflow: Sendable {
             groupCalls: remaining.filter { plan.operations[$0].kind.isGroup }.count, requests: report.requests,
             retries: report.retries,
             seconds: seconds, failures: failures)
+    }
+}
+
+/// What `apply --refresh-only` read and recorded.
+public struct RefreshRecord: Sendable {
+    public var coverage: RefreshCoverage
+    /// How what was read differs from what state remembered (now recorded).
+    public var observations: Observations
+    /// The serial state was written at; nil when nothing was read.
+    public var serial: Int?
+}
+
+extension ApplyWorkflow {
+    /// `apply --refresh-only`: reads per the refresh policy and records what it saw, changing nothing
+    /// in FCM. Refused while an apply is unfinished (its journal decides what state holds).
+    func refreshOnly(_ request: ApplyRequest) async throws -> ApplyOutcome {
+        if try await parts.store.unfinishedApply() != nil { throw WorkflowError.unfinishedApply }
+        let outcome = try await PlanWorkflow(parts).run(request.planning)
+        let coverage =
+            outcome.plan.coverage
+            ?? RefreshCoverage(mode: .none, fleet: outcome.state.fleet().count, read: 0, at: parts.timing.unixTime())
+        var record = RefreshRecord(coverage: coverage, observations: outcome.plan.observations, serial: nil)
+        if !outcome.read.isEmpty {
+            let state = try await self.record(
+                outcome.plan.observations, read: outcome.read, swept: nil, state: outcome.state, loaded: outcome.loaded)
+            record.serial = state.serial
+        }
+        return ApplyOutcome(
+            resumed: nil, result: .refreshed(record),
+            dead: DeadDevice.collect(state: outcome.state, inventory: outcome.loaded.inventory))
+    }
+
+    /// Records observations and when `read` was read, in one save that writes only the topics and
+    /// groups that changed and the tokens read.
+    func record(
+        _ observations: Observations, read: TokenSet, swept: SweptRegistrations?, state: State,
+        loaded: LoadedManifests
+    ) async throws -> State {
+        let before = state
+        var state = state
+        if state.lineage.isEmpty { state.lineage = parts.timing.uuid() }
+        state.backend = state.backend ?? parts.backend.identity
+        state.apply(observations, seen: read)
+        if let swept { state.noteRead(swept.ids, at: swept.at) }
+        var write = StateWrite()
+        write.includeTopicsAndGroups(before: before, after: state)
+        write.tokens = read.ids + (swept?.ids.ids ?? [])
+        write.tokens += (observations.dead + observations.revived).compactMap { state.tokens.id($0) }
+        try await parts.store.save(&state, write, at: parts.timing.unixTime())
+        return state
+    }
+}
+
+/// The registrations a saved plan's sweep read and found matching state, and when: applying the plan
+/// records them as read then, so the sweep moves on without reading them twice.
+public struct SweptRegistrations: Sendable {
+    public var ids: TokenSet
+    public var at: Int64
+
+    /// nil when the plan swept nothing; tokens state does not know are ignored.
+    init?(plan: Plan, state: State) {
+        guard let tokens = plan.sweptMatching, !tokens.isEmpty, let at = plan.coverage?.at else { return nil }
+        ids = TokenSet(tokens.compactMap { state.tokens.id($0) })
+        self.at = at
     }
 }

@@ -6,12 +6,16 @@ public struct DriftWorkflow: Sendable {
 
     public init(_ parts: WorkflowParts) { self.parts = parts }
 
-    public func run() async throws -> DriftReport {
+    public func run(_ policy: RefreshPolicy = .all) async throws -> DriftReport {
+        guard policy.reads else {
+            throw WorkflowError.nothingToRead(command: "drift")
+        }
         let (state, loaded) = try await parts.loadStateAndManifests()
         // With no state there is nothing tidemark made or saw to compare with: never "No drift".
         if state.lineage.isEmpty { throw WorkflowError.noState(location: parts.store.location) }
         try parts.stopOnErrors(loaded)
-        let refresh = try await parts.refreshAll(state: state, loaded: loaded)
+        let run = try await parts.refresh(policy, state: state, loaded: loaded)
+        guard let refresh = run.observed else { throw WorkflowError.nothingToRead(command: "drift") }
         let now = parts.timing.wallClock()
         let plan = Planner(tidemarkVersion: parts.tidemarkVersion).plan(
             loaded: loaded, state: state, refresh: refresh,
@@ -20,10 +24,13 @@ public struct DriftWorkflow: Sendable {
             plan.observations, desired: loaded.desired, state: state,
             inventory: loaded.inventory)
         let pending = plan.subscribeCount + plan.unsubscribeCount + plan.operations.filter(\.kind.isGroup).count
-        return DriftReport(
+        var report = DriftReport(
             tidemarkVersion: parts.tidemarkVersion, checkedAt: now, lineage: state.lineage,
             serial: state.serial, backend: parts.backend.identity, registrationsRead: refresh.refreshed.count,
             items: items, pendingChanges: pending)
+        report.coverage = run.coverage
+        report.estimate(sampled: Set(run.sampled.map { state.tokens[$0] }))
+        return report
     }
 }
 

@@ -2,13 +2,18 @@ import Foundation
 
 /// What a plan covers and how far it may reach.
 public struct PlanRequest: Sendable {
-    /// Read FCM first (false: plan from state alone).
-    public var refresh: Bool
+    /// What to read from FCM first (`.none`: plan from state alone).
+    public var refresh: RefreshPolicy
     public var targets: Targets
     public var maxUnsubscribes: UnsubscribeLimit?
 
+    /// `refresh: true` reads every registration; `false` plans from state alone.
     public init(refresh: Bool = true, targets: Targets = .all, maxUnsubscribes: UnsubscribeLimit? = nil) {
-        self.refresh = refresh
+        self.init(policy: refresh ? .all : .none, targets: targets, maxUnsubscribes: maxUnsubscribes)
+    }
+
+    public init(policy: RefreshPolicy, targets: Targets = .all, maxUnsubscribes: UnsubscribeLimit? = nil) {
+        self.refresh = policy
         self.targets = targets
         self.maxUnsubscribes = maxUnsubscribes
     }
@@ -19,6 +24,8 @@ public struct PlanOutcome: Sendable {
     public var state: State
     public var loaded: LoadedManifests
     public var plan: Plan
+    /// The registrations the refresh read (token ids of `state.tokens`): an apply records when.
+    public var read = TokenSet()
 
     /// How `tidemark plan` ends: an error when the plan has errors, else 2 for changes when asked.
     public func exitStatus(detailedExitcode: Bool) -> ExitStatus {
@@ -37,13 +44,23 @@ public struct PlanWorkflow: Sendable {
         let (state, loaded) = try await parts.loadStateAndManifests()
         try parts.stopOnErrors(loaded)
         try Self.checkSelectors(request.targets, state: state, loaded: loaded)
-        let observed = request.refresh ? try await parts.refreshAll(state: state, loaded: loaded) : nil
+        let run = try await parts.refresh(request.refresh, state: state, loaded: loaded, targets: request.targets)
+        let observed = run.observed
         var plan = Planner(tidemarkVersion: parts.tidemarkVersion).plan(
             loaded: loaded, state: state, refresh: observed,
             backend: parts.backend.identity, now: parts.timing.wallClock(), targets: request.targets,
             maxUnsubscribes: request.maxUnsubscribes)
         plan.requests = parts.backend.requests(for: plan.operations)
         plan.operationsDigestWhenMade = plan.operationsDigest
+        plan.coverage = run.coverage
+        if !run.sampled.isEmpty {
+            var differed = Set(plan.observations.dead + plan.observations.revived)
+            for delta in plan.observations.topics {
+                differed.formUnion(delta.subscribed)
+                differed.formUnion(delta.unsubscribed)
+            }
+            plan.sweptMatching = run.sampled.map { state.tokens[$0] }.filter { !differed.contains($0) }
+        }
         if let unfinished = try await parts.store.unfinishedApply() {
             let started = ISO8601DateFormatter().string(from: unfinished.startedAt)
             plan.diagnostics.append(
@@ -51,7 +68,7 @@ public struct PlanWorkflow: Sendable {
                     "an apply started at \(started) was interrupted with \(unfinished.done.count) of \(unfinished.plan.operations.count) operations done; the next 'tidemark apply' first finishes it (or abandons it if the manifests or backend changed), so this plan may change."
                 ))
         }
-        return PlanOutcome(state: state, loaded: loaded, plan: plan)
+        return PlanOutcome(state: state, loaded: loaded, plan: plan, read: observed?.refreshed ?? TokenSet())
     }
 }
 
@@ -104,6 +121,40 @@ extension WorkflowParts {
         throw WorkflowError.invalidManifests(errorCount: errors.count)
     }
 
+    /// Reads what `policy` asks for: nothing, every registration, or the registrations a plan from state
+    /// would change (`touched`), those read longer ago than the policy's age, and the sweep's slice.
+    func refresh(
+        _ policy: RefreshPolicy, state: State, loaded: LoadedManifests, targets: Targets = .all
+    ) async throws -> RefreshRun {
+        let now = timing.unixTime()
+        var touched = TokenSet()
+        if policy.mode == .touched || policy.mode == .sample {
+            // Every token a plan from state alone would change: their full registration decides the
+            // 2000-topic cap and what tidemark owns. The diff is per token, so what the read changes
+            // stays within the tokens read.
+            var working = state
+            working.growToTable()
+            let ids = Differ().diff(desired: loaded.desired, state: working, targets: targets).operations
+                .flatMap { op in op.tokens.compactMap { working.tokens.id($0) } }
+            touched = TokenSet(ids)
+        }
+        let (ids, coverage, sampled) = state.refreshSelection(
+            policy, touched: touched, now: now, salt: Self.sweepSalt(state.lineage))
+        guard policy.reads else { return RefreshRun(observed: nil, coverage: coverage, sampled: TokenSet()) }
+        let groups = Set(loaded.desired.groups.map(\.name)).union(state.groups.keys).sorted()
+        let observed = try await refresh(ids, groups: groups, state: state, loaded: loaded)
+        var read = coverage
+        read.read = observed.refreshed.count
+        return RefreshRun(observed: observed, coverage: read, sampled: sampled)
+    }
+
+    /// A state's own order for the sweep: each slice is spread over the fleet, not in inventory order.
+    static func sweepSalt(_ lineage: String) -> UInt64 {
+        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+        for byte in lineage.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
+        return hash
+    }
+
     /// Reads every known token and every declared or remembered group from the backend.
     func refreshAll(state: State, loaded: LoadedManifests) async throws -> RefreshResult {
         let groups = Set(loaded.desired.groups.map(\.name)).union(state.groups.keys).sorted()
@@ -139,4 +190,14 @@ extension WorkflowParts {
         }
         return observed
     }
+}
+
+/// What a refresh read and how far that reached.
+public struct RefreshRun: Sendable {
+    /// nil when nothing was read (`--refresh=none`).
+    public var observed: RefreshResult?
+    public var coverage: RefreshCoverage
+    /// The registrations read as the sweep's slice (not touched, not stale): a sample of the fleet
+    /// that the rest can be estimated from.
+    public var sampled: TokenSet
 }

@@ -20,6 +20,8 @@ public enum WorkflowError: Error, Sendable, CustomStringConvertible {
     case noState(location: String)
     /// The state belongs to another FCM project or backend.
     case stateOfAnotherBackend(location: String, state: BackendIdentity, now: BackendIdentity)
+    /// A command that must read FCM was told to read nothing (`--refresh none`).
+    case nothingToRead(command: String)
 
     public var description: String {
         switch self {
@@ -32,7 +34,7 @@ public enum WorkflowError: Error, Sendable, CustomStringConvertible {
         case .stalePlan(let stale):
             stale.description
         case .unfinishedApply:
-            "an apply was interrupted; finish it with 'tidemark apply' before importing."
+            "an apply was interrupted; finish it with 'tidemark apply' first (its journal decides what state holds)."
         case .tooManyDead(let message):
             message
         case .selectorsMatchNothing(let misses):
@@ -42,6 +44,8 @@ public enum WorkflowError: Error, Sendable, CustomStringConvertible {
             }.joined(separator: "\n") + " Nothing was planned; fix the selector."
         case .noState(let location):
             "there is no state at \(location) yet, so there is nothing to compare FCM with. Run 'tidemark apply' (or 'tidemark import' to adopt what exists) first."
+        case .nothingToRead(let command):
+            "\(command) compares what FCM holds with state, so it must read something: use --refresh touched, sample or all, not none."
         case .stateOfAnotherBackend(let location, let state, let now):
             "the state \(location) belongs to \(state), but this run uses \(now). Point 'state' in tidemark.yaml at that backend's own state, or use the backend it was made with."
         }
