@@ -63,36 +63,71 @@ public actor ApplySession: ApplyRecorder {
         ApplySession(id: unfinished.id, store: store, state: state, timing: timing, progress: unfinished.progress)
     }
 
-    /// Records a finished step of an operation in state and journals it, in one save; callable from many
-    /// tasks. The operation's last step journals it as finished, with the counts of all its steps.
+    /// Steps finished and not yet saved, with the callers waiting for them.
+    private var queued: [(step: OperationStep, done: CheckedContinuation<Void, any Error>)] = []
+
+    /// Records a finished step of an operation in state and journals it; callable from many tasks, and
+    /// returns once the step is durable. Steps that finish while a save is running are committed
+    /// together by the next one (a group commit): a save rewrites the rows of the topics it touches,
+    /// which for a topic of a million members costs far more than one step of requests, so one save
+    /// per step would pace an apply below FCM's quota. The operation's last step journals it as
+    /// finished, with the counts of all its steps.
     public func recorded(_ step: OperationStep) async throws {
-        try await oneAtATime {
-            let at = timing.unixTime()
-            var next = state
-            let part = step.part
-            let changedTopics = next.record(part, outcomes: step.outcomes, groupKey: step.groupKey, at: at)
-            var write = StateWrite()
-            if part.kind.isGroup { write.groups = [part.target] }
-            write.topics = Array(changedTopics)
-            write.tokens = part.tokens.compactMap { next.tokens.id($0) }
-            let before = partial[step.index] ?? (0, 0, 0)
-            let ok = before.ok + step.outcomes.filter(\.isOK).count
-            let failed = before.failed + step.outcomes.count - step.outcomes.filter(\.isOK).count
-            if step.finishesOperation {
-                write.finishedOperation = JournalEntry(applyID: id, index: step.index, ok: ok, failed: failed)
-            } else {
-                write.operationProgress = OperationProgress(
-                    applyID: id, index: step.index, tokensDone: step.from + step.outcomes.count, ok: ok,
-                    failed: failed)
-            }
-            try await store.save(&next, write, at: at)
-            state = next
-            if step.finishesOperation {
-                partial[step.index] = nil
-            } else {
-                partial[step.index] = (step.from + step.outcomes.count, ok, failed)
+        try await withCheckedThrowingContinuation { (done: CheckedContinuation<Void, any Error>) in
+            queued.append((step, done))
+            if queued.count == 1 { Task { await self.commitQueued() } }
+        }
+    }
+
+    /// Saves every queued step in one write, once the save before it finished.
+    private func commitQueued() async {
+        try? await oneAtATime {
+            let batch = queued
+            queued = []
+            guard !batch.isEmpty else { return }
+            do {
+                try await save(batch.map(\.step))
+                for entry in batch { entry.done.resume() }
+            } catch {
+                for entry in batch { entry.done.resume(throwing: error) }
             }
         }
+    }
+
+    private func save(_ steps: [OperationStep]) async throws {
+        let at = timing.unixTime()
+        var next = state
+        var parts = partial
+        var topics: Set<String> = []
+        var groups: Set<String> = []
+        var write = StateWrite()
+        var progress: [Int: OperationProgress] = [:]
+        for step in steps {
+            let part = step.part
+            topics.formUnion(next.record(part, outcomes: step.outcomes, groupKey: step.groupKey, at: at))
+            if part.kind.isGroup { groups.insert(part.target) }
+            write.tokens += part.tokens.compactMap { next.tokens.id($0) }
+            let before = parts[step.index] ?? (0, 0, 0)
+            let succeeded = step.outcomes.filter(\.isOK).count
+            let ok = before.ok + succeeded
+            let failed = before.failed + step.outcomes.count - succeeded
+            if step.finishesOperation {
+                write.finishedOperations.append(JournalEntry(applyID: id, index: step.index, ok: ok, failed: failed))
+                progress[step.index] = nil
+                parts[step.index] = nil
+            } else {
+                let done = step.from + step.outcomes.count
+                progress[step.index] = OperationProgress(
+                    applyID: id, index: step.index, tokensDone: done, ok: ok, failed: failed)
+                parts[step.index] = (done, ok, failed)
+            }
+        }
+        write.topics = topics.sorted()
+        write.groups = groups.sorted()
+        write.operationProgress = progress.keys.sorted().map { progress[$0]! }
+        try await store.save(&next, write, at: at)
+        state = next
+        partial = parts
     }
 
     /// Gives up an interrupted apply. Its unfinished subscribes may have happened in part (a batch in

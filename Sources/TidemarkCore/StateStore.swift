@@ -102,10 +102,11 @@ public struct StateWrite: Sendable {
     public var allTokens = false
     /// Journal: an apply starts with this id and plan.
     public var beginApply: (id: String, plan: Plan)?
-    /// Journal: one operation of an apply finished.
-    public var finishedOperation: JournalEntry?
-    /// Journal: the first tokens of an operation finished (per-token transports journal in steps).
-    public var operationProgress: OperationProgress?
+    /// Journal: operations of an apply that finished.
+    public var finishedOperations: [JournalEntry] = []
+    /// Journal: the first tokens of operations that finished (per-token transports journal in steps);
+    /// at most one per operation, and none for an operation in `finishedOperations`.
+    public var operationProgress: [OperationProgress] = []
     /// Journal: an apply ended.
     public var finishApply: (id: String, status: ApplyStatus)?
     /// A copy of a whole state from another store (`state pull`, `push`, `migrate`): the serial and

@@ -185,7 +185,7 @@ public final class PostgresStateStore: StateStore {
                         \(plan.operationsDigest), \(plan.operations.count), \(buffer))
                     """)
             }
-            if let entry = write.finishedOperation {
+            for entry in write.finishedOperations {
                 try await c.run(
                     """
                     INSERT INTO tidemark_apply_operations (workspace, apply_id, idx, finished_at, ok, failed)
@@ -199,7 +199,7 @@ public final class PostgresStateStore: StateStore {
                         AND idx = \(entry.index)
                     """)
             }
-            if let progress = write.operationProgress {
+            for progress in write.operationProgress {
                 try await c.run(
                     """
                     INSERT INTO tidemark_apply_progress (workspace, apply_id, idx, tokens_done, ok, failed)

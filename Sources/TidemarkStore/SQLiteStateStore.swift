@@ -386,7 +386,7 @@ public final class SQLiteStateStore: StateStore {
                             plan.operations.count, data,
                         ])
                 }
-                if let entry = write.finishedOperation {
+                for entry in write.finishedOperations {
                     try db.execute(
                         sql: """
                             INSERT OR REPLACE INTO apply_operations (apply_id, idx, finished_at, ok, failed) VALUES (?, ?, ?, ?, ?)
@@ -397,7 +397,7 @@ public final class SQLiteStateStore: StateStore {
                             arguments: [entry.applyID, entry.index])
                     }
                 }
-                if let progress = write.operationProgress {
+                for progress in write.operationProgress {
                     // Added after format 1 was first written; older tidemarks ignore it and re-send the
                     // whole operation, as they always did.
                     try db.execute(

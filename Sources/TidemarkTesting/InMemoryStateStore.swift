@@ -92,11 +92,13 @@ public actor InMemoryStateStore: StateStore {
         if let (id, plan) = write.beginApply {
             journal.append((id, Journal(startedAt: now, status: .running, plan: plan)))
         }
-        if let entry = write.finishedOperation, let i = journal.firstIndex(where: { $0.id == entry.applyID }) {
+        for entry in write.finishedOperations {
+            guard let i = journal.firstIndex(where: { $0.id == entry.applyID }) else { continue }
             journal[i].entry.done.insert(entry.index)
             journal[i].entry.progress[entry.index] = nil
         }
-        if let progress = write.operationProgress, let i = journal.firstIndex(where: { $0.id == progress.applyID }) {
+        for progress in write.operationProgress {
+            guard let i = journal.firstIndex(where: { $0.id == progress.applyID }) else { continue }
             journal[i].entry.progress[progress.index] = progress
         }
         if let (id, status) = write.finishApply, let i = journal.firstIndex(where: { $0.id == id }) {

@@ -240,7 +240,7 @@ public enum StateStoreConformance {
         #expect(unfinished.plan.operations == ops && unfinished.plan.operationsDigest == plan.operationsDigest)
         #expect(unfinished.startedAt == Date(timeIntervalSince1970: 1000))
         write = StateWrite()
-        write.finishedOperation = JournalEntry(applyID: "apply-1", index: 1, ok: 2, failed: 0)
+        write.finishedOperations = [JournalEntry(applyID: "apply-1", index: 1, ok: 2, failed: 0)]
         try await store.save(&state, write, at: 1001)
         unfinished = try #require(try await store.unfinishedApply())
         #expect(unfinished.done == [1])
@@ -258,7 +258,7 @@ public enum StateStoreConformance {
             write.beginApply = ("apply-\(i)", plan([op, op], state: state))
             try await store.save(&state, write, at: Int64(1000 + 10 * i))
             write = StateWrite()
-            write.finishedOperation = JournalEntry(applyID: "apply-\(i)", index: 0, ok: 1, failed: 0)
+            write.finishedOperations = [JournalEntry(applyID: "apply-\(i)", index: 0, ok: 1, failed: 0)]
             if status != .running { write.finishApply = ("apply-\(i)", status) }
             try await store.save(&state, write, at: Int64(1001 + 10 * i))
         }
