@@ -68,10 +68,15 @@ extension DesiredState {
 
         mutating func hash(_ id: UInt32) -> UInt64 {
             if tokenHash[Int(id)] == 0 {
-                var h: UInt64 = 0xcbf2_9ce4_8422_2325
-                for byte in table[id].utf8 {
-                    h ^= UInt64(byte)
-                    h = h &* 0x0100_0000_01b3
+                var token = table[id]
+                // FNV-1a over the UTF-8 bytes, read in place.
+                var h: UInt64 = token.withUTF8 { bytes in
+                    var h: UInt64 = 0xcbf2_9ce4_8422_2325
+                    for byte in bytes {
+                        h ^= UInt64(byte)
+                        h = h &* 0x0100_0000_01b3
+                    }
+                    return h
                 }
                 // Mixed, so that sums of related tokens do not cancel; never 0 (0 means "not yet").
                 h ^= h >> 33
@@ -123,15 +128,19 @@ extension DesiredState {
     ///
     /// Members are combined as sums of per-token hashes (order-free, linear in the memberships): this
     /// detects change, it is not a defence against forgery (apply re-derives a saved plan's operations).
-    public func digest(tokens table: TokenTable) -> String {
+    public func digest(tokens table: TokenTable) -> String { digests(tokens: table).digest }
+
+    /// `digest` and `entryDigests` at once, hashing each token once.
+    public func digests(tokens table: TokenTable) -> (digest: String, entries: [String: String]) {
         var hasher = SetHasher(table)
         let known = hasher.combine(knownTokens)
+        let entries = entryDigests(&hasher, known: known)
         var digest = SHA256Digest()
         digest.update("tidemark-desired-state 2\n")
-        for (key, value) in entryDigests(&hasher, known: known).sorted(by: { $0.key < $1.key }) {
+        for (key, value) in entries.sorted(by: { $0.key < $1.key }) {
             digest.update("\(key)\u{0}\(value)\n")
         }
         digest.update("known\u{0}\(known)\n")
-        return digest.finalize()
+        return (digest.finalize(), entries)
     }
 }

@@ -14,6 +14,8 @@ public struct LoadedManifests: Sendable {
     public var digest: String
     /// What each inventory source read, by name.
     public var snapshots: [String: InventorySnapshot] = [:]
+    /// What each topic and group means (`DesiredState.entryDigests`), computed with `digest`.
+    public var entryDigests: [String: String] = [:]
 }
 
 /// Reads all `*.yaml` / `*.yml` files of a manifests directory, merges them, loads the inventory and resolves members.
@@ -179,9 +181,10 @@ public struct ReadManifests: Sendable {
     public func resolve(into table: inout TokenTable) -> LoadedManifests {
         let (desired, resolveDiagnostics) = Resolver(manifests: manifests, inventory: inventory, files: files)
             .resolve(into: &table)
+        let (digest, entries) = desired.digests(tokens: table)
         return LoadedManifests(
             manifests: manifests, inventory: inventory, desired: desired,
             diagnostics: (diagnostics + (inventoryFailed ? [] : resolveDiagnostics)).sortedByLocation(),
-            digest: desired.digest(tokens: table), snapshots: snapshots)
+            digest: digest, snapshots: snapshots, entryDigests: entries)
     }
 }

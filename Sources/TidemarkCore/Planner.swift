@@ -45,7 +45,8 @@ public struct Planner: Sendable {
             versions[key] = state.versions[key] ?? 0
         }
         plan.versions = versions
-        let meanings = loaded.desired.entryDigests(tokens: working.tokens)
+        let meanings =
+            loaded.entryDigests.isEmpty ? loaded.desired.entryDigests(tokens: working.tokens) : loaded.entryDigests
         // A touched topic no longer declared has no meaning: "" records that.
         plan.desired = Dictionary(uniqueKeysWithValues: versions.keys.map { ($0, meanings[$0] ?? "") })
         if let maxUnsubscribes,

@@ -58,7 +58,9 @@ import TidemarkTesting
                     "inv.yaml": "inventory:\n  files: [devices.csv]\n",
                     "devices.csv": inventory, "topics.yaml": topics,
                 ]), store: store, backend: backend, timing: clock.timing,
-                tidemarkVersion: "0.1.0")
+                // One operation at a time: each step is its own save (the journal commits steps that
+                // finish together as one), so the serial in the renderings is the same on every run.
+                tidemarkVersion: "0.1.0", parallelism: 1)
         }
         _ = try await ApplyWorkflow(parts(first)).run(ApplyRequest())
         // A device subscribed itself to the authoritative topic: drift the plan corrects.
