@@ -14,15 +14,15 @@ public struct Inventory: Sendable {
     private var sourceOfDevice: [UInt16] = []
     private var lineOfDevice: [UInt32] = []
     private var columnOfDevice: [UInt32] = []
-    private var indexByID: [String: Int32] = [:]
-    private var indexByToken: [String: Int32] = [:]
+    private var indexByID = StringIndex()
+    private var indexByToken = StringIndex()
 
     public init() {}
 
     public var count: Int { deviceIDs.count }
 
-    public func index(ofDevice id: String) -> Int? { indexByID[id].map(Int.init) }
-    public func index(ofToken token: String) -> Int? { indexByToken[token].map(Int.init) }
+    public func index(ofDevice id: String) -> Int? { indexByID.find(id, in: deviceIDs) }
+    public func index(ofToken token: String) -> Int? { indexByToken.find(token, in: tokens) }
 
     public func location(ofDevice index: Int) -> SourceLocation {
         SourceLocation(
@@ -47,8 +47,8 @@ public struct Inventory: Sendable {
     mutating func reserveCapacity(_ n: Int) {
         deviceIDs.reserveCapacity(n)
         tokens.reserveCapacity(n)
-        indexByID.reserveCapacity(n)
-        indexByToken.reserveCapacity(n)
+        indexByID.reserveCapacity(n, keys: deviceIDs)
+        indexByToken.reserveCapacity(n, keys: tokens)
         sourceOfDevice.reserveCapacity(n)
         lineOfDevice.reserveCapacity(n)
         columnOfDevice.reserveCapacity(n)
@@ -81,13 +81,12 @@ public struct Inventory: Sendable {
         id: String, token: String, slots: some Sequence<(Int, String)>, source: UInt16, line: Int,
         column: Int = 1
     ) -> Conflict? {
-        if let existing = indexByID[id] { return .duplicateID(Int(existing)) }
-        if let existing = indexByToken[token] { return .duplicateToken(Int(existing)) }
         let index = deviceIDs.count
+        if let existing = indexByID.find(id, in: deviceIDs) { return .duplicateID(existing) }
+        if let existing = indexByToken.insert(token, at: index, keys: tokens) { return .duplicateToken(existing) }
+        _ = indexByID.insert(id, at: index, keys: deviceIDs)
         deviceIDs.append(id)
         tokens.append(token)
-        indexByID[id] = Int32(index)
-        indexByToken[token] = Int32(index)
         sourceOfDevice.append(source)
         lineOfDevice.append(UInt32(line))
         columnOfDevice.append(UInt32(column))

@@ -4,7 +4,7 @@
 /// ids keep the planner's working set small and its set operations linear merges.
 public struct TokenTable: Sendable {
     public private(set) var tokens: [String] = []
-    private var ids: [String: UInt32] = [:]
+    private var index = StringIndex()
 
     public init() {}
 
@@ -12,20 +12,19 @@ public struct TokenTable: Sendable {
 
     public mutating func reserveCapacity(_ n: Int) {
         tokens.reserveCapacity(n)
-        ids.reserveCapacity(n)
+        index.reserveCapacity(n, keys: tokens)
     }
 
     /// The id of `token`, adding it when new.
     @discardableResult
     public mutating func intern(_ token: String) -> UInt32 {
-        if let id = ids[token] { return id }
-        let id = UInt32(tokens.count)
+        let position = tokens.count
+        if let existing = index.insert(token, at: position, keys: tokens) { return UInt32(existing) }
         tokens.append(token)
-        ids[token] = id
-        return id
+        return UInt32(position)
     }
 
-    public func id(_ token: String) -> UInt32? { ids[token] }
+    public func id(_ token: String) -> UInt32? { index.find(token, in: tokens).map { UInt32($0) } }
 
     public subscript(id: UInt32) -> String { tokens[Int(id)] }
 }

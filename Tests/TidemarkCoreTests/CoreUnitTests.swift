@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TidemarkTesting
 
 @testable import TidemarkCore
 
@@ -152,5 +153,35 @@ import Testing
         let (_, bad) = ProjectSettings.decode("dead_share: lots\nunregistered: {v2: []}\n", file: "tidemark.yaml")
         #expect(bad.count == 2, "\(bad)")
         #expect(bad.contains { $0.message.contains("'dead_share' must be a share") })
+    }
+}
+
+/// The token and inventory indexes: every key found at its position, misses missed, duplicates
+/// reported, across growth.
+@Suite struct StringIndexTests {
+    @Test func indexesFindWhatTheyHoldAcrossGrowth() {
+        var table = TokenTable()
+        let tokens = (0..<50_000).map { Fixtures.token($0) }
+        for (i, token) in tokens.enumerated() { #expect(table.intern(token) == UInt32(i)) }
+        for (i, token) in tokens.enumerated().shuffled().prefix(5_000) {
+            #expect(table.id(token) == UInt32(i))
+            #expect(table.intern(token) == UInt32(i), "interning again returns the same id")
+        }
+        #expect(table.count == 50_000)
+        #expect(table.id(Fixtures.token(50_000)) == nil && table.id("") == nil)
+        // Keys of every length around the 8-byte step, and non-ASCII ones.
+        var index = StringIndex()
+        var keys: [String] = []
+        for n in 0..<40 {
+            for key in [String(repeating: "a", count: n), String(repeating: "é", count: n) + "x"] {
+                #expect(index.insert(key, at: keys.count, keys: keys) == nil, "'\(key)' is new")
+                keys.append(key)
+            }
+        }
+        for (i, key) in keys.enumerated() {
+            #expect(index.find(key, in: keys) == i)
+            #expect(index.insert(key, at: keys.count, keys: keys) == i)
+        }
+        #expect(index.count == keys.count)
     }
 }
