@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scale benchmark for planning from state (issue: the reconciler).
+# Scale benchmark for planning from state (the reconciler issue; targets tightened by issue 16).
 # Builds release, generates 1,000,000 devices / 200 topics / ~5,000,000 memberships with 1% churn,
 # then times `tidemark plan --no-refresh` and reports wall time and peak memory (max RSS).
 # Usage: scripts/bench-plan.sh [DEVICES] [WORKDIR]
@@ -29,5 +29,5 @@ verdict = proc.stdout.splitlines()[0]
 print(f"verdict: {verdict}")
 print(f"plan --no-refresh wall time: best {min(runs):.2f} s, runs {', '.join(f'{r:.2f}' for r in runs)}")
 print(f"peak memory (max RSS): {peak_kib / 1024 / 1024:.2f} GiB")
-print(f"targets: <= 10 s wall, <= 4 GiB peak -> {'OK' if min(runs) <= 10 and peak_kib <= 4 * 1024 * 1024 else 'MISSED'}")
+print(f"targets (issue 16): <= 2 s wall, <= 1 GiB peak -> {'OK' if min(runs) <= 2 and peak_kib <= 1024 * 1024 else 'MISSED'}")
 PY
