@@ -331,9 +331,12 @@ public struct DriftRenderer: Sendable {
             var registrationsRead: Int?
             var pendingChanges: Int?
             var backend: String?
+            var refresh: String?
+            var fleet: Int?
+            var estimate: DriftEstimate?
 
             enum CodingKeys: String, CodingKey {
-                case event, time, kind, topic, group, token, device, counts, drift, backend
+                case event, time, kind, topic, group, token, device, counts, drift, backend, refresh, fleet, estimate
                 case registrationsRead = "registrations_read"
                 case pendingChanges = "pending_changes"
             }
@@ -354,7 +357,8 @@ public struct DriftRenderer: Sendable {
             Event(
                 event: "summary", time: report.checkedAt, counts: counts, drift: report.hasDrift,
                 registrationsRead: report.registrationsRead, pendingChanges: report.pendingChanges,
-                backend: report.backend.description))
+                backend: report.backend.description, refresh: report.coverage?.mode.rawValue,
+                fleet: report.coverage?.fleet, estimate: report.estimate))
         return lines.joined(separator: "\n") + "\n"
     }
 

@@ -80,9 +80,10 @@ public enum FCMLimits {
             default: return .badCharacter
             }
         }
-        let apa = Array("APA91b".utf8)
+        // "APA91b", compared in place (a million tokens are checked on every plan).
         func hasAPA(at start: Int) -> Bool {
-            start + apa.count <= bytes.count && Array(bytes[start..<start + apa.count]) == apa
+            start + 6 <= bytes.count && bytes[start] == 0x41 && bytes[start + 1] == 0x50 && bytes[start + 2] == 0x41
+                && bytes[start + 3] == 0x39 && bytes[start + 4] == 0x31 && bytes[start + 5] == 0x62
         }
         if let colon {
             // PREFIX:APA91b…: the prefix is the instance id, letters, digits, '-' and '_'.

@@ -81,17 +81,18 @@ struct StringIndex: Sendable {
         }
     }
 
-    /// A 64-bit hash of the UTF-8 bytes, eight at a time.
-    static func hash(_ key: String) -> UInt64 {
-        if let h = key.utf8.withContiguousStorageIfAvailable({ hash(bytes: UnsafeRawBufferPointer($0)) }) {
+    /// A 64-bit hash of the UTF-8 bytes, eight at a time, seeded per process.
+    static func hash(_ key: String) -> UInt64 { hash(key, seed: seed) }
+
+    /// The same hash with a given seed: stable across runs (for digests) with a fixed one.
+    static func hash(_ key: String, seed: UInt64) -> UInt64 {
+        if let h = key.utf8.withContiguousStorageIfAvailable({ hash(bytes: UnsafeRawBufferPointer($0), seed: seed) }) {
             return h
         }
-        return hash(bytes: Array(key.utf8))
+        return Array(key.utf8).withUnsafeBytes { hash(bytes: $0, seed: seed) }
     }
 
-    static func hash(bytes: [UInt8]) -> UInt64 { bytes.withUnsafeBytes { hash(bytes: $0) } }
-
-    static func hash(bytes: UnsafeRawBufferPointer) -> UInt64 {
+    static func hash(bytes: UnsafeRawBufferPointer, seed: UInt64) -> UInt64 {
         var h = seed ^ (UInt64(bytes.count) &* 0x9E37_79B9_7F4A_7C15)
         var offset = 0
         let n = bytes.count
