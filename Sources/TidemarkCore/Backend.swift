@@ -191,3 +191,36 @@ extension Backend {
 public protocol RetryableError: Error {
     var isRetryable: Bool { get }
 }
+
+/// The backend of a command that reads nothing from FCM (`plan --no-refresh`): it knows the
+/// backend's identity and how its transport counts requests, and refuses every call. Such a plan
+/// needs no credential, so pull-request jobs can plan without the key.
+public struct DetachedBackend: Backend {
+    public let identity: BackendIdentity
+    /// Whether the transport sends one request per token (FCM's v1 API) rather than one per operation.
+    public let requestPerToken: Bool
+
+    public init(identity: BackendIdentity, requestPerToken: Bool) {
+        self.identity = identity
+        self.requestPerToken = requestPerToken
+    }
+
+    public struct Refused: Error, CustomStringConvertible {
+        public var description: String {
+            "this run was told not to read FCM (--refresh none), so it holds no credential and makes no call."
+        }
+    }
+
+    public func refresh(_ tokens: [String]) async throws -> [RegistrationStatus] { throw Refused() }
+    public func subscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] { throw Refused() }
+    public func unsubscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] { throw Refused() }
+    public func groupKey(name: String) async throws -> String? { throw Refused() }
+    public func createGroup(name: String, tokens: [String]) async throws -> String { throw Refused() }
+    public func addToGroup(name: String, key: String, tokens: [String]) async throws -> String { throw Refused() }
+    public func removeFromGroup(name: String, key: String, tokens: [String]) async throws { throw Refused() }
+
+    public func requests(for operations: [PlannedOperation]) -> Int {
+        requestPerToken
+            ? operations.reduce(0) { $0 + ($1.kind.isGroup ? 1 : $1.tokens.count) } : operations.count
+    }
+}

@@ -40,7 +40,27 @@ public protocol StateLease: Sendable {
 extension StateStore {
     /// Runs `body` holding the lock, and releases it however `body` ends.
     public func withLock<T: Sendable>(_ holder: LockHolder, _ body: () async throws -> T) async throws -> T {
-        let lease = try await lock(holder)
+        try await withLock(holder, waiting: 0, timing: .live, body)
+    }
+
+    /// Runs `body` holding the lock; while another run holds it, tries again every second for up to
+    /// `timeout` seconds (`--lock-timeout`: a CI job that must not be dropped waits its turn instead of
+    /// relying on a concurrency group, which cancels pending runs). Then fails naming the holder.
+    public func withLock<T: Sendable>(
+        _ holder: LockHolder, waiting timeout: Double, timing: Timing, _ body: () async throws -> T
+    ) async throws -> T {
+        let started = timing.now()
+        var lease: any StateLease
+        while true {
+            do {
+                lease = try await lock(holder)
+                break
+            } catch let error as StateStoreError where error.code == .locked {
+                let left = timeout - Timing.seconds(timing.now() - started)
+                guard left > 0 else { throw error }
+                try await timing.sleep(.milliseconds(Int64(min(1, left) * 1000)))
+            }
+        }
         do {
             let result = try await body()
             await lease.release()

@@ -293,6 +293,26 @@ public enum StateStoreConformance {
         #expect(try await store.lockHolder() == nil)
         let value = try await store.withLock(holder) { 7 }
         #expect(value == 7)
+        // --lock-timeout: a second run waits for the lock and gets it once the first lets go ...
+        let other = LockHolder(
+            operation: "tidemark apply", user: "ci", host: "runner-2", pid: 4343,
+            since: Date(timeIntervalSince1970: 1_800_000_200))
+        let first = try await store.lock(holder)
+        let releaser = Task {
+            try await Task.sleep(for: .milliseconds(300))
+            await first.release()
+        }
+        #expect(try await store.withLock(other, waiting: 30, timing: .live) { 8 } == 8)
+        try await releaser.value
+        // ... and gives up after its timeout, naming the holder.
+        let held = try await store.lock(holder)
+        do {
+            _ = try await store.withLock(other, waiting: 0.2, timing: .live) { 9 }
+            Issue.record("the wait must end at its timeout")
+        } catch let error as StateStoreError {
+            #expect(error.code == .locked && error.holder == holder)
+        }
+        await held.release()
     }
 
     static func sessionResumesWhereItStopped(_ store: any StateStore) async throws {

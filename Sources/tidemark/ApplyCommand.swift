@@ -49,12 +49,21 @@ struct ApplyCommand: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
+            "While another run holds the state lock, wait up to this many seconds for it (trying every second) instead of failing at once; for CI jobs that must not be dropped.",
+            valueName: "SECONDS"))
+    var lockTimeout: Double = 0
+
+    @Option(
+        help: ArgumentHelp(
             "Write the inventory's devices whose token FCM reported dead to FILE (NDJSON: device id, token, redacted token, source, reason, when), so the app can stop sending to them.",
             valueName: "FILE"))
     var deadTokens: String?
 
     func validate() throws {
         if let qps, !(qps > 0) { throw ValidationError("--qps must be a positive number, not \(qps).") }
+        guard lockTimeout >= 0, lockTimeout <= 86_400 else {
+            throw ValidationError("--lock-timeout must be between 0 and 86400 seconds, not \(lockTimeout).")
+        }
         guard parallelism >= 1, parallelism <= 1000 else {
             throw ValidationError("--parallelism must be between 1 and 1000, not \(parallelism).")
         }
@@ -110,12 +119,15 @@ struct ApplyCommand: AsyncParsableCommand {
             let store = workspace.stateStore()
             let interruption = Interruption()
             let (qps, qpsUnit, parallelism, acceptDead) = (qps, qpsUnit, parallelism, refreshing.acceptDead)
+            let lockTimeout = lockTimeout
             let readQPS = refreshing.readQps
             let outcome: ApplyOutcome
             do {
                 outcome = try await interruption.run {
                     try await workspace.withBackend(qps: qps, qpsUnit: qpsUnit, readQPS: readQPS) { backend in
-                        try await store.withLock(workspace.lockHolder("tidemark apply")) {
+                        try await store.withLock(
+                            workspace.lockHolder("tidemark apply"), waiting: lockTimeout, timing: .live
+                        ) {
                             try await ApplyWorkflow(
                                 workspace.parts(backend, parallelism: parallelism, acceptDead: acceptDead)
                             ).run(prepared)

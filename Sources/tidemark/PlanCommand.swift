@@ -35,8 +35,18 @@ struct PlanCommand: AsyncParsableCommand {
             let request = PlanRequest(
                 policy: try reading.policy(workspace.settings), targets: try planning.selection.targets(),
                 maxUnsubscribes: try planning.limit())
-            let outcome = try await workspace.withBackend(readQPS: refreshing.readQps) { backend in
-                try await PlanWorkflow(workspace.parts(backend, acceptDead: refreshing.acceptDead)).run(request)
+            let outcome: PlanOutcome
+            if request.refresh.mode == .none, workspace.backendKind.isHTTP {
+                // Nothing is read from FCM: no credential is loaded, so a pull-request job can plan without the key.
+                let backend = DetachedBackend(
+                    identity: BackendIdentity(kind: workspace.backendKind, project: workspace.settings.project),
+                    requestPerToken: (workspace.options.transport ?? workspace.settings.transport ?? .v1) == .v1)
+                outcome = try await PlanWorkflow(workspace.parts(backend, acceptDead: refreshing.acceptDead)).run(
+                    request)
+            } else {
+                outcome = try await workspace.withBackend(readQPS: refreshing.readQps) { backend in
+                    try await PlanWorkflow(workspace.parts(backend, acceptDead: refreshing.acceptDead)).run(request)
+                }
             }
             let plan = outcome.plan
             let refused = plan.diagnostics.hasErrors

@@ -373,6 +373,22 @@ import Yams
             "\(held?.stdout ?? "never locked")")
     }
 
+    /// A pull-request job plans from state with no credential: --no-refresh loads no key, and anything
+    /// that reads FCM still asks for one.
+    @Test func aPlanFromStateNeedsNoCredential() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let environment = ["GOOGLE_APPLICATION_CREDENTIALS": ""]
+        let plan = try cli.run(
+            ["plan", "--backend", "fcm", "--no-refresh", "--detailed-exitcode"], environment: environment)
+        #expect(plan.status == 2, "\(plan.stdout)\(plan.stderr)")
+        #expect(plan.stdout.contains("from state only"), "\(plan.stdout)")
+        let read = try cli.run(["plan", "--backend", "fcm", "--refresh", "touched"], environment: environment)
+        #expect(read.status == 1 && read.stderr.contains("GOOGLE_APPLICATION_CREDENTIALS is not set"), "\(read.stderr)")
+        let apply = try cli.run(["apply", "--backend", "fcm", "--auto-approve"], environment: environment)
+        #expect(apply.status == 1 && apply.stderr.contains("GOOGLE_APPLICATION_CREDENTIALS is not set"))
+    }
+
     /// The CI recipes are valid YAML, and every tidemark command in them exists with the flags they use.
     @Test func ciRecipesAreValid() throws {
         let cli = try CLIRunner()
@@ -392,9 +408,29 @@ import Yams
                 #expect(jobs == ["plan", "apply", "drift"])
                 let triggers = Set((node["on"]?.mapping ?? [:]).map { $0.key.string ?? "" })
                 #expect(triggers.isSuperset(of: ["pull_request", "push", "schedule"]))
+                // Pull-request jobs hold no key and plan from state; the apply is never in a concurrency
+                // group (GitHub cancels pending runs in one) and waits on tidemark's lease instead.
+                let jobsText = { (job: String) in try! Yams.serialize(node: node["jobs"]![job]!) }
+                #expect(!jobsText("plan").contains("google-github-actions/auth"), "the plan job gets no key")
+                #expect(!jobsText("plan").contains("FCM_SERVICE_ACCOUNT"))
+                #expect(jobsText("plan").contains("--no-refresh"))
+                #expect(jobsText("plan").contains("tidemark-plan workspace="), "one comment, found by its marker")
+                #expect(jobsText("plan").contains("exitcode == '0'"), "a plan without changes is saved too")
+                #expect(node["jobs"]?["apply"]?["concurrency"] == nil, "the apply is never cancelled by a group")
+                #expect(jobsText("apply").contains("--lock-timeout"))
+                #expect(jobsText("drift").contains("gh issue list --label tidemark-drift"), "one drift issue")
+                #expect(jobsText("drift").contains("\"$REFRESH\" = \"all\""), "closed only by a full read")
             }
             if file == "gitlab/.gitlab-ci.yml" {
                 #expect(keys.isSuperset(of: ["stages", "plan", "apply", "drift"]))
+                let jobText = { (job: String) in try! Yams.serialize(node: node[job]!) }
+                #expect(node["variables"]?["GOOGLE_APPLICATION_CREDENTIALS"] == nil, "no key for every job")
+                #expect(!jobText("plan").contains("FCM_SERVICE_ACCOUNT") && jobText("plan").contains("--no-refresh"))
+                #expect(jobText("plan").contains("tidemark-plan workspace="), "one note, found by its marker")
+                #expect(jobText("apply").contains("--lock-timeout"))
+                #expect(
+                    jobText("drift").contains("state_event=close")
+                        && jobText("drift").contains("\"$refresh\" = \"all\""))
                 // Every script line is a string: an unquoted `- auth="PRIVATE-TOKEN: …"` is a mapping.
                 for job in ["check", "plan", "apply", "drift", "default"] {
                     for key in ["script", "before_script"] {
