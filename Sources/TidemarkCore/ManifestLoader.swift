@@ -188,3 +188,10 @@ public struct ReadManifests: Sendable {
             digest: digest, snapshots: snapshots, entryDigests: entries)
     }
 }
+
+extension ReadManifests {
+    /// Which member entries of each topic and group name token `id` (see `Resolver.entries`).
+    public func entries(naming id: UInt32, table: inout TokenTable) -> [String: [MemberRef]] {
+        Resolver(manifests: manifests, inventory: inventory, files: files).entries(naming: id, table: &table)
+    }
+}

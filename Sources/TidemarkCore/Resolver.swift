@@ -300,3 +300,51 @@ public struct Resolver {
         }
     }
 }
+
+extension Resolver {
+    /// Which member entries of each topic and group name `id` (a token id of `table`, after `resolve`
+    /// interned the manifests into it), by `State.versionKey`: the same rules as `resolve`, one entry
+    /// at a time, so a device's view says why it is in each.
+    public func entries(naming id: UInt32, table: inout TokenTable) -> [String: [MemberRef]] {
+        var context = Context(inventory: inventory, files: files)
+        for token in inventory.tokens { context.deviceTokenIDs.append(table.intern(token)) }
+        var ignored: [Diagnostic] = []
+        var result: [String: [MemberRef]] = [:]
+        func check(_ refs: [MemberRef], owner: String, key: String) {
+            for ref in refs where context.resolve([ref], owner: owner, table: &table, &ignored).contains(id) {
+                result[key, default: []].append(ref)
+            }
+        }
+        for spec in manifests.topics {
+            check(spec.members, owner: "topic '\(spec.name.value)'", key: State.versionKey(.topic, spec.name.value))
+        }
+        for spec in manifests.groups {
+            check(spec.members, owner: "group '\(spec.name.value)'", key: State.versionKey(.group, spec.name.value))
+        }
+        return result
+    }
+}
+
+extension MemberRef {
+    /// "selector {team: t0, platform: [ios, android]} at manifests/scores.yaml:4", for a device's view.
+    public var explanation: String {
+        switch self {
+        case .tokens(let tokens):
+            return "listed by token at \(tokens.first.map { "\($0.location)" } ?? "?")"
+        case .devices(let devices):
+            return "listed by device id at \(devices.first.map { "\($0.location)" } ?? "?")"
+        case .selector(let requirements, let location):
+            let parts = requirements.map { r -> String in
+                switch r.op {
+                case .equals(let v): return "\(r.key): \(v)"
+                case .inSet(let vs): return "\(r.key): [\(vs.joined(separator: ", "))]"
+                case .notEquals(let v): return "\(r.key): !\(v)"
+                case .notInSet(let vs): return "\(r.key): ![\(vs.joined(separator: ", "))]"
+                }
+            }
+            return "selector {\(parts.joined(separator: ", "))} at \(location)"
+        case .file(let path):
+            return "token file '\(path.value)' at \(path.location)"
+        }
+    }
+}

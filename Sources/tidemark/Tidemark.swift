@@ -17,6 +17,7 @@ struct Tidemark: AsyncParsableCommand {
         version: Workspace.version,
         subcommands: [
             ValidateCommand.self, PlanCommand.self, ApplyCommand.self, DriftCommand.self, ShowCommand.self,
+            DeviceCommand.self,
             ImportCommand.self, AudienceCommand.self, FmtCommand.self, StateCommand.self, EmulatorCommand.self,
         ]
     )

@@ -373,6 +373,35 @@ import Yams
             "\(held?.stdout ?? "never locked")")
     }
 
+    /// `tidemark device` shows one device's memberships, desired and observed, and the manifest entries
+    /// behind them; a rotated token's old memberships say why they go.
+    @Test func aDevicesViewSaysWhy() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        #expect(try cli.run(["apply", "--auto-approve"]).status == 0)
+        let view = try cli.run(["device", "dev-00001"])
+        #expect(view.status == 0, "\(view.stderr)")
+        #expect(view.stdout.contains("scores-dublin-harps (additive): desired: yes, observed: yes"), "\(view.stdout)")
+        #expect(view.stdout.contains("selector {team: dublin-harps} at manifests/scores.yaml:"))
+        let csvPath = cli.project.appendingPathComponent("manifests/inventory/devices.csv")
+        let csv = try String(contentsOf: csvPath, encoding: .utf8)
+        let old = String(csv.split(separator: "\n")[1].split(separator: ",")[1])
+        #expect(!view.stdout.contains(old), "the token is redacted")
+        let json = try cli.run(["device", old, "--format", "json"])
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+        #expect(object["device"] as? String == "dev-00001" && object["token"] as? String == old)
+        #expect((object["topics"] as? [[String: Any]])?.count == 4)
+        // The device gets a new token: its old one shows why it leaves, and what apply does.
+        let new = "rotated00001:APA91b" + String(repeating: "r", count: 140)
+        try csv.replacingOccurrences(of: old, with: new).write(to: csvPath, atomically: true, encoding: .utf8)
+        let rotated = try cli.run(["device", old])
+        #expect(rotated.status == 0, "\(rotated.stderr)")
+        #expect(rotated.stdout.contains("token rotated: the device now has"), "\(rotated.stdout)")
+        #expect(rotated.stdout.contains("desired: no, observed: yes; apply unsubscribes it"), "\(rotated.stdout)")
+        let unknown = try cli.run(["device", "dev-99999"])
+        #expect(unknown.status == 1 && unknown.stderr.contains("neither the inventory nor state knows"))
+    }
+
     /// A pull-request job plans from state with no credential: --no-refresh loads no key, and anything
     /// that reads FCM still asks for one.
     @Test func aPlanFromStateNeedsNoCredential() throws {

@@ -20,6 +20,8 @@ public enum WorkflowError: Error, Sendable, CustomStringConvertible {
     case noState(location: String)
     /// The state belongs to another FCM project or backend.
     case stateOfAnotherBackend(location: String, state: BackendIdentity, now: BackendIdentity)
+    /// `tidemark device` for an id or token neither the inventory nor state knows.
+    case unknownDevice(String)
     /// A command that must read FCM was told to read nothing (`--refresh none`).
     case nothingToRead(command: String)
 
@@ -44,6 +46,8 @@ public enum WorkflowError: Error, Sendable, CustomStringConvertible {
             }.joined(separator: "\n") + " Nothing was planned; fix the selector."
         case .noState(let location):
             "there is no state at \(location) yet, so there is nothing to compare FCM with. Run 'tidemark apply' (or 'tidemark import' to adopt what exists) first."
+        case .unknownDevice(let query):
+            "neither the inventory nor state knows a device or token '\(query.count > 40 ? Redaction.redact(query) : query)'; give a device id from the inventory or a full registration token."
         case .nothingToRead(let command):
             "\(command) compares what FCM holds with state, so it must read something: use --refresh touched, sample or all, not none."
         case .stateOfAnotherBackend(let location, let state, let now):

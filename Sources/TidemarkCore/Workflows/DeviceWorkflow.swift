@@ -1,0 +1,192 @@
+import Foundation
+
+/// One device as tidemark sees it: every topic and group it is in, desired and last observed, and why.
+public struct DeviceView: Sendable, Codable {
+    public struct Membership: Sendable, Codable, Equatable {
+        public var name: String
+        /// The topic's mode (topics only).
+        public var mode: String?
+        /// Declared in the manifests.
+        public var desired: Bool
+        /// In it when tidemark last looked (a refresh or an apply).
+        public var observed: Bool
+        /// tidemark made or adopted this membership (topics only).
+        public var managed: Bool?
+        /// The device left the topic in the app, and tidemark respects it (topics only).
+        public var optedOut: Bool?
+        /// Why: the member entries that name the device, or why it is there without one.
+        public var reasons: [String]
+        /// What the next apply does about it, when anything.
+        public var next: String?
+    }
+
+    public var query: String
+    public var device: String?
+    public var token: String
+    /// Where the inventory declares the device, when it does.
+    public var declaredAt: String?
+    public var labels: [String: String]
+    /// When a refresh last read the registration (nil: never).
+    public var lastRead: Date?
+    public var dead: Bool
+    /// When the device's token stopped being declared, when it did.
+    public var leftInventory: Date?
+    public var topics: [Membership]
+    public var groups: [Membership]
+}
+
+/// `tidemark device ID|TOKEN`: one device's memberships from state and manifests. Reads nothing from
+/// FCM and writes nothing.
+public struct DeviceWorkflow: Sendable {
+    public var parts: WorkflowParts
+
+    public init(_ parts: WorkflowParts) { self.parts = parts }
+
+    public func run(_ query: String) async throws -> DeviceView {
+        async let loading = parts.store.load()
+        let read = await parts.manifests.read()
+        var state = try await loading ?? State(lineage: "", serial: 0)
+        let loaded = read.resolve(into: &state.tokens)
+        state.growToTable()
+        try parts.stopOnErrors(loaded)
+        let inventory = loaded.inventory
+        var device: String?
+        var token: String
+        if let i = inventory.index(ofDevice: query) {
+            (device, token) = (query, inventory.tokens[i])
+        } else if let i = inventory.index(ofToken: query) {
+            (device, token) = (inventory.deviceIDs[i], query)
+        } else if let id = state.tokens.id(query) {
+            (device, token) = (state.deviceID(of: id), query)
+        } else if let index = state.deviceIDs.lastIndex(of: query) {
+            // A device the inventory no longer lists: its last token state knows.
+            (device, token) = (query, state.tokens[UInt32(index)])
+        } else {
+            throw WorkflowError.unknownDevice(query)
+        }
+        let id = state.tokens.intern(token)
+        state.growToTable()
+        let entries = read.entries(naming: id, table: &state.tokens)
+        state.growToTable()
+        var next: [String: String] = [:]
+        for op in Differ().diff(desired: loaded.desired, state: state, targets: .all).operations
+        where op.tokens.contains(token) {
+            let key = State.versionKey(op.kind.isGroup ? .group : .topic, op.target)
+            next[key] =
+                switch op.kind {
+                case .subscribe: "apply subscribes it"
+                case .unsubscribe: "apply unsubscribes it"
+                case .groupCreate: "apply creates the group with it"
+                case .groupAdd: "apply adds it"
+                case .groupRemove: "apply removes it"
+                }
+        }
+        let index = inventory.index(ofToken: token)
+        var absent: String
+        if index != nil {
+            absent = "not declared here"
+        } else if let device, let now = inventory.index(ofDevice: device) {
+            absent = "token rotated: the device now has \(Redaction.redact(inventory.tokens[now]))"
+        } else {
+            absent = "the device left the inventory"
+        }
+        if state.dead.contains(id) { absent = "FCM reported the token unregistered" }
+
+        var topics: [DeviceView.Membership] = []
+        let specs = Dictionary(loaded.desired.topics.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        let names = Set(specs.keys).union(state.topics.keys).sorted()
+        for name in names {
+            let spec = specs[name]
+            let known = state.topics[name]
+            let desired = spec?.members.contains(id) ?? false
+            let observed = known?.observed.contains(id) ?? false
+            let managed = known?.managed.contains(id) ?? false
+            let optedOut = known?.optedOut.contains(id) ?? false
+            guard desired || observed || managed || optedOut else { continue }
+            let key = State.versionKey(.topic, name)
+            var reasons = (entries[key] ?? []).map(\.explanation)
+            if reasons.isEmpty {
+                reasons.append(spec == nil ? "the topic is no longer declared" : absent)
+                if observed, !managed, spec?.mode != .authoritative {
+                    reasons.append("subscribed outside tidemark; an additive topic leaves it")
+                }
+            }
+            if optedOut { reasons.append("opted out in the app") }
+            topics.append(
+                DeviceView.Membership(
+                    name: name, mode: (spec?.mode ?? known?.mode)?.rawValue, desired: desired, observed: observed,
+                    managed: managed, optedOut: optedOut, reasons: reasons, next: next[key]))
+        }
+        var groups: [DeviceView.Membership] = []
+        let groupSpecs = Dictionary(loaded.desired.groups.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        for name in Set(groupSpecs.keys).union(state.groups.keys).sorted() {
+            let desired = groupSpecs[name]?.members.contains(id) ?? false
+            let member = state.groups[name]?.members.contains(id) ?? false
+            guard desired || member else { continue }
+            let key = State.versionKey(.group, name)
+            var reasons = (entries[key] ?? []).map(\.explanation)
+            if reasons.isEmpty { reasons.append(groupSpecs[name] == nil ? "the group is no longer declared" : absent) }
+            groups.append(
+                DeviceView.Membership(
+                    name: name, desired: desired, observed: member, reasons: reasons, next: next[key]))
+        }
+        var labels: [String: String] = [:]
+        if let index {
+            for key in inventory.labelKeys {
+                if let value = inventory.label(key, ofDevice: index) { labels[key] = value }
+            }
+        }
+        let seen = Int(id) < state.seenAt.count ? state.seenAt[Int(id)] : 0
+        let left = Int(id) < state.leftAt.count ? state.leftAt[Int(id)] : 0
+        return DeviceView(
+            query: query, device: device, token: token,
+            declaredAt: index.map { "\(inventory.location(ofDevice: $0))" }, labels: labels,
+            lastRead: seen > 0 ? Date(timeIntervalSince1970: TimeInterval(seen)) : nil, dead: state.dead.contains(id),
+            leftInventory: left > 0 ? Date(timeIntervalSince1970: TimeInterval(left)) : nil, topics: topics,
+            groups: groups)
+    }
+}
+
+/// Renders a device's view for people: tokens redacted unless asked.
+public struct DeviceRenderer: Sendable {
+    public var showTokens: Bool
+
+    public init(showTokens: Bool = false) { self.showTokens = showTokens }
+
+    public func text(_ view: DeviceView) -> String {
+        let token = showTokens ? view.token : Redaction.redact(view.token)
+        var out: [String] = []
+        out.append("Device \(view.device ?? "(unknown id)") with token \(token)")
+        if let at = view.declaredAt { out.append("Declared at \(at)") } else { out.append("Not in the inventory.") }
+        if !view.labels.isEmpty {
+            out.append(
+                "Labels: "
+                    + view.labels.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ", "))
+        }
+        let formatter = ISO8601DateFormatter()
+        var facts: [String] = []
+        facts.append(view.lastRead.map { "last read from FCM \(formatter.string(from: $0))" } ?? "never read from FCM")
+        if view.dead { facts.append("FCM reported it unregistered") }
+        if let left = view.leftInventory { facts.append("left the inventory \(formatter.string(from: left))") }
+        out.append("State: " + facts.joined(separator: "; ") + ".")
+        func section(_ title: String, _ items: [DeviceView.Membership], observedWord: String) {
+            out.append("")
+            guard !items.isEmpty else {
+                out.append("\(title): none.")
+                return
+            }
+            out.append("\(title):")
+            for item in items {
+                let mode = item.mode.map { " (\($0))" } ?? ""
+                let state = "desired: \(item.desired ? "yes" : "no"), \(observedWord): \(item.observed ? "yes" : "no")"
+                out.append("  \(item.name)\(mode): \(state)\(item.next.map { "; \($0)" } ?? "")")
+                for reason in item.reasons { out.append("    \(reason)") }
+            }
+        }
+        section("Topics", view.topics, observedWord: "observed")
+        section("Device groups", view.groups, observedWord: "member")
+        out.append("")
+        out.append("From state and the manifests; nothing was read from FCM ('tidemark plan' reads it).")
+        return out.joined(separator: "\n") + "\n"
+    }
+}

@@ -1,0 +1,43 @@
+import ArgumentParser
+import Foundation
+import TidemarkCore
+
+struct DeviceCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "device",
+        abstract: "Show one device: every topic and group it is in, desired and last observed, and why.",
+        discussion: """
+            Looks the device up by its inventory id or by a registration token (a device the inventory no \
+            longer lists is found by the id state remembers). For each topic and group it prints whether \
+            the manifests declare the device there and which entry does (selector, device list or token \
+            file, at file:line), whether tidemark last saw it there, and what the next apply does about \
+            it. Reads state and the manifests only: nothing is read from FCM or written.
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: ArgumentHelp("A device id from the inventory, or a registration token.", valueName: "ID|TOKEN"))
+    var query: String
+
+    @Option(help: "Output format: text, or json (full data, full tokens).")
+    var format: OutputFormat = .text
+
+    func validate() throws {
+        if format == .markdown { throw ValidationError("tidemark device prints text or json, not markdown.") }
+    }
+
+    func run() async throws {
+        try await runReportingErrors {
+            let workspace = try Workspace(global)
+            let backend = DetachedBackend(
+                identity: BackendIdentity(kind: workspace.backendKind, project: workspace.settings.project),
+                requestPerToken: true)
+            let view = try await DeviceWorkflow(workspace.parts(backend, acceptDead: false)).run(query)
+            switch format {
+            case .json: try Terminal.writeJSON(view)
+            case .text, .markdown: try Terminal.write(DeviceRenderer(showTokens: global.showTokens).text(view))
+            }
+        }
+    }
+}
