@@ -63,20 +63,32 @@ public enum FCMLimits {
 
     enum TokenShape { case valid, empty, tooLong, badCharacter, unknownShape }
 
+    /// Each byte's class for `shape`, looked up rather than matched against ranges.
+    static let tokenByteClasses: [UInt8] = (0..<256).map { value -> UInt8 in
+        let byte = UInt8(value)
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"):
+            return 1
+        case UInt8(ascii: ":"): return 2
+        case UInt8(ascii: "."): return 3
+        default: return 0
+        }
+    }
+
     static func shape(_ bytes: UnsafeBufferPointer<UInt8>) -> TokenShape {
         guard !bytes.isEmpty else { return .empty }
         guard bytes.count <= 4096 else { return .tooLong }
         var colon: Int?
         var base64URL = true
-        for (i, byte) in bytes.enumerated() {
-            switch byte {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"):
-                continue
-            case UInt8(ascii: ":"):
-                if colon == nil { colon = i } else { base64URL = false }
-            case UInt8(ascii: "."):
-                base64URL = false
+        let classes = tokenByteClasses
+        for i in 0..<bytes.count {
+            let byte = bytes[i]
+            // 1: letters, digits, '-' and '_' (almost every byte); 2: ':'; 3: '.'; 0: anything else.
+            switch classes[Int(byte)] {
+            case 1: continue
+            case 2: if colon == nil { colon = i } else { base64URL = false }
+            case 3: base64URL = false
             default: return .badCharacter
             }
         }

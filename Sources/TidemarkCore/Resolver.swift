@@ -17,7 +17,14 @@ public struct Resolver {
         var context = Context(inventory: inventory, files: files)
         context.deviceTokenIDs.reserveCapacity(inventory.count)
         table.reserveCapacity(table.count + inventory.count)
-        for token in inventory.tokens { context.deviceTokenIDs.append(table.intern(token)) }
+        // The inventory usually lists devices in the order state first met them: try the id after
+        // the previous one before hashing (a sequential string compare instead of a random probe).
+        var hint = 0
+        for token in inventory.tokens {
+            let id = hint < table.count && table[UInt32(hint)] == token ? UInt32(hint) : table.intern(token)
+            context.deviceTokenIDs.append(id)
+            hint = Int(id) + 1
+        }
         var diagnostics: [Diagnostic] = []
         var topics: [DesiredTopic] = []
         var seenTopics: [String: SourceLocation] = [:]
