@@ -215,7 +215,9 @@ public final class SQLiteStateStore: StateStore {
                 // Files written before opt-outs existed have no opted_out column: none is recorded.
                 let optOuts = try Self.hasOptOutColumn(db)
                 let columns = "name, mode, protect, managed, observed" + (optOuts ? ", opted_out" : "")
-                for row in try Row.fetchAll(db, sql: "SELECT \(columns) FROM topics") {
+                // A cursor, not fetchAll: one topic's blobs at a time, not every topic's at once.
+                let topicRows = try Row.fetchCursor(db, sql: "SELECT \(columns) FROM topics")
+                while let row = try topicRows.next() {
                     let name: String = try cell(row, 0, in: "topics")
                     let mode: String = try cell(row, 1, in: "topics")
                     guard let topicMode = TopicMode(rawValue: mode) else {
