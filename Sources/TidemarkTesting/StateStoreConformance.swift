@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import TidemarkCore
 
@@ -293,21 +294,30 @@ public enum StateStoreConformance {
         #expect(try await store.lockHolder() == nil)
         let value = try await store.withLock(holder) { 7 }
         #expect(value == 7)
-        // --lock-timeout: a second run waits for the lock and gets it once the first lets go ...
+        // --lock-timeout: a second run waits for the lock and gets it once the first lets go (here,
+        // during its first wait: on a manual clock, so no real time passes and no scheduling matters) ...
         let other = LockHolder(
             operation: "tidemark apply", user: "ci", host: "runner-2", pid: 4343,
             since: Date(timeIntervalSince1970: 1_800_000_200))
         let first = try await store.lock(holder)
-        let releaser = Task {
-            try await Task.sleep(for: .milliseconds(300))
-            await first.release()
+        let clock = ManualClock()
+        let waits = Mutex(0)
+        var timing = clock.timing
+        timing.sleep = { duration in
+            if waits.withLock({ count in
+                count += 1
+                return count == 1
+            }) {
+                await first.release()
+            }
+            clock.advance(duration)
         }
-        #expect(try await store.withLock(other, waiting: 30, timing: .live) { 8 } == 8)
-        try await releaser.value
+        #expect(try await store.withLock(other, waiting: 30, timing: timing) { 8 } == 8)
+        #expect(waits.withLock { $0 } == 1, "one wait, then the lock was free")
         // ... and gives up after its timeout, naming the holder.
         let held = try await store.lock(holder)
         do {
-            _ = try await store.withLock(other, waiting: 0.2, timing: .live) { 9 }
+            _ = try await store.withLock(other, waiting: 5, timing: ManualClock().timing) { 9 }
             Issue.record("the wait must end at its timeout")
         } catch let error as StateStoreError {
             #expect(error.code == .locked && error.holder == holder)
