@@ -36,18 +36,14 @@ public actor ApplySession: ApplyRecorder {
         var devicesChanged = inventory.map { state.recordDevices($0) } ?? []
         if inventory != nil { devicesChanged += state.noteDepartures(declared: desired.knownTokens, at: now) }
         // Only what was read is recorded as read: a partial refresh leaves the rest's times alone.
-        state.apply(plan.observations, seen: read)
-        if let swept { state.noteRead(swept.ids, at: swept.at) }
+        let readTokens = state.recordReads(plan.observations, read: read, swept: swept)
         state.reconcileBookkeeping(with: desired, operations: plan.operations, targets: try plan.selection)
         var write = StateWrite()
         write.includeTopicsAndGroups(before: before, after: state)
         if !read.isEmpty, read.count >= state.tokens.count {
             write.allTokens = true
         } else {
-            write.tokens = (plan.observations.dead + plan.observations.revived).compactMap { state.tokens.id($0) }
-            write.tokens += read.ids
-            write.tokens += swept?.ids.ids ?? []
-            write.tokens += devicesChanged
+            write.tokens = readTokens + devicesChanged
         }
         let id = timing.uuid()
         write.beginApply = (id, plan)
@@ -104,7 +100,7 @@ public actor ApplySession: ApplyRecorder {
         var progress: [Int: OperationProgress] = [:]
         for step in steps {
             let part = step.part
-            topics.formUnion(next.record(part, outcomes: step.outcomes, groupKey: step.groupKey, at: at))
+            topics.formUnion(next.record(part, outcomes: step.outcomes, groupKey: step.groupKey))
             if part.kind.isGroup { groups.insert(part.target) }
             write.tokens += part.tokens.compactMap { next.tokens.id($0) }
             let before = parts[step.index] ?? (0, 0, 0)

@@ -94,8 +94,21 @@ extension State {
         }
     }
 
+    /// Records what a refresh saw, that `read` was read then, and a saved plan's sweep when given;
+    /// returns the tokens whose rows changed (to be written).
+    public mutating func recordReads(
+        _ observations: Observations, read: TokenSet, swept: SweptRegistrations?
+    )
+        -> [UInt32]
+    {
+        apply(observations, seen: read)
+        if let swept { noteRead(swept.ids, at: swept.at) }
+        return read.ids + (swept?.ids.ids ?? [])
+            + (observations.dead + observations.revived).compactMap { tokens.id($0) }
+    }
+
     /// Records that `ids` were read at `at` (a saved plan's sweep), keeping any later read.
-    public mutating func noteRead(_ ids: TokenSet, at: Int64) {
+    private mutating func noteRead(_ ids: TokenSet, at: Int64) {
         growToTable()
         for id in ids where Int(id) < seenAt.count && !dead.contains(id) { seenAt[Int(id)] = max(seenAt[Int(id)], at) }
     }
@@ -103,7 +116,7 @@ extension State {
     /// Records the outcome of one executed operation; returns the topics whose memberships changed.
     @discardableResult
     public mutating func record(
-        _ operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?, at: Int64
+        _ operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?
     )
         -> Set<String>
     {

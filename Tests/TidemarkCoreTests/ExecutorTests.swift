@@ -18,7 +18,7 @@ final class MemoryRecorder: ApplyRecorder {
     func recorded(_ step: OperationStep) async throws {
         if step.finishesOperation { finished.withLock { $0.append(step.index) } }
         steps.withLock { $0.append([step.index, step.from, step.outcomes.count]) }
-        state.withLock { _ = $0.record(step.part, outcomes: step.outcomes, groupKey: step.groupKey, at: 1) }
+        state.withLock { _ = $0.record(step.part, outcomes: step.outcomes, groupKey: step.groupKey) }
     }
 }
 

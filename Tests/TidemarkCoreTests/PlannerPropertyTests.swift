@@ -126,7 +126,7 @@ import Testing
                 let count = world.values.filter { $0.contains(token) }.count
                 #expect(count <= scenario.cap, "token passed the cap mid-plan")
             }
-            state.record(op, outcomes: outcomes, groupKey: nil, at: 200)
+            state.record(op, outcomes: outcomes, groupKey: nil)
         }
         _ = seenUnsubscribe
         #expect(!result.operations.contains { op in op.tokens.contains { scenario.dead.contains($0) } })

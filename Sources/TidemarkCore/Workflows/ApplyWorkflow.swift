@@ -165,7 +165,7 @@ public struct ApplyWorkflow: Sendable {
             // Nothing to change in FCM; what was read is still recorded (the sweep moves on), in one
             // write that touches no topic it did not see change.
             if !read.isEmpty || !plan.observations.isEmpty || swept?.ids.isEmpty == false {
-                state = try await record(plan.observations, read: read, swept: swept, state: state, loaded: loaded)
+                state = try await record(plan.observations, read: read, swept: swept, state: state)
             }
             return ApplyOutcome(
                 resumed: resumed, result: .nothingToDo(savedPlan: request.savedPlan != nil),
@@ -445,7 +445,7 @@ extension ApplyWorkflow {
         var record = RefreshRecord(coverage: coverage, observations: outcome.plan.observations, serial: nil)
         if !outcome.read.isEmpty {
             let state = try await self.record(
-                outcome.plan.observations, read: outcome.read, swept: nil, state: outcome.state, loaded: outcome.loaded)
+                outcome.plan.observations, read: outcome.read, swept: nil, state: outcome.state)
             record.serial = state.serial
         }
         return ApplyOutcome(
@@ -456,19 +456,18 @@ extension ApplyWorkflow {
     /// Records observations and when `read` was read, in one save that writes only the topics and
     /// groups that changed and the tokens read.
     func record(
-        _ observations: Observations, read: TokenSet, swept: SweptRegistrations?, state: State,
-        loaded: LoadedManifests
-    ) async throws -> State {
+        _ observations: Observations, read: TokenSet, swept: SweptRegistrations?, state: State
+    )
+        async throws -> State
+    {
         let before = state
         var state = state
         if state.lineage.isEmpty { state.lineage = parts.timing.uuid() }
         state.backend = state.backend ?? parts.backend.identity
-        state.apply(observations, seen: read)
-        if let swept { state.noteRead(swept.ids, at: swept.at) }
+        let tokens = state.recordReads(observations, read: read, swept: swept)
         var write = StateWrite()
         write.includeTopicsAndGroups(before: before, after: state)
-        write.tokens = read.ids + (swept?.ids.ids ?? [])
-        write.tokens += (observations.dead + observations.revived).compactMap { state.tokens.id($0) }
+        write.tokens = tokens
         try await parts.store.save(&state, write, at: parts.timing.unixTime())
         return state
     }
