@@ -197,12 +197,12 @@ public protocol RetryableError: Error {
 /// needs no credential, so pull-request jobs can plan without the key.
 public struct DetachedBackend: Backend {
     public let identity: BackendIdentity
-    /// Whether the transport sends one request per token (FCM's v1 API) rather than one per operation.
-    public let requestPerToken: Bool
+    /// How a real apply would reach FCM, which decides the requests a plan reports.
+    public let transport: TopicTransport
 
-    public init(identity: BackendIdentity, requestPerToken: Bool) {
+    public init(identity: BackendIdentity, transport: TopicTransport) {
         self.identity = identity
-        self.requestPerToken = requestPerToken
+        self.transport = transport
     }
 
     public struct Refused: Error, CustomStringConvertible {
@@ -219,8 +219,5 @@ public struct DetachedBackend: Backend {
     public func addToGroup(name: String, key: String, tokens: [String]) async throws -> String { throw Refused() }
     public func removeFromGroup(name: String, key: String, tokens: [String]) async throws { throw Refused() }
 
-    public func requests(for operations: [PlannedOperation]) -> Int {
-        requestPerToken
-            ? operations.reduce(0) { $0 + ($1.kind.isGroup ? 1 : $1.tokens.count) } : operations.count
-    }
+    public func requests(for operations: [PlannedOperation]) -> Int { transport.requests(for: operations) }
 }

@@ -20,6 +20,15 @@ public enum TopicTransport: String, Sendable, Codable, CaseIterable, CustomStrin
     case iid
 
     public var description: String { rawValue }
+
+    /// The requests an apply of `operations` sends on this transport, at least: a request per token on
+    /// v1 (a group call is one), a request per operation on IID.
+    public func requests(for operations: [PlannedOperation]) -> Int {
+        switch self {
+        case .iid: operations.count
+        case .v1: operations.reduce(0) { $0 + ($1.kind.isGroup ? 1 : $1.tokens.count) }
+        }
+    }
 }
 
 /// What a subscription-change quota counts.

@@ -112,12 +112,7 @@ public struct FCMHTTPBackend: Backend {
     public var journalStep: Int? { transport == .v1 ? max(1, options.journalStep) : nil }
 
     /// v1 changes one membership a request; IID a batch of up to 1000; each group step is one call.
-    public func requests(for operations: [PlannedOperation]) -> Int {
-        switch transport {
-        case .iid: operations.count
-        case .v1: operations.reduce(0) { $0 + ($1.kind.isGroup ? 1 : $1.tokens.count) }
-        }
-    }
+    public func requests(for operations: [PlannedOperation]) -> Int { transport.requests(for: operations) }
 
     /// An `HTTPClient` configuration for FCM: enough kept-alive HTTP/1 connections per host that
     /// `connections` requests can be in flight (AsyncHTTPClient's default is 8; Google's hosts speak

@@ -30,10 +30,8 @@ struct DeviceCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
-            let backend = DetachedBackend(
-                identity: BackendIdentity(kind: workspace.backendKind, project: workspace.settings.project),
-                requestPerToken: true)
-            let view = try await DeviceWorkflow(workspace.parts(backend, acceptDead: false)).run(query)
+            let view = try await DeviceWorkflow(workspace.parts(workspace.detachedBackend(), acceptDead: false)).run(
+                query)
             switch format {
             case .json: try Terminal.writeJSON(view)
             case .text, .markdown: try Terminal.write(DeviceRenderer(showTokens: global.showTokens).text(view))

@@ -38,11 +38,8 @@ struct PlanCommand: AsyncParsableCommand {
             let outcome: PlanOutcome
             if request.refresh.mode == .none, workspace.backendKind.isHTTP {
                 // Nothing is read from FCM: no credential is loaded, so a pull-request job can plan without the key.
-                let backend = DetachedBackend(
-                    identity: BackendIdentity(kind: workspace.backendKind, project: workspace.settings.project),
-                    requestPerToken: (workspace.options.transport ?? workspace.settings.transport ?? .v1) == .v1)
-                outcome = try await PlanWorkflow(workspace.parts(backend, acceptDead: refreshing.acceptDead)).run(
-                    request)
+                let parts = workspace.parts(workspace.detachedBackend(), acceptDead: refreshing.acceptDead)
+                outcome = try await PlanWorkflow(parts).run(request)
             } else {
                 outcome = try await workspace.withBackend(readQPS: refreshing.readQps) { backend in
                     try await PlanWorkflow(workspace.parts(backend, acceptDead: refreshing.acceptDead)).run(request)

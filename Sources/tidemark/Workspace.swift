@@ -270,6 +270,15 @@ struct Workspace {
             deadTokenGuard: acceptDead ? nil : settings.deadTokenGuard)
     }
 
+    /// How topic changes reach FCM: `--transport`, else `transport` in tidemark.yaml, else v1.
+    var transport: TopicTransport { options.transport ?? settings.transport ?? .v1 }
+
+    /// A backend that reads and changes nothing, for runs that make no call (`plan --no-refresh`,
+    /// `device`): it loads no credential.
+    func detachedBackend() -> DetachedBackend {
+        DetachedBackend(identity: BackendIdentity(kind: backendKind, project: settings.project), transport: transport)
+    }
+
     /// Runs `body` with the backend named by flag, tidemark.yaml, or the embedded default; an HTTP
     /// backend's client lives exactly as long as `body`.
     func withBackend<T>(
@@ -328,7 +337,7 @@ struct Workspace {
                 iid: environment["TIDEMARK_IID_URL"] ?? settings.iidURL ?? FCMEndpoints.google.iid)
         }
         var options = FCMHTTPBackend.Options()
-        options.transport = self.options.transport ?? settings.transport ?? .v1
+        options.transport = transport
         options.quotaUnit = qpsUnit ?? settings.qpsUnit ?? .tokens
         options.senderID = settings.senderID
         options.unregistered = settings.unregistered
