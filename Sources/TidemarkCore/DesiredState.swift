@@ -92,13 +92,8 @@ extension DesiredState {
     }
 
     /// What each topic and group means, by `State.versionKey`: its settings and resolved members (and,
-    /// for an authoritative topic, the devices tidemark knows, which decide what it removes).
-    public func entryDigests(tokens table: TokenTable) -> [String: String] {
-        var hasher = SetHasher(table)
-        return entryDigests(&hasher, known: hasher.combine(knownTokens))
-    }
-
-    /// The entry digests over `hasher`'s cache, `known` being the fingerprint of `knownTokens`.
+    /// for an authoritative topic, the devices tidemark knows, which decide what it removes), over
+    /// `hasher`'s cache, `known` being the fingerprint of `knownTokens`.
     private func entryDigests(_ hasher: inout SetHasher, known: String) -> [String: String] {
         var result: [String: String] = [:]
         for topic in topics {

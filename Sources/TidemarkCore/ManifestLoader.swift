@@ -14,8 +14,8 @@ public struct LoadedManifests: Sendable {
     public var digest: String
     /// What each inventory source read, by name.
     public var snapshots: [String: InventorySnapshot] = [:]
-    /// What each topic and group means (`DesiredState.entryDigests`), computed with `digest`.
-    public var entryDigests: [String: String] = [:]
+    /// What each topic and group means (`DesiredState.digests`), computed with `digest`.
+    public var entryDigests: [String: String]
 }
 
 /// Reads all `*.yaml` / `*.yml` files of a manifests directory, merges them, loads the inventory and resolves members.

@@ -140,7 +140,7 @@ public struct Plan: Sendable, Codable {
     /// The versions (`State.versions`) of the topics and groups its operations touch, when planned: the
     /// plan stays valid while these do not move (absent in older plans, which need the same serial).
     public var versions: [String: Int]? = nil
-    /// What each touched topic and group meant in the manifests (`DesiredState.entryDigests`): the plan
+    /// What each touched topic and group meant in the manifests (`LoadedManifests.entryDigests`): the plan
     /// stays valid while these do not change, whatever else the manifests gained (absent in older plans).
     public var desired: [String: String]? = nil
     /// Declared memberships left unsubscribed because devices opted out in the app (absent in older plans).

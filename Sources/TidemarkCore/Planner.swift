@@ -45,8 +45,7 @@ public struct Planner: Sendable {
             versions[key] = state.versions[key] ?? 0
         }
         plan.versions = versions
-        let meanings =
-            loaded.entryDigests.isEmpty ? loaded.desired.entryDigests(tokens: working.tokens) : loaded.entryDigests
+        let meanings = loaded.entryDigests
         // A touched topic no longer declared has no meaning: "" records that.
         plan.desired = Dictionary(uniqueKeysWithValues: versions.keys.map { ($0, meanings[$0] ?? "") })
         if let maxUnsubscribes,

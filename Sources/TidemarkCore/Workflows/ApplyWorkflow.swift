@@ -257,8 +257,7 @@ public struct ApplyWorkflow: Sendable {
             guard let desired = plan.desired else {
                 throw stale(.manifestsChanged(plan: plan.manifestsDigest, now: loaded.digest))
             }
-            let now =
-                loaded.entryDigests.isEmpty ? loaded.desired.entryDigests(tokens: state.tokens) : loaded.entryDigests
+            let now = loaded.entryDigests
             let changed = desired.filter { (now[$0.key] ?? "") != $0.value }.map(\.key).sorted()
             if !changed.isEmpty {
                 throw stale(.touchedInManifests(changed, devices: Self.inventoryMoves(plan, loaded, state)))
