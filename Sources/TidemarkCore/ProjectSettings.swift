@@ -121,20 +121,12 @@ public struct ProjectSettings: Sendable, Equatable {
                 }
                 continue
             case "refresh_max_age":
-                let text = doc.string(value, "'refresh_max_age'") ?? ""
-                if let seconds = ExclusionRule.seconds(text) {
-                    settings.refresh.maxAge = seconds
-                } else {
-                    doc.error("'refresh_max_age' must be a duration such as 30d or 12h, not '\(text)'.", value)
-                }
+                settings.refresh.maxAge = doc.duration(value, "'refresh_max_age'", example: "30d or 12h")?.seconds
                 continue
             case "prune_after":
-                let text = doc.string(value, "'prune_after'") ?? ""
-                if let seconds = ExclusionRule.seconds(text) {
+                if let (seconds, text) = doc.duration(value, "'prune_after'", example: "90d or 12w") {
                     settings.pruneAfter = seconds
                     settings.pruneAfterText = text
-                } else {
-                    doc.error("'prune_after' must be a duration such as 90d or 12w, not '\(text)'.", value)
                 }
                 continue
             case "unregistered":

@@ -134,6 +134,17 @@ struct YAMLDocument {
     }
 
     /// A non-empty scalar string.
+    /// A duration such as 90d (s, m, h, d or w) in seconds, with its text; nil, with an error naming
+    /// `example`, when it is not one.
+    mutating func duration(_ node: Node, _ what: String, example: String) -> (seconds: Int64, text: String)? {
+        let text = string(node, what) ?? ""
+        guard let seconds = ExclusionRule.seconds(text) else {
+            error("\(what) must be a duration such as \(example), not '\(text)'.", node)
+            return nil
+        }
+        return (seconds, text)
+    }
+
     mutating func string(_ node: Node, _ what: String) -> String? {
         guard case .scalar(let scalar) = node, !scalar.tag.description.hasSuffix(":null") else {
             error("\(what) must be a string, not \(Self.kind(node)).", node)
