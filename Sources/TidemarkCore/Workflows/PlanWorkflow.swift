@@ -141,25 +141,24 @@ extension WorkflowParts {
         let (ids, coverage, sampled) = state.refreshSelection(
             policy, touched: touched, now: now, salt: Self.sweepSalt(state.lineage))
         guard policy.reads else { return RefreshRun(observed: nil, coverage: coverage, sampled: TokenSet()) }
-        let groups = Set(loaded.desired.groups.map(\.name)).union(state.groups.keys).sorted()
-        let observed = try await refresh(ids, groups: groups, state: state, loaded: loaded)
+        let observed = try await refresh(ids, groups: Self.groups(state, loaded), state: state, loaded: loaded)
         var read = coverage
         read.read = observed.refreshed.count
         return RefreshRun(observed: observed, coverage: read, sampled: sampled)
     }
 
     /// A state's own order for the sweep: each slice is spread over the fleet, not in inventory order.
-    static func sweepSalt(_ lineage: String) -> UInt64 {
-        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
-        for byte in lineage.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01B3 }
-        return hash
+    static func sweepSalt(_ lineage: String) -> UInt64 { StringIndex.hash(lineage, seed: 0x7377_6565_70) }
+
+    /// Every group a refresh looks up: declared or remembered.
+    static func groups(_ state: State, _ loaded: LoadedManifests) -> [String] {
+        Set(loaded.desired.groups.map(\.name)).union(state.groups.keys).sorted()
     }
 
     /// Reads every known token and every declared or remembered group from the backend.
     func refreshAll(state: State, loaded: LoadedManifests) async throws -> RefreshResult {
-        let groups = Set(loaded.desired.groups.map(\.name)).union(state.groups.keys).sorted()
         let all = TokenSet(sorted: Array(0..<UInt32(state.tokens.count)))
-        return try await refresh(all, groups: groups, state: state, loaded: loaded)
+        return try await refresh(all, groups: Self.groups(state, loaded), state: state, loaded: loaded)
     }
 
     /// Reads `ids` (token ids of the state's table) and the keys of `groups` from the backend.
