@@ -202,13 +202,8 @@ extension State {
         return keys.prefix(count).map(\.id)
     }
 
-    /// SplitMix64's finaliser: a cheap, well-spread permutation of ids.
-    static func mix(_ value: UInt64) -> UInt64 {
-        var z = value &+ 0x9E37_79B9_7F4A_7C15
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
+    /// SplitMix64's step: a cheap, well-spread permutation of ids.
+    static func mix(_ value: UInt64) -> UInt64 { StringIndex.mix(value &+ 0x9E37_79B9_7F4A_7C15) }
 
     func coverage(_ policy: RefreshPolicy, fleet: TokenSet, read: TokenSet, now: Int64) -> RefreshCoverage {
         var neverRead = 0

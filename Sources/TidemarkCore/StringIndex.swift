@@ -111,7 +111,8 @@ struct StringIndex: Sendable {
         return mix(h)
     }
 
-    @inline(__always) private static func mix(_ value: UInt64) -> UInt64 {
+    /// SplitMix64's finaliser.
+    @inline(__always) static func mix(_ value: UInt64) -> UInt64 {
         var z = value
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
