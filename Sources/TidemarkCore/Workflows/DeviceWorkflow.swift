@@ -43,11 +43,8 @@ public struct DeviceWorkflow: Sendable {
     public init(_ parts: WorkflowParts) { self.parts = parts }
 
     public func run(_ query: String) async throws -> DeviceView {
-        async let loading = parts.store.load()
-        let read = await parts.manifests.read()
-        var state = try await loading ?? State(lineage: "", serial: 0)
-        let loaded = read.resolve(into: &state.tokens)
-        state.growToTable()
+        var (state, loaded, read) = try await WorkflowParts.loadStateAndRead(
+            manifests: parts.manifests, store: parts.store)
         try parts.stopOnErrors(loaded)
         let inventory = loaded.inventory
         var device: String?

@@ -102,13 +102,21 @@ extension WorkflowParts {
     ) async throws
         -> (State, LoadedManifests)
     {
+        let (state, loaded, _) = try await loadStateAndRead(manifests: manifests, store: store)
+        return (state, loaded)
+    }
+
+    /// `loadStateAndManifests`, also returning the manifests as read (before resolution).
+    static func loadStateAndRead(
+        manifests: any ManifestSource, store: any StateStore
+    ) async throws -> (State, LoadedManifests, ReadManifests) {
         // The stored state, or an empty one (lineage "", serial 0) when none exists yet.
         async let loading = store.load()
         let read = await manifests.read()
         var state = try await loading ?? State(lineage: "", serial: 0)
         let loaded = read.resolve(into: &state.tokens)
         state.growToTable()
-        return (state, loaded)
+        return (state, loaded, read)
     }
 
     /// Reports the manifests' errors and stops when there are any.
