@@ -31,6 +31,7 @@ public struct MarkdownPlanRenderer: Sendable {
         let icon = plan.diagnostics.hasErrors ? "❌" : plan.hasChanges ? "📝" : "✅"
         let head = "### \(icon) tidemark: \(Self.escape(text.verdict(plan)))"
         var blocks: [MarkdownBlock] = []
+        if let line = PlanRenderer.driftOnlyLine(plan) { blocks.append(.text("> " + Self.escape(line))) }
         if plan.isPartial {
             blocks.append(
                 .text(

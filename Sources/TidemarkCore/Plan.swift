@@ -160,6 +160,9 @@ public struct Plan: Sendable, Codable {
     /// The registrations of the sweep's slice that matched state when read: applying this plan records
     /// them as read (absent when the plan swept nothing).
     public var sweptMatching: [String]? = nil
+    /// Made with `--drift-only`: it re-asserts what the last apply established, and this many changes
+    /// the manifests and inventory call for wait for a normal apply (absent otherwise).
+    public var driftOnly: DriftOnlyNote? = nil
 
     public init(
         formatVersion: Int = Plan.currentFormatVersion, tidemarkVersion: String, createdAt: Date,

@@ -36,6 +36,24 @@ public struct PlanRenderer: Sendable {
 
     /// "Plan: 3 topics and 1 group change: +1,204 subscriptions, −37 unsubscriptions".
     public func verdict(_ plan: Plan) -> String {
+        let verdict = changeVerdict(plan)
+        // A drift-only plan compares FCM with what the last apply established, not with the manifests.
+        guard plan.driftOnly != nil else { return verdict }
+        return verdict.replacingOccurrences(
+            of: "matches the manifests", with: "matches what the last apply established")
+    }
+
+    /// "Drift only: …", for a plan made with `--drift-only`; nil otherwise.
+    public static func driftOnlyLine(_ plan: Plan) -> String? {
+        guard let note = plan.driftOnly else { return nil }
+        let waiting =
+            note.waiting == 0
+            ? "nothing else is waiting: the manifests and inventory call for no other change."
+            : "\(formatCount(note.waiting)) change\(note.waiting == 1 ? "" : "s") the manifests and inventory call for \(note.waiting == 1 ? "waits" : "wait") for a normal 'tidemark apply'."
+        return "Drift only: this plan re-asserts what the last apply established and corrects nothing else; \(waiting)"
+    }
+
+    private func changeVerdict(_ plan: Plan) -> String {
         guard plan.hasChanges else {
             let dead = plan.observations.dead.count
             if dead > 0 {
@@ -83,6 +101,10 @@ public struct PlanRenderer: Sendable {
             out.append("Error: this plan cannot be applied (\(errors) error\(errors == 1 ? "" : "s"), listed below).")
         }
         out.append(verdict(plan))
+        if let line = Self.driftOnlyLine(plan) {
+            out.append("")
+            out.append(line)
+        }
         if plan.isPartial {
             out.append("")
             out.append(

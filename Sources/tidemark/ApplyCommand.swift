@@ -10,8 +10,10 @@ struct ApplyCommand: AsyncParsableCommand {
             Without PLANFILE, plans (as 'tidemark plan') and asks for confirmation on a terminal unless \
             --auto-approve. With PLANFILE, applies exactly that plan, or refuses it as stale when the state, \
             manifests or backend moved on since it was made. Progress is journaled after every batch: an \
-            apply that was killed resumes with only the remaining work. Exit 1 when a token could not be \
-            changed for a reason other than being unregistered.
+            apply that was killed resumes with only the remaining work. With --drift-only (for scheduled \
+            self-heal), re-asserts only what the last apply established and takes in no manifest or \
+            inventory change. Exit 1 when a token could not be changed for a reason other than being \
+            unregistered, or when the plan breaks a safety rail (then nothing is changed).
             """
     )
 
@@ -19,6 +21,7 @@ struct ApplyCommand: AsyncParsableCommand {
     @OptionGroup var refreshing: RefreshOptions
     @OptionGroup var reading: RefreshModeOptions
     @OptionGroup var planning: PlanningOptions
+    @OptionGroup var drift: DriftOnlyOption
 
     @Argument(help: ArgumentHelp("A plan saved with 'tidemark plan --out FILE'.", valueName: "PLANFILE"))
     var planFile: String?
@@ -75,6 +78,8 @@ struct ApplyCommand: AsyncParsableCommand {
         if refreshOnly, planFile != nil {
             throw ValidationError("--refresh-only changes nothing in FCM; it takes no PLANFILE.")
         }
+        try drift.check(
+            reading: reading, conflicts: [(planFile != nil, "a PLANFILE"), (refreshOnly, "--refresh-only")])
         if refreshOnly, reading.noRefresh || reading.refresh == RefreshMode.none {
             throw ValidationError("--refresh-only needs something to read; it cannot be combined with --refresh none.")
         }
@@ -91,7 +96,7 @@ struct ApplyCommand: AsyncParsableCommand {
                 savedPlan: saved,
                 planning: PlanRequest(
                     policy: try reading.policy(workspace.settings), targets: try planning.selection.targets(),
-                    maxUnsubscribes: try planning.limit()),
+                    maxUnsubscribes: try planning.limit(), driftOnly: drift.driftOnly),
                 approve: { [autoApprove] _ in
                     if autoApprove { return .approved }
                     guard Terminal.stdinIsTerminal else { return .unavailable }

@@ -19,6 +19,7 @@ struct PlanCommand: AsyncParsableCommand {
     @OptionGroup var reading: RefreshModeOptions
     @OptionGroup var planning: PlanningOptions
     @OptionGroup var render: RenderOptions
+    @OptionGroup var drift: DriftOnlyOption
 
     @Option(
         name: .long,
@@ -28,13 +29,21 @@ struct PlanCommand: AsyncParsableCommand {
     @Flag(help: "Exit 2 when the plan has changes, 0 when it has none, 1 on error.")
     var detailedExitcode = false
 
+    func validate() throws {
+        // A saved plan is checked against the manifests when applied; a drift-only plan is a preview.
+        try drift.check(
+            reading: reading,
+            conflicts: [(out != nil, "--out (preview it here, apply it with 'tidemark apply --drift-only')")])
+    }
+
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
             if let out { try Self.checkOverwritable(out) }
-            let request = PlanRequest(
+            var request = PlanRequest(
                 policy: try reading.policy(workspace.settings), targets: try planning.selection.targets(),
                 maxUnsubscribes: try planning.limit())
+            request.driftOnly = drift.driftOnly
             let outcome: PlanOutcome
             if request.refresh.mode == .none, workspace.backendKind.isHTTP {
                 // Nothing is read from FCM: no credential is loaded, so a pull-request job can plan without the key.

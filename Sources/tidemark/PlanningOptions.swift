@@ -135,3 +135,24 @@ struct RefreshModeOptions: ParsableArguments {
         return policy
     }
 }
+
+/// `--drift-only`: correct drift from what the last apply established, and nothing else.
+struct DriftOnlyOption: ParsableArguments {
+    @Flag(
+        help: ArgumentHelp(
+            "Re-assert only what the last apply established (the memberships and groups state records): drift is corrected, while manifest edits and inventory churn wait for a normal apply. Needs a refresh that reads FCM."
+        ))
+    var driftOnly = false
+
+    /// Refuses `--drift-only` with what contradicts it.
+    func check(reading: RefreshModeOptions, conflicts: [(given: Bool, flag: String)]) throws {
+        guard driftOnly else { return }
+        if reading.noRefresh || reading.refresh == RefreshMode.none {
+            throw ValidationError(
+                "--drift-only finds drift by reading FCM; it cannot be combined with --no-refresh or --refresh none.")
+        }
+        for conflict in conflicts where conflict.given {
+            throw ValidationError("--drift-only cannot be combined with \(conflict.flag).")
+        }
+    }
+}

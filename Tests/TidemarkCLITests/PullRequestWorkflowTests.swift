@@ -225,6 +225,85 @@ import Yams
         #expect(status == 200)
     }
 
+    /// The scheduled job's correction: `apply --drift-only` undoes drift seeded through the admin API and
+    /// leaves a manifest edit and inventory churn waiting on `main` alone; past `--max-unsubscribes` it
+    /// corrects nothing and exits 1.
+    @Test func scheduledCorrectionUndoesDriftWithinItsRails() async throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let server = try EmulatorServeTests.Server.startForDemo(cli)
+        defer { _ = server.stop() }
+        let environment = server.environment
+        let backend = ["--backend", "emulator", "--refresh", "all"]
+        #expect(try cli.run(["apply", "--auto-approve"] + backend, environment: environment).status == 0)
+        let refusedBeforeState = try CLIRunner(demo: true)
+        defer { refusedBeforeState.remove() }
+        let early = try refusedBeforeState.run(["plan", "--drift-only"])
+        #expect(early.status == 1 && early.stderr.contains("there is no state"), "\(early.stderr)")
+
+        let devices = try Self.demoDevices()
+        let outsider = devices.first { $0.value.region == "irish-sea" }!
+        let members = devices.filter { $0.value.region == "north-sea" }.keys.sorted()
+        let dropper = devices[members[0]]!
+        let project = "/emulator/v1/projects/tidemark-demo"
+        let topic = "\(project)/topics/weather-severe-north-sea/subscribers"
+        #expect(try await server.call("POST", topic, body: server.json(["tokens": [outsider.value.token]])).0 == 200)
+        #expect(try await server.call("DELETE", topic, body: server.json(["tokens": [dropper.token]])).0 == 200)
+        #expect(try await server.call("DELETE", "\(project)/groups/oncall-phones").0 == 200)
+
+        // Waiting on main: a new topic, and a north-sea device that left the inventory.
+        try cli.write(
+            "manifests/new.yaml", "topics:\n  - name: lifeboat-news\n    members: [{selector: {region: baltic}}]\n")
+        let leaver = members[1]
+        let csv = cli.project.appendingPathComponent("manifests/inventory/devices.csv")
+        let rows = try String(contentsOf: csv, encoding: .utf8).split(separator: "\n")
+        try (rows.filter { !$0.hasPrefix(leaver + ",") }.joined(separator: "\n") + "\n").write(
+            to: csv, atomically: true, encoding: .utf8)
+
+        // Past the rail: nothing is corrected.
+        let capped = try cli.run(
+            ["apply", "--auto-approve", "--drift-only", "--max-unsubscribes", "0"] + backend, environment: environment)
+        #expect(capped.status == 1, "\(capped.stdout)\(capped.stderr)")
+        #expect(capped.stdout.contains("more than --max-unsubscribes 0 allows"), "\(capped.stdout)")
+        #expect(capped.stderr.contains("the plan has errors"))
+        func subscribers(_ name: String) async throws -> Set<String> {
+            let (_, body) = try await server.call("GET", "\(project)/topics/\(name)/subscribers")
+            return Set((body["subscribers"] as? [String]) ?? [])
+        }
+        #expect(try await subscribers("weather-severe-north-sea").contains(outsider.value.token))
+
+        // Within the rail: the drift is undone, and only the drift.
+        let preview = try cli.run(["plan", "--drift-only", "--detailed-exitcode"] + backend, environment: environment)
+        #expect(preview.status == 2, "\(preview.stdout)\(preview.stderr)")
+        #expect(
+            preview.stdout.contains("Drift only: this plan re-asserts what the last apply established"),
+            "\(preview.stdout)")
+        #expect(preview.stdout.contains("for a normal 'tidemark apply'"))
+        let fixed = try cli.run(
+            ["apply", "--auto-approve", "--drift-only", "--max-unsubscribes", "5"] + backend, environment: environment)
+        #expect(fixed.status == 0, "\(fixed.stdout)\(fixed.stderr)")
+        #expect(
+            fixed.stdout.contains("Apply complete: +1 subscribed, −1 unsubscribed, 1 group calls"), "\(fixed.stdout)")
+        let north = try await subscribers("weather-severe-north-sea")
+        #expect(!north.contains(outsider.value.token) && north.contains(dropper.token))
+        #expect(north.contains(devices[leaver]!.token), "a device that left the inventory is a normal apply's business")
+        #expect(try await subscribers("lifeboat-news").isEmpty, "a manifest edit waits for a normal apply")
+        #expect(try await server.call("GET", "\(project)/groups/oncall-phones").0 == 200)
+        let again = try cli.run(["plan", "--drift-only", "--detailed-exitcode"] + backend, environment: environment)
+        #expect(again.status == 0, "\(again.stdout)")
+        #expect(again.stdout.hasPrefix("No changes. FCM matches what the last apply established"), "\(again.stdout)")
+        let misuse = try cli.run(["apply", "--drift-only", "--no-refresh"])
+        #expect(misuse.status != 0 && misuse.stderr.contains("--drift-only finds drift by reading FCM"))
+        #expect(try cli.run(["plan", "--drift-only", "--out", "x.json"]).status != 0)
+
+        // The scheduled job without --drift-only takes in what was waiting.
+        let full = try cli.run(
+            ["apply", "--auto-approve", "--max-unsubscribes", "5%"] + backend, environment: environment)
+        #expect(full.status == 0, "\(full.stdout)\(full.stderr)")
+        #expect(try await !subscribers("lifeboat-news").isEmpty)
+        #expect(try await !subscribers("weather-severe-north-sea").contains(devices[leaver]!.token))
+    }
+
     @Test func importAdoptsExistingMembershipsWithoutChangingFCM() throws {
         let cli = try CLIRunner(demo: true)
         defer { cli.remove() }

@@ -6,16 +6,23 @@ public struct PlanRequest: Sendable {
     public var refresh: RefreshPolicy
     public var targets: Targets
     public var maxUnsubscribes: UnsubscribeLimit?
+    /// `--drift-only`: re-assert what the last apply established (state's managed memberships and
+    /// groups) instead of the manifests, leaving manifest edits and inventory churn for a normal apply.
+    public var driftOnly = false
 
     /// `refresh: true` reads every registration; `false` plans from state alone.
     public init(refresh: Bool = true, targets: Targets = .all, maxUnsubscribes: UnsubscribeLimit? = nil) {
         self.init(policy: refresh ? .all : .none, targets: targets, maxUnsubscribes: maxUnsubscribes)
     }
 
-    public init(policy: RefreshPolicy, targets: Targets = .all, maxUnsubscribes: UnsubscribeLimit? = nil) {
+    public init(
+        policy: RefreshPolicy, targets: Targets = .all, maxUnsubscribes: UnsubscribeLimit? = nil,
+        driftOnly: Bool = false
+    ) {
         self.refresh = policy
         self.targets = targets
         self.maxUnsubscribes = maxUnsubscribes
+        self.driftOnly = driftOnly
     }
 }
 
@@ -41,15 +48,29 @@ public struct PlanWorkflow: Sendable {
     public init(_ parts: WorkflowParts) { self.parts = parts }
 
     public func run(_ request: PlanRequest) async throws -> PlanOutcome {
-        let (state, loaded) = try await parts.loadStateAndManifests()
-        try parts.stopOnErrors(loaded)
-        try Self.checkSelectors(request.targets, state: state, loaded: loaded)
+        let (state, declared) = try await parts.loadStateAndManifests()
+        try parts.stopOnErrors(declared)
+        try Self.checkSelectors(request.targets, state: state, loaded: declared)
+        var loaded = declared
+        if request.driftOnly {
+            // Drift can only be drift from something tidemark established.
+            if state.lineage.isEmpty { throw WorkflowError.noState(location: parts.store.location) }
+            loaded.desired = state.established(declared: loaded.desired)
+        }
         let run = try await parts.refresh(request.refresh, state: state, loaded: loaded, targets: request.targets)
         let observed = run.observed
-        var plan = Planner(tidemarkVersion: parts.tidemarkVersion).plan(
+        let planner = Planner(tidemarkVersion: parts.tidemarkVersion)
+        let now = parts.timing.wallClock()
+        var plan = planner.plan(
             loaded: loaded, state: state, refresh: observed,
-            backend: parts.backend.identity, now: parts.timing.wallClock(), targets: request.targets,
+            backend: parts.backend.identity, now: now, targets: request.targets,
             maxUnsubscribes: request.maxUnsubscribes)
+        if request.driftOnly {
+            let full = planner.plan(
+                loaded: declared, state: state, refresh: observed, backend: parts.backend.identity, now: now,
+                targets: request.targets)
+            plan.driftOnly = DriftOnlyNote(waiting: plan.waiting(comparedWith: full))
+        }
         plan.requests = parts.backend.requests(for: plan.operations)
         plan.operationsDigestWhenMade = plan.operationsDigest
         plan.coverage = run.coverage
