@@ -4,7 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # GRDB links the system SQLite, gzip inventories the system zlib; their headers come from Debian.
-bash scripts/deps.sh
+# jq: the CI recipes' shell steps use it, and the recipe test runs them.
+bash scripts/deps.sh jq
 # The schema check uses jsonschema and PyYAML; the emulator's compatibility test uses the
 # official firebase-admin SDK from PyPI, unmodified.
 # check-jsonschema ships GitHub's workflow and action schemas and GitLab CI's, for the recipes.
@@ -40,6 +41,8 @@ TIDEMARK_BIN="$BIN" python3 Tests/compat/test_firebase_admin.py
 TIDEMARK_BIN="$BIN" python3 Tests/compat/test_fake_fcm.py
 # The Firestore inventory example (examples/firestore/) against a fake of Firestore's REST API.
 TIDEMARK_BIN="$BIN" python3 Tests/compat/test_firestore_example.py
+# The GitHub recipe's jobs run step by step against the emulator, with a fake gh (Tests/recipes/).
+TIDEMARK_BIN="$BIN" python3 Tests/recipes/test_github_workflow.py
 # Faults, 20 SIGKILLs with resume and concurrent applies against the emulator (scripts/resilience.sh).
 python3 scripts/resilience/run.py "$BIN" --quick
 echo "All tests passed."

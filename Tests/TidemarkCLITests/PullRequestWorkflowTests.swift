@@ -528,6 +528,10 @@ import Yams
                 #expect(jobsText("apply").contains("--lock-timeout"))
                 #expect(jobsText("drift").contains("gh issue list --label tidemark-drift"), "one drift issue")
                 #expect(jobsText("drift").contains("\"$REFRESH\" = \"all\""), "closed only by a full read")
+                #expect(
+                    jobsText("drift").contains("apply --drift-only --auto-approve --max-unsubscribes")
+                        && jobsText("drift").contains("apply --auto-approve --max-unsubscribes"),
+                    "the scheduled job corrects within a rail")
             }
             if file == "gitlab/.gitlab-ci.yml" {
                 #expect(keys.isSuperset(of: ["stages", "plan", "apply", "drift"]))
@@ -539,6 +543,7 @@ import Yams
                 #expect(
                     jobText("drift").contains("state_event=close")
                         && jobText("drift").contains("\"$refresh\" = \"all\""))
+                #expect(jobText("drift").contains("apply --drift-only --auto-approve --max-unsubscribes"))
                 // Every script line is a string: an unquoted `- auth="PRIVATE-TOKEN: …"` is a mapping.
                 for job in ["check", "plan", "apply", "drift", "default"] {
                     for key in ["script", "before_script"] {

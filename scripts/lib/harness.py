@@ -26,7 +26,8 @@ class Emulator:
         deadline = time.monotonic() + 30
         text = ""
         while time.monotonic() < deadline:
-            text = open(self.log.name).read()
+            with open(self.log.name) as f:
+                text = f.read()
             if "Press Ctrl-C" in text:
                 break
             if self.process.poll() is not None:

@@ -1,0 +1,253 @@
+"""The GitHub recipe (examples/github/tidemark.yml) run for real, job by job, against tidemark's
+emulator as FCM, with a fake `gh` that records comments, issues, runs and artifacts:
+
+- two pushes to a pull request leave one plan comment, updated in place, the older plan collapsed;
+- merging applies exactly the reviewed plan; a pull request with no changes is saved and applied
+  as a clean no-op;
+- a pull request from a fork gets no comment, and its summary says it planned from the manifests alone;
+- drift seeded through the emulator's admin API opens one issue, which the scheduled job's
+  correction closes; past --max-unsubscribes it corrects nothing, fails, and keeps the issue open
+  until a later run corrects it.
+
+Run: python3 Tests/recipes/test_github_workflow.py   (TIDEMARK_BIN selects the binary;
+TIDEMARK_TEST_POSTGRES_URL puts state in PostgreSQL, as the recipe recommends, else SQLite)
+"""
+
+import json
+import os
+import shutil
+import stat
+import sys
+import tempfile
+import unittest
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "scripts", "lib"))
+import actions  # noqa: E402
+from harness import Emulator  # noqa: E402
+
+BIN = os.path.abspath(os.environ.get("TIDEMARK_BIN", os.path.join(ROOT, ".build", "debug", "tidemark")))
+REPO = "acme/fcm-config"
+PROJECT = "tidemark-demo"
+
+
+class Hub:
+    """GitHub, as far as the recipe sees it: the repository's files, events, runs and the fake gh."""
+
+    def __init__(self, emulator, state_url):
+        self.root = tempfile.mkdtemp(prefix="tm-recipe-")
+        self.repo = os.path.join(self.root, "repo")
+        shutil.copytree(os.path.join(ROOT, "manifests"), os.path.join(self.repo, "manifests"))
+        with open(os.path.join(self.repo, "tidemark.yaml"), "w") as f:
+            f.write("project: %s\n" % PROJECT)
+        self.db = os.path.join(self.root, "gh.json")
+        with open(self.db, "w") as f:
+            json.dump({"comments": {}, "issues": [], "runs": [], "merges": {}, "next_id": 100, "log": []}, f)
+        self.bin = os.path.join(self.root, "bin")
+        os.makedirs(self.bin)
+        gh = os.path.join(self.bin, "gh")
+        with open(gh, "w") as f:
+            f.write("#!/bin/sh\nFAKE_GH_DB='%s' exec %s %s \"$@\"\n" % (self.db, sys.executable, os.path.join(HERE, "fake_gh.py")))
+        os.chmod(gh, os.stat(gh).st_mode | stat.S_IEXEC)
+        self.tools = os.path.join(self.root, "tidemark-bin")
+        os.makedirs(self.tools)
+        os.symlink(BIN, os.path.join(self.tools, "tidemark"))
+        self.emulator = emulator
+        self.workflow = actions.load(os.path.join(ROOT, "examples", "github", "tidemark.yml"))
+        with open(emulator.key) as f:
+            key = f.read()
+        self.secrets = {"FCM_SERVICE_ACCOUNT": key, "TIDEMARK_STATE_URL": state_url,
+                        "TIDEMARK_STATE_URL_READONLY": state_url}
+        self.vars = {"TIDEMARK_WORKSPACE": "recipe-" + uuid.uuid4().hex[:8]}
+        self.run_id = 0
+        self.jobs = []
+
+    def gh(self):
+        with open(self.db) as f:
+            return json.load(f)
+
+    def edit(self, update):
+        db = self.gh()
+        update(db)
+        with open(self.db, "w") as f:
+            json.dump(db, f)
+
+    def uses(self, action, with_, job):
+        """The `uses:` steps of the recipe, stood in for."""
+        if action.startswith("actions/checkout@"):
+            return True
+        if action == "./.github/actions/install-tidemark":
+            job.path.insert(0, self.tools)
+            return True
+        if action.startswith("google-github-actions/auth@"):
+            path = os.path.join(job.temp, "credentials.json")
+            with open(path, "w") as f:
+                f.write(with_["credentials_json"])
+            job.exports["GOOGLE_APPLICATION_CREDENTIALS"] = path
+            return bool(with_["credentials_json"])
+        if action.startswith("actions/upload-artifact@"):
+            store = os.path.join(self.root, "artifacts", str(self.run_id), with_["name"])
+            os.makedirs(store, exist_ok=True)
+            source = os.path.join(job.workdir, with_["path"])
+            if not os.path.exists(source):
+                return False
+            shutil.copy(source, store)
+            self.edit(lambda db: next(r for r in db["runs"] if r["id"] == self.run_id)["artifacts"].update(
+                {with_["name"]: store}))
+            return True
+        raise AssertionError("the recipe uses an action the test does not stand in for: " + action)
+
+    def trigger(self, event_name, sha, event=None, event_vars=None):
+        """Runs every job of the workflow for one event, as a fresh checkout; returns {job: status}."""
+        self.run_id += 1
+        self.edit(lambda db: db["runs"].append({"id": self.run_id, "workflow": "tidemark.yml",
+                                                "head_sha": (event or {}).get("pull_request", {}).get("head", {}).get("sha", sha),
+                                                "event": event_name, "status": "in_progress", "artifacts": {}}))
+        context = {"github": {"event_name": event_name, "sha": sha, "repository": REPO, "token": "ghs_fake",
+                              "event": event or {}},
+                   "secrets": self.secrets, "vars": dict(self.vars, **(event_vars or {}))}
+        statuses = {}
+        for name in self.workflow["jobs"]:
+            workdir = os.path.join(self.root, "run-%d-%s" % (self.run_id, name))
+            shutil.copytree(self.repo, workdir)
+            env = {"TIDEMARK_FCM_URL": self.emulator.base, "TIDEMARK_IID_URL": self.emulator.base,
+                   "PATH": os.environ["PATH"]}
+            job = actions.Job(self.workflow, name, context, workdir, self.uses, path=[self.bin])
+            saved = dict(os.environ)
+            os.environ.update(env)
+            os.environ.pop("GOOGLE_APPLICATION_CREDENTIALS", None)
+            os.environ.pop("FCM_EMULATOR_HOST", None)
+            try:
+                statuses[name] = job.run()
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+            self.jobs.append(job)
+        final = "failure" if "failure" in statuses.values() else "success"
+        self.edit(lambda db: next(r for r in db["runs"] if r["id"] == self.run_id).update(status=final))
+        return statuses
+
+    def pull_request(self, number, head, fork=False):
+        full_name = ("someone/fcm-config" if fork else REPO)
+        return self.trigger("pull_request", head, {"pull_request": {"number": number, "head": {
+            "sha": head, "repo": {"full_name": full_name}}}})
+
+    def merge(self, number, head, merge_sha):
+        self.edit(lambda db: db["merges"].update({merge_sha: {"pr": number, "head": head}}))
+        return self.trigger("push", merge_sha, {"ref": "refs/heads/main"})
+
+    def transcript(self):
+        return "\n".join(job.name + ":\n" + job.transcript() for job in self.jobs[-4:])
+
+
+class GitHubRecipeTest(unittest.TestCase):
+    def test_recipe(self):
+        with Emulator(BIN, PROJECT, "--auto-register", "--rate-limit", "0") as emulator:
+            root = tempfile.mkdtemp(prefix="tm-recipe-state-")
+            state = os.environ.get("TIDEMARK_TEST_POSTGRES_URL") or os.path.join(root, "state.db")
+            hub = Hub(emulator, state)
+            try:
+                self.scenario(hub, emulator)
+            except BaseException:
+                print(hub.transcript())
+                raise
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+                shutil.rmtree(hub.root, ignore_errors=True)
+
+    def scenario(self, hub, emulator):
+        # A pull request, pushed twice: one comment, updated, with the earlier plan collapsed under it.
+        self.assertEqual(hub.pull_request(7, "a1")["plan"], "success", hub.transcript())
+        comments = hub.gh()["comments"]["7"]
+        self.assertEqual(len(comments), 1)
+        self.assertTrue(comments[0]["body"].startswith("<!-- tidemark-plan workspace="), comments[0]["body"][:200])
+        self.assertIn("tidemark: Plan:", comments[0]["body"])
+        self.assertIn("Plan of a1.", comments[0]["body"])
+        with open(os.path.join(hub.repo, "manifests", "lifeboats.yaml"), "w") as f:
+            f.write("topics:\n  - name: lifeboat-news\n    members: [{selector: {region: baltic}}]\n")
+        self.assertEqual(hub.pull_request(7, "a2")["plan"], "success", hub.transcript())
+        comments = hub.gh()["comments"]["7"]
+        self.assertEqual(len(comments), 1, "a second push must update the comment, not add one")
+        body = comments[0]["body"]
+        self.assertEqual(comments[0].get("edits"), 1)
+        self.assertIn("Plan of a2.", body)
+        self.assertIn("lifeboat-news", body.split("<!-- tidemark-previous -->")[0])
+        self.assertIn("<details><summary>Previous plan</summary>", body)
+        self.assertIn("Plan of a1.", body.split("<!-- tidemark-previous -->")[1])
+        self.assertEqual(body.count("<details><summary>Previous plan</summary>"), 1)
+        for job in hub.jobs[-3:]:
+            self.assertNotIn("GOOGLE_APPLICATION_CREDENTIALS", job.env, "pull-request jobs hold no key")
+
+        # Merged: the apply job fetches the reviewed plan of a2 and applies it.
+        statuses = hub.merge(7, "a2", "m1")
+        self.assertEqual(statuses, {"plan": "skipped", "apply": "success", "drift": "skipped"}, hub.transcript())
+        self.assertTrue(emulator.subscribers("lifeboat-news"))
+        self.assertIn("Apply complete:", hub.jobs[-2].transcript())
+
+        # A pull request that changes nothing: its plan is still saved, and applying it is a clean no-op.
+        with open(os.path.join(hub.repo, "manifests", "weather.yaml"), "a") as f:
+            f.write("# a comment only\n")
+        self.assertEqual(hub.pull_request(8, "b1")["plan"], "success", hub.transcript())
+        self.assertIn("No changes", hub.gh()["comments"]["8"][0]["body"])
+        self.assertEqual(hub.merge(8, "b1", "m2")["apply"], "success", hub.transcript())
+        self.assertIn("The plan has no changes; nothing to apply.", hub.jobs[-2].transcript())
+
+        # A fork: no secrets, no comment, and the summary says the plan came from the manifests alone.
+        secrets = hub.secrets
+        hub.secrets = {}
+        self.assertEqual(hub.pull_request(9, "f1", fork=True)["plan"], "success", hub.transcript())
+        hub.secrets = secrets
+        self.assertNotIn("9", hub.gh()["comments"])
+        with open(hub.jobs[-3].summary) as f:
+            self.assertIn("Planned from the manifests alone", f.read())
+
+        # Drift, seeded through the emulator's admin API, opens one issue; the scheduled correction closes it.
+        devices = {}
+        with open(os.path.join(hub.repo, "manifests", "inventory", "devices.csv")) as f:
+            for line in f.read().splitlines()[1:]:
+                fields = line.split(",")
+                devices[fields[0]] = (fields[1], fields[3])
+        outsider = next(t for t, region in devices.values() if region == "irish-sea")
+        north = sorted(t for t, region in devices.values() if region == "north-sea")
+        topic = "topics/weather-severe-north-sea/subscribers"
+        emulator.project_admin("POST", topic, {"tokens": [outsider]})
+        emulator.project_admin("DELETE", topic, {"tokens": [north[0]]})
+        self.assertEqual(hub.trigger("workflow_dispatch", "m2")["drift"], "success", hub.transcript())
+        issues = hub.gh()["issues"]
+        self.assertEqual(len(issues), 1, issues)
+        self.assertEqual(issues[0]["state"], "closed")
+        self.assertIn("Drift:", issues[0]["body"])
+        self.assertIn("**Corrected on", issues[0]["body"])
+        self.assertIn("Corrected on", issues[0]["comments"][-1])
+        self.assertNotIn(outsider, emulator.subscribers("weather-severe-north-sea"))
+        self.assertIn(north[0], emulator.subscribers("weather-severe-north-sea"))
+
+        # Past the rail: nothing corrected, the job fails, the issue stays open; a later run closes it.
+        emulator.project_admin("POST", topic, {"tokens": [outsider]})
+        strict = {"TIDEMARK_MAX_UNSUBSCRIBES": "0"}
+        self.assertEqual(hub.trigger("workflow_dispatch", "m2", event_vars=strict)["drift"], "failure")
+        self.assertIn(outsider, emulator.subscribers("weather-severe-north-sea"))
+        issues = hub.gh()["issues"]
+        self.assertEqual([i["state"] for i in issues], ["closed", "open"], issues)
+        self.assertIn("**Not corrected on", issues[1]["body"])
+        self.assertIn("more than --max-unsubscribes 0 allows", issues[1]["body"])
+        self.assertEqual(hub.trigger("workflow_dispatch", "m2", event_vars=strict)["drift"], "failure")
+        self.assertEqual(len(hub.gh()["issues"]), 2, "one issue while the drift lasts")
+        self.assertEqual(hub.gh()["issues"][1]["edits"], 1)
+        self.assertEqual(
+            hub.trigger("workflow_dispatch", "m2", event_vars={"TIDEMARK_DRIFT_CORRECTION": "drift-only"})["drift"],
+            "success", hub.transcript())
+        issues = hub.gh()["issues"]
+        self.assertEqual([i["state"] for i in issues], ["closed", "closed"], issues)
+        self.assertIn("by the scheduled apply (drift-only, --refresh all", issues[1]["body"])
+        self.assertNotIn(outsider, emulator.subscribers("weather-severe-north-sea"))
+        # A clean full read with nothing open changes no issue.
+        self.assertEqual(hub.trigger("workflow_dispatch", "m2")["drift"], "success")
+        self.assertEqual(len(hub.gh()["issues"]), 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
