@@ -1,0 +1,218 @@
+import ArgumentParser
+import Foundation
+import TidemarkCore
+
+/// `tidemark schema`: the JSON Schema of manifests, for editors and CI.
+struct SchemaCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "schema",
+        abstract: "Print the JSON Schema that manifests follow.",
+        discussion: """
+            Editors that read a '# yaml-language-server: $schema=FILE' line (VS Code's YAML extension, \
+            JetBrains IDEs) complete and check manifests with it. 'tidemark init' writes it beside the \
+            manifests; refresh that copy after upgrading with: tidemark schema > manifests/tidemark-manifest.schema.json
+            """
+    )
+
+    func run() throws {
+        try Terminal.write(EmbeddedFiles["schema/tidemark-manifest.schema.json"])
+    }
+}
+
+/// `tidemark init`: a project's first files, never over anything that exists.
+struct InitCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "init",
+        abstract: "Start a tidemark project: tidemark.yaml, a manifest, an example inventory and a CI recipe.",
+        discussion: """
+            Writes tidemark.yaml, manifests/topics.yaml (whose first line points editors at the schema, \
+            written beside it), an example inventory in manifests/inventory/devices.csv and, with --ci, \
+            the pipeline for GitHub Actions or GitLab CI. Nothing that exists is overwritten: when any \
+            of these files exists, nothing at all is written. The project plans and applies at once \
+            against the embedded backend; replace the example devices with yours before using FCM.
+            """
+    )
+
+    enum CI: String, ExpressibleByArgument, CaseIterable {
+        case github, gitlab, none
+    }
+
+    @Option(name: .customShort("C"), help: ArgumentHelp("The directory to start the project in.", valueName: "DIR"))
+    var directory: String = "."
+
+    @Option(
+        help: ArgumentHelp(
+            "The Firebase project's id (6-30 lowercase letters, digits and hyphens, starting with a letter).",
+            valueName: "ID"))
+    var project = "my-firebase-project"
+
+    @Option(help: ArgumentHelp("The CI pipeline to write: github, gitlab or none.", valueName: "CI"))
+    var ci: CI = .none
+
+    func validate() throws {
+        if let problem = Self.projectIDProblem(project) {
+            throw ValidationError("--project '\(project)' \(problem)")
+        }
+    }
+
+    /// Why `id` is not a Firebase project id, or nil.
+    static func projectIDProblem(_ id: String) -> String? {
+        guard (6...30).contains(id.count) else { return "must be 6 to 30 characters long" }
+        guard let first = id.first, first.isASCII, first.isLowercase else {
+            return "must start with a lowercase letter"
+        }
+        guard id.allSatisfy({ $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "-") }), !id.hasSuffix("-") else {
+            return "may hold only lowercase letters, digits and hyphens, and may not end with a hyphen"
+        }
+        return nil
+    }
+
+    /// The files init writes, by path relative to the project directory, in the order written.
+    func files() -> [(path: String, text: String)] {
+        var files: [(String, String)] = [
+            ("tidemark.yaml", Self.settings(project: project)),
+            ("manifests/tidemark-manifest.schema.json", EmbeddedFiles["schema/tidemark-manifest.schema.json"]),
+            ("manifests/topics.yaml", Self.manifest),
+            ("manifests/inventory/devices.csv", Self.inventory),
+        ]
+        switch ci {
+        case .github:
+            files.append((".github/workflows/tidemark.yml", EmbeddedFiles["examples/github/tidemark.yml"]))
+            files.append(
+                (
+                    ".github/actions/install-tidemark/action.yml",
+                    EmbeddedFiles["examples/github/actions/install-tidemark/action.yml"]
+                ))
+        case .gitlab:
+            files.append((".gitlab-ci.yml", EmbeddedFiles["examples/gitlab/.gitlab-ci.yml"]))
+        case .none:
+            break
+        }
+        return files
+    }
+
+    func run() throws {
+        let root = URL(fileURLWithPath: directory)
+        let fileManager = FileManager.default
+        var written = files()
+        let existing = written.map(\.path).filter {
+            fileManager.fileExists(atPath: root.appendingPathComponent($0).path)
+        }
+        guard existing.isEmpty else {
+            Terminal.err(
+                "error: tidemark init never overwrites a file, and \(existing.count == 1 ? "this one exists" : "these exist") in \(directory): \(existing.joined(separator: ", ")). Nothing was written; move \(existing.count == 1 ? "it" : "them") aside or start the project in another directory with -C DIR."
+            )
+            throw ExitCode.failure
+        }
+        // .tidemark/ holds local state and the embedded backend's data: kept out of git.
+        let gitignore = root.appendingPathComponent(".gitignore")
+        var ignoreHint: String?
+        if !fileManager.fileExists(atPath: gitignore.path) {
+            written.append((".gitignore", ".tidemark/\n"))
+        } else if let text = try? String(contentsOf: gitignore, encoding: .utf8), !text.contains(".tidemark") {
+            ignoreHint = "Add '.tidemark/' to .gitignore: it holds local state and the embedded backend's data."
+        }
+        var done: [String] = []
+        do {
+            for (path, text) in written {
+                let url = root.appendingPathComponent(path)
+                try fileManager.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+                // Never over a file that appeared since the check.
+                try Data(text.utf8).write(to: url, options: .withoutOverwriting)
+                done.append(path)
+            }
+        } catch {
+            Terminal.err(
+                "error: writing \(written[done.count].path) in \(directory) failed (\(ErrorText.describe(error)))\(done.isEmpty ? "" : "; written before it: \(done.joined(separator: ", "))")."
+            )
+            throw ExitCode.failure
+        }
+        var lines = ["Started a tidemark project in \(directory):"]
+        lines += done.map { "  \($0)" }
+        lines.append("")
+        lines.append("Next:")
+        lines.append(
+            "  tidemark validate        # check the manifests (editors check them as you type, through the schema line)"
+        )
+        lines.append("  tidemark plan            # what would change, on the embedded backend (no account needed)")
+        lines.append("  tidemark apply           # make it so")
+        lines.append(
+            "Then replace manifests/inventory/devices.csv with your devices (or read them from PostgreSQL or a command: docs/inventory.md), and plan against FCM with --backend fcm and a service account key in GOOGLE_APPLICATION_CREDENTIALS."
+        )
+        switch ci {
+        case .github:
+            lines.append(
+                "The GitHub workflow needs the secrets FCM_SERVICE_ACCOUNT, TIDEMARK_STATE_URL and TIDEMARK_STATE_URL_READONLY and an 'fcm-production' environment: see the comment at its top and docs/ci.md."
+            )
+        case .gitlab:
+            lines.append(
+                "The GitLab pipeline needs the CI/CD variables listed at its top (FCM_SERVICE_ACCOUNT, TIDEMARK_STATE_URL, GITLAB_API_TOKEN, …): see docs/ci.md."
+            )
+        case .none:
+            lines.append(
+                "For pipelines, run 'tidemark init --ci github' or '--ci gitlab' in an empty directory and copy the files over, or see docs/ci.md."
+            )
+        }
+        if let ignoreHint { lines.append(ignoreHint) }
+        try Terminal.write(lines.joined(separator: "\n") + "\n")
+    }
+
+    static func settings(project: String) -> String {
+        """
+        # tidemark's project settings, written by 'tidemark init'. Every key is described in docs/state.md,
+        # docs/fcm.md and docs/concepts.md; flags on the command line win over them.
+
+        # The Firebase project whose topics and device groups tidemark manages.
+        project: \(project)
+
+        # Where plan and apply read and change FCM: embedded (an emulator inside tidemark, to try things
+        # out), emulator ('tidemark emulator serve') or fcm (the real FCM, with a service account key in
+        # GOOGLE_APPLICATION_CREDENTIALS). The CI recipes pass --backend fcm.
+        backend: embedded
+
+        # State: a SQLite file (the default, .tidemark/state.db), or a PostgreSQL URL that every CI
+        # runner shares (docs/state.md). Keep a URL with a password in TIDEMARK_STATE_URL instead.
+        # state: postgres://tidemark@db.example.com:5432/tidemark?sslmode=verify-full
+
+        # How much of FCM a plan reads first: touched, sample (the default), all or none.
+        # refresh: sample
+
+        """
+    }
+
+    static let manifest = """
+        # yaml-language-server: $schema=tidemark-manifest.schema.json
+        # Which devices belong to which topics and device groups. Every *.yaml file in this directory is
+        # read and merged (docs/manifests.md); 'tidemark validate' checks them, 'tidemark plan' shows
+        # what would change in FCM.
+        inventory:
+          files: [inventory/devices.csv]
+        topics:
+          # Additive (the default): tidemark adds the declared devices and removes only what it added.
+          - name: news-en
+            description: News in English, for devices with an English locale.
+            members:
+              - selector: {locale: [en-GB, en-US]}
+          # Authoritative: exactly these devices, among the devices tidemark knows.
+          - name: beta-testers
+            mode: authoritative
+            members:
+              - devices: [phone-0003, phone-0004]
+
+        """
+
+    /// Four example devices; their tokens have FCM's shape but belong to no app.
+    static var inventory: String {
+        let rows = [
+            ("phone-0001", "android", "en-GB"), ("phone-0002", "ios", "fr-FR"), ("phone-0003", "android", "en-US"),
+            ("phone-0004", "ios", "en-GB"),
+        ]
+        var lines = ["device_id,token,platform,locale"]
+        for (index, row) in rows.enumerated() {
+            let prefix = "example\(String(format: "%04d", index + 1)):APA91b"
+            let token = prefix + String(repeating: "ExampleTokenNotARealDevice", count: 6).prefix(152 - prefix.count)
+            lines.append("\(row.0),\(token),\(row.1),\(row.2)")
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+}
