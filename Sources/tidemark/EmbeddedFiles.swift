@@ -164,6 +164,8 @@ enum EmbeddedFiles {
         #   secrets.TIDEMARK_STATE_URL_READONLY the same database through a role that can only SELECT: what
         #                                      pull-request plans read (plans never write state)
         #   vars.TIDEMARK_WORKSPACE            the state workspace of this project and environment (default: default)
+        #   vars.TIDEMARK_RELEASES_URL         where tidemark's release binaries are downloaded from (default: the
+        #                                      project's GitHub releases); each is checked against its SHA-256
         #   vars.TIDEMARK_DRIFT_CORRECTION     apply (default), drift-only or report: what the nightly job does about drift
         #   vars.TIDEMARK_MAX_UNSUBSCRIBES     the nightly apply's safety rail (default 2%): past it nothing is corrected
         # Pull requests from forks get no secrets: they validate and plan from the manifests alone, and the
@@ -206,6 +208,8 @@ enum EmbeddedFiles {
               - uses: actions/checkout@v4
               - name: Install tidemark
                 uses: ./.github/actions/install-tidemark
+                with:
+                  releases-url: ${{ vars.TIDEMARK_RELEASES_URL }}
               - name: Validate and check formatting
                 run: |
                   tidemark validate
@@ -293,6 +297,8 @@ enum EmbeddedFiles {
                   credentials_json: ${{ secrets.FCM_SERVICE_ACCOUNT }}
               - name: Install tidemark
                 uses: ./.github/actions/install-tidemark
+                with:
+                  releases-url: ${{ vars.TIDEMARK_RELEASES_URL }}
               - name: Fetch the plan reviewed on the pull request
                 env:
                   GH_TOKEN: ${{ github.token }}
@@ -329,6 +335,8 @@ enum EmbeddedFiles {
                   credentials_json: ${{ secrets.FCM_SERVICE_ACCOUNT }}
               - name: Install tidemark
                 uses: ./.github/actions/install-tidemark
+                with:
+                  releases-url: ${{ vars.TIDEMARK_RELEASES_URL }}
               - name: Look for drift
                 id: drift
                 run: |
@@ -400,27 +408,69 @@ enum EmbeddedFiles {
                 run: exit 1
         """#,
         "examples/github/actions/install-tidemark/action.yml": #"""
-        # Builds tidemark from source (release build, cached per version). Copy to
-        # .github/actions/install-tidemark/action.yml next to the workflow.
+        # Installs tidemark: downloads the release binary for the version asked (default $TIDEMARK_REF),
+        # verifies it against the SHA-256 published beside it, and puts it on the PATH. The binary links the
+        # Swift runtime and SQLite statically, so it runs on any x86_64 or arm64 Linux runner without Swift.
+        # Only when no release binary exists for that version (a branch, or a fork's tag) is it built from
+        # source, once per version (cached). A checksum that does not match fails the job: it never falls back.
+        # Copy to .github/actions/install-tidemark/action.yml next to the workflow.
         name: Install tidemark
-        description: Build tidemark at $TIDEMARK_REF and put it on the PATH.
+        description: Download tidemark's release binary, verify its checksum and put it on the PATH; build from source only when no release exists.
+        inputs:
+          version:
+            description: The version or tag to install (default $TIDEMARK_REF), e.g. v0.1.0.
+            required: false
+            default: ""
+          releases-url:
+            description: Where releases are downloaded from (a mirror, or GitHub Enterprise); VERSION/NAME.tar.gz is appended.
+            required: false
+            default: ""
         runs:
           using: composite
           steps:
-            - uses: swift-actions/setup-swift@v2
+            - id: download
+              shell: bash
+              env:
+                VERSION: ${{ inputs.version || env.TIDEMARK_REF }}
+                RELEASES: ${{ inputs.releases-url || 'https://github.com/tidemark-dev/tidemark/releases/download' }}
+              run: |
+                set -euo pipefail
+                tag="v${VERSION#v}"
+                case "$(uname -m)" in x86_64|amd64) arch=x86_64 ;; aarch64|arm64) arch=aarch64 ;; *) arch="$(uname -m)" ;; esac
+                name="tidemark-${tag#v}-linux-$arch"
+                dir="$RUNNER_TEMP/tidemark-$tag"
+                mkdir -p "$dir"
+                if curl -fsSL --retry 3 -o "$dir/$name.tar.gz" "$RELEASES/$tag/$name.tar.gz" \
+                  && curl -fsSL --retry 3 -o "$dir/$name.tar.gz.sha256" "$RELEASES/$tag/$name.tar.gz.sha256"; then
+                  # A mismatch stops here (set -e): a binary that is not the one released never runs.
+                  (cd "$dir" && sha256sum --check --strict "$name.tar.gz.sha256")
+                  tar -xzf "$dir/$name.tar.gz" -C "$dir"
+                  "$dir/$name/tidemark" --version
+                  echo "$dir/$name" >> "$GITHUB_PATH"
+                  echo "installed=release" >> "$GITHUB_OUTPUT"
+                else
+                  echo "::warning::No tidemark release binary for $tag at $RELEASES; building it from source."
+                  echo "installed=" >> "$GITHUB_OUTPUT"
+                fi
+            - if: steps.download.outputs.installed != 'release'
+              uses: swift-actions/setup-swift@v2
               with:
                 swift-version: "6.0"
-            - uses: actions/cache@v4
+            - if: steps.download.outputs.installed != 'release'
+              uses: actions/cache@v4
               with:
                 path: ~/.tidemark-bin
-                key: tidemark-${{ env.TIDEMARK_REF }}-${{ runner.os }}
-            - shell: bash
+                key: tidemark-${{ inputs.version || env.TIDEMARK_REF }}-${{ runner.os }}-${{ runner.arch }}
+            - if: steps.download.outputs.installed != 'release'
+              shell: bash
+              env:
+                VERSION: ${{ inputs.version || env.TIDEMARK_REF }}
               run: |
                 if [ ! -x ~/.tidemark-bin/tidemark ]; then
-                  git clone --depth 1 --branch "$TIDEMARK_REF" https://github.com/tidemark-dev/tidemark /tmp/tidemark
-                  swift build -c release --product tidemark --package-path /tmp/tidemark
+                  git clone --depth 1 --branch "$VERSION" https://github.com/tidemark-dev/tidemark /tmp/tidemark
+                  swift build -c release --static-swift-stdlib --product tidemark --package-path /tmp/tidemark
                   mkdir -p ~/.tidemark-bin
-                  cp "$(swift build -c release --package-path /tmp/tidemark --show-bin-path)/tidemark" ~/.tidemark-bin/
+                  cp "$(swift build -c release --static-swift-stdlib --package-path /tmp/tidemark --show-bin-path)/tidemark" ~/.tidemark-bin/
                 fi
                 echo "$HOME/.tidemark-bin" >> "$GITHUB_PATH"
         """#,
@@ -449,36 +499,50 @@ enum EmbeddedFiles {
         variables:
           TIDEMARK_REF: v0.1.0
           TIDEMARK_WORKSPACE: default
+          # Where release binaries are downloaded from (a mirror, or your GitLab's generic package registry).
+          TIDEMARK_RELEASES_URL: https://github.com/tidemark-dev/tidemark/releases/download
+
+        # The release binary for $TIDEMARK_REF, verified against the SHA-256 published beside it (a mismatch
+        # fails the job). It links the Swift runtime and SQLite statically, so a plain Debian image runs it.
+        # Only when no release exists for that ref is it built from source, which needs an image with Swift
+        # (set the job's image to swift:6.0-jammy); the result is cached per ref.
+        .install-tidemark: &install-tidemark
+          - apt-get update -qq && apt-get install -y -qq curl ca-certificates jq > /dev/null
+          - |
+            tag="v${TIDEMARK_REF#v}"
+            case "$(uname -m)" in x86_64|amd64) arch=x86_64 ;; aarch64|arm64) arch=aarch64 ;; *) arch="$(uname -m)" ;; esac
+            name="tidemark-${tag#v}-linux-$arch"
+            mkdir -p .tidemark-bin
+            if [ ! -x ".tidemark-bin/$name/tidemark" ]; then
+              if curl -fsSL --retry 3 -o "/tmp/$name.tar.gz" "$TIDEMARK_RELEASES_URL/$tag/$name.tar.gz" \
+                && curl -fsSL --retry 3 -o "/tmp/$name.tar.gz.sha256" "$TIDEMARK_RELEASES_URL/$tag/$name.tar.gz.sha256"; then
+                (cd /tmp && sha256sum --check --strict "$name.tar.gz.sha256")
+                tar -xzf "/tmp/$name.tar.gz" -C .tidemark-bin
+              elif command -v swift > /dev/null; then
+                echo "No tidemark release binary for $tag at $TIDEMARK_RELEASES_URL; building it from source."
+                git clone --depth 1 --branch "$TIDEMARK_REF" https://github.com/tidemark-dev/tidemark /tmp/tidemark
+                swift build -c release --static-swift-stdlib --product tidemark --package-path /tmp/tidemark
+                mkdir -p ".tidemark-bin/$name"
+                cp "$(swift build -c release --static-swift-stdlib --package-path /tmp/tidemark --show-bin-path)/tidemark" ".tidemark-bin/$name/"
+              else
+                echo "No tidemark release binary for $tag at $TIDEMARK_RELEASES_URL, and no Swift in this image to build one: use image swift:6.0-jammy." >&2
+                exit 1
+              fi
+            fi
+            export PATH="$PWD/.tidemark-bin/$name:$PATH"
+            tidemark --version
 
         default:
-          image: swift:6.0-jammy
+          image: debian:bookworm-slim
           cache:
             key: tidemark-${TIDEMARK_REF}
             paths: [.tidemark-bin/]
-          before_script:
-            - apt-get update -qq && apt-get install -y -qq curl jq apt-transport-https gnupg > /dev/null
-            - |
-              if [ ! -x .tidemark-bin/tidemark ]; then
-                git clone --depth 1 --branch "$TIDEMARK_REF" https://github.com/tidemark-dev/tidemark /tmp/tidemark
-                swift build -c release --product tidemark --package-path /tmp/tidemark
-                mkdir -p .tidemark-bin
-                cp "$(swift build -c release --package-path /tmp/tidemark --show-bin-path)/tidemark" .tidemark-bin/
-              fi
-            - export PATH="$PWD/.tidemark-bin:$PATH"
+          before_script: *install-tidemark
 
         check:
           stage: check
           rules:
             - if: $CI_PIPELINE_SOURCE == "merge_request_event"
-          before_script:
-            - export PATH="$PWD/.tidemark-bin:$PATH"
-            - |
-              if [ ! -x .tidemark-bin/tidemark ]; then
-                git clone --depth 1 --branch "$TIDEMARK_REF" https://github.com/tidemark-dev/tidemark /tmp/tidemark
-                swift build -c release --product tidemark --package-path /tmp/tidemark
-                mkdir -p .tidemark-bin
-                cp "$(swift build -c release --package-path /tmp/tidemark --show-bin-path)/tidemark" .tidemark-bin/
-              fi
           script:
             - tidemark validate
             - tidemark fmt --check

@@ -237,6 +237,43 @@ class Job:
                 self.status = "failure"
         return self.status
 
+    def composite(self, path, with_):
+        """Runs a composite action's steps (an action.yml with `runs.using: composite`) for a step of
+        this job: its `inputs` context, its own step outputs, its `run:` steps under their `shell`;
+        its `uses:` steps go to the same handlers. Returns whether every step succeeded."""
+        with open(path) as f:
+            action = yaml.safe_load(f)
+        assert action["runs"]["using"] == "composite", path
+        inputs = {}
+        for name, spec in (action.get("inputs") or {}).items():
+            inputs[name] = with_.get(name, self.interpolate((spec or {}).get("default", "")))
+        outer = (self.context, self.steps, self.status)
+        self.context = dict(self.context, inputs=inputs)
+        self.steps = {}
+        try:
+            for index, step in enumerate(action["runs"]["steps"]):
+                step_id = step.get("id", "composite%d" % index)
+                saved = dict(self.env)
+                self.layer(step.get("env"))
+                if not self.condition(step):
+                    self.steps[step_id] = {"outputs": {}, "outcome": "skipped", "conclusion": "skipped"}
+                    self.env = saved
+                    continue
+                outputs = {}
+                if "uses" in step:
+                    ok = self.uses(step["uses"], {k: self.interpolate(v) for k, v in (step.get("with") or {}).items()}, self)
+                else:
+                    assert step.get("shell") == "bash", "a composite run step needs shell: bash"
+                    ok, outputs = self.shell(self.interpolate(step["run"]), step.get("name", step_id))
+                self.steps[step_id] = {"outputs": outputs, "outcome": "success" if ok else "failure"}
+                self.env = dict(saved, **self.exports)
+                if not ok:
+                    self.status = "failure"
+            return self.status == "success"
+        finally:
+            self.context, self.steps, status = outer
+            self.status = status
+
     def shell(self, script, name):
         output = os.path.join(self.temp, "output")
         open(output, "w").close()

@@ -13,14 +13,20 @@ Run: python3 Tests/recipes/test_github_workflow.py   (TIDEMARK_BIN selects the b
 TIDEMARK_TEST_POSTGRES_URL puts state in PostgreSQL, as the recipe recommends, else SQLite)
 """
 
+import functools
+import hashlib
 import json
 import os
+import platform
 import shutil
 import stat
 import sys
+import tarfile
 import tempfile
+import threading
 import unittest
 import uuid
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -32,6 +38,44 @@ from harness import Emulator  # noqa: E402
 BIN = os.path.abspath(os.environ.get("TIDEMARK_BIN", os.path.join(ROOT, ".build", "debug", "tidemark")))
 REPO = "acme/fcm-config"
 PROJECT = "tidemark-demo"
+
+
+class Releases:
+    """A local stand-in for the project's release downloads: VERSION/NAME.tar.gz and its .sha256,
+    packed as scripts/release.sh packs them (here from the binary under test), under three
+    prefixes: good/, tampered/ (a checksum that does not match) and empty/ (no release)."""
+
+    def __init__(self, version):
+        self.root = tempfile.mkdtemp(prefix="tm-releases-")
+        arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine(), platform.machine())
+        name = "tidemark-%s-linux-%s" % (version, arch)
+        for prefix in ("good", "tampered"):
+            folder = os.path.join(self.root, prefix, "v" + version)
+            os.makedirs(folder)
+            archive = os.path.join(folder, name + ".tar.gz")
+            with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
+                tar.add(BIN, arcname=name + "/tidemark")
+            with open(archive, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            if prefix == "tampered":
+                digest = digest[::-1]
+            with open(archive + ".sha256", "w") as f:
+                f.write("%s  %s.tar.gz\n" % (digest, name))
+        os.makedirs(os.path.join(self.root, "empty"))
+        handler = functools.partial(Quiet, directory=self.root)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base = "http://127.0.0.1:%d" % self.server.server_address[1]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
 
 
 class Hub:
@@ -48,13 +92,16 @@ class Hub:
             json.dump({"comments": {}, "issues": [], "runs": [], "merges": {}, "next_id": 100, "log": []}, f)
         self.bin = os.path.join(self.root, "bin")
         os.makedirs(self.bin)
+        # curl, recorded: every download the recipe makes is logged, then made by the real curl.
+        self.curl_log = os.path.join(self.root, "curl.log")
+        curl = os.path.join(self.bin, "curl")
+        with open(curl, "w") as f:
+            f.write("#!/bin/sh\nprintf '%%s\\n' \"$*\" >> '%s'\nexec %s \"$@\"\n" % (self.curl_log, shutil.which("curl")))
+        os.chmod(curl, 0o755)
         gh = os.path.join(self.bin, "gh")
         with open(gh, "w") as f:
             f.write("#!/bin/sh\nFAKE_GH_DB='%s' exec %s %s \"$@\"\n" % (self.db, sys.executable, os.path.join(HERE, "fake_gh.py")))
         os.chmod(gh, os.stat(gh).st_mode | stat.S_IEXEC)
-        self.tools = os.path.join(self.root, "tidemark-bin")
-        os.makedirs(self.tools)
-        os.symlink(BIN, os.path.join(self.tools, "tidemark"))
         self.emulator = emulator
         self.workflow = actions.load(os.path.join(ROOT, "examples", "github", "tidemark.yml"))
         with open(emulator.key) as f:
@@ -64,6 +111,7 @@ class Hub:
         self.vars = {"TIDEMARK_WORKSPACE": "recipe-" + uuid.uuid4().hex[:8]}
         self.run_id = 0
         self.jobs = []
+        self.fallbacks = []
 
     def gh(self):
         with open(self.db) as f:
@@ -80,8 +128,12 @@ class Hub:
         if action.startswith("actions/checkout@"):
             return True
         if action == "./.github/actions/install-tidemark":
-            job.path.insert(0, self.tools)
-            return True
+            return job.composite(os.path.join(ROOT, "examples", "github", "actions", "install-tidemark", "action.yml"),
+                                 with_)
+        if action.startswith("swift-actions/setup-swift@") or action.startswith("actions/cache@"):
+            # Building from source is the fallback; it is asked for, and not available here.
+            self.fallbacks.append(action)
+            return False
         if action.startswith("google-github-actions/auth@"):
             path = os.path.join(job.temp, "credentials.json")
             with open(path, "w") as f:
@@ -145,22 +197,56 @@ class Hub:
 
 class GitHubRecipeTest(unittest.TestCase):
     def test_recipe(self):
+        releases = Releases(self.version())
         with Emulator(BIN, PROJECT, "--auto-register", "--rate-limit", "0") as emulator:
             root = tempfile.mkdtemp(prefix="tm-recipe-state-")
             state = os.environ.get("TIDEMARK_TEST_POSTGRES_URL") or os.path.join(root, "state.db")
             hub = Hub(emulator, state)
+            hub.vars["TIDEMARK_RELEASES_URL"] = releases.base + "/good"
             try:
+                self.installs(hub, releases)
                 self.scenario(hub, emulator)
             except BaseException:
                 print(hub.transcript())
                 raise
             finally:
+                releases.close()
                 shutil.rmtree(root, ignore_errors=True)
                 shutil.rmtree(hub.root, ignore_errors=True)
+
+    @staticmethod
+    def version():
+        with open(os.path.join(ROOT, "examples", "github", "tidemark.yml")) as f:
+            for line in f:
+                if line.strip().startswith("TIDEMARK_REF:"):
+                    return line.split(":", 1)[1].strip().lstrip("v")
+        raise AssertionError("no TIDEMARK_REF in the workflow")
+
+    def installs(self, hub, releases):
+        """The install action downloads the release binary by version and verifies it; a checksum
+        that does not match fails the job without building; no release falls back to a build."""
+        hub.vars["TIDEMARK_RELEASES_URL"] = releases.base + "/tampered"
+        self.assertEqual(hub.pull_request(1, "t1")["plan"], "failure")
+        install = hub.jobs[-3].log[0]
+        self.assertIn("FAILED", install[2] + install[3], install)
+        self.assertEqual(hub.fallbacks, [], "a bad checksum must never fall back to building")
+        self.assertEqual(len(hub.jobs[-3].log), 1, "nothing runs after a failed install")
+        hub.vars["TIDEMARK_RELEASES_URL"] = releases.base + "/empty"
+        self.assertEqual(hub.pull_request(1, "t2")["plan"], "failure")
+        self.assertIn("No tidemark release binary for v%s" % self.version(), hub.jobs[-3].log[0][2])
+        self.assertEqual(hub.fallbacks[0], "swift-actions/setup-swift@v2")
+        hub.vars["TIDEMARK_RELEASES_URL"] = releases.base + "/good"
+        os.unlink(hub.curl_log)
 
     def scenario(self, hub, emulator):
         # A pull request, pushed twice: one comment, updated, with the earlier plan collapsed under it.
         self.assertEqual(hub.pull_request(7, "a1")["plan"], "success", hub.transcript())
+        with open(hub.curl_log) as f:
+            downloads = f.read()
+        version = self.version()
+        self.assertIn("/good/v%s/tidemark-%s-linux-" % (version, version), downloads)
+        self.assertIn(".tar.gz.sha256", downloads)
+        self.assertEqual(hub.jobs[-3].log[0][2].strip().splitlines()[-1], version, "the release binary ran")
         comments = hub.gh()["comments"]["7"]
         self.assertEqual(len(comments), 1)
         self.assertTrue(comments[0]["body"].startswith("<!-- tidemark-plan workspace="), comments[0]["body"][:200])
