@@ -22,6 +22,7 @@ struct ApplyCommand: AsyncParsableCommand {
     @OptionGroup var reading: RefreshModeOptions
     @OptionGroup var planning: PlanningOptions
     @OptionGroup var drift: DriftOnlyOption
+    @OptionGroup var output: DataFormatOption
 
     @Argument(help: ArgumentHelp("A plan saved with 'tidemark plan --out FILE'.", valueName: "PLANFILE"))
     var planFile: String?
@@ -102,8 +103,13 @@ struct ApplyCommand: AsyncParsableCommand {
                     guard Terminal.stdinIsTerminal else { return .unavailable }
                     return Terminal.confirm("\nDo you want to apply this plan?") ? .approved : .declined
                 },
-                planReady: { outcome in
-                    try workspace.output(outcome.plan, format: .text, inventory: outcome.loaded.inventory)
+                planReady: { [json = output.json] outcome in
+                    // With --format json, stdout carries only the result; the plan is shown on stderr.
+                    if json {
+                        Terminal.err(workspace.renderer(outcome.loaded.inventory).render(outcome.plan))
+                    } else {
+                        try workspace.output(outcome.plan, format: .text, inventory: outcome.loaded.inventory)
+                    }
                 },
                 approveResume: { [autoApprove, planFile] unfinished in
                     // A saved plan was reviewed already; --auto-approve says yes to everything.
@@ -145,6 +151,12 @@ struct ApplyCommand: AsyncParsableCommand {
                 )
                 throw ExitCode(interruption.exitCode!)
             }
+            if output.json {
+                try Terminal.writeJSON(Report(outcome, state: workspace.stateDisplay))
+                if outcome.result.reportsDead { try await workspace.reportDead(outcome.dead, to: deadTokens) }
+                try end(with: outcome.exitStatus)
+                return
+            }
             if let resumed = outcome.resumed { report(resumed, showTokens: showTokens) }
             switch outcome.result {
             case .applied(let summary): report(summary, showTokens: showTokens)
@@ -163,13 +175,73 @@ struct ApplyCommand: AsyncParsableCommand {
                         pruned, age: workspace.settings.pruneAfterText ?? "", dryRun: false,
                         state: workspace.stateDisplay) + "\n")
             }
-            switch outcome.result {
-            case .applied, .nothingToDo, .refreshed:
-                // Reported after the apply, outside its lock: the hooks write to the app's database, not to state.
-                try await workspace.reportDead(outcome.dead, to: deadTokens)
-            case .declined, .resumedOnly: break
-            }
+            // Reported after the apply, outside its lock: the hooks write to the app's database, not to state.
+            if outcome.result.reportsDead { try await workspace.reportDead(outcome.dead, to: deadTokens) }
             try end(with: outcome.exitStatus)
+        }
+    }
+
+    /// `--format json`: how the apply ended, as one document (full tokens in failures).
+    struct Report: Encodable {
+        struct Summary: Encodable {
+            var subscribed: Int
+            var unsubscribed: Int
+            var groupCalls: Int
+            var requests: Int
+            var retries: Int
+            var seconds: Double
+            var failures: [TokenFailure]
+
+            init(_ summary: ApplySummary) {
+                subscribed = summary.subscribed
+                unsubscribed = summary.unsubscribed
+                groupCalls = summary.groupCalls
+                requests = summary.requests
+                retries = summary.retries
+                seconds = (summary.seconds * 1000).rounded() / 1000
+                failures = summary.failures
+            }
+        }
+        struct Refreshed: Encodable {
+            var coverage: RefreshCoverage
+            var membershipsDiffering: Int
+            var dead: Int
+            var serial: Int?
+        }
+        /// applied, nothing_to_do, declined, resumed_only or refreshed.
+        var result: String
+        var applied: Summary?
+        /// An interrupted apply finished first.
+        var resumed: Summary?
+        var refreshed: Refreshed?
+        var savedPlan: Bool?
+        /// Tokens the automatic prune forgot, and the serial it wrote.
+        var prunedTokens: Int?
+        var deadDevices: Int
+        var state: String
+
+        init(_ outcome: ApplyOutcome, state: String) {
+            resumed = outcome.resumed.map(Summary.init)
+            deadDevices = outcome.dead.count
+            self.state = state
+            prunedTokens = outcome.pruned.map { $0.selection.count }
+            switch outcome.result {
+            case .applied(let summary):
+                result = "applied"
+                applied = Summary(summary)
+            case .nothingToDo(let saved):
+                result = "nothing_to_do"
+                savedPlan = saved
+            case .declined: result = "declined"
+            case .resumedOnly: result = "resumed_only"
+            case .refreshed(let record):
+                result = "refreshed"
+                refreshed = Refreshed(
+                    coverage: record.coverage,
+                    membershipsDiffering: record.observations.topics.reduce(0) {
+                        $0 + $1.subscribed.count + $1.unsubscribed.count
+                    }, dead: record.observations.dead.count, serial: record.serial)
+            }
         }
     }
 
@@ -201,6 +273,17 @@ struct ApplyCommand: AsyncParsableCommand {
             Terminal.err(
                 "warning: \(failures.count) token(s) failed with \(code) (\(failures[0].error.advice)): \(examples.joined(separator: ", "))\(failures.count > 5 ? ", …" : "")"
             )
+        }
+    }
+}
+
+extension ApplyOutcome.Result {
+    /// Whether the dead devices found are reported (to --dead-tokens and the sources' hooks): not
+    /// after a declined apply, nor when only an interrupted one was finished.
+    var reportsDead: Bool {
+        switch self {
+        case .applied, .nothingToDo, .refreshed: true
+        case .declined, .resumedOnly: false
         }
     }
 }

@@ -47,3 +47,18 @@ enum OutputFormat: String, ExpressibleByArgument, CaseIterable {
 extension BackendKind: ExpressibleByArgument {}
 extension TopicTransport: ExpressibleByArgument {}
 extension QuotaUnit: ExpressibleByArgument {}
+
+/// `--format text|json` for commands that print data but not plans (plans and drift reports also
+/// have markdown).
+struct DataFormatOption: ParsableArguments {
+    @Option(help: "Output format: text, or json (one document on stdout, full tokens, for scripts).")
+    var format: OutputFormat = .text
+
+    func validate() throws {
+        if format == .markdown {
+            throw ValidationError("--format markdown is for plans and drift reports; this command prints text or json.")
+        }
+    }
+
+    var json: Bool { format == .json }
+}

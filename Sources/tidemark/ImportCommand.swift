@@ -17,6 +17,7 @@ struct ImportCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
     @OptionGroup var refreshing: RefreshOptions
+    @OptionGroup var output: DataFormatOption
 
     @OptionGroup var selection: TargetOptions
 
@@ -37,6 +38,24 @@ struct ImportCommand: AsyncParsableCommand {
             }
             let total = outcome.adoptedTotal
             let groups = outcome.groupsFound
+            if output.json {
+                struct Report: Encodable {
+                    var dryRun: Bool
+                    var adopted: [String: Int]
+                    var adoptedTotal: Int
+                    var registrationsRead: Int
+                    var dead: Int
+                    var groupsFound: [String]
+                    var serial: Int?
+                    var state: String
+                }
+                try Terminal.writeJSON(
+                    Report(
+                        dryRun: dryRun, adopted: outcome.adopted, adoptedTotal: total,
+                        registrationsRead: outcome.registrationsRead, dead: outcome.dead, groupsFound: groups,
+                        serial: outcome.serial, state: workspace.stateDisplay))
+                return
+            }
             var lines: [String] = []
             let verb = dryRun ? "Would adopt" : "Adopted"
             lines.append(

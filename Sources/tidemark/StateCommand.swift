@@ -149,8 +149,27 @@ struct StateShowCommand: AsyncParsableCommand {
     @Argument(help: ArgumentHelp("The topic or group.", valueName: "NAME"))
     var name: String
 
-    @Option(help: "Members to list per section (0 lists none).")
+    @Option(help: "Members to list per section (0 lists none; --format json lists all).")
     var limit = 50
+
+    @OptionGroup var output: DataFormatOption
+
+    /// `--format json`: every member in full, with its device when the inventory knows it.
+    struct Report: Encodable {
+        struct Member: Encodable {
+            var token: String
+            var device: String?
+        }
+        var kind: String
+        var name: String
+        var mode: String?
+        var protect: Bool
+        var exists: Bool?
+        var managed: [Member]?
+        var observed: [Member]?
+        var members: [Member]?
+        var serial: Int
+    }
 
     func run() async throws {
         try await runReportingErrors {
@@ -171,6 +190,28 @@ struct StateShowCommand: AsyncParsableCommand {
             }
             let kind = name.hasPrefix("group:") ? "group" : name.hasPrefix("topic:") ? "topic" : nil
             let bare = kind.map { String(name.dropFirst($0.count + 1)) } ?? name
+            func members(_ set: TokenSet) -> [Report.Member] {
+                set.map { id in
+                    let token = state.tokens[id]
+                    let device = loaded.inventory.index(ofToken: token).map { loaded.inventory.deviceIDs[$0] }
+                    return Report.Member(token: token, device: device ?? state.deviceID(of: id))
+                }
+            }
+            if output.json {
+                if kind != "group", let topic = state.topics[bare] {
+                    try Terminal.writeJSON(
+                        Report(
+                            kind: "topic", name: bare, mode: topic.mode.rawValue, protect: topic.protect,
+                            managed: members(topic.managed), observed: members(topic.observed), serial: state.serial))
+                    return
+                } else if kind != "topic", let group = state.groups[bare] {
+                    try Terminal.writeJSON(
+                        Report(
+                            kind: "group", name: bare, protect: group.protect, exists: group.key != nil,
+                            members: members(group.members), serial: state.serial))
+                    return
+                }
+            }
             var lines: [String] = []
             if kind != "group", let topic = state.topics[bare] {
                 lines.append("Topic '\(bare)': \(topic.mode.rawValue)\(topic.protect ? ", protected" : "")")
@@ -203,27 +244,49 @@ struct StateLockCommand: AsyncParsableCommand {
     )
 
     @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: DataFormatOption
+
+    /// `--format json`: the same answer as one document.
+    struct Report: Encodable {
+        var state: String
+        var locked: Bool
+        var holder: LockHolder?
+        var lease: String?
+        var expires: Date?
+        var exists: Bool
+    }
 
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
             let store = workspace.stateStore()
+            let json = output.json
+            func say(_ text: String, _ report: Report) throws {
+                if json { try Terminal.writeJSON(report) } else { try Terminal.write(text + "\n") }
+            }
+            let where_ = workspace.stateDisplay
             // A lock can be held before the state exists: a first apply takes it, then refreshes.
             if let postgres = store as? PostgresStateStore, let lease = try await postgres.lease() {
-                try Terminal.write(
-                    "The state \(workspace.stateDisplay) is locked: \(lease.holder), lease \(lease.id.prefix(8)), expiring at \(ISO8601DateFormatter().string(from: lease.expires)) unless renewed.\n"
-                )
+                try say(
+                    "The state \(where_) is locked: \(lease.holder), lease \(lease.id.prefix(8)), expiring at \(ISO8601DateFormatter().string(from: lease.expires)) unless renewed.",
+                    Report(
+                        state: where_, locked: true, holder: lease.holder, lease: lease.id, expires: lease.expires,
+                        exists: try await store.load() != nil))
                 throw ExitCode(2)
             }
             if let holder = try await store.lockHolder() {
-                try Terminal.write("The state \(workspace.stateDisplay) is locked: \(holder).\n")
+                try say(
+                    "The state \(where_) is locked: \(holder).",
+                    Report(state: where_, locked: true, holder: holder, exists: try await store.load() != nil))
                 throw ExitCode(2)
             }
             guard try await store.load() != nil else {
-                try Terminal.write("There is no state at \(workspace.stateDisplay) yet, and nothing holds its lock.\n")
+                try say(
+                    "There is no state at \(where_) yet, and nothing holds its lock.",
+                    Report(state: where_, locked: false, exists: false))
                 return
             }
-            try Terminal.write("The state \(workspace.stateDisplay) is not locked.\n")
+            try say("The state \(where_) is not locked.", Report(state: where_, locked: false, exists: true))
         }
     }
 }
@@ -427,6 +490,20 @@ struct StatePruneCommand: AsyncParsableCommand {
     @Flag(help: "Say what would be forgotten; write nothing.")
     var dryRun = false
 
+    @OptionGroup var output: DataFormatOption
+
+    /// `--format json`: what was (or would be) forgotten.
+    struct Report: Encodable {
+        var dryRun: Bool
+        var olderThan: String
+        var tokensBefore: Int
+        var pruned: Int
+        var dead: Int
+        var departed: Int
+        var serial: Int?
+        var state: String
+    }
+
     func validate() throws {
         if let olderThan, ExclusionRule.seconds(olderThan) == nil {
             throw ValidationError("--older-than must be a duration such as 90d or 12w, not '\(olderThan)'.")
@@ -448,6 +525,15 @@ struct StatePruneCommand: AsyncParsableCommand {
                     try await workflow.run(retention: retention)
                 }
             let age = olderThan ?? workspace.settings.pruneAfterText ?? "90d"
+            if output.json {
+                let selection = outcome.selection
+                try Terminal.writeJSON(
+                    Report(
+                        dryRun: dryRun, olderThan: age, tokensBefore: outcome.tokensBefore, pruned: selection.count,
+                        dead: selection.dead.count, departed: selection.departed.count, serial: outcome.serial,
+                        state: workspace.stateDisplay))
+                return
+            }
             try Terminal.write(Self.describe(outcome, age: age, dryRun: dryRun, state: workspace.stateDisplay) + "\n")
         }
     }

@@ -537,6 +537,49 @@ import Yams
         #expect(unknown.status == 1 && unknown.stderr.contains("neither the inventory nor state knows"))
     }
 
+    /// Every command that prints data takes --format json and prints one JSON document on stdout; the
+    /// rest of the output (a plan shown before an apply) goes to stderr.
+    @Test func everyDataCommandSpeaksJSON() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        func json(_ arguments: [String], status: Int32 = 0) throws -> [String: Any] {
+            let result = try cli.run(arguments + ["--format", "json"])
+            #expect(result.status == status, "\(arguments): \(result.stderr)")
+            let object = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
+            return try #require(object, "\(arguments) printed no JSON object: \(result.stdout.prefix(300))")
+        }
+        #expect(try json(["validate"])["valid"] as? Bool == true)
+        #expect(try json(["plan"])["operations"] != nil)
+        let applied = try json(["apply", "--auto-approve"])
+        #expect(applied["result"] as? String == "applied")
+        #expect(((applied["applied"] as? [String: Any])?["subscribed"] as? Int ?? 0) > 10_000)
+        #expect(try json(["apply", "--auto-approve"])["result"] as? String == "nothing_to_do")
+        #expect(try json(["apply", "--refresh-only"])["result"] as? String == "refreshed")
+        #expect(try json(["state", "list"])["serial"] != nil)
+        let shown = try json(["state", "show", "topic:weather-daily-en"])
+        let managed = try #require(shown["managed"] as? [[String: Any]])
+        #expect(managed.first?["device"] as? String == "dev-00001", "\(managed.prefix(1))")
+        #expect(try json(["state", "lock"])["locked"] as? Bool == false)
+        #expect(try json(["state", "prune", "--dry-run"])["pruned"] as? Int == 0)
+        #expect(try json(["import", "--dry-run"])["dry_run"] as? Bool == true)
+        #expect(try json(["drift", "--refresh", "all"])["items"] != nil)
+        #expect(try json(["device", "dev-00001"])["device"] as? String == "dev-00001")
+        #expect(try json(["audience", "'weather-daily-en' in topics"]).isEmpty == false)
+        let plan = try cli.run(["plan", "--out", "p.json"])
+        #expect(plan.status == 0)
+        #expect(try json(["show", "p.json"])["operations"] != nil)
+
+        // Invalid manifests: still one JSON document, with every diagnostic, and exit 1.
+        try cli.write("manifests/bad.yaml", "topics:\n  - name: no spaces allowed\n")
+        let invalid = try json(["validate"], status: 1)
+        #expect(invalid["valid"] as? Bool == false)
+        let diagnostics = try #require(invalid["diagnostics"] as? [[String: Any]])
+        #expect(
+            diagnostics.contains { ($0["message"] as? String ?? "").contains("no spaces allowed") }, "\(diagnostics)")
+        let markdown = try cli.run(["state", "lock", "--format", "markdown"])
+        #expect(markdown.status == 64 && markdown.stderr.contains("prints text or json"))
+    }
+
     /// A pull-request job plans from state with no credential: --no-refresh loads no key, and anything
     /// that reads FCM still asks for one.
     @Test func aPlanFromStateNeedsNoCredential() throws {
