@@ -39,6 +39,8 @@ BIN="$(swift build --show-bin-path)/tidemark"
 TIDEMARK_BIN="$BIN" python3 Tests/compat/test_firebase_admin.py
 # tidemark's HTTP client against an independent fake of FCM (not tidemark's emulator).
 TIDEMARK_BIN="$BIN" python3 Tests/compat/test_fake_fcm.py
+# Keyless credentials (workload identity federation, the metadata server) and proxies, end to end.
+TIDEMARK_BIN="$BIN" python3 Tests/compat/test_keyless.py
 # The Firestore inventory example (examples/firestore/) against a fake of Firestore's REST API.
 TIDEMARK_BIN="$BIN" python3 Tests/compat/test_firestore_example.py
 # The GitHub recipe's jobs run step by step against the emulator, with a fake gh (Tests/recipes/).

@@ -49,27 +49,39 @@ extension ServiceAccountKey {
     }
 }
 
-/// OAuth2 access tokens for a service account: an RS256 JWT-bearer assertion exchanged at the
-/// key's `token_uri` (reference §4), cached and refreshed a minute before it expires.
+/// OAuth2 access tokens for FCM from any of `GoogleCredentials`: a service account's RS256
+/// JWT-bearer assertion exchanged at its `token_uri` (reference §4); an external account's subject
+/// token exchanged at the Security Token Service, then for a service account's token when the file
+/// says to impersonate one; or the metadata server's token. Cached, and fetched again a minute
+/// before it expires.
 ///
-/// The caller owns the `HTTPClient`. Tokens never appear in errors or logs.
+/// Requests go through `HTTPRoutes` (so through a proxy when the environment names one). Tokens,
+/// subject tokens and keys never appear in errors or logs.
 public actor AccessTokenProvider {
     public static let scope = "https://www.googleapis.com/auth/firebase.messaging"
+    static let cloudPlatform = "https://www.googleapis.com/auth/cloud-platform"
 
-    private let key: ServiceAccountKey
-    private let client: HTTPClient
+    public let credentials: GoogleCredentials
+    private let routes: HTTPRoutes
     private let timing: Timing
     private let policy: RetryPolicy
     private var cached: (token: String, expires: Date)?
     private var inFlight: Task<(String, Date), any Error>?
 
-    /// `policy` retries the token endpoint's 5xx, 429 and network failures, as for FCM's own calls.
-    public init(key: ServiceAccountKey, client: HTTPClient, timing: Timing = .live, policy: RetryPolicy = RetryPolicy())
-    {
-        self.key = key
-        self.client = client
+    /// `policy` retries the token endpoints' 5xx, 429 and network failures, as for FCM's own calls.
+    public init(
+        credentials: GoogleCredentials, routes: HTTPRoutes, timing: Timing = .live, policy: RetryPolicy = RetryPolicy()
+    ) {
+        self.credentials = credentials
+        self.routes = routes
         self.timing = timing
         self.policy = policy
+    }
+
+    /// A service account's tokens, straight through `client`.
+    public init(key: ServiceAccountKey, client: HTTPClient, timing: Timing = .live, policy: RetryPolicy = RetryPolicy())
+    {
+        self.init(credentials: .serviceAccount(key), routes: HTTPRoutes(direct: client), timing: timing, policy: policy)
     }
 
     /// A valid access token, fetching a new one when the cached one is within a minute of expiring.
@@ -87,14 +99,14 @@ public actor AccessTokenProvider {
     /// Forgets the cached token (after a 401, say), so the next call fetches a new one.
     public func invalidate() { cached = nil }
 
-    /// A failure of the token endpoint that trying again may fix.
+    /// A failure of a token endpoint that trying again may fix.
     private struct Transient: Error {
         var failure: RetryPolicy.Failure
         var message: String
     }
 
-    /// Fetches under the retry policy: only a refusal of the key itself (`invalid_grant` and other 4xx)
-    /// is final at once.
+    /// Fetches under the retry policy: only a refusal of the credentials themselves (`invalid_grant`
+    /// and other 4xx) is final at once.
     private func fetchRetrying() async throws -> (String, Date) {
         let started = timing.now()
         var attempt = 0
@@ -114,6 +126,74 @@ public actor AccessTokenProvider {
     }
 
     private func fetch() async throws -> (String, Date) {
+        switch credentials {
+        case .serviceAccount(let key): return try await fetch(key)
+        case .externalAccount(let account): return try await fetch(account)
+        case .metadataServer(let server): return try await fetch(server)
+        }
+    }
+
+    /// Sends `request` to a token endpoint; a network failure or a status worth retrying is `Transient`.
+    private func send(_ request: HTTPClientRequest, what: String) async throws -> (status: Int, body: Data) {
+        let response: HTTPClientResponse
+        do {
+            response = try await routes.execute(request, timeout: .seconds(30))
+        } catch let error as CredentialError {
+            throw error
+        } catch {
+            throw Transient(
+                failure: .network, message: "Could not reach \(what) at \(Self.endpoint(request.url)): \(error)")
+        }
+        let body = Data(buffer: try await response.body.collect(upTo: 1 << 20))
+        let status = Int(response.status.code)
+        if RetryPolicy.isRetryable(status: status) {
+            throw Transient(
+                failure: .status(
+                    status,
+                    retryAfter: response.headers.first(name: "Retry-After")
+                        .flatMap { RetryPolicy.parseRetryAfter($0, now: timing.wallClock()) }),
+                message:
+                    "\(what) at \(Self.endpoint(request.url)) answered HTTP \(status); it is Google's side (or a proxy's), not \(ownSide)"
+            )
+        }
+        return (status, body)
+    }
+
+    /// What a server failure is not the fault of.
+    private var ownSide: String {
+        if case .serviceAccount = credentials { return "the key" }
+        return "the credentials"
+    }
+
+    /// A URL without its query (which may carry tokens), for messages.
+    static func endpoint(_ url: String) -> String { String(url.prefix { $0 != "?" }) }
+
+    /// `application/x-www-form-urlencoded`.
+    static func form(_ fields: [(String, String)]) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return fields.map { name, value in
+            "\(name)=\(value.addingPercentEncoding(withAllowedCharacters: allowed) ?? value)"
+        }.joined(separator: "&")
+    }
+
+    /// The OAuth2-style refusal in `body`, as "code (description)".
+    static func refusal(_ body: Data, status: Int) -> String {
+        if let oauth = FCMWire.decode(FCMWire.OAuthError.self, from: body) {
+            return oauth.error + (oauth.errorDescription.map { " (\($0))" } ?? "")
+        }
+        if let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any],
+            let error = object["error"] as? [String: Any]
+        {
+            let status = error["status"] as? String ?? "HTTP \(status)"
+            return status + ((error["message"] as? String).map { " (\($0))" } ?? "")
+        }
+        return "HTTP \(status)"
+    }
+
+    // MARK: Service account
+
+    private func fetch(_ key: ServiceAccountKey) async throws -> (String, Date) {
         let issuedAt = timing.wallClock()
         let iat = Int(issuedAt.timeIntervalSince1970)
         let assertion = try JWT.sign(
@@ -127,30 +207,10 @@ public actor AccessTokenProvider {
             ByteBuffer(
                 string:
                     "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=\(assertion)"))
-        let response: HTTPClientResponse
-        do {
-            response = try await client.execute(request, timeout: .seconds(30))
-        } catch {
-            throw Transient(
-                failure: .network,
-                message: "Could not reach the token endpoint \(key.tokenURI) of \(key.clientEmail): \(error)")
-        }
-        let body = try await response.body.collect(upTo: 1 << 20)
-        let data = Data(buffer: body)
-        let status = Int(response.status.code)
-        if RetryPolicy.isRetryable(status: status) {
-            throw Transient(
-                failure: .status(
-                    status,
-                    retryAfter: response.headers.first(name: "Retry-After")
-                        .flatMap { RetryPolicy.parseRetryAfter($0, now: timing.wallClock()) }),
-                message:
-                    "The token endpoint \(key.tokenURI) answered HTTP \(status) for \(key.clientEmail); it is Google's side (or a proxy's), not the key"
-            )
-        }
-        guard response.status == .ok, let granted = FCMWire.decode(FCMWire.AccessToken.self, from: data) else {
+        let (status, data) = try await send(request, what: "The token endpoint of \(key.clientEmail)")
+        guard status == 200, let granted = FCMWire.decode(FCMWire.AccessToken.self, from: data) else {
             let refusal = FCMWire.decode(FCMWire.OAuthError.self, from: data)
-            let code = refusal?.error ?? "HTTP \(response.status.code)"
+            let code = refusal?.error ?? "HTTP \(status)"
             let detail = refusal?.errorDescription ?? ""
             let hint =
                 code == "invalid_grant"
@@ -158,6 +218,116 @@ public actor AccessTokenProvider {
                 : "check the key file and the token_uri \(key.tokenURI)"
             throw CredentialError(
                 "The token endpoint refused \(key.clientEmail): \(code)\(detail.isEmpty ? "" : " (\(detail))"); \(hint)."
+            )
+        }
+        return (granted.accessToken, issuedAt.addingTimeInterval(TimeInterval(granted.expiresIn ?? 3599)))
+    }
+
+    // MARK: External account (workload identity federation)
+
+    /// The subject token the CI system issued: read from the file, or fetched from the URL.
+    private func subjectToken(_ account: ExternalAccount) async throws -> String {
+        let source = account.source
+        let raw: Data
+        let origin: String
+        if let file = source.file {
+            origin = "the subject token file \(file)"
+            guard let data = FileManager.default.contents(atPath: file) else {
+                throw CredentialError(
+                    "\(origin) (credential_source.file) does not exist or cannot be read; the CI job's OIDC step should write it before tidemark runs."
+                )
+            }
+            raw = data
+        } else {
+            let url = source.url!
+            origin = "the subject token from \(Self.endpoint(url))"
+            var request = HTTPClientRequest(url: url)
+            for (name, value) in source.headers { request.headers.add(name: name, value: value) }
+            let (status, data) = try await send(request, what: "The subject token URL (credential_source.url)")
+            guard status == 200 else {
+                throw CredentialError(
+                    "The subject token URL \(Self.endpoint(url)) (credential_source.url) refused: \(Self.refusal(data, status: status)); check the CI job's OIDC permission (GitHub: permissions: id-token: write)."
+                )
+            }
+            raw = data
+        }
+        var token: String?
+        if source.format == "json" {
+            let object = try? JSONSerialization.jsonObject(with: raw) as? [String: Any]
+            token = object?[source.fieldName ?? ""] as? String
+            if token == nil {
+                throw CredentialError(
+                    "\(origin) is not JSON with a string field \"\(source.fieldName ?? "")\" (credential_source.format)."
+                )
+            }
+        } else {
+            token = String(decoding: raw, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        guard let token, !token.isEmpty else { throw CredentialError("\(origin) is empty.") }
+        return token
+    }
+
+    private func fetch(_ account: ExternalAccount) async throws -> (String, Date) {
+        let subject = try await subjectToken(account)
+        let issuedAt = timing.wallClock()
+        var exchange = HTTPClientRequest(url: account.tokenURL)
+        exchange.method = .POST
+        exchange.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
+        exchange.body = .bytes(
+            ByteBuffer(
+                string: Self.form([
+                    ("grant_type", "urn:ietf:params:oauth:grant-type:token-exchange"),
+                    ("audience", account.audience),
+                    ("scope", account.impersonationURL == nil ? Self.scope : Self.cloudPlatform),
+                    ("requested_token_type", "urn:ietf:params:oauth:token-type:access_token"),
+                    ("subject_token_type", account.subjectTokenType),
+                    ("subject_token", subject),
+                ])))
+        let (status, data) = try await send(exchange, what: "The Security Token Service")
+        guard status == 200, let federated = FCMWire.decode(FCMWire.STSToken.self, from: data) else {
+            throw CredentialError(
+                "The Security Token Service at \(Self.endpoint(account.tokenURL)) refused the subject token for \(account.audience): \(Self.refusal(data, status: status)); check the workload identity pool's provider (its issuer, allowed audiences and attribute condition) against the CI's token."
+            )
+        }
+        let federatedExpiry = issuedAt.addingTimeInterval(TimeInterval(federated.expiresIn ?? 3599))
+        guard let impersonation = account.impersonationURL else { return (federated.accessToken, federatedExpiry) }
+        var generate = HTTPClientRequest(url: impersonation)
+        generate.method = .POST
+        generate.headers.add(name: "Content-Type", value: "application/json")
+        generate.headers.add(name: "Authorization", value: "Bearer \(federated.accessToken)")
+        generate.body = .bytes(
+            ByteBuffer(data: try JSONEncoder().encode(FCMWire.GenerateAccessTokenRequest(scope: [Self.scope]))))
+        let email = account.serviceAccountEmail ?? "the service account"
+        let (answer, body) = try await send(generate, what: "IAM credentials (impersonating \(email))")
+        guard answer == 200, let generated = FCMWire.decode(FCMWire.GeneratedAccessToken.self, from: body),
+            let expires = Self.parseTime(generated.expireTime)
+        else {
+            throw CredentialError(
+                "IAM credentials refused to let the workload identity act as \(email): \(Self.refusal(body, status: answer)); grant the pool's principal roles/iam.workloadIdentityUser on \(email)."
+            )
+        }
+        return (generated.accessToken, expires)
+    }
+
+    /// RFC 3339, with or without fractional seconds.
+    static func parseTime(_ text: String) -> Date? {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        if let date = formatter.date(from: text) { return date }
+        formatter.formatOptions = [.withInternetDateTime]
+        return formatter.date(from: text)
+    }
+
+    // MARK: Metadata server
+
+    private func fetch(_ server: MetadataServer) async throws -> (String, Date) {
+        let issuedAt = timing.wallClock()
+        var request = HTTPClientRequest(url: server.tokenURL)
+        request.headers.add(name: "Metadata-Flavor", value: "Google")
+        let (status, data) = try await send(request, what: "The metadata server")
+        guard status == 200, let granted = FCMWire.decode(FCMWire.AccessToken.self, from: data) else {
+            throw CredentialError(
+                "The metadata server \(server.host) gave no token: \(Self.refusal(data, status: status)); give the machine a service account with the Firebase Cloud Messaging Admin role, or set GOOGLE_APPLICATION_CREDENTIALS."
             )
         }
         return (granted.accessToken, issuedAt.addingTimeInterval(TimeInterval(granted.expiresIn ?? 3599)))

@@ -85,21 +85,32 @@ public struct FCMHTTPBackend: Backend {
     public let identity: BackendIdentity
     let project: String
     let endpoints: FCMEndpoints
-    let client: HTTPClient
+    let routes: HTTPRoutes
     let credentials: AccessTokenProvider
     let options: Options
     let counter = RequestCounter()
 
     var transport: TopicTransport { options.transport }
 
+    /// Requests go straight through `client`.
     public init(
         kind: BackendKind, project: String, endpoints: FCMEndpoints, client: HTTPClient,
+        credentials: AccessTokenProvider, options: Options = Options()
+    ) {
+        self.init(
+            kind: kind, project: project, endpoints: endpoints, routes: HTTPRoutes(direct: client),
+            credentials: credentials, options: options)
+    }
+
+    /// Requests go the way `routes` sends each URL (through a proxy, or straight).
+    public init(
+        kind: BackendKind, project: String, endpoints: FCMEndpoints, routes: HTTPRoutes,
         credentials: AccessTokenProvider, options: Options = Options()
     ) {
         identity = BackendIdentity(kind: kind, project: project)
         self.project = project
         self.endpoints = endpoints
-        self.client = client
+        self.routes = routes
         self.credentials = credentials
         var options = options
         options.concurrency = max(1, options.concurrency)
@@ -174,7 +185,7 @@ public struct FCMHTTPBackend: Backend {
             // The last answer of a retryable status: what the caller gets once retries stop.
             var unresolved: Answer?
             do {
-                let response = try await client.execute(request, timeout: .seconds(60))
+                let response = try await routes.execute(request, timeout: .seconds(60))
                 counter.answered(attempt: attempt)
                 let bytes = try await response.body.collect(upTo: 16 << 20)
                 let status = Int(response.status.code)

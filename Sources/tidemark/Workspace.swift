@@ -287,42 +287,56 @@ struct Workspace {
         async throws -> T
     {
         guard backendKind.isHTTP else { return try await body(try makeBackend()) }
-        let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: FCMHTTPBackend.clientConfiguration())
+        // HTTPS_PROXY / HTTP_PROXY / NO_PROXY decide, per URL, whether a request goes through a proxy.
+        let proxies = try ProxySettings.from(ProcessInfo.processInfo.environment)
+        let routes = HTTPRoutes(settings: proxies, configuration: FCMHTTPBackend.clientConfiguration())
         do {
             let result = try await body(
-                try makeHTTPBackend(client: client, qps: qps, qpsUnit: qpsUnit, readQPS: readQPS))
-            try await client.shutdown()
+                try makeHTTPBackend(routes: routes, qps: qps, qpsUnit: qpsUnit, readQPS: readQPS))
+            try await routes.shutdown()
             return result
         } catch {
-            try? await client.shutdown()
+            try? await routes.shutdown()
             throw error
         }
     }
 
-    /// The key file: `GOOGLE_APPLICATION_CREDENTIALS`, else `credentials` in tidemark.yaml (relative to the project).
-    func credentialsPath(_ environment: [String: String]) throws -> String {
+    /// The credentials file: `GOOGLE_APPLICATION_CREDENTIALS`, else `credentials` in tidemark.yaml
+    /// (relative to the project); nil when neither names one.
+    func credentialsPath(_ environment: [String: String]) -> String? {
         if let path = environment["GOOGLE_APPLICATION_CREDENTIALS"], !path.isEmpty { return path }
         if let path = settings.credentials {
             return path.hasPrefix("/") ? path : (root as NSString).appendingPathComponent(path)
         }
+        return nil
+    }
+
+    /// How this run gets access tokens: the credentials file named (a service account's key, or an
+    /// external_account file from workload identity federation), else the metadata server of the
+    /// Google Cloud machine it runs on (or the one `GCE_METADATA_HOST` names).
+    func credentials(_ environment: [String: String]) throws -> GoogleCredentials {
+        if let path = credentialsPath(environment) {
+            let credentials = try GoogleCredentials.load(path: path)
+            if let project = credentials.projectID, project != settings.project {
+                throw CLIError(
+                    "the key in \(path) is for project '\(project)', but this project is '\(settings.project)' (tidemark.yaml 'project'); use a key of '\(settings.project)'."
+                )
+            }
+            return credentials
+        }
+        if let server = MetadataServer.detect(environment) { return .metadataServer(server) }
         throw CLIError(
             backendKind == .emulator
                 ? "GOOGLE_APPLICATION_CREDENTIALS is not set; point it at the key file 'tidemark emulator serve' printed."
-                : "GOOGLE_APPLICATION_CREDENTIALS is not set (nor 'credentials' in tidemark.yaml); point it at the service account's JSON key."
+                : "GOOGLE_APPLICATION_CREDENTIALS is not set (nor 'credentials' in tidemark.yaml), and this is not a Google Cloud machine with a metadata server; point it at the service account's JSON key, or at an external_account file for keyless CI (docs/fcm.md)."
         )
     }
 
     func makeHTTPBackend(
-        client: HTTPClient, qps: Double?, qpsUnit: QuotaUnit?, readQPS: Double? = nil
+        routes: HTTPRoutes, qps: Double?, qpsUnit: QuotaUnit?, readQPS: Double? = nil
     ) throws -> any Backend {
         let environment = ProcessInfo.processInfo.environment
-        let keyPath = try credentialsPath(environment)
-        let key = try ServiceAccountKey.load(path: keyPath)
-        guard key.projectID == settings.project else {
-            throw CLIError(
-                "the key in \(keyPath) is for project '\(key.projectID)', but this project is '\(settings.project)' (tidemark.yaml 'project'); use a key of '\(settings.project)'."
-            )
-        }
+        let credentials = try credentials(environment)
         let endpoints: FCMEndpoints
         if backendKind == .emulator {
             guard let host = environment["FCM_EMULATOR_HOST"], !host.isEmpty else {
@@ -357,8 +371,9 @@ struct Workspace {
         }
         options.timing = timing
         return FCMHTTPBackend(
-            kind: backendKind, project: settings.project, endpoints: endpoints, client: client,
-            credentials: AccessTokenProvider(key: key, client: client, timing: timing), options: options)
+            kind: backendKind, project: settings.project, endpoints: endpoints, routes: routes,
+            credentials: AccessTokenProvider(credentials: credentials, routes: routes, timing: timing), options: options
+        )
     }
 
     /// The in-process backend.

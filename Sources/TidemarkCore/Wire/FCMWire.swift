@@ -333,6 +333,51 @@ public enum FCMWire {
         }
     }
 
+    /// The answer of Google's Security Token Service (`POST sts.googleapis.com/v1/token`, RFC 8693
+    /// token exchange): a federated access token for a workload identity.
+    public struct STSToken: Codable, Sendable, Equatable {
+        public var accessToken: String
+        public var issuedTokenType: String?
+        public var tokenType: String?
+        public var expiresIn: Int?
+
+        public init(accessToken: String, expiresIn: Int?) {
+            self.accessToken = accessToken
+            self.issuedTokenType = "urn:ietf:params:oauth:token-type:access_token"
+            self.tokenType = "Bearer"
+            self.expiresIn = expiresIn
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case accessToken = "access_token"
+            case issuedTokenType = "issued_token_type"
+            case tokenType = "token_type"
+            case expiresIn = "expires_in"
+        }
+    }
+
+    /// `POST iamcredentials.googleapis.com/v1/projects/-/serviceAccounts/EMAIL:generateAccessToken`.
+    public struct GenerateAccessTokenRequest: Codable, Sendable, Equatable {
+        public var scope: [String]
+        public var lifetime: String?
+
+        public init(scope: [String], lifetime: String? = "3600s") {
+            self.scope = scope
+            self.lifetime = lifetime
+        }
+    }
+
+    /// Its answer: a service account's access token and when it expires (RFC 3339).
+    public struct GeneratedAccessToken: Codable, Sendable, Equatable {
+        public var accessToken: String
+        public var expireTime: String
+
+        public init(accessToken: String, expireTime: String) {
+            self.accessToken = accessToken
+            self.expireTime = expireTime
+        }
+    }
+
     // MARK: - Send (reference §6)
 
     /// `POST v1/projects/P/messages:send`.

@@ -120,6 +120,99 @@ public final class AccessTokenAuthority: Sendable {
         }
     }
 
+    /// A new opaque access token for `grant`, remembered until it expires.
+    private func issue(_ make: (Date, TimeInterval) -> Grant) -> (token: String, grant: Grant) {
+        var random = timing.generator
+        var bytes = [UInt8](repeating: 0, count: 48)
+        for i in bytes.indices { bytes[i] = UInt8.random(in: 0...255, using: &random) }
+        let token = "ya29.emu." + Base64URL.encode(bytes)
+        let issuedAt = timing.wallClock()
+        return state.withLock { state in
+            let grant = make(issuedAt, state.lifetime)
+            state.tokens[token] = grant
+            return (token, grant)
+        }
+    }
+
+    /// Workload identity federation, as Google's Security Token Service does it (RFC 8693): an OIDC
+    /// token from a CI system for a federated access token. The emulator does not know the CI's
+    /// signing keys, so it checks what it can: the token is a JWT, not expired, issued for the
+    /// provider (`aud` is the provider's https URL, the default allowed audience), with a subject.
+    public func federate(
+        subjectToken: String, audience: String, scopes: [String]
+    ) throws -> (
+        token: String, grant: Grant
+    ) {
+        let provider =
+            /^\/\/iam\.googleapis\.com\/projects\/[^\/]+\/locations\/[^\/]+\/workloadIdentityPools\/([^\/]+)\/providers\/[^\/]+$/
+        guard audience.wholeMatch(of: provider) != nil else {
+            throw AuthError(.invalidClaims, "The audience \(audience) is not a workload identity pool provider.")
+        }
+        let parts = subjectToken.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let payload = Base64URL.decode(parts[1]),
+            let claims = try? JSONSerialization.jsonObject(with: payload) as? [String: Any]
+        else {
+            throw AuthError(.malformedJWT, "The subject token is not a JWT.")
+        }
+        let audiences = (claims["aud"] as? [String]) ?? (claims["aud"] as? String).map { [$0] } ?? []
+        guard audiences.contains("https:" + audience) else {
+            throw AuthError(
+                .invalidClaims,
+                "The audience in the subject token (\(audiences.joined(separator: ", "))) does not match the expected audience https:\(audience)."
+            )
+        }
+        if let exp = claims["exp"] as? Double, Date(timeIntervalSince1970: exp) <= timing.wallClock() {
+            throw AuthError(.expired, "The subject token has expired.")
+        }
+        guard let subject = claims["sub"] as? String, !subject.isEmpty else {
+            throw AuthError(.invalidClaims, "The subject token has no sub claim.")
+        }
+        // The federated principal may act on the project the emulator serves.
+        let project = state.withLock { $0.keys.first?.project } ?? ""
+        return issue { at, lifetime in
+            Grant(
+                project: project,
+                clientEmail: "principal://iam.googleapis.com/\(audience.dropFirst(2))/subject/\(subject)",
+                scopes: scopes, expires: at.addingTimeInterval(lifetime))
+        }
+    }
+
+    /// IAM credentials' generateAccessToken: a caller holding a valid (federated) token acts as a
+    /// service account whose key the emulator trusts.
+    public func impersonate(
+        bearer: String, serviceAccount email: String, scopes: [String]
+    ) throws -> (
+        token: String, grant: Grant
+    ) {
+        let at = timing.wallClock()
+        guard let caller = state.withLock({ $0.tokens[bearer] }), caller.expires > at else {
+            throw AuthError(.badSignature, "Request had invalid authentication credentials.")
+        }
+        guard caller.scopes.contains("https://www.googleapis.com/auth/cloud-platform") else {
+            throw AuthError(.invalidClaims, "Request had insufficient authentication scopes.")
+        }
+        guard let key = state.withLock({ $0.keys.first { $0.clientEmail == email } }) else {
+            throw AuthError(.unknownKey, "Not found; Gaia id not found for email \(email)")
+        }
+        return issue { at, lifetime in
+            Grant(
+                project: key.project, clientEmail: key.clientEmail, scopes: scopes,
+                expires: at.addingTimeInterval(lifetime))
+        }
+    }
+
+    /// The metadata server's token: for the machine's default service account (the first trusted key).
+    public func metadataToken(scopes: [String]) throws -> (token: String, grant: Grant) {
+        guard let key = state.withLock({ $0.keys.first }) else {
+            throw AuthError(.unknownKey, "No service account is attached to this instance.")
+        }
+        return issue { at, lifetime in
+            Grant(
+                project: key.project, clientEmail: key.clientEmail, scopes: scopes,
+                expires: at.addingTimeInterval(lifetime))
+        }
+    }
+
     public enum Verdict: Sendable, Equatable {
         case granted(Grant)
         case invalid

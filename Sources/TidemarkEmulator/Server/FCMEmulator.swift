@@ -51,6 +51,12 @@ public struct FCMEmulator: Sendable {
         switch FCMRoute(method: request.method, segments: request.segments) {
         case .token:
             return await oauthToken(request)
+        case .sts:
+            return await stsToken(request)
+        case .generateAccessToken(let email):
+            return await generateAccessToken(request, email: email)
+        case .metadata(let path):
+            return await metadata(request, path: path)
         case .admin:
             return await admin(request)
         case .iid(let route):

@@ -1,8 +1,17 @@
+import Foundation
+
 /// Where a request goes, parsed once from its method and path segments: routing is a pure function,
 /// tested on its own, and each surface's handler switches over a closed set of cases.
 enum FCMRoute: Equatable, Sendable {
     /// OAuth2's token endpoint (`/token`, `/oauth2/…/token`, `/o/…/token`).
     case token
+    /// The Security Token Service's exchange (`/v1/token`, `/sts/v1/token`).
+    case sts
+    /// IAM credentials' generateAccessToken (`/v1/projects/-/serviceAccounts/EMAIL:generateAccessToken`,
+    /// also under `/iamcredentials`).
+    case generateAccessToken(email: String)
+    /// A Compute Engine metadata server (`/computeMetadata/…`).
+    case metadata([String])
     /// tidemark's admin API under `/emulator/`.
     case admin
     /// The Instance ID API.
@@ -35,7 +44,23 @@ enum FCMRoute: Equatable, Sendable {
         case notFound
     }
 
-    init(method: String, segments s: [String]) {
+    init(method: String, segments all: [String]) {
+        let s = all.first == "iamcredentials" || all.first == "sts" ? Array(all.dropFirst()) : all
+        if s == ["v1", "token"] {
+            self = .sts
+            return
+        }
+        if s.count == 5, s[0] == "v1", s[1] == "projects", s[3] == "serviceAccounts",
+            s[4].hasSuffix(":generateAccessToken")
+        {
+            let email = String(s[4].dropLast(":generateAccessToken".count))
+            self = .generateAccessToken(email: email.removingPercentEncoding ?? email)
+            return
+        }
+        if s.first == "computeMetadata" {
+            self = .metadata(Array(s.dropFirst()))
+            return
+        }
         switch s.first {
         case "token" where s.count == 1, "oauth2" where s.last == "token", "o" where s.last == "token":
             self = .token
