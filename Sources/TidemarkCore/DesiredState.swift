@@ -9,11 +9,15 @@ public struct DesiredTopic: Sendable {
     public var optOuts: OptOutPolicy
     public var members: TokenSet
     public var location: SourceLocation?
+    /// The member entries the members came from, in manifest order: why each device is declared.
+    public var entries: [MemberEntry]
 
     public init(
         name: String, mode: TopicMode = .additive, protect: Bool = false, allowEmpty: Bool = false,
-        optOuts: OptOutPolicy? = nil, members: TokenSet, location: SourceLocation? = nil
+        optOuts: OptOutPolicy? = nil, members: TokenSet, location: SourceLocation? = nil,
+        entries: [MemberEntry] = []
     ) {
+        self.entries = entries
         self.name = name
         self.optOuts = optOuts ?? mode.defaultOptOuts
         self.mode = mode
@@ -21,6 +25,18 @@ public struct DesiredTopic: Sendable {
         self.allowEmpty = allowEmpty
         self.members = members
         self.location = location
+    }
+}
+
+/// One member entry of a topic (a selector, a device list, tokens, a token file) and the devices it
+/// names; `ids` is nil when it is the topic's only entry (then it names all the members).
+public struct MemberEntry: Sendable {
+    public var ref: MemberRef
+    public var ids: TokenSet?
+
+    public init(ref: MemberRef, ids: TokenSet?) {
+        self.ref = ref
+        self.ids = ids
     }
 }
 

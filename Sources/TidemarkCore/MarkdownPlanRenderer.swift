@@ -9,6 +9,8 @@ public struct MarkdownPlanRenderer: Sendable {
     public var collapseAfter: Int
     /// Where the whole plan can be read, named in the last part when not everything fit.
     public var fullPlanHint: String?
+    /// The saved plan the comment is about: its next step is said.
+    public var planFile: String?
     public var packer: MarkdownPacker
     public var deviceName: @Sendable (String) -> String?
 
@@ -58,21 +60,37 @@ public struct MarkdownPlanRenderer: Sendable {
                     open: "**Rotated tokens** (the same device with a new token; its memberships move):\n",
                     lines: rotated.map { "- " + Self.escape($0) }))
         }
+        let legend = Legend(plan)
         if !plan.topics.isEmpty || !plan.groups.isEmpty {
             var rows: [String] = []
             for change in plan.topics {
-                let mode = change.removedFromManifests ? "\(change.mode.rawValue), removed" : change.mode.rawValue
+                var mode = change.mode.rawValue
+                if change.removedFromManifests { mode += ", removed" }
+                if let previous = change.previousMode { mode = "**\(previous.rawValue) → \(change.mode.rawValue)**" }
+                var why = (change.reasons ?? []).map(Self.reason)
+                if let previous = change.previousMode {
+                    let effect = PlanRenderer.modeChangeNote(previous, change.mode).trimmingCharacters(in: .whitespaces)
+                    why.insert("mode change \(Self.escape(effect))", at: 0)
+                }
+                let notes = legend.cell(change.notes, escape: Self.escape)
+                if !notes.isEmpty { why.append(notes) }
                 rows.append(
-                    "| `\(change.topic)` | topic | \(mode) | +\(PlanRenderer.formatCount(change.subscribe)) | −\(PlanRenderer.formatCount(change.unsubscribe)) | \(Self.escape(change.notes.joined(separator: "; "))) |"
+                    "| `\(change.topic)` | topic | \(mode) | +\(PlanRenderer.formatCount(change.subscribe)) | −\(PlanRenderer.formatCount(change.unsubscribe)) | \(why.joined(separator: "<br>")) |"
                 )
             }
             for change in plan.groups {
                 rows.append(
-                    "| `\(change.group)` | group | \(change.action.rawValue) | +\(change.add) | −\(change.remove) | \(Self.escape(change.notes.joined(separator: "; "))) |"
+                    "| `\(change.group)` | group | \(change.action.rawValue) | +\(change.add) | −\(change.remove) | \(legend.cell(change.notes, escape: Self.escape)) |"
                 )
             }
-            let header = "| Topic / group | Kind | Mode | Adds | Removes | Notes |\n|---|---|---|--:|--:|---|"
+            let header = "| Topic / group | Kind | Mode | Adds | Removes | Why |\n|---|---|---|--:|--:|---|"
             blocks.append(MarkdownBlock(open: header, lines: rows))
+            if !legend.entries.isEmpty {
+                blocks.append(
+                    MarkdownBlock(
+                        open: "**Notes**\n",
+                        lines: legend.entries.enumerated().map { "\($0.offset + 1). \(Self.escape($0.element))" }))
+            }
         }
         let index = OperationIndex(plan)
         for change in plan.topics {
@@ -81,7 +99,7 @@ public struct MarkdownPlanRenderer: Sendable {
                 + detailLines(index.tokens(.subscribe, change.topic), "+")
             guard !lines.isEmpty else { continue }
             let title =
-                "`\(change.topic)`: +\(PlanRenderer.formatCount(change.subscribe)) −\(PlanRenderer.formatCount(change.unsubscribe))"
+                "<code>\(Self.escape(change.topic))</code>: +\(PlanRenderer.formatCount(change.subscribe)) −\(PlanRenderer.formatCount(change.unsubscribe))"
             blocks.append(detailBlock(title: title, lines: lines))
         }
         for change in plan.groups {
@@ -100,13 +118,17 @@ public struct MarkdownPlanRenderer: Sendable {
             guard !lines.isEmpty else { continue }
             blocks.append(
                 detailBlock(
-                    title: "group `\(change.group)`: \(change.action.rawValue) +\(change.add) −\(change.remove)",
+                    title:
+                        "group <code>\(Self.escape(change.group))</code>: \(change.action.rawValue) +\(change.add) −\(change.remove)",
                     lines: lines))
         }
         let warnings = plan.diagnostics.filter { $0.severity == .warning }
         if !warnings.isEmpty {
             blocks.append(
                 MarkdownBlock(open: "**Warnings**\n", lines: warnings.map { "- " + Self.escape($0.description) }))
+        }
+        if let planFile {
+            blocks.append(.text(Self.nextStep(plan, file: planFile)))
         }
         var footer = "<sub>\(Self.escape(text.provenance(plan)))"
         if let fullPlanHint { footer += " Full plan: \(Self.escape(fullPlanHint))." }
@@ -120,6 +142,25 @@ public struct MarkdownPlanRenderer: Sendable {
             truncated: { omitted in
                 "**Truncated:** \(omitted) more section\(omitted == 1 ? "" : "s") did not fit in these comments\(hint)."
             })
+    }
+
+    /// "+120 selector {locale: en-GB} at `manifests/weather.yaml:14`", for the table's Why column.
+    static func reason(_ reason: ChangeReason) -> String {
+        let sign = reason.direction == .join ? "+" : "−"
+        let at = reason.at.map { " at `\($0)`" } ?? ""
+        return "\(sign)\(PlanRenderer.formatCount(reason.count)) \(escape(reason.why))\(at)"
+    }
+
+    /// What the reviewer does next.
+    static func nextStep(_ plan: Plan, file: String) -> String {
+        if plan.diagnostics.hasErrors {
+            return "**Next:** fix the errors above and push; this plan cannot be applied."
+        }
+        if !plan.hasChanges {
+            return "**Next:** nothing to apply. Merging is safe: applying `\(escape(file))` changes nothing in FCM."
+        }
+        return
+            "**Next:** review the changes above; merging applies exactly this plan (`tidemark apply \(escape(file))`). If state or these topics move first, the apply is refused and the plan must be made again; it is never changed."
     }
 
     /// A section: a `diff` code block, inside `<details>` when longer than `collapseAfter` lines.

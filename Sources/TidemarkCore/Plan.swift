@@ -33,6 +33,32 @@ public struct TopicChange: Sendable, Codable, Equatable {
     /// True when the topic is no longer in the manifests; tidemark removes what it made.
     public var removedFromManifests: Bool
     public var notes: [String]
+    /// Why devices join and leave, by cause, largest first (absent in older plans).
+    public var reasons: [ChangeReason]? = nil
+    /// The mode the topic was last applied with, when the manifests change it (absent otherwise).
+    public var previousMode: TopicMode? = nil
+}
+
+/// One cause of a topic's changes: "+120 by selector {locale: en-GB} at manifests/weather.yaml:14",
+/// "−3 device left the inventory".
+public struct ChangeReason: Sendable, Codable, Equatable {
+    public enum Direction: String, Sendable, Codable {
+        case join, leave
+    }
+
+    public var direction: Direction
+    public var count: Int
+    /// What caused it, without the location: "selector {locale: en-GB}", "device left the inventory".
+    public var why: String
+    /// Where in the manifests, "manifests/weather.yaml:14", when a member entry is the cause.
+    public var at: String?
+
+    public init(direction: Direction, count: Int, why: String, at: String? = nil) {
+        self.direction = direction
+        self.count = count
+        self.why = why
+        self.at = at
+    }
 }
 
 /// Per-group change for the reader of a plan.

@@ -5,13 +5,16 @@ public struct PlanRenderer: Sendable {
     public var tokensPerSection: Int
     /// Names a token's device, when the inventory knows it.
     public var deviceName: @Sendable (String) -> String?
+    /// Columns the output is wrapped to (a terminal's width); nil leaves lines whole, for logs and grep.
+    public var width: Int?
 
     public init(
-        showTokens: Bool = false, tokensPerSection: Int = 5,
+        showTokens: Bool = false, tokensPerSection: Int = 5, width: Int? = nil,
         deviceName: @escaping @Sendable (String) -> String? = { _ in nil }
     ) {
         self.showTokens = showTokens
         self.tokensPerSection = tokensPerSection
+        self.width = width
         self.deviceName = deviceName
     }
 
@@ -124,17 +127,26 @@ public struct PlanRenderer: Sendable {
             out += rotated.map { "  ~ " + $0 }
         }
         let index = OperationIndex(plan)
+        let legend = Legend(plan)
         if !plan.topics.isEmpty {
             out.append("")
             out.append("Topics:")
-            let width = min(40, plan.topics.map(\.topic.count).max() ?? 0)
+            let width = min(32, plan.topics.map(\.topic.count).max() ?? 0)
             for change in plan.topics {
-                let symbol = change.removedFromManifests ? "-" : (change.unsubscribe > 0 ? "~" : "+")
+                let symbol =
+                    change.removedFromManifests
+                    ? "-" : (change.unsubscribe > 0 || change.previousMode != nil ? "~" : "+")
                 let name = change.topic.padding(toLength: max(width, change.topic.count), withPad: " ", startingAt: 0)
                 out.append(
                     "  \(symbol) \(name)  \(change.mode.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0))  +\(Self.formatCount(change.subscribe))  −\(Self.formatCount(change.unsubscribe))"
                 )
-                for note in change.notes { out.append("      note: \(note)") }
+                if let previous = change.previousMode {
+                    out.append(
+                        "      mode: \(previous.rawValue) → \(change.mode.rawValue)\(Self.modeChangeNote(previous, change.mode))"
+                    )
+                }
+                out += Self.reasonLines(change).map { "      " + $0 }
+                out += legend.inline(change.notes).map { "      note: \($0)" }
                 out += tokenLines(index, topic: change.topic)
             }
         }
@@ -149,7 +161,7 @@ public struct PlanRenderer: Sendable {
                     case .update, .adopt: "~"
                     }
                 out.append("  \(symbol) \(change.group)  \(change.action.rawValue)  +\(change.add)  −\(change.remove)")
-                for note in change.notes { out.append("      note: \(note)") }
+                out += legend.inline(change.notes).map { "      note: \($0)" }
                 for op in index.groupOperations(change.group) {
                     let verb =
                         switch op.kind {
@@ -161,6 +173,11 @@ public struct PlanRenderer: Sendable {
                 }
             }
         }
+        if !legend.entries.isEmpty {
+            out.append("")
+            out.append("Notes:")
+            out += legend.entries.enumerated().map { "  [\($0.offset + 1)] \($0.element)" }
+        }
         let notable = plan.diagnostics.filter { $0.severity >= .warning }
         if !notable.isEmpty {
             out.append("")
@@ -168,7 +185,49 @@ public struct PlanRenderer: Sendable {
         }
         out.append("")
         out.append(provenance(plan))
-        return out.joined(separator: "\n") + "\n"
+        let lines = width.map { width in out.flatMap { Self.wrap($0, width: width) } } ?? out
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// "+ 120  selector {locale: en-GB} (manifests/weather.yaml:14)", one line per cause.
+    static func reasonLines(_ change: TopicChange) -> [String] {
+        (change.reasons ?? []).map { reason in
+            let sign = reason.direction == .join ? "+" : "−"
+            return "\(sign) \(formatCount(reason.count))  \(reason.why)\(reason.at.map { " (\($0))" } ?? "")"
+        }
+    }
+
+    /// What a mode change does, for the reviewer.
+    static func modeChangeNote(_ from: TopicMode, _ to: TopicMode) -> String {
+        switch (from, to) {
+        case (.additive, .authoritative):
+            " (devices tidemark knows that are not declared are removed from now on)"
+        case (.authoritative, .additive):
+            " (subscriptions made outside tidemark are left alone from now on)"
+        default: ""
+        }
+    }
+
+    /// Lines longer than `width` wrapped at spaces, continuations indented under the text.
+    static func wrap(_ line: String, width: Int) -> [String] {
+        guard line.count > width else { return [line] }
+        let indent = line.prefix { $0 == " " }.count
+        let hanging = String(repeating: " ", count: min(indent + 4, width / 2))
+        var lines: [String] = []
+        var current = ""
+        for word in line.dropFirst(indent).split(separator: " ", omittingEmptySubsequences: false) {
+            let prefix = lines.isEmpty ? String(repeating: " ", count: indent) : hanging
+            if current.isEmpty {
+                current = prefix + word
+            } else if current.count + 1 + word.count <= width {
+                current += " " + word
+            } else {
+                lines.append(current)
+                current = hanging + word
+            }
+        }
+        if !current.isEmpty { lines.append(current) }
+        return lines
     }
 
     func destructiveLines(_ plan: Plan) -> [String] {
@@ -312,5 +371,35 @@ public struct PlanRenderer: Sendable {
             return "\(record.source) \(formatCount(rows)) device\(rows == 1 ? "" : "s")\(left)"
         }
         return counted.isEmpty ? nil : "Inventory read: \(counted.joined(separator: ", "))."
+    }
+}
+
+/// Notes that several topics or groups share, said once at the end and referred to by number.
+struct Legend {
+    /// The shared notes, in order of first appearance.
+    let entries: [String]
+    private let numbers: [String: Int]
+
+    init(_ plan: Plan) {
+        var seen: [String: Int] = [:]
+        var order: [String] = []
+        for note in plan.topics.flatMap(\.notes) + plan.groups.flatMap(\.notes) {
+            if seen[note] == nil { order.append(note) }
+            seen[note, default: 0] += 1
+        }
+        entries = order.filter { seen[$0]! > 1 }
+        numbers = Dictionary(uniqueKeysWithValues: entries.enumerated().map { ($0.element, $0.offset + 1) })
+    }
+
+    /// A row's notes: shared ones as "[N]", the rest in full.
+    func inline(_ notes: [String]) -> [String] {
+        let shared = notes.compactMap { numbers[$0] }.map { "[\($0)]" }
+        let own = notes.filter { numbers[$0] == nil }
+        return own + (shared.isEmpty ? [] : [shared.joined(separator: " ")])
+    }
+
+    /// The same, for a table cell.
+    func cell(_ notes: [String], escape: (String) -> String) -> String {
+        inline(notes).map(escape).joined(separator: "; ")
     }
 }

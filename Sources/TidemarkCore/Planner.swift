@@ -38,6 +38,7 @@ public struct Planner: Sendable {
         plan.inventory = InventoryRecord.of(loaded.snapshots)
         let rotations = Self.rotations(plan, state: working, inventory: loaded.inventory)
         plan.rotations = rotations.isEmpty ? nil : rotations
+        plan.topics = PlanExplainer(loaded: loaded, state: working, plan: plan).explain()
         plan.optedOut = result.optedOut == 0 ? nil : result.optedOut
         var versions: [String: Int] = [:]
         for op in plan.operations {

@@ -41,7 +41,11 @@ public struct Resolver {
                 continue
             }
             seenTopics[name] = spec.name.location
-            let members = context.resolve(spec.members, owner: "topic '\(name)'", table: &table, &diagnostics)
+            var parts: [TokenSet] = []
+            let members = context.resolve(
+                spec.members, owner: "topic '\(name)'", table: &table, &diagnostics, parts: &parts)
+            // Each entry's own devices, to say why a device joins (kept only when there are several).
+            let entries = zip(spec.members, parts).map { MemberEntry(ref: $0, ids: spec.members.count > 1 ? $1 : nil) }
             if members.isEmpty, !spec.allowEmpty {
                 diagnostics.append(
                     .error(
@@ -51,7 +55,7 @@ public struct Resolver {
             topics.append(
                 DesiredTopic(
                     name: name, mode: spec.mode, protect: spec.protect, allowEmpty: spec.allowEmpty,
-                    optOuts: spec.optOuts, members: members, location: spec.name.location))
+                    optOuts: spec.optOuts, members: members, location: spec.name.location, entries: entries))
         }
         var groups: [DesiredGroup] = []
         var seenGroups: [String: SourceLocation] = [:]
@@ -133,6 +137,15 @@ public struct Resolver {
             _ diagnostics: inout [Diagnostic]
         ) -> TokenSet {
             var parts: [TokenSet] = []
+            return resolve(refs, owner: owner, table: &table, &diagnostics, parts: &parts)
+        }
+
+        /// `resolve`, also handing back each entry's own set, in order.
+        mutating func resolve(
+            _ refs: [MemberRef], owner: String, table: inout TokenTable,
+            _ diagnostics: inout [Diagnostic], parts: inout [TokenSet]
+        ) -> TokenSet {
+            parts = []
             for ref in refs {
                 switch ref {
                 case .tokens(let tokens):
@@ -334,13 +347,14 @@ extension Resolver {
 
 extension MemberRef {
     /// "selector {team: t0, platform: [ios, android]} at manifests/scores.yaml:4", for a device's view.
-    public var explanation: String {
+    public var explanation: String { "\(cause) at \(location.map { "\($0)" } ?? "?")" }
+
+    /// What the entry is, without where: "selector {team: t0}", "token file 'beta.txt'".
+    public var cause: String {
         switch self {
-        case .tokens(let tokens):
-            return "listed by token at \(tokens.first.map { "\($0.location)" } ?? "?")"
-        case .devices(let devices):
-            return "listed by device id at \(devices.first.map { "\($0.location)" } ?? "?")"
-        case .selector(let requirements, let location):
+        case .tokens: return "listed by token"
+        case .devices: return "listed by device id"
+        case .selector(let requirements, _):
             let parts = requirements.map { r -> String in
                 switch r.op {
                 case .equals(let v): return "\(r.key): \(v)"
@@ -349,9 +363,19 @@ extension MemberRef {
                 case .notInSet(let vs): return "\(r.key): ![\(vs.joined(separator: ", "))]"
                 }
             }
-            return "selector {\(parts.joined(separator: ", "))} at \(location)"
+            return "selector {\(parts.joined(separator: ", "))}"
         case .file(let path):
-            return "token file '\(path.value)' at \(path.location)"
+            return "token file '\(path.value)'"
+        }
+    }
+
+    /// Where the entry is in the manifests.
+    public var location: SourceLocation? {
+        switch self {
+        case .tokens(let tokens): tokens.first?.location
+        case .devices(let devices): devices.first?.location
+        case .selector(_, let location): location
+        case .file(let path): path.location
         }
     }
 }

@@ -8,6 +8,53 @@ enum Terminal {
     static var stdinIsTerminal: Bool { isatty(STDIN_FILENO) == 1 }
     static var stderrIsTerminal: Bool { isatty(STDERR_FILENO) == 1 }
 
+    /// The columns plans are wrapped to: the terminal's width (`COLUMNS`, else the window's, else
+    /// 80) when standard output is a terminal; nil (no wrapping) for pipes, files and CI logs.
+    static var width: Int? {
+        guard stdoutIsTerminal else { return nil }
+        if let text = ProcessInfo.processInfo.environment["COLUMNS"], let columns = Int(text), columns >= 40 {
+            return columns
+        }
+        var size = winsize()
+        if ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_col >= 40 { return Int(size.ws_col) }
+        return 80
+    }
+
+    /// Colour on a terminal, unless `NO_COLOR` is set (no-color.org) or `TERM` is dumb.
+    static var colour: Bool {
+        let environment = ProcessInfo.processInfo.environment
+        if let noColor = environment["NO_COLOR"], !noColor.isEmpty { return false }
+        return stdoutIsTerminal && environment["TERM"] != "dumb"
+    }
+
+    /// A rendered plan or report with ANSI colour: the verdict bold, joins green, leaves and errors
+    /// red, destructive changes and warnings yellow.
+    static func coloured(_ text: String) -> String {
+        let (bold, red, green, yellow, reset) = ("\u{1B}[1m", "\u{1B}[31m", "\u{1B}[32m", "\u{1B}[33m", "\u{1B}[0m")
+        var first = true
+        return text.split(separator: "\n", omittingEmptySubsequences: false).map { raw -> String in
+            let line = String(raw)
+            // The verdict is the first paragraph, however many lines it wraps to.
+            if line.isEmpty {
+                first = false
+                return line
+            }
+            if first || line.hasPrefix("Error:") || line.hasPrefix("error:") {
+                return (line.hasPrefix("Error") || line.hasPrefix("error") ? bold + red : bold) + line + reset
+            }
+            let body = line.drop { $0 == " " }
+            if line.hasPrefix("  ! ") || line.hasPrefix("warning:") || line.contains(": warning:") {
+                return yellow + line + reset
+            }
+            if line.hasPrefix("      ") {
+                if body.hasPrefix("+ ") { return green + line + reset }
+                if body.hasPrefix("− ") || body.hasPrefix("- ") { return red + line + reset }
+            }
+            if line.hasPrefix("  + ") || line.hasPrefix("  ~ ") || line.hasPrefix("  - ") { return bold + line + reset }
+            return line
+        }.joined(separator: "\n")
+    }
+
     static func out(_ text: String) {
         FileHandle.standardOutput.write(Data(text.utf8))
     }

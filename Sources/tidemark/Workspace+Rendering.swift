@@ -10,12 +10,14 @@ extension Workspace {
     ) throws {
         switch format {
         case .text:
-            try Terminal.write(renderer(inventory).render(plan))
+            let text = renderer(inventory).render(plan)
+            try Terminal.write(Terminal.colour ? Terminal.coloured(text) : text)
         case .markdown:
-            let markdown = MarkdownPlanRenderer(
+            var markdown = MarkdownPlanRenderer(
                 showTokens: options.showTokens,
                 fullPlanHint: planFile.map { "`\($0)` (`tidemark show \($0) --format json`)" },
                 deviceName: deviceNamer(inventory))
+            markdown.planFile = planFile
             try writeMarkdown(markdown.render(plan), partsDir: partsDir)
         case .json:
             try Terminal.writeJSON(plan)

@@ -408,7 +408,7 @@ struct Workspace {
     }
 
     func renderer(_ inventory: Inventory?) -> PlanRenderer {
-        PlanRenderer(showTokens: options.showTokens, deviceName: deviceNamer(inventory))
+        PlanRenderer(showTokens: options.showTokens, width: Terminal.width, deviceName: deviceNamer(inventory))
     }
 
     /// Names a token's device for human output, when the inventory knows it.

@@ -47,9 +47,12 @@ struct CLIRunner {
 
     func remove() { try? FileManager.default.removeItem(at: project) }
 
-    func start(_ arguments: [String], environment: [String: String] = [:]) throws -> (Process, Pipe, Pipe) {
+    /// Starts tidemark (or `executable`) in the project with `arguments`.
+    func start(
+        _ arguments: [String], environment: [String: String] = [:], executable: String? = nil
+    ) throws -> (Process, Pipe, Pipe) {
         let process = Process()
-        process.executableURL = Self.binary
+        process.executableURL = executable.map { URL(fileURLWithPath: $0) } ?? Self.binary
         process.arguments = arguments
         process.currentDirectoryURL = project
         var env = ProcessInfo.processInfo.environment
@@ -67,8 +70,8 @@ struct CLIRunner {
     }
 
     @discardableResult
-    func run(_ arguments: [String], environment: [String: String] = [:]) throws -> Result {
-        let (process, out, err) = try start(arguments, environment: environment)
+    func run(_ arguments: [String], environment: [String: String] = [:], executable: String? = nil) throws -> Result {
+        let (process, out, err) = try start(arguments, environment: environment, executable: executable)
         // Both pipes are drained at once: reading one to its end first would deadlock once the
         // process filled the other's buffer.
         let stderrData = Mutex(Data())

@@ -94,8 +94,14 @@ import Yams
         let plan = try cli.run(["plan", "--format", "markdown", "--parts-dir", "comment", "--out", "plan.json"])
         #expect(plan.status == 0, "\(plan.stderr)")
         #expect(plan.stdout.hasPrefix("### 📝 tidemark: Plan: "))
-        #expect(plan.stdout.contains("| Topic / group | Kind | Mode | Adds | Removes | Notes |"))
-        #expect(plan.stdout.contains("<details><summary>`weather-daily-en`"))
+        #expect(plan.stdout.contains("| Topic / group | Kind | Mode | Adds | Removes | Why |"))
+        #expect(plan.stdout.contains("<details><summary><code>weather-daily-en</code>"))
+        #expect(
+            plan.stdout.contains("+1,053 selector {locale: [en-GB, en-IE]} at `manifests/weather.yaml:15:19`"),
+            "\(plan.stdout.prefix(4000))")
+        #expect(
+            plan.stdout.contains(
+                "**Next:** review the changes above; merging applies exactly this plan (`tidemark apply plan.json`)"))
         let part = try String(contentsOf: cli.project.appendingPathComponent("comment/part-1.md"), encoding: .utf8)
         #expect(plan.stdout.hasPrefix(part))
         #expect(part.contains("Full plan: `plan.json`"))
@@ -106,6 +112,62 @@ import Yams
         #expect(show.status == 0 && show.stdout.hasPrefix("### 📝 tidemark: Plan: "))
         let misuse = try cli.run(["plan", "--parts-dir", "x"])
         #expect(misuse.status != 0 && misuse.stderr.contains("--parts-dir needs --format markdown"))
+    }
+
+    /// A plan says why: devices moved between selectors are counted under the selector and its
+    /// file:line; devices that left, rotated or stopped matching say so; a mode change is shown; on a
+    /// terminal the text fits its width and has colour, unless NO_COLOR.
+    @Test func plansExplainThemselves() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        #expect(try cli.run(["apply", "--auto-approve"]).status == 0)
+        let weather = cli.project.appendingPathComponent("manifests/weather.yaml")
+        let text = try String(contentsOf: weather, encoding: .utf8)
+        // en-IE devices move from the selector to nobody, and one device is listed by id instead.
+        try text.replacingOccurrences(
+            of: "      - selector: {locale: [en-GB, en-IE]}",
+            with: "      - selector: {locale: en-GB}\n      - devices: [dev-00002]"
+        ).write(to: weather, atomically: true, encoding: .utf8)
+        let ops = cli.project.appendingPathComponent("manifests/ops.yaml")
+        let opsText = try String(contentsOf: ops, encoding: .utf8)
+        try opsText.replacingOccurrences(of: "name: ops-canary\n", with: "name: ops-canary\n    mode: authoritative\n")
+            .write(to: ops, atomically: true, encoding: .utf8)
+        let csvPath = cli.project.appendingPathComponent("manifests/inventory/devices.csv")
+        var rows = try String(contentsOf: csvPath, encoding: .utf8).split(separator: "\n").map(String.init)
+        rows.removeAll { $0.hasPrefix("dev-00011,") }
+        try (rows.joined(separator: "\n") + "\n").write(to: csvPath, atomically: true, encoding: .utf8)
+
+        let plan = try cli.run(["plan", "--out", "plan.json"])
+        #expect(plan.status == 0, "\(plan.stderr)")
+        let out = plan.stdout
+        #expect(out.contains("+ 1  listed by device id (manifests/weather.yaml:16:19)"), "\(out)")
+        #expect(
+            out.contains(
+                "no longer matched by selector {locale: en-GB} (locale does not match) (manifests/weather.yaml:15:19)"))
+        #expect(out.contains("device left the inventory"))
+        #expect(out.contains("mode: additive → authoritative"))
+        let markdown = try cli.run(["show", "plan.json", "--format", "markdown"])
+        #expect(markdown.stdout.contains("| `ops-canary` | topic | **additive → authoritative** |"))
+        #expect(markdown.stdout.contains("+1 listed by device id at `manifests/weather.yaml:16:19`"))
+        #expect(!markdown.stdout.contains("<summary>`"))
+
+        // On a terminal (a pty, through script(1)): wrapped to its width, in colour unless NO_COLOR.
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/script") else { return }
+        func onTerminal(_ environment: [String: String]) throws -> String {
+            try cli.run(
+                ["-qec", "\(CLIRunner.binary.path) plan --target 'topic:weather-*'", "/dev/null"],
+                environment: environment, executable: "/usr/bin/script"
+            ).stdout
+        }
+        // An empty NO_COLOR counts as unset (no-color.org); the test runner sets it for its children.
+        let coloured = try onTerminal(["COLUMNS": "80", "TERM": "xterm", "NO_COLOR": ""])
+        #expect(coloured.contains("\u{1B}[1mPlan: "), "\(coloured.prefix(300))")
+        let plain = coloured.replacing(/\u{1B}\[[0-9;]*m/, with: "")
+        for line in plain.split(whereSeparator: \.isNewline) {
+            #expect(line.count <= 80, "wider than the terminal: \(line)")
+        }
+        let noColour = try onTerminal(["COLUMNS": "80", "TERM": "xterm", "NO_COLOR": "1"])
+        #expect(!noColour.contains("\u{1B}["), "\(noColour.prefix(300))")
     }
 
     /// Thousands of changed tokens across 200 topics: still a readable set of comments.
@@ -132,7 +194,7 @@ import Yams
                     : part.hasPrefix("### tidemark plan (continued, part "), "\(name)")
             for device in devices.values.prefix(300) { #expect(!part.contains(device.token)) }
         }
-        #expect(plan.stdout.contains("<details><summary>`big-000`: +"))
+        #expect(plan.stdout.contains("<details><summary><code>big-000</code>: +"))
         #expect(plan.stdout.contains("more (all are in the JSON plan)"))
     }
 

@@ -257,12 +257,13 @@ private struct Fixture {
         #expect(first.hasPrefix("### 📝 tidemark: Plan: 200 topics and 1 group change: +"))
         // Destructive changes come before the table, the table before any detail.
         let destructive = first.range(of: "**⚠️ Destructive changes**")!.lowerBound
-        let table = first.range(of: "| Topic / group | Kind | Mode | Adds | Removes | Notes |")!.lowerBound
+        let table = first.range(of: "| Topic / group | Kind | Mode | Adds | Removes | Why |")!.lowerBound
         #expect(destructive < table)
         #expect(first.contains("device group 'user-9' will be deleted"))
-        #expect(
-            first.contains(
-                "| `topic-000` | topic | authoritative | +1,500 | −5 | authoritative \\| over known devices |"))
+        // A note shared by many rows is said once, in a legend, and referred to by number.
+        #expect(first.contains("| `topic-000` | topic | authoritative | +1,500 | −5 | [1] |"))
+        #expect(first.contains("**Notes**\n\n1. authoritative \\| over known devices"))
+        #expect(first.components(separatedBy: "over known devices").count == 2)
         for (index, part) in parts.enumerated() {
             #expect(part.utf8.count < 65_536, "part \(index + 1) has \(part.utf8.count) bytes")
             if index > 0 {
@@ -278,10 +279,11 @@ private struct Fixture {
             #expect(!part.contains("<b>"))
         }
         let all = parts.joined()
-        #expect(all.contains("<details><summary>`topic-000`: +1,500 −5</summary>"))
+        #expect(all.contains("<details><summary><code>topic-000</code>: +1,500 −5</summary>"))
+        #expect(!all.contains("<summary>`"), "no literal backticks in collapsed headers")
         #expect(all.contains("… and 1,450 more (all are in the JSON plan)"))
         // Short detail is shown inline, not collapsed.
-        #expect(all.contains("`topic-001`: +10 −0\n\n```diff"))
+        #expect(all.contains("<code>topic-001</code>: +10 −0\n\n```diff"))
         #expect(all.contains(Redaction.redact("tok1-secret-abcdefgh:APA91b\(String(repeating: "Q", count: 100))1")))
         #expect(parts.last!.contains("Full plan: `plan.json`."))
     }
