@@ -20,6 +20,7 @@ import os
 import platform
 import shutil
 import stat
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -27,6 +28,8 @@ import threading
 import unittest
 import uuid
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -333,6 +336,48 @@ class GitHubRecipeTest(unittest.TestCase):
         # A clean full read with nothing open changes no issue.
         self.assertEqual(hub.trigger("workflow_dispatch", "m2")["drift"], "success")
         self.assertEqual(len(hub.gh()["issues"]), 2)
+
+
+class GitLabInstallTest(unittest.TestCase):
+    """The GitLab template's install script (`.install-tidemark`), run as a job's before_script runs
+    it: the release binary by version from TIDEMARK_RELEASES_URL, checked against its SHA-256; a
+    mismatch fails; no release and no Swift fails with what to do."""
+
+    def run_install(self, releases_url, workdir):
+        with open(os.path.join(ROOT, "examples", "gitlab", ".gitlab-ci.yml")) as f:
+            template = yaml.safe_load(f)
+        bin_dir = os.path.join(workdir, "fake-bin")
+        os.makedirs(bin_dir, exist_ok=True)
+        # The image's package manager is not what is tested: a stand-in that installs nothing.
+        with open(os.path.join(bin_dir, "apt-get"), "w") as f:
+            f.write("#!/bin/sh\nexit 0\n")
+        os.chmod(os.path.join(bin_dir, "apt-get"), 0o755)
+        script = "\n".join(template[".install-tidemark"])
+        env = dict(os.environ, TIDEMARK_RELEASES_URL=releases_url, PATH=bin_dir + os.pathsep + "/usr/bin:/bin",
+                   TIDEMARK_REF=template["variables"]["TIDEMARK_REF"])
+        return subprocess.run(["bash", "-e", "-c", script], cwd=workdir, env=env, capture_output=True, text=True,
+                              timeout=300)
+
+    def test_install(self):
+        version = GitHubRecipeTest.version()
+        releases = Releases(version)
+        try:
+            good = tempfile.mkdtemp(prefix="tm-gitlab-")
+            result = self.run_install(releases.base + "/good", good)
+            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+            self.assertEqual(result.stdout.strip().splitlines()[-1], version)
+            tampered = tempfile.mkdtemp(prefix="tm-gitlab-")
+            result = self.run_install(releases.base + "/tampered", tampered)
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn("FAILED", result.stdout + result.stderr)
+            empty = tempfile.mkdtemp(prefix="tm-gitlab-")
+            result = self.run_install(releases.base + "/empty", empty)
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn("no Swift in this image to build one: use image swift:6.0-jammy", result.stderr)
+        finally:
+            releases.close()
+            for folder in (good, tampered, empty):
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
