@@ -158,6 +158,10 @@ public protocol Backend: Sendable {
     /// Removes members; removing the last one deletes the group.
     func removeFromGroup(name: String, key: String, tokens: [String]) async throws
 
+    /// Every registration token of the group, through FCM's export call (until 29 September 2027);
+    /// nil when FCM knows no such group.
+    func exportGroup(name: String, key: String) async throws -> [String]?
+
     /// Requests sent to FCM so far (retries included), or nil when the backend does not count them
     /// and one call is one request.
     func requestCount() -> Int?
@@ -218,6 +222,7 @@ public struct DetachedBackend: Backend {
     public func createGroup(name: String, tokens: [String]) async throws -> String { throw Refused() }
     public func addToGroup(name: String, key: String, tokens: [String]) async throws -> String { throw Refused() }
     public func removeFromGroup(name: String, key: String, tokens: [String]) async throws { throw Refused() }
+    public func exportGroup(name: String, key: String) async throws -> [String]? { throw Refused() }
 
     public func requests(for operations: [PlannedOperation]) -> Int { transport.requests(for: operations) }
 }

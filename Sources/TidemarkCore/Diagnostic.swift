@@ -33,6 +33,10 @@ public struct Diagnostic: Hashable, Sendable, Codable, CustomStringConvertible {
     public var severity: Severity
     public var message: String
     public var location: SourceLocation?
+    /// A stable name for diagnostics a script may act on, such as "deadline.device_groups".
+    public var code: String? = nil
+    /// The date (YYYY-MM-DD) a deadline diagnostic is about.
+    public var deadline: String? = nil
 
     public init(_ severity: Severity, _ message: String, at location: SourceLocation? = nil) {
         self.severity = severity

@@ -71,6 +71,8 @@ public struct DriftReport: Sendable, Codable {
     public var coverage: RefreshCoverage? = nil
     /// For a sample: how much of the fleet not read has likely drifted, from the sweep's slice.
     public var estimate: DriftEstimate? = nil
+    /// Warnings of the run, such as FCM's deadlines for device groups and the iid transport (absent when none).
+    public var warnings: [Diagnostic]? = nil
 
     public init(
         tidemarkVersion: String, checkedAt: Date, lineage: String, serial: Int, backend: BackendIdentity,
@@ -280,6 +282,10 @@ public struct DriftRenderer: Sendable {
         }
         out.append("")
         out.append(advice(report))
+        if let warnings = report.warnings, !warnings.isEmpty {
+            out.append("")
+            out += warnings.map(\.description)
+        }
         out.append(provenance(report))
         return out.joined(separator: "\n") + "\n"
     }
@@ -303,6 +309,11 @@ public struct DriftRenderer: Sendable {
         }
         for line in coverageLines(report) { blocks.append(.text(MarkdownPlanRenderer.escape(line))) }
         blocks.append(.text(MarkdownPlanRenderer.escape(advice(report))))
+        if let warnings = report.warnings, !warnings.isEmpty {
+            blocks.append(
+                MarkdownBlock(
+                    open: "**Warnings**\n", lines: warnings.map { "- " + MarkdownPlanRenderer.escape($0.description) }))
+        }
         blocks.append(.text("<sub>\(MarkdownPlanRenderer.escape(provenance(report)))</sub>"))
         return packer.pack(
             head: head, blocks: blocks,

@@ -40,11 +40,14 @@ public struct ProjectSettings: Sendable, Equatable {
     public var pruneAfterText: String?
     /// `refresh:`, `refresh_budget:` and `refresh_max_age:`: what plan, apply and drift read by default.
     public var refresh = RefreshPolicy.sample
+    /// `group_export: {query, field}`: the shape of FCM's device-group export call, which FCM's
+    /// docs do not state exactly.
+    public var groupExport = GroupExportCall()
 
     public static let keys = [
         "project", "backend", "manifests", "state", "transport", "qps", "qps_unit", "credentials",
         "fcm_url", "iid_url", "sender_id", "unregistered", "dead_share", "dead_minimum", "limits", "workspace",
-        "inventory", "prune_after", "read_qps", "refresh", "refresh_budget", "refresh_max_age",
+        "inventory", "prune_after", "read_qps", "refresh", "refresh_budget", "refresh_max_age", "group_export",
     ]
 
     public init() {}
@@ -127,6 +130,12 @@ public struct ProjectSettings: Sendable, Equatable {
                 if let (seconds, text) = doc.duration(value, "'prune_after'", example: "90d or 12w") {
                     settings.pruneAfter = seconds
                     settings.pruneAfterText = text
+                }
+                continue
+            case "group_export":
+                for (name, _, item) in doc.mapping(value, "'group_export'", allowed: ["query", "field"]) ?? [] {
+                    guard let text = doc.string(item, "'group_export.\(name)'") else { continue }
+                    if name == "query" { settings.groupExport.query = text } else { settings.groupExport.field = text }
                 }
                 continue
             case "unregistered":
@@ -224,4 +233,13 @@ public struct ProjectSettings: Sendable, Equatable {
         }
         return (settings, doc.diagnostics)
     }
+}
+
+/// FCM's device-group export call, as far as its shape is configurable: the query parameter that
+/// names the group's key, and the field of the answer that lists its tokens.
+public struct GroupExportCall: Sendable, Equatable {
+    public var query = "notification_key"
+    public var field = "registration_ids"
+
+    public init() {}
 }

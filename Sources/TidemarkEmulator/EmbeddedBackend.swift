@@ -48,6 +48,10 @@ public struct EmbeddedBackend: Backend {
         }
     }
 
+    public func exportGroup(name: String, key: String) async throws -> [String]? {
+        await engine.groupMembers(project: project, key: key)
+    }
+
     public func createGroup(name: String, tokens: [String]) async throws -> String {
         try await engine.createGroup(project: project, name: name, tokens: tokens)
     }

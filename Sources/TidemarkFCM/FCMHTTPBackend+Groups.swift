@@ -24,6 +24,30 @@ extension FCMHTTPBackend {
         throw groupFailure(answer, "Looking up device group '\(name)'")
     }
 
+    /// FCM's export call: a group's tokens by its key. Its exact shape is not in FCM's stored docs
+    /// (reference §9): by default a GET of `/fcm/notification?notification_key=KEY` with the group
+    /// headers, answering the tokens in `registration_ids`; `group_export` in tidemark.yaml changes
+    /// the query parameter and the field. An answer without that field fails loudly: it is never
+    /// read as an empty group.
+    public func exportGroup(name: String, key: String) async throws -> [String]? {
+        try await options.readLimiter?.acquire()
+        let export = options.groupExport
+        let answer = try await call(.GET, groupsURL + "?\(export.query)=\(Self.encode(key))", groupHeaders: true)
+        if answer.status == 200 {
+            let object = try? JSONSerialization.jsonObject(with: answer.body) as? [String: Any]
+            guard let tokens = object?[export.field] as? [String] else {
+                throw FCMCallError(
+                    status: answer.status,
+                    message:
+                        "Exporting device group '\(name)': FCM's answer has no '\(export.field)' list of tokens; if FCM names it otherwise, set group_export: {field: …} in tidemark.yaml."
+                )
+            }
+            return tokens
+        }
+        if answer.code == GroupError.Kind.notFound.rawValue { return nil }
+        throw groupFailure(answer, "Exporting device group '\(name)'")
+    }
+
     /// Creates the group. A taken name is `GroupError(.alreadyExists)`: the executor adopts the group by look-up.
     public func createGroup(name: String, tokens: [String]) async throws -> String {
         let answer = try await groupCall(FCMWire.GroupRequest(operation: .create, name: name, tokens: tokens))

@@ -78,6 +78,8 @@ public struct FCMHTTPBackend: Backend {
         /// v1 tokens an apply sends between journal entries: a killed apply re-sends at most this many
         /// of each operation in flight. Twice `concurrency` keeps the requests of a step flowing.
         public var journalStep = 200
+        /// The shape of the device-group export call (unconfirmed, reference §9).
+        public var groupExport = GroupExportCall()
 
         public init() {}
     }

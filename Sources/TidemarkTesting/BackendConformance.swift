@@ -130,6 +130,10 @@ public enum BackendConformance {
                 try await backend.createGroup(name: "empty", tokens: [stranger])
             }
             _ = try await backend.addToGroup(name: "family", key: key, tokens: (2..<20).map { token($0) })
+            // The export call lists every member, by any of the group's keys.
+            #expect(
+                Set(try await backend.exportGroup(name: "family", key: key) ?? []) == Set((1..<20).map { token($0) }))
+            #expect(try await backend.exportGroup(name: "family", key: "APA91b-no-such-key") == nil)
             await #expect(throws: GroupError(.tooManyMembers)) {
                 try await backend.addToGroup(name: "family", key: key, tokens: [token(25), token(26)])
             }
@@ -139,6 +143,7 @@ public enum BackendConformance {
             // Removing every member deletes the group; it is then not found by name or key.
             try await backend.removeFromGroup(name: "family", key: key, tokens: (1..<20).map { token($0) })
             #expect(try await backend.groupKey(name: "family") == nil)
+            #expect(try await backend.exportGroup(name: "family", key: key) == nil)
             await #expect(throws: GroupError(.notFound)) {
                 try await backend.addToGroup(name: "family", key: key, tokens: [token(1)])
             }

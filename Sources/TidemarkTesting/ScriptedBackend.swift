@@ -85,6 +85,10 @@ public final class ScriptedBackend: Backend {
         return try await base.addToGroup(name: name, key: key, tokens: tokens)
     }
 
+    public func exportGroup(name: String, key: String) async throws -> [String]? {
+        try await base.exportGroup(name: name, key: key)
+    }
+
     public func removeFromGroup(name: String, key: String, tokens: [String]) async throws {
         try note(.removeFromGroup)
         try await base.removeFromGroup(name: name, key: key, tokens: tokens)

@@ -57,6 +57,18 @@ struct EmulatorServeCommand: AsyncParsableCommand {
     @Flag(help: "Switch the Instance ID API off for the project, as Google does for new projects.")
     var noIid = false
 
+    @Option(
+        help: ArgumentHelp(
+            "The date FCM's 2027 deadline rules see (YYYY-MM-DD), apart from the clock that checks tokens: from 2027-09-29 device groups, their export call and the Instance ID API answer as turned down. Default: no deadline rules.",
+            valueName: "DATE"))
+    var asOf: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "When the project was created (YYYY-MM-DD): from 2026-12-01 it cannot create device groups, from 2026-10-01 it cannot use the Instance ID API, as FCM treats new projects.",
+            valueName: "DATE"))
+    var created: String?
+
     @Flag(help: "Keep every subscription change for the admin API (GET /emulator/v1/projects/P/changes); for tests.")
     var recordChanges = false
 
@@ -94,6 +106,11 @@ struct EmulatorServeCommand: AsyncParsableCommand {
         }
         guard rateLimit >= 0 else { throw ValidationError("--rate-limit must not be negative.") }
         if let problem = faultSettings.problem { throw ValidationError("faults: \(problem).") }
+        for (flag, value) in [("--as-of", asOf), ("--created", created)] {
+            if let value, Workspace.parseDay(value) == nil {
+                throw ValidationError("\(flag) must be a date such as 2027-10-01, not '\(value)'.")
+            }
+        }
     }
 
     var faultSettings: FaultSettings {
@@ -122,6 +139,8 @@ struct EmulatorServeCommand: AsyncParsableCommand {
                 answer: rateLimitPerToken ? .perToken : .http)
             options.faults = faultSettings
             options.iidEnabled = !noIid
+            options.asOf = asOf.flatMap(Workspace.parseDay)
+            options.created = created.flatMap(Workspace.parseDay)
             options.recordChanges = recordChanges
             let server = try EmulatorServer(options: options)
             let keyFile = server.keyFilePath

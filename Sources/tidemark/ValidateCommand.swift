@@ -25,7 +25,9 @@ struct ValidateCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
-            let loaded = await workspace.loadManifests()
+            var loaded = await workspace.loadManifests()
+            // FCM's deadlines for device groups and the iid transport, said once.
+            loaded.diagnostics += workspace.deadlines.diagnostics(groups: loaded.desired.groups.count)
             let members = loaded.desired.topics.reduce(0) { $0 + $1.members.count }
             if output.json {
                 let valid = loaded.diagnostics.errorCount == 0

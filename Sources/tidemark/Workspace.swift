@@ -30,6 +30,9 @@ struct Workspace {
     static let version = "0.1.0"
 
     init(_ options: GlobalOptions) throws {
+        if let text = ProcessInfo.processInfo.environment["TIDEMARK_AS_OF"], !text.isEmpty, Self.parseDay(text) == nil {
+            throw CLIError("TIDEMARK_AS_OF must be a date such as 2027-10-01, not '\(text)'.")
+        }
         self.options = options
         let cwd = FileManager.default.currentDirectoryPath
         root =
@@ -264,10 +267,36 @@ struct Workspace {
 
     /// The parts a core workflow runs on, over `backend`.
     func parts(_ backend: any Backend, parallelism: Int = 8, acceptDead: Bool = false) -> WorkflowParts {
-        WorkflowParts(
+        var parts = WorkflowParts(
             manifests: manifestSource(), store: stateStore(), backend: backend, timing: timing,
             output: TerminalOutput(), tidemarkVersion: Workspace.version, parallelism: parallelism,
             deadTokenGuard: acceptDead ? nil : settings.deadTokenGuard)
+        parts.deadlines = deadlines
+        return parts
+    }
+
+    /// FCM's deadlines as this run sees them: against the real date for the `fcm` backend; for the
+    /// embedded backend and the emulator only against `TIDEMARK_AS_OF` when given, so the demo and
+    /// tests keep working after 2027 (before it, and without it, they warn).
+    var deadlines: DeadlineCheck {
+        let now = timing.wallClock()
+        let given = asOf
+        return DeadlineCheck(
+            transport: transport, enforcedAt: backendKind == .fcm ? now : given, now: given ?? now)
+    }
+
+    /// `TIDEMARK_AS_OF` (YYYY-MM-DD): the date the deadline rules see with the embedded and emulator backends.
+    var asOf: Date? {
+        guard let text = ProcessInfo.processInfo.environment["TIDEMARK_AS_OF"], !text.isEmpty else { return nil }
+        return Self.parseDay(text)
+    }
+
+    static func parseDay(_ text: String) -> Date? {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        formatter.dateFormat = "yyyy-MM-dd"
+        return formatter.date(from: text)
     }
 
     /// How topic changes reach FCM: `--transport`, else `transport` in tidemark.yaml, else v1.
@@ -355,6 +384,7 @@ struct Workspace {
         options.quotaUnit = qpsUnit ?? settings.qpsUnit ?? .tokens
         options.senderID = settings.senderID
         options.unregistered = settings.unregistered
+        options.groupExport = settings.groupExport
         let rate = qps ?? settings.qps ?? Double(FCMLimits.defaultQuota)
         // A burst of half a second's worth, at most one full batch. FCM's own bucket holds a second's worth:
         // the other half absorbs requests that reach FCM closer together than they left (one runner's

@@ -170,6 +170,114 @@ import Yams
         #expect(!noColour.contains("\u{1B}["), "\(noColour.prefix(300))")
     }
 
+    /// FCM's 2027 deadlines: the demo manages device groups, so validate, plan and drift say so once,
+    /// also as structured JSON; with the embedded backend a deadline is enforced only at a date given
+    /// (TIDEMARK_AS_OF), and then the run stops with the migration path before anything is sent.
+    @Test func deadlinesAreSaidOnceAndEnforcedWhenDue() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let validate = try cli.run(["validate"])
+        #expect(validate.status == 0)
+        #expect(validate.stderr.components(separatedBy: "FCM is ending device groups").count == 2, "\(validate.stderr)")
+        let json = try cli.run(["validate", "--format", "json"])
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+        let diagnostics = try #require(object["diagnostics"] as? [[String: Any]])
+        #expect(
+            diagnostics.contains {
+                $0["code"] as? String == "deadline.device_groups" && $0["deadline"] as? String == "2027-09-29"
+            })
+        let plan = try cli.run(["plan"])
+        #expect(plan.status == 0)
+        #expect(plan.stdout.components(separatedBy: "FCM is ending device groups").count == 2, "once per run")
+        #expect(try cli.run(["apply", "--auto-approve"]).status == 0)
+        let drift = try cli.run(["drift", "--refresh", "all", "--format", "json"])
+        #expect(drift.stdout.contains("deadline.device_groups"))
+
+        let late = try cli.run(["plan"], environment: ["TIDEMARK_AS_OF": "2027-10-01"])
+        #expect(late.status == 1)
+        #expect(late.stderr.contains("FCM turned device groups down on 29 September 2027"), "\(late.stderr)")
+        #expect(late.stderr.contains("docs/migrating.md"))
+        #expect(try cli.run(["apply", "--auto-approve"], environment: ["TIDEMARK_AS_OF": "2027-10-01"]).status == 1)
+        #expect(try cli.run(["plan"], environment: ["TIDEMARK_AS_OF": "2027-09-28"]).status == 0)
+        let bad = try cli.run(["plan"], environment: ["TIDEMARK_AS_OF": "next year"])
+        #expect(bad.status == 1 && bad.stderr.contains("TIDEMARK_AS_OF must be a date such as 2027-10-01"))
+
+        try cli.write("tidemark.yaml", "project: tidemark-demo\ntransport: iid\n")
+        let iid = try cli.run(["validate"])
+        #expect(iid.stderr.contains("this project uses the iid transport"), "\(iid.stderr)")
+        let iidLate = try cli.run(["validate"], environment: ["TIDEMARK_AS_OF": "2027-10-01"])
+        #expect(iidLate.status == 1 && iidLate.stderr.contains("FCM turned the Instance ID API down"))
+    }
+
+    /// `groups export` against the emulator: every managed group's tokens exactly, to NDJSON and CSV; after the emulator's date passes the turn-down
+    /// the call is gone and the export fails loudly, never as empty groups; a project created after
+    /// 1 December 2026 cannot create groups.
+    @Test func groupsExportWhileTheCallExists() async throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let server = try EmulatorServeTests.Server.start(
+            cli, data: nil,
+            extra: ["--auto-register", "--rate-limit", "0", "--project", "tidemark-demo", "--as-of", "2027-03-01"])
+        defer { _ = server.stop() }
+        let environment = server.environment
+        let backend = ["--backend", "emulator"]
+        #expect(try cli.run(["apply", "--auto-approve"] + backend, environment: environment).status == 0)
+        let (_, listed) = try await server.call("GET", "/emulator/v1/projects/tidemark-demo/groups")
+        let groups = try #require(listed["groups"] as? [[String: Any]])
+        #expect(groups.count == 4)
+
+        let export = try cli.run(["groups", "export", "--out", "groups.ndjson"] + backend, environment: environment)
+        #expect(export.status == 0, "\(export.stderr)")
+        #expect(export.stdout.contains("oncall-phones: 2 tokens"), "\(export.stdout)")
+        let lines = try String(contentsOf: cli.project.appendingPathComponent("groups.ndjson"), encoding: .utf8)
+            .split(separator: "\n").map { try! JSONSerialization.jsonObject(with: Data($0.utf8)) as! [String: Any] }
+        var exported: [String: Set<String>] = [:]
+        for line in lines { exported[line["group"] as! String, default: []].insert(line["token"] as! String) }
+        for group in groups {
+            let name = group["name"] as! String
+            #expect(exported[name] == Set(group["members"] as! [String]), "\(name)")
+        }
+        #expect(lines.contains { $0["device_id"] as? String == "oncall-pixel-8" })
+        for group in groups { #expect(!export.stdout.contains(group["members"].map { "\($0)" } ?? "-")) }
+        let attributes = try FileManager.default.attributesOfItem(
+            atPath: cli.project.appendingPathComponent("groups.ndjson").path)
+        #expect((attributes[.posixPermissions] as? Int) == 0o600)
+        let csv = try cli.run(["groups", "export", "--out", "groups.csv"] + backend, environment: environment)
+        #expect(csv.status == 0)
+        let csvText = try String(contentsOf: cli.project.appendingPathComponent("groups.csv"), encoding: .utf8)
+        #expect(csvText.hasPrefix("group,notification_key,device_id,token\n"))
+        #expect(csvText.split(separator: "\n").count == lines.count + 1)
+        let refused = try cli.run(
+            ["groups", "export", "--out", "manifests/ops.yaml"] + backend, environment: environment)
+        #expect(refused.status == 1 && refused.stderr.contains("is not an earlier export"))
+
+        // The emulator past the turn-down (the client not told): the call is gone, and says so loudly.
+        let late = try EmulatorServeTests.Server.start(
+            cli, data: nil,
+            extra: ["--auto-register", "--rate-limit", "0", "--project", "tidemark-demo", "--as-of", "2027-10-01"])
+        defer { _ = late.stop() }
+        let gone = try cli.run(
+            ["groups", "export", "--out", "late.ndjson", "--state", "late.db"] + backend, environment: late.environment)
+        #expect(gone.status == 1, "\(gone.stdout)")
+        #expect(gone.stderr.contains("HTTP 404"), "\(gone.stderr)")
+        // Told the date, tidemark stops before calling.
+        var told = late.environment
+        told["TIDEMARK_AS_OF"] = "2027-10-01"
+        let before = try cli.run(["groups", "export", "--out", "late.ndjson"] + backend, environment: told)
+        #expect(before.status == 1 && before.stderr.contains("FCM turned device groups down on 29 September 2027"))
+
+        // A project created after 1 December 2026 cannot create groups.
+        let fresh = try EmulatorServeTests.Server.start(
+            cli, data: nil,
+            extra: ["--auto-register", "--rate-limit", "0", "--project", "tidemark-demo", "--created", "2026-12-05"])
+        defer { _ = fresh.stop() }
+        let create = try cli.run(
+            ["apply", "--auto-approve", "--state", "fresh.db"] + backend, environment: fresh.environment)
+        #expect(create.status == 1, "\(create.stdout)")
+        #expect(
+            create.stderr.contains("not available to projects created on or after 1 December 2026"), "\(create.stderr)")
+    }
+
     /// Thousands of changed tokens across 200 topics: still a readable set of comments.
     @Test func largeMarkdownPlanFitsInComments() throws {
         let cli = try CLIRunner(demo: true)

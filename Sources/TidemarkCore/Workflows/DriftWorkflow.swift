@@ -29,6 +29,8 @@ public struct DriftWorkflow: Sendable {
             serial: state.serial, backend: parts.backend.identity, registrationsRead: refresh.refreshed.count,
             items: items, pendingChanges: pending)
         report.coverage = run.coverage
+        let warnings = loaded.diagnostics.filter { $0.severity == .warning }
+        report.warnings = warnings.isEmpty ? nil : warnings
         report.estimate(sampled: Set(run.sampled.map { state.tokens[$0] }))
         return report
     }

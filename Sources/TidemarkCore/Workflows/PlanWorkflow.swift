@@ -111,7 +111,16 @@ extension WorkflowParts {
     /// then resolves the manifests' tokens into the state's table.
     /// A state made for another FCM project or backend is refused.
     public func loadStateAndManifests() async throws -> (State, LoadedManifests) {
-        let (state, loaded) = try await Self.loadStateAndManifests(manifests: manifests, store: store)
+        var (state, loaded) = try await Self.loadStateAndManifests(manifests: manifests, store: store)
+        // Said once per run, with the manifests' own diagnostics: past a deadline, an error stops the
+        // run before anything is sent to FCM.
+        let declared = Set(loaded.desired.groups.map(\.name))
+        let remembered = Set(state.groups.filter { $0.value.key != nil }.keys).subtracting(declared)
+        loaded.diagnostics += deadlines.diagnostics(groups: declared.count, rememberedGroups: remembered.count)
+        if deadlines.groupsTurnedDown {
+            // Groups FCM no longer serves are not planned: deleting them would call an API that is gone.
+            state.groups = state.groups.filter { declared.contains($0.key) }
+        }
         if let recorded = state.backend, recorded != backend.identity {
             throw WorkflowError.stateOfAnotherBackend(location: store.location, state: recorded, now: backend.identity)
         }

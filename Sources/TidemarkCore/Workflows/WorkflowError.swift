@@ -24,6 +24,8 @@ public enum WorkflowError: Error, Sendable, CustomStringConvertible {
     case unknownDevice(String)
     /// A command that must read FCM was told to read nothing (`--refresh none`).
     case nothingToRead(command: String)
+    /// `groups export` with no group declared, remembered or named.
+    case nothingToExport
 
     public var description: String {
         switch self {
@@ -48,6 +50,8 @@ public enum WorkflowError: Error, Sendable, CustomStringConvertible {
             "there is no state at \(location) yet, so there is nothing to compare FCM with. Run 'tidemark apply' (or 'tidemark import' to adopt what exists) first."
         case .unknownDevice(let query):
             "neither the inventory nor state knows a device or token '\(query.count > 40 ? Redaction.redact(query) : query)'; give a device id from the inventory or a full registration token."
+        case .nothingToExport:
+            "no device group is declared in the manifests, remembered in state or named on the command line; there is nothing to export."
         case .nothingToRead(let command):
             "\(command) compares what FCM holds with state, so it must read something: use --refresh touched, sample or all, not none."
         case .stateOfAnotherBackend(let location, let state, let now):

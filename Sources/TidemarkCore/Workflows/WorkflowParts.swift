@@ -47,6 +47,9 @@ public struct WorkflowParts: Sendable {
     public var progressThreshold: Int
     /// Refuses a refresh in which too many devices come back dead; nil accepts any (`--accept-dead`).
     public var deadTokenGuard: DeadTokenGuard?
+    /// FCM's deadlines for device groups and the Instance ID API, said once per run (off in tests
+    /// of other things).
+    public var deadlines: DeadlineCheck = .off
 
     public init(
         manifests: any ManifestSource, store: any StateStore, backend: any Backend, timing: Timing = .live,

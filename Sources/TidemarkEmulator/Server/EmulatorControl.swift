@@ -113,6 +113,10 @@ public final class EmulatorControl: Sendable {
         var random = SeededGenerator(seed: 1)
         var baseURL = "http://127.0.0.1:9099"
         var tokenEndpointFailures = 0
+        /// The date FCM's deadline rules see (`--as-of`); nil applies none.
+        var asOf: Date?
+        /// When each project was created (`--created`), for the rules on new projects.
+        var created: [String: Date] = [:]
     }
 
     private let state = Mutex(State())
@@ -162,6 +166,34 @@ public final class EmulatorControl: Sendable {
     }
 
     public func isIIDEnabled(project: String) -> Bool { state.withLock { !$0.iidDisabled.contains(project) } }
+
+    /// The date FCM's 2027 deadline rules see, apart from the clock that checks tokens; nil applies
+    /// none (the default, so the emulator keeps serving groups and IID after 2027 unless told).
+    public var asOf: Date? {
+        get { state.withLock { $0.asOf } }
+        set { state.withLock { $0.asOf = newValue } }
+    }
+
+    /// Records when `project` was created: projects created on or after 1 December 2026 cannot create
+    /// device groups, and on or after 1 October 2026 cannot use the Instance ID API.
+    public func setCreated(_ date: Date, project: String) {
+        state.withLock { $0.created[project] = date }
+        if date >= FCMDeadlines.iidClosedToNewProjects { setIIDEnabled(false, project: project) }
+    }
+
+    public func created(project: String) -> Date? { state.withLock { $0.created[project] } }
+
+    /// Whether device groups (and the call that lists their tokens) are turned down at `asOf`.
+    public var groupsTurnedDown: Bool { asOf.map { $0 >= FCMDeadlines.deviceGroupsTurnedDown } ?? false }
+
+    /// Whether the Instance ID API is turned down at `asOf`.
+    public var iidTurnedDown: Bool { asOf.map { $0 >= FCMDeadlines.iidTurnedDown } ?? false }
+
+    /// Whether `project` may create device groups: not when created on or after 1 December 2026.
+    public func mayCreateGroups(project: String) -> Bool {
+        guard let created = created(project: project) else { return true }
+        return created < FCMDeadlines.deviceGroupsClosedToNewProjects
+    }
 
     public var iidDisabledProjects: [String] { state.withLock { $0.iidDisabled.sorted() } }
 

@@ -64,6 +64,10 @@ public struct EmulatorServer: Sendable {
         public var rateLimit = RateLimitSettings()
         public var faults = FaultSettings()
         public var iidEnabled = true
+        /// The date FCM's deadline rules see (`--as-of`); nil applies none.
+        public var asOf: Date?
+        /// When the project was created (`--created`), for the rules on new projects.
+        public var created: Date?
         /// Keep every subscription change for the admin API's `changes` (for crash and replay tests).
         public var recordChanges = false
 
@@ -105,6 +109,8 @@ public struct EmulatorServer: Sendable {
         control.rateLimit = options.rateLimit
         control.faults = options.faults
         control.setIIDEnabled(options.iidEnabled, project: options.project)
+        control.asOf = options.asOf
+        if let created = options.created { control.setCreated(created, project: options.project) }
         let traffic = TrafficLog()
         traffic.recording = options.recordChanges
         emulator = FCMEmulator(

@@ -11,8 +11,19 @@ extension FCMEmulator {
         guard sender == project || sender == Self.projectNumber(of: project) else {
             return .flatError(403, "SENDER_ID_MISMATCH")
         }
+        if control.groupsTurnedDown {
+            // Turned down on 29 September 2027, the call that lists a group's tokens with them.
+            return .html(404, title: "Not Found")
+        }
         switch request.method {
         case "GET":
+            // The export call (unconfirmed shape, reference §9): a group's tokens by its key.
+            if let key = request.queryValue("notification_key"), !key.isEmpty {
+                guard let members = await engine.groupMembers(project: project, key: key) else {
+                    return .flatError(400, GroupError.Kind.notFound.rawValue)
+                }
+                return .json(200, ["notification_key": key, "registration_ids": members])
+            }
             guard let name = request.queryValue("notification_key_name"), !name.isEmpty else {
                 return .flatError(400, "notification_key_name is required")
             }
@@ -43,6 +54,12 @@ extension FCMEmulator {
             switch operation.lowercased() {
             case "create":
                 guard let name, !name.isEmpty else { return .flatError(400, "notification_key_name is required") }
+                guard control.mayCreateGroups(project: project) else {
+                    return .flatError(
+                        403,
+                        "Device groups are not available to projects created on or after 1 December 2026; send to each token (sendEachForMulticast) or use topics."
+                    )
+                }
                 guard !tokens.isEmpty else { return .flatError(400, GroupError.Kind.noValidRegistrationIDs.rawValue) }
                 let key = try await engine.createGroup(project: project, name: name, tokens: tokens)
                 return .encoded(200, FCMWire.GroupKey(key))

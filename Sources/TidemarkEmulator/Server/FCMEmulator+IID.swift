@@ -5,6 +5,10 @@ import TidemarkCore
 extension FCMEmulator {
     func iid(_ route: FCMRoute.IID, _ request: WireRequest, grant: AccessTokenAuthority.Grant) async -> WireResponse {
         let project = grant.project
+        if control.iidTurnedDown {
+            // Google's front end answers a turned-down API with an HTML page, not JSON.
+            return .html(404, title: "Not Found")
+        }
         guard control.isIIDEnabled(project: project) else {
             return .flatError(
                 403,

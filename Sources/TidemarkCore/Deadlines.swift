@@ -1,0 +1,126 @@
+import Foundation
+
+/// FCM's 2027 deadlines for what tidemark manages (firebase.google.com/docs/cloud-messaging/device-group
+/// and /migrate-off-device-groups; the Instance ID server reference):
+/// - device groups: closed to new projects on 1 December 2026, turned down on 29 September 2027,
+///   with the call that lists a group's tokens (their data is not kept);
+/// - the Instance ID batch API (tidemark's `iid` transport): closed to new projects on 1 October
+///   2026, turned down on 29 September 2027.
+public enum FCMDeadlines {
+    static func day(_ year: Int, _ month: Int, _ day: Int) -> Date {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        return calendar.date(from: DateComponents(year: year, month: month, day: day))!
+    }
+
+    public static let deviceGroupsClosedToNewProjects = day(2026, 12, 1)
+    public static let deviceGroupsTurnedDown = day(2027, 9, 29)
+    public static let iidClosedToNewProjects = day(2026, 10, 1)
+    public static let iidTurnedDown = day(2027, 9, 29)
+
+    /// "29 September 2027".
+    public static func format(_ date: Date) -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        formatter.dateFormat = "d MMMM yyyy"
+        return formatter.string(from: date)
+    }
+}
+
+/// Which deadlines a run checks, and against which date.
+public struct DeadlineCheck: Sendable {
+    /// The topic API the run uses.
+    public var transport: TopicTransport
+    /// The date the deadline rules see: the real date for the `fcm` backend; for the embedded
+    /// backend and the emulator only a date the user gave (`TIDEMARK_AS_OF`), so that the demo and
+    /// tests keep working after 2027. nil: warn, never refuse.
+    public var enforcedAt: Date?
+    /// The date the wording is in (today, or the date given).
+    public var now: Date
+    /// false checks nothing (tests of other things, and commands that do not plan).
+    public var enabled: Bool
+
+    public init(transport: TopicTransport, enforcedAt: Date?, now: Date, enabled: Bool = true) {
+        self.transport = transport
+        self.enforcedAt = enforcedAt
+        self.now = now
+        self.enabled = enabled
+    }
+
+    /// Checks nothing.
+    public static let off = DeadlineCheck(
+        transport: .v1, enforcedAt: nil, now: Date(timeIntervalSince1970: 0), enabled: false)
+
+    /// Once per run: a warning for each deadline the project meets, with its dates and the way off;
+    /// past a deadline (when enforced) an error with the migration path instead, so nothing is sent
+    /// to an API that is gone.
+    /// Whether device groups are past their turn-down at the enforced date.
+    public var groupsTurnedDown: Bool {
+        guard enabled, let enforcedAt else { return false }
+        return enforcedAt >= FCMDeadlines.deviceGroupsTurnedDown
+    }
+
+    /// `groups` declared in the manifests; `rememberedGroups` more that only state remembers (an
+    /// apply would delete them).
+    public func diagnostics(groups: Int, rememberedGroups: Int = 0) -> [Diagnostic] {
+        guard enabled else { return [] }
+        var result: [Diagnostic] = []
+        let at = enforcedAt ?? now
+        let turnedDown = FCMDeadlines.format(FCMDeadlines.deviceGroupsTurnedDown)
+        let all = groups + rememberedGroups
+        if groupsTurnedDown, groups == 0, rememberedGroups > 0 {
+            // Nothing to stop: the groups are gone from FCM, and no call is planned for them.
+            var warning = Diagnostic.warning(
+                "FCM turned device groups down on \(turnedDown); the \(rememberedGroups) group\(rememberedGroups == 1 ? "" : "s") state remembers \(rememberedGroups == 1 ? "is" : "are") no longer planned, and no call is made for \(rememberedGroups == 1 ? "it" : "them")."
+            )
+            warning.code = "deadline.device_groups"
+            warning.deadline = "2027-09-29"
+            result.append(warning)
+        } else if all > 0 {
+            let managed = "this project manages \(all) device group\(all == 1 ? "" : "s")"
+            if groupsTurnedDown {
+                var error = Diagnostic.error(
+                    "FCM turned device groups down on \(turnedDown), and the manifests declare \(groups) device group\(groups == 1 ? "" : "s"): they cannot be planned or applied. Remove them from the manifests and send to their devices' tokens (or a topic) instead; docs/migrating.md says how."
+                )
+                error.code = "deadline.device_groups"
+                error.deadline = "2027-09-29"
+                result.append(error)
+            } else {
+                let closed = FCMDeadlines.format(FCMDeadlines.deviceGroupsClosedToNewProjects)
+                let newProjects =
+                    at >= FCMDeadlines.deviceGroupsClosedToNewProjects
+                    ? "new projects cannot use them since \(closed)" : "new projects cannot use them from \(closed)"
+                var warning = Diagnostic.warning(
+                    "\(managed), and FCM is ending device groups: \(newProjects), and they stop working on \(turnedDown), together with the call that lists a group's tokens (FCM keeps no copy). Export every group's tokens before then ('tidemark groups export --out groups.ndjson'), keep the mapping in the app and send to each token or a topic instead; docs/migrating.md says how."
+                )
+                warning.code = "deadline.device_groups"
+                warning.deadline = "2027-09-29"
+                result.append(warning)
+            }
+        }
+        if transport == .iid {
+            let iidDown = FCMDeadlines.format(FCMDeadlines.iidTurnedDown)
+            if let enforcedAt, enforcedAt >= FCMDeadlines.iidTurnedDown {
+                var error = Diagnostic.error(
+                    "FCM turned the Instance ID API down on \(iidDown), so the iid transport cannot reach FCM. Switch to the v1 API: set 'transport: v1' in tidemark.yaml (or --transport v1) and run 'tidemark plan --transport v1 --refresh all' first; docs/migrating.md says how."
+                )
+                error.code = "deadline.iid_transport"
+                error.deadline = "2027-09-29"
+                result.append(error)
+            } else {
+                let closed = FCMDeadlines.format(FCMDeadlines.iidClosedToNewProjects)
+                let newProjects =
+                    at >= FCMDeadlines.iidClosedToNewProjects
+                    ? "closed to new projects since \(closed)" : "closed to new projects from \(closed)"
+                var warning = Diagnostic.warning(
+                    "this project uses the iid transport, FCM's Instance ID batch API: \(newProjects), and turned down on \(iidDown). Switch to the v1 API before then: 'tidemark plan --transport v1 --refresh all' reads every registration through v1 and shows any difference from state; then set 'transport: v1' in tidemark.yaml. docs/migrating.md says how."
+                )
+                warning.code = "deadline.iid_transport"
+                warning.deadline = "2027-09-29"
+                result.append(warning)
+            }
+        }
+        return result
+    }
+}

@@ -1,0 +1,106 @@
+import Foundation
+
+/// What `tidemark groups export` found: every group's tokens, as FCM lists them.
+public struct GroupsExport: Sendable, Codable {
+    public struct Member: Sendable, Codable, Equatable {
+        public var token: String
+        /// The inventory's device id for the token, or the one state remembers; nil when unknown.
+        public var deviceID: String?
+    }
+
+    public struct Group: Sendable, Codable, Equatable {
+        public var name: String
+        /// nil when FCM knows no such group.
+        public var notificationKey: String?
+        public var members: [Member]
+        /// Members FCM lists that tidemark did not add (added by the app or by hand).
+        public var notAddedByTidemark: Int
+    }
+
+    public var groups: [Group]
+    public var exportedAt: Date
+}
+
+/// `tidemark groups export`: reads every managed group's tokens (declared, remembered in state, or
+/// named) through FCM's export call while it exists, so the app can keep its own group→tokens
+/// mapping after device groups are turned down on 29 September 2027. Writes nothing to FCM.
+public struct GroupsExportWorkflow: Sendable {
+    public var parts: WorkflowParts
+
+    public init(_ parts: WorkflowParts) { self.parts = parts }
+
+    public func run(names: [String] = []) async throws -> GroupsExport {
+        let (state, loaded) = try await parts.loadStateAndManifests()
+        try parts.stopOnErrors(loaded)
+        var wanted = Set(loaded.desired.groups.map(\.name)).union(state.groups.keys)
+        wanted.formUnion(names)
+        guard !wanted.isEmpty else { throw WorkflowError.nothingToExport }
+        let inventory = loaded.inventory
+        var groups: [GroupsExport.Group] = []
+        for name in wanted.sorted() {
+            var key = state.groups[name]?.key
+            var tokens: [String]? = nil
+            if let known = key { tokens = try await parts.backend.exportGroup(name: name, key: known) }
+            if tokens == nil {
+                // Not known, or the key state remembers no longer names it: look the group up by name.
+                key = try await parts.backend.groupKey(name: name)
+                if let found = key { tokens = try await parts.backend.exportGroup(name: name, key: found) }
+            }
+            let managed = state.groups[name]?.members ?? TokenSet()
+            let members = (tokens ?? []).map { token -> GroupsExport.Member in
+                let device =
+                    inventory.index(ofToken: token).map { inventory.deviceIDs[$0] }
+                    ?? state.tokens.id(token).flatMap { state.deviceID(of: $0) }
+                return GroupsExport.Member(token: token, deviceID: device)
+            }
+            let foreign = (tokens ?? []).filter { token in
+                state.tokens.id(token).map { !managed.contains($0) } ?? true
+            }.count
+            groups.append(
+                GroupsExport.Group(
+                    name: name, notificationKey: tokens == nil ? nil : key, members: members,
+                    notAddedByTidemark: foreign))
+        }
+        return GroupsExport(groups: groups, exportedAt: parts.timing.wallClock())
+    }
+}
+
+extension GroupsExport {
+    /// One line per token: NDJSON (group, notification_key, device_id, token), or CSV with a header.
+    public func file(csv: Bool) -> Data {
+        var out = ""
+        if csv { out = "group,notification_key,device_id,token\n" }
+        func field(_ text: String) -> String {
+            text.contains(where: { ",\"\n\r".contains($0) })
+                ? "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : text
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        struct Line: Encodable {
+            var group: String
+            var notificationKey: String
+            var deviceId: String?
+            var token: String
+
+            enum CodingKeys: String, CodingKey {
+                case group, token
+                case notificationKey = "notification_key"
+                case deviceId = "device_id"
+            }
+        }
+        for group in groups {
+            guard let key = group.notificationKey else { continue }
+            for member in group.members {
+                if csv {
+                    out +=
+                        [group.name, key, member.deviceID ?? "", member.token].map(field).joined(separator: ",") + "\n"
+                } else if let data = try? encoder.encode(
+                    Line(group: group.name, notificationKey: key, deviceId: member.deviceID, token: member.token))
+                {
+                    out += String(decoding: data, as: UTF8.self) + "\n"
+                }
+            }
+        }
+        return Data(out.utf8)
+    }
+}

@@ -1,0 +1,103 @@
+import Foundation
+import Testing
+import TidemarkCore
+import TidemarkTesting
+
+/// FCM's 2027 deadlines, at dates before and after each: warnings with the dates and the way off,
+/// then, past a deadline that is enforced, an error with the migration path before anything reaches FCM.
+@Suite struct DeadlineTests {
+    static func day(_ text: String) -> Date {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withFullDate]
+        return formatter.date(from: text)!
+    }
+
+    @Test func groupsWordingFollowsTheDate() throws {
+        func check(_ date: String, enforced: Bool = true) -> [Diagnostic] {
+            DeadlineCheck(transport: .v1, enforcedAt: enforced ? Self.day(date) : nil, now: Self.day(date))
+                .diagnostics(groups: 3)
+        }
+        let before = check("2026-11-22")
+        #expect(before.count == 1 && before[0].severity == .warning)
+        #expect(before[0].message.contains("new projects cannot use them from 1 December 2026"))
+        #expect(before[0].message.contains("stop working on 29 September 2027"))
+        #expect(before[0].message.contains("this project manages 3 device groups"))
+        #expect(before[0].code == "deadline.device_groups" && before[0].deadline == "2027-09-29")
+        let closed = check("2027-01-15")
+        #expect(
+            closed[0].severity == .warning
+                && closed[0].message.contains("new projects cannot use them since 1 December 2026"))
+        let lastDay = check("2027-09-28")
+        #expect(lastDay[0].severity == .warning)
+        let after = check("2027-09-29")
+        #expect(after.count == 1 && after[0].severity == .error)
+        #expect(after[0].message.contains("FCM turned device groups down on 29 September 2027"))
+        #expect(after[0].message.contains("docs/migrating.md"))
+        // Not enforced (the embedded backend and the emulator without a date): a warning, however late.
+        #expect(check("2031-01-01", enforced: false)[0].severity == .warning)
+        #expect(
+            DeadlineCheck(transport: .v1, enforcedAt: Self.day("2030-01-01"), now: Self.day("2030-01-01")).diagnostics(
+                groups: 0
+            ).isEmpty)
+        #expect(DeadlineCheck.off.diagnostics(groups: 3).isEmpty)
+    }
+
+    @Test func iidWordingFollowsTheDate() {
+        func check(_ date: String) -> [Diagnostic] {
+            DeadlineCheck(transport: .iid, enforcedAt: Self.day(date), now: Self.day(date)).diagnostics(groups: 0)
+        }
+        let before = check("2026-09-01")
+        #expect(before.count == 1 && before[0].severity == .warning)
+        #expect(before[0].message.contains("closed to new projects from 1 October 2026"))
+        #expect(before[0].message.contains("'tidemark plan --transport v1 --refresh all'"))
+        #expect(check("2026-11-22")[0].message.contains("closed to new projects since 1 October 2026"))
+        let after = check("2027-10-01")
+        #expect(after[0].severity == .error && after[0].code == "deadline.iid_transport")
+        #expect(after[0].message.contains("set 'transport: v1' in tidemark.yaml"))
+        #expect(
+            DeadlineCheck(transport: .v1, enforcedAt: Self.day("2028-01-01"), now: Self.day("2028-01-01")).diagnostics(
+                groups: 0
+            ).isEmpty)
+    }
+
+    /// Through the workflows: a plan before the deadline carries the warning once; after it, plan and
+    /// drift stop with the error, and nothing is asked of FCM.
+    @Test func workflowsWarnOnceThenStopBeforeFCM() async throws {
+        var project = try WorkflowTests.Project()
+        var parts = project.parts
+        parts.deadlines = DeadlineCheck(transport: .v1, enforcedAt: Self.day("2027-03-01"), now: Self.day("2027-03-01"))
+        let outcome = try await PlanWorkflow(parts).run(PlanRequest())
+        let warnings = outcome.plan.diagnostics.filter { $0.code == "deadline.device_groups" }
+        #expect(warnings.count == 1 && warnings[0].severity == .warning)
+        _ = try await ApplyWorkflow(parts).run(ApplyRequest())
+        let drift = try await DriftWorkflow(parts).run()
+        #expect(drift.warnings?.filter { $0.code == "deadline.device_groups" }.count == 1)
+
+        parts.deadlines = DeadlineCheck(transport: .v1, enforcedAt: Self.day("2027-10-01"), now: Self.day("2027-10-01"))
+        let callsBefore = project.backend.calls.count
+        await #expect(throws: WorkflowError.self) { try await PlanWorkflow(parts).run(PlanRequest()) }
+        await #expect(throws: WorkflowError.self) { try await DriftWorkflow(parts).run() }
+        await #expect(throws: WorkflowError.self) { try await ApplyWorkflow(parts).run(ApplyRequest()) }
+        #expect(project.backend.calls.count == callsBefore, "nothing was sent to FCM past the deadline")
+        // With the groups gone from the manifests, the one state remembers is not planned (deleting it
+        // would call the API that is gone): a warning, and the plan goes on.
+        project.files["topics.yaml"] = """
+            topics:
+              - name: team-zero
+                members: [{selector: {team: t0}}]
+              - name: everyone
+                mode: authoritative
+                members: [{selector: {team: [t0, t1]}}]
+            """
+        parts.manifests = Fixtures.manifests(project.files)
+        let after = try await PlanWorkflow(parts).run(PlanRequest())
+        #expect(!after.plan.operations.contains { $0.kind.isGroup })
+        #expect(after.plan.diagnostics.contains { $0.code == "deadline.device_groups" && $0.severity == .warning })
+        // A project without groups meets no deadline.
+        let plain = try WorkflowTests.Project(
+            topics: "topics:\n  - name: team-zero\n    members: [{selector: {team: t0}}]\n")
+        var plainParts = plain.parts
+        plainParts.deadlines = parts.deadlines
+        #expect(try await PlanWorkflow(plainParts).run(PlanRequest()).plan.diagnostics.allSatisfy { $0.code == nil })
+    }
+}
