@@ -9,6 +9,8 @@ emulator as FCM, with a fake `gh` that records comments, issues, runs and artifa
   correction closes; past --max-unsubscribes it corrects nothing, fails, and keeps the issue open
   until a later run corrects it.
 
+GitLabInstallTest runs the GitLab template's install script against the same local releases.
+
 Run: python3 Tests/recipes/test_github_workflow.py   (TIDEMARK_BIN selects the binary;
 TIDEMARK_TEST_POSTGRES_URL puts state in PostgreSQL, as the recipe recommends, else SQLite)
 """
