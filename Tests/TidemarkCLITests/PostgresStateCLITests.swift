@@ -40,13 +40,15 @@ import Testing
     }
 
     @Test func aSecondRunnerIsRefusedNamingTheHolderAndAKilledApplyResumes() throws {
-        // 400 devices and 40 topics: a refresh of few registrations, then 40 slowed subscribe calls.
+        // 400 devices and 40 topics: no refresh (reading 400 registrations one at a time would take
+        // most of the time), then 40 subscribe calls slowed to 300 ms each, so the window in which the
+        // apply holds the lease with some operations journaled lasts about 12 s, even on a loaded runner.
         let cli = try InterruptedApplyTests().makeProject()
         defer { cli.remove() }
         let ws = Self.workspace()
-        let slow = try environment(latency: 100)
+        let slow = try environment(latency: 300)
         let (process, _, _) = try cli.start(
-            ["apply", "--auto-approve", "--parallelism", "1", "--workspace", ws], environment: slow)
+            ["apply", "--auto-approve", "--no-refresh", "--parallelism", "1", "--workspace", ws], environment: slow)
         defer {
             if process.isRunning { kill(process.processIdentifier, SIGKILL) }
             process.waitUntilExit()
