@@ -61,65 +61,59 @@ public struct DeadlineCheck: Sendable {
         return enforcedAt >= FCMDeadlines.deviceGroupsTurnedDown
     }
 
+    /// Whether the Instance ID API is past its turn-down at the enforced date.
+    public var iidTurnedDown: Bool {
+        guard enabled, let enforcedAt else { return false }
+        return enforcedAt >= FCMDeadlines.iidTurnedDown
+    }
+
     /// `groups` declared in the manifests; `rememberedGroups` more that only state remembers (an
     /// apply would delete them).
     public func diagnostics(groups: Int, rememberedGroups: Int = 0) -> [Diagnostic] {
         guard enabled else { return [] }
         var result: [Diagnostic] = []
-        let at = enforcedAt ?? now
+        /// A diagnostic about one deadline, structured for scripts (both turn-downs fall on 29 September 2027).
+        func say(_ severity: Diagnostic.Severity, _ code: String, _ message: String) {
+            var diagnostic = Diagnostic(severity, message)
+            diagnostic.code = code
+            diagnostic.deadline = "2027-09-29"
+            result.append(diagnostic)
+        }
+        /// "since 1 December 2026" once the date is past, "from …" before.
+        func sinceOrFrom(_ date: Date) -> String {
+            "\((enforcedAt ?? now) >= date ? "since" : "from") \(FCMDeadlines.format(date))"
+        }
         let turnedDown = FCMDeadlines.format(FCMDeadlines.deviceGroupsTurnedDown)
         let all = groups + rememberedGroups
         if groupsTurnedDown, groups == 0, rememberedGroups > 0 {
             // Nothing to stop: the groups are gone from FCM, and no call is planned for them.
-            var warning = Diagnostic.warning(
+            say(
+                .warning, "deadline.device_groups",
                 "FCM turned device groups down on \(turnedDown); the \(rememberedGroups) group\(rememberedGroups == 1 ? "" : "s") state remembers \(rememberedGroups == 1 ? "is" : "are") no longer planned, and no call is made for \(rememberedGroups == 1 ? "it" : "them")."
             )
-            warning.code = "deadline.device_groups"
-            warning.deadline = "2027-09-29"
-            result.append(warning)
+        } else if all > 0, groupsTurnedDown {
+            say(
+                .error, "deadline.device_groups",
+                "FCM turned device groups down on \(turnedDown), and the manifests declare \(groups) device group\(groups == 1 ? "" : "s"): they cannot be planned or applied. Remove them from the manifests and send to their devices' tokens (or a topic) instead; docs/migrating.md says how."
+            )
         } else if all > 0 {
-            let managed = "this project manages \(all) device group\(all == 1 ? "" : "s")"
-            if groupsTurnedDown {
-                var error = Diagnostic.error(
-                    "FCM turned device groups down on \(turnedDown), and the manifests declare \(groups) device group\(groups == 1 ? "" : "s"): they cannot be planned or applied. Remove them from the manifests and send to their devices' tokens (or a topic) instead; docs/migrating.md says how."
-                )
-                error.code = "deadline.device_groups"
-                error.deadline = "2027-09-29"
-                result.append(error)
-            } else {
-                let closed = FCMDeadlines.format(FCMDeadlines.deviceGroupsClosedToNewProjects)
-                let newProjects =
-                    at >= FCMDeadlines.deviceGroupsClosedToNewProjects
-                    ? "new projects cannot use them since \(closed)" : "new projects cannot use them from \(closed)"
-                var warning = Diagnostic.warning(
-                    "\(managed), and FCM is ending device groups: \(newProjects), and they stop working on \(turnedDown), together with the call that lists a group's tokens (FCM keeps no copy). Export every group's tokens before then ('tidemark groups export --out groups.ndjson'), keep the mapping in the app and send to each token or a topic instead; docs/migrating.md says how."
-                )
-                warning.code = "deadline.device_groups"
-                warning.deadline = "2027-09-29"
-                result.append(warning)
-            }
+            say(
+                .warning, "deadline.device_groups",
+                "this project manages \(all) device group\(all == 1 ? "" : "s"), and FCM is ending device groups: new projects cannot use them \(sinceOrFrom(FCMDeadlines.deviceGroupsClosedToNewProjects)), and they stop working on \(turnedDown), together with the call that lists a group's tokens (FCM keeps no copy). Export every group's tokens before then ('tidemark groups export --out groups.ndjson'), keep the mapping in the app and send to each token or a topic instead; docs/migrating.md says how."
+            )
         }
-        if transport == .iid {
-            let iidDown = FCMDeadlines.format(FCMDeadlines.iidTurnedDown)
-            if let enforcedAt, enforcedAt >= FCMDeadlines.iidTurnedDown {
-                var error = Diagnostic.error(
-                    "FCM turned the Instance ID API down on \(iidDown), so the iid transport cannot reach FCM. Switch to the v1 API: set 'transport: v1' in tidemark.yaml (or --transport v1) and run 'tidemark plan --transport v1 --refresh all' first; docs/migrating.md says how."
-                )
-                error.code = "deadline.iid_transport"
-                error.deadline = "2027-09-29"
-                result.append(error)
-            } else {
-                let closed = FCMDeadlines.format(FCMDeadlines.iidClosedToNewProjects)
-                let newProjects =
-                    at >= FCMDeadlines.iidClosedToNewProjects
-                    ? "closed to new projects since \(closed)" : "closed to new projects from \(closed)"
-                var warning = Diagnostic.warning(
-                    "this project uses the iid transport, FCM's Instance ID batch API: \(newProjects), and turned down on \(iidDown). Switch to the v1 API before then: 'tidemark plan --transport v1 --refresh all' reads every registration through v1 and shows any difference from state; then set 'transport: v1' in tidemark.yaml. docs/migrating.md says how."
-                )
-                warning.code = "deadline.iid_transport"
-                warning.deadline = "2027-09-29"
-                result.append(warning)
-            }
+        guard transport == .iid else { return result }
+        let iidDown = FCMDeadlines.format(FCMDeadlines.iidTurnedDown)
+        if iidTurnedDown {
+            say(
+                .error, "deadline.iid_transport",
+                "FCM turned the Instance ID API down on \(iidDown), so the iid transport cannot reach FCM. Switch to the v1 API: set 'transport: v1' in tidemark.yaml (or --transport v1) and run 'tidemark plan --transport v1 --refresh all' first; docs/migrating.md says how."
+            )
+        } else {
+            say(
+                .warning, "deadline.iid_transport",
+                "this project uses the iid transport, FCM's Instance ID batch API: closed to new projects \(sinceOrFrom(FCMDeadlines.iidClosedToNewProjects)), and turned down on \(iidDown). Switch to the v1 API before then: 'tidemark plan --transport v1 --refresh all' reads every registration through v1 and shows any difference from state; then set 'transport: v1' in tidemark.yaml. docs/migrating.md says how."
+            )
         }
         return result
     }

@@ -101,26 +101,15 @@ public final class AccessTokenAuthority: Sendable {
     public func exchange(assertion: String) throws -> (token: String, grant: Grant) {
         let (key, jwt) = try verify(assertion)
         let scopes = (jwt.claims.scope ?? "").split(separator: " ").map(String.init)
-        var random = timing.generator
-        var bytes = [UInt8](repeating: 0, count: 48)
-        for i in bytes.indices { bytes[i] = UInt8.random(in: 0...255, using: &random) }
-        let token = "ya29.emu." + Base64URL.encode(bytes)
-        let issuedAt = timing.wallClock()
-        return state.withLock { state in
-            let grant = Grant(
+        return issue { at, lifetime in
+            Grant(
                 project: key.project, clientEmail: key.clientEmail, scopes: scopes,
-                expires: issuedAt.addingTimeInterval(state.lifetime))
-            state.tokens[token] = grant
-            state.issuedSincePurge += 1
-            if state.issuedSincePurge >= 1000 {
-                state.tokens = state.tokens.filter { $0.value.expires > issuedAt }
-                state.issuedSincePurge = 0
-            }
-            return (token, grant)
+                expires: at.addingTimeInterval(lifetime))
         }
     }
 
-    /// A new opaque access token for `grant`, remembered until it expires.
+    /// A new opaque access token for the grant `make` builds (from the issue time and the lifetime),
+    /// remembered until it expires; every thousandth issue forgets the expired ones.
     private func issue(_ make: (Date, TimeInterval) -> Grant) -> (token: String, grant: Grant) {
         var random = timing.generator
         var bytes = [UInt8](repeating: 0, count: 48)
@@ -130,6 +119,11 @@ public final class AccessTokenAuthority: Sendable {
         return state.withLock { state in
             let grant = make(issuedAt, state.lifetime)
             state.tokens[token] = grant
+            state.issuedSincePurge += 1
+            if state.issuedSincePurge >= 1000 {
+                state.tokens = state.tokens.filter { $0.value.expires > issuedAt }
+                state.issuedSincePurge = 0
+            }
             return (token, grant)
         }
     }

@@ -7,7 +7,7 @@ import TidemarkCore
 /// impersonation) and a Compute Engine metadata server, so that tidemark's `external_account` and
 /// metadata-server credentials are tested end to end.
 extension FCMEmulator {
-    /// The form or JSON fields of a token request.
+    /// The form or JSON fields of a token request (the OAuth2 endpoint's and the STS's).
     func formFields(_ request: WireRequest) -> [String: String] {
         var form: [String: String] = [:]
         if (request.headers["content-type"] ?? "").contains("json") {

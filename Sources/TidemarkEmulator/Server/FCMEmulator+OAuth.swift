@@ -11,16 +11,7 @@ extension FCMEmulator {
             response.headers.append(("Retry-After", "1"))
             return response
         }
-        var form: [String: String] = [:]
-        let contentType = request.headers["content-type"] ?? ""
-        if contentType.contains("json") {
-            for (key, value) in jsonBody(request) ?? [:] { if let value = value as? String { form[key] = value } }
-        } else {
-            for pair in String(decoding: request.body, as: UTF8.self).split(separator: "&") {
-                let kv = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-                form[WireRequest.formDecode(kv[0])] = kv.count > 1 ? WireRequest.formDecode(kv[1]) : ""
-            }
-        }
+        let form = formFields(request)
         let grantType = form["grant_type"] ?? ""
         guard grantType == "urn:ietf:params:oauth:grant-type:jwt-bearer" else {
             return .encoded(
