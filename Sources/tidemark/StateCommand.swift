@@ -265,19 +265,22 @@ struct StateLockCommand: AsyncParsableCommand {
                 if json { try Terminal.writeJSON(report) } else { try Terminal.write(text + "\n") }
             }
             let where_ = workspace.stateDisplay
+            // Whether state exists, for the JSON answer only: loading it is the whole state, which the
+            // text answer to "is it locked?" does not need.
+            func existsForJSON() async throws -> Bool { json ? try await store.load() != nil : false }
             // A lock can be held before the state exists: a first apply takes it, then refreshes.
             if let postgres = store as? PostgresStateStore, let lease = try await postgres.lease() {
                 try say(
                     "The state \(where_) is locked: \(lease.holder), lease \(lease.id.prefix(8)), expiring at \(ISO8601DateFormatter().string(from: lease.expires)) unless renewed.",
                     Report(
                         state: where_, locked: true, holder: lease.holder, lease: lease.id, expires: lease.expires,
-                        exists: try await store.load() != nil))
+                        exists: try await existsForJSON()))
                 throw ExitCode(2)
             }
             if let holder = try await store.lockHolder() {
                 try say(
                     "The state \(where_) is locked: \(holder).",
-                    Report(state: where_, locked: true, holder: holder, exists: try await store.load() != nil))
+                    Report(state: where_, locked: true, holder: holder, exists: try await existsForJSON()))
                 throw ExitCode(2)
             }
             guard try await store.load() != nil else {
