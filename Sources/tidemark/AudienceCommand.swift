@@ -35,8 +35,7 @@ struct AudienceCommand: AsyncParsableCommand {
     @Option(help: "Devices to list in text output (0 lists none).")
     var limit = 20
 
-    @Option(help: "Output format: text or json (json carries full tokens).")
-    var format: OutputFormat = .text
+    @OptionGroup var output: DataFormatOption
 
     func validate() throws {
         guard Audience.Source(rawValue: from) != nil else {
@@ -45,7 +44,6 @@ struct AudienceCommand: AsyncParsableCommand {
         if refresh, from != "observed" {
             throw ValidationError("--refresh reads the backend; it needs --from observed.")
         }
-        if format == .markdown { throw ValidationError("audience prints text or json.") }
         if limit < 0 { throw ValidationError("--limit must be 0 or more.") }
     }
 
@@ -70,7 +68,7 @@ struct AudienceCommand: AsyncParsableCommand {
                     try await workflow.run(parsed, source: source, refreshFrom: backend)
                 }
                 : try await workflow.run(parsed, source: source)
-            if format == .json {
+            if output.json {
                 struct Output: Encodable {
                     var condition: String
                     var evaluatedAs: String

@@ -20,21 +20,17 @@ struct DeviceCommand: AsyncParsableCommand {
     @Argument(help: ArgumentHelp("A device id from the inventory, or a registration token.", valueName: "ID|TOKEN"))
     var query: String
 
-    @Option(help: "Output format: text, or json (full data, full tokens).")
-    var format: OutputFormat = .text
-
-    func validate() throws {
-        if format == .markdown { throw ValidationError("tidemark device prints text or json, not markdown.") }
-    }
+    @OptionGroup var output: DataFormatOption
 
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
             let view = try await DeviceWorkflow(workspace.parts(workspace.detachedBackend(), acceptDead: false)).run(
                 query)
-            switch format {
-            case .json: try Terminal.writeJSON(view)
-            case .text, .markdown: try Terminal.write(DeviceRenderer(showTokens: global.showTokens).text(view))
+            if output.json {
+                try Terminal.writeJSON(view)
+            } else {
+                try Terminal.write(DeviceRenderer(showTokens: global.showTokens).text(view))
             }
         }
     }

@@ -23,12 +23,7 @@ struct StateListCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Option(help: "Output format: text or json.")
-    var format: OutputFormat = .text
-
-    func validate() throws {
-        if format == .markdown { throw ValidationError("state list prints text or json.") }
-    }
+    @OptionGroup var output: DataFormatOption
 
     func run() async throws {
         try await runReportingErrors {
@@ -45,7 +40,7 @@ struct StateListCommand: AsyncParsableCommand {
             func status(_ record: ApplyRecord) -> String {
                 record.status == .running && !locked ? "interrupted" : record.status.rawValue
             }
-            if format == .json {
+            if output.json {
                 struct Output: Encodable {
                     struct Topic: Encodable {
                         var name: String
