@@ -45,6 +45,32 @@ public struct Audience: Sendable {
     }
 }
 
+extension Audience {
+    /// The live tokens of a named audience (or device group): as the manifests declare it (`desired`)
+    /// or as state holds it after the last apply (`observed`); sorted. nil when neither names it.
+    /// What an app that sends to each token (`sendEachForMulticast`) sends to.
+    public static func members(
+        named name: String, source: Source, desired: DesiredState, state: State
+    ) -> (tokens: [String], isAudience: Bool)? {
+        let set: TokenSet
+        let isAudience: Bool
+        switch source {
+        case .desired:
+            if let spec = desired.audiences.first(where: { $0.name == name }) {
+                (set, isAudience) = (spec.members, true)
+            } else if let spec = desired.groups.first(where: { $0.name == name }) {
+                (set, isAudience) = (spec.members, false)
+            } else {
+                return nil
+            }
+        case .observed:
+            guard let group = state.groups[name] else { return nil }
+            (set, isAudience) = (group.members, group.audience)
+        }
+        return (set.subtracting(state.dead).map { state.tokens[$0] }.sorted(), isAudience)
+    }
+}
+
 extension State {
     /// `tidemark import`: records what a refresh saw and adopts, for declared topics that `targets`
     /// covers, the observed memberships of declared members as tidemark's own. Never forgets

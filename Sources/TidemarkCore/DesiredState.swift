@@ -46,12 +46,18 @@ public struct DesiredGroup: Sendable {
     public var protect: Bool
     public var members: TokenSet
     public var location: SourceLocation?
+    /// Audiences only: the FCM group this audience was converted from may be deleted.
+    public var retireGroupKey: Bool
 
-    public init(name: String, protect: Bool = false, members: TokenSet, location: SourceLocation? = nil) {
+    public init(
+        name: String, protect: Bool = false, members: TokenSet, location: SourceLocation? = nil,
+        retireGroupKey: Bool = false
+    ) {
         self.name = name
         self.protect = protect
         self.members = members
         self.location = location
+        self.retireGroupKey = retireGroupKey
     }
 }
 
@@ -61,12 +67,18 @@ public struct DesiredState: Sendable {
     public var topics: [DesiredTopic]
     /// Sorted by name.
     public var groups: [DesiredGroup]
+    /// tidemark audiences (named sets in state, no FCM group), sorted by name; they share the
+    /// groups' namespace in state and in targets (`group:NAME`).
+    public var audiences: [DesiredGroup]
     /// Tokens of the inventory and tokens named directly by manifests.
     public var knownTokens: TokenSet
 
-    public init(topics: [DesiredTopic], groups: [DesiredGroup], knownTokens: TokenSet) {
+    public init(
+        topics: [DesiredTopic], groups: [DesiredGroup], audiences: [DesiredGroup] = [], knownTokens: TokenSet
+    ) {
         self.topics = topics.sorted { $0.name < $1.name }
         self.groups = groups.sorted { $0.name < $1.name }
+        self.audiences = audiences.sorted { $0.name < $1.name }
         self.knownTokens = knownTokens
     }
 }
@@ -121,6 +133,11 @@ extension DesiredState {
         for group in groups {
             let line = "group\u{0}\(group.name)\u{0}\(group.protect)\u{0}\(hasher.combine(group.members))"
             result[State.versionKey(.group, group.name)] = SHA256Digest.hex(Data(line.utf8))
+        }
+        for audience in audiences {
+            let line =
+                "audience\u{0}\(audience.name)\u{0}\(audience.protect)\u{0}\(audience.retireGroupKey)\u{0}\(hasher.combine(audience.members))"
+            result[State.versionKey(.group, audience.name)] = SHA256Digest.hex(Data(line.utf8))
         }
         return result
     }

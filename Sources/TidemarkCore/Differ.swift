@@ -4,10 +4,17 @@
 public struct Differ: Sendable {
     public var batchSize: Int
     public var maxTopicsPerToken: Int
+    /// FCM turned device groups down (at the date the run's deadline rules see): an audience's FCM
+    /// group is forgotten rather than called.
+    public var groupsTurnedDown: Bool
 
-    public init(batchSize: Int = FCMLimits.maxBatchTokens, maxTopicsPerToken: Int = FCMLimits.maxTopicsPerToken) {
+    public init(
+        batchSize: Int = FCMLimits.maxBatchTokens, maxTopicsPerToken: Int = FCMLimits.maxTopicsPerToken,
+        groupsTurnedDown: Bool = false
+    ) {
         self.batchSize = batchSize
         self.maxTopicsPerToken = maxTopicsPerToken
+        self.groupsTurnedDown = groupsTurnedDown
     }
 
     public struct Result: Sendable {
@@ -111,8 +118,12 @@ public struct Differ: Sendable {
         diagnostics += checkTopicCap(state: state, adds: addsPerToken, removes: removesPerToken)
         let (groupOps, groupChanges, groupDiagnostics) = diffGroups(desired: desired, state: state, targets: targets)
         diagnostics += groupDiagnostics
+        let (audienceOps, audienceChanges, audienceDiagnostics) = diffAudiences(
+            desired: desired, state: state, targets: targets)
+        diagnostics += audienceDiagnostics
         return Result(
-            operations: unsubscribes + subscribes + groupOps, topics: topicChanges, groups: groupChanges,
+            operations: unsubscribes + subscribes + groupOps + audienceOps, topics: topicChanges,
+            groups: groupChanges + audienceChanges,
             diagnostics: diagnostics, optedOut: respected)
     }
 
@@ -161,12 +172,20 @@ public struct Differ: Sendable {
         var operations: [PlannedOperation] = []
         var changes: [GroupChange] = []
         var diagnostics: [Diagnostic] = []
-        var declared = Set<String>()
+        // An audience of the same name converts the group: `diffAudiences` plans it.
+        var declared = Set(desired.audiences.map(\.name))
         for spec in desired.groups {
             declared.insert(spec.name)
             guard targets.coversGroup(spec.name) else { continue }
             let live = spec.members.subtracting(state.dead)
             let names = { (set: TokenSet) in set.map { state.tokens[$0] }.sorted() }
+            if let current = state.groups[spec.name], current.audience {
+                diagnostics.append(
+                    .error(
+                        "'\(spec.name)' was converted to an audience; tidemark does not turn an audience back into a device group, which FCM is ending. Declare it under 'audiences:'.",
+                        at: spec.location))
+                continue
+            }
             guard let current = state.groups[spec.name], current.key != nil else {
                 guard !live.isEmpty else {
                     diagnostics.append(
@@ -202,7 +221,7 @@ public struct Differ: Sendable {
         }
         for name in state.groups.keys.sorted() where !declared.contains(name) && targets.coversGroup(name) {
             let current = state.groups[name]!
-            guard current.key != nil, !current.members.isEmpty else { continue }
+            guard !current.audience, current.key != nil, !current.members.isEmpty else { continue }
             if current.protect {
                 diagnostics.append(
                     .error(
@@ -217,6 +236,141 @@ public struct Differ: Sendable {
                 GroupChange(
                     group: name, action: .delete, add: 0, remove: current.members.count,
                     notes: ["no longer in the manifests: all members are removed, which deletes the group in FCM"]))
+        }
+        return (operations, changes, diagnostics)
+    }
+
+    /// Audiences: named sets in state with no FCM group behind them, so their changes are state-only
+    /// steps. A device group named by an audience is converted in one step that deletes nothing in
+    /// FCM: the group keeps its key and is kept in step with the audience (so senders to the key reach
+    /// the same devices) until `retire_group_key: true` says the app no longer sends to it; then its
+    /// members are removed, which deletes it. After FCM's turn-down the group is only forgotten.
+    private func diffAudiences(
+        desired: DesiredState, state: State, targets: Targets
+    )
+        -> ([PlannedOperation], [GroupChange], [Diagnostic])
+    {
+        var operations: [PlannedOperation] = []
+        var changes: [GroupChange] = []
+        var diagnostics: [Diagnostic] = []
+        let names = { (set: TokenSet) in set.map { state.tokens[$0] }.sorted() }
+        let declaredGroups = Set(desired.groups.map(\.name))
+        var declared = Set<String>()
+        for spec in desired.audiences {
+            declared.insert(spec.name)
+            guard targets.coversGroup(spec.name) else { continue }
+            let live = spec.members.subtracting(state.dead)
+            func set() {
+                operations.append(PlannedOperation(kind: .audienceSet, target: spec.name, tokens: names(live)))
+            }
+            guard let current = state.groups[spec.name], current.audience || current.key != nil else {
+                set()
+                changes.append(
+                    GroupChange(
+                        group: spec.name, action: .create, add: live.count, remove: 0,
+                        notes: spec.retireGroupKey
+                            ? ["retire_group_key: true, but state knows no FCM group of this name: nothing to retire"]
+                            : [],
+                        audience: true))
+                continue
+            }
+            let add = live.subtracting(current.members)
+            let remove = current.members.subtracting(live)
+            let converting = !current.audience
+            let action: GroupChange.Action
+            var notes: [String] = []
+            if let key = current.key {
+                let shownKey = Redaction.redact(key)
+                if groupsTurnedDown {
+                    // The FCM group is gone with device groups: forget it; nothing is sent to FCM.
+                    if converting || !add.isEmpty || !remove.isEmpty { set() }
+                    operations.append(PlannedOperation(kind: .audienceUnlink, target: spec.name, tokens: []))
+                    action = converting ? .convert : .update
+                    notes.append(
+                        "FCM turned device groups down: the group \(shownKey) no longer exists and is forgotten; nothing is sent to FCM"
+                    )
+                } else if spec.retireGroupKey {
+                    if current.members.isEmpty {
+                        diagnostics.append(
+                            .error(
+                                "audience '\(spec.name)': retire_group_key: true, but tidemark never managed the members of FCM group \(shownKey), so it cannot empty (delete) it. Run 'tidemark groups export \(spec.name)' to see them, or leave the key until FCM's turn-down.",
+                                at: spec.location))
+                        continue
+                    }
+                    if current.protect {
+                        diagnostics.append(
+                            .error(
+                                "audience '\(spec.name)' is protected (protect: true when last applied): retiring its FCM group would delete the group in FCM. First apply it with protect: false.",
+                                at: spec.location))
+                    }
+                    operations.append(
+                        PlannedOperation(kind: .groupRemove, target: spec.name, tokens: names(current.members)))
+                    set()
+                    action = .retire
+                    notes.append(
+                        "retire_group_key: true: the FCM group \(shownKey) is deleted (its \(current.members.count) member\(current.members.count == 1 ? "" : "s") removed); senders to its key reach no one after this apply"
+                    )
+                    if converting { notes.append("converted from a device group; its members stay in the audience") }
+                } else {
+                    if live.count > FCMLimits.maxGroupMembers {
+                        diagnostics.append(
+                            .error(
+                                "audience '\(spec.name)' has \(live.count) members, but its FCM group \(shownKey) is still kept in step and FCM allows at most \(FCMLimits.maxGroupMembers) per group. Set retire_group_key: true once the app no longer sends to the group key, or narrow the members.",
+                                at: spec.location))
+                        continue
+                    }
+                    if !add.isEmpty || !remove.isEmpty {
+                        if live.isEmpty {
+                            diagnostics.append(
+                                .error(
+                                    "audience '\(spec.name)' has no members, but its FCM group \(shownKey) is kept in step, and an empty group is deleted. Set retire_group_key: true to delete the group.",
+                                    at: spec.location))
+                            continue
+                        }
+                        for (kind, ids) in Self.groupSteps(current: current.members, add: add, remove: remove) {
+                            operations.append(PlannedOperation(kind: kind, target: spec.name, tokens: names(ids)))
+                        }
+                    }
+                    if converting || !add.isEmpty || !remove.isEmpty { set() }
+                    action = converting ? .convert : .update
+                    if converting {
+                        notes.append(
+                            "converted from a device group: nothing is deleted in FCM; the group \(shownKey) is kept in step until retire_group_key: true says the app no longer sends to its key"
+                        )
+                    }
+                }
+            } else {
+                guard !add.isEmpty || !remove.isEmpty else { continue }
+                set()
+                action = .update
+            }
+            if action == .update, add.isEmpty, remove.isEmpty, notes.isEmpty { continue }
+            changes.append(
+                GroupChange(
+                    group: spec.name, action: action, add: add.count, remove: remove.count, notes: notes,
+                    audience: true))
+        }
+        for name in state.groups.keys.sorted()
+        where !declared.contains(name) && !declaredGroups.contains(name) && targets.coversGroup(name) {
+            let current = state.groups[name]!
+            guard current.audience else { continue }
+            if current.protect {
+                diagnostics.append(
+                    .error(
+                        "audience '\(name)' is protected (protect: true when last applied) and is no longer in the manifests. Put it back, or first apply it with protect: false."
+                    ))
+            }
+            var notes = ["no longer in the manifests: tidemark forgets it (nothing in FCM)"]
+            if let key = current.key, !groupsTurnedDown, !current.members.isEmpty {
+                operations.append(PlannedOperation(kind: .groupRemove, target: name, tokens: names(current.members)))
+                notes = [
+                    "no longer in the manifests: the FCM group \(Redaction.redact(key)) it was converted from is deleted too (all members removed)"
+                ]
+            }
+            operations.append(PlannedOperation(kind: .audienceDelete, target: name, tokens: []))
+            changes.append(
+                GroupChange(
+                    group: name, action: .delete, add: 0, remove: current.members.count, notes: notes, audience: true))
         }
         return (operations, changes, diagnostics)
     }

@@ -29,13 +29,19 @@ extension State {
                     optOuts: spec?.optOuts, members: topic.managed, location: spec?.location))
         }
         var groupsResult: [DesiredGroup] = []
-        for (name, group) in groups where !group.members.isEmpty {
+        var audiences: [DesiredGroup] = []
+        for (name, group) in groups where group.audience {
+            // An audience as it stands: its FCM group, if any, neither retired nor changed.
+            audiences.append(DesiredGroup(name: name, protect: group.protect, members: group.members))
+        }
+        for (name, group) in groups where !group.audience && !group.members.isEmpty {
             groupsResult.append(
                 DesiredGroup(
                     name: name, protect: group.protect, members: group.members,
                     location: declaredGroups[name]?.location))
         }
-        return DesiredState(topics: result, groups: groupsResult, knownTokens: declared.knownTokens)
+        return DesiredState(
+            topics: result, groups: groupsResult, audiences: audiences, knownTokens: declared.knownTokens)
     }
 }
 
@@ -56,6 +62,7 @@ extension Plan {
         var groupCalls = Set<String>()
         for op in full.operations {
             for token in op.tokens where !mine.contains(Change(kind: op.kind, target: op.target, token: token)) {
+                if op.kind.isStateOnly { continue }
                 if op.kind.isGroup { groupCalls.insert("\(op.kind.rawValue)\u{0}\(op.target)") } else { count += 1 }
             }
         }

@@ -208,7 +208,7 @@ public struct Executor: Sendable {
                 report.requests += result.requests
                 for (token, outcome) in zip(op.tokens[result.from...], result.outcomes) {
                     switch outcome {
-                    case .ok: report.tokensChanged += 1
+                    case .ok: if !op.kind.isStateOnly { report.tokensChanged += 1 }
                     case .failed(let error):
                         report.failures.append(
                             TokenFailure(
@@ -263,6 +263,9 @@ public struct Executor: Sendable {
         switch op.kind {
         case .subscribe, .unsubscribe:
             preconditionFailure("topic changes run through change(_:_:)")
+        case .audienceSet, .audienceDelete, .audienceUnlink:
+            // An audience lives in state only: recording the step is the whole of it.
+            return (op.tokens.map { _ in .ok }, nil, 0)
         case .groupCreate:
             do {
                 let key = try await withRetries { try await backend.createGroup(name: op.target, tokens: op.tokens) }

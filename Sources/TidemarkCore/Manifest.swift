@@ -80,6 +80,9 @@ public struct TopicSpec: Sendable {
 public struct GroupSpec: Sendable {
     public var name: Located<String>
     public var protect = false
+    /// Audiences only: the app no longer sends to the key of the FCM group this audience was
+    /// converted from, so the group may be deleted in FCM.
+    public var retireGroupKey = false
     public var description: String?
     public var members: [MemberRef] = []
     public var location: SourceLocation
@@ -107,6 +110,8 @@ public struct DeviceSpec: Sendable {
 public struct ManifestSet: Sendable {
     public var topics: [TopicSpec] = []
     public var groups: [GroupSpec] = []
+    /// tidemark audiences: named sets of devices kept in state, with no FCM group behind them.
+    public var audiences: [GroupSpec] = []
     /// Inventory files (CSV or JSON lines), paths relative to the manifests directory.
     public var inventoryFiles: [InventoryFileSpec] = []
     public var devices: [DeviceSpec] = []

@@ -8,6 +8,7 @@ public struct ManifestDecoder {
     static let deviceKeys = ManifestSchema.keys(.device)
     static let topicKeys = ManifestSchema.keys(.topic)
     static let groupKeys = ManifestSchema.keys(.group)
+    static let audienceKeys = ManifestSchema.keys(.audience)
     static let memberKeys = ManifestSchema.keys(.member)
 
     public init() {}
@@ -31,6 +32,10 @@ public struct ManifestDecoder {
             case "groups":
                 for item in doc.sequence(value, "'groups'") ?? [] {
                     if let group = decodeGroup(item, &doc) { set.groups.append(group) }
+                }
+            case "audiences":
+                for item in doc.sequence(value, "'audiences'") ?? [] {
+                    if let audience = decodeAudience(item, &doc) { set.audiences.append(audience) }
                 }
             default: break
             }
@@ -180,6 +185,27 @@ public struct ManifestDecoder {
             }
         }
         return group
+    }
+
+    private func decodeAudience(_ node: Node, _ doc: inout YAMLDocument) -> GroupSpec? {
+        guard let pairs = doc.mapping(node, "an audience", allowed: Self.audienceKeys) else { return nil }
+        guard let namePair = pairs.first(where: { $0.key == "name" }) else {
+            doc.error(
+                "an audience needs a 'name' (to convert a device group, use its notification_key_name).", node)
+            return nil
+        }
+        guard let name = doc.string(namePair.value, "'name'") else { return nil }
+        var audience = GroupSpec(name: Located(name, at: doc.location(namePair.value)), location: doc.location(node))
+        for (key, _, value) in pairs {
+            switch key {
+            case "protect": audience.protect = doc.bool(value, "'protect'") ?? false
+            case "retire_group_key": audience.retireGroupKey = doc.bool(value, "'retire_group_key'") ?? false
+            case "description": audience.description = doc.string(value, "'description'")
+            case "members": audience.members = decodeMembers(value, owner: "audience '\(name)'", &doc)
+            default: break
+            }
+        }
+        return audience
     }
 
     private func decodeMembers(_ node: Node, owner: String, _ doc: inout YAMLDocument) -> [MemberRef] {

@@ -61,6 +61,7 @@ public struct ManifestFormatter: Sendable {
             case .device: .device
             case .topic: .topic
             case .group: .group
+            case .audience: .audience
             case .member: .member
             default: nil
             }
@@ -88,17 +89,19 @@ public struct ManifestFormatter: Sendable {
 
     /// Where a node sits in the manifest schema, which decides key order and list sorting.
     enum Context: Equatable {
-        case root, inventory, inventoryFile, device, labels, topic, group, member, selector, sortedList, plain
+        case root, inventory, inventoryFile, device, labels, topic, group, audience, member, selector, sortedList,
+            plain
 
         func child(key: String) -> Context {
             switch (self, key) {
             case (.root, "inventory"): .inventory
             case (.root, "topics"): .topic  // the items of the list
             case (.root, "groups"): .group
+            case (.root, "audiences"): .audience
             case (.inventory, "files"): .inventoryFile
             case (.inventory, "devices"): .device
             case (.device, "labels"): .labels
-            case (.topic, "members"), (.group, "members"): .member
+            case (.topic, "members"), (.group, "members"), (.audience, "members"): .member
             case (.member, "selector"): .selector
             case (.member, "tokens"), (.member, "devices"), (.member, "token"), (.member, "device"): .sortedList
             case (.selector, _), (.sortedList, _): .sortedList
@@ -116,6 +119,7 @@ public struct ManifestFormatter: Sendable {
             case .device: order = ManifestSchema.keys(.device)
             case .topic: order = ManifestSchema.keys(.topic)
             case .group: order = ManifestSchema.keys(.group)
+            case .audience: order = ManifestSchema.keys(.audience)
             case .member: order = ManifestSchema.keys(.member)
             case .labels, .selector, .sortedList: return nil  // alphabetical
             case .plain: return 0

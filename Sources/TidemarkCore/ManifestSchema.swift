@@ -3,18 +3,19 @@
 public enum ManifestSchema {
     /// The kinds of mapping a manifest has.
     public enum Node: String, Sendable, CaseIterable {
-        case root, inventory, inventoryFile, device, topic, group, member
+        case root, inventory, inventoryFile, device, topic, group, audience, member
     }
 
     /// The keys a node may have, in canonical order.
     public static func keys(_ node: Node) -> [String] {
         switch node {
-        case .root: ["inventory", "topics", "groups"]
+        case .root: ["inventory", "topics", "groups", "audiences"]
         case .inventory: ["files", "devices"]
         case .inventoryFile: ["path", "format"]
         case .device: ["id", "token", "labels"]
         case .topic: ["name", "description", "mode", "protect", "allow_empty", "opt_outs", "members"]
         case .group: ["notification_key_name", "description", "protect", "members"]
+        case .audience: ["name", "description", "protect", "retire_group_key", "members"]
         case .member: ["token", "tokens", "device", "devices", "selector", "file"]
         }
     }
@@ -26,6 +27,7 @@ public enum ManifestSchema {
         case .device: ["id", "token"]
         case .topic: ["name"]
         case .group: ["notification_key_name"]
+        case .audience: ["name"]
         default: []
         }
     }

@@ -34,6 +34,11 @@ public struct MarkdownPlanRenderer: Sendable {
         let head = "### \(icon) tidemark: \(Self.escape(text.verdict(plan)))"
         var blocks: [MarkdownBlock] = []
         if let line = PlanRenderer.driftOnlyLine(plan) { blocks.append(.text("> " + Self.escape(line))) }
+        if let shadow = plan.shadowVerify {
+            blocks.append(.text("> **" + Self.escape(shadow.verdict) + "**"))
+            let lines = shadow.lines(show: show)
+            if !lines.isEmpty { blocks.append(detailBlock(title: "Shadow verify differences", lines: lines)) }
+        }
         if plan.isPartial {
             blocks.append(
                 .text(
@@ -80,7 +85,7 @@ public struct MarkdownPlanRenderer: Sendable {
             }
             for change in plan.groups {
                 rows.append(
-                    "| `\(change.group)` | group | \(change.action.rawValue) | +\(change.add) | −\(change.remove) | \(legend.cell(change.notes, escape: Self.escape)) |"
+                    "| `\(change.group)` | \(change.audience == true ? "audience" : "group") | \(change.action.rawValue) | +\(change.add) | −\(change.remove) | \(legend.cell(change.notes, escape: Self.escape)) |"
                 )
             }
             let header = "| Topic / group | Kind | Mode | Adds | Removes | Why |\n|---|---|---|--:|--:|---|"
@@ -119,7 +124,7 @@ public struct MarkdownPlanRenderer: Sendable {
             blocks.append(
                 detailBlock(
                     title:
-                        "group <code>\(Self.escape(change.group))</code>: \(change.action.rawValue) +\(change.add) −\(change.remove)",
+                        "\(change.audience == true ? "audience" : "group") <code>\(Self.escape(change.group))</code>: \(change.action.rawValue) +\(change.add) −\(change.remove)",
                     lines: lines))
         }
         let warnings = plan.diagnostics.filter { $0.severity == .warning }
@@ -214,7 +219,10 @@ struct OperationIndex {
 
     init(_ plan: Plan) {
         for op in plan.operations {
-            if op.kind.isGroup {
+            if op.kind.isStateOnly {
+                // An audience's members are in its change's counts; the step lists them all, not what moved.
+                continue
+            } else if op.kind.isGroup {
                 groups[op.target, default: []].append(op)
             } else {
                 topicOperations[op.target, default: [:]][op.kind, default: []].append(op)

@@ -8,8 +8,20 @@ public struct PlannedOperation: Sendable, Codable, Equatable {
         case groupCreate = "group_create"
         case groupAdd = "group_add"
         case groupRemove = "group_remove"
+        /// State only, no call to FCM: the audience's members become these tokens (created when new).
+        case audienceSet = "audience_set"
+        /// State only: the audience is forgotten.
+        case audienceDelete = "audience_delete"
+        /// State only: the FCM group the audience was converted from is forgotten (FCM turned
+        /// device groups down, so it no longer exists).
+        case audienceUnlink = "audience_unlink"
 
-        public var isGroup: Bool { self == .groupCreate || self == .groupAdd || self == .groupRemove }
+        /// Runs in its group's sequence (device-group calls and the state-only audience steps).
+        public var isGroup: Bool { isGroupCall || isStateOnly }
+        /// A call to FCM's device-group API.
+        public var isGroupCall: Bool { self == .groupCreate || self == .groupAdd || self == .groupRemove }
+        /// Changes only tidemark's state: an audience has no FCM object behind it.
+        public var isStateOnly: Bool { self == .audienceSet || self == .audienceDelete || self == .audienceUnlink }
     }
 
     public var kind: Kind
@@ -65,6 +77,10 @@ public struct ChangeReason: Sendable, Codable, Equatable {
 public struct GroupChange: Sendable, Codable, Equatable {
     public enum Action: String, Sendable, Codable {
         case create, update, adopt, delete
+        /// A device group becomes a tidemark audience; the FCM group is kept until retired.
+        case convert
+        /// The FCM group behind an audience is deleted (`retire_group_key: true`).
+        case retire
     }
 
     public var group: String
@@ -72,6 +88,17 @@ public struct GroupChange: Sendable, Codable, Equatable {
     public var add: Int
     public var remove: Int
     public var notes: [String]
+    /// True for a tidemark audience (a named set in state, no FCM group); absent for device groups.
+    public var audience: Bool? = nil
+
+    public init(group: String, action: Action, add: Int, remove: Int, notes: [String], audience: Bool? = nil) {
+        self.group = group
+        self.action = action
+        self.add = add
+        self.remove = remove
+        self.notes = notes
+        self.audience = audience
+    }
 }
 
 /// What a refresh saw that differs from state; recorded in the plan so `apply FILE` stores it too.
@@ -189,6 +216,9 @@ public struct Plan: Sendable, Codable {
     /// Made with `--drift-only`: it re-asserts what the last apply established, and this many changes
     /// the manifests and inventory call for wait for a normal apply (absent otherwise).
     public var driftOnly: DriftOnlyNote? = nil
+    /// A plan read through another topic API than the configured one: how what it read compares with
+    /// state (absent otherwise).
+    public var shadowVerify: ShadowVerify? = nil
 
     public init(
         formatVersion: Int = Plan.currentFormatVersion, tidemarkVersion: String, createdAt: Date,

@@ -78,16 +78,19 @@ public struct PlanRenderer: Sendable {
                 "No changes. FCM matches the manifests\(respected)\(plan.refreshed ? "" : " (as recorded in state; not refreshed)")."
         }
         let topics = Set(plan.operations.filter { !$0.kind.isGroup }.map(\.target)).count
-        let groups = Set(plan.operations.filter { $0.kind.isGroup }.map(\.target)).count
+        let audienceNames = Set(plan.groups.filter { $0.audience == true }.map(\.group))
+        let groups = Set(plan.operations.filter { $0.kind.isGroup }.map(\.target)).subtracting(audienceNames).count
+        let audiences = audienceNames.count
         var parts: [String] = []
         if topics > 0 { parts.append("\(Self.formatCount(topics)) topic\(topics == 1 ? "" : "s")") }
         if groups > 0 { parts.append("\(Self.formatCount(groups)) group\(groups == 1 ? "" : "s")") }
-        let change = topics + groups == 1 ? "changes" : "change"
+        if audiences > 0 { parts.append("\(Self.formatCount(audiences)) audience\(audiences == 1 ? "" : "s")") }
+        let change = topics + groups + audiences == 1 ? "changes" : "change"
         var counts: [String] = []
         counts.append("+\(Self.formatCount(plan.subscribeCount)) subscription\(plan.subscribeCount == 1 ? "" : "s")")
         counts.append(
             "−\(Self.formatCount(plan.unsubscribeCount)) unsubscription\(plan.unsubscribeCount == 1 ? "" : "s")")
-        let groupCalls = plan.operations.filter { $0.kind.isGroup }.count
+        let groupCalls = plan.operations.filter { $0.kind.isGroupCall }.count
         if groupCalls > 0 { counts.append("\(groupCalls) group call\(groupCalls == 1 ? "" : "s")") }
         let rotated = plan.rotations?.count ?? 0
         let rotation =
@@ -107,6 +110,11 @@ public struct PlanRenderer: Sendable {
         if let line = Self.driftOnlyLine(plan) {
             out.append("")
             out.append(line)
+        }
+        if let shadow = plan.shadowVerify {
+            out.append("")
+            out.append(shadow.verdict)
+            out += shadow.lines(show: show).map { "  " + $0 }
         }
         if plan.isPartial {
             out.append("")
@@ -150,15 +158,17 @@ public struct PlanRenderer: Sendable {
                 out += tokenLines(index, topic: change.topic)
             }
         }
-        if !plan.groups.isEmpty {
+        for audiences in [false, true] {
+            let changes = plan.groups.filter { ($0.audience ?? false) == audiences }
+            guard !changes.isEmpty else { continue }
             out.append("")
-            out.append("Device groups:")
-            for change in plan.groups {
+            out.append(audiences ? "Audiences (named sets in state; no FCM group):" : "Device groups:")
+            for change in changes {
                 let symbol =
                     switch change.action {
                     case .create: "+"
-                    case .delete: "-"
-                    case .update, .adopt: "~"
+                    case .delete, .retire: "-"
+                    case .update, .adopt, .convert: "~"
                     }
                 out.append("  \(symbol) \(change.group)  \(change.action.rawValue)  +\(change.add)  −\(change.remove)")
                 out += legend.inline(change.notes).map { "      note: \($0)" }
@@ -239,8 +249,15 @@ public struct PlanRenderer: Sendable {
                 "\(Self.formatCount(change.unsubscribe)) unsubscription\(change.unsubscribe == 1 ? "" : "s") from '\(change.topic)' (\(why))"
             )
         }
-        for change in plan.groups where change.action == .delete {
+        for change in plan.groups where change.audience != true && change.action == .delete {
             lines.append("device group '\(change.group)' will be deleted (all \(change.remove) members removed)")
+        }
+        let groupCalls = Set(plan.operations.filter { $0.kind == .groupRemove }.map(\.target))
+        for change in plan.groups
+        where change.audience == true && (change.action == .retire || change.action == .delete)
+            && groupCalls.contains(change.group)
+        {
+            lines.append("the FCM device group behind audience '\(change.group)' will be deleted (its members removed)")
         }
         return lines
     }

@@ -85,9 +85,40 @@ public struct Resolver {
             groups.append(
                 DesiredGroup(name: name, protect: spec.protect, members: members, location: spec.name.location))
         }
+        var audiences: [DesiredGroup] = []
+        var seenAudiences: [String: SourceLocation] = [:]
+        for spec in manifests.audiences {
+            let name = spec.name.value
+            if name.isEmpty {
+                diagnostics.append(.error("an audience's 'name' is empty.", at: spec.name.location))
+                continue
+            }
+            if let first = seenAudiences[name] {
+                diagnostics.append(
+                    .error(
+                        "audience '\(name)' is defined twice: here and at \(first); merge the two definitions.",
+                        at: spec.name.location))
+                continue
+            }
+            if let group = seenGroups[name] {
+                diagnostics.append(
+                    .error(
+                        "'\(name)' is declared both as a device group (at \(group)) and as an audience; converting a group to an audience moves it from 'groups:' to 'audiences:'. Keep one.",
+                        at: spec.name.location))
+                continue
+            }
+            seenAudiences[name] = spec.name.location
+            let members = context.resolve(spec.members, owner: "audience '\(name)'", table: &table, &diagnostics)
+            audiences.append(
+                DesiredGroup(
+                    name: name, protect: spec.protect, members: members, location: spec.name.location,
+                    retireGroupKey: spec.retireGroupKey))
+        }
         diagnostics += checkTopicsPerToken(topics, table: table)
         let known = TokenSet(context.deviceTokenIDs).union(TokenSet(context.namedTokens))
-        return (DesiredState(topics: topics, groups: groups, knownTokens: known), diagnostics)
+        return (
+            DesiredState(topics: topics, groups: groups, audiences: audiences, knownTokens: known), diagnostics
+        )
     }
 
     private func checkTopicsPerToken(_ topics: [DesiredTopic], table: TokenTable) -> [Diagnostic] {
@@ -340,6 +371,10 @@ extension Resolver {
         }
         for spec in manifests.groups {
             check(spec.members, owner: "group '\(spec.name.value)'", key: State.versionKey(.group, spec.name.value))
+        }
+        for spec in manifests.audiences {
+            check(
+                spec.members, owner: "audience '\(spec.name.value)'", key: State.versionKey(.group, spec.name.value))
         }
         return result
     }

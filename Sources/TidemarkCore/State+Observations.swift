@@ -85,7 +85,8 @@ extension State {
         for entry in observations.groupKeys {
             var group = groups[entry.group] ?? GroupState(key: nil)
             group.key = entry.key
-            if entry.key == nil { group.members = TokenSet() }
+            // A vanished device group lost its members; an audience keeps its own.
+            if entry.key == nil, !group.audience { group.members = TokenSet() }
             groups[entry.group] = group
         }
         growToTable()
@@ -168,10 +169,28 @@ extension State {
             var group = groups[operation.target] ?? GroupState(key: nil)
             group.members.subtract(TokenSet(ids))
             if group.members.isEmpty {
-                groups[operation.target] = nil
+                // FCM deleted the emptied group. An audience outlives the group it was converted
+                // from (its members are set again by the audience step that follows), and what
+                // `groups export` read is kept: FCM keeps no copy.
+                if group.audience || group.exported != nil {
+                    group.key = nil
+                    groups[operation.target] = group
+                } else {
+                    groups[operation.target] = nil
+                }
             } else {
                 groups[operation.target] = group
             }
+        case .audienceSet:
+            var group = groups[operation.target] ?? GroupState(key: nil)
+            // A device group converted keeps its key (while the FCM group lives) and its export.
+            group.audience = true
+            group.members = TokenSet(ids)
+            groups[operation.target] = group
+        case .audienceDelete:
+            groups[operation.target] = nil
+        case .audienceUnlink:
+            groups[operation.target]?.key = nil
         }
         return changedTopics
     }
@@ -208,6 +227,10 @@ extension State {
         for spec in desired.groups where targets.coversGroup(spec.name) {
             // A group about to be created keeps its protection from the start.
             if groups[spec.name] == nil, spec.protect { groups[spec.name] = GroupState(key: nil) }
+            groups[spec.name]?.protect = spec.protect
+        }
+        for spec in desired.audiences where targets.coversGroup(spec.name) {
+            // Only an audience that exists: a new one is made by its audience step.
             groups[spec.name]?.protect = spec.protect
         }
     }

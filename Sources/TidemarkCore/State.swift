@@ -24,17 +24,34 @@ public struct TopicState: Sendable, Equatable {
     }
 }
 
-/// What tidemark remembers of a device group.
+/// What tidemark remembers of a device group, or of an audience (a named set of devices with no
+/// FCM group behind it, which shares the groups' names).
 public struct GroupState: Sendable, Equatable {
-    /// The notification key FCM returned; nil when the group is not known to exist.
+    /// The notification key FCM returned; nil when the group is not known to exist. For an audience:
+    /// the FCM group it was converted from, while that group lives (until retired or turned down).
     public var key: String?
     public var protect: Bool
+    /// A device group: the members tidemark made. An audience: its members (and, while `key` is
+    /// set, the FCM group's, which tidemark keeps in step until the group is retired).
     public var members: TokenSet
+    /// A tidemark audience rather than an FCM device group.
+    public var audience: Bool
+    /// Every token FCM's export call listed for the group (members the app added included), when
+    /// `groups export` last read it; nil when never exported.
+    public var exported: TokenSet?
+    /// When `exported` was read (seconds since 1970); 0 when never.
+    public var exportedAt: Int64
 
-    public init(key: String?, protect: Bool = false, members: TokenSet = TokenSet()) {
+    public init(
+        key: String?, protect: Bool = false, members: TokenSet = TokenSet(), audience: Bool = false,
+        exported: TokenSet? = nil, exportedAt: Int64 = 0
+    ) {
         self.key = key
         self.protect = protect
         self.members = members
+        self.audience = audience
+        self.exported = exported
+        self.exportedAt = exportedAt
     }
 }
 

@@ -25,8 +25,8 @@ public enum TopicTransport: String, Sendable, Codable, CaseIterable, CustomStrin
     /// v1 (a group call is one), a request per operation on IID.
     public func requests(for operations: [PlannedOperation]) -> Int {
         switch self {
-        case .iid: operations.count
-        case .v1: operations.reduce(0) { $0 + ($1.kind.isGroup ? 1 : $1.tokens.count) }
+        case .iid: operations.filter { !$0.kind.isStateOnly }.count
+        case .v1: operations.reduce(0) { $0 + ($1.kind.isStateOnly ? 0 : $1.kind.isGroup ? 1 : $1.tokens.count) }
         }
     }
 }

@@ -18,7 +18,7 @@ import Glibc
 /// session state (no advisory locks, no `SET`), so it works through PgBouncer in transaction pooling.
 public final class PostgresStateStore: StateStore {
     /// The schema this tidemark writes; a database at a newer version is refused.
-    public static let schemaVersion = 3
+    public static let schemaVersion = 4
 
     public let url: PostgresURL
     public let workspace: String
@@ -91,13 +91,19 @@ public final class PostgresStateStore: StateStore {
             }
             var groups: [String: GroupState] = [:]
             for try await row in try await c.query(
-                "SELECT name, key, protect, members FROM tidemark_groups WHERE workspace = \(self.workspace)")
+                """
+                SELECT name, key, protect, members, audience, exported, exported_at FROM tidemark_groups
+                WHERE workspace = \(self.workspace)
+                """)
             {
-                let (name, key, protect, members) = try self.decode(
-                    row, (String, String?, Bool, ByteBuffer).self, table: "tidemark_groups")
+                let (name, key, protect, members, audience, exported, exportedAt) = try self.decode(
+                    row, (String, String?, Bool, ByteBuffer, Bool, ByteBuffer?, Int64).self, table: "tidemark_groups")
                 groups[name] = GroupState(
                     key: key, protect: protect,
-                    members: try self.tokenSet(members, count: table.count, table: "tidemark_groups"))
+                    members: try self.tokenSet(members, count: table.count, table: "tidemark_groups"),
+                    audience: audience,
+                    exported: try exported.map { try self.tokenSet($0, count: table.count, table: "tidemark_groups") },
+                    exportedAt: exportedAt)
             }
             var state = State(
                 lineage: lineage, serial: Int(serial), tokens: table, seenAt: seenAt, dead: TokenSet(sorted: dead),
@@ -165,10 +171,12 @@ public final class PostgresStateStore: StateStore {
                 if let group = snapshot.groups[name] {
                     try await c.run(
                         """
-                        INSERT INTO tidemark_groups (workspace, name, key, protect, members)
-                        VALUES (\(workspace), \(name), \(group.key), \(group.protect), \(Self.bytes(group.members)))
+                        INSERT INTO tidemark_groups (workspace, name, key, protect, members, audience, exported, exported_at)
+                        VALUES (\(workspace), \(name), \(group.key), \(group.protect), \(Self.bytes(group.members)),
+                            \(group.audience), \(group.exported.map(Self.bytes)), \(group.exportedAt))
                         ON CONFLICT (workspace, name) DO UPDATE SET key = EXCLUDED.key, protect = EXCLUDED.protect,
-                            members = EXCLUDED.members
+                            members = EXCLUDED.members, audience = EXCLUDED.audience, exported = EXCLUDED.exported,
+                            exported_at = EXCLUDED.exported_at
                         """)
                 } else {
                     try await c.run("DELETE FROM tidemark_groups WHERE workspace = \(workspace) AND name = \(name)")
@@ -670,6 +678,12 @@ public final class PostgresStateStore: StateStore {
             "ALTER TABLE tidemark_tokens ADD COLUMN device_id TEXT NOT NULL DEFAULT ''",
             "ALTER TABLE tidemark_tokens ADD COLUMN left_at BIGINT NOT NULL DEFAULT 0",
         ],
+        [
+            // 4: audiences (named sets with no FCM group) and what `groups export` read from FCM.
+            "ALTER TABLE tidemark_groups ADD COLUMN audience BOOLEAN NOT NULL DEFAULT false",
+            "ALTER TABLE tidemark_groups ADD COLUMN exported BYTEA",
+            "ALTER TABLE tidemark_groups ADD COLUMN exported_at BIGINT NOT NULL DEFAULT 0",
+        ],
     ]
 
     // MARK: - Rows
@@ -697,8 +711,8 @@ public final class PostgresStateStore: StateStore {
             return try row.decode((Int64, String, Int64, Bool, String, Int64).self) as! T
         case is (String, String, Bool, ByteBuffer, ByteBuffer, ByteBuffer).Type:
             return try row.decode((String, String, Bool, ByteBuffer, ByteBuffer, ByteBuffer).self) as! T
-        case is (String, String?, Bool, ByteBuffer).Type:
-            return try row.decode((String, String?, Bool, ByteBuffer).self) as! T
+        case is (String, String?, Bool, ByteBuffer, Bool, ByteBuffer?, Int64).Type:
+            return try row.decode((String, String?, Bool, ByteBuffer, Bool, ByteBuffer?, Int64).self) as! T
         case is (String, Int64).Type: return try row.decode((String, Int64).self) as! T
         case is (String, Int64, ByteBuffer).Type: return try row.decode((String, Int64, ByteBuffer).self) as! T
         case is (Int64, Int64, Int64, Int64).Type: return try row.decode((Int64, Int64, Int64, Int64).self) as! T

@@ -13,7 +13,9 @@ import TidemarkCore
 public final class SQLiteStateStore: StateStore {
     /// 'TDMK', set as SQLite's application_id so a foreign database is recognised at once.
     static let applicationID: Int32 = 0x5444_4D4B
-    static let formatVersion = 1
+    /// 2: groups carry audience, exported and exported_at (a file of format 1 is brought up to 2 by
+    /// its first write; a tidemark that reads only 1 refuses it rather than lose audiences).
+    static let formatVersion = 2
 
     public let path: String
     public let location: String
@@ -116,7 +118,8 @@ public final class SQLiteStateStore: StateStore {
                     left_at INTEGER NOT NULL DEFAULT 0);
                 CREATE TABLE topics (name TEXT PRIMARY KEY, mode TEXT NOT NULL, protect INTEGER NOT NULL,
                     managed BLOB NOT NULL, observed BLOB NOT NULL, opted_out BLOB NOT NULL DEFAULT x'');
-                CREATE TABLE groups (name TEXT PRIMARY KEY, key TEXT, protect INTEGER NOT NULL, members BLOB NOT NULL);
+                CREATE TABLE groups (name TEXT PRIMARY KEY, key TEXT, protect INTEGER NOT NULL, members BLOB NOT NULL,
+                    audience INTEGER NOT NULL DEFAULT 0, exported BLOB, exported_at INTEGER NOT NULL DEFAULT 0);
                 CREATE TABLE applies (id TEXT PRIMARY KEY, started_at INTEGER NOT NULL, finished_at INTEGER,
                     status TEXT NOT NULL, manifests_digest TEXT NOT NULL, operations_digest TEXT NOT NULL,
                     operation_count INTEGER NOT NULL, plan BLOB NOT NULL);
@@ -159,6 +162,11 @@ public final class SQLiteStateStore: StateStore {
 
     static func hasOptOutColumn(_ db: Database) throws -> Bool {
         try db.columns(in: "topics").contains { $0.name == "opted_out" }
+    }
+
+    /// audience, exported and exported_at came together, with audiences and `groups export`.
+    static func hasAudienceColumn(_ db: Database) throws -> Bool {
+        try db.columns(in: "groups").contains { $0.name == "audience" }
     }
 
     private func run<T>(_ body: () throws -> T) throws -> T {
@@ -232,10 +240,21 @@ public final class SQLiteStateStore: StateStore {
                             ? try decode(cell(row, 5, in: "topics"), count: table.count, in: "topics") : TokenSet())
                 }
                 var groups: [String: GroupState] = [:]
-                for row in try Row.fetchAll(db, sql: "SELECT name, key, protect, members FROM groups") {
-                    groups[try cell(row, 0, in: "groups")] = GroupState(
+                // Files written before audiences have no audience column: every row is a device group.
+                let audiences = try Self.hasAudienceColumn(db)
+                let groupColumns =
+                    "name, key, protect, members" + (audiences ? ", audience, exported, exported_at" : "")
+                for row in try Row.fetchAll(db, sql: "SELECT \(groupColumns) FROM groups") {
+                    var group = GroupState(
                         key: try cell(row, 1, in: "groups"), protect: try cell(row, 2, in: "groups"),
                         members: try decode(cell(row, 3, in: "groups"), count: table.count, in: "groups"))
+                    if audiences {
+                        group.audience = try cell(row, 4, in: "groups")
+                        let exported: Data? = try cell(row, 5, in: "groups")
+                        group.exported = try exported.map { try decode($0, count: table.count, in: "groups") }
+                        group.exportedAt = try cell(row, 6, in: "groups")
+                    }
+                    groups[try cell(row, 0, in: "groups")] = group
                 }
                 var state = State(
                     lineage: lineage, serial: serial, tokens: table, seenAt: seenAt, dead: TokenSet(sorted: dead),
@@ -325,6 +344,14 @@ public final class SQLiteStateStore: StateStore {
                     try db.execute(sql: "ALTER TABLE tokens ADD COLUMN device_id TEXT NOT NULL DEFAULT ''")
                     try db.execute(sql: "ALTER TABLE tokens ADD COLUMN left_at INTEGER NOT NULL DEFAULT 0")
                 }
+                if try !Self.hasAudienceColumn(db) {
+                    try db.execute(sql: "ALTER TABLE groups ADD COLUMN audience INTEGER NOT NULL DEFAULT 0")
+                    try db.execute(sql: "ALTER TABLE groups ADD COLUMN exported BLOB")
+                    try db.execute(sql: "ALTER TABLE groups ADD COLUMN exported_at INTEGER NOT NULL DEFAULT 0")
+                    try db.execute(
+                        sql: "UPDATE meta SET value = ? WHERE key = 'format_version'",
+                        arguments: [String(Self.formatVersion)])
+                }
                 func device(_ id: Int) -> String { id < snapshot.deviceIDs.count ? snapshot.deviceIDs[id] : "" }
                 func left(_ id: Int) -> Int64 { id < snapshot.leftAt.count ? snapshot.leftAt[id] : 0 }
                 // A rebuilt token table replaces the stored one, in the same transaction as every set.
@@ -370,8 +397,14 @@ public final class SQLiteStateStore: StateStore {
                 for name in Set(write.groups) {
                     if let group = snapshot.groups[name] {
                         try db.execute(
-                            sql: "INSERT OR REPLACE INTO groups (name, key, protect, members) VALUES (?, ?, ?, ?)",
-                            arguments: [name, group.key, group.protect, encode(group.members)])
+                            sql: """
+                                INSERT OR REPLACE INTO groups (name, key, protect, members, audience, exported, exported_at)
+                                VALUES (?, ?, ?, ?, ?, ?, ?)
+                                """,
+                            arguments: [
+                                name, group.key, group.protect, encode(group.members), group.audience,
+                                group.exported.map(encode), group.exportedAt,
+                            ])
                     } else {
                         try db.execute(sql: "DELETE FROM groups WHERE name = ?", arguments: [name])
                     }

@@ -68,6 +68,12 @@ public enum StateStoreConformance {
         state.topics["sports"] = TopicState(
             managed: TokenSet([5, 9]), observed: TokenSet([5, 6]), optedOut: TokenSet([9]))
         state.groups["family"] = GroupState(key: "APA91bkey", protect: false, members: TokenSet([7, 8]))
+        // A group converted to an audience (its FCM group still kept), exported before; and an audience
+        // with no FCM group at all.
+        state.groups["kitchen"] = GroupState(
+            key: "APA91bold", protect: true, members: TokenSet([2, 3]), audience: true,
+            exported: TokenSet([2, 3, 6]), exportedAt: 555)
+        state.groups["beta-testers"] = GroupState(key: nil, members: TokenSet([0, 1]), audience: true)
         state.backend = BackendIdentity(kind: .fcm, project: "tidewatch-prod")
         return state
     }
@@ -359,7 +365,8 @@ public enum StateStoreConformance {
     static func recordsWhenEachTopicAndGroupChanged(_ store: any StateStore) async throws {
         var state = sample(tokens: 10)
         try await store.save(&state, writeAll(state), at: 1000)
-        #expect(state.versions == ["topic:news": 1, "topic:sports": 1, "group:family": 1])
+        let groups = ["group:family": 1, "group:kitchen": 1, "group:beta-testers": 1]
+        #expect(state.versions == ["topic:news": 1, "topic:sports": 1].merging(groups) { a, _ in a })
         state.topics["news"]!.observed = TokenSet([1])
         var write = StateWrite()
         write.topics = ["news"]
@@ -369,7 +376,7 @@ public enum StateStoreConformance {
         write = StateWrite()
         write.topics = ["sports"]
         try await store.save(&state, write, at: 1003)
-        let expected = ["topic:news": 2, "topic:sports": 4, "group:family": 1]
+        let expected = ["topic:news": 2, "topic:sports": 4].merging(groups) { a, _ in a }
         #expect(state.versions == expected, "the saving state knows its versions")
         #expect(try await store.load()?.versions == expected, "and so does the store")
     }

@@ -187,6 +187,7 @@ struct ApplyCommand: AsyncParsableCommand {
             var subscribed: Int
             var unsubscribed: Int
             var groupCalls: Int
+            var audiences: Int
             var requests: Int
             var retries: Int
             var seconds: Double
@@ -196,6 +197,7 @@ struct ApplyCommand: AsyncParsableCommand {
                 subscribed = summary.subscribed
                 unsubscribed = summary.unsubscribed
                 groupCalls = summary.groupCalls
+                audiences = summary.audiences
                 requests = summary.requests
                 retries = summary.retries
                 seconds = (summary.seconds * 1000).rounded() / 1000
@@ -264,7 +266,7 @@ struct ApplyCommand: AsyncParsableCommand {
     /// The summary line of an apply, and a warning per kind of failure.
     private func report(_ summary: ApplySummary, showTokens: Bool) {
         Terminal.out(
-            "Apply complete: +\(PlanRenderer.formatCount(summary.subscribed)) subscribed, −\(PlanRenderer.formatCount(summary.unsubscribed)) unsubscribed, \(summary.groupCalls) group calls; \(PlanRenderer.formatCount(summary.requests)) requests\(summary.retries > 0 ? " (\(PlanRenderer.formatCount(summary.retries)) of them retries)" : "") in \(String(format: "%.1f", summary.seconds)) s.\n"
+            "Apply complete: +\(PlanRenderer.formatCount(summary.subscribed)) subscribed, −\(PlanRenderer.formatCount(summary.unsubscribed)) unsubscribed, \(summary.groupCalls) group calls\(summary.audiences > 0 ? ", \(summary.audiences) audience\(summary.audiences == 1 ? "" : "s") written in state" : ""); \(PlanRenderer.formatCount(summary.requests)) requests\(summary.retries > 0 ? " (\(PlanRenderer.formatCount(summary.retries)) of them retries)" : "") in \(String(format: "%.1f", summary.seconds)) s.\n"
         )
         for (code, failures) in summary.failuresByCode {
             let examples = failures.prefix(5).map {

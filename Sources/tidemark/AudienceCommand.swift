@@ -5,13 +5,18 @@ import TidemarkCore
 struct AudienceCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "audience",
-        abstract: "Say which devices a message to an FCM topic condition would reach.",
+        abstract: "Say which devices a message to an FCM topic condition, or a named audience, would reach.",
         discussion: """
             Parses CONDITION as FCM does (quoted topics with 'in topics', !, &&, ||, parentheses, at \
             most five topics) and evaluates it over the memberships the manifests declare (--from \
             desired, the default) or those tidemark last observed (--from observed; add --refresh to \
             read the backend first). Prints how many devices it reaches and which, tokens redacted. \
             Example: tidemark audience "'scores-breaking' in topics && !('ops-canary' in topics)"
+
+            --name NAME lists an audience (manifests' 'audiences:') or device group instead: its members \
+            as declared (--from desired) or as state holds them after the last apply (--from observed). \
+            With --format json this is the token list an app sends to one by one (sendEachForMulticast, \
+            500 tokens a call) once device groups are gone.
             """
     )
 
@@ -21,7 +26,13 @@ struct AudienceCommand: AsyncParsableCommand {
         help: ArgumentHelp(
             "An FCM condition, e.g. \"'a' in topics && ('b' in topics || 'c' in topics)\".",
             valueName: "CONDITION"))
-    var condition: String
+    var condition: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "List the members of this audience (or device group) instead of evaluating a condition.",
+            valueName: "NAME"))
+    var name: String?
 
     @Option(
         help: ArgumentHelp(
@@ -38,6 +49,12 @@ struct AudienceCommand: AsyncParsableCommand {
     @OptionGroup var output: DataFormatOption
 
     func validate() throws {
+        if (condition == nil) == (name == nil) {
+            throw ValidationError("give a CONDITION or --name NAME (one of them).")
+        }
+        if name != nil, refresh {
+            throw ValidationError("--refresh reads topics from the backend; an audience lives in state.")
+        }
         guard Audience.Source(rawValue: from) != nil else {
             throw ValidationError("--from must be desired or observed, not '\(from)'.")
         }
@@ -49,6 +66,11 @@ struct AudienceCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
+            if let name {
+                try await listNamed(name)
+                return
+            }
+            let condition = condition!
             let parsed: FCMCondition
             do {
                 parsed = try FCMCondition.parse(condition)
@@ -75,22 +97,13 @@ struct AudienceCommand: AsyncParsableCommand {
                     var from: String
                     var count: Int
                     var unknownTopics: [String]
-                    var devices: [Device]
-                    struct Device: Encodable {
-                        var token: String
-                        var device: String?
-                    }
-                }
-                let devices = audience.tokens.map { token in
-                    Output.Device(
-                        token: token,
-                        device: loaded.inventory.index(ofToken: token).map { loaded.inventory.deviceIDs[$0] })
+                    var devices: [ListedDevice]
                 }
                 try Terminal.writeJSON(
                     Output(
                         condition: condition, evaluatedAs: parsed.description,
                         from: source.rawValue, count: audience.tokens.count, unknownTopics: audience.unknownTopics,
-                        devices: devices))
+                        devices: Self.listed(audience.tokens, loaded.inventory)))
                 return
             }
             for topic in audience.unknownTopics {
@@ -106,19 +119,77 @@ struct AudienceCommand: AsyncParsableCommand {
                 "The condition reaches \(PlanRenderer.formatCount(count)) device\(count == 1 ? "" : "s") \(basis).",
                 "Evaluated as: \(parsed)",
             ]
-            if let platforms = breakdown(audience.tokens, loaded.inventory) {
-                lines.append("By platform: \(platforms)")
-            }
-            let namer = workspace.deviceNamer(loaded.inventory)
-            for token in audience.tokens.prefix(limit) {
-                let shown = global.showTokens ? token : Redaction.redact(token)
-                lines.append("  \(shown)\(namer(token).map { " (\($0))" } ?? "")")
-            }
-            if count > limit, limit > 0 {
-                lines.append("  … and \(PlanRenderer.formatCount(count - limit)) more (--format json lists all)")
-            }
+            lines += deviceLines(audience.tokens, loaded.inventory, workspace)
             try Terminal.write(lines.joined(separator: "\n") + "\n")
         }
+    }
+
+    /// `--name`: an audience's or group's members.
+    private func listNamed(_ name: String) async throws {
+        let workspace = try Workspace(global)
+        let source = Audience.Source(rawValue: from)!
+        var (state, loaded) = try await AudienceWorkflow(
+            manifests: workspace.manifestSource(), store: workspace.stateStore(), output: TerminalOutput()
+        ).load()
+        state.growToTable()
+        guard let found = Audience.members(named: name, source: source, desired: loaded.desired, state: state) else {
+            let where_ = source == .desired ? "the manifests declare" : "state holds"
+            throw CLIError(
+                "\(where_) no audience or device group named '\(name)'\(source == .desired ? " ('--from observed' reads state)" : "")."
+            )
+        }
+        let kind = found.isAudience ? "audience" : "device group"
+        if output.json {
+            struct Output: Encodable {
+                var name: String
+                var kind: String
+                var from: String
+                var count: Int
+                var devices: [ListedDevice]
+            }
+            let devices = Self.listed(found.tokens, loaded.inventory, state: state)
+            try Terminal.writeJSON(
+                Output(name: name, kind: kind, from: source.rawValue, count: devices.count, devices: devices))
+            return
+        }
+        let count = found.tokens.count
+        let basis = source == .desired ? "as the manifests declare it" : "as state holds it after the last apply"
+        var lines = [
+            "The \(kind) '\(name)' has \(PlanRenderer.formatCount(count)) device\(count == 1 ? "" : "s") \(basis)."
+        ]
+        lines += deviceLines(found.tokens, loaded.inventory, workspace)
+        try Terminal.write(lines.joined(separator: "\n") + "\n")
+    }
+
+    /// A device of `--format json`: its token in full, and its id when known.
+    struct ListedDevice: Encodable {
+        var token: String
+        var device: String?
+    }
+
+    /// The devices of `tokens`, ids from the inventory, else from what state remembers.
+    static func listed(_ tokens: [String], _ inventory: Inventory, state: State? = nil) -> [ListedDevice] {
+        tokens.map { token in
+            ListedDevice(
+                token: token,
+                device: inventory.index(ofToken: token).map { inventory.deviceIDs[$0] }
+                    ?? state.flatMap { s in s.tokens.id(token).flatMap { s.deviceID(of: $0) } })
+        }
+    }
+
+    /// The platform breakdown and the first `limit` devices, redacted unless asked, for text output.
+    private func deviceLines(_ tokens: [String], _ inventory: Inventory, _ workspace: Workspace) -> [String] {
+        var lines: [String] = []
+        if let platforms = breakdown(tokens, inventory) { lines.append("By platform: \(platforms)") }
+        let namer = workspace.deviceNamer(inventory)
+        for token in tokens.prefix(limit) {
+            let shown = global.showTokens ? token : Redaction.redact(token)
+            lines.append("  \(shown)\(namer(token).map { " (\($0))" } ?? "")")
+        }
+        if tokens.count > limit, limit > 0 {
+            lines.append("  … and \(PlanRenderer.formatCount(tokens.count - limit)) more (--format json lists all)")
+        }
+        return lines
     }
 
     /// "android 812, ios 402, (none) 3" when the inventory has a platform label.

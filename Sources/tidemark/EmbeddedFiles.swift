@@ -37,6 +37,11 @@ enum EmbeddedFiles {
             "groups": {
               "type": "array",
               "items": {"$ref": "#/definitions/group"}
+            },
+            "audiences": {
+              "description": "Named sets of devices that tidemark keeps in state, with no FCM object behind them: what replaces a device group after FCM turns them down (the app sends to each token). See docs/migrating.md.",
+              "type": "array",
+              "items": {"$ref": "#/definitions/audience"}
             }
           },
           "definitions": {
@@ -107,6 +112,18 @@ enum EmbeddedFiles {
                 "description": {"type": "string"},
                 "protect": {"description": "Refuse plans that would delete this group.", "type": "boolean"},
                 "members": {"type": "array", "maxItems": 20, "items": {"$ref": "#/definitions/member"}}
+              }
+            },
+            "audience": {
+              "type": "object",
+              "additionalProperties": false,
+              "required": ["name"],
+              "properties": {
+                "name": {"description": "The audience's name; to convert a device group, its notification_key_name.", "type": "string", "minLength": 1},
+                "description": {"type": "string"},
+                "protect": {"description": "Refuse plans that would forget this audience or delete its FCM group.", "type": "boolean"},
+                "retire_group_key": {"description": "The app no longer sends to the key of the device group this audience was converted from: delete that group in FCM.", "type": "boolean"},
+                "members": {"type": "array", "items": {"$ref": "#/definitions/member"}}
               }
             },
             "member": {

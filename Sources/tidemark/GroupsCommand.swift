@@ -20,8 +20,9 @@ struct GroupsExportCommand: AsyncParsableCommand {
             tokens, and keeps no copy. This reads, for every group the manifests declare or state remembers \
             (and any NAME given), all its tokens through that call, including members tidemark did not add, \
             and writes them to FILE: NDJSON (group, notification_key, device_id, token) or, for a .csv name, \
-            CSV with a header, readable only by you. Nothing in FCM changes. Tokens and keys are redacted on \
-            the terminal; the file and --format json carry them in full.
+            CSV with a header, readable only by you. State records them too (see 'tidemark state show \
+            group:NAME'), so the mapping outlives FCM's. Nothing in FCM changes. Tokens and keys are redacted \
+            on the terminal; the file and --format json carry them in full.
             """
     )
 
@@ -46,8 +47,11 @@ struct GroupsExportCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
+            let store = workspace.stateStore()
             let export = try await workspace.withBackend(readQPS: refreshing.readQps) { backend in
-                try await GroupsExportWorkflow(workspace.parts(backend, acceptDead: true)).run(names: names)
+                try await store.withLock(workspace.lockHolder("tidemark groups export")) {
+                    try await GroupsExportWorkflow(workspace.parts(backend, acceptDead: true)).run(names: names)
+                }
             }
             if let out {
                 if FileManager.default.fileExists(atPath: out),
@@ -70,7 +74,7 @@ struct GroupsExportCommand: AsyncParsableCommand {
             let show = { (text: String) in global.showTokens ? text : Redaction.redact(text) }
             let total = export.groups.reduce(0) { $0 + $1.members.count }
             lines.append(
-                "Exported \(PlanRenderer.formatCount(total)) token\(total == 1 ? "" : "s") of \(export.groups.filter { $0.notificationKey != nil }.count) device group\(export.groups.count == 1 ? "" : "s")\(out.map { " to \($0)" } ?? ""):"
+                "Exported \(PlanRenderer.formatCount(total)) token\(total == 1 ? "" : "s") of \(export.groups.filter { $0.notificationKey != nil }.count) device group\(export.groups.count == 1 ? "" : "s")\(out.map { " to \($0)" } ?? "")\(export.serial.map { " and to state (serial \($0))" } ?? ""):"
             )
             for group in export.groups {
                 guard let key = group.notificationKey else {

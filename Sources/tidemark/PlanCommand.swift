@@ -44,6 +44,10 @@ struct PlanCommand: AsyncParsableCommand {
                 policy: try reading.policy(workspace.settings), targets: try planning.selection.targets(),
                 maxUnsubscribes: try planning.limit())
             request.driftOnly = drift.driftOnly
+            if workspace.transport != workspace.configuredTransport {
+                // The project runs on one topic API and this plan reads through the other: compare.
+                request.shadowVerify = (reads: workspace.transport, against: workspace.configuredTransport)
+            }
             let outcome: PlanOutcome
             if request.refresh.mode == .none, workspace.backendKind.isHTTP {
                 // Nothing is read from FCM: no credential is loaded, so a pull-request job can plan without the key.

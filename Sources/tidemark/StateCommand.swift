@@ -51,9 +51,13 @@ struct StateListCommand: AsyncParsableCommand {
                     }
                     struct Group: Encodable {
                         var name: String
+                        /// "group" (an FCM device group) or "audience" (a named set in state).
+                        var kind: String
                         var exists: Bool
                         var protect: Bool
                         var members: Int
+                        var exported: Int?
+                        var exportedAt: Int64?
                     }
                     struct Apply: Encodable {
                         var id: String
@@ -81,7 +85,10 @@ struct StateListCommand: AsyncParsableCommand {
                     },
                     groups: state.groups.keys.sorted().map { name in
                         let g = state.groups[name]!
-                        return .init(name: name, exists: g.key != nil, protect: g.protect, members: g.members.count)
+                        return .init(
+                            name: name, kind: g.audience ? "audience" : "group", exists: g.key != nil,
+                            protect: g.protect, members: g.members.count, exported: g.exported?.count,
+                            exportedAt: g.exported == nil ? nil : g.exportedAt)
                     },
                     applies: applies.map {
                         .init(
@@ -106,14 +113,22 @@ struct StateListCommand: AsyncParsableCommand {
                     )
                 }
             }
-            if !state.groups.isEmpty {
+            for audiences in [false, true] {
+                let names = state.groups.keys.filter { state.groups[$0]!.audience == audiences }.sorted()
+                guard !names.isEmpty else { continue }
                 lines.append("")
-                lines.append("Device groups:")
-                for name in state.groups.keys.sorted() {
+                lines.append(audiences ? "Audiences (named sets in state):" : "Device groups:")
+                for name in names {
                     let g = state.groups[name]!
-                    lines.append(
-                        "  \(name)  \(g.key == nil ? "not created" : "exists"), \(g.members.count) member\(g.members.count == 1 ? "" : "s")\(g.protect ? ", protected" : "")"
-                    )
+                    var parts: [String] = []
+                    if !audiences { parts.append(g.key == nil ? "not created" : "exists") }
+                    parts.append("\(g.members.count) member\(g.members.count == 1 ? "" : "s")")
+                    if audiences, g.key != nil { parts.append("its FCM group kept until retired") }
+                    if let exported = g.exported {
+                        parts.append("\(exported.count) token\(exported.count == 1 ? "" : "s") exported")
+                    }
+                    if g.protect { parts.append("protected") }
+                    lines.append("  \(name)  \(parts.joined(separator: ", "))")
                 }
             }
             if !applies.isEmpty {
@@ -163,6 +178,8 @@ struct StateShowCommand: AsyncParsableCommand {
         var managed: [Member]?
         var observed: [Member]?
         var members: [Member]?
+        /// What `groups export` read from FCM for the group (members the app added included).
+        var exported: [Member]?
         var serial: Int
     }
 
@@ -202,8 +219,9 @@ struct StateShowCommand: AsyncParsableCommand {
                 } else if kind != "topic", let group = state.groups[bare] {
                     try Terminal.writeJSON(
                         Report(
-                            kind: "group", name: bare, protect: group.protect, exists: group.key != nil,
-                            members: members(group.members), serial: state.serial))
+                            kind: group.audience ? "audience" : "group", name: bare, protect: group.protect,
+                            exists: group.key != nil, members: members(group.members),
+                            exported: group.exported.map(members), serial: state.serial))
                     return
                 }
             }
@@ -215,11 +233,23 @@ struct StateShowCommand: AsyncParsableCommand {
                 lines.append("  observed (\(PlanRenderer.formatCount(topic.observed.count))):")
                 lines += list(topic.observed)
             } else if kind != "topic", let group = state.groups[bare] {
-                lines.append(
-                    "Device group '\(bare)': \(group.key == nil ? "not created in FCM" : "exists in FCM (key kept in state)")\(group.protect ? ", protected" : "")"
-                )
+                if group.audience {
+                    lines.append(
+                        "Audience '\(bare)': a named set in state\(group.key == nil ? "" : "; the FCM group it was converted from is kept in step until retired")\(group.protect ? ", protected" : "")"
+                    )
+                } else {
+                    lines.append(
+                        "Device group '\(bare)': \(group.key == nil ? "not created in FCM" : "exists in FCM (key kept in state)")\(group.protect ? ", protected" : "")"
+                    )
+                }
                 lines.append("  members (\(group.members.count)):")
                 lines += list(group.members)
+                if let exported = group.exported {
+                    let when = ISO8601DateFormatter().string(
+                        from: Date(timeIntervalSince1970: TimeInterval(group.exportedAt)))
+                    lines.append("  exported from FCM at \(when) (\(exported.count)):")
+                    lines += list(exported)
+                }
             } else {
                 throw CLIError(
                     "state has no \(kind ?? "topic or group") named '\(bare)'; 'tidemark state list' shows what it has."

@@ -302,6 +302,9 @@ struct Workspace {
     /// How topic changes reach FCM: `--transport`, else `transport` in tidemark.yaml, else v1.
     var transport: TopicTransport { options.transport ?? settings.transport ?? .v1 }
 
+    /// The transport the project runs on when `--transport` is not given: tidemark.yaml's, else v1.
+    var configuredTransport: TopicTransport { settings.transport ?? .v1 }
+
     /// A backend that reads and changes nothing, for runs that make no call (`plan --no-refresh`,
     /// `device`): it loads no credential.
     func detachedBackend() -> DetachedBackend {

@@ -41,12 +41,13 @@ import Testing
 
     @Test func aSecondRunnerIsRefusedNamingTheHolderAndAKilledApplyResumes() throws {
         // 400 devices and 40 topics: no refresh (reading 400 registrations one at a time would take
-        // most of the time), then 40 subscribe calls slowed to 300 ms each, so the window in which the
-        // apply holds the lease with some operations journaled lasts about 12 s, even on a loaded runner.
+        // most of the time), then 40 subscribe calls slowed to 1 s each, so the window in which the
+        // apply holds the lease with some operations journaled lasts about 40 s: a 'state list' on a
+        // runner loaded by the whole suite can take seconds, and a 12 s window was once missed.
         let cli = try InterruptedApplyTests().makeProject()
         defer { cli.remove() }
         let ws = Self.workspace()
-        let slow = try environment(latency: 300)
+        let slow = try environment(latency: 1000)
         let (process, _, _) = try cli.start(
             ["apply", "--auto-approve", "--no-refresh", "--parallelism", "1", "--workspace", ws], environment: slow)
         defer {

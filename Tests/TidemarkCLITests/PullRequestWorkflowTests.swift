@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TidemarkCore
 import Yams
 
 /// The pull-request and schedule features end to end: partial plans, safety rails, markdown,
@@ -276,6 +277,172 @@ import Yams
         #expect(create.status == 1, "\(create.stdout)")
         #expect(
             create.stderr.contains("not available to projects created on or after 1 December 2026"), "\(create.stderr)")
+    }
+
+    /// Device groups become audiences against the emulator: the export is kept in state; converting
+    /// keeps every member and sends nothing destructive (the FCM groups stay, with their members)
+    /// until `retire_group_key: true` is reviewed; after the turn-down the rest are converted with no
+    /// call to FCM at all; the app's per-token list comes from `audience --name`.
+    @Test func groupsBecomeAudiences() async throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let server = try EmulatorServeTests.Server.start(
+            cli, data: nil,
+            extra: ["--auto-register", "--rate-limit", "0", "--project", "tidemark-demo", "--as-of", "2027-03-01"])
+        defer { _ = server.stop() }
+        let environment = server.environment
+        let backend = ["--backend", "emulator"]
+        #expect(try cli.run(["apply", "--auto-approve"] + backend, environment: environment).status == 0)
+        func fcmGroups() async throws -> [String: Set<String>] {
+            let (_, listed) = try await server.call("GET", "/emulator/v1/projects/tidemark-demo/groups")
+            var result: [String: Set<String>] = [:]
+            for group in listed["groups"] as? [[String: Any]] ?? [] {
+                result[group["name"] as! String] = Set(group["members"] as! [String])
+            }
+            return result
+        }
+        let before = try await fcmGroups()
+        #expect(before.count == 4)
+
+        // The export is recorded in state, members the app added included.
+        let export = try cli.run(["groups", "export", "--format", "json"] + backend, environment: environment)
+        #expect(export.status == 0, "\(export.stderr)")
+        let shown = try cli.run(["state", "show", "group:oncall-phones", "--format", "json"])
+        let shownObject = try #require(
+            try JSONSerialization.jsonObject(with: Data(shown.stdout.utf8)) as? [String: Any])
+        let exported = try #require(shownObject["exported"] as? [[String: Any]])
+        #expect(Set(exported.map { $0["token"] as! String }) == before["oncall-phones"])
+
+        // Convert one group: a single step, nothing sent to FCM.
+        let ops = cli.project.appendingPathComponent("manifests/ops.yaml")
+        let text = try String(contentsOf: ops, encoding: .utf8)
+        let audience = """
+
+            audiences:
+              - name: oncall-phones
+                members:
+                  - devices: [oncall-iphone-15, oncall-pixel-8]
+            """
+        try text.replacingOccurrences(
+            of:
+                "  - notification_key_name: oncall-phones\n    members:\n      - devices: [oncall-iphone-15, oncall-pixel-8]\n",
+            with: audience + "\n"
+        ).write(to: ops, atomically: true, encoding: .utf8)
+        let plan = try cli.run(["plan", "--out", "convert.json"] + backend, environment: environment)
+        #expect(plan.status == 0, "\(plan.stderr)")
+        #expect(plan.stdout.contains("~ oncall-phones  convert  +0  −0"), "\(plan.stdout)")
+        #expect(plan.stdout.contains("nothing is deleted in FCM"))
+        #expect(!plan.stdout.contains("Destructive"))
+        let apply = try cli.run(["apply", "convert.json", "--auto-approve"] + backend, environment: environment)
+        #expect(apply.status == 0, "\(apply.stderr)")
+        #expect(apply.stdout.contains("0 group calls, 1 audience written in state; 0 requests"), "\(apply.stdout)")
+        #expect(try await fcmGroups() == before, "the FCM groups are untouched")
+        let list = try cli.run(["audience", "--name", "oncall-phones", "--from", "observed", "--format", "json"])
+        let listed = try #require(try JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [String: Any])
+        #expect(listed["kind"] as? String == "audience" && listed["count"] as? Int == 2)
+        let converged = try cli.run(["plan", "--detailed-exitcode"] + backend, environment: environment)
+        #expect(converged.status == 0, "\(converged.stdout)")
+
+        // Retiring the key is what deletes the FCM group, and the plan says so to the reviewer.
+        try String(contentsOf: ops, encoding: .utf8).replacingOccurrences(
+            of: "  - name: oncall-phones\n", with: "  - name: oncall-phones\n    retire_group_key: true\n"
+        ).write(to: ops, atomically: true, encoding: .utf8)
+        let retire = try cli.run(["plan"] + backend, environment: environment)
+        #expect(retire.stdout.contains("the FCM device group behind audience 'oncall-phones' will be deleted"))
+        #expect(try cli.run(["apply", "--auto-approve"] + backend, environment: environment).status == 0)
+        var after = before
+        after["oncall-phones"] = nil
+        #expect(try await fcmGroups() == after)
+        let kept = try cli.run(["audience", "--name", "oncall-phones", "--from", "observed", "--format", "json"])
+        #expect(kept.stdout.contains("\"count\" : 2"), "every member stays: \(kept.stdout)")
+
+        // After the turn-down (emulator and tidemark told the date): the other groups are converted
+        // with no call to FCM, whose group API is gone.
+        let late = try EmulatorServeTests.Server.start(
+            cli, data: nil,
+            extra: ["--auto-register", "--rate-limit", "0", "--project", "tidemark-demo", "--as-of", "2027-10-01"])
+        defer { _ = late.stop() }
+        var told = late.environment
+        told["TIDEMARK_AS_OF"] = "2027-10-01"
+        try String(contentsOf: ops, encoding: .utf8)
+            .replacingOccurrences(of: "groups:\n", with: "")
+            .replacingOccurrences(of: "  - notification_key_name: user-", with: "  - name: user-")
+            .replacingOccurrences(of: "audiences:\n", with: "")
+            .replacingOccurrences(of: "# Device groups:", with: "audiences:\n# Device groups:")
+            .write(to: ops, atomically: true, encoding: .utf8)
+        let lateApply = try cli.run(["apply", "--auto-approve"] + backend, environment: told)
+        #expect(lateApply.status == 0, "\(lateApply.stdout)\(lateApply.stderr)")
+        #expect(lateApply.stdout.contains("no longer exists and is forgotten; nothing is sent to FCM"))
+        #expect(lateApply.stdout.contains("0 group calls, 3 audiences written in state"), "\(lateApply.stdout)")
+        let stateList = try cli.run(["state", "list", "--format", "json"])
+        let listObject = try #require(
+            try JSONSerialization.jsonObject(with: Data(stateList.stdout.utf8)) as? [String: Any])
+        let rows = try #require(listObject["groups"] as? [[String: Any]])
+        #expect(
+            rows.count == 4 && rows.allSatisfy { $0["kind"] as? String == "audience" && $0["exists"] as? Bool == false }
+        )
+        for row in rows where row["name"] as? String != "oncall-phones" {
+            let name = row["name"] as! String
+            #expect(row["members"] as? Int == before[name]?.count, "\(name) keeps every member")
+        }
+    }
+
+    /// From the iid transport to v1 with evidence: after an apply over iid, a plan read through v1 over
+    /// the whole fleet finds no difference; the differences seeded through the emulator's admin API are
+    /// each reported (redacted) and re-asserted.
+    @Test func shadowVerifyBeforeSwitchingTransports() async throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let server = try EmulatorServeTests.Server.start(
+            cli, data: nil, extra: ["--auto-register", "--rate-limit", "0", "--project", "tidemark-demo"])
+        defer { _ = server.stop() }
+        let environment = server.environment
+        let backend = ["--backend", "emulator"]
+        try cli.write("tidemark.yaml", "project: tidemark-demo\ntransport: iid\n")
+        #expect(try cli.run(["apply", "--auto-approve"] + backend, environment: environment).status == 0)
+        let clean = try cli.run(
+            ["plan", "--transport", "v1", "--refresh", "all", "--detailed-exitcode"] + backend,
+            environment: environment)
+        #expect(clean.status == 0, "\(clean.stdout)\(clean.stderr)")
+        #expect(
+            clean.stdout.contains(
+                "Shadow verify: the v1 API reads exactly what state holds from applies over iid, across all 3,003 registrations; switching transports changes nothing."
+            ), "\(clean.stdout)")
+        // Without --transport, the configured API is read and no shadow verify is made.
+        let plain = try cli.run(["plan", "--refresh", "all"] + backend, environment: environment)
+        #expect(!plain.stdout.contains("Shadow verify"))
+
+        let devices = try Self.demoDevices()
+        let outsider = devices.first { $0.value.region == "irish-sea" }!
+        let members = devices.filter { $0.value.region == "north-sea" }.keys.sorted()
+        let dropped = devices[members[0]]!
+        let project = "/emulator/v1/projects/tidemark-demo"
+        let topic = "\(project)/topics/weather-severe-north-sea/subscribers"
+        #expect(try await server.call("DELETE", topic, body: server.json(["tokens": [dropped.token]])).0 == 200)
+        #expect(try await server.call("POST", topic, body: server.json(["tokens": [outsider.value.token]])).0 == 200)
+        let found = try cli.run(
+            ["plan", "--transport", "v1", "--refresh", "all", "--detailed-exitcode"] + backend,
+            environment: environment)
+        #expect(found.status == 2, "\(found.stdout)")
+        #expect(found.stdout.contains("Shadow verify: the v1 API reads 2 differences"), "\(found.stdout)")
+        #expect(
+            found.stdout.contains(
+                "weather-severe-north-sea: \(Redaction.redact(dropped.token)) (device \(members[0])) subscribed per state, not per v1"
+            ))
+        #expect(
+            found.stdout.contains(
+                "weather-severe-north-sea: \(Redaction.redact(outsider.value.token)) (device \(outsider.key)) subscribed per v1, not per state"
+            ))
+        #expect(!found.stdout.contains(dropped.token))
+        let json = try cli.run(
+            ["plan", "--transport", "v1", "--refresh", "all", "--format", "json"] + backend, environment: environment)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+        let shadow = try #require(object["shadow_verify"] as? [String: Any])
+        #expect(shadow["difference_count"] as? Int == 2 && shadow["complete"] as? Bool == true)
+        // A sample is no evidence, and says so.
+        let sample = try cli.run(
+            ["plan", "--transport", "v1", "--refresh", "touched"] + backend, environment: environment)
+        #expect(sample.stdout.contains("not the whole fleet: use --refresh all for evidence"), "\(sample.stdout)")
     }
 
     /// Thousands of changed tokens across 200 topics: still a readable set of comments.

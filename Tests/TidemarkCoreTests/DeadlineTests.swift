@@ -101,3 +101,96 @@ import TidemarkTesting
         #expect(try await PlanWorkflow(plainParts).run(PlanRequest()).plan.diagnostics.allSatisfy { $0.code == nil })
     }
 }
+
+/// Device groups converted to audiences: one step that deletes nothing in FCM until the manifests say
+/// `retire_group_key: true`; after FCM's turn-down the group is only forgotten. Every member stays.
+@Suite struct AudienceDifferTests {
+    static func tokens(_ n: Int) -> [String] { (0..<n).map { Fixtures.token($0) } }
+
+    /// A state with device group "family" (key k1, members 0–2), and `desired` whose audiences are given.
+    static func setUp(audiences: [DesiredGroup]) -> (State, DesiredState) {
+        var state = State(lineage: "l", serial: 1)
+        for token in tokens(30) { state.tokens.intern(token) }
+        state.growToTable()
+        state.groups["family"] = GroupState(key: "k1", members: TokenSet([0, 1, 2]))
+        let desired = DesiredState(
+            topics: [], groups: [], audiences: audiences, knownTokens: TokenSet(0..<30))
+        return (state, desired)
+    }
+
+    static func applied(_ ops: [PlannedOperation], to state: State) -> State {
+        var next = state
+        for op in ops { next.record(op, outcomes: op.tokens.map { _ in .ok }, groupKey: nil) }
+        return next
+    }
+
+    @Test func convertingKeepsTheGroupUntilRetired() throws {
+        let members = TokenSet([0, 1, 2])
+        var (state, desired) = Self.setUp(audiences: [DesiredGroup(name: "family", members: members)])
+        var result = Differ().diff(desired: desired, state: state)
+        #expect(result.operations.map(\.kind) == [.audienceSet], "one step, and nothing sent to FCM")
+        #expect(result.groups.map(\.action) == [.convert] && result.groups[0].audience == true)
+        #expect(result.groups[0].notes.joined().contains("nothing is deleted in FCM"))
+        state = Self.applied(result.operations, to: state)
+        #expect(state.groups["family"] == GroupState(key: "k1", members: members, audience: true))
+        #expect(Differ().diff(desired: desired, state: state).operations.isEmpty, "converged")
+
+        // Kept in step while the key lives: a new member is added to the FCM group too.
+        desired.audiences[0].members = TokenSet([0, 1, 2, 3])
+        result = Differ().diff(desired: desired, state: state)
+        #expect(result.operations.map(\.kind) == [.groupAdd, .audienceSet])
+        #expect(result.operations[0].tokens == [Fixtures.token(3)])
+        state = Self.applied(result.operations, to: state)
+        // More than 20 members while the FCM group is kept: refused, with the way out.
+        desired.audiences[0].members = TokenSet(0..<25)
+        let tooMany = Differ().diff(desired: desired, state: state)
+        #expect(tooMany.diagnostics.contains { $0.severity == .error && $0.message.contains("retire_group_key") })
+
+        // Retired: the FCM group is emptied (deleted), and the audience keeps every member.
+        desired.audiences[0].retireGroupKey = true
+        result = Differ().diff(desired: desired, state: state)
+        #expect(result.operations.map(\.kind) == [.groupRemove, .audienceSet])
+        #expect(Set(result.operations[0].tokens) == Set((0..<4).map { Fixtures.token($0) }))
+        #expect(result.groups.map(\.action) == [.retire])
+        state = Self.applied(result.operations, to: state)
+        #expect(state.groups["family"] == GroupState(key: nil, members: TokenSet(0..<25), audience: true))
+        #expect(Differ().diff(desired: desired, state: state).operations.isEmpty)
+        // An audience with no FCM group never needs a call.
+        desired.audiences[0].members = TokenSet([5])
+        #expect(Differ().diff(desired: desired, state: state).operations.map(\.kind) == [.audienceSet])
+    }
+
+    @Test func afterTheTurnDownTheGroupIsOnlyForgotten() {
+        var (state, desired) = Self.setUp(audiences: [DesiredGroup(name: "family", members: TokenSet([0, 1, 2, 4]))])
+        desired.audiences[0].retireGroupKey = true
+        let result = Differ(groupsTurnedDown: true).diff(desired: desired, state: state)
+        #expect(result.operations.allSatisfy { $0.kind.isStateOnly }, "no call to an API that is gone")
+        #expect(result.operations.map(\.kind) == [.audienceSet, .audienceUnlink])
+        state = Self.applied(result.operations, to: state)
+        #expect(state.groups["family"] == GroupState(key: nil, members: TokenSet([0, 1, 2, 4]), audience: true))
+    }
+
+    @Test func aNewAudienceAndAForgottenOne() {
+        var (state, desired) = Self.setUp(audiences: [DesiredGroup(name: "beta", members: TokenSet([7, 8]))])
+        state.groups["family"] = nil
+        var result = Differ().diff(desired: desired, state: state)
+        #expect(
+            result.operations == [
+                PlannedOperation(kind: .audienceSet, target: "beta", tokens: [Fixtures.token(7), Fixtures.token(8)])
+            ])
+        #expect(result.groups.map(\.action) == [.create])
+        state = Self.applied(result.operations, to: state)
+        // Dead tokens are not members anyone can reach.
+        state.dead = TokenSet([8])
+        result = Differ().diff(desired: desired, state: state)
+        #expect(result.groups.first?.add == 0 && result.groups.first?.remove == 1)
+        desired.audiences = []
+        result = Differ().diff(desired: desired, state: state)
+        #expect(result.operations.map(\.kind) == [.audienceDelete])
+        #expect(Self.applied(result.operations, to: state).groups["beta"] == nil)
+        // A converted group declared as a device group again is refused, not silently re-made.
+        var back = desired
+        back.groups = [DesiredGroup(name: "beta", members: TokenSet([7]))]
+        #expect(Differ().diff(desired: back, state: state).diagnostics.contains { $0.severity == .error })
+    }
+}

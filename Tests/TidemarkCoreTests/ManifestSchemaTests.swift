@@ -19,7 +19,8 @@ import Testing
         case .inventoryFile:
             let choices = try #require((definitions["inventoryFile"] as? [String: Any])?["oneOf"] as? [[String: Any]])
             return try #require(choices.first { $0["type"] as? String == "object" })
-        case .device, .topic, .group, .member: return try #require(definitions[node.rawValue] as? [String: Any])
+        case .device, .topic, .group, .audience, .member:
+            return try #require(definitions[node.rawValue] as? [String: Any])
         }
     }
 
@@ -44,12 +45,17 @@ import Testing
         #expect(ManifestDecoder.deviceKeys == ManifestSchema.keys(.device))
         #expect(ManifestDecoder.topicKeys == ManifestSchema.keys(.topic))
         #expect(ManifestDecoder.groupKeys == ManifestSchema.keys(.group))
+        #expect(ManifestDecoder.audienceKeys == ManifestSchema.keys(.audience))
         #expect(ManifestDecoder.memberKeys == ManifestSchema.keys(.member))
     }
 
     /// The formatter writes every node's keys in the schema's order.
     @Test func formatterOrdersKeysAsTheSchema() throws {
         let text = """
+            audiences:
+              - members: [{devices: [d1]}]
+                retire_group_key: true
+                name: everyone
             groups:
               - members: [{devices: [d1]}]
                 protect: true
@@ -82,6 +88,11 @@ import Testing
             order(["name", "description", "mode", "protect", "allow_empty"]) == [
                 "name", "description", "mode", "protect", "allow_empty",
             ])
+        let audiencePart = String(output[output.range(of: "audiences:")!.lowerBound...])
+        #expect(
+            ["name", "retire_group_key", "members"].sorted {
+                audiencePart.range(of: "\($0):")!.lowerBound < audiencePart.range(of: "\($1):")!.lowerBound
+            } == ["name", "retire_group_key", "members"], "\(output)")
         let groupPart = String(output[output.range(of: "groups:")!.lowerBound...])
         let groupKeys = ["notification_key_name", "description", "protect", "members"]
         #expect(

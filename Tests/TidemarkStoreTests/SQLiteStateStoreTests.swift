@@ -240,3 +240,43 @@ import TidemarkTesting
         try await StateStoreConformance.run(check) { InMemoryStateStore() }
     }
 }
+
+@Suite struct SQLiteStateFormatTests {
+    /// A file written before audiences (format 1, no audience columns) loads with every group a device
+    /// group, and its first write brings it to format 2 without losing a row; a tidemark that reads only
+    /// format 1 would then refuse it rather than drop the audiences.
+    @Test func aFormatOneFileIsBroughtUpToFormatTwo() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tm-format-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let path = dir.appendingPathComponent("state.db").path
+        var state = StateStoreConformance.sample()
+        state.groups = ["family": GroupState(key: "APA91bkey", members: TokenSet([7, 8]))]
+        try await SQLiteStateStore(path: path).save(&state, StateStoreConformance.writeAll(state), at: 1000)
+        do {
+            let queue = try DatabaseQueue(path: path)
+            try await queue.write { db in
+                for column in ["audience", "exported", "exported_at"] {
+                    try db.execute(sql: "ALTER TABLE groups DROP COLUMN \(column)")
+                }
+                try db.execute(sql: "UPDATE meta SET value = '1' WHERE key = 'format_version'")
+            }
+            try queue.close()
+        }
+        let store = SQLiteStateStore(path: path)
+        var loaded = try #require(try await store.load())
+        #expect(loaded.groups == state.groups)
+        loaded.groups["family"]?.audience = true
+        loaded.groups["family"]?.exported = TokenSet([7, 8, 9])
+        loaded.groups["family"]?.exportedAt = 77
+        var write = StateWrite()
+        write.groups = ["family"]
+        try await store.save(&loaded, write, at: 2000)
+        let again = try #require(try await SQLiteStateStore(path: path).load())
+        #expect(again.groups == loaded.groups)
+        let version = try await DatabaseQueue(path: path).read { db in
+            try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'format_version'")
+        }
+        #expect(version == "2")
+    }
+}

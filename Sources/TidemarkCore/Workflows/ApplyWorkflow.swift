@@ -47,6 +47,8 @@ public struct ApplySummary: Sendable {
     public var subscribed: Int
     public var unsubscribed: Int
     public var groupCalls: Int
+    /// Audiences written in state (no call to FCM).
+    public var audiences: Int = 0
     public var requests: Int
     /// Of the requests, those that repeated an earlier one.
     public var retries: Int = 0
@@ -311,14 +313,17 @@ public struct ApplyWorkflow: Sendable {
         async throws -> RefreshResult
     {
         var touched: [UInt32] = []
-        for op in plan.operations { for token in op.tokens { touched.append(state.tokens.intern(token)) } }
+        // Audience steps change state only: their tokens need no read.
+        for op in plan.operations where !op.kind.isStateOnly {
+            for token in op.tokens { touched.append(state.tokens.intern(token)) }
+        }
         state.growToTable()
         // The plan's registrations are always read again (everything with --refresh all).
         let ids =
             request.refresh.mode == .all ? TokenSet(sorted: Array(0..<UInt32(state.tokens.count))) : TokenSet(touched)
-        let groups = Set(plan.operations.filter(\.kind.isGroup).map(\.target)).sorted()
+        let groups = Set(plan.operations.filter(\.kind.isGroupCall).map(\.target)).sorted()
         let observed = try await parts.refresh(ids, groups: groups, state: state, loaded: loaded)
-        let now = Planner(tidemarkVersion: parts.tidemarkVersion).plan(
+        let now = parts.planner().plan(
             loaded: loaded, state: state, refresh: observed, backend: parts.backend.identity,
             now: parts.timing.wallClock(), targets: try plan.selection, maxUnsubscribes: request.maxUnsubscribes)
         func refuse(_ detail: String) -> WorkflowError {
@@ -337,6 +342,14 @@ public struct ApplyWorkflow: Sendable {
         var expected = Set<Triple>()
         for op in now.operations {
             for token in op.tokens { expected.insert(Triple(kind: op.kind, target: op.target, token: token)) }
+            // A step without tokens (forgetting an audience or its FCM group) is checked by itself.
+            if op.tokens.isEmpty { expected.insert(Triple(kind: op.kind, target: op.target, token: "")) }
+        }
+        for op in plan.operations where op.tokens.isEmpty && op.kind.isStateOnly {
+            if !expected.contains(Triple(kind: op.kind, target: op.target, token: "")) {
+                throw refuse(
+                    "it would \(op.kind.rawValue) '\(op.target)', which the manifests and state do not call for")
+            }
         }
         var working = state
         working.absorb(observed)
@@ -351,8 +364,9 @@ public struct ApplyWorkflow: Sendable {
                     switch op.kind {
                     case .subscribe: subscribed
                     case .unsubscribe: !subscribed && id != nil
-                    case .groupCreate, .groupAdd: member
+                    case .groupCreate, .groupAdd, .audienceSet: member
                     case .groupRemove: !member && id != nil
+                    case .audienceDelete, .audienceUnlink: false
                     }
                 if !alreadyTrue { unexpected.append(Triple(kind: op.kind, target: op.target, token: token)) }
             }
@@ -414,12 +428,16 @@ public struct ApplyWorkflow: Sendable {
         let subscribed = sent(.subscribe)
         let unsubscribed = sent(.unsubscribe)
         let failures = report.failures
-        return ApplySummary(
+        var summary = ApplySummary(
             subscribed: subscribed - failures.filter { $0.kind == .subscribe }.count,
             unsubscribed: unsubscribed - failures.filter { $0.kind == .unsubscribe }.count,
-            groupCalls: remaining.filter { plan.operations[$0].kind.isGroup }.count, requests: report.requests,
+            groupCalls: remaining.filter { plan.operations[$0].kind.isGroupCall }.count, requests: report.requests,
             retries: report.retries,
             seconds: seconds, failures: failures)
+        summary.audiences =
+            Set(remaining.filter { plan.operations[$0].kind.isStateOnly }.map { plan.operations[$0].target })
+            .count
+        return summary
     }
 }
 

@@ -13,6 +13,13 @@ public struct AudienceWorkflow: Sendable {
         self.output = output
     }
 
+    /// State and the manifests, resolved into state's token table (for a named audience).
+    public func load() async throws -> (State, LoadedManifests) {
+        let (state, loaded) = try await WorkflowParts.loadStateAndManifests(manifests: manifests, store: store)
+        try WorkflowParts.stopOnErrors(loaded, output: output)
+        return (state, loaded)
+    }
+
     /// `refreshFrom`: read every known registration from this backend first (for `source: .observed`).
     public func run(
         _ condition: FCMCondition, source: Audience.Source, refreshFrom backend: (any Backend)? = nil,

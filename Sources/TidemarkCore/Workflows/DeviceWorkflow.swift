@@ -66,17 +66,24 @@ public struct DeviceWorkflow: Sendable {
         let entries = read.entries(naming: id, table: &state.tokens)
         state.growToTable()
         var next: [String: String] = [:]
-        for op in Differ().diff(desired: loaded.desired, state: state, targets: .all).operations
-        where op.tokens.contains(token) {
+        let differ = Differ(groupsTurnedDown: parts.deadlines.groupsTurnedDown)
+        for op in differ.diff(desired: loaded.desired, state: state, targets: .all).operations {
             let key = State.versionKey(op.kind.isGroup ? .group : .topic, op.target)
-            next[key] =
-                switch op.kind {
-                case .subscribe: "apply subscribes it"
-                case .unsubscribe: "apply unsubscribes it"
-                case .groupCreate: "apply creates the group with it"
-                case .groupAdd: "apply adds it"
-                case .groupRemove: "apply removes it"
-                }
+            let member = state.groups[op.target]?.members.contains(id) ?? false
+            switch op.kind {
+            case .audienceSet where !op.tokens.contains(token):
+                if member { next[key] = "apply removes it from the audience" }
+            case .audienceDelete, .audienceUnlink:
+                break
+            case _ where !op.tokens.contains(token):
+                break
+            case .subscribe: next[key] = "apply subscribes it"
+            case .unsubscribe: next[key] = "apply unsubscribes it"
+            case .groupCreate: next[key] = "apply creates the group with it"
+            case .groupAdd: next[key] = "apply adds it"
+            case .groupRemove: next[key] = "apply removes it"
+            case .audienceSet: if !member { next[key] = "apply adds it to the audience" }
+            }
         }
         let index = inventory.index(ofToken: token)
         var absent: String
@@ -115,7 +122,8 @@ public struct DeviceWorkflow: Sendable {
                     managed: managed, optedOut: optedOut, reasons: reasons, next: next[key]))
         }
         var groups: [DeviceView.Membership] = []
-        let groupSpecs = Dictionary(loaded.desired.groups.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        let groupSpecs = Dictionary(
+            (loaded.desired.groups + loaded.desired.audiences).map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
         for name in Set(groupSpecs.keys).union(state.groups.keys).sorted() {
             let desired = groupSpecs[name]?.members.contains(id) ?? false
             let member = state.groups[name]?.members.contains(id) ?? false
@@ -181,7 +189,7 @@ public struct DeviceRenderer: Sendable {
             }
         }
         section("Topics", view.topics, observedWord: "observed")
-        section("Device groups", view.groups, observedWord: "member")
+        section("Device groups and audiences", view.groups, observedWord: "member")
         out.append("")
         out.append("From state and the manifests; nothing was read from FCM ('tidemark plan' reads it).")
         return out.joined(separator: "\n") + "\n"

@@ -17,13 +17,13 @@ public struct DriftWorkflow: Sendable {
         let run = try await parts.refresh(policy, state: state, loaded: loaded)
         guard let refresh = run.observed else { throw WorkflowError.nothingToRead(command: "drift") }
         let now = parts.timing.wallClock()
-        let plan = Planner(tidemarkVersion: parts.tidemarkVersion).plan(
+        let plan = parts.planner().plan(
             loaded: loaded, state: state, refresh: refresh,
             backend: parts.backend.identity, now: now)
         let items = DriftReport.classify(
             plan.observations, desired: loaded.desired, state: state,
             inventory: loaded.inventory)
-        let pending = plan.subscribeCount + plan.unsubscribeCount + plan.operations.filter(\.kind.isGroup).count
+        let pending = plan.subscribeCount + plan.unsubscribeCount + plan.operations.filter(\.kind.isGroupCall).count
         var report = DriftReport(
             tidemarkVersion: parts.tidemarkVersion, checkedAt: now, lineage: state.lineage,
             serial: state.serial, backend: parts.backend.identity, registrationsRead: refresh.refreshed.count,

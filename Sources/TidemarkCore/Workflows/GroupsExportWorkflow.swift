@@ -19,20 +19,27 @@ public struct GroupsExport: Sendable, Codable {
 
     public var groups: [Group]
     public var exportedAt: Date
+    /// The state serial the export was recorded at; nil when state was not written (`--no-state`).
+    public var serial: Int?
 }
 
 /// `tidemark groups export`: reads every managed group's tokens (declared, remembered in state, or
 /// named) through FCM's export call while it exists, so the app can keep its own group→tokens
-/// mapping after device groups are turned down on 29 September 2027. Writes nothing to FCM.
+/// mapping after device groups are turned down on 29 September 2027. Writes nothing to FCM; records
+/// what it read in state (each group's `exported` tokens), so that tidemark keeps the mapping too.
+///
+/// The caller holds the state lock around `run` unless `record` is false.
 public struct GroupsExportWorkflow: Sendable {
     public var parts: WorkflowParts
 
     public init(_ parts: WorkflowParts) { self.parts = parts }
 
-    public func run(names: [String] = []) async throws -> GroupsExport {
-        let (state, loaded) = try await parts.loadStateAndManifests()
+    public func run(names: [String] = [], record: Bool = true) async throws -> GroupsExport {
+        var (state, loaded) = try await parts.loadStateAndManifests()
         try parts.stopOnErrors(loaded)
-        var wanted = Set(loaded.desired.groups.map(\.name)).union(state.groups.keys)
+        // Audiences with no FCM group behind them have nothing to export.
+        var wanted = Set(loaded.desired.groups.map(\.name)).union(
+            state.groups.filter { !$0.value.audience || $0.value.key != nil }.keys)
         wanted.formUnion(names)
         guard !wanted.isEmpty else { throw WorkflowError.nothingToExport }
         let inventory = loaded.inventory
@@ -61,7 +68,25 @@ public struct GroupsExportWorkflow: Sendable {
                     name: name, notificationKey: tokens == nil ? nil : key, members: members,
                     notAddedByTidemark: foreign))
         }
-        return GroupsExport(groups: groups, exportedAt: parts.timing.wallClock())
+        var export = GroupsExport(groups: groups, exportedAt: parts.timing.wallClock())
+        guard record, groups.contains(where: { $0.notificationKey != nil }) else { return export }
+        let before = state
+        let now = parts.timing.unixTime()
+        for group in groups {
+            guard let key = group.notificationKey else { continue }
+            var entry = state.groups[group.name] ?? GroupState(key: key)
+            entry.key = entry.key ?? key
+            entry.exported = TokenSet(group.members.map { state.tokens.intern($0.token) })
+            entry.exportedAt = now
+            state.groups[group.name] = entry
+        }
+        state.growToTable()
+        if state.lineage.isEmpty { state.lineage = parts.timing.uuid() }
+        state.backend = state.backend ?? parts.backend.identity
+        var write = StateWrite()
+        write.includeTopicsAndGroups(before: before, after: state)
+        export.serial = try await parts.store.save(&state, write, at: now)
+        return export
     }
 }
 

@@ -9,6 +9,9 @@ public struct PlanRequest: Sendable {
     /// `--drift-only`: re-assert what the last apply established (state's managed memberships and
     /// groups) instead of the manifests, leaving manifest edits and inventory churn for a normal apply.
     public var driftOnly = false
+    /// Reading through `reads` on a project configured for `against` (`--transport` overriding
+    /// tidemark.yaml): the plan carries a shadow verify of what `reads` sees against state.
+    public var shadowVerify: (reads: TopicTransport, against: TopicTransport)? = nil
 
     /// `refresh: true` reads every registration; `false` plans from state alone.
     public init(refresh: Bool = true, targets: Targets = .all, maxUnsubscribes: UnsubscribeLimit? = nil) {
@@ -59,7 +62,7 @@ public struct PlanWorkflow: Sendable {
         }
         let run = try await parts.refresh(request.refresh, state: state, loaded: loaded, targets: request.targets)
         let observed = run.observed
-        let planner = Planner(tidemarkVersion: parts.tidemarkVersion)
+        let planner = parts.planner()
         let now = parts.timing.wallClock()
         var plan = planner.plan(
             loaded: loaded, state: state, refresh: observed,
@@ -74,6 +77,11 @@ public struct PlanWorkflow: Sendable {
         plan.requests = parts.backend.requests(for: plan.operations)
         plan.operationsDigestWhenMade = plan.operationsDigest
         plan.coverage = run.coverage
+        if let shadow = request.shadowVerify, observed != nil {
+            plan.shadowVerify = ShadowVerify(
+                reads: shadow.reads, against: shadow.against, observations: plan.observations,
+                coverage: run.coverage)
+        }
         if !run.sampled.isEmpty {
             var differed = Set(plan.observations.dead + plan.observations.revived)
             for delta in plan.observations.topics {
@@ -115,11 +123,16 @@ extension WorkflowParts {
         // Said once per run, with the manifests' own diagnostics: past a deadline, an error stops the
         // run before anything is sent to FCM.
         let declared = Set(loaded.desired.groups.map(\.name))
+        let audiences = Set(loaded.desired.audiences.map(\.name))
+        // An audience's FCM group (converted, not yet retired) is still a device group FCM serves.
         let remembered = Set(state.groups.filter { $0.value.key != nil }.keys).subtracting(declared)
         loaded.diagnostics += deadlines.diagnostics(groups: declared.count, rememberedGroups: remembered.count)
         if deadlines.groupsTurnedDown {
             // Groups FCM no longer serves are not planned: deleting them would call an API that is gone.
-            state.groups = state.groups.filter { declared.contains($0.key) }
+            // Audiences stay: they live in state, and their FCM groups are only forgotten.
+            state.groups = state.groups.filter {
+                declared.contains($0.key) || audiences.contains($0.key) || $0.value.audience
+            }
         }
         if let recorded = state.backend, recorded != backend.identity {
             throw WorkflowError.stateOfAnotherBackend(location: store.location, state: recorded, now: backend.identity)
@@ -172,14 +185,16 @@ extension WorkflowParts {
             // stays within the tokens read.
             var working = state
             working.growToTable()
+            // Audience steps change state only: their members need no read.
             let ids = Differ().diff(desired: loaded.desired, state: working, targets: targets).operations
+                .filter { !$0.kind.isStateOnly }
                 .flatMap { op in op.tokens.compactMap { working.tokens.id($0) } }
             touched = TokenSet(ids)
         }
         let (ids, coverage, sampled) = state.refreshSelection(
             policy, touched: touched, now: now, salt: Self.sweepSalt(state.lineage))
         guard policy.reads else { return RefreshRun(observed: nil, coverage: coverage, sampled: TokenSet()) }
-        let observed = try await refresh(ids, groups: Self.groups(state, loaded), state: state, loaded: loaded)
+        let observed = try await refresh(ids, groups: groupsToLookUp(state, loaded), state: state, loaded: loaded)
         var read = coverage
         read.read = observed.refreshed.count
         return RefreshRun(observed: observed, coverage: read, sampled: sampled)
@@ -188,15 +203,20 @@ extension WorkflowParts {
     /// A state's own order for the sweep: each slice is spread over the fleet, not in inventory order.
     static func sweepSalt(_ lineage: String) -> UInt64 { StringIndex.hash(lineage, seed: 0x7377_6565_70) }
 
-    /// Every group a refresh looks up: declared or remembered.
-    static func groups(_ state: State, _ loaded: LoadedManifests) -> [String] {
-        Set(loaded.desired.groups.map(\.name)).union(state.groups.keys).sorted()
+    /// Every group a refresh looks up: declared or remembered, and the FCM groups audiences were
+    /// converted from while they live (an audience without one is never looked up: a group of the
+    /// same name made outside tidemark is not its). None after FCM turned device groups down.
+    func groupsToLookUp(_ state: State, _ loaded: LoadedManifests) -> [String] {
+        guard !deadlines.groupsTurnedDown else { return [] }
+        return Set(loaded.desired.groups.map(\.name)).union(
+            state.groups.filter { !$0.value.audience || $0.value.key != nil }.keys
+        ).sorted()
     }
 
     /// Reads every known token and every declared or remembered group from the backend.
     func refreshAll(state: State, loaded: LoadedManifests) async throws -> RefreshResult {
         let all = TokenSet(sorted: Array(0..<UInt32(state.tokens.count)))
-        return try await refresh(all, groups: Self.groups(state, loaded), state: state, loaded: loaded)
+        return try await refresh(all, groups: groupsToLookUp(state, loaded), state: state, loaded: loaded)
     }
 
     /// Reads `ids` (token ids of the state's table) and the keys of `groups` from the backend.

@@ -77,3 +77,10 @@ public enum ExitStatus: Int32, Sendable {
     /// There are changes (or drift); only with `--detailed-exitcode`.
     case changes = 2
 }
+
+extension WorkflowParts {
+    /// A planner whose differ knows whether FCM turned device groups down at the run's date.
+    public func planner() -> Planner {
+        Planner(differ: Differ(groupsTurnedDown: deadlines.groupsTurnedDown), tidemarkVersion: tidemarkVersion)
+    }
+}
