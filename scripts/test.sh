@@ -16,11 +16,16 @@ fi
 # PostgreSQL state is tested against a real server: installed from Debian's packages when missing,
 # started in a temporary directory on a free loopback port as an unprivileged user, stopped on exit.
 PG_DIR="$(mktemp -d /tmp/tidemark-pg-XXXXXX)"
-trap 'bash scripts/postgres.sh stop "$PG_DIR"' EXIT
+BOUNCER_DIR="$(mktemp -d /tmp/tidemark-pgbouncer-XXXXXX)"
+trap 'bash scripts/pgbouncer.sh stop "$BOUNCER_DIR"; bash scripts/postgres.sh stop "$PG_DIR"' EXIT
 TIDEMARK_TEST_POSTGRES_URL="$(bash scripts/postgres.sh start "$PG_DIR")"
 export TIDEMARK_TEST_POSTGRES_URL
-# With this set, the PostgreSQL tests fail when no server answers (they never skip here).
+# The same server through PgBouncer in transaction pooling, as managed PostgreSQL is often reached.
+TIDEMARK_TEST_PGBOUNCER_URL="$(bash scripts/pgbouncer.sh start "$BOUNCER_DIR" "$TIDEMARK_TEST_POSTGRES_URL")"
+export TIDEMARK_TEST_PGBOUNCER_URL
+# With these set, the PostgreSQL and PgBouncer tests fail when no server answers (they never skip here).
 export TIDEMARK_REQUIRE_POSTGRES=1
+export TIDEMARK_REQUIRE_PGBOUNCER=1
 
 # The code follows .swift-format (the formatter ships with the Swift toolchain).
 swift format lint --strict -r Sources Tests Package.swift

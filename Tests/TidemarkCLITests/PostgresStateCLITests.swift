@@ -125,3 +125,30 @@ enum PostgresForCLI {
             || ProcessInfo.processInfo.environment["CI"] != nil
     }
 }
+
+/// The CLI with its state reached through PgBouncer in transaction pooling (`scripts/pgbouncer.sh`):
+/// the demo converges, and a second runner is refused while the first holds the workspace.
+@Suite(.serialized, .enabled(if: PgBouncerForCLI.enabled)) struct PgBouncerStateCLITests {
+    @Test func theDemoConvergesThroughPgBouncer() throws {
+        let url = try #require(PgBouncerForCLI.url, "no PgBouncer: run the tests with scripts/test.sh")
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let ws = "bouncer-cli-\(UUID().uuidString.prefix(8).lowercased())"
+        let env = ["TIDEMARK_STATE_URL": url]
+        let apply = try cli.run(["apply", "--auto-approve", "--workspace", ws], environment: env)
+        #expect(apply.status == 0, "\(apply.stderr)")
+        let again = try cli.run(["plan", "--workspace", ws, "--detailed-exitcode"], environment: env)
+        #expect(again.status == 0, "\(again.stdout)\(again.stderr)")
+        let list = try cli.run(["state", "list", "--workspace", ws], environment: env)
+        #expect(list.status == 0 && list.stdout.contains("(workspace \(ws))"), "\(list.stdout)")
+        let pulled = try cli.run(["state", "pull", "copy.db", "--workspace", ws], environment: env)
+        #expect(pulled.status == 0, "\(pulled.stderr)")
+        let local = try cli.run(["plan", "--state", "copy.db", "--no-refresh", "--detailed-exitcode"])
+        #expect(local.status == 0, "the snapshot taken through the bouncer is whole: \(local.stdout)")
+    }
+}
+
+enum PgBouncerForCLI {
+    static let url = ProcessInfo.processInfo.environment["TIDEMARK_TEST_PGBOUNCER_URL"]
+    static var enabled: Bool { url != nil || ProcessInfo.processInfo.environment["TIDEMARK_REQUIRE_PGBOUNCER"] != nil }
+}
