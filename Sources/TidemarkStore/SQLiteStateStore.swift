@@ -5,6 +5,10 @@ import TidemarkCore
 
 /// tidemark's state in a local SQLite file (default `.tidemark/state.db`), private to its user.
 ///
+/// One file holds every workspace: `default` in the tables `meta`, `tokens`, `topics`, …, any other
+/// in tables of its own named `"NAME:meta"`, `"NAME:tokens"`, …, each with its own lineage, serial
+/// and journal (and its own lock file, so work on one never waits for another's lock).
+///
 /// Memberships are stored per topic as sorted arrays of token ids (blobs), so a state of five
 /// million memberships loads in a fraction of a second. Every write is one transaction that also
 /// bumps the serial; the apply journal lives in the same file, so a batch and its journal entry
@@ -19,17 +23,49 @@ public final class SQLiteStateStore: StateStore {
 
     public let path: String
     public let location: String
+    /// The workspace this store reads and writes.
+    public let workspace: String
+    /// Where an older tidemark kept this workspace (a file of its own beside `path`): moved into
+    /// `path` the first time the workspace is used.
+    public let legacyPath: String?
+    let t: Tables
     private let opened = Mutex<DatabaseQueue?>(nil)
 
-    /// A store for the file at `path`; `location` is how messages name it (default: the path).
-    public init(path: String, location: String? = nil) {
+    /// The names of one workspace's tables: `default` keeps the plain names every file had before
+    /// workspaces shared it; another workspace prefixes them with its name.
+    struct Tables: Sendable {
+        let prefix: String
+
+        init(workspace: String) { prefix = workspace == "default" ? "" : workspace + ":" }
+
+        /// The table's name, as `sqlite_master` and PRAGMAs know it.
+        func raw(_ base: String) -> String { prefix + base }
+        /// The table's name for SQL text (quoted when prefixed; workspace names have no quotes).
+        func quoted(_ base: String) -> String { prefix.isEmpty ? base : "\"\(prefix)\(base)\"" }
+
+        var meta: String { quoted("meta") }
+        var tokens: String { quoted("tokens") }
+        var topics: String { quoted("topics") }
+        var groups: String { quoted("groups") }
+        var applies: String { quoted("applies") }
+        var apply_operations: String { quoted("apply_operations") }
+        var apply_progress: String { quoted("apply_progress") }
+        var row_versions: String { quoted("row_versions") }
+    }
+
+    /// A store for `workspace` in the file at `path`; `location` is how messages name it (default: the
+    /// path, with the workspace when it is not `default`).
+    public init(path: String, location: String? = nil, workspace: String = "default", legacyPath: String? = nil) {
         self.path = path
-        self.location = location ?? path
+        self.workspace = workspace
+        self.location = location ?? (workspace == "default" ? path : "\(path) (workspace \(workspace))")
+        self.legacyPath = legacyPath
+        t = Tables(workspace: workspace)
     }
 
     /// Opens the file when it exists, refusing one that is not tidemark's or is damaged; nil when it
     /// does not exist and `create` is false. A new file gets `lineage`.
-    private func queue(create: Bool, lineage: String = "", now: Int64 = 0) throws -> DatabaseQueue? {
+    private func queue(create: Bool) throws -> DatabaseQueue? {
         try opened.withLock { opened -> DatabaseQueue? in
             if let opened { return opened }
             let fm = FileManager.default
@@ -63,7 +99,9 @@ public final class SQLiteStateStore: StateStore {
                 initialize = true
             }
             var configuration = Configuration()
-            configuration.busyMode = .timeout(5)
+            // Workspaces share the file: another's write transaction (short, but a large first save
+            // takes seconds) is waited for.
+            configuration.busyMode = .timeout(60)
             configuration.prepareDatabase { db in
                 try db.execute(sql: "PRAGMA synchronous = FULL")
             }
@@ -71,8 +109,11 @@ public final class SQLiteStateStore: StateStore {
             do {
                 queue = try DatabaseQueue(path: path, configuration: configuration)
                 if initialize {
-                    try queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA journal_mode = WAL") }
-                    try queue.write { db in try Self.createSchema(db, lineage: lineage, now: now) }
+                    // A workspace's tables are made by its first save.
+                    try queue.writeWithoutTransaction { db in
+                        try db.execute(sql: "PRAGMA journal_mode = WAL")
+                        try db.execute(sql: "PRAGMA application_id = \(Self.applicationID)")
+                    }
                     try Self.checkpoint(queue)
                 } else {
                     try queue.read { db in try self.verify(db) }
@@ -108,65 +149,81 @@ public final class SQLiteStateStore: StateStore {
         }
     }
 
-    private static func createSchema(_ db: Database, lineage: String, now: Int64) throws {
+    /// This workspace's tables, in the open transaction.
+    private func createSchema(_ db: Database, lineage: String, now: Int64) throws {
         try db.execute(
             sql: """
-                PRAGMA application_id = \(applicationID);
-                CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-                CREATE TABLE tokens (id INTEGER PRIMARY KEY, token TEXT NOT NULL, seen_at INTEGER NOT NULL DEFAULT 0,
+                CREATE TABLE \(t.meta) (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+                CREATE TABLE \(t.tokens) (id INTEGER PRIMARY KEY, token TEXT NOT NULL, seen_at INTEGER NOT NULL DEFAULT 0,
                     dead INTEGER NOT NULL DEFAULT 0, device_id TEXT NOT NULL DEFAULT '',
                     left_at INTEGER NOT NULL DEFAULT 0);
-                CREATE TABLE topics (name TEXT PRIMARY KEY, mode TEXT NOT NULL, protect INTEGER NOT NULL,
+                CREATE TABLE \(t.topics) (name TEXT PRIMARY KEY, mode TEXT NOT NULL, protect INTEGER NOT NULL,
                     managed BLOB NOT NULL, observed BLOB NOT NULL, opted_out BLOB NOT NULL DEFAULT x'');
-                CREATE TABLE groups (name TEXT PRIMARY KEY, key TEXT, protect INTEGER NOT NULL, members BLOB NOT NULL,
+                CREATE TABLE \(t.groups) (name TEXT PRIMARY KEY, key TEXT, protect INTEGER NOT NULL, members BLOB NOT NULL,
                     audience INTEGER NOT NULL DEFAULT 0, exported BLOB, exported_at INTEGER NOT NULL DEFAULT 0);
-                CREATE TABLE applies (id TEXT PRIMARY KEY, started_at INTEGER NOT NULL, finished_at INTEGER,
+                CREATE TABLE \(t.applies) (id TEXT PRIMARY KEY, started_at INTEGER NOT NULL, finished_at INTEGER,
                     status TEXT NOT NULL, manifests_digest TEXT NOT NULL, operations_digest TEXT NOT NULL,
                     operation_count INTEGER NOT NULL, plan BLOB NOT NULL);
-                CREATE TABLE apply_operations (apply_id TEXT NOT NULL, idx INTEGER NOT NULL, finished_at INTEGER NOT NULL,
+                CREATE TABLE \(t.apply_operations) (apply_id TEXT NOT NULL, idx INTEGER NOT NULL, finished_at INTEGER NOT NULL,
                     ok INTEGER NOT NULL, failed INTEGER NOT NULL, PRIMARY KEY (apply_id, idx)) WITHOUT ROWID;
                 """)
         for (key, value) in [
-            ("format", "tidemark-state"), ("format_version", String(formatVersion)),
+            ("format", "tidemark-state"), ("format_version", String(Self.formatVersion)),
             ("lineage", lineage), ("serial", "0"), ("created_at", String(now)),
         ] {
-            try db.execute(sql: "INSERT INTO meta (key, value) VALUES (?, ?)", arguments: [key, value])
+            try db.execute(sql: "INSERT INTO \(t.meta) (key, value) VALUES (?, ?)", arguments: [key, value])
         }
     }
 
+    /// The file is tidemark's: its application id, and a `meta` table of some workspace.
     private func verify(_ db: Database) throws {
         let id = try Int32.fetchOne(db, sql: "PRAGMA application_id") ?? 0
         guard id == Self.applicationID else {
             throw StateStoreError(.foreign, path: location, "its application id is \(id), not tidemark's")
         }
-        guard try db.tableExists("meta"),
-            try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'format'") == "tidemark-state"
+        let metas = try String.fetchAll(
+            db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND (name = 'meta' OR name LIKE '%:meta')")
+        // A file with no table at all was created by a first save that never committed: empty.
+        let tables = try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master WHERE type = 'table'") ?? 0
+        guard !metas.isEmpty || tables == 0 else {
+            throw StateStoreError(.damaged, path: location, "its 'meta' table is missing")
+        }
+        if try hasWorkspace(db) { try verifyWorkspace(db) }
+    }
+
+    /// Whether this workspace has tables in the file.
+    private func hasWorkspace(_ db: Database) throws -> Bool { try db.tableExists(t.raw("meta")) }
+
+    /// This workspace's tables are tidemark's, at a format this tidemark reads.
+    private func verifyWorkspace(_ db: Database) throws {
+        guard try String.fetchOne(db, sql: "SELECT value FROM \(t.meta) WHERE key = 'format'") == "tidemark-state"
         else {
             throw StateStoreError(.damaged, path: location, "its 'meta' table is missing")
         }
         let version =
-            Int(try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'format_version'") ?? "") ?? 0
+            Int(try String.fetchOne(db, sql: "SELECT value FROM \(t.meta) WHERE key = 'format_version'") ?? "") ?? 0
         if version > Self.formatVersion {
             throw StateStoreError(
                 .newerFormat, path: location, "format version \(version); this tidemark reads \(Self.formatVersion)")
         }
-        for table in ["tokens", "topics", "groups", "applies", "apply_operations"] where try !db.tableExists(table) {
+        for table in ["tokens", "topics", "groups", "applies", "apply_operations"]
+        where try !db.tableExists(t.raw(table)) {
             throw StateStoreError(.damaged, path: location, "table '\(table)' is missing")
         }
     }
 
     /// device_id and left_at came together, after format 1 was first written.
-    static func hasDeviceColumn(_ db: Database) throws -> Bool {
-        try db.columns(in: "tokens").contains { $0.name == "device_id" }
+    func hasDeviceColumn(_ db: Database) throws -> Bool {
+        try db.columns(in: t.raw("tokens")).contains { $0.name == "device_id" }
     }
 
-    static func hasOptOutColumn(_ db: Database) throws -> Bool {
-        try db.columns(in: "topics").contains { $0.name == "opted_out" }
+    func hasOptOutColumn(_ db: Database) throws -> Bool {
+        try db.columns(in: t.raw("topics")).contains { $0.name == "opted_out" }
     }
 
     /// audience, exported and exported_at came together, with audiences and `groups export`.
-    static func hasAudienceColumn(_ db: Database) throws -> Bool {
-        try db.columns(in: "groups").contains { $0.name == "audience" }
+    func hasAudienceColumn(_ db: Database) throws -> Bool {
+        try db.columns(in: t.raw("groups")).contains { $0.name == "audience" }
     }
 
     private func run<T>(_ body: () throws -> T) throws -> T {
@@ -181,19 +238,21 @@ public final class SQLiteStateStore: StateStore {
 
     /// The whole state.
     public func load() async throws -> State? {
-        guard let queue = try queue(create: false) else { return nil }
+        guard let queue = try open(create: false) else { return nil }
         return try run {
             try queue.read { db in
-                let lineage = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'lineage'") ?? ""
-                let serial = try Self.serial(db, location: location)
+                guard try hasWorkspace(db) else { return nil }
+                try verifyWorkspace(db)
+                let lineage = try String.fetchOne(db, sql: "SELECT value FROM \(t.meta) WHERE key = 'lineage'") ?? ""
+                let serial = try storedSerial(db, location: location)
                 var table = TokenTable()
-                let count = try Int.fetchOne(db, sql: "SELECT count(*) FROM tokens") ?? 0
+                let count = try Int.fetchOne(db, sql: "SELECT count(*) FROM \(t.tokens)") ?? 0
                 table.reserveCapacity(count)
                 var seenAt: [Int64] = []
                 seenAt.reserveCapacity(count)
                 var dead: [UInt32] = []
                 // Files written before device ids were recorded have no device_id column: none is known.
-                let devices = try Self.hasDeviceColumn(db)
+                let devices = try hasDeviceColumn(db)
                 var deviceIDs: [String] = []
                 var leftAt: [Int64] = []
                 if devices {
@@ -202,7 +261,7 @@ public final class SQLiteStateStore: StateStore {
                 }
                 let statement = try db.makeStatement(
                     sql:
-                        "SELECT id, token, seen_at, dead\(devices ? ", device_id, left_at" : "") FROM tokens ORDER BY id"
+                        "SELECT id, token, seen_at, dead\(devices ? ", device_id, left_at" : "") FROM \(t.tokens) ORDER BY id"
                 )
                 let rows = try Row.fetchCursor(statement)
                 while let row = try rows.next() {
@@ -221,10 +280,10 @@ public final class SQLiteStateStore: StateStore {
                 }
                 var topics: [String: TopicState] = [:]
                 // Files written before opt-outs existed have no opted_out column: none is recorded.
-                let optOuts = try Self.hasOptOutColumn(db)
+                let optOuts = try hasOptOutColumn(db)
                 let columns = "name, mode, protect, managed, observed" + (optOuts ? ", opted_out" : "")
                 // A cursor, not fetchAll: one topic's blobs at a time, not every topic's at once.
-                let topicRows = try Row.fetchCursor(db, sql: "SELECT \(columns) FROM topics")
+                let topicRows = try Row.fetchCursor(db, sql: "SELECT \(columns) FROM \(t.topics)")
                 while let row = try topicRows.next() {
                     let name: String = try cell(row, 0, in: "topics")
                     let mode: String = try cell(row, 1, in: "topics")
@@ -241,10 +300,10 @@ public final class SQLiteStateStore: StateStore {
                 }
                 var groups: [String: GroupState] = [:]
                 // Files written before audiences have no audience column: every row is a device group.
-                let audiences = try Self.hasAudienceColumn(db)
+                let audiences = try hasAudienceColumn(db)
                 let groupColumns =
                     "name, key, protect, members" + (audiences ? ", audience, exported, exported_at" : "")
-                for row in try Row.fetchAll(db, sql: "SELECT \(groupColumns) FROM groups") {
+                for row in try Row.fetchAll(db, sql: "SELECT \(groupColumns) FROM \(t.groups)") {
                     var group = GroupState(
                         key: try cell(row, 1, in: "groups"), protect: try cell(row, 2, in: "groups"),
                         members: try decode(cell(row, 3, in: "groups"), count: table.count, in: "groups"))
@@ -262,8 +321,8 @@ public final class SQLiteStateStore: StateStore {
                 state.deviceIDs = deviceIDs
                 state.leftAt = leftAt
                 state.growToTable()
-                if let kind = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'backend'"),
-                    let project = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'project'")
+                if let kind = try String.fetchOne(db, sql: "SELECT value FROM \(t.meta) WHERE key = 'backend'"),
+                    let project = try String.fetchOne(db, sql: "SELECT value FROM \(t.meta) WHERE key = 'project'")
                 {
                     guard let backend = BackendKind(rawValue: kind) else {
                         throw StateStoreError(
@@ -271,8 +330,8 @@ public final class SQLiteStateStore: StateStore {
                     }
                     state.backend = BackendIdentity(kind: backend, project: project)
                 }
-                if try db.tableExists("row_versions") {
-                    for row in try Row.fetchAll(db, sql: "SELECT key, serial FROM row_versions") {
+                if try db.tableExists(t.raw("row_versions")) {
+                    for row in try Row.fetchAll(db, sql: "SELECT key, serial FROM \(t.row_versions)") {
                         state.versions[try cell(row, 0, in: "row_versions")] = try cell(row, 1, in: "row_versions")
                     }
                 }
@@ -295,8 +354,8 @@ public final class SQLiteStateStore: StateStore {
     }
 
     /// The serial in `meta`: a whole number, or the file is damaged.
-    static func serial(_ db: Database, location: String) throws -> Int {
-        let text = try String.fetchOne(db, sql: "SELECT value FROM meta WHERE key = 'serial'")
+    func storedSerial(_ db: Database, location: String) throws -> Int {
+        let text = try String.fetchOne(db, sql: "SELECT value FROM \(t.meta) WHERE key = 'serial'")
         guard let text, let serial = Int(text), serial >= 0 else {
             throw StateStoreError(
                 .damaged, path: location,
@@ -333,34 +392,35 @@ public final class SQLiteStateStore: StateStore {
     public func save(_ state: inout State, _ write: StateWrite, at now: Int64) async throws -> Int {
         state.growToTable()
         let snapshot = state
-        let queue = try queue(create: true, lineage: state.lineage, now: now)!
+        let queue = try open(create: true)!
         let serial = try run {
             try queue.write { db -> Int in
-                if try !Self.hasOptOutColumn(db) {
+                if try !hasWorkspace(db) { try createSchema(db, lineage: snapshot.lineage, now: now) }
+                if try !hasOptOutColumn(db) {
                     // Added after format 1 was first written; older tidemarks read the other columns as before.
-                    try db.execute(sql: "ALTER TABLE topics ADD COLUMN opted_out BLOB NOT NULL DEFAULT x''")
+                    try db.execute(sql: "ALTER TABLE \(t.topics) ADD COLUMN opted_out BLOB NOT NULL DEFAULT x''")
                 }
-                if try !Self.hasDeviceColumn(db) {
-                    try db.execute(sql: "ALTER TABLE tokens ADD COLUMN device_id TEXT NOT NULL DEFAULT ''")
-                    try db.execute(sql: "ALTER TABLE tokens ADD COLUMN left_at INTEGER NOT NULL DEFAULT 0")
+                if try !hasDeviceColumn(db) {
+                    try db.execute(sql: "ALTER TABLE \(t.tokens) ADD COLUMN device_id TEXT NOT NULL DEFAULT ''")
+                    try db.execute(sql: "ALTER TABLE \(t.tokens) ADD COLUMN left_at INTEGER NOT NULL DEFAULT 0")
                 }
-                if try !Self.hasAudienceColumn(db) {
-                    try db.execute(sql: "ALTER TABLE groups ADD COLUMN audience INTEGER NOT NULL DEFAULT 0")
-                    try db.execute(sql: "ALTER TABLE groups ADD COLUMN exported BLOB")
-                    try db.execute(sql: "ALTER TABLE groups ADD COLUMN exported_at INTEGER NOT NULL DEFAULT 0")
+                if try !hasAudienceColumn(db) {
+                    try db.execute(sql: "ALTER TABLE \(t.groups) ADD COLUMN audience INTEGER NOT NULL DEFAULT 0")
+                    try db.execute(sql: "ALTER TABLE \(t.groups) ADD COLUMN exported BLOB")
+                    try db.execute(sql: "ALTER TABLE \(t.groups) ADD COLUMN exported_at INTEGER NOT NULL DEFAULT 0")
                     try db.execute(
-                        sql: "UPDATE meta SET value = ? WHERE key = 'format_version'",
+                        sql: "UPDATE \(t.meta) SET value = ? WHERE key = 'format_version'",
                         arguments: [String(Self.formatVersion)])
                 }
                 func device(_ id: Int) -> String { id < snapshot.deviceIDs.count ? snapshot.deviceIDs[id] : "" }
                 func left(_ id: Int) -> Int64 { id < snapshot.leftAt.count ? snapshot.leftAt[id] : 0 }
                 // A rebuilt token table replaces the stored one, in the same transaction as every set.
-                if write.compact { try db.execute(sql: "DELETE FROM tokens") }
-                let stored = try Int.fetchOne(db, sql: "SELECT count(*) FROM tokens") ?? 0
+                if write.compact { try db.execute(sql: "DELETE FROM \(t.tokens)") }
+                let stored = try Int.fetchOne(db, sql: "SELECT count(*) FROM \(t.tokens)") ?? 0
                 if stored < snapshot.tokens.count {
                     let insert = try db.makeStatement(
                         sql:
-                            "INSERT INTO tokens (id, token, seen_at, dead, device_id, left_at) VALUES (?, ?, ?, ?, ?, ?)"
+                            "INSERT INTO \(t.tokens) (id, token, seen_at, dead, device_id, left_at) VALUES (?, ?, ?, ?, ?, ?)"
                     )
                     for id in stored..<snapshot.tokens.count {
                         try insert.execute(arguments: [
@@ -370,7 +430,7 @@ public final class SQLiteStateStore: StateStore {
                     }
                 }
                 let update = try db.makeStatement(
-                    sql: "UPDATE tokens SET seen_at = ?, dead = ?, device_id = ?, left_at = ? WHERE id = ?")
+                    sql: "UPDATE \(t.tokens) SET seen_at = ?, dead = ?, device_id = ?, left_at = ? WHERE id = ?")
                 let touched: [UInt32] =
                     write.allTokens ? Array(0..<UInt32(min(stored, snapshot.tokens.count))) : write.tokens
                 for id in touched where Int(id) < stored {
@@ -383,7 +443,7 @@ public final class SQLiteStateStore: StateStore {
                     if let topic = snapshot.topics[name] {
                         try db.execute(
                             sql: """
-                                INSERT OR REPLACE INTO topics (name, mode, protect, managed, observed, opted_out)
+                                INSERT OR REPLACE INTO \(t.topics) (name, mode, protect, managed, observed, opted_out)
                                 VALUES (?, ?, ?, ?, ?, ?)
                                 """,
                             arguments: [
@@ -391,14 +451,14 @@ public final class SQLiteStateStore: StateStore {
                                 encode(topic.optedOut),
                             ])
                     } else {
-                        try db.execute(sql: "DELETE FROM topics WHERE name = ?", arguments: [name])
+                        try db.execute(sql: "DELETE FROM \(t.topics) WHERE name = ?", arguments: [name])
                     }
                 }
                 for name in Set(write.groups) {
                     if let group = snapshot.groups[name] {
                         try db.execute(
                             sql: """
-                                INSERT OR REPLACE INTO groups (name, key, protect, members, audience, exported, exported_at)
+                                INSERT OR REPLACE INTO \(t.groups) (name, key, protect, members, audience, exported, exported_at)
                                 VALUES (?, ?, ?, ?, ?, ?, ?)
                                 """,
                             arguments: [
@@ -406,14 +466,14 @@ public final class SQLiteStateStore: StateStore {
                                 group.exported.map(encode), group.exportedAt,
                             ])
                     } else {
-                        try db.execute(sql: "DELETE FROM groups WHERE name = ?", arguments: [name])
+                        try db.execute(sql: "DELETE FROM \(t.groups) WHERE name = ?", arguments: [name])
                     }
                 }
                 if let (id, plan) = write.beginApply {
                     let data = try Plan.encoder(pretty: false).encode(plan)
                     try db.execute(
                         sql: """
-                            INSERT INTO applies (id, started_at, status, manifests_digest, operations_digest, operation_count, plan)
+                            INSERT INTO \(t.applies) (id, started_at, status, manifests_digest, operations_digest, operation_count, plan)
                             VALUES (?, ?, ?, ?, ?, ?, ?)
                             """,
                         arguments: [
@@ -424,11 +484,11 @@ public final class SQLiteStateStore: StateStore {
                 for entry in write.finishedOperations {
                     try db.execute(
                         sql: """
-                            INSERT OR REPLACE INTO apply_operations (apply_id, idx, finished_at, ok, failed) VALUES (?, ?, ?, ?, ?)
+                            INSERT OR REPLACE INTO \(t.apply_operations) (apply_id, idx, finished_at, ok, failed) VALUES (?, ?, ?, ?, ?)
                             """, arguments: [entry.applyID, entry.index, now, entry.ok, entry.failed])
-                    if try db.tableExists("apply_progress") {
+                    if try db.tableExists(t.raw("apply_progress")) {
                         try db.execute(
-                            sql: "DELETE FROM apply_progress WHERE apply_id = ? AND idx = ?",
+                            sql: "DELETE FROM \(t.apply_progress) WHERE apply_id = ? AND idx = ?",
                             arguments: [entry.applyID, entry.index])
                     }
                 }
@@ -437,13 +497,13 @@ public final class SQLiteStateStore: StateStore {
                     // whole operation, as they always did.
                     try db.execute(
                         sql: """
-                            CREATE TABLE IF NOT EXISTS apply_progress (apply_id TEXT NOT NULL, idx INTEGER NOT NULL,
+                            CREATE TABLE IF NOT EXISTS \(t.apply_progress) (apply_id TEXT NOT NULL, idx INTEGER NOT NULL,
                                 tokens_done INTEGER NOT NULL, ok INTEGER NOT NULL, failed INTEGER NOT NULL,
                                 PRIMARY KEY (apply_id, idx)) WITHOUT ROWID
                             """)
                     try db.execute(
                         sql: """
-                            INSERT OR REPLACE INTO apply_progress (apply_id, idx, tokens_done, ok, failed) VALUES (?, ?, ?, ?, ?)
+                            INSERT OR REPLACE INTO \(t.apply_progress) (apply_id, idx, tokens_done, ok, failed) VALUES (?, ?, ?, ?, ?)
                             """,
                         arguments: [
                             progress.applyID, progress.index, progress.tokensDone, progress.ok, progress.failed,
@@ -451,27 +511,28 @@ public final class SQLiteStateStore: StateStore {
                 }
                 if let (id, status) = write.finishApply {
                     try db.execute(
-                        sql: "UPDATE applies SET status = ?, finished_at = ? WHERE id = ?",
+                        sql: "UPDATE \(t.applies) SET status = ?, finished_at = ? WHERE id = ?",
                         arguments: [status.rawValue, now, id])
                 }
-                if try !db.tableExists("row_versions") {
-                    try db.execute(sql: "CREATE TABLE row_versions (key TEXT PRIMARY KEY, serial INTEGER NOT NULL)")
+                if try !db.tableExists(t.raw("row_versions")) {
+                    try db.execute(
+                        sql: "CREATE TABLE \(t.row_versions) (key TEXT PRIMARY KEY, serial INTEGER NOT NULL)")
                 }
-                let next = write.restore ? snapshot.serial : try Self.serial(db, location: location) + 1
+                let next = write.restore ? snapshot.serial : try storedSerial(db, location: location) + 1
                 let versions =
                     write.restore ? snapshot.versions : Dictionary(write.versionKeys.map { ($0, next) }) { a, _ in a }
                 for (key, serial) in versions {
                     try db.execute(
-                        sql: "INSERT OR REPLACE INTO row_versions (key, serial) VALUES (?, ?)",
+                        sql: "INSERT OR REPLACE INTO \(t.row_versions) (key, serial) VALUES (?, ?)",
                         arguments: [key, serial])
                 }
                 if let backend = snapshot.backend {
                     for (key, value) in [("backend", backend.kind.rawValue), ("project", backend.project)] {
                         try db.execute(
-                            sql: "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", arguments: [key, value])
+                            sql: "INSERT OR REPLACE INTO \(t.meta) (key, value) VALUES (?, ?)", arguments: [key, value])
                     }
                 }
-                try db.execute(sql: "UPDATE meta SET value = ? WHERE key = 'serial'", arguments: [String(next)])
+                try db.execute(sql: "UPDATE \(t.meta) SET value = ? WHERE key = 'serial'", arguments: [String(next)])
                 return next
             }
         }
@@ -492,14 +553,15 @@ public final class SQLiteStateStore: StateStore {
     // MARK: - Journal
 
     public func unfinishedApply() async throws -> UnfinishedApply? {
-        guard let queue = try queue(create: false) else { return nil }
+        guard let queue = try open(create: false) else { return nil }
         return try run {
             try queue.read { db in
+                guard try hasWorkspace(db) else { return nil }
                 guard
                     let row = try Row.fetchOne(
                         db,
                         sql: """
-                            SELECT id, started_at, plan FROM applies WHERE status = 'running' ORDER BY started_at DESC LIMIT 1
+                            SELECT id, started_at, plan FROM \(t.applies) WHERE status = 'running' ORDER BY started_at DESC LIMIT 1
                             """)
                 else { return nil }
                 let id: String = try cell(row, 0, in: "applies")
@@ -510,7 +572,7 @@ public final class SQLiteStateStore: StateStore {
                     throw StateStoreError(.damaged, path: location, "the journal's plan of apply \(id) cannot be read")
                 }
                 let done = try Row.fetchAll(
-                    db, sql: "SELECT idx FROM apply_operations WHERE apply_id = ?", arguments: [id]
+                    db, sql: "SELECT idx FROM \(t.apply_operations) WHERE apply_id = ?", arguments: [id]
                 ).map { row -> Int in
                     let index: Int = try cell(row, 0, in: "apply_operations")
                     guard plan.operations.indices.contains(index) else {
@@ -522,9 +584,9 @@ public final class SQLiteStateStore: StateStore {
                     return index
                 }
                 var progress: [Int: OperationProgress] = [:]
-                if try db.tableExists("apply_progress") {
+                if try db.tableExists(t.raw("apply_progress")) {
                     for row in try Row.fetchAll(
-                        db, sql: "SELECT idx, tokens_done, ok, failed FROM apply_progress WHERE apply_id = ?",
+                        db, sql: "SELECT idx, tokens_done, ok, failed FROM \(t.apply_progress) WHERE apply_id = ?",
                         arguments: [id])
                     {
                         let index: Int = try cell(row, 0, in: "apply_progress")
@@ -551,15 +613,16 @@ public final class SQLiteStateStore: StateStore {
     }
 
     public func applies(limit: Int) async throws -> [ApplyRecord] {
-        guard let queue = try queue(create: false) else { return [] }
+        guard let queue = try open(create: false) else { return [] }
         return try run {
             try queue.read { db in
-                try Row.fetchAll(
+                guard try hasWorkspace(db) else { return [] }
+                return try Row.fetchAll(
                     db,
                     sql: """
                         SELECT a.id, a.status, a.started_at, a.operation_count,
-                            (SELECT count(*) FROM apply_operations o WHERE o.apply_id = a.id)
-                        FROM applies a ORDER BY a.started_at DESC LIMIT ?
+                            (SELECT count(*) FROM \(t.apply_operations) o WHERE o.apply_id = a.id)
+                        FROM \(t.applies) a ORDER BY a.started_at DESC LIMIT ?
                         """, arguments: [limit]
                 ).map { row in
                     let id: String = try cell(row, 0, in: "applies")
@@ -577,11 +640,81 @@ public final class SQLiteStateStore: StateStore {
 
     // MARK: - Lock
 
+    /// Each workspace has its own lock file (`state.db.lock`, `state.db.prod.lock`): no global lock.
+    var lockBase: String { workspace == "default" ? path : path + "." + workspace }
+
     public func lock(_ holder: LockHolder) async throws -> any StateLease {
-        try StateLock.acquire(statePath: path, location: location, holder: holder)
+        try StateLock.acquire(statePath: lockBase, location: location, holder: holder)
     }
 
     public func lockHolder() async throws -> LockHolder? {
-        try StateLock.holder(statePath: path, location: location)
+        try StateLock.holder(statePath: lockBase, location: location)
+    }
+
+    // MARK: - A workspace an older tidemark kept in a file of its own
+
+    /// The open file, after moving in this workspace's own file from an older tidemark, if any.
+    private func open(create: Bool) throws -> DatabaseQueue? {
+        let pending = legacyPath.map { FileManager.default.fileExists(atPath: $0) } ?? false
+        guard let queue = try queue(create: create || pending) else { return nil }
+        if pending { try adoptLegacyFile(into: queue) }
+        return queue
+    }
+
+    /// Every table an older file of one workspace can have, in the order they are copied.
+    static let tableNames = [
+        "meta", "tokens", "topics", "groups", "applies", "apply_operations", "apply_progress", "row_versions",
+    ]
+
+    /// Copies the older file's state and journal into this workspace's tables in one transaction
+    /// (unless the workspace has tables already), then renames the older file `….moved`, so that
+    /// it is read once. The older file is checked as any state file is (tidemark's, not newer).
+    private func adoptLegacyFile(into queue: DatabaseQueue) throws {
+        guard let legacyPath else { return }
+        let legacy = SQLiteStateStore(path: legacyPath, location: legacyPath)
+        if let old = try legacy.queue(create: false) {
+            let hasState = try legacy.run { try old.read { db in try legacy.hasWorkspace(db) } }
+            try old.close()
+            guard hasState else { return }
+        }
+        try run {
+            try queue.writeWithoutTransaction { db in
+                try db.execute(sql: "ATTACH DATABASE ? AS legacy", arguments: [legacyPath])
+                defer { try? db.execute(sql: "DETACH DATABASE legacy") }
+                try db.inTransaction {
+                    // Another run moved it in first.
+                    guard try !hasWorkspace(db) else { return .commit }
+                    try createSchema(db, lineage: "", now: 0)
+                    try db.execute(
+                        sql: """
+                            CREATE TABLE \(t.apply_progress) (apply_id TEXT NOT NULL, idx INTEGER NOT NULL,
+                                tokens_done INTEGER NOT NULL, ok INTEGER NOT NULL, failed INTEGER NOT NULL,
+                                PRIMARY KEY (apply_id, idx)) WITHOUT ROWID;
+                            CREATE TABLE \(t.row_versions) (key TEXT PRIMARY KEY, serial INTEGER NOT NULL);
+                            DELETE FROM \(t.meta);
+                            """)
+                    for base in Self.tableNames {
+                        let old = try String.fetchAll(
+                            db, sql: "SELECT name FROM pragma_table_info(?, 'legacy')", arguments: [base])
+                        guard !old.isEmpty else { continue }
+                        let ours = Set(try db.columns(in: t.raw(base)).map(\.name))
+                        let columns = old.filter { ours.contains($0) }.map { "\"\($0)\"" }.joined(separator: ", ")
+                        try db.execute(
+                            sql: "INSERT INTO \(t.quoted(base)) (\(columns)) SELECT \(columns) FROM legacy.\"\(base)\"")
+                    }
+                    // Every column is there now, whatever format the older file had.
+                    try db.execute(
+                        sql: "UPDATE \(t.meta) SET value = ? WHERE key = 'format_version'",
+                        arguments: [String(Self.formatVersion)])
+                    return .commit
+                }
+            }
+        }
+        try? Self.checkpoint(queue)
+        let fm = FileManager.default
+        for suffix in ["", "-wal", "-shm"] where fm.fileExists(atPath: legacyPath + suffix) {
+            try? fm.removeItem(atPath: legacyPath + ".moved" + suffix)
+            try? fm.moveItem(atPath: legacyPath + suffix, toPath: legacyPath + ".moved" + suffix)
+        }
     }
 }

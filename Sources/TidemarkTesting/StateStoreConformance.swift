@@ -439,4 +439,27 @@ public enum StateStoreConformance {
         #expect(try await store.save(&next, write, at: 1001) == 42)
         #expect(try await store.load()?.versions["topic:news"] == 42)
     }
+
+    /// Two workspaces of one store (`dev`, `prod`, made by `workspace`): separate lineage, serial and
+    /// state, and a lock each, so holding one never blocks the other (a second `dev` is refused).
+    public static func workspacesAreIndependent(_ workspace: (String) throws -> any StateStore) async throws {
+        let dev = try workspace("dev")
+        let prod = try workspace("prod")
+        var state = sample(tokens: 20)
+        try await dev.save(&state, writeAll(state), at: 1)
+        try await dev.save(&state, StateWrite(), at: 2)
+        #expect(try await prod.load() == nil)
+        var other = State(lineage: "other-lineage", serial: 0)
+        other.tokens.intern(Fixtures.token(99))
+        try await prod.save(&other, StateWrite(), at: 3)
+        #expect(try await dev.load()?.serial == 2)
+        #expect(try await prod.load()?.lineage == "other-lineage")
+        let lease = try await dev.lock(holder)
+        let second = try await prod.lock(holder)
+        await #expect { _ = try await workspace("dev").lock(holder) } throws: {
+            ($0 as? StateStoreError)?.code == .locked
+        }
+        await second.release()
+        await lease.release()
+    }
 }

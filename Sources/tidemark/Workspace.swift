@@ -98,15 +98,8 @@ struct Workspace {
             stateSpec = state
         } else {
             postgres = nil
-            var spec = state
-            if name != "default" {
-                // A SQLite workspace is a file of its own beside the default one: state.prod.db.
-                let stem = (spec as NSString).deletingPathExtension
-                let suffix = (spec as NSString).pathExtension
-                spec = stem + "." + name + (suffix.isEmpty ? "" : "." + suffix)
-            }
-            stateSpec = spec
-            statePath = spec.hasPrefix("/") ? spec : (root as NSString).appendingPathComponent(spec)
+            stateSpec = state
+            statePath = state.hasPrefix("/") ? state : (root as NSString).appendingPathComponent(state)
         }
         backendKind = options.backend ?? settings.backend ?? .embedded
     }
@@ -141,7 +134,17 @@ struct Workspace {
 
     var stateDisplay: String {
         if let postgres { return "\(postgres.display) (workspace \(workspaceName))" }
-        return stateSpec.hasPrefix("/") ? stateSpec : Self.display(options.directory, stateSpec)
+        let file = stateSpec.hasPrefix("/") ? stateSpec : Self.display(options.directory, stateSpec)
+        return workspaceName == "default" ? file : "\(file) (workspace \(workspaceName))"
+    }
+
+    /// Where an older tidemark kept a SQLite workspace other than `default`: a file of its own beside
+    /// the state file (state.prod.db). The store moves it into the state file on first use.
+    var legacyWorkspacePath: String? {
+        guard postgres == nil, workspaceName != "default" else { return nil }
+        let stem = (statePath as NSString).deletingPathExtension
+        let suffix = (statePath as NSString).pathExtension
+        return stem + "." + workspaceName + (suffix.isEmpty ? "" : "." + suffix)
     }
 
     /// The directory that holds state (and the embedded backend), created private to the user.
@@ -156,7 +159,10 @@ struct Workspace {
 
     /// The state store tidemark.yaml names (default `.tidemark/state.db`).
     func stateStore() -> any StateStore {
-        guard let postgres else { return SQLiteStateStore(path: statePath, location: stateDisplay) }
+        guard let postgres else {
+            return SQLiteStateStore(
+                path: statePath, location: stateDisplay, workspace: workspaceName, legacyPath: legacyWorkspacePath)
+        }
         // One store object per workspace in a process: its connection, and the lease its lock took, serve
         // every part of the command.
         let key = "\(postgres.display)|\(workspaceName)"

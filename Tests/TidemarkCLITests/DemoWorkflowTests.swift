@@ -31,6 +31,34 @@ import Testing
         #expect(mode == 0o600)
     }
 
+    /// SQLite workspaces live in the one state file, each converging on its own; a workspace an older
+    /// tidemark kept in a file of its own (state.staging.db) is moved in on first use.
+    @Test func sqliteWorkspacesShareTheStateFile() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        #expect(try cli.run(["apply", "--auto-approve"]).status == 0)
+        let prod = try cli.run(["plan", "--workspace", "prod", "--detailed-exitcode"])
+        #expect(prod.status == 2, "a new workspace has no state yet: \(prod.stdout)")
+        #expect(try cli.run(["apply", "--auto-approve", "--workspace", "prod", "--no-refresh"]).status == 0)
+        let list = try cli.run(["state", "list", "--workspace", "prod"])
+        #expect(list.stdout.contains(".tidemark/state.db (workspace prod)"), "\(list.stdout)")
+        let state = cli.project.appendingPathComponent(".tidemark")
+        var files = try FileManager.default.contentsOfDirectory(atPath: state.path).filter { $0.hasSuffix(".db") }
+        #expect(Set(files) == ["state.db", "embedded.db"], "\(files)")
+
+        // An older tidemark's file for workspace staging: its state becomes the workspace's.
+        #expect(try cli.run(["apply", "--auto-approve", "--state", ".tidemark/state.staging.db"]).status == 0)
+        let older = try cli.run(["state", "list", "--state", ".tidemark/state.staging.db", "--format", "json"])
+        let lineage = try #require(
+            (try JSONSerialization.jsonObject(with: Data(older.stdout.utf8)) as? [String: Any])?["lineage"] as? String)
+        let moved = try cli.run(["state", "list", "--workspace", "staging", "--format", "json"])
+        #expect(moved.stdout.contains(lineage), "\(moved.stdout)\(moved.stderr)")
+        files = try FileManager.default.contentsOfDirectory(atPath: state.path)
+        #expect(files.contains("state.staging.db.moved") && !files.contains("state.staging.db"), "\(files)")
+        let converged = try cli.run(["plan", "--workspace", "staging", "--detailed-exitcode"])
+        #expect(converged.status == 0, "\(converged.stdout)")
+    }
+
     @Test func jsonPlanCarriesFullTokens() throws {
         let cli = try CLIRunner(demo: true)
         defer { cli.remove() }

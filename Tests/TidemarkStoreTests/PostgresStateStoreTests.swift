@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import TidemarkCore
 import TidemarkTesting
@@ -40,23 +41,13 @@ enum TestPostgres {
     /// Workspaces are separate states in one database: their own lineage, serial, journal and lease.
     @Test func workspacesAreIndependent() async throws {
         let name = "ws-\(UUID().uuidString.prefix(8))"
-        let dev = try TestPostgres.store(name + "-dev")
-        let prod = try TestPostgres.store(name + "-prod")
-        var state = StateStoreConformance.sample(tokens: 20)
-        try await dev.save(&state, StateStoreConformance.writeAll(state), at: 1)
-        try await dev.save(&state, StateWrite(), at: 2)
-        #expect(try await prod.load() == nil)
-        var other = State(lineage: "other-lineage", serial: 0)
-        other.tokens.intern(Fixtures.token(99))
-        try await prod.save(&other, StateWrite(), at: 3)
-        #expect(try await dev.load()?.serial == 2)
-        #expect(try await prod.load()?.lineage == "other-lineage")
-        // A lease on one workspace never waits for or blocks another.
-        let lease = try await dev.lock(StateStoreConformance.holder)
-        _ = try await prod.lock(StateStoreConformance.holder)
-        await lease.release()
-        await dev.close()
-        await prod.close()
+        let made = Mutex<[PostgresStateStore]>([])
+        try await StateStoreConformance.workspacesAreIndependent { workspace in
+            let store = try TestPostgres.store(name + "-" + workspace)
+            made.withLock { $0.append(store) }
+            return store
+        }
+        for store in made.withLock({ $0 }) { await store.close() }
     }
 
     /// Fencing: once a lease is broken (or expires), its holder can no longer write, even though it

@@ -280,3 +280,65 @@ import TidemarkTesting
         #expect(version == "2")
     }
 }
+
+/// Workspaces share one SQLite file: each with its own tables, lineage, serial, journal and lock.
+@Suite struct SQLiteWorkspaceTests {
+    func directory() throws -> URL {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tm-ws-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        return dir
+    }
+
+    @Test(arguments: StateStoreConformance.Check.allCases)
+    func aWorkspaceConforms(_ check: StateStoreConformance.Check) async throws {
+        let dir = try directory()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let path = dir.appendingPathComponent("state.db").path
+        // The default workspace has state of its own in the same file, which the checks must not see.
+        var other = StateStoreConformance.sample(tokens: 30)
+        other.lineage = "the-default-lineage"
+        try await SQLiteStateStore(path: path).save(&other, StateStoreConformance.writeAll(other), at: 1)
+        try await StateStoreConformance.run(check) { SQLiteStateStore(path: path, workspace: "staging-eu") }
+        let untouched = try #require(try await SQLiteStateStore(path: path).load())
+        #expect(untouched.lineage == "the-default-lineage" && untouched.serial == 1)
+    }
+
+    @Test func workspacesAreIndependentInOneFile() async throws {
+        let dir = try directory()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let path = dir.appendingPathComponent("state.db").path
+        try await StateStoreConformance.workspacesAreIndependent { SQLiteStateStore(path: path, workspace: $0) }
+        #expect(try await SQLiteStateStore(path: path).load() == nil, "nor does the default workspace see them")
+        let files = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".db") }
+        #expect(files == ["state.db"], "one file holds every workspace: \(files)")
+    }
+
+    /// A workspace an older tidemark kept in a file of its own (state.prod.db) is moved into the state
+    /// file on first use, journal included (an interrupted apply still resumes), and the old file is
+    /// renamed so that it is read only once.
+    @Test func anOlderWorkspaceFileIsMovedIn() async throws {
+        let dir = try directory()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let path = dir.appendingPathComponent("state.db").path
+        let legacyPath = dir.appendingPathComponent("state.prod.db").path
+        var state = StateStoreConformance.sample(tokens: 40)
+        var write = StateStoreConformance.writeAll(state)
+        write.beginApply = ("apply-7", StateStoreConformance.plan([], state: state))
+        try await SQLiteStateStore(path: legacyPath).save(&state, write, at: 1000)
+        var defaultState = StateStoreConformance.sample(tokens: 5)
+        defaultState.lineage = "default-lineage"
+        try await SQLiteStateStore(path: path).save(&defaultState, StateWrite(), at: 1)
+
+        let store = SQLiteStateStore(path: path, workspace: "prod", legacyPath: legacyPath)
+        let loaded = try #require(try await store.load())
+        #expect(loaded.lineage == state.lineage && loaded.serial == state.serial)
+        #expect(loaded.topics == state.topics && loaded.groups == state.groups && loaded.tokens.count == 40)
+        #expect(try await store.unfinishedApply()?.id == "apply-7", "the journal came along")
+        #expect(!FileManager.default.fileExists(atPath: legacyPath))
+        #expect(FileManager.default.fileExists(atPath: legacyPath + ".moved"))
+        #expect(try await SQLiteStateStore(path: path).load()?.lineage == "default-lineage")
+        // Later runs read the state file alone.
+        let again = SQLiteStateStore(path: path, workspace: "prod", legacyPath: legacyPath)
+        #expect(try await again.load()?.serial == state.serial)
+    }
+}
