@@ -36,7 +36,16 @@ public final class SQLiteStateStore: StateStore {
     struct Tables: Sendable {
         let prefix: String
 
-        init(workspace: String) { prefix = workspace == "default" ? "" : workspace + ":" }
+        /// SQLite's table names ignore case, workspace names do not: an upper-case letter is written as
+        /// '^' and the letter in lower case ('^' is not allowed in a workspace name), so `Prod` and
+        /// `prod` never share tables.
+        init(workspace: String) {
+            guard workspace != "default" else {
+                prefix = ""
+                return
+            }
+            prefix = workspace.map { $0.isUppercase ? "^" + $0.lowercased() : String($0) }.joined() + ":"
+        }
 
         /// The table's name, as `sqlite_master` and PRAGMAs know it.
         func raw(_ base: String) -> String { prefix + base }

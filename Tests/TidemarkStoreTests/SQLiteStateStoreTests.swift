@@ -308,6 +308,12 @@ import TidemarkTesting
         defer { try? FileManager.default.removeItem(at: dir) }
         let path = dir.appendingPathComponent("state.db").path
         try await StateStoreConformance.workspacesAreIndependent { SQLiteStateStore(path: path, workspace: $0) }
+        // Workspace names differ by case; SQLite's table names do not, so the names are escaped.
+        var upper = StateStoreConformance.sample(tokens: 20)
+        upper.lineage = "upper-case"
+        try await SQLiteStateStore(path: path, workspace: "Dev").save(&upper, StateWrite(), at: 9)
+        #expect(try await SQLiteStateStore(path: path, workspace: "dev").load()?.lineage != "upper-case")
+        #expect(try await SQLiteStateStore(path: path, workspace: "Dev").load()?.lineage == "upper-case")
         #expect(try await SQLiteStateStore(path: path).load() == nil, "nor does the default workspace see them")
         let files = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".db") }
         #expect(files == ["state.db"], "one file holds every workspace: \(files)")
