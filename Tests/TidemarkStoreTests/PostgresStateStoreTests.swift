@@ -17,7 +17,7 @@ enum TestPostgres {
     static var enabled: Bool { url != nil || required }
 
     static func store(
-        _ workspace: String = "test-\(UUID().uuidString.prefix(8))", lease: Duration = .seconds(60)
+        _ workspace: String = "test-\(UUID().uuidString.prefix(8))", lease: Duration = .seconds(600)
     )
         throws -> PostgresStateStore
     {
@@ -54,8 +54,10 @@ enum TestPostgres {
     /// still believes it holds the lock.
     @Test func aBrokenLeaseCannotWrite() async throws {
         let name = "fence-\(UUID().uuidString.prefix(8))"
-        let runner = try TestPostgres.store(name)
-        let operator_ = try TestPostgres.store(name)
+        // A lease that cannot expire during the test: a suite that starves this process of its
+        // heartbeat (blocking CLI tests fill the cooperative pool) must not make it lapse.
+        let runner = try TestPostgres.store(name, lease: .seconds(3600))
+        let operator_ = try TestPostgres.store(name, lease: .seconds(3600))
         var state = StateStoreConformance.sample(tokens: 10)
         let lease = try await runner.lock(StateStoreConformance.holder)
         try await runner.save(&state, StateStoreConformance.writeAll(state), at: 1)
