@@ -6,7 +6,8 @@ public struct Inventory: Sendable {
     public private(set) var labelKeys: [String] = []
     private var keyIndex: [String: Int] = [:]
     private var labelValues: [[String]] = []
-    private var valueIndex: [[String: UInt32]] = []
+    /// Per label, each value's position in `labelValues` (a value's number is its position + 1).
+    private var valueIndex: [StringIndex] = []
     /// Per label name, per device: 0 when the device has no such label, else the value's index + 1.
     private var columns: [[UInt32]] = []
     /// Where each device was declared: index into `sources` and line.
@@ -71,7 +72,7 @@ public struct Inventory: Sendable {
         labelKeys.append(key)
         keyIndex[key] = k
         labelValues.append([])
-        valueIndex.append([:])
+        valueIndex.append(StringIndex())
         columns.append([UInt32](repeating: 0, count: deviceIDs.count))
         return k
     }
@@ -82,9 +83,11 @@ public struct Inventory: Sendable {
         column: Int = 1
     ) -> Conflict? {
         let index = deviceIDs.count
-        if let existing = indexByID.find(id, in: deviceIDs) { return .duplicateID(existing) }
+        // One probe for the id: its free slot is filled only once the token is known to be new.
+        let idSlot = indexByID.probe(id, in: deviceIDs)
+        if case .found(let existing) = idSlot { return .duplicateID(existing) }
         if let existing = indexByToken.insert(token, at: index, keys: tokens) { return .duplicateToken(existing) }
-        _ = indexByID.insert(id, at: index, keys: deviceIDs)
+        indexByID.fill(idSlot, position: index)
         deviceIDs.append(id)
         tokens.append(token)
         sourceOfDevice.append(source)
@@ -104,12 +107,11 @@ public struct Inventory: Sendable {
 
     private mutating func setLabel(_ k: Int, _ value: String, device: Int) {
         let v: UInt32
-        if let existing = valueIndex[k][value] {
-            v = existing
+        if let existing = valueIndex[k].insert(value, at: labelValues[k].count, keys: labelValues[k]) {
+            v = UInt32(existing + 1)
         } else {
             labelValues[k].append(value)
             v = UInt32(labelValues[k].count)
-            valueIndex[k][value] = v
         }
         columns[k][device] = v
     }
@@ -125,8 +127,8 @@ public struct Inventory: Sendable {
     }
 
     func valueNumber(_ key: String, _ value: String) -> Int? {
-        guard let k = keyIndex[key], let v = valueIndex[k][value] else { return nil }
-        return Int(v - 1)
+        guard let k = keyIndex[key] else { return nil }
+        return valueIndex[k].find(value, in: labelValues[k])
     }
 }
 

@@ -87,11 +87,16 @@ public struct PlanRenderer: Sendable {
         if audiences > 0 { parts.append("\(Self.formatCount(audiences)) audience\(audiences == 1 ? "" : "s")") }
         let change = topics + groups + audiences == 1 ? "changes" : "change"
         var counts: [String] = []
-        counts.append("+\(Self.formatCount(plan.subscribeCount)) subscription\(plan.subscribeCount == 1 ? "" : "s")")
-        counts.append(
-            "−\(Self.formatCount(plan.unsubscribeCount)) unsubscription\(plan.unsubscribeCount == 1 ? "" : "s")")
         let groupCalls = plan.operations.filter { $0.kind.isGroupCall }.count
+        // A plan that only writes audiences in state says so rather than "+0 subscriptions, −0 …".
+        if topics > 0 || groups > 0 {
+            counts.append(
+                "+\(Self.formatCount(plan.subscribeCount)) subscription\(plan.subscribeCount == 1 ? "" : "s")")
+            counts.append(
+                "−\(Self.formatCount(plan.unsubscribeCount)) unsubscription\(plan.unsubscribeCount == 1 ? "" : "s")")
+        }
         if groupCalls > 0 { counts.append("\(groupCalls) group call\(groupCalls == 1 ? "" : "s")") }
+        if counts.isEmpty { counts.append("state only, nothing sent to FCM") }
         let rotated = plan.rotations?.count ?? 0
         let rotation =
             rotated == 0

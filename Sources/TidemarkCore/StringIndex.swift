@@ -43,6 +43,36 @@ struct StringIndex: Sendable {
         }
     }
 
+    /// Where a probe for a key ended: at the key, or at the free slot it would take.
+    enum Probe {
+        case found(Int)
+        case free(slot: Int, tag: UInt64)
+    }
+
+    /// Looks `key` up, making room first, so that `fill` can index it at the free slot found without
+    /// probing again. Nothing else may change this index between the two.
+    mutating func probe(_ key: String, in keys: [String]) -> Probe {
+        if (count + 1) * 2 > slots.count { rehash(Self.slotCount(for: max(count + 1, slots.count)), keys: keys) }
+        let tag = Self.hash(key) >> 32
+        var i = Int(tag) & mask
+        while true {
+            let slot = slots[i]
+            if slot == 0 { return .free(slot: i, tag: tag) }
+            if slot >> 32 == tag {
+                let existing = Int(slot & 0xFFFF_FFFF) - 1
+                if keys[existing] == key { return .found(existing) }
+            }
+            i = (i + 1) & mask
+        }
+    }
+
+    /// Indexes the key of a `probe` that found it absent at `position`.
+    mutating func fill(_ probe: Probe, position: Int) {
+        guard case .free(let i, let tag) = probe else { return }
+        slots[i] = tag << 32 | UInt64(position + 1)
+        count += 1
+    }
+
     /// Indexes `key` at `position` unless it is indexed already; returns the earlier position then.
     /// `keys` must hold every position indexed so far (the new one need not be there yet).
     mutating func insert(_ key: String, at position: Int, keys: [String]) -> Int? {
