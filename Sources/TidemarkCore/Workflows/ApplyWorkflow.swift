@@ -479,8 +479,7 @@ extension ApplyWorkflow {
     {
         let before = state
         var state = state
-        if state.lineage.isEmpty { state.lineage = parts.timing.uuid() }
-        state.backend = state.backend ?? parts.backend.identity
+        parts.claim(&state)
         let tokens = state.recordReads(observations, read: read, swept: swept)
         var write = StateWrite()
         write.includeTopicsAndGroups(before: before, after: state)

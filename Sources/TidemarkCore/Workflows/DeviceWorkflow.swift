@@ -66,8 +66,7 @@ public struct DeviceWorkflow: Sendable {
         let entries = read.entries(naming: id, table: &state.tokens)
         state.growToTable()
         var next: [String: String] = [:]
-        let differ = Differ(groupsTurnedDown: parts.deadlines.groupsTurnedDown)
-        for op in differ.diff(desired: loaded.desired, state: state, targets: .all).operations {
+        for op in parts.differ().diff(desired: loaded.desired, state: state, targets: .all).operations {
             let key = State.versionKey(op.kind.isGroup ? .group : .topic, op.target)
             let member = state.groups[op.target]?.members.contains(id) ?? false
             switch op.kind {

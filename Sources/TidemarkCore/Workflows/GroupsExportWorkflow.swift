@@ -19,7 +19,8 @@ public struct GroupsExport: Sendable, Codable {
 
     public var groups: [Group]
     public var exportedAt: Date
-    /// The state serial the export was recorded at; nil when state was not written (`--no-state`).
+    /// The state serial the export was recorded at; nil when FCM knew none of the groups (nothing
+    /// to record).
     public var serial: Int?
 }
 
@@ -28,13 +29,13 @@ public struct GroupsExport: Sendable, Codable {
 /// mapping after device groups are turned down on 29 September 2027. Writes nothing to FCM; records
 /// what it read in state (each group's `exported` tokens), so that tidemark keeps the mapping too.
 ///
-/// The caller holds the state lock around `run` unless `record` is false.
+/// The caller holds the state lock around `run`.
 public struct GroupsExportWorkflow: Sendable {
     public var parts: WorkflowParts
 
     public init(_ parts: WorkflowParts) { self.parts = parts }
 
-    public func run(names: [String] = [], record: Bool = true) async throws -> GroupsExport {
+    public func run(names: [String] = []) async throws -> GroupsExport {
         var (state, loaded) = try await parts.loadStateAndManifests()
         try parts.stopOnErrors(loaded)
         // Audiences with no FCM group behind them have nothing to export.
@@ -69,7 +70,7 @@ public struct GroupsExportWorkflow: Sendable {
                     notAddedByTidemark: foreign))
         }
         var export = GroupsExport(groups: groups, exportedAt: parts.timing.wallClock())
-        guard record, groups.contains(where: { $0.notificationKey != nil }) else { return export }
+        guard groups.contains(where: { $0.notificationKey != nil }) else { return export }
         let before = state
         let now = parts.timing.unixTime()
         for group in groups {
@@ -81,8 +82,7 @@ public struct GroupsExportWorkflow: Sendable {
             state.groups[group.name] = entry
         }
         state.growToTable()
-        if state.lineage.isEmpty { state.lineage = parts.timing.uuid() }
-        state.backend = state.backend ?? parts.backend.identity
+        parts.claim(&state)
         var write = StateWrite()
         write.includeTopicsAndGroups(before: before, after: state)
         export.serial = try await parts.store.save(&state, write, at: now)

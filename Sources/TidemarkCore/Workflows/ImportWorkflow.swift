@@ -44,8 +44,7 @@ public struct ImportWorkflow: Sendable {
             outcome.serial = before.serial
             return outcome
         }
-        if state.lineage.isEmpty { state.lineage = parts.timing.uuid() }
-        state.backend = state.backend ?? parts.backend.identity
+        parts.claim(&state)
         var write = StateWrite()
         write.includeTopicsAndGroups(before: before, after: state)
         write.allTokens = true

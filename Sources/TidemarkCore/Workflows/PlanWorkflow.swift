@@ -186,7 +186,7 @@ extension WorkflowParts {
             var working = state
             working.growToTable()
             // Audience steps change state only: their members need no read.
-            let ids = Differ().diff(desired: loaded.desired, state: working, targets: targets).operations
+            let ids = differ().diff(desired: loaded.desired, state: working, targets: targets).operations
                 .filter { !$0.kind.isStateOnly }
                 .flatMap { op in op.tokens.compactMap { working.tokens.id($0) } }
             touched = TokenSet(ids)

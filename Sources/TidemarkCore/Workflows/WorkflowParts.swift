@@ -79,8 +79,16 @@ public enum ExitStatus: Int32, Sendable {
 }
 
 extension WorkflowParts {
-    /// A planner whose differ knows whether FCM turned device groups down at the run's date.
-    public func planner() -> Planner {
-        Planner(differ: Differ(groupsTurnedDown: deadlines.groupsTurnedDown), tidemarkVersion: tidemarkVersion)
+    /// A differ that knows whether FCM turned device groups down at the run's date.
+    public func differ() -> Differ { Differ(groupsTurnedDown: deadlines.groupsTurnedDown) }
+
+    /// A planner with that differ.
+    public func planner() -> Planner { Planner(differ: differ(), tidemarkVersion: tidemarkVersion) }
+
+    /// Before a state's first save: gives it a lineage, and records the FCM project and backend it
+    /// belongs to (a run against another is refused from then on).
+    func claim(_ state: inout State) {
+        if state.lineage.isEmpty { state.lineage = timing.uuid() }
+        state.backend = state.backend ?? backend.identity
     }
 }
