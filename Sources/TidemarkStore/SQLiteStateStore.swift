@@ -73,7 +73,7 @@ public final class SQLiteStateStore: StateStore {
     }
 
     /// Opens the file when it exists, refusing one that is not tidemark's or is damaged; nil when it
-    /// does not exist and `create` is false. A new file gets `lineage`.
+    /// does not exist and `create` is false. A new file has no workspace yet: a save makes its tables.
     private func queue(create: Bool) throws -> DatabaseQueue? {
         try opened.withLock { opened -> DatabaseQueue? in
             if let opened { return opened }
@@ -182,6 +182,18 @@ public final class SQLiteStateStore: StateStore {
         ] {
             try db.execute(sql: "INSERT INTO \(t.meta) (key, value) VALUES (?, ?)", arguments: [key, value])
         }
+    }
+
+    /// Tables added after format 1 was first written (a file without them is read as having no
+    /// progress within operations and no row versions): every write makes them when missing.
+    private func createLaterTables(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                CREATE TABLE IF NOT EXISTS \(t.apply_progress) (apply_id TEXT NOT NULL, idx INTEGER NOT NULL,
+                    tokens_done INTEGER NOT NULL, ok INTEGER NOT NULL, failed INTEGER NOT NULL,
+                    PRIMARY KEY (apply_id, idx)) WITHOUT ROWID;
+                CREATE TABLE IF NOT EXISTS \(t.row_versions) (key TEXT PRIMARY KEY, serial INTEGER NOT NULL);
+                """)
     }
 
     /// The file is tidemark's: its application id, and a `meta` table of some workspace.
@@ -405,6 +417,7 @@ public final class SQLiteStateStore: StateStore {
         let serial = try run {
             try queue.write { db -> Int in
                 if try !hasWorkspace(db) { try createSchema(db, lineage: snapshot.lineage, now: now) }
+                try createLaterTables(db)
                 if try !hasOptOutColumn(db) {
                     // Added after format 1 was first written; older tidemarks read the other columns as before.
                     try db.execute(sql: "ALTER TABLE \(t.topics) ADD COLUMN opted_out BLOB NOT NULL DEFAULT x''")
@@ -502,14 +515,6 @@ public final class SQLiteStateStore: StateStore {
                     }
                 }
                 for progress in write.operationProgress {
-                    // Added after format 1 was first written; older tidemarks ignore it and re-send the
-                    // whole operation, as they always did.
-                    try db.execute(
-                        sql: """
-                            CREATE TABLE IF NOT EXISTS \(t.apply_progress) (apply_id TEXT NOT NULL, idx INTEGER NOT NULL,
-                                tokens_done INTEGER NOT NULL, ok INTEGER NOT NULL, failed INTEGER NOT NULL,
-                                PRIMARY KEY (apply_id, idx)) WITHOUT ROWID
-                            """)
                     try db.execute(
                         sql: """
                             INSERT OR REPLACE INTO \(t.apply_progress) (apply_id, idx, tokens_done, ok, failed) VALUES (?, ?, ?, ?, ?)
@@ -522,10 +527,6 @@ public final class SQLiteStateStore: StateStore {
                     try db.execute(
                         sql: "UPDATE \(t.applies) SET status = ?, finished_at = ? WHERE id = ?",
                         arguments: [status.rawValue, now, id])
-                }
-                if try !db.tableExists(t.raw("row_versions")) {
-                    try db.execute(
-                        sql: "CREATE TABLE \(t.row_versions) (key TEXT PRIMARY KEY, serial INTEGER NOT NULL)")
                 }
                 let next = write.restore ? snapshot.serial : try storedSerial(db, location: location) + 1
                 let versions =
@@ -694,14 +695,8 @@ public final class SQLiteStateStore: StateStore {
                     // Another run moved it in first.
                     guard try !hasWorkspace(db) else { return .commit }
                     try createSchema(db, lineage: "", now: 0)
-                    try db.execute(
-                        sql: """
-                            CREATE TABLE \(t.apply_progress) (apply_id TEXT NOT NULL, idx INTEGER NOT NULL,
-                                tokens_done INTEGER NOT NULL, ok INTEGER NOT NULL, failed INTEGER NOT NULL,
-                                PRIMARY KEY (apply_id, idx)) WITHOUT ROWID;
-                            CREATE TABLE \(t.row_versions) (key TEXT PRIMARY KEY, serial INTEGER NOT NULL);
-                            DELETE FROM \(t.meta);
-                            """)
+                    try createLaterTables(db)
+                    try db.execute(sql: "DELETE FROM \(t.meta)")
                     for base in Self.tableNames {
                         let old = try String.fetchAll(
                             db, sql: "SELECT name FROM pragma_table_info(?, 'legacy')", arguments: [base])
