@@ -17,13 +17,8 @@ cd "$(dirname "$0")/.."
 command="${1:?usage: scripts/pgbouncer.sh start DIR POSTGRES_URL | stop DIR}"
 dir="${2:?usage: scripts/pgbouncer.sh start DIR POSTGRES_URL | stop DIR}"
 
-as_owner() {
-    if [ "$(id -u)" -eq 0 ]; then
-        su postgres -s /bin/sh -c "$(printf '%q ' "$@")"
-    else
-        "$@"
-    fi
-}
+# shellcheck source=lib/as-owner.sh
+. scripts/lib/as-owner.sh
 
 case "$command" in
 start)

@@ -20,14 +20,8 @@ find_bin() {
     return 1
 }
 
-# Runs a PostgreSQL program as the cluster's owner: postgres when we are root (initdb refuses root).
-as_owner() {
-    if [ "$(id -u)" -eq 0 ]; then
-        su postgres -s /bin/sh -c "$(printf '%q ' "$@")"
-    else
-        "$@"
-    fi
-}
+# shellcheck source=lib/as-owner.sh
+. "$(dirname "$0")/lib/as-owner.sh"
 
 case "$command" in
 start)
