@@ -7,6 +7,13 @@ import Yams
 /// drift seeded through the emulator's admin API, import, audience, fmt and the CI recipes.
 @Suite(.serialized) struct PullRequestWorkflowTests {
     /// The demo inventory's rows by device id: (token, region).
+    /// The emulator serving the demo's project, registering every token it is sent, without a rate
+    /// limit; `extra` sets the dates its deadline rules see (`--as-of`, `--created`).
+    static func demoEmulator(_ cli: CLIRunner, _ extra: [String] = []) throws -> EmulatorServeTests.Server {
+        try EmulatorServeTests.Server.start(
+            cli, data: nil, extra: ["--auto-register", "--rate-limit", "0", "--project", "tidemark-demo"] + extra)
+    }
+
     static func demoDevices() throws -> [String: (token: String, region: String)] {
         let csv = try String(
             contentsOf: CLIRunner.repositoryRoot.appendingPathComponent("manifests/inventory/devices.csv"),
@@ -216,9 +223,7 @@ import Yams
     @Test func groupsExportWhileTheCallExists() async throws {
         let cli = try CLIRunner(demo: true)
         defer { cli.remove() }
-        let server = try EmulatorServeTests.Server.start(
-            cli, data: nil,
-            extra: ["--auto-register", "--rate-limit", "0", "--project", "tidemark-demo", "--as-of", "2027-03-01"])
+        let server = try Self.demoEmulator(cli, ["--as-of", "2027-03-01"])
         defer { _ = server.stop() }
         let environment = server.environment
         let backend = ["--backend", "emulator"]
@@ -253,9 +258,7 @@ import Yams
         #expect(refused.status == 1 && refused.stderr.contains("is not an earlier export"))
 
         // The emulator past the turn-down (the client not told): the call is gone, and says so loudly.
-        let late = try EmulatorServeTests.Server.start(
-            cli, data: nil,
-            extra: ["--auto-register", "--rate-limit", "0", "--project", "tidemark-demo", "--as-of", "2027-10-01"])
+        let late = try Self.demoEmulator(cli, ["--as-of", "2027-10-01"])
         defer { _ = late.stop() }
         let gone = try cli.run(
             ["groups", "export", "--out", "late.ndjson", "--state", "late.db"] + backend, environment: late.environment)
@@ -268,9 +271,7 @@ import Yams
         #expect(before.status == 1 && before.stderr.contains("FCM turned device groups down on 29 September 2027"))
 
         // A project created after 1 December 2026 cannot create groups.
-        let fresh = try EmulatorServeTests.Server.start(
-            cli, data: nil,
-            extra: ["--auto-register", "--rate-limit", "0", "--project", "tidemark-demo", "--created", "2026-12-05"])
+        let fresh = try Self.demoEmulator(cli, ["--created", "2026-12-05"])
         defer { _ = fresh.stop() }
         let create = try cli.run(
             ["apply", "--auto-approve", "--state", "fresh.db"] + backend, environment: fresh.environment)
@@ -286,9 +287,7 @@ import Yams
     @Test func groupsBecomeAudiences() async throws {
         let cli = try CLIRunner(demo: true)
         defer { cli.remove() }
-        let server = try EmulatorServeTests.Server.start(
-            cli, data: nil,
-            extra: ["--auto-register", "--rate-limit", "0", "--project", "tidemark-demo", "--as-of", "2027-03-01"])
+        let server = try Self.demoEmulator(cli, ["--as-of", "2027-03-01"])
         defer { _ = server.stop() }
         let environment = server.environment
         let backend = ["--backend", "emulator"]
@@ -358,9 +357,7 @@ import Yams
 
         // After the turn-down (emulator and tidemark told the date): the other groups are converted
         // with no call to FCM, whose group API is gone.
-        let late = try EmulatorServeTests.Server.start(
-            cli, data: nil,
-            extra: ["--auto-register", "--rate-limit", "0", "--project", "tidemark-demo", "--as-of", "2027-10-01"])
+        let late = try Self.demoEmulator(cli, ["--as-of", "2027-10-01"])
         defer { _ = late.stop() }
         var told = late.environment
         told["TIDEMARK_AS_OF"] = "2027-10-01"
@@ -393,8 +390,7 @@ import Yams
     @Test func shadowVerifyBeforeSwitchingTransports() async throws {
         let cli = try CLIRunner(demo: true)
         defer { cli.remove() }
-        let server = try EmulatorServeTests.Server.start(
-            cli, data: nil, extra: ["--auto-register", "--rate-limit", "0", "--project", "tidemark-demo"])
+        let server = try Self.demoEmulator(cli)
         defer { _ = server.stop() }
         let environment = server.environment
         let backend = ["--backend", "emulator"]
