@@ -56,12 +56,15 @@ import TidemarkTesting
 
     /// With `prune_after`, an apply that changed something prunes on its own once enough can go.
     @Test func applyPrunesOnItsOwnWithPruneAfter() throws {
-        let cli = try Self.converged(devices: 1_200, settings: "prune_after: 1s\n")
+        // A retention of 5 s, not 1: the apply that unsubscribes 1,100 devices reads them first, and on
+        // a runner loaded by the whole suite more than a second can pass between that read and its
+        // pruning step, which then found them gone long enough.
+        let cli = try Self.converged(devices: 1_200, settings: "prune_after: 5s\n")
         defer { cli.remove() }
         try cli.write("manifests/inventory/devices.csv", Self.inventory(0..<100))
         let leave = try cli.run(["apply", "--auto-approve"])
         #expect(leave.status == 0 && !leave.stdout.contains("Pruned"), "just unsubscribed: seen now, kept")
-        Thread.sleep(forTimeInterval: 1.2)
+        Thread.sleep(forTimeInterval: 5.2)
         try cli.write("manifests/inventory/devices.csv", Self.inventory(0..<101))
         let join = try cli.run(["apply", "--auto-approve"])
         #expect(join.status == 0, "\(join.stderr)")
