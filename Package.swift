@@ -24,10 +24,13 @@ let package = Package(
     targets: [
         // The system zlib (Debian's zlib1g-dev), for gzip inventories.
         .systemLibrary(name: "CZlib", path: "Sources/CZlib"),
+        // Header-only C helpers (a prefetch hint for the large hash tables).
+        .systemLibrary(name: "CShims", path: "Sources/CShims"),
         .target(
             name: "TidemarkCore",
             dependencies: [
-                "CZlib", .product(name: "Yams", package: "Yams"), .product(name: "Crypto", package: "swift-crypto"),
+                "CZlib", "CShims", .product(name: "Yams", package: "Yams"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
         .target(
@@ -61,6 +64,7 @@ let package = Package(
             name: "TidemarkStore",
             dependencies: [
                 "TidemarkCore", .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -75,7 +75,7 @@ public enum InputFile {
         }
         let size = Int(info.st_size)
         guard size <= limit else { throw tooLarge(size, limit, setting) }
-        var data = Data(count: size)
+        var data = size >= largeFile ? largeBuffer(size) : Data(count: size)
         var offset = 0
         let failure: Int32? = data.withUnsafeMutableBytes { buffer -> Int32? in
             while offset < size {
@@ -92,6 +92,20 @@ public enum InputFile {
         if let failure { throw InputFileError(kind: .io, problem: String(cString: strerror(failure))) }
         data.count = offset
         return data
+    }
+
+    /// Files this large are read into memory mapped for them (huge pages where the kernel allows),
+    /// rather than zeroed heap: a 183 MB inventory then costs a hundred page faults, not 45,000.
+    static let largeFile = 8 << 20
+
+    /// `size` bytes of fresh anonymous memory as `Data`, unmapped when the data is freed.
+    static func largeBuffer(_ size: Int) -> Data {
+        guard let memory = mmap(nil, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
+            memory != MAP_FAILED
+        else { return Data(count: size) }
+        _ = madvise(memory, size, MADV_HUGEPAGE)
+        return Data(
+            bytesNoCopy: memory, count: size, deallocator: .custom { pointer, count in _ = munmap(pointer, count) })
     }
 
     static func openError(_ code: Int32) -> InputFileError {

@@ -100,6 +100,75 @@ public struct Inventory: Sendable {
         return nil
     }
 
+    /// `add` for a row read from raw bytes (a CSV line without quotes): the token, already checked as
+    /// a shape FCM issues (so ASCII), and ASCII label values are hashed and looked up in place; strings
+    /// are made only for what is kept. `fields` are byte ranges of `row`; `labels` pairs a label's slot
+    /// with its field.
+    mutating func add(
+        id: String, token: UnsafeBufferPointer<UInt8>, row: UnsafeBufferPointer<UInt8>, fields: [Range<Int>],
+        labels: [(slot: Int, field: Int)], source: UInt16, line: Int, column: Int
+    ) -> Conflict? {
+        let index = deviceIDs.count
+        let idSlot = indexByID.probe(id, in: deviceIDs)
+        if case .found(let existing) = idSlot { return .duplicateID(existing) }
+        let tokenSlot = indexByToken.probe(bytes: token, hash: StringIndex.hash(bytes: token), in: tokens)
+        if case .found(let existing) = tokenSlot { return .duplicateToken(existing) }
+        indexByToken.fill(tokenSlot, position: index)
+        indexByID.fill(idSlot, position: index)
+        deviceIDs.append(id)
+        tokens.append(String(decoding: token, as: UTF8.self))
+        sourceOfDevice.append(source)
+        lineOfDevice.append(UInt32(line))
+        columnOfDevice.append(UInt32(column))
+        for k in columns.indices { columns[k].append(0) }
+        for (slot, field) in labels {
+            let value = UnsafeBufferPointer(rebasing: row[fields[field]])
+            if value.isEmpty { continue }
+            if Self.isASCII(value) {
+                setLabel(slot, bytes: value, device: index)
+            } else {
+                setLabel(slot, String(decoding: value, as: UTF8.self), device: index)
+            }
+        }
+        return nil
+    }
+
+    /// Starts loading the index slots a later `add` of this id and token probes first.
+    func prefetch(id: UnsafeBufferPointer<UInt8>, token: UnsafeBufferPointer<UInt8>) {
+        indexByID.prefetch(hash: StringIndex.hash(bytes: id))
+        indexByToken.prefetch(hash: StringIndex.hash(bytes: token))
+    }
+
+    /// Whether every byte is below 0x80: such bytes are their own string's UTF-8, as hashed and compared.
+    static func isASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        var i = 0
+        let n = bytes.count
+        while i + 8 <= n {
+            if UnsafeRawPointer(bytes.baseAddress! + i).loadUnaligned(as: UInt64.self) & 0x8080_8080_8080_8080 != 0 {
+                return false
+            }
+            i += 8
+        }
+        while i < n {
+            if bytes[i] >= 0x80 { return false }
+            i += 1
+        }
+        return true
+    }
+
+    private mutating func setLabel(_ k: Int, bytes value: UnsafeBufferPointer<UInt8>, device: Int) {
+        let v: UInt32
+        let probe = valueIndex[k].probe(bytes: value, hash: StringIndex.hash(bytes: value), in: labelValues[k])
+        if case .found(let existing) = probe {
+            v = UInt32(existing + 1)
+        } else {
+            valueIndex[k].fill(probe, position: labelValues[k].count)
+            labelValues[k].append(String(decoding: value, as: UTF8.self))
+            v = UInt32(labelValues[k].count)
+        }
+        columns[k][device] = v
+    }
+
     enum Conflict {
         case duplicateID(Int)
         case duplicateToken(Int)

@@ -216,6 +216,37 @@ public struct InventoryBuilder: Sendable {
         add(id: id, token: token, slots: slots, from: source, line: line, column: column, checked: false)
     }
 
+    /// Adds a device read as raw bytes (a CSV row without quotes; see `Inventory.add(id:token:row:…)`);
+    /// returns false (with a diagnostic) when it is refused. A row that is refused goes through the
+    /// string path, so its message is the same whichever way it was read.
+    @discardableResult
+    mutating func add(
+        id: UnsafeBufferPointer<UInt8>, token: UnsafeBufferPointer<UInt8>, row: UnsafeBufferPointer<UInt8>,
+        fields: [Range<Int>], labels: [(slot: Int, field: Int)], from source: SourceHandle, line: Int,
+        column: Int
+    ) -> Bool {
+        let deviceID = String(decoding: id, as: UTF8.self)
+        guard !id.isEmpty, FCMLimits.shape(token) == .valid, inventory.count < deviceLimit else {
+            let slots = labels.map {
+                ($0.slot, String(decoding: UnsafeBufferPointer(rebasing: row[fields[$0.field]]), as: UTF8.self))
+            }
+            return add(
+                id: deviceID, token: String(decoding: token, as: UTF8.self), slots: slots, from: source, line: line,
+                column: column, checked: false)
+        }
+        let conflict = inventory.add(
+            id: deviceID, token: token, row: row, fields: fields, labels: labels, source: source.index, line: line,
+            column: column)
+        guard let conflict else { return true }
+        reportConflict(conflict, id: deviceID, at: SourceLocation(file: source.file, line: line, column: column))
+        return false
+    }
+
+    /// Starts loading what adding this id and token will probe (see `Inventory.prefetch`).
+    func prefetch(id: UnsafeBufferPointer<UInt8>, token: UnsafeBufferPointer<UInt8>) {
+        inventory.prefetch(id: id, token: token)
+    }
+
     /// A device needs an id and a token FCM could have issued.
     private mutating func accepts(
         id: String, token: String, at location: SourceLocation, tokenAt: SourceLocation?
@@ -249,9 +280,16 @@ public struct InventoryBuilder: Sendable {
             }
             return false
         }
-        switch inventory.add(id: id, token: token, slots: slots, source: source.index, line: line, column: column) {
-        case nil:
-            return true
+        guard
+            let conflict = inventory.add(
+                id: id, token: token, slots: slots, source: source.index, line: line, column: column)
+        else { return true }
+        reportConflict(conflict, id: id, at: location)
+        return false
+    }
+
+    private mutating func reportConflict(_ conflict: Inventory.Conflict, id: String, at location: SourceLocation) {
+        switch conflict {
         case .duplicateID(let other):
             report(
                 .error(
@@ -263,7 +301,6 @@ public struct InventoryBuilder: Sendable {
                     "device '\(id)' has the same token as device '\(inventory.deviceIDs[other])' at \(inventory.location(ofDevice: other)); a token belongs to one device.",
                     at: location))
         }
-        return false
     }
 
     /// Reports a problem of a source's own, such as a row it cannot parse.

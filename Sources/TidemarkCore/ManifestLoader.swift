@@ -77,6 +77,7 @@ public struct ManifestLoader: ManifestSource {
                         at: SourceLocation(file: files.displayPath(name), line: 1, column: 1)))
             }
         }
+        PhaseTrace.mark("manifest files decoded")
         var builder = InventoryBuilder(deviceLimit: limits.devices)
         var snapshots: [String: InventorySnapshot] = [:]
         var inventoryFailed = false
@@ -181,6 +182,7 @@ public struct ReadManifests: Sendable {
     public func resolve(into table: inout TokenTable) -> LoadedManifests {
         let (desired, resolveDiagnostics) = Resolver(manifests: manifests, inventory: inventory, files: files)
             .resolve(into: &table)
+        PhaseTrace.mark("members resolved")
         let (digest, entries) = desired.digests(tokens: table)
         return LoadedManifests(
             manifests: manifests, inventory: inventory, desired: desired,

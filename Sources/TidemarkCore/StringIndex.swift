@@ -1,3 +1,6 @@
+import CShims
+import Foundation
+
 /// An index from strings to their positions in an array the caller keeps: open addressing over one
 /// `[UInt64]` of (hash, position) slots, at most half full (so at most 2^31 slots' worth of keys).
 ///
@@ -11,7 +14,7 @@ struct StringIndex: Sendable {
     private var mask = 0
     private(set) var count = 0
 
-    private static let seed: UInt64 = UInt64.random(in: 1...UInt64.max)
+    static let seed: UInt64 = UInt64.random(in: 1...UInt64.max)
 
     init(capacity: Int = 0) {
         if capacity > 0 { resize(Self.slotCount(for: capacity)) }
@@ -29,15 +32,23 @@ struct StringIndex: Sendable {
 
     /// The position of `key` in `keys`, when indexed.
     func find(_ key: String, in keys: [String]) -> Int? {
+        Self.withBytes(key) {
+            find(bytes: $0, hash: Self.hash(bytes: UnsafeRawBufferPointer($0), seed: Self.seed), in: keys)
+        }
+    }
+
+    /// `find` for a key given as its UTF-8 bytes and `hash(bytes:)` of them, so that a reader of raw
+    /// input makes no string for a key it only looks up.
+    func find(bytes key: UnsafeBufferPointer<UInt8>, hash: UInt64, in keys: [String]) -> Int? {
         guard !slots.isEmpty else { return nil }
-        let tag = Self.hash(key) >> 32
+        let tag = hash >> 32
         var i = Int(tag) & mask
         while true {
             let slot = slots[i]
             if slot == 0 { return nil }
             if slot >> 32 == tag {
                 let position = Int(slot & 0xFFFF_FFFF) - 1
-                if keys[position] == key { return position }
+                if Self.equal(keys[position], key) { return position }
             }
             i = (i + 1) & mask
         }
@@ -52,18 +63,33 @@ struct StringIndex: Sendable {
     /// Looks `key` up, making room first, so that `fill` can index it at the free slot found without
     /// probing again. Nothing else may change this index between the two.
     mutating func probe(_ key: String, in keys: [String]) -> Probe {
+        Self.withBytes(key) {
+            probe(bytes: $0, hash: Self.hash(bytes: UnsafeRawBufferPointer($0), seed: Self.seed), in: keys)
+        }
+    }
+
+    /// `probe` for a key given as its UTF-8 bytes and `hash(bytes:)` of them.
+    mutating func probe(bytes key: UnsafeBufferPointer<UInt8>, hash: UInt64, in keys: [String]) -> Probe {
         if (count + 1) * 2 > slots.count { rehash(Self.slotCount(for: max(count + 1, slots.count)), keys: keys) }
-        let tag = Self.hash(key) >> 32
+        let tag = hash >> 32
         var i = Int(tag) & mask
         while true {
             let slot = slots[i]
             if slot == 0 { return .free(slot: i, tag: tag) }
             if slot >> 32 == tag {
                 let existing = Int(slot & 0xFFFF_FFFF) - 1
-                if keys[existing] == key { return .found(existing) }
+                if Self.equal(keys[existing], key) { return .found(existing) }
             }
             i = (i + 1) & mask
         }
+    }
+
+    /// Starts loading the slot where a probe for a key of this `hash(bytes:)` begins, so that a probe
+    /// made a little later does not wait on memory (at a million keys the slots are 16 MB).
+    @inline(__always)
+    func prefetch(hash: UInt64) {
+        guard !slots.isEmpty else { return }
+        slots.withUnsafeBufferPointer { tidemark_prefetch($0.baseAddress! + (Int(hash >> 32) & mask)) }
     }
 
     /// Indexes the key of a `probe` that found it absent at `position`.
@@ -76,27 +102,52 @@ struct StringIndex: Sendable {
     /// Indexes `key` at `position` unless it is indexed already; returns the earlier position then.
     /// `keys` must hold every position indexed so far (the new one need not be there yet).
     mutating func insert(_ key: String, at position: Int, keys: [String]) -> Int? {
-        if (count + 1) * 2 > slots.count { rehash(Self.slotCount(for: max(count + 1, slots.count)), keys: keys) }
-        let tag = Self.hash(key) >> 32
-        var i = Int(tag) & mask
-        while true {
-            let slot = slots[i]
-            if slot == 0 {
-                slots[i] = tag << 32 | UInt64(position + 1)
-                count += 1
-                return nil
-            }
-            if slot >> 32 == tag {
-                let existing = Int(slot & 0xFFFF_FFFF) - 1
-                if keys[existing] == key { return existing }
-            }
-            i = (i + 1) & mask
+        switch probe(key, in: keys) {
+        case .found(let existing): return existing
+        case let free:
+            fill(free, position: position)
+            return nil
         }
     }
 
+    /// Whether `key` holds exactly `bytes` (keys are compared as UTF-8, as they are hashed).
+    @inline(__always)
+    static func equal(_ key: String, _ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        withBytes(key) { stored in
+            stored.count == bytes.count
+                && (stored.count == 0 || memcmp(stored.baseAddress!, bytes.baseAddress!, stored.count) == 0)
+        }
+    }
+
+    /// Calls `body` with the UTF-8 bytes of `key` (in place for native strings).
+    @inline(__always)
+    static func withBytes<R>(_ key: String, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+        if let result = key.utf8.withContiguousStorageIfAvailable(body) { return result }
+        return Array(key.utf8).withUnsafeBufferPointer(body)
+    }
+
     private mutating func resize(_ size: Int) {
-        slots = [UInt64](repeating: 0, count: size)
+        slots = Self.zeroedSlots(size)
         mask = size - 1
+    }
+
+    /// `size` empty slots. A large table asks the kernel for huge pages first: its probes land at
+    /// random, and with 4 KiB pages nearly each one also misses the TLB.
+    private static func zeroedSlots(_ size: Int) -> [UInt64] {
+        let bytes = size * MemoryLayout<UInt64>.stride
+        guard bytes >= 4 << 20 else { return [UInt64](repeating: 0, count: size) }
+        return [UInt64](unsafeUninitializedCapacity: size) { buffer, initialized in
+            let start = UInt(bitPattern: buffer.baseAddress!)
+            let huge: UInt = 2 << 20
+            let alignedStart = (start + huge - 1) & ~(huge - 1)
+            let alignedEnd = (start + UInt(bytes)) & ~(huge - 1)
+            if alignedEnd > alignedStart {
+                _ = madvise(
+                    UnsafeMutableRawPointer(bitPattern: alignedStart), Int(alignedEnd - alignedStart), MADV_HUGEPAGE)
+            }
+            memset(buffer.baseAddress!, 0, bytes)
+            initialized = size
+        }
     }
 
     /// Moves every slot to a table of `size`: a slot's home is its hash's high 32 bits (what it
@@ -116,10 +167,12 @@ struct StringIndex: Sendable {
 
     /// The same hash with a given seed: stable across runs (for digests) with a fixed one.
     static func hash(_ key: String, seed: UInt64) -> UInt64 {
-        if let h = key.utf8.withContiguousStorageIfAvailable({ hash(bytes: UnsafeRawBufferPointer($0), seed: seed) }) {
-            return h
-        }
-        return Array(key.utf8).withUnsafeBytes { hash(bytes: $0, seed: seed) }
+        withBytes(key) { hash(bytes: UnsafeRawBufferPointer($0), seed: seed) }
+    }
+
+    /// The hash `find(bytes:hash:in:)` and its kin take: this process's seed over `bytes`.
+    static func hash(bytes: UnsafeBufferPointer<UInt8>) -> UInt64 {
+        hash(bytes: UnsafeRawBufferPointer(bytes), seed: seed)
     }
 
     static func hash(bytes: UnsafeRawBufferPointer, seed: UInt64) -> UInt64 {

@@ -24,6 +24,37 @@ public struct TokenTable: Sendable {
         return UInt32(position)
     }
 
+    /// Adds `more` (none of which may be known yet) with the ids that follow, in order; returns the
+    /// offset in `more` of the first token already known or repeated, adding nothing from there on.
+    /// Made for loading a million tokens: each probe's slot is loaded a few tokens ahead.
+    public mutating func appendNew(_ more: [String]) -> Int? {
+        let base = tokens.count
+        reserveCapacity(base + more.count)
+        let lookahead = 8
+        var hashes = [UInt64](repeating: 0, count: lookahead)
+        func hash(_ i: Int) -> UInt64 { StringIndex.withBytes(more[i]) { StringIndex.hash(bytes: $0) } }
+        for i in 0..<min(lookahead, more.count) {
+            hashes[i] = hash(i)
+            index.prefetch(hash: hashes[i])
+        }
+        tokens.append(contentsOf: more)
+        for i in more.indices {
+            let h = hashes[i % lookahead]
+            if i + lookahead < more.count {
+                let next = hash(i + lookahead)
+                hashes[i % lookahead] = next
+                index.prefetch(hash: next)
+            }
+            let probe = StringIndex.withBytes(more[i]) { index.probe(bytes: $0, hash: h, in: tokens) }
+            if case .found = probe {
+                tokens.removeSubrange((base + i)...)
+                return i
+            }
+            index.fill(probe, position: base + i)
+        }
+        return nil
+    }
+
     public func id(_ token: String) -> UInt32? { index.find(token, in: tokens).map { UInt32($0) } }
 
     public subscript(id: UInt32) -> String { tokens[Int(id)] }

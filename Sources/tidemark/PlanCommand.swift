@@ -58,7 +58,9 @@ struct PlanCommand: AsyncParsableCommand {
                     try await PlanWorkflow(workspace.parts(backend, acceptDead: refreshing.acceptDead)).run(request)
                 }
             }
+            keepUntilExit(outcome)
             let plan = outcome.plan
+            PhaseTrace.mark("plan made")
             let refused = plan.diagnostics.hasErrors
             if let out, !refused {
                 try writeAtomically(jsonFile(plan), to: out, mode: 0o600)
@@ -74,6 +76,7 @@ struct PlanCommand: AsyncParsableCommand {
             } else if let out, render.format == .text {
                 try Terminal.write("Saved the plan to \(out); apply it exactly with: tidemark apply \(out)\n")
             }
+            PhaseTrace.mark("plan shown")
             try end(with: outcome.exitStatus(detailedExitcode: detailedExitcode))
         }
     }

@@ -183,5 +183,32 @@ import TidemarkTesting
             #expect(index.insert(key, at: keys.count, keys: keys) == i)
         }
         #expect(index.count == keys.count)
+        // Looked up by bytes, as raw readers do: the same positions, misses missed.
+        for (i, key) in keys.enumerated() {
+            let bytes = Array(key.utf8)
+            bytes.withUnsafeBufferPointer { buffer in
+                #expect(index.find(bytes: buffer, hash: StringIndex.hash(bytes: buffer), in: keys) == i)
+            }
+        }
+        let missing = Array("zz".utf8)
+        missing.withUnsafeBufferPointer { buffer in
+            #expect(index.find(bytes: buffer, hash: StringIndex.hash(bytes: buffer), in: keys) == nil)
+        }
+    }
+
+    /// Loading state adds every token at once: ids follow in order, and a repeated token (a damaged
+    /// file) is found, with nothing from it on added.
+    @Test func tokensAddedAtOnceAreFoundAndRepeatsCaught() {
+        var table = TokenTable()
+        table.intern(Fixtures.token(0))
+        let more = (1..<30_000).map { Fixtures.token($0) }
+        #expect(table.appendNew(more) == nil)
+        #expect(table.count == 30_000)
+        for i in stride(from: 0, to: 30_000, by: 7) { #expect(table.id(Fixtures.token(i)) == UInt32(i)) }
+        var damaged = TokenTable()
+        #expect(damaged.appendNew([Fixtures.token(1), Fixtures.token(2), Fixtures.token(1), Fixtures.token(3)]) == 2)
+        #expect(damaged.count == 2)
+        #expect(damaged.id(Fixtures.token(3)) == nil)
+        #expect(damaged.intern(Fixtures.token(3)) == 2)
     }
 }

@@ -274,6 +274,67 @@ import TidemarkTesting
         #expect(rule.excludes("soon", now: now) == nil)
     }
 
+    /// Rows without quotes are read from the bytes where they lie (a faster path); they must come out
+    /// exactly as when every field is quoted (the general reader): devices, tokens, labels, places and
+    /// every message, over ids and labels in other scripts, bytes that are not UTF-8, tokens of bad
+    /// shape, repeated ids and tokens, short rows, blank lines and CRLF endings.
+    @Test(arguments: [UInt64(1), 2, 3, 4])
+    func rowsWithoutQuotesReadAsQuotedRowsDo(seed: UInt64) {
+        var random = SeededGenerator(seed: seed)
+        func pick<T>(_ choices: [T]) -> T { choices[Int(random.next() % UInt64(choices.count))] }
+        let ids: [[UInt8]] = (0..<40).map { Array("d\($0)".utf8) } + [Array("dév-1".utf8), [0x64, 0xFF, 0x31], []]
+        let tokens: [[UInt8]] =
+            (0..<40).map { Array(Fixtures.token($0).utf8) } + [
+                Array("abc".utf8), Array("bad token:APA91bxx".utf8), [], Array("t1:APA91b\u{00e9}".utf8),
+                Array("ABCDEFGHIJKLMNOPQRSTUV".utf8),
+            ]
+        let values: [[UInt8]] = [
+            Array("ios".utf8), Array("android".utf8), [], Array("größe".utf8), [0xC3], Array("x".utf8),
+        ]
+        var rows: [[[UInt8]]] = []
+        for _ in 0..<300 {
+            switch random.next() % 20 {
+            case 0: rows.append([])  // a blank line
+            case 1: rows.append([pick(ids), pick(tokens)])  // too few fields
+            default: rows.append([pick(ids), pick(tokens), pick(values), pick(values)])
+            }
+        }
+        let newline: [UInt8] = random.next() % 2 == 0 ? [0x0A] : [0x0D, 0x0A]
+        func file(quoted: Bool) -> Data {
+            var bytes = Array("device_id,token,platform,region".utf8) + newline
+            for row in rows {
+                let fields = row.map { quoted ? [0x22] + $0 + [0x22] : $0 }
+                bytes += Array(fields.joined(separator: [0x2C])) + newline
+            }
+            return Data(bytes)
+        }
+        func load(_ data: Data) -> InventoryBuilder {
+            var builder = InventoryBuilder()
+            FileInventorySource.loadCSV(data, file: "devices.csv", into: &builder)
+            return builder
+        }
+        let plain = load(file(quoted: false))
+        let general = load(file(quoted: true))
+        #expect(plain.inventory.count > 0)
+        #expect(plain.inventory.deviceIDs == general.inventory.deviceIDs)
+        #expect(plain.inventory.tokens == general.inventory.tokens)
+        #expect(plain.inventory.labelKeys == general.inventory.labelKeys)
+        for device in 0..<plain.inventory.count {
+            #expect(plain.inventory.location(ofDevice: device) == general.inventory.location(ofDevice: device))
+            for key in plain.inventory.labelKeys {
+                #expect(
+                    plain.inventory.label(key, ofDevice: device) == general.inventory.label(key, ofDevice: device))
+            }
+            #expect(plain.inventory.index(ofToken: plain.inventory.tokens[device]) == device)
+            #expect(plain.inventory.index(ofDevice: plain.inventory.deviceIDs[device]) == device)
+        }
+        for key in plain.inventory.labelKeys {
+            #expect(plain.inventory.values(ofLabel: key) == general.inventory.values(ofLabel: key))
+        }
+        #expect(plain.diagnostics.map(\.description) == general.diagnostics.map(\.description))
+        #expect(!plain.diagnostics.isEmpty)
+    }
+
     /// exclude_if over a file's rows (an exec source's output is read the same way).
     @Test func exclusionLeavesStaleRowsOutAndCountsThem() {
         var builder = InventoryBuilder()

@@ -64,6 +64,7 @@ public struct PlanWorkflow: Sendable {
         let observed = run.observed
         let planner = parts.planner()
         let now = parts.timing.wallClock()
+        PhaseTrace.mark("refreshed")
         var plan = planner.plan(
             loaded: loaded, state: state, refresh: observed,
             backend: parts.backend.identity, now: now, targets: request.targets,
@@ -74,6 +75,7 @@ public struct PlanWorkflow: Sendable {
                 targets: request.targets)
             plan.driftOnly = DriftOnlyNote(waiting: plan.waiting(comparedWith: full))
         }
+        PhaseTrace.mark("planned")
         plan.requests = parts.backend.requests(for: plan.operations)
         plan.operationsDigestWhenMade = plan.operationsDigest
         plan.coverage = run.coverage
@@ -154,10 +156,17 @@ extension WorkflowParts {
         manifests: any ManifestSource, store: any StateStore
     ) async throws -> (State, LoadedManifests, ReadManifests) {
         // The stored state, or an empty one (lineage "", serial 0) when none exists yet.
-        async let loading = store.load()
+        PhaseTrace.mark("loading state and reading manifests")
+        async let loading = { () async throws -> State? in
+            let state = try await store.load()
+            PhaseTrace.mark("state loaded")
+            return state
+        }()
         let read = await manifests.read()
+        PhaseTrace.mark("manifests read")
         var state = try await loading ?? State(lineage: "", serial: 0)
         let loaded = read.resolve(into: &state.tokens)
+        PhaseTrace.mark("manifests resolved")
         state.growToTable()
         return (state, loaded, read)
     }
