@@ -105,13 +105,13 @@ public struct Inventory: Sendable {
     /// are made only for what is kept. `fields` are byte ranges of `row`; `labels` pairs a label's slot
     /// with its field.
     mutating func add(
-        id: String, token: UnsafeBufferPointer<UInt8>, row: UnsafeBufferPointer<UInt8>, fields: [Range<Int>],
-        labels: [(slot: Int, field: Int)], source: UInt16, line: Int, column: Int
+        id: String, token: UnsafeBufferPointer<UInt8>, tokenHash: UInt64?, row: UnsafeBufferPointer<UInt8>,
+        fields: [Range<Int>], labels: [(slot: Int, field: Int)], source: UInt16, line: Int, column: Int
     ) -> Conflict? {
         let index = deviceIDs.count
         let idSlot = indexByID.probe(id, in: deviceIDs)
         if case .found(let existing) = idSlot { return .duplicateID(existing) }
-        let tokenSlot = indexByToken.probe(bytes: token, hash: StringIndex.hash(bytes: token), in: tokens)
+        let tokenSlot = indexByToken.probe(bytes: token, hash: tokenHash ?? StringIndex.hash(bytes: token), in: tokens)
         if case .found(let existing) = tokenSlot { return .duplicateToken(existing) }
         indexByToken.fill(tokenSlot, position: index)
         indexByID.fill(idSlot, position: index)
@@ -134,9 +134,12 @@ public struct Inventory: Sendable {
     }
 
     /// Starts loading the index slots a later `add` of this id and token probes first.
-    func prefetch(id: UnsafeBufferPointer<UInt8>, token: UnsafeBufferPointer<UInt8>) {
+    /// Returns the token's hash, for that `add`.
+    func prefetch(id: UnsafeBufferPointer<UInt8>, token: UnsafeBufferPointer<UInt8>) -> UInt64 {
         indexByID.prefetch(hash: StringIndex.hash(bytes: id))
-        indexByToken.prefetch(hash: StringIndex.hash(bytes: token))
+        let hash = StringIndex.hash(bytes: token)
+        indexByToken.prefetch(hash: hash)
+        return hash
     }
 
     /// Whether every byte is below 0x80: such bytes are their own string's UTF-8, as hashed and compared.

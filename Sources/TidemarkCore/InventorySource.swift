@@ -221,9 +221,9 @@ public struct InventoryBuilder: Sendable {
     /// string path, so its message is the same whichever way it was read.
     @discardableResult
     mutating func add(
-        id: UnsafeBufferPointer<UInt8>, token: UnsafeBufferPointer<UInt8>, row: UnsafeBufferPointer<UInt8>,
-        fields: [Range<Int>], labels: [(slot: Int, field: Int)], from source: SourceHandle, line: Int,
-        column: Int
+        id: UnsafeBufferPointer<UInt8>, token: UnsafeBufferPointer<UInt8>, tokenHash: UInt64? = nil,
+        row: UnsafeBufferPointer<UInt8>, fields: [Range<Int>], labels: [(slot: Int, field: Int)],
+        from source: SourceHandle, line: Int, column: Int
     ) -> Bool {
         let deviceID = String(decoding: id, as: UTF8.self)
         guard !id.isEmpty, FCMLimits.shape(token) == .valid, inventory.count < deviceLimit else {
@@ -235,7 +235,8 @@ public struct InventoryBuilder: Sendable {
                 column: column, checked: false)
         }
         let conflict = inventory.add(
-            id: deviceID, token: token, row: row, fields: fields, labels: labels, source: source.index, line: line,
+            id: deviceID, token: token, tokenHash: tokenHash, row: row, fields: fields, labels: labels,
+            source: source.index, line: line,
             column: column)
         guard let conflict else { return true }
         reportConflict(conflict, id: deviceID, at: SourceLocation(file: source.file, line: line, column: column))
@@ -243,7 +244,7 @@ public struct InventoryBuilder: Sendable {
     }
 
     /// Starts loading what adding this id and token will probe (see `Inventory.prefetch`).
-    func prefetch(id: UnsafeBufferPointer<UInt8>, token: UnsafeBufferPointer<UInt8>) {
+    func prefetch(id: UnsafeBufferPointer<UInt8>, token: UnsafeBufferPointer<UInt8>) -> UInt64 {
         inventory.prefetch(id: id, token: token)
     }
 

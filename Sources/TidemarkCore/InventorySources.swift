@@ -157,11 +157,13 @@ public struct FileInventorySource: InventorySource {
         current.reserveCapacity(names.count + 1)
         ahead.reserveCapacity(names.count + 1)
         var currentLine = reader.nextPlain(&current)
+        var currentHash: UInt64?
         while true {
             if let line = currentLine {
                 let aheadLine = reader.nextPlain(&ahead)
+                var aheadHash: UInt64?
                 if aheadLine != nil, ahead.count == names.count {
-                    builder.prefetch(
+                    aheadHash = builder.prefetch(
                         id: UnsafeBufferPointer(rebasing: bytes[ahead[idColumn]]),
                         token: UnsafeBufferPointer(rebasing: bytes[ahead[tokenColumn]]))
                 }
@@ -173,12 +175,13 @@ public struct FileInventorySource: InventorySource {
                 } else {
                     builder.add(
                         id: UnsafeBufferPointer(rebasing: bytes[current[idColumn]]),
-                        token: UnsafeBufferPointer(rebasing: bytes[current[tokenColumn]]), row: bytes,
-                        fields: current, labels: labels, from: source, line: rowsAreLines ? line : number,
-                        column: column)
+                        token: UnsafeBufferPointer(rebasing: bytes[current[tokenColumn]]), tokenHash: currentHash,
+                        row: bytes, fields: current, labels: labels, from: source,
+                        line: rowsAreLines ? line : number, column: column)
                 }
                 swap(&current, &ahead)
                 currentLine = aheadLine
+                currentHash = aheadHash
             } else if let row = reader.next() {
                 // A row with quotes (or one that is not valid CSV).
                 number += 1
@@ -189,6 +192,7 @@ public struct FileInventorySource: InventorySource {
                     add(row.fields, line: row.line)
                 }
                 currentLine = reader.nextPlain(&current)
+                currentHash = nil
             } else {
                 break
             }

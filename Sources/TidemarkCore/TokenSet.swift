@@ -9,6 +9,11 @@ public struct TokenSet: Sendable, Equatable, Sequence {
     /// From ids in any order, possibly repeated.
     public init(_ ids: some Sequence<UInt32>) {
         var array = Array(ids)
+        // Often already in order (devices resolved in the order state met them): checked in one pass.
+        if zip(array, array.dropFirst()).allSatisfy({ $0 < $1 }) {
+            self.ids = array
+            return
+        }
         array.sort()
         var write = 0
         for read in array.indices where read == 0 || array[read] != array[read - 1] {
