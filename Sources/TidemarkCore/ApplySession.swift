@@ -34,12 +34,17 @@ public actor ApplySession: ApplyRecorder {
         state.backend = state.backend ?? plan.backend
         state.growToTable()
         var devicesChanged = inventory.map { state.recordDevices($0) } ?? []
+        PhaseTrace.mark("journal: devices recorded")
         if inventory != nil { devicesChanged += state.noteDepartures(declared: desired.knownTokens, at: now) }
+        PhaseTrace.mark("journal: departures noted")
         // Only what was read is recorded as read: a partial refresh leaves the rest's times alone.
         let readTokens = state.recordReads(plan.observations, read: read, swept: swept)
+        PhaseTrace.mark("journal: reads recorded")
         state.reconcileBookkeeping(with: desired, operations: plan.operations, targets: try plan.selection)
+        PhaseTrace.mark("journal: bookkeeping reconciled")
         var write = StateWrite()
         write.includeTopicsAndGroups(before: before, after: state)
+        PhaseTrace.mark("journal: \(write.topics.count) topics, \(write.groups.count) groups to write")
         if !read.isEmpty, read.count >= state.tokens.count {
             write.allTokens = true
         } else {

@@ -187,16 +187,30 @@ public struct Executor: Sendable {
                     var requests = 0
                     var position = from
                     let step = backend.journalStep ?? op.tokens.count
-                    repeat {
-                        let end = min(op.tokens.count, position + max(1, step))
-                        let result = try await change(op, Array(op.tokens[position..<end]))
-                        try await recorder.recorded(
-                            OperationStep(
-                                index: index, operation: op, from: position, outcomes: result.outcomes, groupKey: nil))
-                        outcomes += result.outcomes
-                        requests += result.requests
-                        position = end
-                    } while position < op.tokens.count
+                    // A step is journaled while the next one is sent: the requests never wait on a save
+                    // (at a million devices a save rewrites topics of a million members). At most the
+                    // step being sent and the one being journaled are not yet durable, and steps are
+                    // journaled in order: the next is recorded only once the one before it is.
+                    var journaling: Task<Void, any Error>?
+                    do {
+                        repeat {
+                            let end = min(op.tokens.count, position + max(1, step))
+                            let result = try await change(op, Array(op.tokens[position..<end]))
+                            try await journaling?.value
+                            let done = OperationStep(
+                                index: index, operation: op, from: position, outcomes: result.outcomes, groupKey: nil)
+                            let recorder = recorder
+                            journaling = Task { try await recorder.recorded(done) }
+                            outcomes += result.outcomes
+                            requests += result.requests
+                            position = end
+                        } while position < op.tokens.count
+                        try await journaling?.value
+                    } catch {
+                        // A step that finished is journaled before the failure goes on.
+                        try? await journaling?.value
+                        throw error
+                    }
                     finished.append(Finished(index: index, from: from, outcomes: outcomes, requests: requests))
                 }
             }

@@ -15,37 +15,60 @@ public struct Refresher: Sendable {
         _ ids: TokenSet, table: TokenTable, groups: [String], at: Int64,
         progress: (@Sendable (Int, Int) -> Void)? = nil
     ) async throws -> RefreshResult {
-        let all = ids.ids
-        var subscribed: [String: [UInt32]] = [:]
-        var dead: [UInt32] = []
-        let chunks = stride(from: 0, to: all.count, by: chunkSize).map { all[$0..<min($0 + chunkSize, all.count)] }
+        let statuses = try await read(ids.ids.map { table[$0] }, progress: progress)
+        return try await result(ids.ids, statuses, groups: groups, at: at)
+    }
+
+    /// Reads the registrations of `tokens`: their statuses, in order. Needs no state, so a saved plan's
+    /// registrations can be read while state and the inventory load.
+    public func read(
+        _ tokens: [String], progress: (@Sendable (Int, Int) -> Void)? = nil
+    ) async throws
+        -> [RegistrationStatus]
+    {
+        let chunks = stride(from: 0, to: tokens.count, by: chunkSize).map {
+            tokens[$0..<min($0 + chunkSize, tokens.count)]
+        }
+        var statuses = [RegistrationStatus](repeating: .notFound, count: tokens.count)
         var done = 0
         try await BoundedConcurrency.forEach(chunks.count, width: parallelism) { [backend] i in
-            try await backend.refresh(chunks[i].map { table[$0] })
-        } each: { i, statuses in
+            try await backend.refresh(Array(chunks[i]))
+        } each: { i, answered in
             let chunk = chunks[i]
-            guard statuses.count == chunk.count else {
+            guard answered.count == chunk.count else {
                 throw RefreshError(
                     message:
-                        "the backend answered \(statuses.count) statuses for \(chunk.count) tokens; refusing to plan on a partial read."
+                        "the backend answered \(answered.count) statuses for \(chunk.count) tokens; refusing to plan on a partial read."
                 )
             }
-            for (id, status) in zip(chunk, statuses) {
-                switch status {
-                case .notFound: dead.append(id)
-                case .active(let topics):
-                    for topic in topics { subscribed[topic, default: []].append(id) }
-                }
-            }
+            statuses.replaceSubrange(chunk.indices, with: answered)
             done += chunk.count
-            progress?(done, all.count)
+            progress?(done, tokens.count)
+        }
+        return statuses
+    }
+
+    /// What `read` found for the tokens of `ids` (in the same order), with the keys of `groups` looked up.
+    public func result(
+        _ ids: [UInt32], _ statuses: [RegistrationStatus], groups: [String], at: Int64
+    )
+        async throws -> RefreshResult
+    {
+        var subscribed: [String: [UInt32]] = [:]
+        var dead: [UInt32] = []
+        for (id, status) in zip(ids, statuses) {
+            switch status {
+            case .notFound: dead.append(id)
+            case .active(let topics):
+                for topic in topics { subscribed[topic, default: []].append(id) }
+            }
         }
         var keys: [String: String?] = [:]
         for name in groups {
             keys[name] = .some(try await backend.groupKey(name: name))
         }
         return RefreshResult(
-            at: at, refreshed: ids, subscribed: subscribed.mapValues { TokenSet($0) },
+            at: at, refreshed: TokenSet(ids), subscribed: subscribed.mapValues { TokenSet($0) },
             dead: TokenSet(dead), groupKeys: keys)
     }
 }

@@ -75,8 +75,9 @@ public struct FCMHTTPBackend: Backend {
         public var timing = Timing.live
         /// The answers that mark a token dead; anything undocumented stops the command.
         public var unregistered = UnregisteredAnswers.default
-        /// v1 tokens an apply sends between journal entries: a killed apply re-sends at most this many
-        /// of each operation in flight. Twice `concurrency` keeps the requests of a step flowing.
+        /// v1 tokens an apply sends between journal entries: a killed apply re-sends at most twice this
+        /// many of each operation in flight (the step being sent and the one being journaled). Twice
+        /// `concurrency` keeps the requests of a step flowing.
         public var journalStep = 200
         /// The shape of the device-group export call (unconfirmed, reference §9).
         public var groupExport = GroupExportCall()

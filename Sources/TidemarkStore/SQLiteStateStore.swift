@@ -485,7 +485,9 @@ public final class SQLiteStateStore: StateStore {
                 func left(_ id: Int) -> Int64 { id < snapshot.leftAt.count ? snapshot.leftAt[id] : 0 }
                 // A rebuilt token table replaces the stored one, in the same transaction as every set.
                 if write.compact { try db.execute(sql: "DELETE FROM \(t.tokens)") }
-                let stored = try Int.fetchOne(db, sql: "SELECT count(*) FROM \(t.tokens)") ?? 0
+                // Ids are dense (load refuses a gap), so the next id is the row count; max(id) is one
+                // b-tree descent where count(*) reads all million rows, on every save of an apply.
+                let stored = try Int.fetchOne(db, sql: "SELECT coalesce(max(id) + 1, 0) FROM \(t.tokens)") ?? 0
                 if stored < snapshot.tokens.count {
                     let insert = try db.makeStatement(
                         sql:
@@ -538,8 +540,10 @@ public final class SQLiteStateStore: StateStore {
                         try db.execute(sql: "DELETE FROM \(t.groups) WHERE name = ?", arguments: [name])
                     }
                 }
+                PhaseTrace.mark("save: tokens, topics and groups written")
                 if let (id, plan) = write.beginApply {
                     let data = try Plan.encoder(pretty: false).encode(plan)
+                    PhaseTrace.mark("save: plan encoded (\(data.count) bytes)")
                     try db.execute(
                         sql: """
                             INSERT INTO \(t.applies) (id, started_at, status, manifests_digest, operations_digest, operation_count, plan)
@@ -596,7 +600,9 @@ public final class SQLiteStateStore: StateStore {
         // The commit is in the write-ahead log; copying it into the file at once keeps the file
         // self-contained between commits, so a file copied alone after a kill (as CI jobs upload it)
         // holds every committed batch. A checkpoint that cannot finish now (a reader) is done later.
+        PhaseTrace.mark("save: committed")
         try? Self.checkpoint(queue)
+        PhaseTrace.mark("save: checkpointed")
         state.serial = serial
         if !write.restore { for key in write.versionKeys { state.versions[key] = serial } }
         return serial

@@ -92,6 +92,7 @@ struct ApplyCommand: AsyncParsableCommand {
             let saved = try planFile.map {
                 (plan: try readPlan($0, limit: workspace.settings.limits.planBytes), file: $0)
             }
+            PhaseTrace.mark("saved plan read")
             let showTokens = global.showTokens
             var request = ApplyRequest(
                 savedPlan: saved,

@@ -64,12 +64,18 @@ for mode in args.modes.split(","):
             plan_file = os.path.join(work, "plan.json")
             flags = ["--refresh", mode, "--read-qps", str(args.read_qps)]
             started = time.monotonic()
-            tidemark(args.binary, work, ["plan", "--out", plan_file] + flags, emulator.env)
+            _, _, plan_err = tidemark(args.binary, work, ["plan", "--out", plan_file] + flags, emulator.env)
             planned = time.monotonic() - started
-            tidemark(args.binary, work, ["apply", "--auto-approve", "--qps", str(args.qps), plan_file]
-                     + (["--refresh", mode] if mode == "all" else []) + ["--read-qps", str(args.read_qps)],
-                     emulator.env)
+            _, _, apply_err = tidemark(
+                args.binary, work, ["apply", "--auto-approve", "--qps", str(args.qps), plan_file]
+                + (["--refresh", mode] if mode == "all" else []) + ["--read-qps", str(args.read_qps)], emulator.env)
             wall = time.monotonic() - started
+            if os.environ.get("TIDEMARK_TRACE_PHASES") == "1":
+                # Where the time went (see docs/limits.md): plan's phases, then apply's.
+                for name, err in (("plan", plan_err), ("apply", apply_err)):
+                    for line in err.splitlines():
+                        if line.startswith("[phase"):
+                            print("  %s %s" % (name, line), flush=True)
             traffic = emulator.traffic()
             writes = traffic["tokens_changed"]
             reads = traffic["requests"] - writes

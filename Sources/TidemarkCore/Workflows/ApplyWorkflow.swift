@@ -135,12 +135,24 @@ public struct ApplyWorkflow: Sendable {
         // A saved plan's sweep: the registrations it read that matched state, and when.
         var swept: SweptRegistrations?
         if let (saved, file) = request.savedPlan {
+            // The registrations the plan changes are read again in any case: the read starts now, beside
+            // the loading of state and inventory (at a million devices, seconds of each). A plan for
+            // another backend reads nothing.
+            let tokens = Self.registrationsRead(saved)
+            let parts = self.parts
+            async let early = {
+                request.planning.refresh.mode == .all || saved.backend != parts.backend.identity
+                    ? nil : try await parts.read(tokens)
+            }()
             (state, loaded) = try await parts.loadStateAndManifests()
             try parts.stopOnErrors(loaded)
             try checkFresh(saved, file: file, state: state, loaded: loaded)
             try checkSelection(saved, file: file, request: request.planning, state: state)
+            PhaseTrace.mark("saved plan: state and manifests loaded")
             let observed = try await checkOperations(
-                saved, file: file, state: &state, loaded: loaded, request: request.planning)
+                saved, file: file, state: &state, loaded: loaded, request: request.planning,
+                early: try await early.map { (tokens, $0) })
+            PhaseTrace.mark("saved plan: operations checked")
             // What the file says it observed is never trusted: only its checked operations run, and
             // only what this apply read itself is recorded. The one claim taken from it is which
             // registrations of its sweep matched state: that only moves them later in the sweep.
@@ -177,7 +189,9 @@ public struct ApplyWorkflow: Sendable {
         let session = try await ApplySession.begin(
             plan: plan, desired: loaded.desired, store: parts.store, state: state,
             timing: parts.timing, inventory: loaded.inventory, read: read, swept: swept)
+        PhaseTrace.mark("apply: journal begun")
         let summary = try await execute(plan, done: [], tokensDone: [:], session: session)
+        PhaseTrace.mark("apply: executed")
         let final = await session.state
         var outcome = ApplyOutcome(
             resumed: resumed, result: .applied(summary),
@@ -308,21 +322,30 @@ public struct ApplyWorkflow: Sendable {
     /// already true in FCM refuses the whole plan. An edited file, even with a recomputed digest, cannot
     /// unsubscribe a protected topic or add a token nobody declared.
     func checkOperations(
-        _ plan: Plan, file: String, state: inout State, loaded: LoadedManifests, request: PlanRequest
+        _ plan: Plan, file: String, state: inout State, loaded: LoadedManifests, request: PlanRequest,
+        early: (tokens: [String], read: (statuses: [RegistrationStatus], at: Int64))? = nil
     )
         async throws -> RefreshResult
     {
-        var touched: [UInt32] = []
-        // Audience steps change state only: their tokens need no read.
-        for op in plan.operations where !op.kind.isStateOnly {
-            for token in op.tokens { touched.append(state.tokens.intern(token)) }
-        }
-        state.growToTable()
-        // The plan's registrations are always read again (everything with --refresh all).
-        let ids =
-            request.refresh.mode == .all ? TokenSet(sorted: Array(0..<UInt32(state.tokens.count))) : TokenSet(touched)
         let groups = Set(plan.operations.filter(\.kind.isGroupCall).map(\.target)).sorted()
-        let observed = try await parts.refresh(ids, groups: groups, state: state, loaded: loaded)
+        let observed: RefreshResult
+        if let early {
+            // Read while state loaded: exactly the registrations below, interned now.
+            observed = try await parts.refreshResult(
+                early.tokens, early.read, groups: groups, state: &state, loaded: loaded)
+        } else {
+            var touched: [UInt32] = []
+            // Audience steps change state only: their tokens need no read.
+            for op in plan.operations where !op.kind.isStateOnly {
+                for token in op.tokens { touched.append(state.tokens.intern(token)) }
+            }
+            state.growToTable()
+            // The plan's registrations are always read again (everything with --refresh all).
+            let ids =
+                request.refresh.mode == .all
+                ? TokenSet(sorted: Array(0..<UInt32(state.tokens.count))) : TokenSet(touched)
+            observed = try await parts.refresh(ids, groups: groups, state: state, loaded: loaded)
+        }
         let now = parts.planner().plan(
             loaded: loaded, state: state, refresh: observed, backend: parts.backend.identity,
             now: parts.timing.wallClock(), targets: try plan.selection, maxUnsubscribes: request.maxUnsubscribes)
@@ -377,6 +400,17 @@ public struct ApplyWorkflow: Sendable {
         )
     }
 
+    /// The registrations a saved plan changes, each once, in the plan's order: what applying it reads
+    /// again (audience steps change state only, and need no read).
+    static func registrationsRead(_ plan: Plan) -> [String] {
+        var seen = Set<String>()
+        var tokens: [String] = []
+        for op in plan.operations where !op.kind.isStateOnly {
+            for token in op.tokens where seen.insert(token).inserted { tokens.append(token) }
+        }
+        return tokens
+    }
+
     /// A saved plan runs with the selection it was made with: flags may repeat it, never change or widen it;
     /// `maxUnsubscribes` still applies.
     func checkSelection(_ plan: Plan, file: String, request: PlanRequest, state: State) throws {
@@ -410,6 +444,7 @@ public struct ApplyWorkflow: Sendable {
             backend: parts.backend, recorder: session, parallelism: parts.parallelism,
             timing: parts.timing, progress: total >= 5_000 ? report : nil)
         let executed = try await executor.run(plan.operations, done: done, tokensDone: tokensDone, groupKeys: keys)
+        PhaseTrace.mark("apply: operations done")
         try await session.finish()
         return Self.summary(
             of: plan, done: done, tokensDone: tokensDone, report: executed,

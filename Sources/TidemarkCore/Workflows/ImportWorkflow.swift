@@ -45,6 +45,9 @@ public struct ImportWorkflow: Sendable {
             return outcome
         }
         parts.claim(&state)
+        // Which device holds each token, as an apply records it: every token is written anyway, and the
+        // first apply after an import then has no million rows of bookkeeping to write.
+        _ = state.recordDevices(loaded.inventory)
         var write = StateWrite()
         write.includeTopicsAndGroups(before: before, after: state)
         write.allTokens = true

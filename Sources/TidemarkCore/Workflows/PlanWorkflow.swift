@@ -200,10 +200,13 @@ extension WorkflowParts {
                 .flatMap { op in op.tokens.compactMap { working.tokens.id($0) } }
             touched = TokenSet(ids)
         }
+        PhaseTrace.mark("refresh: \(touched.count) registrations touched")
         let (ids, coverage, sampled) = state.refreshSelection(
             policy, touched: touched, now: now, salt: Self.sweepSalt(state.lineage))
         guard policy.reads else { return RefreshRun(observed: nil, coverage: coverage, sampled: TokenSet()) }
+        PhaseTrace.mark("refresh: reading \(ids.count) registrations")
         let observed = try await refresh(ids, groups: groupsToLookUp(state, loaded), state: state, loaded: loaded)
+        PhaseTrace.mark("refresh: read")
         var read = coverage
         read.read = observed.refreshed.count
         return RefreshRun(observed: observed, coverage: read, sampled: sampled)
@@ -246,6 +249,43 @@ extension WorkflowParts {
         if large {
             output.emit(.refreshed(registrations: all.count, seconds: Timing.seconds(timing.now() - started)))
         }
+        try guardDead(observed, state: state, loaded: loaded)
+        return observed
+    }
+
+    /// Reads `tokens` without state (a saved plan's registrations, while state loads), reporting
+    /// progress as `refresh` does; `at` is when the read began.
+    func read(_ tokens: [String]) async throws -> (statuses: [RegistrationStatus], at: Int64) {
+        let large = tokens.count >= progressThreshold
+        let output = self.output
+        let report: @Sendable (Int, Int) -> Void = { done, total in
+            output.emit(.refreshProgress(done: done, total: total))
+        }
+        let at = timing.unixTime()
+        let started = timing.now()
+        let statuses = try await Refresher(backend: backend).read(tokens, progress: large ? report : nil)
+        PhaseTrace.mark("read \(tokens.count) registrations")
+        if large {
+            output.emit(.refreshed(registrations: tokens.count, seconds: Timing.seconds(timing.now() - started)))
+        }
+        return (statuses, at)
+    }
+
+    /// A `read` of `tokens` as a refresh of their ids in `state` (interned), with `groups` looked up;
+    /// held to the dead-token guard as `refresh` is.
+    func refreshResult(
+        _ tokens: [String], _ read: (statuses: [RegistrationStatus], at: Int64), groups: [String],
+        state: inout State, loaded: LoadedManifests
+    ) async throws -> RefreshResult {
+        let ids = tokens.map { state.tokens.intern($0) }
+        state.growToTable()
+        let observed = try await Refresher(backend: backend).result(ids, read.statuses, groups: groups, at: read.at)
+        try guardDead(observed, state: state, loaded: loaded)
+        return observed
+    }
+
+    /// Refuses a read in which too many of the inventory's devices came back dead (`deadTokenGuard`).
+    func guardDead(_ observed: RefreshResult, state: State, loaded: LoadedManifests) throws {
         if let deadTokenGuard {
             let inventory = TokenSet(loaded.inventory.tokens.compactMap { state.tokens.id($0) })
             let read = observed.refreshed.intersection(inventory)
@@ -254,7 +294,6 @@ extension WorkflowParts {
                 throw WorkflowError.tooManyDead(violation)
             }
         }
-        return observed
     }
 }
 
