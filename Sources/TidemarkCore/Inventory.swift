@@ -82,20 +82,14 @@ public struct Inventory: Sendable {
         id: String, token: String, slots: some Sequence<(Int, String)>, source: UInt16, line: Int,
         column: Int = 1
     ) -> Conflict? {
-        let index = deviceIDs.count
-        // One probe for the id: its free slot is filled only once the token is known to be new.
-        let idSlot = indexByID.probe(id, in: deviceIDs)
-        if case .found(let existing) = idSlot { return .duplicateID(existing) }
-        if let existing = indexByToken.insert(token, at: index, keys: tokens) { return .duplicateToken(existing) }
-        indexByID.fill(idSlot, position: index)
-        deviceIDs.append(id)
-        tokens.append(token)
-        sourceOfDevice.append(source)
-        lineOfDevice.append(UInt32(line))
-        columnOfDevice.append(UInt32(column))
-        for k in columns.indices { columns[k].append(0) }
+        let conflict = StringIndex.withBytes(token) { bytes in
+            append(
+                id: id, token: bytes, tokenHash: StringIndex.hash(bytes: bytes), made: { token }, source: source,
+                line: line, column: column)
+        }
+        if conflict != nil { return conflict }
         for (slot, value) in slots where !value.isEmpty {
-            setLabel(slot, value, device: index)
+            setLabel(slot, value, device: deviceIDs.count - 1)
         }
         return nil
     }
@@ -108,28 +102,46 @@ public struct Inventory: Sendable {
         id: String, token: UnsafeBufferPointer<UInt8>, tokenHash: UInt64?, row: UnsafeBufferPointer<UInt8>,
         fields: [Range<Int>], labels: [(slot: Int, field: Int)], source: UInt16, line: Int, column: Int
     ) -> Conflict? {
-        let index = deviceIDs.count
-        let idSlot = indexByID.probe(id, in: deviceIDs)
-        if case .found(let existing) = idSlot { return .duplicateID(existing) }
-        let tokenSlot = indexByToken.probe(bytes: token, hash: tokenHash ?? StringIndex.hash(bytes: token), in: tokens)
-        if case .found(let existing) = tokenSlot { return .duplicateToken(existing) }
-        indexByToken.fill(tokenSlot, position: index)
-        indexByID.fill(idSlot, position: index)
-        deviceIDs.append(id)
-        tokens.append(String(decoding: token, as: UTF8.self))
-        sourceOfDevice.append(source)
-        lineOfDevice.append(UInt32(line))
-        columnOfDevice.append(UInt32(column))
-        for k in columns.indices { columns[k].append(0) }
+        if let conflict = append(
+            id: id, token: token, tokenHash: tokenHash ?? StringIndex.hash(bytes: token),
+            made: { String(decoding: token, as: UTF8.self) }, source: source, line: line, column: column)
+        {
+            return conflict
+        }
+        let index = deviceIDs.count - 1
         for (slot, field) in labels {
             let value = UnsafeBufferPointer(rebasing: row[fields[field]])
             if value.isEmpty { continue }
             if Self.isASCII(value) {
                 setLabel(slot, bytes: value, device: index)
             } else {
+                // Bytes that are not ASCII may not be UTF-8: the string made of them (repaired) is the key.
                 setLabel(slot, String(decoding: value, as: UTF8.self), device: index)
             }
         }
+        return nil
+    }
+
+    /// Indexes and appends a device, without labels, unless its id or token is known (that conflict is
+    /// returned). One probe each: the id's free slot is filled only once the token is known to be new.
+    /// `made` makes the token's string, only when the device is kept.
+    private mutating func append(
+        id: String, token: UnsafeBufferPointer<UInt8>, tokenHash: UInt64, made: () -> String, source: UInt16,
+        line: Int, column: Int
+    ) -> Conflict? {
+        let index = deviceIDs.count
+        let idSlot = indexByID.probe(id, in: deviceIDs)
+        if case .found(let existing) = idSlot { return .duplicateID(existing) }
+        let tokenSlot = indexByToken.probe(bytes: token, hash: tokenHash, in: tokens)
+        if case .found(let existing) = tokenSlot { return .duplicateToken(existing) }
+        indexByToken.fill(tokenSlot, position: index)
+        indexByID.fill(idSlot, position: index)
+        deviceIDs.append(id)
+        tokens.append(made())
+        sourceOfDevice.append(source)
+        lineOfDevice.append(UInt32(line))
+        columnOfDevice.append(UInt32(column))
+        for k in columns.indices { columns[k].append(0) }
         return nil
     }
 
@@ -178,14 +190,7 @@ public struct Inventory: Sendable {
     }
 
     private mutating func setLabel(_ k: Int, _ value: String, device: Int) {
-        let v: UInt32
-        if let existing = valueIndex[k].insert(value, at: labelValues[k].count, keys: labelValues[k]) {
-            v = UInt32(existing + 1)
-        } else {
-            labelValues[k].append(value)
-            v = UInt32(labelValues[k].count)
-        }
-        columns[k][device] = v
+        StringIndex.withBytes(value) { setLabel(k, bytes: $0, device: device) }
     }
 
     /// Device indices per value of one label (index = value index), built in one pass over the column.

@@ -33,7 +33,7 @@ struct StringIndex: Sendable {
     /// The position of `key` in `keys`, when indexed.
     func find(_ key: String, in keys: [String]) -> Int? {
         Self.withBytes(key) {
-            find(bytes: $0, hash: Self.hash(bytes: UnsafeRawBufferPointer($0), seed: Self.seed), in: keys)
+            find(bytes: $0, hash: Self.hash(bytes: $0), in: keys)
         }
     }
 
@@ -64,7 +64,7 @@ struct StringIndex: Sendable {
     /// probing again. Nothing else may change this index between the two.
     mutating func probe(_ key: String, in keys: [String]) -> Probe {
         Self.withBytes(key) {
-            probe(bytes: $0, hash: Self.hash(bytes: UnsafeRawBufferPointer($0), seed: Self.seed), in: keys)
+            probe(bytes: $0, hash: Self.hash(bytes: $0), in: keys)
         }
     }
 

@@ -32,7 +32,7 @@ public struct TokenTable: Sendable {
         reserveCapacity(base + more.count)
         let lookahead = 8
         var hashes = [UInt64](repeating: 0, count: lookahead)
-        func hash(_ i: Int) -> UInt64 { StringIndex.withBytes(more[i]) { StringIndex.hash(bytes: $0) } }
+        func hash(_ i: Int) -> UInt64 { StringIndex.hash(more[i]) }
         for i in 0..<min(lookahead, more.count) {
             hashes[i] = hash(i)
             index.prefetch(hash: hashes[i])

@@ -281,10 +281,6 @@ public final class SQLiteStateStore: StateStore {
                     throw StateStoreError(
                         .damaged, path: location, "table 'tokens': id \(repeated) holds the same token\(first)")
                 }
-                let seenAt = read.seenAt
-                let dead = read.dead
-                let deviceIDs = read.deviceIDs
-                let leftAt = read.leftAt
                 var topics: [String: TopicState] = [:]
                 // Files written before opt-outs existed have no opted_out column: none is recorded.
                 let optOuts = try hasOptOutColumn(db)
@@ -323,10 +319,11 @@ public final class SQLiteStateStore: StateStore {
                     groups[try cell(row, 0, in: "groups")] = group
                 }
                 var state = State(
-                    lineage: lineage, serial: serial, tokens: table, seenAt: seenAt, dead: TokenSet(sorted: dead),
+                    lineage: lineage, serial: serial, tokens: table, seenAt: read.seenAt,
+                    dead: TokenSet(sorted: read.dead),
                     topics: topics, groups: groups)
-                state.deviceIDs = deviceIDs
-                state.leftAt = leftAt
+                state.deviceIDs = read.deviceIDs
+                state.leftAt = read.leftAt
                 state.growToTable()
                 if let kind = try String.fetchOne(db, sql: "SELECT value FROM \(t.meta) WHERE key = 'backend'"),
                     let project = try String.fetchOne(db, sql: "SELECT value FROM \(t.meta) WHERE key = 'project'")
@@ -347,8 +344,6 @@ public final class SQLiteStateStore: StateStore {
         }
     }
 
-    /// A column of a row, or a `damaged` error naming the table and column when it holds something
-    /// tidemark never writes there (text where a number belongs, a NULL).
     /// The rows of `tokens` (`statement` selects id, token, seen_at, dead and, with `devices`,
     /// device_id and left_at, ordered by id), read through SQLite's own column calls: at a million rows
     /// GRDB's generic row decoding was a third of loading state. Ids must run 0, 1, 2, …; a cell of
@@ -410,6 +405,8 @@ public final class SQLiteStateStore: StateStore {
         return (tokens, seenAt, dead, deviceIDs, leftAt)
     }
 
+    /// A column of a row, or a `damaged` error naming the table and column when it holds something
+    /// tidemark never writes there (text where a number belongs, a NULL).
     private func cell<T: DatabaseValueConvertible>(_ row: Row, _ index: Int, in table: String) throws -> T {
         do {
             return try row.decode(T.self, atIndex: index)

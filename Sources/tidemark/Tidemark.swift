@@ -56,7 +56,6 @@ func runReportingErrors(_ body: () async throws -> Void) async throws {
     }
 }
 
-/// Ends the command with `status`: nothing for success, else that exit code.
 /// What a command made that is large (a million devices' state, inventory and plan) and needed until
 /// it ends: kept here, it is never freed piece by piece (two million strings, a tenth of a second) on
 /// the way out; the process's exit returns the memory at once.
@@ -65,6 +64,7 @@ nonisolated(unsafe) private var keptUntilExit: [Any] = []
 /// Keeps `value` alive until the process exits (see `keptUntilExit`). Call it from the command's task only.
 func keepUntilExit(_ value: Any) { keptUntilExit.append(value) }
 
+/// Ends the command with `status`: nothing for success, else that exit code.
 func end(with status: ExitStatus) throws {
     if status != .success { throw ExitCode(status.rawValue) }
 }

@@ -334,17 +334,11 @@ public struct ApplyWorkflow: Sendable {
             observed = try await parts.refreshResult(
                 early.tokens, early.read, groups: groups, state: &state, loaded: loaded)
         } else {
-            var touched: [UInt32] = []
-            // Audience steps change state only: their tokens need no read.
-            for op in plan.operations where !op.kind.isStateOnly {
-                for token in op.tokens { touched.append(state.tokens.intern(token)) }
-            }
+            // --refresh all: every registration, the plan's own among them (new ones interned first).
+            for token in Self.registrationsRead(plan) { state.tokens.intern(token) }
             state.growToTable()
-            // The plan's registrations are always read again (everything with --refresh all).
-            let ids =
-                request.refresh.mode == .all
-                ? TokenSet(sorted: Array(0..<UInt32(state.tokens.count))) : TokenSet(touched)
-            observed = try await parts.refresh(ids, groups: groups, state: state, loaded: loaded)
+            let all = TokenSet(sorted: Array(0..<UInt32(state.tokens.count)))
+            observed = try await parts.refresh(all, groups: groups, state: state, loaded: loaded)
         }
         let now = parts.planner().plan(
             loaded: loaded, state: state, refresh: observed, backend: parts.backend.identity,

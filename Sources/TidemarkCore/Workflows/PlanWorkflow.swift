@@ -206,7 +206,6 @@ extension WorkflowParts {
         guard policy.reads else { return RefreshRun(observed: nil, coverage: coverage, sampled: TokenSet()) }
         PhaseTrace.mark("refresh: reading \(ids.count) registrations")
         let observed = try await refresh(ids, groups: groupsToLookUp(state, loaded), state: state, loaded: loaded)
-        PhaseTrace.mark("refresh: read")
         var read = coverage
         read.read = observed.refreshed.count
         return RefreshRun(observed: observed, coverage: read, sampled: sampled)
@@ -237,24 +236,12 @@ extension WorkflowParts {
     ) async throws
         -> RefreshResult
     {
-        let large = all.count >= progressThreshold
-        let output = self.output
-        let report: @Sendable (Int, Int) -> Void = { done, total in
-            output.emit(.refreshProgress(done: done, total: total))
-        }
-        let started = timing.now()
-        let observed = try await Refresher(backend: backend).refresh(
-            all, table: state.tokens,
-            groups: groups, at: timing.unixTime(), progress: large ? report : nil)
-        if large {
-            output.emit(.refreshed(registrations: all.count, seconds: Timing.seconds(timing.now() - started)))
-        }
-        try guardDead(observed, state: state, loaded: loaded)
-        return observed
+        let read = try await read(all.ids.map { state.tokens[$0] })
+        return try await result(all.ids, read, groups: groups, state: state, loaded: loaded)
     }
 
     /// Reads `tokens` without state (a saved plan's registrations, while state loads), reporting
-    /// progress as `refresh` does; `at` is when the read began.
+    /// progress on a large read; `at` is when the read began.
     func read(_ tokens: [String]) async throws -> (statuses: [RegistrationStatus], at: Int64) {
         let large = tokens.count >= progressThreshold
         let output = self.output
@@ -271,14 +258,21 @@ extension WorkflowParts {
         return (statuses, at)
     }
 
-    /// A `read` of `tokens` as a refresh of their ids in `state` (interned), with `groups` looked up;
-    /// held to the dead-token guard as `refresh` is.
+    /// A `read` of `tokens` as a refresh of their ids in `state` (interned), with `groups` looked up.
     func refreshResult(
         _ tokens: [String], _ read: (statuses: [RegistrationStatus], at: Int64), groups: [String],
         state: inout State, loaded: LoadedManifests
     ) async throws -> RefreshResult {
         let ids = tokens.map { state.tokens.intern($0) }
         state.growToTable()
+        return try await result(ids, read, groups: groups, state: state, loaded: loaded)
+    }
+
+    /// What a read found for `ids`, with `groups` looked up, held to the dead-token guard.
+    private func result(
+        _ ids: [UInt32], _ read: (statuses: [RegistrationStatus], at: Int64), groups: [String], state: State,
+        loaded: LoadedManifests
+    ) async throws -> RefreshResult {
         let observed = try await Refresher(backend: backend).result(ids, read.statuses, groups: groups, at: read.at)
         try guardDead(observed, state: state, loaded: loaded)
         return observed
