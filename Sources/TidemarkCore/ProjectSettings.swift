@@ -40,6 +40,9 @@ public struct ProjectSettings: Sendable, Equatable {
     public var pruneAfterText: String?
     /// `refresh:`, `refresh_budget:` and `refresh_max_age:`: what plan, apply and drift read by default.
     public var refresh = RefreshPolicy.sample
+    /// `saved_plan_reread_after:` seconds within which applying a saved plan reads again only the
+    /// registrations whose changes state and the manifests do not call for by themselves; 0: always all.
+    public var savedPlanRereadAfter: Int64 = 15 * 60
     /// `group_export: {query, field}`: the shape of FCM's device-group export call, which FCM's
     /// docs do not state exactly.
     public var groupExport = GroupExportCall()
@@ -48,6 +51,7 @@ public struct ProjectSettings: Sendable, Equatable {
         "project", "backend", "manifests", "state", "transport", "qps", "qps_unit", "credentials",
         "fcm_url", "iid_url", "sender_id", "unregistered", "dead_share", "dead_minimum", "limits", "workspace",
         "inventory", "prune_after", "read_qps", "refresh", "refresh_budget", "refresh_max_age", "group_export",
+        "saved_plan_reread_after",
     ]
 
     public init() {}
@@ -125,6 +129,13 @@ public struct ProjectSettings: Sendable, Equatable {
                 continue
             case "refresh_max_age":
                 settings.refresh.maxAge = doc.duration(value, "'refresh_max_age'", example: "30d or 12h")?.seconds
+                continue
+            case "saved_plan_reread_after":
+                if case .scalar(let scalar) = value, ["0", "0s", "0m", "0h", "0d"].contains(scalar.string) {
+                    settings.savedPlanRereadAfter = 0
+                } else if let (seconds, _) = doc.duration(value, "'saved_plan_reread_after'", example: "15m or 0s") {
+                    settings.savedPlanRereadAfter = seconds
+                }
                 continue
             case "prune_after":
                 if let (seconds, text) = doc.duration(value, "'prune_after'", example: "90d or 12w") {

@@ -184,7 +184,9 @@ public final class PostgresStateStore: StateStore {
             }
             if let (id, plan) = write.beginApply {
                 var buffer = ByteBuffer()
-                buffer.writeBytes(try Plan.encoder(pretty: false).encode(plan))
+                // Tokens as ids of the table written above, in this transaction (see JournalPlan).
+                buffer.writeBytes(
+                    try JournalPlan.encode(plan, tokens: snapshot.tokens) ?? Plan.encoder(pretty: false).encode(plan))
                 try await c.run(
                     """
                     INSERT INTO tidemark_applies (workspace, id, started_at, status, manifests_digest, operations_digest,
@@ -314,8 +316,24 @@ public final class PostgresStateStore: StateStore {
                 row, (String, Int64, ByteBuffer).self, table: "tidemark_applies")
             let plan: Plan
             do {
-                plan = try Plan.decoder().decode(Plan.self, from: Data(data.readableBytesView))
-            } catch {
+                let parsed = try JournalPlan.parse(Data(data.readableBytesView))
+                var tokens: [UInt32: String] = [:]
+                if !parsed.wanted.isEmpty {
+                    let ids = parsed.wanted.map { Int64($0) }
+                    for try await row in try await c.query(
+                        "SELECT id, token FROM tidemark_tokens WHERE workspace = \(workspace) AND id = ANY(\(ids))")
+                    {
+                        let (id, token) = try self.decode(row, (Int64, String).self, table: "tidemark_tokens")
+                        if let key = UInt32(exactly: id) { tokens[key] = token }
+                    }
+                }
+                plan = try JournalPlan.resolve(parsed, tokens: tokens)
+            } catch let damaged as JournalPlan.Damaged {
+                throw self.damaged(
+                    "table 'tidemark_applies': the journal's plan of apply \(id) cannot be read: \(damaged)")
+            } catch let error as StateStoreError {
+                throw error
+            } catch is DecodingError {
                 throw self.damaged("table 'tidemark_applies': the journal's plan of apply \(id) cannot be read")
             }
             var done: Set<Int> = []
@@ -714,6 +732,7 @@ public final class PostgresStateStore: StateStore {
         case is (String, String?, Bool, ByteBuffer, Bool, ByteBuffer?, Int64).Type:
             return try row.decode((String, String?, Bool, ByteBuffer, Bool, ByteBuffer?, Int64).self) as! T
         case is (String, Int64).Type: return try row.decode((String, Int64).self) as! T
+        case is (Int64, String).Type: return try row.decode((Int64, String).self) as! T
         case is (String, Int64, ByteBuffer).Type: return try row.decode((String, Int64, ByteBuffer).self) as! T
         case is (Int64, Int64, Int64, Int64).Type: return try row.decode((Int64, Int64, Int64, Int64).self) as! T
         case is (String, String, Int64, Int64, Int64).Type:

@@ -539,7 +539,10 @@ public final class SQLiteStateStore: StateStore {
                 }
                 PhaseTrace.mark("save: tokens, topics and groups written")
                 if let (id, plan) = write.beginApply {
-                    let data = try Plan.encoder(pretty: false).encode(plan)
+                    // Tokens as ids of the table written above, in this transaction (see JournalPlan).
+                    let data =
+                        try JournalPlan.encode(plan, tokens: snapshot.tokens)
+                        ?? Plan.encoder(pretty: false).encode(plan)
                     PhaseTrace.mark("save: plan encoded (\(data.count) bytes)")
                     try db.execute(
                         sql: """
@@ -612,6 +615,28 @@ public final class SQLiteStateStore: StateStore {
 
     // MARK: - Journal
 
+    /// The tokens of `ids` (sorted) in the token table: looked up one by one, or read in one pass
+    /// when they are many.
+    private func tokens(_ db: Database, _ ids: [UInt32]) throws -> [UInt32: String] {
+        var found: [UInt32: String] = [:]
+        found.reserveCapacity(ids.count)
+        if ids.count > 100_000 {
+            let wanted = Set(ids)
+            let rows = try Row.fetchCursor(db, sql: "SELECT id, token FROM \(t.tokens)")
+            while let row = try rows.next() {
+                let id: Int64 = try cell(row, 0, in: "tokens")
+                guard id >= 0, id <= Int64(UInt32.max), wanted.contains(UInt32(id)) else { continue }
+                found[UInt32(id)] = try cell(row, 1, in: "tokens") as String
+            }
+            return found
+        }
+        let select = try db.makeStatement(sql: "SELECT token FROM \(t.tokens) WHERE id = ?")
+        for id in ids {
+            if let token = try String.fetchOne(select, arguments: [Int64(id)]) { found[id] = token }
+        }
+        return found
+    }
+
     public func unfinishedApply() async throws -> UnfinishedApply? {
         guard let queue = try open(create: false) else { return nil }
         return try run {
@@ -627,7 +652,12 @@ public final class SQLiteStateStore: StateStore {
                 let id: String = try cell(row, 0, in: "applies")
                 let plan: Plan
                 do {
-                    plan = try Plan.decoder().decode(Plan.self, from: cell(row, 2, in: "applies") as Data)
+                    plan = try JournalPlan.decode(cell(row, 2, in: "applies") as Data) { ids in
+                        try tokens(db, ids)
+                    }
+                } catch let damaged as JournalPlan.Damaged {
+                    throw StateStoreError(
+                        .damaged, path: location, "the journal's plan of apply \(id) cannot be read: \(damaged)")
                 } catch {
                     throw StateStoreError(.damaged, path: location, "the journal's plan of apply \(id) cannot be read")
                 }

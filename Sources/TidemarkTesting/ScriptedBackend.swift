@@ -18,6 +18,7 @@ public final class ScriptedBackend: Backend {
     public let base: any Backend
     private let log = Mutex<[Call]>([])
     private let failing = Mutex<[Call: Int]>([:])
+    private let readLog = Mutex<[String]>([])
 
     /// Tokens per journal step; the base backend's when nil.
     public let step: Int?
@@ -55,8 +56,12 @@ public final class ScriptedBackend: Backend {
         if fails { throw Failure(call: call) }
     }
 
+    /// Every registration read so far, in order (a token read twice is listed twice).
+    public var tokensRead: [String] { readLog.withLock { $0 } }
+
     public func refresh(_ tokens: [String]) async throws -> [RegistrationStatus] {
         try note(.refresh)
+        readLog.withLock { $0 += tokens }
         return try await base.refresh(tokens)
     }
 

@@ -27,6 +27,7 @@ public enum StateStoreConformance {
         case restoresAWholeStateKeepingItsSerial
         case remembersEachTokensDevice
         case compactsTheTokenTable
+        case journalsEveryTokenOfAPlan
 
         public var testDescription: String { rawValue }
     }
@@ -48,6 +49,7 @@ public enum StateStoreConformance {
         case .restoresAWholeStateKeepingItsSerial: try await restoresAWholeStateKeepingItsSerial(store)
         case .remembersEachTokensDevice: try await remembersEachTokensDevice(store)
         case .compactsTheTokenTable: try await compactsTheTokenTable(store)
+        case .journalsEveryTokenOfAPlan: try await journalsEveryTokenOfAPlan(store)
         }
     }
 
@@ -255,6 +257,41 @@ public enum StateStoreConformance {
         write.finishApply = ("apply-1", .finished)
         try await store.save(&state, write, at: 1002)
         #expect(try await store.unfinishedApply() == nil)
+    }
+
+    /// A journaled plan comes back exactly: every operation's tokens in order, repeats across operations,
+    /// tokens first written by the same save, and (kept whole) a plan naming a token state does not hold.
+    static func journalsEveryTokenOfAPlan(_ store: any StateStore) async throws {
+        var state = sample(tokens: 3000)
+        var write = writeAll(state)
+        try await store.save(&state, write, at: 1000)
+        // Tokens new in this save: interned now, written with the journal's plan.
+        for i in 3000..<3500 { state.tokens.intern(token(i)) }
+        state.growToTable()
+        let ops = [
+            PlannedOperation(kind: .unsubscribe, target: "news", tokens: (0..<1000).reversed().map(token)),
+            PlannedOperation(kind: .subscribe, target: "sports", tokens: (2900..<3500).map(token)),
+            PlannedOperation(kind: .subscribe, target: "news", tokens: [token(7), token(3499), token(0)]),
+            PlannedOperation(kind: .groupAdd, target: "ios", tokens: [token(5)]),
+        ]
+        let plan = plan(ops, state: state)
+        write = StateWrite()
+        write.beginApply = ("apply-1", plan)
+        try await store.save(&state, write, at: 1001)
+        let unfinished = try #require(try await store.unfinishedApply())
+        #expect(unfinished.plan.operations == ops)
+        #expect(unfinished.plan.operationsDigest == plan.operationsDigest)
+        #expect(unfinished.plan.lineage == plan.lineage && unfinished.plan.manifestsDigest == plan.manifestsDigest)
+        write = StateWrite()
+        write.finishApply = ("apply-1", .finished)
+        try await store.save(&state, write, at: 1002)
+
+        // A token the state does not hold (no plan tidemark makes has one): the plan is journaled whole.
+        let stranger = [PlannedOperation(kind: .subscribe, target: "news", tokens: [token(1), "stranger:APA91b-x"])]
+        write = StateWrite()
+        write.beginApply = ("apply-2", Self.plan(stranger, state: state))
+        try await store.save(&state, write, at: 1003)
+        #expect(try await store.unfinishedApply()?.plan.operations == stranger)
     }
 
     static func keepsTheHistory(_ store: any StateStore) async throws {

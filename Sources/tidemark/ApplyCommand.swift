@@ -73,7 +73,7 @@ struct ApplyCommand: AsyncParsableCommand {
         }
         if planFile != nil, reading.noRefresh || reading.refresh == RefreshMode.none {
             throw ValidationError(
-                "--no-refresh has no effect with a saved plan: apply always reads the registrations the plan changes again."
+                "--no-refresh has no effect with a saved plan: apply reads again the registrations whose changes state does not call for (all of them when the plan is older than 'saved_plan_reread_after')."
             )
         }
         if refreshOnly, planFile != nil {
@@ -88,6 +88,7 @@ struct ApplyCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
+            PhaseTrace.mark("apply started")
             let workspace = try Workspace(global)
             let saved = try planFile.map {
                 (plan: try readPlan($0, limit: workspace.settings.limits.planBytes), file: $0)
@@ -126,6 +127,7 @@ struct ApplyCommand: AsyncParsableCommand {
                     return Terminal.confirm("\nDo you want to finish it?") ? .approved : .declined
                 })
             request.pruneAfter = workspace.settings.pruneAfter
+            request.rereadAfter = workspace.settings.savedPlanRereadAfter
             request.refreshOnly = refreshOnly
             let prepared = request
             let store = workspace.stateStore()

@@ -165,6 +165,14 @@ final class TerminalOutput: WorkflowOutput {
             Terminal.err(
                 "Resuming the apply started at \(ISO8601DateFormatter().string(from: startedAt)) that was interrupted: \(done) of \(total) operations were done; running the \(total - done) remaining."
             )
+        case .savedPlanChecked(let registrations, let readAgain, let age):
+            let count = PlanRenderer.formatCount(registrations)
+            let made = age.map { " (made \($0) s ago)" } ?? ""
+            Terminal.err(
+                readAgain == 0
+                    ? "Checked the saved plan\(made): state and the manifests call for every change it makes to its \(count) registration\(registrations == 1 ? "" : "s"), so none was read again."
+                    : "Checked the saved plan\(made): of its \(count) registration\(registrations == 1 ? "" : "s"), \(PlanRenderer.formatCount(readAgain)) with changes that rest on what its refresh read were read again."
+            )
         case .abandoned(let startedAt):
             Terminal.err(
                 "An apply started at \(ISO8601DateFormatter().string(from: startedAt)) was interrupted, and the manifests or backend changed since; it is abandoned and a new plan is made from the current state."

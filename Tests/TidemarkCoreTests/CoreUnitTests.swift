@@ -122,6 +122,19 @@ import TidemarkTesting
             ])
     }
 
+    @Test func savedPlanRereadAfter() {
+        #expect(ProjectSettings().savedPlanRereadAfter == 900, "15 minutes by default")
+        for (text, seconds) in [("10m", Int64(600)), ("0s", 0), ("0", 0), ("2h", 7200)] {
+            let (settings, ok) = ProjectSettings.decode("saved_plan_reread_after: \(text)\n", file: "tidemark.yaml")
+            #expect(ok.isEmpty && settings.savedPlanRereadAfter == seconds, "\(text)")
+        }
+        let (_, bad) = ProjectSettings.decode("saved_plan_reread_after: soon\n", file: "tidemark.yaml")
+        #expect(
+            bad.map(\.description) == [
+                "tidemark.yaml:1:26: error: 'saved_plan_reread_after' must be a duration such as 15m or 0s, not 'soon'."
+            ])
+    }
+
     @Test func endpointsCredentialsAndUnits() {
         let text = """
             qps_unit: requests

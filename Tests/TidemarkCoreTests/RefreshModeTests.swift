@@ -179,4 +179,64 @@ import TidemarkTesting
         #expect(!after.topics["news"]!.observed.contains(UInt32(id)), "the observation is recorded")
         #expect(after.seenAt.allSatisfy { $0 > before.seenAt[0] }, "every registration read is recorded as read")
     }
+
+    /// A saved plan applied soon after it was made reads again only the registrations whose changes
+    /// state and the manifests do not call for by themselves (drift the plan's refresh found, a new
+    /// token it found dead); an older one reads every registration it changes again.
+    @Test func aRecentSavedPlanReadsAgainOnlyWhatStateDoesNotExplain() async throws {
+        var fleet = try Fleet.make()
+        _ = try await ApplyWorkflow(fleet.parts).run(ApplyRequest(planning: PlanRequest(policy: .all)))
+        fleet.clock.advance(.seconds(60))
+        // Devices 3 and 4 get new tokens (4's is already dead); device 30 unsubscribes on its own.
+        let fresh = ["new-\(Fixtures.token(3))", "new-\(Fixtures.token(4))"]
+        fleet.files["inventory.csv"] = fleet.files["inventory.csv"]!
+            .replacingOccurrences(of: "d3,\(Fixtures.token(3)),", with: "d3,\(fresh[0]),")
+            .replacingOccurrences(of: "d4,\(Fixtures.token(4)),", with: "d4,\(fresh[1]),")
+        try await fleet.engine.unregister(token: fresh[1])
+        _ = try await fleet.engine.batchRemove(project: "tidemark-test", topic: "news", tokens: [Fixtures.token(30)])
+        let policy = RefreshPolicy(mode: .sample, budget: .reads(100))
+        let plan = try await PlanWorkflow(fleet.parts).run(PlanRequest(policy: policy))
+        let changed = Set(plan.plan.operations.flatMap(\.tokens))
+        #expect(
+            changed == [fresh[0], Fixtures.token(3), Fixtures.token(4), Fixtures.token(30)],
+            "the new live token and the drifted one are subscribed, the replaced ones unsubscribed: \(changed)")
+        fleet.clock.advance(.seconds(30))
+        let before = fleet.backend.tokensRead.count
+        var request = ApplyRequest(savedPlan: (plan.plan, "plan.json"), planning: PlanRequest(policy: policy))
+        request.rereadAfter = 900
+        let outcome = try await ApplyWorkflow(fleet.parts).run(request)
+        guard case .applied(let summary) = outcome.result else {
+            Issue.record("\(outcome.result)")
+            return
+        }
+        #expect(summary.subscribed == 2 && summary.unsubscribed == 2)
+        let reread = Array(fleet.backend.tokensRead[before...])
+        #expect(
+            Set(reread) == [Fixtures.token(30), fresh[1]] && reread.count == 2,
+            "only the drifted registration and the dead token the plan left out are read again: \(reread)")
+        #expect(
+            fleet.output.events.contains {
+                if case .savedPlanChecked(4, 2, 30) = $0 { true } else { false }
+            })
+        let subscribers = Set(await fleet.engine.subscribers(of: "news", project: "tidemark-test"))
+        let declared = Set((0..<60).filter { $0 != 3 && $0 != 4 }.map { Fixtures.token($0) } + [fresh[0]])
+        #expect(subscribers == declared, "FCM matches the manifests, the dead token aside")
+        let state = try #require(try await fleet.store.load())
+        #expect(state.dead.contains(try #require(state.tokens.id(fresh[1]))), "what the read found dead is recorded")
+
+        // An older plan has every registration it changes read again.
+        fleet.files["inventory.csv"] = fleet.files["inventory.csv"]!
+            .replacingOccurrences(of: "d5,\(Fixtures.token(5)),", with: "d5,new-\(Fixtures.token(5)),")
+        let second = try await PlanWorkflow(fleet.parts).run(PlanRequest(policy: policy))
+        fleet.clock.advance(.seconds(901))
+        let mark = fleet.backend.tokensRead.count
+        var late = ApplyRequest(savedPlan: (second.plan, "plan.json"), planning: PlanRequest(policy: policy))
+        late.rereadAfter = 900
+        _ = try await ApplyWorkflow(fleet.parts).run(late)
+        #expect(
+            Set(fleet.backend.tokensRead[mark...]) == [Fixtures.token(5), "new-\(Fixtures.token(5))"],
+            "a plan older than the window is read again in full")
+        #expect(
+            await fleet.engine.subscribers(of: "news", project: "tidemark-test").contains("new-\(Fixtures.token(5))"))
+    }
 }

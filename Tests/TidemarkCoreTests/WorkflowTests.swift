@@ -488,12 +488,23 @@ import TidemarkTesting
         plan.operationsDigestWhenMade = plan.operationsDigest
         let subscribers = await project.engine.subscribers(of: "everyone", project: "tidemark-test").count
         let serial = try await project.store.load()?.serial
-        await #expect { try await project.apply(project.saved(plan)) } throws: { error in
-            guard case WorkflowError.stalePlan(let stale) = error, case .notWhatThePlannerWouldDo = stale.reason else {
-                return false
+        // Refused whether the apply reads every registration again or (a recent plan) only those whose
+        // changes state does not call for by itself.
+        for rereadAfter: Int64? in [nil, 900] {
+            var request = project.saved(plan)
+            request.rereadAfter = rereadAfter
+            request.planning.refresh = .sample
+            await #expect { try await project.apply(request) } throws: { error in
+                guard case WorkflowError.stalePlan(let stale) = error, case .notWhatThePlannerWouldDo = stale.reason
+                else {
+                    return false
+                }
+                return stale.description.contains("which the manifests and state do not call for")
             }
-            return stale.description.contains("which the manifests and state do not call for")
         }
+        #expect(
+            project.output.events.contains { if case .savedPlanChecked(_, 1..., _) = $0 { true } else { false } },
+            "the recent plan's edited change was read again")
         #expect(await project.engine.subscribers(of: "everyone", project: "tidemark-test").count == subscribers)
         #expect(try await project.store.load()?.serial == serial, "nothing was written")
     }

@@ -27,6 +27,11 @@ public struct ApplyRequest: Sendable {
     /// `prune_after`: after an apply that changed something, forget dead and departed tokens unseen for
     /// this many seconds, when at least `PruneWorkflow.automaticMinimum` of them can go.
     public var pruneAfter: Int64? = nil
+    /// `saved_plan_reread_after`: a saved plan made at most this many seconds ago reads again only the
+    /// registrations whose operations state and the manifests do not call for by themselves (drift its
+    /// refresh found); the rest run as a plan from state would run them. nil: every registration the
+    /// plan changes is read again, whatever its age.
+    public var rereadAfter: Int64? = nil
 
     public init(
         savedPlan: (plan: Plan, file: String)? = nil, planning: PlanRequest = PlanRequest(),
@@ -140,10 +145,9 @@ public struct ApplyWorkflow: Sendable {
             // another backend reads nothing.
             let tokens = Self.registrationsRead(saved)
             let parts = self.parts
-            async let early = {
-                request.planning.refresh.mode == .all || saved.backend != parts.backend.identity
-                    ? nil : try await parts.read(tokens)
-            }()
+            let recent = Self.isRecent(saved, now: parts.timing.unixTime(), window: request.rereadAfter)
+            let readEarly = request.planning.refresh.mode != .all && !recent && saved.backend == parts.backend.identity
+            async let early = { readEarly ? try await parts.read(tokens) : nil }()
             (state, loaded) = try await parts.loadStateAndManifests()
             try parts.stopOnErrors(loaded)
             try checkFresh(saved, file: file, state: state, loaded: loaded)
@@ -151,7 +155,8 @@ public struct ApplyWorkflow: Sendable {
             PhaseTrace.mark("saved plan: state and manifests loaded")
             let observed = try await checkOperations(
                 saved, file: file, state: &state, loaded: loaded, request: request.planning,
-                early: try await early.map { (tokens, $0) })
+                early: try await early.map { (tokens, $0) },
+                justify: recent && request.planning.refresh.mode != .all)
             PhaseTrace.mark("saved plan: operations checked")
             // What the file says it observed is never trusted: only its checked operations run, and
             // only what this apply read itself is recorded. The one claim taken from it is which
@@ -321,28 +326,64 @@ public struct ApplyWorkflow: Sendable {
     /// included), and any (topic or group, direction, token) of the file that is neither in them nor
     /// already true in FCM refuses the whole plan. An edited file, even with a recomputed digest, cannot
     /// unsubscribe a protected topic or add a token nobody declared.
+    ///
+    /// With `justify` (a recent plan), a registration is read again only when one of its operations is
+    /// not what a plan from state alone produces: the rest are what `--refresh none` would run.
     func checkOperations(
         _ plan: Plan, file: String, state: inout State, loaded: LoadedManifests, request: PlanRequest,
-        early: (tokens: [String], read: (statuses: [RegistrationStatus], at: Int64))? = nil
+        early: (tokens: [String], read: (statuses: [RegistrationStatus], at: Int64))? = nil, justify: Bool = false
     )
         async throws -> RefreshResult
     {
         let groups = Set(plan.operations.filter(\.kind.isGroupCall).map(\.target)).sorted()
-        let observed: RefreshResult
-        if let early {
+        let planner = parts.planner()
+        func replan(_ observed: RefreshResult) throws -> Plan {
+            planner.plan(
+                loaded: loaded, state: state, refresh: observed, backend: parts.backend.identity,
+                now: parts.timing.wallClock(), targets: try plan.selection, maxUnsubscribes: request.maxUnsubscribes)
+        }
+        var observed: RefreshResult
+        var now: Plan
+        if justify {
+            // Groups are looked up in any case; registrations only where state does not explain the plan.
+            observed = try await parts.refresh(TokenSet(), groups: groups, state: state, loaded: loaded)
+            now = try replan(observed)
+            // Usually the two plans are the same, operation for operation (compared without hashing).
+            let same = now.operations == plan.operations
+            let reread = same ? [] : Self.unexplained(plan, by: now)
+            parts.output.emit(
+                .savedPlanChecked(
+                    registrations: Self.registrationsRead(plan).count, readAgain: reread.count,
+                    planAge: plan.coverage.map { parts.timing.unixTime() - $0.at }))
+            PhaseTrace.mark("saved plan: \(reread.count) registrations to read again")
+            if same {
+                // Every change is one a plan from state makes: what remains to check is its safety rails.
+                if let first = now.diagnostics.first(where: { $0.severity == .error }) {
+                    throw WorkflowError.stalePlan(
+                        StalePlan(
+                            file: file, stateLocation: parts.store.location,
+                            reason: .notWhatThePlannerWouldDo("the plan breaks a safety rail now: \(first.message)")))
+                }
+                return observed
+            }
+            if !reread.isEmpty {
+                let read = try await parts.read(reread)
+                observed = try await parts.refreshResult(reread, read, groups: groups, state: &state, loaded: loaded)
+                now = try replan(observed)
+            }
+        } else if let early {
             // Read while state loaded: exactly the registrations below, interned now.
             observed = try await parts.refreshResult(
                 early.tokens, early.read, groups: groups, state: &state, loaded: loaded)
+            now = try replan(observed)
         } else {
             // --refresh all: every registration, the plan's own among them (new ones interned first).
             for token in Self.registrationsRead(plan) { state.tokens.intern(token) }
             state.growToTable()
             let all = TokenSet(sorted: Array(0..<UInt32(state.tokens.count)))
             observed = try await parts.refresh(all, groups: groups, state: state, loaded: loaded)
+            now = try replan(observed)
         }
-        let now = parts.planner().plan(
-            loaded: loaded, state: state, refresh: observed, backend: parts.backend.identity,
-            now: parts.timing.wallClock(), targets: try plan.selection, maxUnsubscribes: request.maxUnsubscribes)
         func refuse(_ detail: String) -> WorkflowError {
             .stalePlan(
                 StalePlan(file: file, stateLocation: parts.store.location, reason: .notWhatThePlannerWouldDo(detail)))
@@ -351,17 +392,7 @@ public struct ApplyWorkflow: Sendable {
         if let first = rails.first {
             throw refuse("the plan breaks a safety rail now: \(first.message)")
         }
-        struct Triple: Hashable {
-            var kind: PlannedOperation.Kind
-            var target: String
-            var token: String
-        }
-        var expected = Set<Triple>()
-        for op in now.operations {
-            for token in op.tokens { expected.insert(Triple(kind: op.kind, target: op.target, token: token)) }
-            // A step without tokens (forgetting an audience or its FCM group) is checked by itself.
-            if op.tokens.isEmpty { expected.insert(Triple(kind: op.kind, target: op.target, token: "")) }
-        }
+        let expected = Self.triples(now)
         for op in plan.operations where op.tokens.isEmpty && op.kind.isStateOnly {
             if !expected.contains(Triple(kind: op.kind, target: op.target, token: "")) {
                 throw refuse(
@@ -392,6 +423,57 @@ public struct ApplyWorkflow: Sendable {
         throw refuse(
             "it would \(first.kind.rawValue) \(Redaction.redact(first.token)) \(first.kind == .subscribe || first.kind == .groupAdd || first.kind == .groupCreate ? "to" : "from") '\(first.target)', which the manifests and state do not call for\(unexpected.count > 1 ? " (and \(unexpected.count - 1) more such change\(unexpected.count == 2 ? "" : "s"))" : "")"
         )
+    }
+
+    /// One change a plan makes: a token to or from a topic or group (token "" for a step without tokens).
+    struct Triple: Hashable {
+        var kind: PlannedOperation.Kind
+        var target: String
+        var token: String
+    }
+
+    /// Every change of `plan`'s operations.
+    static func triples(_ plan: Plan) -> Set<Triple> {
+        var expected = Set<Triple>()
+        for op in plan.operations {
+            for token in op.tokens { expected.insert(Triple(kind: op.kind, target: op.target, token: token)) }
+            // A step without tokens (forgetting an audience or its FCM group) is checked by itself.
+            if op.tokens.isEmpty { expected.insert(Triple(kind: op.kind, target: op.target, token: "")) }
+        }
+        return expected
+    }
+
+    /// The registrations to read again before `plan` can be checked against `now` (a plan from state
+    /// alone): those with a change `now` does not make (drift the plan's refresh found, or an edit), in
+    /// the plan's order, then those with a change `now` makes that the plan left out (its refresh found
+    /// the token dead, or the change already made), so that what it found is also recorded.
+    static func unexplained(_ plan: Plan, by now: Plan) -> [String] {
+        let expected = triples(now)
+        let planned = triples(plan)
+        var unexplained = Set<String>()
+        for op in plan.operations where !op.kind.isStateOnly {
+            for token in op.tokens where !expected.contains(Triple(kind: op.kind, target: op.target, token: token)) {
+                unexplained.insert(token)
+            }
+        }
+        var omitted: [String] = []
+        for op in now.operations where !op.kind.isStateOnly {
+            for token in op.tokens
+            where !planned.contains(Triple(kind: op.kind, target: op.target, token: token))
+                && unexplained.insert(token).inserted
+            {
+                omitted.append(token)
+            }
+        }
+        return registrationsRead(plan).filter { unexplained.contains($0) } + omitted
+    }
+
+    /// Whether a saved plan was made within `window` seconds before `now` (by its own refresh time; a time
+    /// in the future does not count as recent).
+    static func isRecent(_ plan: Plan, now: Int64, window: Int64?) -> Bool {
+        guard let window, window > 0, let coverage = plan.coverage, coverage.mode != .none else { return false }
+        let at = coverage.at
+        return at <= now + 5 && now - at <= window
     }
 
     /// The registrations a saved plan changes, each once, in the plan's order: what applying it reads

@@ -280,11 +280,15 @@ extension WorkflowParts {
 
     /// Refuses a read in which too many of the inventory's devices came back dead (`deadTokenGuard`).
     func guardDead(_ observed: RefreshResult, state: State, loaded: LoadedManifests) throws {
-        if let deadTokenGuard {
-            let inventory = TokenSet(loaded.inventory.tokens.compactMap { state.tokens.id($0) })
-            let read = observed.refreshed.intersection(inventory)
-            let newlyDead = observed.dead.intersection(inventory).subtracting(state.dead)
-            if let violation = deadTokenGuard.violation(newlyDead: newlyDead.count, read: read.count) {
+        // Nothing came back dead: nothing to hold (and no need to look up the whole inventory).
+        if let deadTokenGuard, !observed.dead.subtracting(state.dead).isEmpty {
+            // Only the registrations read are looked up in the inventory, not the inventory in state.
+            let inventory = loaded.inventory
+            let read = observed.refreshed.ids.filter { inventory.index(ofToken: state.tokens[$0]) != nil }.count
+            let newlyDead = observed.dead.subtracting(state.dead).ids.filter {
+                inventory.index(ofToken: state.tokens[$0]) != nil
+            }
+            if let violation = deadTokenGuard.violation(newlyDead: newlyDead.count, read: read) {
                 throw WorkflowError.tooManyDead(violation)
             }
         }

@@ -17,6 +17,10 @@ public enum WorkflowEvent: Sendable {
     case applyProgress(ExecutionProgress)
     /// An interrupted apply is being finished.
     case resuming(startedAt: Date, done: Int, total: Int)
+    /// A recent saved plan was checked against state and the manifests: of the `registrations` it
+    /// changes, only `readAgain` had operations they do not call for by themselves and were read again.
+    /// `planAge` is seconds since its refresh.
+    case savedPlanChecked(registrations: Int, readAgain: Int, planAge: Int64?)
     /// An interrupted apply was given up, because the manifests or backend changed since.
     case abandoned(startedAt: Date)
 }
