@@ -64,6 +64,7 @@ struct PlanCommand: AsyncParsableCommand {
             let refused = plan.diagnostics.hasErrors
             if let out, !refused {
                 try writeAtomically(jsonFile(plan), to: out, mode: 0o600)
+                PhaseTrace.mark("plan saved")
             }
             try workspace.output(
                 plan, format: render.format, inventory: outcome.loaded.inventory,

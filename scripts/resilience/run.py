@@ -19,6 +19,7 @@ import random
 import shutil
 import signal
 import sqlite3
+import struct
 import subprocess
 import sys
 import tempfile
@@ -89,6 +90,32 @@ def faults(binary, transport, devices=1000, topics=4):
         shutil.rmtree(work, ignore_errors=True)
 
 
+JOURNAL_MAGIC = b"tidemark-journal-plan-1\n"
+
+
+def journal_operations(db, blob):
+    """The operations of a journal's plan: whole JSON, or JournalPlan's compact form (the plan's JSON
+    without tokens, then per operation a count and token ids of the tokens table, little-endian)."""
+    blob = bytes(blob)
+    if not blob.startswith(JOURNAL_MAGIC):
+        return json.loads(blob)["operations"]
+    offset = len(JOURNAL_MAGIC)
+    (length,) = struct.unpack_from("<I", blob, offset)
+    offset += 4
+    operations = json.loads(blob[offset:offset + length])["operations"]
+    offset += length
+    tokens = dict(db.execute("SELECT id, token FROM tokens"))
+    for op in operations:
+        (count,) = struct.unpack_from("<I", blob, offset)
+        offset += 4
+        ids = struct.unpack_from("<%dI" % count, blob, offset)
+        offset += 4 * count
+        op["tokens"] = [tokens[i] for i in ids]
+    if offset != len(blob):
+        raise ValueError("the journal's plan has bytes after its last operation")
+    return operations
+
+
 def journal(work):
     """(apply id, plan operations, {index: tokens journaled as sent}) of the unfinished apply, or None.
 
@@ -103,7 +130,7 @@ def journal(work):
                          ).fetchone()
         if row is None:
             return None
-        operations = json.loads(row[1])["operations"]
+        operations = journal_operations(db, row[1])
         done = {}
         if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'apply_progress'").fetchone():
             for index, tokens in db.execute("SELECT idx, tokens_done FROM apply_progress WHERE apply_id = ?",
