@@ -156,6 +156,8 @@ final class TerminalOutput: WorkflowOutput {
         case .refreshProgress(let done, let total):
             reporter("Refreshing").update(done: done, total: total, unit: "tokens")
         case .refreshed(let registrations, let seconds):
+            // A plan may read twice (a sample's slice first): the next read's rate counts from its own start.
+            _ = reporters.withLock { $0.removeValue(forKey: "Refreshing") }
             Terminal.err(
                 "Refreshed \(PlanRenderer.formatCount(registrations)) registrations in \(String(format: "%.1f", seconds)) s (\(PlanRenderer.formatCount(Int(Double(registrations) / max(seconds, 0.001))))/s)."
             )

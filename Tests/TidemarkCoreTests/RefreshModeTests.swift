@@ -239,4 +239,35 @@ import TidemarkTesting
         #expect(
             await fleet.engine.subscribers(of: "news", project: "tidemark-test").contains("new-\(Fixtures.token(5))"))
     }
+
+    /// A sample's slice is read while the manifests load, before the plan knows what it touches: each
+    /// registration is still read once, the coverage counts both reads, and a failed read stops the plan.
+    @Test func theSlicesReadStartsWithStateAndEachRegistrationIsReadOnce() async throws {
+        var fleet = try Fleet.make()
+        _ = try await ApplyWorkflow(fleet.parts).run(ApplyRequest(planning: PlanRequest(policy: .all)))
+        fleet.clock.advance(.seconds(60))
+        fleet.files["inventory.csv"] = fleet.files["inventory.csv"]!
+            .replacingOccurrences(of: "d8,\(Fixtures.token(8)),", with: "d8,new-\(Fixtures.token(8)),")
+        // One device drifted; the sweep will find it when its slice reaches it.
+        _ = try await fleet.engine.batchRemove(project: "tidemark-test", topic: "news", tokens: [Fixtures.token(20)])
+        let before = fleet.backend.tokensRead.count
+        let plan = try await PlanWorkflow(fleet.parts).run(PlanRequest(policy: Fleet.sample))
+        let read = Array(fleet.backend.tokensRead[before...])
+        #expect(read.count == Set(read).count, "no registration read twice: \(read.count) reads")
+        let coverage = try #require(plan.plan.coverage)
+        #expect(coverage.touched == 2, "the replaced token and its successor")
+        #expect(Set(read).isSuperset(of: [Fixtures.token(8), "new-\(Fixtures.token(8))"]))
+        #expect(coverage.read == read.count && coverage.read == 2 + coverage.sampled, "\(coverage)")
+        #expect(coverage.sampled == 9 || coverage.sampled == 10, "the slice of 10, less the touched token it held")
+        #expect(read.last == "new-\(Fixtures.token(8))", "the slice is read first, then what it did not hold")
+        #expect(coverage.fleet == 61 && coverage.budget == 10)
+        let sampledDrift = Set(read).contains(Fixtures.token(20))
+        #expect(plan.plan.operations.flatMap(\.tokens).contains(Fixtures.token(20)) == sampledDrift)
+
+        // A read that fails fails the plan, whichever read it was.
+        fleet.backend.fail(.refresh)
+        await #expect(throws: (any Error).self) {
+            _ = try await PlanWorkflow(fleet.parts).run(PlanRequest(policy: Fleet.sample))
+        }
+    }
 }

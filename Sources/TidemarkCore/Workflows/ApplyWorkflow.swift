@@ -351,10 +351,13 @@ public struct ApplyWorkflow: Sendable {
             // Usually the two plans are the same, operation for operation (compared without hashing).
             let same = now.operations == plan.operations
             let reread = same ? [] : Self.unexplained(plan, by: now)
-            parts.output.emit(
-                .savedPlanChecked(
-                    registrations: Self.registrationsRead(plan).count, readAgain: reread.count,
-                    planAge: plan.coverage.map { parts.timing.unixTime() - $0.at }))
+            let changed = Self.registrationsRead(plan).count
+            if changed + reread.count > 0 {
+                parts.output.emit(
+                    .savedPlanChecked(
+                        registrations: changed, readAgain: reread.count,
+                        planAge: plan.coverage.map { parts.timing.unixTime() - $0.at }))
+            }
             PhaseTrace.mark("saved plan: \(reread.count) registrations to read again")
             if same {
                 // Every change is one a plan from state makes: what remains to check is its safety rails.

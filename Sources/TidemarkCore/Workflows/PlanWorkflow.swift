@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// What a plan covers and how far it may reach.
 public struct PlanRequest: Sendable {
@@ -51,7 +52,17 @@ public struct PlanWorkflow: Sendable {
     public init(_ parts: WorkflowParts) { self.parts = parts }
 
     public func run(_ request: PlanRequest) async throws -> PlanOutcome {
-        let (state, declared) = try await parts.loadStateAndManifests()
+        // A sample's slice of the sweep (and what is older than refresh_max_age) depends on state alone:
+        // its read starts as soon as state is loaded, while the manifests and inventory are still read.
+        let early = EarlySlice()
+        defer { early.cancel() }
+        let parts = self.parts
+        let policy = request.refresh
+        var whenStateLoads: (@Sendable (State) -> Void)?
+        if policy.mode == .sample {
+            whenStateLoads = { stored in early.start { try await parts.readSlice(policy, of: stored) } }
+        }
+        let (state, declared) = try await parts.loadStateAndManifests(whenStateLoads: whenStateLoads)
         try parts.stopOnErrors(declared)
         try Self.checkSelectors(request.targets, state: state, loaded: declared)
         var loaded = declared
@@ -60,7 +71,8 @@ public struct PlanWorkflow: Sendable {
             if state.lineage.isEmpty { throw WorkflowError.noState(location: parts.store.location) }
             loaded.desired = state.established(declared: loaded.desired)
         }
-        let run = try await parts.refresh(request.refresh, state: state, loaded: loaded, targets: request.targets)
+        let run = try await parts.refresh(
+            request.refresh, state: state, loaded: loaded, targets: request.targets, early: early.task)
         let observed = run.observed
         let planner = parts.planner()
         let now = parts.timing.wallClock()
@@ -120,8 +132,11 @@ extension WorkflowParts {
     /// Loads state and reads the manifests at the same time (they are independent until resolution),
     /// then resolves the manifests' tokens into the state's table.
     /// A state made for another FCM project or backend is refused.
-    public func loadStateAndManifests() async throws -> (State, LoadedManifests) {
-        var (state, loaded) = try await Self.loadStateAndManifests(manifests: manifests, store: store)
+    public func loadStateAndManifests(
+        whenStateLoads: (@Sendable (State) -> Void)? = nil
+    ) async throws -> (State, LoadedManifests) {
+        var (state, loaded, _) = try await Self.loadStateAndRead(
+            manifests: manifests, store: store, whenStateLoads: whenStateLoads)
         // Said once per run, with the manifests' own diagnostics: past a deadline, an error stops the
         // run before anything is sent to FCM.
         let declared = Set(loaded.desired.groups.map(\.name))
@@ -152,14 +167,16 @@ extension WorkflowParts {
     }
 
     /// `loadStateAndManifests`, also returning the manifests as read (before resolution).
+    /// `whenStateLoads` is given the stored state (when there is one) as soon as it is loaded.
     static func loadStateAndRead(
-        manifests: any ManifestSource, store: any StateStore
+        manifests: any ManifestSource, store: any StateStore, whenStateLoads: (@Sendable (State) -> Void)? = nil
     ) async throws -> (State, LoadedManifests, ReadManifests) {
         // The stored state, or an empty one (lineage "", serial 0) when none exists yet.
         PhaseTrace.mark("loading state and reading manifests")
         async let loading = { () async throws -> State? in
             let state = try await store.load()
             PhaseTrace.mark("state loaded")
+            if let state { whenStateLoads?(state) }
             return state
         }()
         let read = await manifests.read()
@@ -184,7 +201,8 @@ extension WorkflowParts {
     /// Reads what `policy` asks for: nothing, every registration, or the registrations a plan from state
     /// would change (`touched`), those read longer ago than the policy's age, and the sweep's slice.
     func refresh(
-        _ policy: RefreshPolicy, state: State, loaded: LoadedManifests, targets: Targets = .all
+        _ policy: RefreshPolicy, state: State, loaded: LoadedManifests, targets: Targets = .all,
+        early: Task<SliceRead, any Error>? = nil
     ) async throws -> RefreshRun {
         let now = timing.unixTime()
         var touched = TokenSet()
@@ -201,6 +219,9 @@ extension WorkflowParts {
             touched = TokenSet(ids)
         }
         PhaseTrace.mark("refresh: \(touched.count) registrations touched")
+        if let early, policy.mode == .sample {
+            return try await refresh(policy, state: state, loaded: loaded, touched: touched, early: await early.value)
+        }
         let (ids, coverage, sampled) = state.refreshSelection(
             policy, touched: touched, now: now, salt: Self.sweepSalt(state.lineage))
         guard policy.reads else { return RefreshRun(observed: nil, coverage: coverage, sampled: TokenSet()) }
@@ -209,6 +230,40 @@ extension WorkflowParts {
         var read = coverage
         read.read = observed.refreshed.count
         return RefreshRun(observed: observed, coverage: read, sampled: sampled)
+    }
+
+    /// The slice of the sweep (and what is older than `refresh_max_age`) that `policy` reads in `stored`,
+    /// read before the plan knows what it touches: what `refreshSelection` picks with nothing touched.
+    func readSlice(_ policy: RefreshPolicy, of stored: State) async throws -> SliceRead {
+        let now = timing.unixTime()
+        let (ids, _, sampled) = stored.refreshSelection(
+            policy, touched: TokenSet(), now: now, salt: Self.sweepSalt(stored.lineage))
+        PhaseTrace.mark("refresh: reading the sweep's slice of \(ids.count) registrations")
+        let read = try await self.read(ids.ids.map { stored.tokens[$0] })
+        return SliceRead(
+            ids: ids, sampled: sampled, stale: ids.subtracting(sampled), statuses: read.statuses, at: read.at)
+    }
+
+    /// A sample whose slice was read while state and manifests loaded (`early`): the touched registrations
+    /// it did not already read are read now, and the coverage is what both reads chose.
+    private func refresh(
+        _ policy: RefreshPolicy, state: State, loaded: LoadedManifests, touched: TokenSet, early: SliceRead
+    ) async throws -> RefreshRun {
+        let rest = touched.subtracting(early.ids)
+        PhaseTrace.mark("refresh: reading \(rest.count) more registrations")
+        let read = try await self.read(rest.ids.map { state.tokens[$0] })
+        let chosen = early.ids.union(rest)
+        var coverage = state.coverage(policy, fleet: state.fleet(), read: chosen, now: early.at)
+        coverage.touched = touched.count
+        coverage.stale = early.stale.subtracting(touched).count
+        let sampled = early.sampled.subtracting(touched)
+        coverage.sampled = sampled.count
+        coverage.budget = policy.budget.reads(fleet: state.fleet().count)
+        let observed = try await result(
+            early.ids.ids + rest.ids, (early.statuses + read.statuses, early.at),
+            groups: groupsToLookUp(state, loaded), state: state, loaded: loaded)
+        coverage.read = observed.refreshed.count
+        return RefreshRun(observed: observed, coverage: coverage, sampled: sampled)
     }
 
     /// A state's own order for the sweep: each slice is spread over the fleet, not in inventory order.
@@ -303,4 +358,29 @@ public struct RefreshRun: Sendable {
     /// The registrations read as the sweep's slice (not touched, not stale): a sample of the fleet
     /// that the rest can be estimated from.
     public var sampled: TokenSet
+}
+
+/// The sweep's slice as read early (`WorkflowParts.readSlice`): ids of the stored state's table.
+public struct SliceRead: Sendable {
+    /// Everything read: the slice and what was older than `refresh_max_age`.
+    var ids: TokenSet
+    var sampled: TokenSet
+    /// Read because older than `refresh_max_age`.
+    var stale: TokenSet
+    var statuses: [RegistrationStatus]
+    var at: Int64
+}
+
+/// The early read of a sample's slice: started when state loads, awaited by the refresh, cancelled
+/// when the plan stops before it (a read has no side effects, but it is not left running).
+final class EarlySlice: Sendable {
+    private let running = Mutex<Task<SliceRead, any Error>?>(nil)
+
+    func start(_ read: @escaping @Sendable () async throws -> SliceRead) {
+        running.withLock { $0 = Task { try await read() } }
+    }
+
+    var task: Task<SliceRead, any Error>? { running.withLock { $0 } }
+
+    func cancel() { running.withLock { $0?.cancel() } }
 }
