@@ -140,9 +140,10 @@ public struct ApplyWorkflow: Sendable {
         // A saved plan's sweep: the registrations it read that matched state, and when.
         var swept: SweptRegistrations?
         if let (saved, file) = request.savedPlan {
-            // The registrations the plan changes are read again in any case: the read starts now, beside
-            // the loading of state and inventory (at a million devices, seconds of each). A plan for
-            // another backend reads nothing.
+            // A plan older than `rereadAfter` has every registration it changes read again: the read
+            // starts now, beside the loading of state and inventory (at a million devices, seconds of
+            // each). A recent plan reads only what state does not explain, once loaded (checkOperations).
+            // A plan for another backend reads nothing.
             let tokens = Self.registrationsRead(saved)
             let parts = self.parts
             let recent = Self.isRecent(saved, now: parts.timing.unixTime(), window: request.rereadAfter)
