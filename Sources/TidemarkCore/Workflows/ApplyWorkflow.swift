@@ -343,6 +343,15 @@ public struct ApplyWorkflow: Sendable {
                 loaded: loaded, state: state, refresh: observed, backend: parts.backend.identity,
                 now: parts.timing.wallClock(), targets: try plan.selection, maxUnsubscribes: request.maxUnsubscribes)
         }
+        func refuse(_ detail: String) -> WorkflowError {
+            .stalePlan(
+                StalePlan(file: file, stateLocation: parts.store.location, reason: .notWhatThePlannerWouldDo(detail)))
+        }
+        func checkRails(_ now: Plan) throws {
+            if let first = now.diagnostics.first(where: { $0.severity == .error }) {
+                throw refuse("the plan breaks a safety rail now: \(first.message)")
+            }
+        }
         var observed: RefreshResult
         var now: Plan
         if justify {
@@ -362,12 +371,7 @@ public struct ApplyWorkflow: Sendable {
             PhaseTrace.mark("saved plan: \(reread.count) registrations to read again")
             if same {
                 // Every change is one a plan from state makes: what remains to check is its safety rails.
-                if let first = now.diagnostics.first(where: { $0.severity == .error }) {
-                    throw WorkflowError.stalePlan(
-                        StalePlan(
-                            file: file, stateLocation: parts.store.location,
-                            reason: .notWhatThePlannerWouldDo("the plan breaks a safety rail now: \(first.message)")))
-                }
+                try checkRails(now)
                 return observed
             }
             if !reread.isEmpty {
@@ -388,14 +392,7 @@ public struct ApplyWorkflow: Sendable {
             observed = try await parts.refresh(all, groups: groups, state: state, loaded: loaded)
             now = try replan(observed)
         }
-        func refuse(_ detail: String) -> WorkflowError {
-            .stalePlan(
-                StalePlan(file: file, stateLocation: parts.store.location, reason: .notWhatThePlannerWouldDo(detail)))
-        }
-        let rails = now.diagnostics.filter { $0.severity == .error }
-        if let first = rails.first {
-            throw refuse("the plan breaks a safety rail now: \(first.message)")
-        }
+        try checkRails(now)
         let expected = Self.triples(now)
         for op in plan.operations where op.tokens.isEmpty && op.kind.isStateOnly {
             if !expected.contains(Triple(kind: op.kind, target: op.target, token: "")) {

@@ -253,12 +253,13 @@ extension WorkflowParts {
         PhaseTrace.mark("refresh: reading \(rest.count) more registrations")
         let read = try await self.read(rest.ids.map { state.tokens[$0] })
         let chosen = early.ids.union(rest)
-        var coverage = state.coverage(policy, fleet: state.fleet(), read: chosen, now: early.at)
+        let fleet = state.fleet()
+        var coverage = state.coverage(policy, fleet: fleet, read: chosen, now: early.at)
         coverage.touched = touched.count
         coverage.stale = early.stale.subtracting(touched).count
         let sampled = early.sampled.subtracting(touched)
         coverage.sampled = sampled.count
-        coverage.budget = policy.budget.reads(fleet: state.fleet().count)
+        coverage.budget = policy.budget.reads(fleet: fleet.count)
         let observed = try await result(
             early.ids.ids + rest.ids, (early.statuses + read.statuses, early.at),
             groups: groupsToLookUp(state, loaded), state: state, loaded: loaded)
@@ -336,14 +337,14 @@ extension WorkflowParts {
     /// Refuses a read in which too many of the inventory's devices came back dead (`deadTokenGuard`).
     func guardDead(_ observed: RefreshResult, state: State, loaded: LoadedManifests) throws {
         // Nothing came back dead: nothing to hold (and no need to look up the whole inventory).
-        if let deadTokenGuard, !observed.dead.subtracting(state.dead).isEmpty {
+        let dead = observed.dead.subtracting(state.dead)
+        if let deadTokenGuard, !dead.isEmpty {
             // Only the registrations read are looked up in the inventory, not the inventory in state.
             let inventory = loaded.inventory
-            let read = observed.refreshed.ids.filter { inventory.index(ofToken: state.tokens[$0]) != nil }.count
-            let newlyDead = observed.dead.subtracting(state.dead).ids.filter {
-                inventory.index(ofToken: state.tokens[$0]) != nil
-            }
-            if let violation = deadTokenGuard.violation(newlyDead: newlyDead.count, read: read) {
+            func listed(_ id: UInt32) -> Bool { inventory.index(ofToken: state.tokens[id]) != nil }
+            let read = observed.refreshed.ids.filter(listed).count
+            let newlyDead = dead.ids.filter(listed).count
+            if let violation = deadTokenGuard.violation(newlyDead: newlyDead, read: read) {
                 throw WorkflowError.tooManyDead(violation)
             }
         }
