@@ -12,13 +12,45 @@ public actor ApplySession: ApplyRecorder {
     private var waiting: [CheckedContinuation<Void, Never>] = []
     /// Operations that got part of the way: tokens sent, and of them how many changed and failed.
     private var partial: [Int: (tokens: Int, ok: Int, failed: Int)]
+    /// FCM's own "unregistered" answers, held to the dead-token guard.
+    private var answers: DeadAnswers
 
-    init(id: String, store: any StateStore, state: State, timing: Timing, progress: [Int: OperationProgress] = [:]) {
+    init(
+        id: String, store: any StateStore, state: State, timing: Timing, progress: [Int: OperationProgress] = [:],
+        answers: DeadAnswers = DeadAnswers()
+    ) {
         self.id = id
         self.store = store
         self.state = state
         self.timing = timing
         self.partial = progress.mapValues { ($0.tokensDone, $0.ok, $0.failed) }
+        self.answers = answers
+    }
+
+    /// The unregistered answers an apply got from FCM. They mark tokens dead only when the apply
+    /// finishes, and only while they stay believable: when too many of the inventory's registrations
+    /// are answered so (the wrong FCM, an emulator without its data), the apply stops before any
+    /// token is recorded as dead, so no hook tells the app's database to drop its own fleet.
+    public struct DeadAnswers: Sendable {
+        var deadTokenGuard: DeadTokenGuard?
+        /// Whether a token is one of the inventory's (only those count, as in a refresh's guard).
+        var listed: (@Sendable (String) -> Bool)?
+        /// Where the answers came from (`Backend.location`).
+        var location: String
+        /// Inventory registrations answered, and of them how many as unregistered (newly).
+        var answered = 0
+        var dead = 0
+        /// Tokens answered as unregistered, marked dead when the apply finishes.
+        var held = TokenSet()
+
+        /// Answers held to `deadTokenGuard` (nil believes every answer), counting only tokens of `inventory`.
+        public init(deadTokenGuard: DeadTokenGuard? = nil, inventory: Inventory? = nil, location: String = "FCM") {
+            self.deadTokenGuard = deadTokenGuard
+            if let inventory {
+                self.listed = { @Sendable token in inventory.index(ofToken: token) != nil }
+            }
+            self.location = location
+        }
     }
 
     /// Starts a new apply: records the plan's observations and bookkeeping with the journal header, in
@@ -26,7 +58,7 @@ public actor ApplySession: ApplyRecorder {
     public static func begin(
         plan: Plan, desired: DesiredState, store: any StateStore, state: State,
         timing: Timing = .live, inventory: Inventory? = nil, read: TokenSet = TokenSet(),
-        swept: SweptRegistrations? = nil
+        swept: SweptRegistrations? = nil, answers: DeadAnswers = DeadAnswers()
     ) async throws -> ApplySession {
         let now = timing.unixTime()
         let before = state
@@ -53,15 +85,17 @@ public actor ApplySession: ApplyRecorder {
         let id = timing.uuid()
         write.beginApply = (id, plan)
         try await store.save(&state, write, at: now)
-        return ApplySession(id: id, store: store, state: state, timing: timing)
+        return ApplySession(id: id, store: store, state: state, timing: timing, answers: answers)
     }
 
     /// Continues an apply that was interrupted.
     public static func resume(
         _ unfinished: UnfinishedApply, store: any StateStore, state: State,
-        timing: Timing = .live
+        timing: Timing = .live, answers: DeadAnswers = DeadAnswers()
     ) -> ApplySession {
-        ApplySession(id: unfinished.id, store: store, state: state, timing: timing, progress: unfinished.progress)
+        ApplySession(
+            id: unfinished.id, store: store, state: state, timing: timing, progress: unfinished.progress,
+            answers: answers)
     }
 
     /// Steps finished and not yet saved, with the callers waiting for them.
@@ -95,7 +129,30 @@ public actor ApplySession: ApplyRecorder {
         }
     }
 
+    /// Counts the steps' unregistered answers and stops the apply when they are more than uninstalls
+    /// explain (before the steps are recorded).
+    private func judge(_ steps: [OperationStep]) throws {
+        var counts = (answered: answers.answered, dead: answers.dead)
+        var seen = Set<String>()
+        for step in steps where step.operation.kind == .subscribe || step.operation.kind == .unsubscribe {
+            for (token, outcome) in zip(step.tokens, step.outcomes) where answers.listed?(token) ?? true {
+                counts.answered += 1
+                guard case .failed(let error) = outcome, error.meansUnregistered else { continue }
+                let known = state.tokens.id(token).map { state.dead.contains($0) } ?? false
+                if !known, seen.insert(token).inserted { counts.dead += 1 }
+            }
+        }
+        if let limit = answers.deadTokenGuard,
+            let violation = limit.violation(
+                newlyDead: counts.dead, read: counts.answered, location: answers.location, phase: .apply)
+        {
+            throw WorkflowError.tooManyDead(violation)
+        }
+        (answers.answered, answers.dead) = counts
+    }
+
     private func save(_ steps: [OperationStep]) async throws {
+        try judge(steps)
         let at = timing.unixTime()
         var next = state
         var parts = partial
@@ -103,9 +160,15 @@ public actor ApplySession: ApplyRecorder {
         var groups: Set<String> = []
         var write = StateWrite()
         var progress: [Int: OperationProgress] = [:]
+        var held: [UInt32] = []
         for step in steps {
             let part = step.part
-            topics.formUnion(next.record(part, outcomes: step.outcomes, groupKey: step.groupKey))
+            topics.formUnion(next.record(part, outcomes: step.outcomes, groupKey: step.groupKey, markDead: false))
+            for (token, outcome) in zip(part.tokens, step.outcomes) {
+                if case .failed(let error) = outcome, error.meansUnregistered, let id = next.tokens.id(token) {
+                    held.append(id)
+                }
+            }
             if part.kind.isGroup { groups.insert(part.target) }
             write.tokens += part.tokens.compactMap { next.tokens.id($0) }
             let before = parts[step.index] ?? (0, 0, 0)
@@ -129,37 +192,71 @@ public actor ApplySession: ApplyRecorder {
         try await store.save(&next, write, at: at)
         state = next
         partial = parts
+        answers.held.formUnion(TokenSet(held))
     }
 
-    /// Gives up an interrupted apply. Its unfinished subscribes may have happened in part (a batch in
-    /// flight when it was killed), so their tokens not yet journaled are recorded as managed in their
-    /// topics: the next plan then removes whatever of them the manifests no longer declare, and
-    /// ownership stays exact.
-    public func abandon(_ unfinished: UnfinishedApply) async throws {
+    /// Gives up an interrupted apply. Operations in flight when it stopped may have happened in part
+    /// (a batch FCM carried out before the answer came back).
+    ///
+    /// With `read` (the registrations `ApplyWorkflow.inFlight` names, read from FCM since), state takes
+    /// what FCM holds for each of them: a membership its unsubscribe removed is gone and no longer
+    /// managed (tidemark's own removal, not an opt-out), one it kept stays; a membership its subscribe
+    /// made is managed, so the next plan removes what the manifests no longer declare; every other topic
+    /// read is recorded as a refresh records it. Without it (another backend answers now), the
+    /// unfinished subscribes' tokens not yet journaled are recorded as managed, as the safe side.
+    public func abandon(_ unfinished: UnfinishedApply, read: RefreshResult? = nil) async throws {
         try await oneAtATime {
             var next = state
             var write = StateWrite()
+            var topics: Set<String> = []
             for (index, op) in unfinished.plan.operations.enumerated()
-            where op.kind == .subscribe && !unfinished.done.contains(index) {
+            where (op.kind == .subscribe || op.kind == .unsubscribe) && !unfinished.done.contains(index) {
                 let from = min(unfinished.progress[index]?.tokensDone ?? 0, op.tokens.count)
                 let ids = TokenSet(op.tokens[from...].map { next.tokens.intern($0) })
                 next.growToTable()
                 var topic = next.topics[op.target] ?? TopicState()
-                topic.managed.formUnion(ids)
+                if let read {
+                    let known = ids.intersection(read.refreshed).subtracting(read.dead)
+                    guard !known.isEmpty else { continue }
+                    let holds = known.intersection(read.subscribed[op.target] ?? TokenSet())
+                    let lacks = known.subtracting(holds)
+                    topic.observed = topic.observed.union(holds).subtracting(lacks)
+                    if op.kind == .subscribe {
+                        topic.managed.formUnion(holds)
+                        topic.optedOut.subtract(holds)
+                    } else {
+                        topic.managed.subtract(lacks)
+                        topic.optedOut.subtract(lacks)
+                    }
+                } else {
+                    guard op.kind == .subscribe else { continue }
+                    topic.managed.formUnion(ids)
+                }
                 next.topics[op.target] = topic
-                write.topics.append(op.target)
+                topics.insert(op.target)
             }
+            if let read {
+                let before = next
+                next.absorb(read)
+                for (name, topic) in next.topics where before.topics[name] != topic { topics.insert(name) }
+                write.tokens = read.refreshed.ids
+            }
+            write.topics = topics.sorted()
             write.finishApply = (id, .abandoned)
             try await store.save(&next, write, at: timing.unixTime())
             state = next
         }
     }
 
-    /// Marks the apply finished (or abandoned) in the journal.
+    /// Marks the apply finished (or abandoned) in the journal, and the tokens FCM answered as
+    /// unregistered dead, in the same save.
     public func finish(status: ApplyStatus = .finished) async throws {
         try await oneAtATime {
             var next = state
             var write = StateWrite()
+            let dead = answers.held.subtracting(next.dead)
+            write.topics = next.markDead(dead).sorted()
+            write.tokens = dead.ids
             write.finishApply = (id, status)
             try await store.save(&next, write, at: timing.unixTime())
             state = next

@@ -137,6 +137,10 @@ public struct GroupError: Error, Sendable, Equatable, CustomStringConvertible {
 public protocol Backend: Sendable {
     var identity: BackendIdentity { get }
 
+    /// Where the backend's answers come from, for messages: the identity and, over HTTP, the address
+    /// and the setting that chose it.
+    var location: String { get }
+
     /// The status of each token, in the order given.
     func refresh(_ tokens: [String]) async throws -> [RegistrationStatus]
 
@@ -179,6 +183,7 @@ public protocol Backend: Sendable {
 }
 
 extension Backend {
+    public var location: String { identity.description }
     public func requestCount() -> Int? { nil }
     public func retryCount() -> Int? { nil }
 

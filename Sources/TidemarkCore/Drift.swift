@@ -287,10 +287,12 @@ public struct DriftRenderer: Sendable {
             out += warnings.map(\.description)
         }
         out.append(provenance(report))
-        return out.joined(separator: "\n") + "\n"
+        return (out.joined(separator: "\n") + "\n").escapingControlCharacters
     }
 
-    public func markdown(_ report: DriftReport) -> [String] {
+    public func markdown(_ report: DriftReport) -> [String] { markdownParts(report).map(\.escapingControlCharacters) }
+
+    private func markdownParts(_ report: DriftReport) -> [String] {
         let icon = report.hasDrift ? "🌊" : "✅"
         let head = "### \(icon) tidemark drift: \(MarkdownPlanRenderer.escape(verdict(report)))"
         var blocks: [MarkdownBlock] = []

@@ -28,7 +28,9 @@ public struct MarkdownPlanRenderer: Sendable {
     }
 
     /// The comment parts, in order; one part for most plans.
-    public func render(_ plan: Plan) -> [String] {
+    public func render(_ plan: Plan) -> [String] { renderParts(plan).map(\.escapingControlCharacters) }
+
+    private func renderParts(_ plan: Plan) -> [String] {
         let text = PlanRenderer()
         let icon = plan.diagnostics.hasErrors ? "❌" : plan.hasChanges ? "📝" : "✅"
         let head = "### \(icon) tidemark: \(Self.escape(text.verdict(plan)))"

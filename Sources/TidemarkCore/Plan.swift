@@ -22,6 +22,16 @@ public struct PlannedOperation: Sendable, Codable, Equatable {
         public var isGroupCall: Bool { self == .groupCreate || self == .groupAdd || self == .groupRemove }
         /// Changes only tidemark's state: an audience has no FCM object behind it.
         public var isStateOnly: Bool { self == .audienceSet || self == .audienceDelete || self == .audienceUnlink }
+        /// The changes that undo this one for the same token and target.
+        public var opposites: [Kind] {
+            switch self {
+            case .subscribe: [.unsubscribe]
+            case .unsubscribe: [.subscribe]
+            case .groupCreate, .groupAdd: [.groupRemove]
+            case .groupRemove: [.groupCreate, .groupAdd]
+            case .audienceSet, .audienceDelete, .audienceUnlink: []
+            }
+        }
     }
 
     public var kind: Kind

@@ -105,7 +105,10 @@ public struct PlanRenderer: Sendable {
         return "Plan: \(parts.joined(separator: " and ")) \(change): \(counts.joined(separator: ", "))\(rotation)."
     }
 
-    public func render(_ plan: Plan) -> String {
+    /// The plan as text; what came from files shows its control characters escaped.
+    public func render(_ plan: Plan) -> String { renderLines(plan).escapingControlCharacters }
+
+    private func renderLines(_ plan: Plan) -> String {
         var out: [String] = []
         let errors = plan.diagnostics.filter { $0.severity == .error }.count
         if errors > 0 {

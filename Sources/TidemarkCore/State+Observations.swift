@@ -114,10 +114,30 @@ extension State {
         for id in ids where Int(id) < seenAt.count && !dead.contains(id) { seenAt[Int(id)] = max(seenAt[Int(id)], at) }
     }
 
+    /// Marks `ids` dead (FCM answered that it does not know them) and takes them out of every topic;
+    /// returns the topics whose memberships changed.
+    @discardableResult
+    public mutating func markDead(_ ids: TokenSet) -> Set<String> {
+        guard !ids.isEmpty else { return [] }
+        growToTable()
+        dead.formUnion(ids)
+        var changed: Set<String> = []
+        for name in topics.keys {
+            let counts = (topics[name]!.observed.count, topics[name]!.managed.count)
+            topics[name]!.observed.subtract(ids)
+            topics[name]!.managed.subtract(ids)
+            if (topics[name]!.observed.count, topics[name]!.managed.count) != counts { changed.insert(name) }
+        }
+        return changed
+    }
+
     /// Records the outcome of one executed operation; returns the topics whose memberships changed.
     @discardableResult
+    ///
+    /// With `markDead: false`, a token answered as unregistered is left as it was (neither changed nor
+    /// marked dead): an apply holds such answers back until its dead-token guard has judged them.
     public mutating func record(
-        _ operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?
+        _ operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?, markDead: Bool = true
     )
         -> Set<String>
     {
@@ -148,18 +168,7 @@ extension State {
             }
             topics[operation.target] = topic
             changedTopics.insert(operation.target)
-            if !gone.isEmpty {
-                let goneSet = TokenSet(gone)
-                dead.formUnion(goneSet)
-                for name in topics.keys {
-                    let counts = (topics[name]!.observed.count, topics[name]!.managed.count)
-                    topics[name]!.observed.subtract(goneSet)
-                    topics[name]!.managed.subtract(goneSet)
-                    if (topics[name]!.observed.count, topics[name]!.managed.count) != counts {
-                        changedTopics.insert(name)
-                    }
-                }
-            }
+            if markDead { changedTopics.formUnion(self.markDead(TokenSet(gone))) }
         case .groupCreate, .groupAdd:
             var group = groups[operation.target] ?? GroupState(key: nil)
             group.key = groupKey ?? group.key

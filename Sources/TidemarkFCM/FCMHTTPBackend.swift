@@ -125,6 +125,15 @@ public struct FCMHTTPBackend: Backend {
 
     public var journalStep: Int? { transport == .v1 ? max(1, options.journalStep) : nil }
 
+    /// The backend, the address its answers come from and the setting that chose it.
+    public var location: String {
+        let base = transport == .iid ? endpoints.iid : endpoints.fcm
+        let setting =
+            identity.kind == .emulator
+            ? "FCM_EMULATOR_HOST" : transport == .iid ? "iid_url or TIDEMARK_IID_URL" : "fcm_url or TIDEMARK_FCM_URL"
+        return "\(identity) at \(base) (\(setting))"
+    }
+
     /// v1 changes one membership a request; IID a batch of up to 1000; each group step is one call.
     public func requests(for operations: [PlannedOperation]) -> Int { transport.requests(for: operations) }
 

@@ -18,6 +18,7 @@ public final class ScriptedBackend: Backend {
     public let base: any Backend
     private let log = Mutex<[Call]>([])
     private let failing = Mutex<[Call: Int]>([:])
+    private let failingAfter = Mutex<[Call: Int]>([:])
     private let readLog = Mutex<[String]>([])
 
     /// Tokens per journal step; the base backend's when nil.
@@ -29,6 +30,7 @@ public final class ScriptedBackend: Backend {
     }
 
     public var identity: BackendIdentity { base.identity }
+    public var location: String { base.location }
 
     public var journalStep: Int? { step ?? base.journalStep }
 
@@ -41,6 +43,23 @@ public final class ScriptedBackend: Backend {
 
     /// Makes the `nth` (1-based) call of `call` from now on fail with `Failure`.
     public func fail(_ call: Call, nth: Int = 1) { failing.withLock { $0[call] = nth } }
+
+    /// Makes the `nth` (1-based) call of `call` from now on reach the base backend, which carries it
+    /// out, and then fail with `Failure`: a kill or a lost connection after FCM acted on the request.
+    public func failAfter(_ call: Call, nth: Int = 1) { failingAfter.withLock { $0[call] = nth } }
+
+    private func noteAfter(_ call: Call) throws {
+        let fails = failingAfter.withLock { failing -> Bool in
+            guard let n = failing[call] else { return false }
+            if n <= 1 {
+                failing[call] = nil
+                return true
+            }
+            failing[call] = n - 1
+            return false
+        }
+        if fails { throw Failure(call: call) }
+    }
 
     private func note(_ call: Call) throws {
         log.withLock { $0.append(call) }
@@ -67,12 +86,16 @@ public final class ScriptedBackend: Backend {
 
     public func subscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] {
         try note(.subscribe)
-        return try await base.subscribe(topic: topic, tokens: tokens)
+        let outcomes = try await base.subscribe(topic: topic, tokens: tokens)
+        try noteAfter(.subscribe)
+        return outcomes
     }
 
     public func unsubscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] {
         try note(.unsubscribe)
-        return try await base.unsubscribe(topic: topic, tokens: tokens)
+        let outcomes = try await base.unsubscribe(topic: topic, tokens: tokens)
+        try noteAfter(.unsubscribe)
+        return outcomes
     }
 
     public func groupKey(name: String) async throws -> String? {

@@ -466,7 +466,7 @@ import TidemarkTesting
     }
 
     /// An edited plan with a recomputed digest still runs only what the planner would produce now.
-    @Test(arguments: ["protected", "retargeted", "injected"])
+    @Test(arguments: ["protected", "retargeted", "injected", "flipped"])
     func anEditedPlanIsRefusedEvenWithAMatchingDigest(_ edit: String) async throws {
         var project = try Project(
             topics: Self.topics.replacingOccurrences(
@@ -482,6 +482,10 @@ import TidemarkTesting
                 PlannedOperation(kind: .unsubscribe, target: "everyone", tokens: [Fixtures.token(0)]), at: 0)
         case "retargeted":
             plan.operations[0].target = "someone-elses-topic"
+        case "flipped":
+            // Unsubscribing devices that are not subscribed changes nothing in FCM by itself, but it is
+            // the opposite of what the planner calls for: refused by its kind.
+            plan.operations[0].kind = .unsubscribe
         default:
             plan.operations[0].tokens.append(Fixtures.token(77))
         }

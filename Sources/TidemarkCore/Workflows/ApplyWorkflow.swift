@@ -194,7 +194,8 @@ public struct ApplyWorkflow: Sendable {
         if state.lineage.isEmpty { state.lineage = parts.timing.uuid() }
         let session = try await ApplySession.begin(
             plan: plan, desired: loaded.desired, store: parts.store, state: state,
-            timing: parts.timing, inventory: loaded.inventory, read: read, swept: swept)
+            timing: parts.timing, inventory: loaded.inventory, read: read, swept: swept,
+            answers: parts.deadAnswers(loaded.inventory))
         PhaseTrace.mark("apply: journal begun")
         let summary = try await execute(plan, done: [], tokensDone: [:], session: session)
         PhaseTrace.mark("apply: executed")
@@ -221,15 +222,27 @@ public struct ApplyWorkflow: Sendable {
 
     /// Finishes an interrupted apply when it was made from the same manifests and backend; abandons it otherwise.
     func resume(_ unfinished: UnfinishedApply, _ request: ApplyRequest) async throws -> Resumption {
-        let (state, loaded) = try await parts.loadStateAndManifests()
-        let session = ApplySession.resume(unfinished, store: parts.store, state: state, timing: parts.timing)
+        var (state, loaded) = try await parts.loadStateAndManifests()
         guard unfinished.plan.manifestsDigest == loaded.digest, unfinished.plan.backend == parts.backend.identity,
             !loaded.diagnostics.hasErrors
         else {
             parts.output.emit(.abandoned(startedAt: unfinished.startedAt))
-            try await session.abandon(unfinished)
+            // What was in flight when it stopped may or may not have reached FCM: read it, so the next
+            // plan starts from what FCM holds (a removal FCM carried out is not taken for an opt-out,
+            // nor a membership assumed that it never made).
+            let uncertain = Self.inFlight(unfinished)
+            var read: RefreshResult?
+            if !uncertain.isEmpty, unfinished.plan.backend == parts.backend.identity {
+                let statuses = try await parts.read(uncertain)
+                read = try await parts.refreshResult(uncertain, statuses, groups: [], state: &state, loaded: loaded)
+            }
+            let session = ApplySession.resume(unfinished, store: parts.store, state: state, timing: parts.timing)
+            try await session.abandon(unfinished, read: read)
             return .abandoned
         }
+        let session = ApplySession.resume(
+            unfinished, store: parts.store, state: state, timing: parts.timing,
+            answers: parts.deadAnswers(loaded.inventory))
         switch await request.approveResume(unfinished) {
         case .approved: break
         case .declined: return .declined
@@ -251,6 +264,26 @@ public struct ApplyWorkflow: Sendable {
             return .finishedSavedPlan(summary)
         }
         return .finished(summary)
+    }
+
+    /// The registrations an interrupted apply may have changed without journaling it, each once: the
+    /// tokens not journaled of the topic operations of the phase it stopped in (unsubscribes run to the
+    /// end before any subscribe is sent, so when an unsubscribe is unfinished no subscribe was sent).
+    static func inFlight(_ unfinished: UnfinishedApply) -> [String] {
+        let operations = unfinished.plan.operations
+        let pending = operations.indices.filter { !unfinished.done.contains($0) }
+        let phase: PlannedOperation.Kind? =
+            pending.contains { operations[$0].kind == .unsubscribe }
+            ? .unsubscribe : pending.contains { operations[$0].kind == .subscribe } ? .subscribe : nil
+        guard let phase else { return [] }
+        var seen = Set<String>()
+        var tokens: [String] = []
+        for index in pending where operations[index].kind == phase {
+            let op = operations[index]
+            let from = min(unfinished.progress[index]?.tokensDone ?? 0, op.tokens.count)
+            for token in op.tokens[from...] where seen.insert(token).inserted { tokens.append(token) }
+        }
+        return tokens
     }
 
     /// A saved plan applies only to the state, manifests and backend it was made from.
@@ -405,6 +438,13 @@ public struct ApplyWorkflow: Sendable {
         var unexpected: [Triple] = []
         for op in plan.operations {
             for token in op.tokens where !expected.contains(Triple(kind: op.kind, target: op.target, token: token)) {
+                // The planner makes the opposite change: the file's direction was turned around.
+                if op.kind.opposites.contains(where: {
+                    expected.contains(Triple(kind: $0, target: op.target, token: token))
+                }) {
+                    unexpected.append(Triple(kind: op.kind, target: op.target, token: token))
+                    continue
+                }
                 // Harmless when it is already true in FCM (a device re-asserted its own subscription).
                 let id = working.tokens.id(token)
                 let subscribed = id.map { working.topics[op.target]?.observed.contains($0) ?? false } ?? false

@@ -344,7 +344,7 @@ extension WorkflowParts {
             func listed(_ id: UInt32) -> Bool { inventory.index(ofToken: state.tokens[id]) != nil }
             let read = observed.refreshed.ids.filter(listed).count
             let newlyDead = dead.ids.filter(listed).count
-            if let violation = deadTokenGuard.violation(newlyDead: newlyDead, read: read) {
+            if let violation = deadTokenGuard.violation(newlyDead: newlyDead, read: read, location: backend.location) {
                 throw WorkflowError.tooManyDead(violation)
             }
         }

@@ -89,6 +89,11 @@ extension WorkflowParts {
     /// A planner with that differ.
     public func planner() -> Planner { Planner(differ: differ(), tidemarkVersion: tidemarkVersion) }
 
+    /// An apply's unregistered answers, held to this run's dead-token guard over `inventory`'s tokens.
+    func deadAnswers(_ inventory: Inventory) -> ApplySession.DeadAnswers {
+        ApplySession.DeadAnswers(deadTokenGuard: deadTokenGuard, inventory: inventory, location: backend.location)
+    }
+
     /// Before a state's first save: gives it a lineage, and records the FCM project and backend it
     /// belongs to (a run against another is refused from then on).
     func claim(_ state: inout State) {
