@@ -87,6 +87,8 @@ public struct Executor: Sendable {
     /// Clock, sleep and jitter for retries; injected so tests need not sleep.
     public var timing: Timing
     public var progress: (@Sendable (ExecutionProgress) -> Void)?
+    /// Asked before every call: a run that lost its state lock sends nothing more.
+    public var gate: LeaseGate? = nil
 
     public init(
         backend: any Backend, recorder: any ApplyRecorder, parallelism: Int = 8,
@@ -249,7 +251,9 @@ public struct Executor: Sendable {
             attempt += 1
             let sending = remaining.map { tokens[$0] }
             let answers = try await withRetries {
-                op.kind == .subscribe
+                try await gate?.check()
+                return
+                    op.kind == .subscribe
                     ? try await backend.subscribe(topic: op.target, tokens: sending)
                     : try await backend.unsubscribe(topic: op.target, tokens: sending)
             }
@@ -274,6 +278,7 @@ public struct Executor: Sendable {
     private func performGroup(
         _ op: PlannedOperation, key: String?
     ) async throws -> (outcomes: [TokenOutcome], groupKey: String?, requests: Int) {
+        if op.kind.isGroupCall { try await gate?.check() }
         switch op.kind {
         case .subscribe, .unsubscribe:
             preconditionFailure("topic changes run through change(_:_:)")

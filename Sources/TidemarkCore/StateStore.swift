@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Where tidemark keeps its state: a local SQLite file today, a shared database tomorrow.
 ///
@@ -35,6 +36,35 @@ public protocol StateStore: Sendable {
 /// A held state lock.
 public protocol StateLease: Sendable {
     func release() async
+
+    /// Throws when this run no longer holds the lock (its lease expired or was taken, by the store's
+    /// clock): nothing more may be sent to FCM in its name. Cheap enough to ask before every request.
+    func ensureHeld() async throws
+}
+
+extension StateLease {
+    /// A lock that cannot be lost while its process lives (a file lock) is always held.
+    public func ensureHeld() async throws {}
+}
+
+/// Where the requests of a run ask whether its state lock is still held: the backend and the executor
+/// check it before each request they send, so a run that lost its lease (paused past its expiry, its
+/// lease broken) sends nothing more to FCM. Empty (always open) until `withLock` fills it.
+public final class LeaseGate: Sendable {
+    private let lease = Mutex<(any StateLease)?>(nil)
+
+    public init() {}
+
+    /// Throws when the lease held for this run was lost.
+    public func check() async throws {
+        guard let held = lease.withLock({ $0 }) else { return }
+        try await held.ensureHeld()
+    }
+
+    func hold(_ held: (any StateLease)?) { lease.withLock { $0 = held } }
+
+    /// Puts `held` in the gate, as `withLock` does (tests of what a lost lease stops).
+    public func testHold(_ held: any StateLease) { hold(held) }
 }
 
 extension StateStore {
@@ -47,7 +77,8 @@ extension StateStore {
     /// `timeout` seconds (`--lock-timeout`: a CI job that must not be dropped waits its turn instead of
     /// relying on a concurrency group, which cancels pending runs). Then fails naming the holder.
     public func withLock<T: Sendable>(
-        _ holder: LockHolder, waiting timeout: Double, timing: Timing, _ body: () async throws -> T
+        _ holder: LockHolder, waiting timeout: Double, timing: Timing, gate: LeaseGate? = nil,
+        _ body: () async throws -> T
     ) async throws -> T {
         let started = timing.now()
         var lease: any StateLease
@@ -61,6 +92,8 @@ extension StateStore {
                 try await timing.sleep(.milliseconds(Int64(min(1, left) * 1000)))
             }
         }
+        gate?.hold(lease)
+        defer { gate?.hold(nil) }
         do {
             let result = try await body()
             await lease.release()
@@ -82,15 +115,40 @@ public struct LockHolder: Sendable, Equatable, Codable, CustomStringConvertible 
     public var since: Date
     /// The CI job running the command, when the environment names one.
     public var job: String?
+    /// A random id of the process that holds the lock: two holders are the same only when this is.
+    public var instance: String?
+    /// The machine's boot and the process's PID namespace (`boot-id/pid:[inode]`): a process id means
+    /// the same process only within one of these, so only then may a holder whose process id is gone be
+    /// taken for dead (two containers may share a host name and process ids).
+    public var namespace: String?
 
-    public init(operation: String, user: String, host: String, pid: Int32, since: Date, job: String? = nil) {
+    public init(
+        operation: String, user: String, host: String, pid: Int32, since: Date, job: String? = nil,
+        instance: String? = nil, namespace: String? = nil
+    ) {
         self.operation = operation
         self.user = user
         self.host = host
         self.pid = pid
         self.since = since
         self.job = job
+        self.instance = instance
+        self.namespace = namespace
     }
+
+    /// This process's namespace as `namespace` records it; nil where it cannot be read.
+    public static let currentNamespace: String? = {
+        guard
+            let boot = try? String(contentsOfFile: "/proc/sys/kernel/random/boot_id", encoding: .utf8)
+                .trimmingCharacters(in: .whitespacesAndNewlines),
+            let pidNamespace = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/ns/pid"),
+            !boot.isEmpty
+        else { return nil }
+        return "\(boot)/\(pidNamespace)"
+    }()
+
+    /// A random id for this process, fixed for its life.
+    public static let currentInstance = UUID().uuidString.lowercased()
 
     public var description: String {
         "\(operation) (pid \(pid), user \(user) on \(host)\(job.map { ", job \($0)" } ?? "")) since \(ISO8601DateFormatter().string(from: since))"
@@ -250,6 +308,8 @@ public struct StateStoreError: Error, CustomStringConvertible, Sendable {
         case damaged
         case newerFormat
         case locked
+        /// A run's lease expired or was taken while it worked; it stopped.
+        case leaseLost
         case io
     }
 
@@ -279,8 +339,15 @@ public struct StateStoreError: Error, CustomStringConvertible, Sendable {
             "\(path) was written by a newer tidemark (\(detail)); upgrade tidemark to use it."
         case .locked:
             "the state \(path) is locked by \(detail). Wait for that run to finish; the lock is released when its process ends."
+        case .leaseLost:
+            "the state \(path): \(detail)."
         case .io:
             "cannot use the state \(path): \(detail)"
         }
     }
+}
+
+/// A state store's failure is not one that retrying an FCM call fixes: the command stops and says so.
+extension StateStoreError: RetryableError {
+    public var isRetryable: Bool { false }
 }

@@ -81,6 +81,9 @@ public struct FCMHTTPBackend: Backend {
         public var journalStep = 200
         /// The shape of the device-group export call (unconfirmed, reference §9).
         public var groupExport = GroupExportCall()
+        /// Asked before every request that changes FCM (and every retry of one): a run that lost its
+        /// state lock sends nothing more.
+        public var gate: LeaseGate?
 
         public init() {}
     }
@@ -184,6 +187,8 @@ public struct FCMHTTPBackend: Backend {
             if changes > 0, let limiter = options.limiter {
                 try await limiter.acquire(options.quotaUnit == .tokens ? Double(changes) : 1)
             }
+            // After the wait for quota, right before the request leaves.
+            if method != .GET { try await options.gate?.check() }
             var request = HTTPClientRequest(url: url)
             request.method = method
             request.headers.add(name: "Authorization", value: "Bearer \(try await credentials.token())")

@@ -50,7 +50,7 @@ public struct PostgresInventorySource: InventorySource {
         let (connection, parsed) = try await PostgresURL.connect(
             url, urlEnv: urlEnv, what: nil, id: 1, logger: Self.logger)
         do {
-            let snapshot = try await read(connection, into: &builder)
+            let snapshot = try await read(connection, limit: parsed.timeout, into: &builder)
             try await connection.close()
             return snapshot
         } catch {
@@ -71,14 +71,21 @@ public struct PostgresInventorySource: InventorySource {
         var labelNames: [String]
     }
 
-    private func read(_ c: PostgresConnection, into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
+    /// Reads the query's rows through a cursor, each statement and page within `limit`.
+    private func read(
+        _ c: PostgresConnection, limit: Duration, into builder: inout InventoryBuilder
+    ) async throws -> InventorySnapshot {
+        let cursorQuery = cursorQuery
         // Read-only: even a query with a side effect cannot write; plan jobs should also use a read-only role.
-        try await c.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: Self.logger).collect()
         // The planner's estimate sizes the inventory's tables once, instead of growing them page by page.
-        let estimate = try await Self.estimatedRows(c, cursorQuery)
-        try await c.query(
-            "DECLARE tidemark_inventory NO SCROLL CURSOR FOR \(unescaped: cursorQuery)", logger: Self.logger
-        ).collect()
+        let estimate = try await PostgresURL.bounded(c, limit) {
+            try await c.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: Self.logger).collect()
+            let estimate = try await Self.estimatedRows(c, cursorQuery)
+            try await c.query(
+                "DECLARE tidemark_inventory NO SCROLL CURSOR FOR \(unescaped: cursorQuery)", logger: Self.logger
+            ).collect()
+            return estimate
+        }
         let file = ConfiguredSource.display(name)
         let source = builder.source(file)
         var digest = DeviceDigest()
@@ -88,10 +95,12 @@ public struct PostgresInventorySource: InventorySource {
         if let estimate { builder.reserveCapacity(min(estimate + estimate / 2, builder.deviceLimit, 50_000_000)) }
         let pageSize = pageSize
         @Sendable func fetch() async throws -> [PostgresRow] {
-            try await c.query(
-                "FETCH FORWARD \(unescaped: String(pageSize)) FROM tidemark_inventory", logger: Self.logger
-            )
-            .collect()
+            try await PostgresURL.bounded(c, limit) {
+                try await c.query(
+                    "FETCH FORWARD \(unescaped: String(pageSize)) FROM tidemark_inventory", logger: Self.logger
+                )
+                .collect()
+            }
         }
         // The next page is fetched (the server runs the query, the connection's thread decodes it)
         // while this one's devices are added.

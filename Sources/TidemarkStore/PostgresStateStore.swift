@@ -26,20 +26,30 @@ public final class PostgresStateStore: StateStore {
     /// How long a lease lives without a heartbeat.
     public let leaseDuration: Duration
     private let link: PostgresLink
+    /// The lease's own connection: a heartbeat or a lease check never waits behind a long save.
+    private let leaseLink: PostgresLink
     /// The lease this store object holds, checked by every save (fencing). A process uses one store
     /// object per workspace, so the lease its lock took covers all its writes.
     private let held = Mutex<(id: String, fence: Int64)?>(nil)
 
-    public init(url: PostgresURL, workspace: String = "default", leaseDuration: Duration = .seconds(60)) {
+    public init(
+        url: PostgresURL, workspace: String = "default", leaseDuration: Duration = .seconds(60),
+        location: String? = nil
+    ) {
         self.url = url
         self.workspace = workspace
         self.leaseDuration = leaseDuration
-        location = "\(url.display) (workspace \(workspace))"
+        let location = location ?? "\(url.display) (workspace \(workspace))"
+        self.location = location
         link = PostgresLink(url: url, location: location)
+        leaseLink = PostgresLink(url: url, location: location)
     }
 
     /// Closes the connection (a CLI process may simply exit).
-    public func close() async { await link.close() }
+    public func close() async {
+        await link.close()
+        await leaseLink.close()
+    }
 
     /// Runs one statement outside a transaction (tests and maintenance: CREATE DATABASE cannot run in one).
     func execute(_ sql: String) async throws { try await link.execute(sql) }
@@ -407,6 +417,7 @@ public final class PostgresStateStore: StateStore {
         let holderJSON = String(decoding: try JSONEncoder.lockHolder.encode(holder), as: UTF8.self)
         let millis = Int64(leaseDuration.components.seconds * 1000)
         try await ensureSchema()
+        let asked = ContinuousClock.now
         let fence: Int64 = try await link.transaction { c in
             try await c.run(
                 """
@@ -445,7 +456,7 @@ public final class PostgresStateStore: StateStore {
             return next
         }
         held.withLock { $0 = (leaseID, fence) }
-        return PostgresLease(store: self, id: leaseID, every: leaseDuration / 3)
+        return PostgresLease(store: self, id: leaseID, fence: fence, duration: leaseDuration, confirmedAt: asked)
     }
 
     public func lockHolder() async throws -> LockHolder? {
@@ -516,19 +527,93 @@ public final class PostgresStateStore: StateStore {
         try await c.run("UPDATE tidemark_leases SET expires_at = 0 WHERE workspace = \(workspace)")
     }
 
-    /// Extends the lease; false when it is no longer ours (expired and taken, or broken).
-    func heartbeat(_ id: String) async -> Bool {
+    /// The server's process ids of this store's connections, opening them when closed (tests that drop them).
+    func connectionPIDs() async throws -> [Int32] {
+        var pids: [Int32] = []
+        for link in [link, leaseLink] {
+            let row = try await link.transaction { c in try await c.first("SELECT pg_backend_pid()") }
+            if let row { pids.append(try decode(row, Int32.self, table: "pg_backend_pid")) }
+        }
+        return pids
+    }
+
+    /// What the server says of a lease this run took.
+    enum LeaseCheck {
+        /// Still this run's, for `remaining` more by the server's clock.
+        case held(remaining: Duration)
+        /// No longer this run's: why.
+        case lost(String)
+        /// The server could not be asked.
+        case unreachable(StateStoreError)
+    }
+
+    /// Extends the lease by its duration from now (the server's clock), when it is still this run's.
+    func renew(_ id: String, fence: Int64) async -> LeaseCheck {
         let millis = Int64(leaseDuration.components.seconds * 1000)
-        return
-            (try? await link.transaction { c in
-                let row = try await c.first(
-                    """
-                    UPDATE tidemark_leases SET heartbeat_at = \(unescaped: Self.nowSQL), expires_at = \(unescaped: Self.nowSQL) + \(millis)
-                    WHERE workspace = \(self.workspace) AND lease_id = \(id) AND expires_at > \(unescaped: Self.nowSQL)
-                    RETURNING fence
-                    """)
-                return row != nil
-            }) ?? false
+        return await askLease(id, fence: fence) { c in
+            try await c.first(
+                """
+                UPDATE tidemark_leases SET heartbeat_at = \(unescaped: Self.nowSQL), expires_at = \(unescaped: Self.nowSQL) + \(millis)
+                WHERE workspace = \(self.workspace) AND lease_id = \(id) AND fence = \(fence) AND expires_at > \(unescaped: Self.nowSQL)
+                RETURNING expires_at - \(unescaped: Self.nowSQL)
+                """)
+        }
+    }
+
+    /// Whether the lease is still this run's, without writing (a plain read never waits on a save's lock).
+    func checkHeld(_ id: String, fence: Int64) async -> LeaseCheck {
+        await askLease(id, fence: fence) { c in
+            try await c.first(
+                """
+                SELECT expires_at - \(unescaped: Self.nowSQL) FROM tidemark_leases
+                WHERE workspace = \(self.workspace) AND lease_id = \(id) AND fence = \(fence) AND expires_at > \(unescaped: Self.nowSQL)
+                """)
+        }
+    }
+
+    private func askLease(
+        _ id: String, fence: Int64, _ query: @Sendable @escaping (PostgresLink.Connection) async throws -> PostgresRow?
+    ) async -> LeaseCheck {
+        do {
+            return try await leaseLink.transaction { c in
+                if let row = try await query(c) {
+                    let remaining = try self.decode(row, Int64.self, table: "tidemark_leases")
+                    return .held(remaining: .milliseconds(remaining))
+                }
+                guard
+                    let row = try await c.first(
+                        """
+                        SELECT lease_id, holder, expires_at > \(unescaped: Self.nowSQL) FROM tidemark_leases
+                        WHERE workspace = \(self.workspace)
+                        """)
+                else { return .lost("its lease row is gone") }
+                let (current, holder, live) = try self.decode(
+                    row, (String, String, Bool).self, table: "tidemark_leases")
+                if current != id {
+                    let other = try? JSONDecoder.lockHolder.decode(LockHolder.self, from: Data(holder.utf8))
+                    return .lost(
+                        "its lease expired without a heartbeat (was this process paused or cut off?) and was taken by \(other?.description ?? "another run")"
+                    )
+                }
+                return .lost(
+                    live
+                        ? "its lease was broken or taken over"
+                        : "its lease expired without a heartbeat (was this process paused or cut off?) or was broken with 'tidemark state force-unlock'"
+                )
+            }
+        } catch let error as StateStoreError {
+            return .unreachable(error)
+        } catch {
+            return .unreachable(StateStoreError(.io, path: location, PostgresURL.explain(error)))
+        }
+    }
+
+    /// The error of a run that lost its lease: it stops before its next request to FCM.
+    func lostLease(_ why: String) -> StateStoreError {
+        StateStoreError(
+            .leaseLost, path: location,
+            "this run no longer holds the lease, because \(why). It stopped before sending anything more to FCM, and writes nothing more; what finished is journaled. Run the command again once the other run is done ('tidemark state lock' shows who holds it)"
+        )
     }
 
     func release(_ id: String) async {
@@ -573,9 +658,13 @@ public final class PostgresStateStore: StateStore {
             "nobody: this run may no longer write, because \(why). Nothing was written; run the command again")
     }
 
-    /// Whether `holder` ran on this machine and its process is gone.
-    static func isDeadLocalProcess(_ holder: LockHolder) -> Bool {
-        guard holder.host == ProcessInfo.processInfo.hostName, holder.pid > 0 else { return false }
+    /// Whether `holder` ran in this machine's boot and PID namespace and its process is gone. A host
+    /// name alone proves nothing (containers share them, with process ids of their own), so a holder
+    /// that recorded no namespace, or another one, is left to its lease's expiry.
+    static func isDeadLocalProcess(_ holder: LockHolder, namespace: String? = LockHolder.currentNamespace) -> Bool {
+        guard let namespace, holder.namespace == namespace, holder.host == ProcessInfo.processInfo.hostName,
+            holder.pid > 0, holder.instance != LockHolder.currentInstance
+        else { return false }
         return kill(holder.pid, 0) != 0 && errno == ESRCH
     }
 
@@ -722,6 +811,8 @@ public final class PostgresStateStore: StateStore {
         case is Double.Type: return try row.decode(Double.self) as! T
         case is String.Type: return try row.decode(String.self) as! T
         case is Int32?.Type: return try row.decode(Int32?.self) as! T
+        case is Int32.Type: return try row.decode(Int32.self) as! T
+        case is (String, String, Bool).Type: return try row.decode((String, String, Bool).self) as! T
         case is (String, Int64, String?, String?).Type:
             return try row.decode((String, Int64, String?, String?).self) as! T
         case is (Int64, String, Int64, Bool).Type: return try row.decode((Int64, String, Int64, Bool).self) as! T
@@ -771,20 +862,63 @@ public final class PostgresStateStore: StateStore {
     }
 }
 
-/// A held PostgreSQL lease; a heartbeat keeps it alive until it is released.
+/// A held PostgreSQL lease. A heartbeat renews it every third of its duration and keeps trying when
+/// the server cannot be reached; `ensureHeld`, asked before every request to FCM, knows by the
+/// server's clock (with the fencing counter) whether it is still this run's.
 final class PostgresLease: StateLease {
     let id: String
     private let store: PostgresStateStore
+    private let standing: LeaseStanding
     private let beat: Task<Void, Never>
 
-    init(store: PostgresStateStore, id: String, every interval: Duration) {
+    init(store: PostgresStateStore, id: String, fence: Int64, duration: Duration, confirmedAt: ContinuousClock.Instant)
+    {
         self.id = id
         self.store = store
+        let standing = LeaseStanding(
+            duration: duration, validUntil: confirmedAt + duration - LeaseStanding.margin(duration))
+        self.standing = standing
         beat = Task {
+            var wait = duration / 3
             while !Task.isCancelled {
-                try? await Task.sleep(for: interval)
+                try? await Task.sleep(for: wait)
                 if Task.isCancelled { break }
-                if !(await store.heartbeat(id)) { break }
+                let sent = ContinuousClock.now
+                switch await store.renew(id, fence: fence) {
+                case .held(let remaining):
+                    standing.confirmed(at: sent, remaining: remaining)
+                    wait = duration / 3
+                case .lost(let why):
+                    standing.lose(store.lostLease(why))
+                    return
+                case .unreachable:
+                    // A failed renewal is tried again soon; the lease stays valid until its expiry.
+                    wait = min(duration / 3, .seconds(2))
+                }
+            }
+        }
+        self.fence = fence
+    }
+
+    private let fence: Int64
+
+    func ensureHeld() async throws {
+        let now = ContinuousClock.now
+        switch standing.next(at: now) {
+        case .held: return
+        case .lost(let error): throw error
+        case .confirm:
+            let sent = ContinuousClock.now
+            switch await store.checkHeld(id, fence: fence) {
+            case .held(let remaining): standing.confirmed(at: sent, remaining: remaining)
+            case .lost(let why):
+                let error = store.lostLease(why)
+                standing.lose(error)
+                throw error
+            case .unreachable(let error):
+                standing.checked(at: sent)
+                // Nobody can take the lease before it expires on the server, which is no sooner than this.
+                if ContinuousClock.now >= standing.validUntil { throw error }
             }
         }
     }
@@ -796,6 +930,59 @@ final class PostgresLease: StateLease {
 
     /// Stops renewing the lease (tests of expiry).
     func stopHeartbeat() { beat.cancel() }
+}
+
+/// What a lease holder knows of its lease: until when it is surely valid (a lower bound on its expiry
+/// by the server's clock, measured on this process's monotonic clock from before the server was asked),
+/// when the server was last asked, and whether it was lost.
+final class LeaseStanding: Sendable {
+    private struct Fields {
+        var validUntil: ContinuousClock.Instant
+        var checkedAt: ContinuousClock.Instant
+        var lost: StateStoreError?
+    }
+
+    private let fields: Mutex<Fields>
+    let duration: Duration
+    /// How stale a confirmation may be before a request asks the server again: a lease broken by
+    /// `force-unlock` or taken over stops this run's requests within this time.
+    let recheck: Duration
+
+    init(duration: Duration, validUntil: ContinuousClock.Instant) {
+        self.duration = duration
+        recheck = min(.seconds(1), duration / 10)
+        fields = Mutex(Fields(validUntil: validUntil, checkedAt: ContinuousClock.now, lost: nil))
+    }
+
+    /// Room left for clocks that run at slightly different rates.
+    static func margin(_ duration: Duration) -> Duration { min(.seconds(5), duration / 10) }
+
+    enum Next {
+        case held
+        case lost(StateStoreError)
+        case confirm
+    }
+
+    func next(at now: ContinuousClock.Instant) -> Next {
+        fields.withLock { f in
+            if let lost = f.lost { return .lost(lost) }
+            if now < f.validUntil, now - f.checkedAt < recheck { return .held }
+            return .confirm
+        }
+    }
+
+    var validUntil: ContinuousClock.Instant { fields.withLock { $0.validUntil } }
+
+    func confirmed(at sent: ContinuousClock.Instant, remaining: Duration) {
+        fields.withLock { f in
+            f.validUntil = max(f.validUntil, sent + remaining - Self.margin(duration))
+            f.checkedAt = max(f.checkedAt, sent)
+        }
+    }
+
+    func checked(at sent: ContinuousClock.Instant) { fields.withLock { $0.checkedAt = max($0.checkedAt, sent) } }
+
+    func lose(_ error: StateStoreError) { fields.withLock { if $0.lost == nil { $0.lost = error } } }
 }
 
 /// One connection, used by one transaction at a time, opened on first use.
@@ -840,9 +1027,11 @@ actor PostgresLink {
         }
     }
 
-    /// Runs `body` in a transaction on the link's connection; one transaction at a time.
+    /// Runs `body` in a transaction on the link's connection; one transaction at a time. The whole
+    /// transaction has `url.timeout`: past it the connection is dropped (which fails the query it
+    /// waits on, however the server or the network went away) and the error names the server.
     func transaction<T: Sendable>(
-        readOnly: Bool = false, _ body: @Sendable (Connection) async throws -> T
+        readOnly: Bool = false, _ body: @Sendable @escaping (Connection) async throws -> T
     ) async throws -> T {
         while busy { await withCheckedContinuation { waiting.append($0) } }
         busy = true
@@ -851,21 +1040,58 @@ actor PostgresLink {
             if !waiting.isEmpty { waiting.removeFirst().resume() }
         }
         let base = try await open()
-        let c = Connection(base: base)
-        do {
-            try await c.run(readOnly ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" : "BEGIN")
-        } catch {
-            connection = nil
-            throw describe(error)
+        let limit = url.timeout
+        let outcome: Result<T, any Error>? = await withTaskGroup(of: Result<T, any Error>?.self) { group in
+            group.addTask {
+                do {
+                    return .success(try await Self.run(base, readOnly: readOnly, body))
+                } catch {
+                    return .failure(error)
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(for: limit)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            if let first {
+                group.cancelAll()
+                return first
+            }
+            // Out of time: dropping the connection fails the statement still waiting on it.
+            try? await base.close()
+            _ = await group.next()
+            return nil
         }
+        switch outcome {
+        case .success(let value)?:
+            return value
+        case .failure(let error)?:
+            if base.isClosed { connection = nil }
+            if let known = error as? StateStoreError { throw known }
+            throw describe(error)
+        case nil:
+            connection = nil
+            throw StateStoreError(
+                .io, path: location,
+                "PostgreSQL did not answer within \(limit.components.seconds) s (the server is down or overloaded, or the connection was lost), so the connection was dropped. Check the server; the URL's timeout parameter sets this limit"
+            )
+        }
+    }
+
+    /// BEGIN, `body`, COMMIT; ROLLBACK when `body` fails.
+    private static func run<T: Sendable>(
+        _ base: PostgresConnection, readOnly: Bool, _ body: @Sendable (Connection) async throws -> T
+    ) async throws -> T {
+        let c = Connection(base: base)
+        try await c.run(readOnly ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" : "BEGIN")
         do {
             let result = try await body(c)
             try await c.run("COMMIT")
             return result
         } catch {
             _ = try? await c.run("ROLLBACK")
-            if let known = error as? StateStoreError { throw known }
-            throw describe(error)
+            throw error
         }
     }
 
@@ -878,16 +1104,30 @@ actor PostgresLink {
         }
     }
 
+    /// The open connection, or a new one. Opening (TCP, TLS, start-up and authentication) is bounded
+    /// by `connect_timeout`: a server that accepts and never answers fails the command, it does not hang it.
     private func open() async throws -> PostgresConnection {
         if let connection, !connection.isClosed { return connection }
+        let configuration = try url.configuration()
+        let limit = url.connectTimeout
+        let opened: PostgresConnection?
         do {
-            let opened = try await PostgresConnection.connect(
-                configuration: try url.configuration(), id: 1, logger: Self.logger)
-            connection = opened
-            return opened
+            opened = try await Deadline.race(limit) {
+                try await PostgresConnection.connect(configuration: configuration, id: 1, logger: Self.logger)
+            } late: { connection in
+                try? await connection.close()
+            }
         } catch {
             throw describe(error)
         }
+        guard let opened else {
+            throw StateStoreError(
+                .io, path: location,
+                "the server accepted no PostgreSQL session within \(limit.components.seconds) s (connect_timeout); check the host and port, and that a PostgreSQL server (not another service) listens there"
+            )
+        }
+        connection = opened
+        return opened
     }
 
     func close() async {
@@ -911,7 +1151,9 @@ public final class PostgresQuotaLedger: QuotaLedger {
     /// `key` names the FCM project, such as `fcm:my-project`.
     public init(url: PostgresURL, key: String) {
         self.key = key
-        store = PostgresStateStore(url: url, workspace: "quota")
+        store = PostgresStateStore(
+            url: url, workspace: "quota",
+            location: "\(url.display) (its FCM quota ledger, shared by every run applying to this FCM project)")
     }
 
     public func reserve(_ permits: Double, rate: Double, capacity: Double) async throws -> Double {
@@ -919,4 +1161,40 @@ public final class PostgresQuotaLedger: QuotaLedger {
     }
 
     public func close() async { await store.close() }
+}
+
+/// Bounds work that cancellation cannot stop (opening a connection): the caller gets nil once `limit`
+/// passes; the work runs on to its end and `late` disposes of what it made.
+enum Deadline {
+    static func race<T: Sendable>(
+        _ limit: Duration, _ work: @Sendable @escaping () async throws -> T,
+        late: @Sendable @escaping (T) async -> Void
+    ) async throws -> T? {
+        let claimed = Claim()
+        return try await withCheckedThrowingContinuation { (done: CheckedContinuation<T?, any Error>) in
+            Task {
+                do {
+                    let value = try await work()
+                    if claimed.take() { done.resume(returning: value) } else { await late(value) }
+                } catch {
+                    if claimed.take() { done.resume(throwing: error) }
+                }
+            }
+            Task {
+                try? await Task.sleep(for: limit)
+                if claimed.take() { done.resume(returning: nil) }
+            }
+        }
+    }
+
+    /// Who answers first: the work or the clock.
+    final class Claim: Sendable {
+        private let taken = Mutex(false)
+        func take() -> Bool {
+            taken.withLock { taken in
+                defer { taken = true }
+                return !taken
+            }
+        }
+    }
 }

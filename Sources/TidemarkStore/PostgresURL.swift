@@ -21,6 +21,14 @@ public struct PostgresURL: Sendable, Equatable {
     public var database: String
     public var sslMode: SSLMode
     public var sslRootCert: String?
+    /// How long one read or write (a transaction) may take before the connection is dropped and the
+    /// command fails naming the server (`timeout=SECONDS`, default 30); `connect_timeout` bounds opening
+    /// a connection (default 10).
+    public var timeout: Duration = .seconds(30)
+    public var connectTimeout: Duration = .seconds(10)
+    /// How long a run's lease on a workspace lives without a heartbeat (`lease=SECONDS`, default 60):
+    /// how soon another runner may take over from one that died or was cut off.
+    public var lease: Duration = .seconds(60)
 
     /// Whether `text` names a PostgreSQL store (and not a SQLite path).
     public static func isPostgres(_ text: String) -> Bool {
@@ -57,11 +65,25 @@ public struct PostgresURL: Sendable, Equatable {
                 }
                 mode = parsed
             case "sslrootcert": rootCert = item.value
-            case "application_name", "connect_timeout": break
+            case "timeout", "connect_timeout", "lease":
+                let lowest = item.name == "lease" ? 3 : 1
+                guard let value = item.value, let seconds = Int(value), (lowest...3600).contains(seconds) else {
+                    throw StateStoreError(
+                        .io, path: Self.redact(text),
+                        "\(item.name) must be a whole number of seconds from \(lowest) to 3600, not '\(item.value ?? "")'"
+                    )
+                }
+                switch item.name {
+                case "timeout": timeout = .seconds(seconds)
+                case "lease": lease = .seconds(seconds)
+                default: connectTimeout = .seconds(seconds)
+                }
+            case "application_name": break
             default:
                 throw StateStoreError(
                     .io, path: Self.redact(text),
-                    "tidemark does not know the URL parameter '\(item.name)'; it reads sslmode and sslrootcert")
+                    "tidemark does not know the URL parameter '\(item.name)'; it reads sslmode, sslrootcert, timeout, connect_timeout and lease"
+                )
             }
         }
         sslMode = mode
@@ -82,6 +104,10 @@ public struct PostgresURL: Sendable, Equatable {
     /// A PostgreSQL error as one line: the server's message, or why the server cannot be reached. The
     /// state store, inventory sources and `on_dead` hooks all say it this way.
     public static func explain(_ error: any Error) -> String {
+        if let late = error as? NoAnswer {
+            return
+                "the server did not answer within \(late.seconds) s, so the connection was dropped (the server is down or overloaded, or the connection was lost); the URL's timeout parameter sets this limit"
+        }
         guard let error = error as? PSQLError else { return ErrorText.describe(error) }
         if let message = error.serverInfo?[.message] {
             let state = error.serverInfo?[.sqlState].map { " (SQLSTATE \($0))" } ?? ""
@@ -111,12 +137,48 @@ public struct PostgresURL: Sendable, Equatable {
             throw InventorySourceError("\(prefix)the URL in \(urlEnv) is not usable: \(error.detail)")
         }
         do {
-            let connection = try await PostgresConnection.connect(
-                configuration: try parsed.configuration(), id: id, logger: logger)
-            return (connection, parsed)
+            let configuration = try parsed.configuration()
+            let opened = try await Deadline.race(parsed.connectTimeout) {
+                try await PostgresConnection.connect(configuration: configuration, id: id, logger: logger)
+            } late: { connection in
+                try? await connection.close()
+            }
+            guard let opened else { throw NoAnswer(seconds: parsed.connectTimeout.components.seconds) }
+            return (opened, parsed)
         } catch {
             throw InventorySourceError("\(prefix)cannot connect to \(parsed.display): \(explain(error))")
         }
+    }
+
+    /// A server that did not answer within a timeout.
+    struct NoAnswer: Error {
+        var seconds: Int64
+    }
+
+    /// Runs `work` (queries on `connection`) within `limit`. Past it the connection is closed, which
+    /// fails the query still waiting, and `NoAnswer` is thrown: a server killed mid-read or a
+    /// connection lost in silence ends the command instead of hanging it.
+    static func bounded<T: Sendable>(
+        _ connection: PostgresConnection, _ limit: Duration, _ work: @Sendable @escaping () async throws -> T
+    ) async throws -> T {
+        let outcome: Result<T, any Error>? = await withTaskGroup(of: Result<T, any Error>?.self) { group in
+            group.addTask {
+                do { return .success(try await work()) } catch { return .failure(error) }
+            }
+            group.addTask {
+                try? await Task.sleep(for: limit)
+                return nil
+            }
+            if let first = await group.next() ?? nil {
+                group.cancelAll()
+                return first
+            }
+            try? await connection.close()
+            _ = await group.next()
+            return nil
+        }
+        guard let outcome else { throw NoAnswer(seconds: limit.components.seconds) }
+        return try outcome.get()
     }
 
     /// The connection configuration, with TLS as `sslmode` asks.
@@ -140,7 +202,7 @@ public struct PostgresURL: Sendable, Equatable {
         }
         var configuration = PostgresConnection.Configuration(
             host: host, port: port, username: user, password: password, database: database, tls: tls)
-        configuration.options.connectTimeout = .seconds(10)
+        configuration.options.connectTimeout = .seconds(connectTimeout.components.seconds)
         return configuration
     }
 }

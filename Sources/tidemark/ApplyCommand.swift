@@ -140,7 +140,8 @@ struct ApplyCommand: AsyncParsableCommand {
                 outcome = try await interruption.run {
                     try await workspace.withBackend(qps: qps, qpsUnit: qpsUnit, readQPS: readQPS) { backend in
                         try await store.withLock(
-                            workspace.lockHolder("tidemark apply"), waiting: lockTimeout, timing: .live
+                            workspace.lockHolder("tidemark apply"), waiting: lockTimeout, timing: .live,
+                            gate: workspace.leaseGate
                         ) {
                             try await ApplyWorkflow(
                                 workspace.parts(backend, parallelism: parallelism, acceptDead: acceptDead)

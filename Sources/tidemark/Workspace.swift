@@ -26,6 +26,8 @@ struct Workspace {
     let backendKind: BackendKind
     /// The one clock and random source of this run.
     let timing = Timing.live
+    /// Where this run's requests to FCM ask whether its state lock is still held (filled by `withLock`).
+    let leaseGate = LeaseGate()
 
     static let version = "0.1.0"
 
@@ -168,7 +170,7 @@ struct Workspace {
         let key = "\(postgres.display)|\(workspaceName)"
         return Self.postgresStores.withLock { stores in
             if let store = stores[key] { return store }
-            let store = PostgresStateStore(url: postgres, workspace: workspaceName)
+            let store = PostgresStateStore(url: postgres, workspace: workspaceName, leaseDuration: postgres.lease)
             stores[key] = store
             return store
         }
@@ -182,7 +184,8 @@ struct Workspace {
         return LockHolder(
             operation: operation, user: environment["USER"] ?? String(getuid()),
             host: ProcessInfo.processInfo.hostName, pid: getpid(), since: timing.wallClock(),
-            job: LockHolder.jobURL(environment))
+            job: LockHolder.jobURL(environment), instance: LockHolder.currentInstance,
+            namespace: LockHolder.currentNamespace)
     }
 
     /// The manifests directory on disk, and the inventory it names.
@@ -278,6 +281,7 @@ struct Workspace {
             output: TerminalOutput(), tidemarkVersion: Workspace.version, parallelism: parallelism,
             deadTokenGuard: acceptDead ? nil : settings.deadTokenGuard)
         parts.deadlines = deadlines
+        parts.leaseGate = leaseGate
         return parts
     }
 
@@ -409,6 +413,7 @@ struct Workspace {
             options.readLimiter = RateLimiter(rate: reads, burst: min(reads, 100), timing: timing)
         }
         options.timing = timing
+        options.gate = leaseGate
         return FCMHTTPBackend(
             kind: backendKind, project: settings.project, endpoints: endpoints, routes: routes,
             credentials: AccessTokenProvider(credentials: credentials, routes: routes, timing: timing), options: options

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import TidemarkEmulator
 import TidemarkTesting
@@ -179,5 +180,45 @@ import TidemarkTesting
             #expect(text.contains("news\\u{1B}]0;pwned\\u{7}\\u{1B}[2J\\u{202E}txt.exe"))
         }
         #expect("plain\ttext\n".escapingControlCharacters == "plain\ttext\n")
+    }
+
+    /// A lease that stops being this run's after `held` checks (a pause past its expiry, a broken lease).
+    final class LosableLease: StateLease {
+        let checks = Mutex(0)
+        let held: Int
+        init(held: Int) { self.held = held }
+        func release() async {}
+        func ensureHeld() async throws {
+            let n = checks.withLock {
+                $0 += 1
+                return $0
+            }
+            if n > held {
+                throw StateStoreError(.leaseLost, path: "test state", "this run no longer holds the lease")
+            }
+        }
+    }
+
+    /// A run that lost its lease while it applies: every call after that is refused before it is sent,
+    /// and the error says why.
+    @Test func aRunThatLostItsLeaseSendsNothingMore() async throws {
+        var project = try Project()
+        project.files["inventory.csv"] = Self.inventory(40)
+        let parts = project.parts
+        let gate = LeaseGate()
+        let plan = try await PlanWorkflow(parts).run(Self.sampled)
+        let session = try await ApplySession.begin(
+            plan: plan.plan, desired: plan.loaded.desired, store: project.store, state: plan.state,
+            timing: project.clock.timing)
+        // One call per token (a journal step of one): the loss after the first call leaves many unsent.
+        let backend = ScriptedBackend(project.backend.base, journalStep: 1)
+        var executor = Executor(backend: backend, recorder: session, parallelism: 1, timing: project.clock.timing)
+        executor.gate = gate
+        gate.testHold(LosableLease(held: 1))
+        await #expect { _ = try await executor.run(plan.plan.operations) } throws: {
+            ($0 as? StateStoreError)?.code == .leaseLost
+        }
+        #expect(backend.calls.count == 1, "only the call made while the lease was held was sent")
+        #expect(plan.plan.operations.reduce(0) { $0 + $1.tokens.count } > 40)
     }
 }

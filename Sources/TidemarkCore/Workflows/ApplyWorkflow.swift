@@ -557,9 +557,10 @@ public struct ApplyWorkflow: Sendable {
         let total = plan.operations.reduce(0) { $0 + $1.tokens.count }
         let output = parts.output
         let report: @Sendable (ExecutionProgress) -> Void = { output.emit(.applyProgress($0)) }
-        let executor = Executor(
+        var executor = Executor(
             backend: parts.backend, recorder: session, parallelism: parts.parallelism,
             timing: parts.timing, progress: total >= 5_000 ? report : nil)
+        executor.gate = parts.leaseGate
         let executed = try await executor.run(plan.operations, done: done, tokensDone: tokensDone, groupKeys: keys)
         PhaseTrace.mark("apply: operations done")
         try await session.finish()

@@ -54,6 +54,8 @@ public struct WorkflowParts: Sendable {
     /// FCM's deadlines for device groups and the Instance ID API, said once per run (off in tests
     /// of other things).
     public var deadlines: DeadlineCheck = .off
+    /// Asked before every request an apply sends to FCM: a run that lost its state lock stops.
+    public var leaseGate: LeaseGate? = nil
 
     public init(
         manifests: any ManifestSource, store: any StateStore, backend: any Backend, timing: Timing = .live,

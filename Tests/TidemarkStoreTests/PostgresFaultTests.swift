@@ -1,0 +1,178 @@
+import Foundation
+import Synchronization
+import Testing
+import TidemarkCore
+import TidemarkTesting
+
+@testable import TidemarkStore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The lease and the connection when things go wrong, against the real server: a holder that lost its
+/// lease stops its requests, holders are told apart by more than a host name, the heartbeat outlives
+/// a dropped connection, and a query that gets no answer ends within its timeout.
+@Suite(.enabled(if: TestPostgres.enabled)) struct PostgresFaultTests {
+    static func holder(_ name: String, namespace: String? = nil, pid: Int32 = 4242) -> LockHolder {
+        LockHolder(
+            operation: "tidemark apply", user: "ci", host: ProcessInfo.processInfo.hostName, pid: pid,
+            since: Date(), instance: UUID().uuidString, namespace: namespace)
+    }
+
+    /// Broken by another run (as a lease that expired while its holder was paused is taken): the
+    /// holder's next request learns it from the server within a second and sends nothing.
+    @Test func aHolderWhoseLeaseWasTakenStopsItsRequests() async throws {
+        let name = "zombie-\(UUID().uuidString.prefix(8))"
+        let runner = try TestPostgres.store(name, lease: .seconds(3600))
+        let other = try TestPostgres.store(name, lease: .seconds(3600))
+        let lease = try await runner.lock(Self.holder("runner"))
+        let gate = LeaseGate()
+        gate.testHold(lease)
+        try await gate.check()
+        // Its lease lapses on the server (a pause past its expiry), and another run takes it.
+        (lease as? PostgresLease)?.stopHeartbeat()
+        try await runner.execute("UPDATE tidemark_leases SET expires_at = 0 WHERE workspace = '\(name)'")
+        let taker = try await other.lock(Self.holder("other"))
+        try await Task.sleep(for: .milliseconds(1100))
+        await #expect { try await gate.check() } throws: { error in
+            let e = error as? StateStoreError
+            return e?.code == .leaseLost && e!.description.contains("taken by tidemark apply")
+                && e!.description.contains("stopped before sending anything more to FCM")
+        }
+        // And it stays lost: no later check lets a request through.
+        await #expect(throws: StateStoreError.self) { try await gate.check() }
+        await taker.release()
+        await lease.release()
+        await runner.close()
+        await other.close()
+    }
+
+    /// Two holders with one host name (two containers) whose process ids mean different processes: a
+    /// live lease is never taken as its holder's process being gone. Within one namespace it still is.
+    @Test func holdersWithOneHostNameAreToldApartByTheirNamespace() async throws {
+        let name = "host-\(UUID().uuidString.prefix(8))"
+        let first = try TestPostgres.store(name)
+        let second = try TestPostgres.store(name)
+        // A process id that exists nowhere in this namespace.
+        let absent: Int32 = 4_000_000
+        #expect(kill(absent, 0) != 0)
+        let elsewhere = Self.holder("elsewhere", namespace: "another-boot/pid:[1]", pid: absent)
+        let lease = try await first.lock(elsewhere)
+        (lease as? PostgresLease)?.stopHeartbeat()
+        await #expect {
+            _ = try await second.lock(Self.holder("here", namespace: LockHolder.currentNamespace))
+        } throws: {
+            ($0 as? StateStoreError)?.code == .locked
+        }
+        #expect(!PostgresStateStore.isDeadLocalProcess(Self.holder("old", namespace: nil, pid: absent)))
+        if let here = LockHolder.currentNamespace {
+            #expect(PostgresStateStore.isDeadLocalProcess(Self.holder("gone", namespace: here, pid: absent)))
+            #expect(!PostgresStateStore.isDeadLocalProcess(Self.holder("alive", namespace: here, pid: getpid())))
+        }
+        await lease.release()
+        await first.close()
+        await second.close()
+    }
+
+    /// A dropped connection (pg_terminate_backend) neither stops the heartbeat for good nor wedges the
+    /// store: the next save opens a new connection.
+    @Test func theHeartbeatAndTheStoreOutliveADroppedConnection() async throws {
+        let name = "drop-\(UUID().uuidString.prefix(8))"
+        let store = try TestPostgres.store(name, lease: .seconds(6))
+        let admin = try TestPostgres.store("admin-\(UUID().uuidString.prefix(8))")
+        var state = StateStoreConformance.sample(tokens: 10)
+        let lease = try await store.lock(Self.holder("runner"))
+        try await store.save(&state, StateStoreConformance.writeAll(state), at: 1)
+        for _ in 0..<3 {
+            let pids = try await store.connectionPIDs()
+            #expect(pids.count == 2, "the store and its lease have a connection each")
+            try await admin.execute("SELECT pg_terminate_backend(pid) FROM unnest(ARRAY\(pids)::int[]) AS pid")
+            // Past two heartbeats: one of them fails on the dropped connection, the next reconnects.
+            try await Task.sleep(for: .seconds(2.2))
+        }
+        // The save after the drop may fail once (its connection was cut), then reconnects.
+        _ = try? await store.save(&state, StateWrite(), at: 2)
+        try await store.save(&state, StateWrite(), at: 3)
+        try await lease.ensureHeld()
+        #expect(try await store.lockHolder() != nil, "the lease was renewed throughout")
+        await lease.release()
+        await store.close()
+        await admin.close()
+    }
+
+    /// A server that accepts the connection and never answers: the read ends within the URL's timeout,
+    /// naming the server and the setting.
+    @Test func aServerThatNeverAnswersEndsWithinTheTimeout() async throws {
+        let listener = try SilentListener()
+        defer { listener.close() }
+        let url = try PostgresURL(
+            "postgres://tidemark@127.0.0.1:\(listener.port)/db?sslmode=disable&timeout=2&connect_timeout=2")
+        let store = PostgresStateStore(url: url, workspace: "silent")
+        let started = ContinuousClock.now
+        await #expect { _ = try await store.load() } throws: { error in
+            let text = (error as? StateStoreError)?.description ?? "\(error)"
+            return text.contains("127.0.0.1:\(listener.port)")
+        }
+        #expect(ContinuousClock.now - started < .seconds(10))
+        await store.close()
+    }
+}
+
+/// An inventory read under a lease: a query the server does not answer in time ends the command
+/// within the URL's timeout, naming it, instead of hanging while the lease is renewed.
+@Suite(.enabled(if: TestPostgres.enabled)) struct PostgresInventoryFaultTests {
+    @Test func anInventoryQueryWithNoAnswerEndsWithinTheTimeout() async throws {
+        let base = try #require(TestPostgres.url)
+        let url = base + (base.contains("?") ? "&" : "?") + "timeout=2"
+        let source = PostgresInventorySource(
+            name: "app-db", url: url,
+            query: "select 'd' || g as device_id, 'tok' || g as token from generate_series(1, 3) g, pg_sleep(30)")
+        var builder = InventoryBuilder()
+        let started = ContinuousClock.now
+        await #expect { _ = try await source.load(into: &builder) } throws: { error in
+            "\(error)".contains("did not answer within 2 s")
+        }
+        #expect(ContinuousClock.now - started < .seconds(10))
+    }
+
+    @Test func anInventoryServerThatNeverAnswersEndsWithinTheConnectTimeout() async throws {
+        let listener = try SilentListener()
+        defer { listener.close() }
+        let source = PostgresInventorySource(
+            name: "app-db", url: "postgres://app@127.0.0.1:\(listener.port)/app?sslmode=disable&connect_timeout=2",
+            query: "select 1")
+        var builder = InventoryBuilder()
+        let started = ContinuousClock.now
+        await #expect { _ = try await source.load(into: &builder) } throws: { error in
+            "\(error)".contains("did not answer within 2 s")
+        }
+        #expect(ContinuousClock.now - started < .seconds(10))
+    }
+}
+
+/// A TCP listener on a loopback port that accepts connections and never writes a byte.
+final class SilentListener: Sendable {
+    let port: Int
+    private let socket: Int32
+
+    init() throws {
+        let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
+        }
+        guard bound == 0, listen(fd, 16) == 0 else { throw POSIXError(.EADDRINUSE) }
+        withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = getsockname(fd, $0, &length) }
+        }
+        port = Int(UInt16(bigEndian: address.sin_port))
+        socket = fd
+    }
+
+    func close() { _ = Glibc.close(socket) }
+}
