@@ -612,7 +612,7 @@ public final class PostgresStateStore: StateStore {
     func lostLease(_ why: String) -> StateStoreError {
         StateStoreError(
             .leaseLost, path: location,
-            "this run no longer holds the lease, because \(why). It stopped before sending anything more to FCM, and writes nothing more; what finished is journaled. Run the command again once the other run is done ('tidemark state lock' shows who holds it)"
+            "this run no longer holds the lease, because \(why). It stopped before sending anything more to FCM and wrote nothing more; what finished before is journaled. Run the command again ('tidemark state lock' shows who holds the lease now)"
         )
     }
 
@@ -652,11 +652,7 @@ public final class PostgresStateStore: StateStore {
         }
     }
 
-    private func fenced(_ why: String) -> StateStoreError {
-        StateStoreError(
-            .locked, path: location,
-            "nobody: this run may no longer write, because \(why). Nothing was written; run the command again")
-    }
+    private func fenced(_ why: String) -> StateStoreError { lostLease(why) }
 
     /// Whether `holder` ran in this machine's boot and PID namespace and its process is gone. A host
     /// name alone proves nothing (containers share them, with process ids of their own), so a holder
@@ -677,8 +673,32 @@ public final class PostgresStateStore: StateStore {
     /// transaction pooling is no obstacle); a newer database is refused.
     private func ensureSchema() async throws {
         if await link.migrated { return }
-        try await link.transaction { c in try await self.migrate(c) }
+        // Usually the schema is current: a plain read says so without the migration lock, which every
+        // runner would otherwise queue on (and behind any one of them that stalls).
+        if try await currentSchema() != Self.schemaVersion {
+            try await link.transaction { c in try await self.migrate(c) }
+        }
         await link.setMigrated()
+    }
+
+    /// The schema version the database is at, or nil when it has none yet (or it cannot be read that way).
+    private func currentSchema() async throws -> Int? {
+        let version: Int32?? = try await link.transaction(readOnly: true) { c in
+            guard
+                try await c.first(
+                    "SELECT 1 FROM pg_catalog.pg_tables WHERE tablename = 'tidemark_schema' AND schemaname = current_schema()"
+                ) != nil
+            else { return .none }
+            guard let row = try await c.first("SELECT max(version) FROM tidemark_schema") else { return .none }
+            return .some(try self.decode(row, Int32?.self, table: "tidemark_schema"))
+        }
+        guard let version, let version else { return nil }
+        let current = Int(version)
+        guard current <= Self.schemaVersion else {
+            throw StateStoreError(
+                .newerFormat, path: location, "schema version \(current); this tidemark writes \(Self.schemaVersion)")
+        }
+        return current
     }
 
     private func migrate(_ c: PostgresLink.Connection) async throws {
@@ -1041,10 +1061,13 @@ actor PostgresLink {
         }
         let base = try await open()
         let limit = url.timeout
+        // A run paused inside a transaction (SIGSTOP, a frozen VM) must not hold its row locks, and with
+        // them every other runner, for ever: the server ends a session idle in a transaction this long.
+        let idle = max(1, limit.components.seconds / 3) * 1000
         let outcome: Result<T, any Error>? = await withTaskGroup(of: Result<T, any Error>?.self) { group in
             group.addTask {
                 do {
-                    return .success(try await Self.run(base, readOnly: readOnly, body))
+                    return .success(try await Self.run(base, readOnly: readOnly, idleMillis: idle, body))
                 } catch {
                     return .failure(error)
                 }
@@ -1081,10 +1104,12 @@ actor PostgresLink {
 
     /// BEGIN, `body`, COMMIT; ROLLBACK when `body` fails.
     private static func run<T: Sendable>(
-        _ base: PostgresConnection, readOnly: Bool, _ body: @Sendable (Connection) async throws -> T
+        _ base: PostgresConnection, readOnly: Bool, idleMillis: Int64, _ body: @Sendable (Connection) async throws -> T
     ) async throws -> T {
         let c = Connection(base: base)
         try await c.run(readOnly ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" : "BEGIN")
+        try await c.run(
+            PostgresQuery(unsafeSQL: "SET LOCAL idle_in_transaction_session_timeout = \(idleMillis)"))
         do {
             let result = try await body(c)
             try await c.run("COMMIT")

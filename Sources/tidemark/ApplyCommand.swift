@@ -154,6 +154,13 @@ struct ApplyCommand: AsyncParsableCommand {
                     "Interrupted by \(interruption.signal == SIGINT ? "SIGINT" : "SIGTERM"): every operation that finished is journaled in \(workspace.stateDisplay). Run 'tidemark apply' to finish the rest."
                 )
                 throw ExitCode(interruption.exitCode!)
+            } catch let error as StateStoreError where error.code == .io {
+                // The state server went away (down, restarted, a lost connection, a timeout) mid-run.
+                Terminal.err("error: \(error.description)")
+                Terminal.err(
+                    "What finished before this is journaled in \(workspace.stateDisplay); once the state server answers again, 'tidemark apply' resumes from there."
+                )
+                throw ExitCode.failure
             }
             if output.json {
                 try Terminal.writeJSON(Report(outcome, state: workspace.stateDisplay))

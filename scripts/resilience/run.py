@@ -7,6 +7,9 @@ and what it found, and the script exits 1 if any finds a lost or extra membershi
              no operation the journal had finished is ever sent again (the emulator records changes).
   revert     an apply adding a topic is killed part-way, the change is reverted, and the next apply
              leaves no membership that is not declared (3 kill moments).
+  narrow     an apply narrowing an authoritative topic is killed while its unsubscribes are in flight
+             (FCM carries them out), the change is reverted, and the next apply loses no membership
+             (v1, iid, and iid with PostgreSQL state).
   concurrent two applies at once: one proceeds, the other fails at once naming the lock holder.
   shared-quota (needs TIDEMARK_TEST_POSTGRES_URL) two applies in different PostgreSQL workspaces
              against one emulator project with quota Q: no 429s, and together at least 90% of Q.
@@ -244,6 +247,63 @@ def revert(binary, rounds=3, devices=600, seed=11):
     return all(results)
 
 
+def narrow(binary, transport, state_url=None, rounds=3, devices=2000, seed=17):
+    """Narrow an authoritative topic; kill the apply while its unsubscribes are in flight (FCM carries
+    them out, the answer is lost); revert the manifests; apply again: no membership lost, none extra.
+    The killed apply is abandoned (the manifests changed), and what it had in flight is read again."""
+    rng = random.Random(seed)
+    results = []
+    for round in range(rounds):
+        work = tempfile.mkdtemp(prefix="tm-narrow-")
+        try:
+            # Slow calls, so the kill lands while one is in flight.
+            latency = "400" if transport == "iid" else "30"
+            with Emulator(binary, PROJECT, "--latency", latency) as emulator:
+                extra = ""
+                if state_url:
+                    extra = "state: %s\nworkspace: narrow-%d-%d\n" % (state_url, os.getpid(), round)
+                tokens = make_project(work, PROJECT, devices, 2, transport, extra=extra)
+                emulator.register(tokens)
+                tidemark(binary, work, ["apply", "--auto-approve", "--no-refresh"], emulator.env)
+                topics = os.path.join(work, "manifests", "topics.yaml")
+                with open(topics) as f:
+                    original = f.read()
+                kept = ", ".join("d%07d" % i for i in range(0, devices, 2))
+                with open(topics, "w") as f:
+                    f.write(original.replace("members: [{selector: {fleet: all}}]", "members: [{devices: [%s]}]" % kept, 1))
+                baseline = emulator.traffic()["requests"]
+                process = subprocess.Popen([binary, "apply", "--auto-approve", "--no-refresh", "-C", work],
+                                           env=emulator.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                deadline = time.time() + 60
+                while process.poll() is None and time.time() < deadline and emulator.traffic()["requests"] <= baseline:
+                    time.sleep(0.01)
+                time.sleep(rng.uniform(0.05, 0.3))
+                killed = process.poll() is None
+                if killed:
+                    process.send_signal(signal.SIGKILL)
+                process.communicate()
+                time.sleep(float(latency) / 1000 + 0.2)  # what was in flight lands
+                removed = devices - len(emulator.subscribers("bench-0"))
+                with open(topics, "w") as f:
+                    f.write(original)
+                status, _, err = tidemark(binary, work, ["apply", "--auto-approve"], emulator.env, check=False)
+                want = expected_members(devices, 2)
+                want.pop("drift")
+                missing, extra_members = compare(emulator, want)
+                plan_status, _, _ = tidemark(binary, work, ["plan", "--detailed-exitcode"], emulator.env, check=False)
+                print("narrow/%s%s %d: killed %s with %d of %d removals made in FCM; reverted apply exit %d; "
+                      "%d missing, %d extra; next plan exit %d" % (
+                          transport, "+postgres" if state_url else "", round + 1,
+                          "mid-flight" if killed else "(too late: it had finished)", removed, devices // 2, status,
+                          missing, extra_members, plan_status), flush=True)
+                if status != 0:
+                    print(err[-1500:])
+                results.append(status == 0 and missing == 0 and extra_members == 0 and plan_status == 0)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return all(results)
+
+
 def concurrent(binary, devices=400, topics=20):
     work = tempfile.mkdtemp(prefix="tm-lock-")
     try:
@@ -311,7 +371,8 @@ def shared_quota(binary, url, quota=500, devices=500, topics=4):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("binary")
-    parser.add_argument("checks", nargs="*", default=["faults", "kills", "revert", "concurrent", "shared-quota"])
+    parser.add_argument("checks", nargs="*",
+                        default=["faults", "kills", "revert", "narrow", "concurrent", "shared-quota"])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="smaller fault run, for the test suite")
     args = parser.parse_args()
@@ -325,6 +386,12 @@ def main():
             results["kills"] = kills(args.binary, rounds=args.kills)
         elif check == "revert":
             results["revert"] = revert(args.binary)
+        elif check == "narrow":
+            for transport in ("v1", "iid"):
+                results["narrow/" + transport] = narrow(args.binary, transport, rounds=1 if args.quick else 3)
+            url = os.environ.get("TIDEMARK_TEST_POSTGRES_URL")
+            if url:
+                results["narrow/postgres"] = narrow(args.binary, "iid", state_url=url, rounds=1 if args.quick else 3)
         elif check == "concurrent":
             results["concurrent"] = concurrent(args.binary)
         elif check == "shared-quota":

@@ -6,6 +6,10 @@ import NIOCore
 import TidemarkAuth
 import TidemarkCore
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The request context of the emulator's server: Hummingbird's basic context plus the channel,
 /// so an injected fault can drop the connection.
 public struct EmulatorRequestContext: RequestContext {
@@ -80,6 +84,26 @@ public struct EmulatorServer: Sendable {
     public let keyFilePath: String
     let key: ServiceAccountKey
 
+    /// An emulator without `--data` removes its key directory when it stops; one killed (SIGKILL) could
+    /// not, so each start removes the directories of emulators whose process is gone.
+    static func removeKeysOfGoneEmulators() {
+        let temporary = NSTemporaryDirectory()
+        let prefix = "tidemark-emulator-"
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: temporary) else { return }
+        for name in names where name.hasPrefix(prefix) {
+            guard let pid = Int32(name.dropFirst(prefix.count)), pid > 0,
+                pid != ProcessInfo.processInfo.processIdentifier, kill(pid, 0) != 0, errno == ESRCH
+            else { continue }
+            let path = (temporary as NSString).appendingPathComponent(name)
+            // Only a directory of this user's, as the emulator made it.
+            guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+                attributes[.type] as? FileAttributeType == .typeDirectory,
+                (attributes[.ownerAccountID] as? NSNumber)?.uint32Value == getuid()
+            else { continue }
+            try? FileManager.default.removeItem(atPath: path)
+        }
+    }
+
     /// Opens (or creates) the data directory, its SQLite store and its key file.
     /// `timing` is the one clock and random source of the whole emulator (engine, quota, tokens, keys).
     public init(options: Options, timing: Timing = .live) throws {
@@ -95,6 +119,7 @@ public struct EmulatorServer: Sendable {
             store = try SQLiteEngineStore(path: (data as NSString).appendingPathComponent("emulator.db"))
             keyDirectory = data
         } else {
+            Self.removeKeysOfGoneEmulators()
             keyDirectory = (NSTemporaryDirectory() as NSString)
                 .appendingPathComponent("tidemark-emulator-\(ProcessInfo.processInfo.processIdentifier)")
             try FileManager.default.createDirectory(
