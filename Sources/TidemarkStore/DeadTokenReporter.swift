@@ -41,24 +41,30 @@ public struct DeadTokenReporter: Sendable {
     }
 
     private func reportSQL(_ statement: String, _ devices: [DeadDevice]) async throws -> (Int, Int?) {
-        let (connection, _) = try await PostgresURL.connect(
+        let (connection, parsed) = try await PostgresURL.connect(
             url, urlEnv: urlEnv, what: "on_dead of '\(sourceName)'", id: 2, logger: PostgresInventorySource.logger)
         var reported = 0
         var changed = 0
         do {
             for start in stride(from: 0, to: devices.count, by: batchSize) {
-                let batch = devices[start..<min(start + batchSize, devices.count)]
-                try await connection.query("BEGIN", logger: PostgresInventorySource.logger).collect()
-                for device in batch {
-                    var bindings = PostgresBindings()
-                    bindings.append(device.token)
-                    // The callback form reports the command tag: how many rows the statement changed.
-                    let metadata = try await connection.query(
-                        PostgresQuery(unsafeSQL: statement, binds: bindings), logger: PostgresInventorySource.logger
-                    ) { _ in }.get()
-                    changed += metadata.rows ?? 0
+                let batch = Array(devices[start..<min(start + batchSize, devices.count)])
+                // Each batch is one transaction within the URL's timeout: a server that stops answering
+                // ends the hook with its cause instead of hanging the command.
+                changed += try await PostgresURL.bounded(connection, parsed.timeout) {
+                    var changed = 0
+                    try await connection.query("BEGIN", logger: PostgresInventorySource.logger).collect()
+                    for device in batch {
+                        var bindings = PostgresBindings()
+                        bindings.append(device.token)
+                        // The callback form reports the command tag: how many rows the statement changed.
+                        let metadata = try await connection.query(
+                            PostgresQuery(unsafeSQL: statement, binds: bindings), logger: PostgresInventorySource.logger
+                        ) { _ in }.get()
+                        changed += metadata.rows ?? 0
+                    }
+                    try await connection.query("COMMIT", logger: PostgresInventorySource.logger).collect()
+                    return changed
                 }
-                try await connection.query("COMMIT", logger: PostgresInventorySource.logger).collect()
                 reported += batch.count
             }
             try await connection.close()

@@ -920,7 +920,8 @@ final class PostgresLease: StateLease {
         self.fence = fence
     }
 
-    private let fence: Int64
+    /// The fencing counter the lease was taken with.
+    let fence: Int64
 
     func ensureHeld() async throws {
         let now = ContinuousClock.now

@@ -114,9 +114,33 @@ public struct PostgresURL: Sendable, Equatable {
             return "PostgreSQL said: \(message)\(state)"
         }
         if let underlying = error.underlying {
+            if underlying is PSQLError { return explain(underlying) }
+            // The driver wraps socket errors in its own types, whose descriptions are Swift dumps; say
+            // what they mean instead.
+            let text = String(describing: underlying)
+            if text.localizedCaseInsensitiveContains("connection refused") {
+                return
+                    "cannot reach the server: the connection was refused (is it running, and are the host and port right?)"
+            }
+            if text.localizedCaseInsensitiveContains("timeout") || text.localizedCaseInsensitiveContains("timed out") {
+                return "cannot reach the server: connecting timed out; check the host, port and any firewall"
+            }
+            if text.contains("SingleConnectionFailure") || text.contains("Connection errors") {
+                return "cannot reach the server: the connection failed; check the host, port and sslmode"
+            }
             return "cannot reach the server: \(ErrorText.describe(underlying)); check the host, port and sslmode"
         }
-        return "the connection failed (\(error.code)); check the host, port, user and sslmode"
+        switch error.code {
+        case .serverClosedConnection, .uncleanShutdown:
+            return
+                "the server closed the connection (it stopped or restarted, or ended this session); check that it is up"
+        case .clientClosedConnection:
+            return "the connection was closed before the server answered"
+        case .connectionError:
+            return "cannot reach the server; check the host, port and sslmode"
+        default:
+            return "the connection failed (\(error.code)); check the host, port, user and sslmode"
+        }
     }
 
     /// Opens a connection for a source or hook whose URL comes from the environment variable `urlEnv`;

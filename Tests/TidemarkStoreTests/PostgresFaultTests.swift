@@ -75,27 +75,37 @@ import Glibc
         await second.close()
     }
 
-    /// A dropped connection (pg_terminate_backend) neither stops the heartbeat for good nor wedges the
-    /// store: the next save opens a new connection.
-    @Test func theHeartbeatAndTheStoreOutliveADroppedConnection() async throws {
+    /// A dropped connection (pg_terminate_backend, a server restart) neither ends the lease's renewals
+    /// for good nor wedges the store: a renewal on the dropped connection fails as unreachable (the
+    /// heartbeat tries again two seconds later, where it used to stop), the next one reconnects and
+    /// renews, and the next save opens a new connection. (Renewals are called directly: a heartbeat on
+    /// a short lease cannot be timed in a process that blocking CLI tests starve for a minute.)
+    @Test func renewalsAndTheStoreOutliveADroppedConnection() async throws {
         let name = "drop-\(UUID().uuidString.prefix(8))"
-        let store = try TestPostgres.store(name, lease: .seconds(6))
+        let store = try TestPostgres.store(name)
         let admin = try TestPostgres.store("admin-\(UUID().uuidString.prefix(8))")
         var state = StateStoreConformance.sample(tokens: 10)
-        let lease = try await store.lock(Self.holder("runner"))
+        let lease = try #require(try await store.lock(Self.holder("runner")) as? PostgresLease)
         try await store.save(&state, StateStoreConformance.writeAll(state), at: 1)
-        for _ in 0..<3 {
+        for round in 0..<3 {
             let pids = try await store.connectionPIDs()
             #expect(pids.count == 2, "the store and its lease have a connection each")
             try await admin.execute("SELECT pg_terminate_backend(pid) FROM unnest(ARRAY\(pids)::int[]) AS pid")
-            // Past two heartbeats: one of them fails on the dropped connection, the next reconnects.
-            try await Task.sleep(for: .seconds(2.2))
+            var renewed = false
+            for _ in 0..<3 where !renewed {
+                switch await store.renew(lease.id, fence: lease.fence) {
+                case .held: renewed = true
+                case .unreachable: continue
+                case .lost(let why): Issue.record("round \(round): the lease was lost: \(why)")
+                }
+            }
+            #expect(renewed, "round \(round): a renewal after the drop reconnects")
+            // The save after the drop may fail once (its connection was cut), then reconnects.
+            _ = try? await store.save(&state, StateWrite(), at: 2)
+            try await store.save(&state, StateWrite(), at: 3)
         }
-        // The save after the drop may fail once (its connection was cut), then reconnects.
-        _ = try? await store.save(&state, StateWrite(), at: 2)
-        try await store.save(&state, StateWrite(), at: 3)
         try await lease.ensureHeld()
-        #expect(try await store.lockHolder() != nil, "the lease was renewed throughout")
+        #expect(try await store.lockHolder() != nil)
         await lease.release()
         await store.close()
         await admin.close()
@@ -151,7 +161,7 @@ import Glibc
         let started = ContinuousClock.now
         // Past connect_timeout, in the TCP connect (a full accept queue) or in the start-up after it.
         await #expect { _ = try await source.load(into: &builder) } throws: { error in
-            "\(error)".contains("did not answer within 2 s") || "\(error)".contains("Connect timeout (2 s)")
+            "\(error)".contains("did not answer within 2 s") || "\(error)".contains("connecting timed out")
         }
         #expect(ContinuousClock.now - started < .seconds(120), "without a timeout it never ends")
     }
