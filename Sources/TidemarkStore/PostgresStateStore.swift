@@ -961,6 +961,8 @@ final class LeaseStanding: Sendable {
         var validUntil: ContinuousClock.Instant
         var checkedAt: ContinuousClock.Instant
         var lost: StateStoreError?
+        /// A caller is asking the server now: the others go on while the lease is surely valid.
+        var asking = false
     }
 
     private let fields: Mutex<Fields>
@@ -984,10 +986,15 @@ final class LeaseStanding: Sendable {
         case confirm
     }
 
+    /// What a request does now: go, stop, or ask the server first. One request at a time asks (at
+    /// thousands of requests a second, one round trip a second, not one per request); the rest go on
+    /// while the lease is surely valid, and only past that bound does each wait for an answer.
     func next(at now: ContinuousClock.Instant) -> Next {
         fields.withLock { f in
             if let lost = f.lost { return .lost(lost) }
-            if now < f.validUntil, now - f.checkedAt < recheck { return .held }
+            guard now < f.validUntil else { return .confirm }
+            if now - f.checkedAt < recheck || f.asking { return .held }
+            f.asking = true
             return .confirm
         }
     }
@@ -998,12 +1005,23 @@ final class LeaseStanding: Sendable {
         fields.withLock { f in
             f.validUntil = max(f.validUntil, sent + remaining - Self.margin(duration))
             f.checkedAt = max(f.checkedAt, sent)
+            f.asking = false
         }
     }
 
-    func checked(at sent: ContinuousClock.Instant) { fields.withLock { $0.checkedAt = max($0.checkedAt, sent) } }
+    func checked(at sent: ContinuousClock.Instant) {
+        fields.withLock { f in
+            f.checkedAt = max(f.checkedAt, sent)
+            f.asking = false
+        }
+    }
 
-    func lose(_ error: StateStoreError) { fields.withLock { if $0.lost == nil { $0.lost = error } } }
+    func lose(_ error: StateStoreError) {
+        fields.withLock { f in
+            if f.lost == nil { f.lost = error }
+            f.asking = false
+        }
+    }
 }
 
 /// One connection, used by one transaction at a time, opened on first use.
@@ -1065,27 +1083,19 @@ actor PostgresLink {
         // A run paused inside a transaction (SIGSTOP, a frozen VM) must not hold its row locks, and with
         // them every other runner, for ever: the server ends a session idle in a transaction this long.
         let idle = max(1, limit.components.seconds / 3) * 1000
-        let outcome: Result<T, any Error>? = await withTaskGroup(of: Result<T, any Error>?.self) { group in
-            group.addTask {
-                do {
-                    return .success(try await Self.run(base, readOnly: readOnly, idleMillis: idle, body))
-                } catch {
-                    return .failure(error)
-                }
+        // Raced, not awaited to its end: a statement on a connection the server dropped can wait in the
+        // driver for ever, even once the connection is closed; the run goes on without it.
+        let outcome = try await Deadline.race(limit) { () async -> Result<T, any Error> in
+            do {
+                return .success(try await Self.run(base, readOnly: readOnly, idleMillis: idle, body))
+            } catch {
+                return .failure(error)
             }
-            group.addTask {
-                try? await Task.sleep(for: limit)
-                return nil
-            }
-            let first = await group.next() ?? nil
-            if let first {
-                group.cancelAll()
-                return first
-            }
-            // Out of time: dropping the connection fails the statement still waiting on it.
-            try? await base.close()
-            _ = await group.next()
-            return nil
+        } late: { _ in
+        }
+        if case .none = outcome {
+            // Closing fails the statement waiting on it, when the driver lets it; nothing waits for that.
+            Task { try? await base.close() }
         }
         switch outcome {
         case .success(let value)?:

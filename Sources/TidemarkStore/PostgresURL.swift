@@ -185,22 +185,12 @@ public struct PostgresURL: Sendable, Equatable {
     static func bounded<T: Sendable>(
         _ connection: PostgresConnection, _ limit: Duration, _ work: @Sendable @escaping () async throws -> T
     ) async throws -> T {
-        let outcome: Result<T, any Error>? = await withTaskGroup(of: Result<T, any Error>?.self) { group in
-            group.addTask {
-                do { return .success(try await work()) } catch { return .failure(error) }
-            }
-            group.addTask {
-                try? await Task.sleep(for: limit)
-                return nil
-            }
-            if let first = await group.next() ?? nil {
-                group.cancelAll()
-                return first
-            }
-            try? await connection.close()
-            _ = await group.next()
-            return nil
+        // Raced, not awaited to its end: a query on a dropped connection can wait in the driver for ever.
+        let outcome = try await Deadline.race(limit) { () async -> Result<T, any Error> in
+            do { return .success(try await work()) } catch { return .failure(error) }
+        } late: { _ in
         }
+        if case .none = outcome { Task { try? await connection.close() } }
         guard let outcome else { throw NoAnswer(seconds: limit.components.seconds) }
         return try outcome.get()
     }
