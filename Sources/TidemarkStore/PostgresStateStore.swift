@@ -1083,33 +1083,22 @@ actor PostgresLink {
         // A run paused inside a transaction (SIGSTOP, a frozen VM) must not hold its row locks, and with
         // them every other runner, for ever: the server ends a session idle in a transaction this long.
         let idle = max(1, limit.components.seconds / 3) * 1000
-        // Raced, not awaited to its end: a statement on a connection the server dropped can wait in the
-        // driver for ever, even once the connection is closed; the run goes on without it.
-        let outcome = try await Deadline.race(limit) { () async -> Result<T, any Error> in
-            do {
-                return .success(try await Self.run(base, readOnly: readOnly, idleMillis: idle, body))
-            } catch {
-                return .failure(error)
+        // Bounded as every query tidemark sends: past the limit the connection is closed and the run goes
+        // on without waiting for the statement (on a dropped connection it can wait in the driver for ever).
+        do {
+            return try await PostgresURL.bounded(base, limit) {
+                try await Self.run(base, readOnly: readOnly, idleMillis: idle, body)
             }
-        } late: { _ in
-        }
-        if case .none = outcome {
-            // Closing fails the statement waiting on it, when the driver lets it; nothing waits for that.
-            Task { try? await base.close() }
-        }
-        switch outcome {
-        case .success(let value)?:
-            return value
-        case .failure(let error)?:
-            if base.isClosed { connection = nil }
-            if let known = error as? StateStoreError { throw known }
-            throw describe(error)
-        case nil:
+        } catch is PostgresURL.NoAnswer {
             connection = nil
             throw StateStoreError(
                 .io, path: location,
                 "PostgreSQL did not answer within \(limit.components.seconds) s (the server is down or overloaded, or the connection was lost), so the connection was dropped. Check the server; the URL's timeout parameter sets this limit"
             )
+        } catch {
+            if base.isClosed { connection = nil }
+            if let known = error as? StateStoreError { throw known }
+            throw describe(error)
         }
     }
 

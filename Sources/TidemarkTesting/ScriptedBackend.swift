@@ -48,22 +48,16 @@ public final class ScriptedBackend: Backend {
     /// out, and then fail with `Failure`: a kill or a lost connection after FCM acted on the request.
     public func failAfter(_ call: Call, nth: Int = 1) { failingAfter.withLock { $0[call] = nth } }
 
-    private func noteAfter(_ call: Call) throws {
-        let fails = failingAfter.withLock { failing -> Bool in
-            guard let n = failing[call] else { return false }
-            if n <= 1 {
-                failing[call] = nil
-                return true
-            }
-            failing[call] = n - 1
-            return false
-        }
-        if fails { throw Failure(call: call) }
-    }
+    private func noteAfter(_ call: Call) throws { try Self.countDown(failingAfter, call) }
 
     private func note(_ call: Call) throws {
         log.withLock { $0.append(call) }
-        let fails = failing.withLock { failing -> Bool in
+        try Self.countDown(failing, call)
+    }
+
+    /// Counts `call` down in `schedule`; throws `Failure` when its turn to fail has come.
+    private static func countDown(_ schedule: borrowing Mutex<[Call: Int]>, _ call: Call) throws {
+        let fails = schedule.withLock { failing -> Bool in
             guard let n = failing[call] else { return false }
             if n <= 1 {
                 failing[call] = nil

@@ -27,20 +27,27 @@ import TidemarkTesting
 
     static let launch = "topics:\n  - name: launch\n    members: [{selector: {team: [t0, t1]}}]\n"
 
-    /// A recent saved plan reads nothing before it runs: FCM's own answers to the apply are what
-    /// would call the fleet dead, and they are held to the same guard as a refresh.
-    @Test func aRecentSavedPlanAgainstAnFCMThatForgotTheFleetCallsNoTokenDead() async throws {
+    /// 100 devices applied, then a saved plan (recent, so its apply reads nothing first) subscribing
+    /// all of them to a new topic, after which the engine forgets the first `dead` of them.
+    static func recentLaunchPlan(unregistering dead: Int) async throws -> (Project, ApplyRequest) {
         var project = try Project()
-        project.files["inventory.csv"] = Self.inventory(100)
+        project.files["inventory.csv"] = inventory(100)
         _ = try await project.apply()
-        project.files["more.yaml"] = Self.launch
-        let plan = try await project.plan(Self.sampled).plan
+        project.files["more.yaml"] = launch
+        let plan = try await project.plan(sampled).plan
         #expect(plan.operations.map(\.kind) == [.subscribe] && plan.operations[0].tokens.count == 100)
-        // The wrong FCM: every registration of the fleet is unknown to it.
-        for i in 0..<100 { try await project.engine.unregister(token: Fixtures.token(i)) }
+        for i in 0..<dead { try await project.engine.unregister(token: Fixtures.token(i)) }
         var request = project.saved(plan)
         request.rereadAfter = 900
         request.planning.refresh = .sample
+        return (project, request)
+    }
+
+    /// A recent saved plan reads nothing before it runs: FCM's own answers to the apply are what
+    /// would call the fleet dead, and they are held to the same guard as a refresh.
+    @Test func aRecentSavedPlanAgainstAnFCMThatForgotTheFleetCallsNoTokenDead() async throws {
+        // The wrong FCM: every registration of the fleet is unknown to it.
+        let (project, request) = try await Self.recentLaunchPlan(unregistering: 100)
         await #expect { try await project.apply(request) } throws: { error in
             guard case WorkflowError.tooManyDead(let message) = error else { return false }
             return message.contains("100 of the 100 inventory registrations this apply changed")
@@ -54,15 +61,7 @@ import TidemarkTesting
     /// Below the guard, the tokens FCM answered as unregistered are recorded dead when the apply
     /// finishes, and reported for the on_dead hooks.
     @Test func aFewDeadAnswersAreRecordedWhenTheApplyFinishes() async throws {
-        var project = try Project()
-        project.files["inventory.csv"] = Self.inventory(100)
-        _ = try await project.apply()
-        project.files["more.yaml"] = Self.launch
-        let plan = try await project.plan(Self.sampled).plan
-        for i in 0..<3 { try await project.engine.unregister(token: Fixtures.token(i)) }
-        var request = project.saved(plan)
-        request.rereadAfter = 900
-        request.planning.refresh = .sample
+        let (project, request) = try await Self.recentLaunchPlan(unregistering: 3)
         let outcome = try await project.apply(request)
         guard case .applied(let summary) = outcome.result else {
             Issue.record("\(outcome.result)")
@@ -77,17 +76,9 @@ import TidemarkTesting
 
     /// The same answers mid-apply stop it before the next step is journaled; `--accept-dead` believes them.
     @Test func theGuardCanBeTurnedOffForARealMassUninstall() async throws {
-        var project = try Project()
-        project.files["inventory.csv"] = Self.inventory(100)
-        _ = try await project.apply()
-        project.files["more.yaml"] = Self.launch
-        let plan = try await project.plan(Self.sampled).plan
-        for i in 0..<100 { try await project.engine.unregister(token: Fixtures.token(i)) }
+        let (project, request) = try await Self.recentLaunchPlan(unregistering: 100)
         var parts = project.parts
         parts.deadTokenGuard = nil
-        var request = project.saved(plan)
-        request.rereadAfter = 900
-        request.planning.refresh = .sample
         _ = try await ApplyWorkflow(parts).run(request)
         #expect(try await project.store.load()?.dead.count == 100)
     }
