@@ -46,7 +46,7 @@ import Testing
         try cli.write("tidemark.yaml", "project: zombie-test\n")
         let server = try EmulatorServeTests.Server.start(
             cli, data: nil,
-            extra: ["--auto-register", "--rate-limit", "0", "--project", "zombie-test", "--latency", "400"])
+            extra: ["--auto-register", "--rate-limit", "0", "--project", "zombie-test", "--latency", "1000"])
         defer { _ = server.stop() }
         let url = try #require(PostgresForCLI.url)
         var environment = server.environment
@@ -63,9 +63,11 @@ import Testing
             holder.waitUntilExit()
         }
         let deadline = Date().addingTimeInterval(120)
+        // Paused once three of its 40 batches (a second each) reached the emulator: polled through the
+        // emulator's counters, which a loaded runner answers in milliseconds, not a CLI run per poll.
         while Date() < deadline, holder.isRunning {
-            let listing = try cli.run(["state", "list", "--workspace", ws], environment: environment).stdout
-            if listing.range(of: #"\b([3-9]|[1-9][0-9]+)/40"#, options: .regularExpression) != nil { break }
+            let (_, traffic) = try await server.call("GET", "/emulator/v1/traffic")
+            if (traffic["requests"] as? Int ?? 0) >= 3 { break }
             try await Task.sleep(for: .milliseconds(100))
         }
         guard holder.isRunning else {
