@@ -37,6 +37,10 @@ public protocol StateStore: Sendable {
 public protocol StateLease: Sendable {
     func release() async
 
+    /// When the work under the lease last moved, for a lease that lets itself lapse when that work is
+    /// stuck; nil for a lock that lives as long as its process (a file lock).
+    var activity: LeaseActivity? { get }
+
     /// Throws when this run no longer holds the lock (its lease expired or was taken, by the store's
     /// clock): nothing more may be sent to FCM in its name. Cheap enough to ask before every request.
     func ensureHeld() async throws
@@ -45,6 +49,45 @@ public protocol StateLease: Sendable {
 extension StateLease {
     /// A lock that cannot be lost while its process lives (a file lock) is always held.
     public func ensureHeld() async throws {}
+
+    public var activity: LeaseActivity? { nil }
+}
+
+/// When the work a lease covers last moved (a request sent or answered, a state transaction committed),
+/// and whether it waits for a person (a confirmation prompt). A lease renewed by a heartbeat asks this
+/// before each renewal, so work stuck for longer than its stall limit no longer holds the workspace: the
+/// lease lapses, another run can take over, and the stuck run stops at its next request.
+public final class LeaseActivity: Sendable {
+    private struct Fields {
+        var last: ContinuousClock.Instant
+        var asking = 0
+    }
+
+    private let fields: Mutex<Fields>
+
+    public init(now: ContinuousClock.Instant = .now) { fields = Mutex(Fields(last: now)) }
+
+    /// The work moved.
+    public func progressed(at now: ContinuousClock.Instant = .now) {
+        fields.withLock { $0.last = max($0.last, now) }
+    }
+
+    /// Runs `body`, a wait for a person, during which the work is not stuck however long it takes.
+    public func waitingForPerson<T: Sendable>(_ body: () async throws -> T) async rethrows -> T {
+        fields.withLock { $0.asking += 1 }
+        defer {
+            fields.withLock { f in
+                f.asking -= 1
+                f.last = max(f.last, .now)
+            }
+        }
+        return try await body()
+    }
+
+    /// How long nothing has moved; nil while a person is asked.
+    public func idle(at now: ContinuousClock.Instant = .now) -> Duration? {
+        fields.withLock { f in f.asking > 0 ? nil : max(.zero, now - f.last) }
+    }
 }
 
 /// Where the requests of a run ask whether its state lock is still held: the backend and the executor
@@ -58,7 +101,20 @@ public final class LeaseGate: Sendable {
     /// Throws when the lease held for this run was lost.
     public func check() async throws {
         guard let held = lease.withLock({ $0 }) else { return }
+        held.activity?.progressed()
         try await held.ensureHeld()
+    }
+
+    /// The run's work moved (an answer came back): a lease whose work moves is not stuck.
+    public func progressed() {
+        lease.withLock { $0 }?.activity?.progressed()
+    }
+
+    /// Runs `body`, a wait for a person (a confirmation prompt): however long it takes, the lease is
+    /// not let go as stuck.
+    public func waitingForPerson<T: Sendable>(_ body: () async throws -> T) async rethrows -> T {
+        guard let activity = lease.withLock({ $0 })?.activity else { return try await body() }
+        return try await activity.waitingForPerson(body)
     }
 
     func hold(_ held: (any StateLease)?) { lease.withLock { $0 = held } }

@@ -204,6 +204,7 @@ public struct FCMHTTPBackend: Backend {
             do {
                 let response = try await routes.execute(request, timeout: .seconds(60))
                 counter.answered(attempt: attempt)
+                options.gate?.progressed()
                 let bytes = try await response.body.collect(upTo: 16 << 20)
                 let status = Int(response.status.code)
                 let body = !successBody && (200..<300).contains(status) ? Data() : Data(buffer: bytes)

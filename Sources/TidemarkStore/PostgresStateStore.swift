@@ -31,6 +31,8 @@ public final class PostgresStateStore: StateStore {
     /// The lease this store object holds, checked by every save (fencing). A process uses one store
     /// object per workspace, so the lease its lock took covers all its writes.
     private let held = Mutex<(id: String, fence: Int64)?>(nil)
+    /// When the work under this store's lease last moved: every committed state transaction counts.
+    private let activity = LeaseActivity()
 
     public init(
         url: PostgresURL, workspace: String = "default", leaseDuration: Duration = .seconds(60),
@@ -41,7 +43,7 @@ public final class PostgresStateStore: StateStore {
         self.leaseDuration = leaseDuration
         let location = location ?? "\(url.display) (workspace \(workspace))"
         self.location = location
-        link = PostgresLink(url: url, location: location)
+        link = PostgresLink(url: url, location: location, committed: { [activity] in activity.progressed() })
         leaseLink = PostgresLink(url: url, location: location)
     }
 
@@ -456,7 +458,10 @@ public final class PostgresStateStore: StateStore {
             return next
         }
         held.withLock { $0 = (leaseID, fence) }
-        return PostgresLease(store: self, id: leaseID, fence: fence, duration: leaseDuration, confirmedAt: asked)
+        activity.progressed()
+        return PostgresLease(
+            store: self, id: leaseID, fence: fence, duration: leaseDuration, confirmedAt: asked,
+            activity: activity)
     }
 
     public func lockHolder() async throws -> LockHolder? {
@@ -613,6 +618,14 @@ public final class PostgresStateStore: StateStore {
         StateStoreError(
             .leaseLost, path: location,
             "this run no longer holds the lease, because \(why). It stopped before sending anything more to FCM and wrote nothing more; what finished before is journaled. Run the command again ('tidemark state lock' shows who holds the lease now)"
+        )
+    }
+
+    /// The error of a run whose work stopped moving under its lease.
+    func stalledLease(idle: Duration, stall: Duration) -> StateStoreError {
+        StateStoreError(
+            .leaseLost, path: location,
+            "nothing moved under this run's lease for \(idle.components.seconds) s (no request to FCM answered, no state written), more than the URL's stall=\(stall.components.seconds), so it is no longer renewed and lapses: another run can take the workspace. This run stops before its next request to FCM; what finished is journaled, and 'tidemark apply' resumes it"
         )
     }
 
@@ -887,22 +900,35 @@ public final class PostgresStateStore: StateStore {
 /// server's clock (with the fencing counter) whether it is still this run's.
 final class PostgresLease: StateLease {
     let id: String
+    let activity: LeaseActivity?
     private let store: PostgresStateStore
     private let standing: LeaseStanding
     private let beat: Task<Void, Never>
 
-    init(store: PostgresStateStore, id: String, fence: Int64, duration: Duration, confirmedAt: ContinuousClock.Instant)
-    {
+    init(
+        store: PostgresStateStore, id: String, fence: Int64, duration: Duration, confirmedAt: ContinuousClock.Instant,
+        activity: LeaseActivity
+    ) {
         self.id = id
         self.store = store
+        self.activity = activity
         let standing = LeaseStanding(
             duration: duration, validUntil: confirmedAt + duration - LeaseStanding.margin(duration))
         self.standing = standing
+        let stall = store.url.stall
         beat = Task {
             var wait = duration / 3
             while !Task.isCancelled {
                 try? await Task.sleep(for: wait)
                 if Task.isCancelled { break }
+                if let idle = activity.idle(), idle > stall {
+                    // The work this lease covers is stuck: stop renewing, so the lease lapses and another
+                    // run can take the workspace; this run stops at its next request.
+                    let error = store.stalledLease(idle: idle, stall: stall)
+                    standing.lose(error)
+                    FileHandle.standardError.write(Data("tidemark: \(error.description)\n".utf8))
+                    return
+                }
                 let sent = ContinuousClock.now
                 switch await store.renew(id, fence: fence) {
                 case .held(let remaining):
@@ -1034,9 +1060,13 @@ actor PostgresLink {
     private var waiting: [CheckedContinuation<Void, Never>] = []
     private static let logger = Logger(label: "tidemark.state.postgres")
 
-    init(url: PostgresURL, location: String) {
+    /// Called after each committed transaction (the work under a lease moved).
+    private let committed: @Sendable () -> Void
+
+    init(url: PostgresURL, location: String, committed: @escaping @Sendable () -> Void = {}) {
         self.url = url
         self.location = location
+        self.committed = committed
     }
 
     deinit {
@@ -1086,9 +1116,11 @@ actor PostgresLink {
         // Bounded as every query tidemark sends: past the limit the connection is closed and the run goes
         // on without waiting for the statement (on a dropped connection it can wait in the driver for ever).
         do {
-            return try await PostgresURL.bounded(base, limit) {
+            let result = try await PostgresURL.bounded(base, limit) {
                 try await Self.run(base, readOnly: readOnly, idleMillis: idle, body)
             }
+            committed()
+            return result
         } catch is PostgresURL.NoAnswer {
             connection = nil
             throw StateStoreError(

@@ -29,6 +29,11 @@ public struct PostgresURL: Sendable, Equatable {
     /// How long a run's lease on a workspace lives without a heartbeat (`lease=SECONDS`, default 60):
     /// how soon another runner may take over from one that died or was cut off.
     public var lease: Duration = .seconds(60)
+    /// How long the work under a lease may go without moving (no request to FCM sent or answered, no
+    /// state transaction committed; a confirmation prompt does not count) before its heartbeat stops
+    /// renewing the lease, so a stuck run does not hold the workspace for ever (`stall=SECONDS`,
+    /// default 600: longer than any wait tidemark bounds, such as FCM's retry budget).
+    public var stall: Duration = .seconds(600)
 
     /// Whether `text` names a PostgreSQL store (and not a SQLite path).
     public static func isPostgres(_ text: String) -> Bool {
@@ -65,24 +70,26 @@ public struct PostgresURL: Sendable, Equatable {
                 }
                 mode = parsed
             case "sslrootcert": rootCert = item.value
-            case "timeout", "connect_timeout", "lease":
+            case "timeout", "connect_timeout", "lease", "stall":
                 let lowest = item.name == "lease" ? 3 : 1
-                guard let value = item.value, let seconds = Int(value), (lowest...3600).contains(seconds) else {
+                let highest = item.name == "stall" ? 86_400 : 3600
+                guard let value = item.value, let seconds = Int(value), (lowest...highest).contains(seconds) else {
                     throw StateStoreError(
                         .io, path: Self.redact(text),
-                        "\(item.name) must be a whole number of seconds from \(lowest) to 3600, not '\(item.value ?? "")'"
+                        "\(item.name) must be a whole number of seconds from \(lowest) to \(highest), not '\(item.value ?? "")'"
                     )
                 }
                 switch item.name {
                 case "timeout": timeout = .seconds(seconds)
                 case "lease": lease = .seconds(seconds)
+                case "stall": stall = .seconds(seconds)
                 default: connectTimeout = .seconds(seconds)
                 }
             case "application_name": break
             default:
                 throw StateStoreError(
                     .io, path: Self.redact(text),
-                    "tidemark does not know the URL parameter '\(item.name)'; it reads sslmode, sslrootcert, timeout, connect_timeout and lease"
+                    "tidemark does not know the URL parameter '\(item.name)'; it reads sslmode, sslrootcert, timeout, connect_timeout, lease and stall"
                 )
             }
         }

@@ -212,4 +212,34 @@ import TidemarkTesting
         #expect(backend.calls.count == 1, "only the call made while the lease was held was sent")
         #expect(plan.plan.operations.reduce(0) { $0 + $1.tokens.count } > 40)
     }
+
+    final class WatchedLease: StateLease {
+        let activity: LeaseActivity?
+        init(_ activity: LeaseActivity) { self.activity = activity }
+        func release() async {}
+    }
+
+    /// The watchdog's signal: an apply's requests move the work under its lease, and the wait at its
+    /// confirmation prompt is a wait for a person, never taken for stuck work however long it lasts.
+    @Test func requestsMoveTheLeaseAndAPromptIsNotStuckWork() async throws {
+        var project = try Project()
+        project.files["inventory.csv"] = Self.inventory(40)
+        var parts = project.parts
+        let gate = LeaseGate()
+        // Nothing has moved for an hour when the apply starts.
+        let activity = LeaseActivity(now: .now - .seconds(3600))
+        gate.testHold(WatchedLease(activity))
+        parts.leaseGate = gate
+        let whileAsked = Mutex<[Duration?]>([])
+        _ = try await ApplyWorkflow(parts).run(
+            ApplyRequest(
+                planning: Self.sampled,
+                approve: { _ in
+                    whileAsked.withLock { $0.append(activity.idle()) }
+                    return .approved
+                }))
+        #expect(whileAsked.withLock { $0 } == [nil], "asked once, and not idle while asked")
+        #expect(try #require(activity.idle()) < .seconds(600), "the apply's requests moved it")
+        #expect(LeaseActivity(now: .now - .seconds(5)).idle()! >= .seconds(5))
+    }
 }

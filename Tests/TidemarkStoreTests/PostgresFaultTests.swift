@@ -128,6 +128,47 @@ import Glibc
         await admin.close()
     }
 
+    /// A lease is held only by work that moves: a run whose work stops moving (no request, no state
+    /// written) for longer than the URL's stall limit stops renewing its lease, says so, and stops at its
+    /// next request; the lease lapses and another run takes the workspace. Each committed state
+    /// transaction counts as the work moving.
+    @Test func aLeaseWhoseWorkIsStuckLapses() async throws {
+        let name = "stall-\(UUID().uuidString.prefix(8))"
+        var url = try PostgresURL(try #require(TestPostgres.url))
+        url.stall = .seconds(1)
+        let store = PostgresStateStore(url: url, workspace: name, leaseDuration: .seconds(3))
+        let other = try TestPostgres.store(name)
+        let lease = try #require(try await store.lock(Self.holder("stuck")) as? PostgresLease)
+        let activity = try #require(lease.activity)
+        // A commit moves the work.
+        try await Task.sleep(for: .milliseconds(300))
+        let before = ContinuousClock.now
+        var state = StateStoreConformance.sample(tokens: 4)
+        try await store.save(&state, StateStoreConformance.writeAll(state), at: 1)
+        #expect(try #require(activity.idle()) <= .now - before)
+        // Then nothing moves: within a heartbeat or two past the limit the lease is let go.
+        var stopped: StateStoreError?
+        for _ in 0..<600 where stopped == nil {
+            try await Task.sleep(for: .milliseconds(200))
+            do { try await lease.ensureHeld() } catch let error as StateStoreError { stopped = error }
+        }
+        let error = try #require(stopped)
+        #expect(error.code == .leaseLost)
+        #expect(error.description.contains("nothing moved under this run's lease"))
+        #expect(error.description.contains("stall=1"))
+        // No longer renewed, it expires on the server and another run takes the workspace.
+        var taken: (any StateLease)?
+        for _ in 0..<600 where taken == nil {
+            taken = try? await other.lock(Self.holder("next"))
+            if taken == nil { try await Task.sleep(for: .milliseconds(200)) }
+        }
+        let next = try #require(taken)
+        await next.release()
+        await lease.release()
+        await store.close()
+        await other.close()
+    }
+
     /// A server that accepts the connection and never answers: the read ends within the URL's timeout,
     /// naming the server and the setting.
     @Test func aServerThatNeverAnswersEndsWithinTheTimeout() async throws {

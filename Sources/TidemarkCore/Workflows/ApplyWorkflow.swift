@@ -174,7 +174,7 @@ public struct ApplyWorkflow: Sendable {
             try await request.planReady(outcome)
             if plan.diagnostics.hasErrors { throw WorkflowError.planHasErrors }
             if plan.hasChanges {
-                switch await request.approve(plan) {
+                switch await parts.waitingForPerson({ await request.approve(plan) }) {
                 case .approved: break
                 case .declined: return ApplyOutcome(resumed: resumed, result: .declined)
                 case .unavailable: throw WorkflowError.confirmationUnavailable
@@ -243,7 +243,7 @@ public struct ApplyWorkflow: Sendable {
         let session = ApplySession.resume(
             unfinished, store: parts.store, state: state, timing: parts.timing,
             answers: parts.deadAnswers(loaded.inventory))
-        switch await request.approveResume(unfinished) {
+        switch await parts.waitingForPerson({ await request.approveResume(unfinished) }) {
         case .approved: break
         case .declined: return .declined
         case .unavailable: throw WorkflowError.confirmationUnavailable

@@ -85,6 +85,12 @@ public enum ExitStatus: Int32, Sendable {
 }
 
 extension WorkflowParts {
+    /// Runs `body`, a question to a person, without the lease taking the wait for stuck work.
+    func waitingForPerson<T: Sendable>(_ body: () async -> T) async -> T {
+        guard let leaseGate else { return await body() }
+        return await leaseGate.waitingForPerson(body)
+    }
+
     /// A differ that knows whether FCM turned device groups down at the run's date.
     public func differ() -> Differ { Differ(groupsTurnedDown: deadlines.groupsTurnedDown) }
 
