@@ -85,10 +85,32 @@ struct CSVReader {
                     return Row(
                         fields: fields, line: startLine, problem: "a quoted field is not closed; add the closing '\"'.")
                 }
+                // After the closing quote comes the separator (a '\r' before a newline allowed); anything
+                // else is a broken field, not text to drop.
+                var garbage = false
                 while position < buffer.count, buffer[position] != UInt8(ascii: ","),
                     buffer[position] != UInt8(ascii: "\n")
                 {
+                    if buffer[position] != UInt8(ascii: "\r") { garbage = true }
                     position += 1
+                }
+                if garbage {
+                    if position < buffer.count, buffer[position] == UInt8(ascii: "\n") {
+                        position += 1
+                        line += 1
+                    } else {
+                        // Skip the rest of the row so that the next one is read from its start.
+                        while position < buffer.count, buffer[position] != UInt8(ascii: "\n") { position += 1 }
+                        if position < buffer.count {
+                            position += 1
+                            line += 1
+                        }
+                    }
+                    return Row(
+                        fields: fields, line: startLine,
+                        problem:
+                            "a quoted field has text after its closing '\"'; put the whole value inside the quotes and double any quote in it."
+                    )
                 }
             } else {
                 fields.append("")

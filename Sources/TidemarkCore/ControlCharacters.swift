@@ -18,6 +18,14 @@ extension String {
         return changed ? String(out) : self
     }
 
+    /// The text as one line: `escapingControlCharacters`, newlines and tabs escaped too (for a value
+    /// quoted in a message, where a newline would split it).
+    public var escapedOnOneLine: String {
+        guard utf8.contains(where: { $0 == 0x0A || $0 == 0x09 }) else { return escapingControlCharacters }
+        return escapingControlCharacters.replacingOccurrences(of: "\n", with: "\\n").replacingOccurrences(
+            of: "\t", with: "\\t")
+    }
+
     static func isHidden(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.value {
         case 0x0A, 0x09: false

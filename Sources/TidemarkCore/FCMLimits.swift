@@ -25,6 +25,21 @@ public enum FCMLimits {
         return name.isEmpty ? "a topic name must not be empty" : nil
     }
 
+    /// The longest device group name tidemark accepts. FCM documents no limit; names are keys a
+    /// person reads (`user-1234`), and a bound keeps hostile manifests from growing every request.
+    public static let maxGroupNameLength = 256
+
+    /// Why `name` cannot name a device group, or nil when it can.
+    public static func groupNameProblem(_ name: String) -> String? {
+        if name.utf8.count > maxGroupNameLength {
+            return "is \(name.utf8.count) bytes long; a device group name has at most \(maxGroupNameLength)"
+        }
+        if name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
+            return "'\(name.escapedOnOneLine)' has a control character (a newline, a tab); write the name on one line"
+        }
+        return nil
+    }
+
     static func isTopicCharacter(_ c: Unicode.Scalar) -> Bool {
         switch c {
         case "a"..."z", "A"..."Z", "0"..."9", "-", "_", ".", "~", "%": true

@@ -15,7 +15,14 @@ public enum Gzip {
         data.count >= 2 && data[data.startIndex] == 0x1f && data[data.startIndex + 1] == 0x8b
     }
 
-    /// The inflated bytes; more than `limit` is refused (`setting` names the limit in tidemark.yaml).
+    /// How many times its compressed size an input may inflate to (past a floor of `ratioFloor`). An
+    /// inventory of registration tokens compresses two to four times, one of repeated labels perhaps
+    /// twenty; a gzip bomb a thousand. Checked as the data streams, before it is kept.
+    public static let maxRatio = 200
+    public static let ratioFloor = 64 << 20
+
+    /// The inflated bytes; more than `limit`, or more than `maxRatio` times the compressed size, is
+    /// refused (`setting` names the limit in tidemark.yaml).
     public static func decompress(_ data: Data, atMost limit: Int, setting: String? = nil) throws(GzipError) -> Data {
         var stream = z_stream()
         // 15 + 16: a gzip wrapper only (zlib or raw deflate are not what a .gz file holds).
@@ -25,6 +32,8 @@ public enum Gzip {
         defer { inflateEnd(&stream) }
         var output = Data()
         output.reserveCapacity(min(limit, max(data.count * 4, 1 << 16)))
+        let (ratioLimit, overflow) = data.count.multipliedReportingOverflow(by: maxRatio)
+        let plausible = max(ratioFloor, overflow ? .max : ratioLimit)
         let chunk = 1 << 18
         var buffer = [UInt8](repeating: 0, count: chunk)
         var problem: String?
@@ -45,6 +54,11 @@ public enum Gzip {
                 if output.count + produced > limit {
                     problem =
                         "it inflates to more than \(limit) bytes\(setting.map { " (limits.\($0) in tidemark.yaml)" } ?? "")"
+                    return
+                }
+                if output.count + produced > plausible {
+                    problem =
+                        "it inflates to more than \(maxRatio) times its compressed size (\(data.count) bytes), which no inventory does: it is not an export, or it is a gzip bomb"
                     return
                 }
                 output.append(contentsOf: buffer[0..<produced])

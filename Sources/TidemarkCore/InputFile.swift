@@ -18,11 +18,14 @@ public struct InputLimits: Sendable, Equatable {
     public var planBytes = 8 << 30
     /// Devices in the whole inventory (`limits.devices`).
     public var devices = 50_000_000
+    /// Bytes of one token file a manifest names (`limits.token_file_bytes`): about 400,000 tokens by
+    /// default. Fleets belong in the inventory; token files list test devices and small cohorts.
+    public var tokenFileBytes = 64 << 20
 
     public init() {}
 
     /// The settings of `limits:`, by key.
-    public static let keys = ["manifest_bytes", "inventory_bytes", "plan_bytes", "devices"]
+    public static let keys = ["manifest_bytes", "inventory_bytes", "plan_bytes", "devices", "token_file_bytes"]
 
     /// Parses a size such as `512MiB`, `2GiB`, `300MB` or `1000000`.
     public static func bytes(_ text: String) -> Int? {
@@ -45,7 +48,7 @@ public struct InputLimits: Sendable, Equatable {
 /// Why a file could not be read, in words a person can act on (never a Foundation error dump).
 public struct InputFileError: Error, Sendable, Equatable, CustomStringConvertible {
     public enum Kind: Sendable, Equatable {
-        case notFound, isDirectory, notRegular, permissionDenied, tooLarge, io
+        case notFound, isDirectory, notRegular, permissionDenied, tooLarge, outsideProject, io
     }
 
     public var kind: Kind
@@ -58,12 +61,26 @@ public struct InputFileError: Error, Sendable, Equatable, CustomStringConvertibl
 /// Reads whole files with the checks every input needs: it exists, is a regular file (a FIFO would
 /// block forever), is readable, and is no larger than a limit.
 public enum InputFile {
-    /// The bytes of `path`; `setting` names the limit in tidemark.yaml, for the message.
-    public static func read(_ path: String, atMost limit: Int, setting: String? = nil) throws(InputFileError) -> Data {
+    /// The bytes of `path`; `setting` names the limit in tidemark.yaml, for the message. With `within`,
+    /// the file must be inside one of those directories (real paths, symlinks resolved) once opened: the
+    /// check is made on the file actually opened, so no symlink swapped in between can lead elsewhere.
+    public static func read(
+        _ path: String, atMost limit: Int, setting: String? = nil, within roots: Confinement? = nil
+    ) throws(InputFileError) -> Data {
         // O_NONBLOCK: opening a FIFO with no writer must not hang; it is refused below.
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else { throw openError(errno) }
         defer { close(fd) }
+        if let roots {
+            let real = openedPath(fd) ?? realPath(path) ?? path
+            guard roots.contains(real) else {
+                throw InputFileError(
+                    kind: .outsideProject,
+                    problem:
+                        "it is outside \(roots.description)\(real == path ? "" : " (it leads to \(real))"); tidemark reads manifests, token files and inventories only from inside the project, so that no change to them can make it read other files on the machine"
+                )
+            }
+        }
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw InputFileError(kind: .io, problem: String(cString: strerror(errno))) }
         switch info.st_mode & S_IFMT {
@@ -92,6 +109,48 @@ public enum InputFile {
         if let failure { throw InputFileError(kind: .io, problem: String(cString: strerror(failure))) }
         data.count = offset
         return data
+    }
+
+    /// The directories files may be read from: the project's, and the manifests directory when the
+    /// command line puts it elsewhere. Held as real paths (symlinks resolved).
+    public struct Confinement: Sendable, CustomStringConvertible {
+        public let roots: [String]
+        /// How the project directory is named in messages.
+        public let display: String
+
+        /// `directories` as they are on disk; one that does not exist (yet) is kept as given.
+        public init(_ directories: [String], display: String) {
+            var roots: [String] = []
+            for directory in directories.map({ InputFile.realPath($0) ?? $0 }) where !roots.contains(directory) {
+                // A directory inside one already allowed adds nothing.
+                if !roots.contains(where: { directory.hasPrefix($0 + "/") }) { roots.append(directory) }
+            }
+            self.roots = roots
+            self.display = display
+        }
+
+        public func contains(_ real: String) -> Bool {
+            roots.contains { root in real == root || real.hasPrefix(root == "/" ? "/" : root + "/") }
+        }
+
+        public var description: String {
+            "the project directory \(display)" + (roots.count > 1 ? " and the manifests directory" : "")
+        }
+    }
+
+    /// The real path of an open file, as the kernel knows it.
+    static func openedPath(_ fd: Int32) -> String? {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = readlink("/proc/self/fd/\(fd)", &buffer, Int(PATH_MAX))
+        guard n > 0, buffer[0] == 0x2F else { return nil }
+        return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// `path` with every symlink resolved, or nil when it does not exist.
+    public static func realPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
     }
 
     /// Files this large are read into memory mapped for them (huge pages where the kernel allows),

@@ -83,6 +83,15 @@ public struct FileInventorySource: InventorySource {
     /// CSV: a header row naming `device_id` (or `id`), `token`, and any label columns. With `exclusion`,
     /// its column is read as a time and not kept as a label; `rowsAreLines: false` names rows by number
     /// (a command's output) rather than by file line.
+    static let utf8BOM: [UInt8] = [0xEF, 0xBB, 0xBF]
+
+    /// The rows to reserve room for: no more than the lines, the devices the limit leaves room for, or
+    /// the rows `bytes` can hold (a device row is at least 25 bytes: an id, a comma, a 22-character
+    /// token, a newline), so that a file of a billion blank lines reserves little.
+    static func reservation(lines: Int, bytes: Int, room: Int) -> Int {
+        max(0, min(lines, bytes / 25 + 1, room))
+    }
+
     public static func loadCSV(
         _ data: Data, file: String, into builder: inout InventoryBuilder, exclusion: ExclusionFilter? = nil,
         rowsAreLines: Bool = true
@@ -100,6 +109,8 @@ public struct FileInventorySource: InventorySource {
     ) {
         let source = builder.source(file)
         let column = rowsAreLines ? 1 : 0
+        // A UTF-8 byte order mark, as spreadsheet exports write, is not part of the first column's name.
+        let bytes = bytes.starts(with: utf8BOM) ? UnsafeBufferPointer(rebasing: bytes[3...]) : bytes
         var reader = CSVReader(bytes)
         guard let header = reader.next() else {
             builder.error(
@@ -128,7 +139,9 @@ public struct FileInventorySource: InventorySource {
         }
         let slots = labelColumns.map { builder.labelSlot(names[$0]) }
         let labels = zip(slots, labelColumns).map { (slot: $0.0, field: $0.1) }
-        builder.reserveCapacity(Self.lineCount(bytes))
+        builder.reserveCapacity(
+            Self.reservation(
+                lines: Self.lineCount(bytes), bytes: bytes.count, room: builder.deviceLimit - builder.inventory.count))
         var number = 0
         /// A row read as strings: one with quotes, or any row when a policy reads a column.
         func add(_ fields: [String], line: Int) {
@@ -168,7 +181,9 @@ public struct FileInventorySource: InventorySource {
                         token: UnsafeBufferPointer(rebasing: bytes[ahead[tokenColumn]]))
                 }
                 number += 1
-                if exclusion != nil || current.count != names.count {
+                if current.count == 1, current[0].isEmpty {
+                    // A blank line: nothing to read.
+                } else if exclusion != nil || current.count != names.count {
                     add(
                         current.map { String(decoding: UnsafeBufferPointer(rebasing: bytes[$0]), as: UTF8.self) },
                         line: line)
@@ -201,6 +216,37 @@ public struct FileInventorySource: InventorySource {
 
     /// JSON lines: one object a line, `{"id": …, "token": …, "labels": {…}}`; with `exclusion`, its
     /// column is a label (or a top-level key) read as a time and not kept.
+    /// Whether `json` has a comma right before a `}` or `]` (outside strings): JSON forbids it, though
+    /// Foundation's parser lets it pass.
+    static func hasTrailingComma(_ json: some Collection<UInt8>) -> Bool {
+        var inString = false
+        var escaped = false
+        var afterComma = false
+        for byte in json {
+            if inString {
+                if escaped {
+                    escaped = false
+                } else if byte == UInt8(ascii: "\\") {
+                    escaped = true
+                } else if byte == UInt8(ascii: "\"") {
+                    inString = false
+                }
+                continue
+            }
+            switch byte {
+            case UInt8(ascii: "\""):
+                inString = true
+                afterComma = false
+            case UInt8(ascii: ","): afterComma = true
+            case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                if afterComma { return true }
+            case UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\r"), UInt8(ascii: "\n"): break
+            default: afterComma = false
+            }
+        }
+        return false
+    }
+
     public static func loadJSONLines(
         _ data: Data, file: String, into builder: inout InventoryBuilder, exclusion: ExclusionFilter? = nil,
         rowsAreLines: Bool = true
@@ -215,6 +261,14 @@ public struct FileInventorySource: InventorySource {
             if trimmed.isEmpty || trimmed == Data([UInt8(ascii: "\r")]) { continue }
             number += 1
             let location = SourceLocation(file: file, line: rowsAreLines ? line : number, column: column)
+            // A byte order mark before the first line is not part of it.
+            let slice = line == 1 && slice.starts(with: utf8BOM) ? slice.dropFirst(3) : slice
+            if Self.hasTrailingComma(slice) {
+                builder.error(
+                    "line has a comma before a closing brace or bracket, which JSON does not allow; remove it.",
+                    at: location)
+                continue
+            }
             guard let object = (try? JSONSerialization.jsonObject(with: Data(slice))) as? [String: Any] else {
                 builder.error(
                     "line is not a JSON object; each line must look like {\"id\": \"…\", \"token\": \"…\", \"labels\": {…}}.",

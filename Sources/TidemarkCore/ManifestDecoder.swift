@@ -109,7 +109,7 @@ public struct ManifestDecoder {
         var labels: [String: String] = [:]
         for (key, _, value) in pairs {
             switch key {
-            case "id": id = doc.string(value, "'id'").map { Located($0, at: doc.location(value)) }
+            case "id": id = doc.identifier(value, "'id'").map { Located($0, at: doc.location(value)) }
             case "token": token = doc.string(value, "'token'").map { Located($0, at: doc.location(value)) }
             case "labels":
                 guard case .mapping(let mapping) = value else {
@@ -126,7 +126,11 @@ public struct ManifestDecoder {
             }
         }
         guard let id, let token else {
-            doc.error("a device needs both 'id' and 'token'.", node)
+            // A key that is there with a bad value was reported already.
+            let named = Set(pairs.map(\.key))
+            if !named.contains("id") || !named.contains("token") {
+                doc.error("a device needs both 'id' and 'token'.", node)
+            }
             return nil
         }
         return DeviceSpec(id: id, token: token, labels: labels)
@@ -175,6 +179,10 @@ public struct ManifestDecoder {
             return nil
         }
         guard let name = doc.string(namePair.value, "'notification_key_name'") else { return nil }
+        if let problem = FCMLimits.groupNameProblem(name) {
+            doc.error("'notification_key_name' \(problem).", namePair.value)
+            return nil
+        }
         var group = GroupSpec(name: Located(name, at: doc.location(namePair.value)), location: doc.location(node))
         for (key, _, value) in pairs {
             switch key {
@@ -204,6 +212,13 @@ public struct ManifestDecoder {
             case "members": audience.members = decodeMembers(value, owner: "audience '\(name)'", &doc)
             default: break
             }
+        }
+        if audience.members.isEmpty {
+            // An audience replaces a device group: with no members it would be a topic nobody is in.
+            doc.error(
+                "audience '\(name.escapedOnOneLine)' has no members; list them under 'members' (the device group it replaces lists its own).",
+                node)
+            return nil
         }
         return audience
     }

@@ -19,7 +19,21 @@ public struct ManifestFormatter: Sendable {
         case failed([Diagnostic])
     }
 
+    /// `text` with each CRLF made LF.
+    static func lf(_ text: String) -> String {
+        let bytes = Array(text.utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        for (i, byte) in bytes.enumerated() where !(byte == 0x0D && i + 1 < bytes.count && bytes[i + 1] == 0x0A) {
+            out.append(byte)
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// The file formatted. Line endings come out as LF: a file saved with CRLF (Windows editors) is
+    /// rewritten with LF, as git stores text.
     public func format(_ text: String, file: String) -> Outcome {
+        let text = text.utf8.contains(0x0D) ? Self.lf(text) : text
         var doc = YAMLDocument(file: file)
         let composed = doc.compose(text)
         if !doc.diagnostics.isEmpty { return .failed(doc.diagnostics) }

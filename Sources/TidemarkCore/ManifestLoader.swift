@@ -102,7 +102,7 @@ public struct ManifestLoader: ManifestSource {
         diagnostics += builder.allDiagnostics
         return ReadManifests(
             manifests: manifests, inventory: builder.inventory, diagnostics: diagnostics, snapshots: snapshots,
-            inventoryFailed: inventoryFailed, files: recording)
+            inventoryFailed: inventoryFailed, files: recording, tokenFileBytes: limits.tokenFileBytes)
     }
 
     /// The sources the manifests declare (inline devices, then files in order), then the extra ones.
@@ -177,11 +177,17 @@ public struct ReadManifests: Sendable {
     /// misleading errors (empty topics, unknown labels), so they are not reported.
     public var inventoryFailed = false
     let files: any FileSource
+    var tokenFileBytes = InputLimits().tokenFileBytes
+
+    var resolver: Resolver {
+        var resolver = Resolver(manifests: manifests, inventory: inventory, files: files)
+        resolver.tokenFileBytes = tokenFileBytes
+        return resolver
+    }
 
     /// Resolves members, interning tokens into `table`, and checks FCM's limits.
     public func resolve(into table: inout TokenTable) -> LoadedManifests {
-        let (desired, resolveDiagnostics) = Resolver(manifests: manifests, inventory: inventory, files: files)
-            .resolve(into: &table)
+        let (desired, resolveDiagnostics) = resolver.resolve(into: &table)
         PhaseTrace.mark("members resolved")
         let (digest, entries) = desired.digests(tokens: table)
         return LoadedManifests(
@@ -194,6 +200,6 @@ public struct ReadManifests: Sendable {
 extension ReadManifests {
     /// Which member entries of each topic and group name token `id` (see `Resolver.entries`).
     public func entries(naming id: UInt32, table: inout TokenTable) -> [String: [MemberRef]] {
-        Resolver(manifests: manifests, inventory: inventory, files: files).entries(naming: id, table: &table)
+        resolver.entries(naming: id, table: &table)
     }
 }

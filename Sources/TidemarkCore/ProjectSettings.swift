@@ -78,6 +78,27 @@ public struct ProjectSettings: Sendable, Equatable {
         return (sources, doc.diagnostics)
     }
 
+    /// Why `id` is not a Google Cloud project id, or nil: 6 to 30 lowercase letters, digits and hyphens,
+    /// starting with a letter (a domain-scoped project keeps its `example.com:` prefix).
+    public static func projectIDProblem(_ id: String) -> String? {
+        var id = Substring(id)
+        if let colon = id.lastIndex(of: ":") {
+            let domain = id[..<colon]
+            guard !domain.isEmpty,
+                domain.allSatisfy({ $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "-" || $0 == ".") })
+            else { return "has a domain prefix that is not a domain name" }
+            id = id[id.index(after: colon)...]
+        }
+        guard (6...30).contains(id.count) else { return "must be 6 to 30 characters long" }
+        guard let first = id.first, first.isASCII, first.isLowercase else {
+            return "must start with a lowercase letter"
+        }
+        guard id.allSatisfy({ $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "-") }), !id.hasSuffix("-") else {
+            return "may hold only lowercase letters, digits and hyphens, and may not end with a hyphen"
+        }
+        return nil
+    }
+
     /// Decodes the project file's text; problems come back as diagnostics.
     public static func decode(_ text: String, file: String) -> (ProjectSettings, [Diagnostic]) {
         var doc = YAMLDocument(file: file)
@@ -86,19 +107,22 @@ public struct ProjectSettings: Sendable, Equatable {
         if case .scalar(let s) = root, s.string.isEmpty { return (settings, doc.diagnostics) }
         for (key, _, value) in doc.mapping(root, "tidemark.yaml", allowed: keys) ?? [] {
             if key == "read_qps" {
-                if case .scalar(let scalar) = value, let reads = Double(scalar.string), reads > 0 {
+                if case .scalar(let scalar) = value, let reads = Double(scalar.string), reads > 0, reads <= 1_000_000 {
                     settings.readQPS = reads
                 } else {
-                    doc.error("'read_qps' must be a positive number of reads per second.", value)
+                    doc.error(
+                        "'read_qps' must be a number of reads per second from above 0 to 1000000, not '\(value.scalar?.string ?? "")'.",
+                        value)
                 }
                 continue
             }
             if key == "qps" {
-                if case .scalar(let scalar) = value, let qps = Double(scalar.string), qps > 0 {
+                if case .scalar(let scalar) = value, let qps = Double(scalar.string), qps > 0, qps <= 1_000_000 {
                     settings.qps = qps
                 } else {
                     doc.error(
-                        "'qps' must be a positive number of subscription changes per second (FCM allows 3000).", value)
+                        "'qps' must be a number of subscription changes per second from above 0 to 1000000 (FCM allows 3000), not '\(value.scalar?.string ?? "")'.",
+                        value)
                 }
                 continue
             }
@@ -186,6 +210,7 @@ public struct ProjectSettings: Sendable, Equatable {
                     switch name {
                     case "manifest_bytes": settings.limits.manifestBytes = bytes
                     case "inventory_bytes": settings.limits.inventoryBytes = bytes
+                    case "token_file_bytes": settings.limits.tokenFileBytes = bytes
                     default: settings.limits.planBytes = bytes
                     }
                 }
@@ -201,7 +226,12 @@ public struct ProjectSettings: Sendable, Equatable {
             }
             guard let text = doc.string(value, "'\(key)'") else { continue }
             switch key {
-            case "project": settings.project = text
+            case "project":
+                if let problem = ProjectSettings.projectIDProblem(text) {
+                    doc.error("'project' \(problem), not '\(text.escapedOnOneLine)'.", value)
+                } else {
+                    settings.project = text
+                }
             case "backend":
                 if let kind = BackendKind(rawValue: text) {
                     settings.backend = kind
@@ -217,7 +247,14 @@ public struct ProjectSettings: Sendable, Equatable {
                     settings.workspace = text
                 }
             case "credentials": settings.credentials = text
-            case "sender_id": settings.senderID = text
+            case "sender_id":
+                if text.count <= 20, text.allSatisfy({ $0.isASCII && $0.isNumber }) {
+                    settings.senderID = text
+                } else {
+                    doc.error(
+                        "'sender_id' must be the project number (digits only, as in the Firebase console's Cloud Messaging settings), not '\(text.escapedOnOneLine)'.",
+                        value)
+                }
             case "fcm_url", "iid_url":
                 guard text.hasPrefix("https://") || text.hasPrefix("http://"), !text.hasSuffix("/") else {
                     doc.error(

@@ -5,6 +5,8 @@ public struct Resolver {
     public let manifests: ManifestSet
     public let inventory: Inventory
     public let files: FileSource
+    /// The largest token file read (`limits.token_file_bytes`).
+    public var tokenFileBytes = InputLimits().tokenFileBytes
 
     public init(manifests: ManifestSet, inventory: Inventory, files: FileSource) {
         self.manifests = manifests
@@ -14,7 +16,7 @@ public struct Resolver {
 
     /// Resolves every topic and group; ids are interned into `table`.
     public func resolve(into table: inout TokenTable) -> (DesiredState, [Diagnostic]) {
-        var context = Context(inventory: inventory, files: files)
+        var context = Context(inventory: inventory, files: files, tokenFileBytes: tokenFileBytes)
         context.deviceTokenIDs.reserveCapacity(inventory.count)
         table.reserveCapacity(table.count + inventory.count)
         // The inventory usually lists devices in the order state first met them: try the id after
@@ -157,10 +159,12 @@ public struct Resolver {
         var namedTokens: [UInt32] = []
         var postings: [String: [[Int32]]] = [:]
         var tokenFiles: [String: [String]] = [:]
+        let tokenFileBytes: Int
 
-        init(inventory: Inventory, files: FileSource) {
+        init(inventory: Inventory, files: FileSource, tokenFileBytes: Int) {
             self.inventory = inventory
             self.files = files
+            self.tokenFileBytes = tokenFileBytes
         }
 
         mutating func resolve(
@@ -319,27 +323,26 @@ public struct Resolver {
             _ diagnostics: inout [Diagnostic]
         ) -> TokenSet {
             if tokenFiles[path.value] == nil {
-                guard let data = try? files.read(path.value) else {
+                let data: Data
+                do {
+                    data = try files.read(path.value, atMost: tokenFileBytes, setting: "token_file_bytes")
+                } catch {
                     diagnostics.append(
                         .error(
-                            "cannot read token file '\(path.value)' named by \(owner); paths are relative to the manifests directory.",
+                            "cannot read token file '\(path.value)' named by \(owner): \(ErrorText.describe(error)) (paths are relative to the manifests directory).",
                             at: path.location))
                     return TokenSet()
                 }
                 var tokens: [String] = []
-                var line = 0
-                for raw in String(decoding: data, as: UTF8.self).split(
-                    separator: "\n", omittingEmptySubsequences: false)
-                {
-                    line += 1
-                    let text = raw.trimmingCharacters(in: .whitespacesAndNewlines)
-                    if text.isEmpty || text.hasPrefix("#") { continue }
+                // Lines by bytes, so CRLF line endings (a "\r\n" is one Character) end lines too.
+                TokenFileLines.each(data) { line, text in
+                    if text.isEmpty || text.hasPrefix("#") { return }
                     if let problem = FCMLimits.tokenProblem(text) {
                         diagnostics.append(
                             .error(
                                 "line is not a registration token: \(problem).",
                                 at: SourceLocation(file: files.displayPath(path.value), line: line, column: 1)))
-                        continue
+                        return
                     }
                     tokens.append(text)
                 }
@@ -357,7 +360,7 @@ extension Resolver {
     /// interned the manifests into it), by `State.versionKey`: the same rules as `resolve`, one entry
     /// at a time, so a device's view says why it is in each.
     public func entries(naming id: UInt32, table: inout TokenTable) -> [String: [MemberRef]] {
-        var context = Context(inventory: inventory, files: files)
+        var context = Context(inventory: inventory, files: files, tokenFileBytes: tokenFileBytes)
         for token in inventory.tokens { context.deviceTokenIDs.append(table.intern(token)) }
         var ignored: [Diagnostic] = []
         var result: [String: [MemberRef]] = [:]
@@ -411,6 +414,30 @@ extension MemberRef {
         case .devices(let devices): devices.first?.location
         case .selector(_, let location): location
         case .file(let path): path.location
+        }
+    }
+}
+
+/// The lines of a token file: split at LF, a CR before it and surrounding blanks dropped, a leading
+/// UTF-8 byte order mark ignored.
+enum TokenFileLines {
+    static func each(_ data: Data, _ body: (_ line: Int, _ text: String) -> Void) {
+        data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+            let bytes = raw.bindMemory(to: UInt8.self)
+            var start = bytes.starts(with: [0xEF, 0xBB, 0xBF]) ? 3 : 0
+            var line = 0
+            while start <= bytes.count {
+                var end = start
+                while end < bytes.count, bytes[end] != 0x0A { end += 1 }
+                line += 1
+                var (a, b) = (start, end)
+                while a < b, bytes[a] == 0x20 || bytes[a] == 0x09 || bytes[a] == 0x0D { a += 1 }
+                while b > a, bytes[b - 1] == 0x20 || bytes[b - 1] == 0x09 || bytes[b - 1] == 0x0D { b -= 1 }
+                if end < bytes.count || a < b {
+                    body(line, String(decoding: UnsafeBufferPointer(rebasing: bytes[a..<b]), as: UTF8.self))
+                }
+                start = end + 1
+            }
         }
     }
 }

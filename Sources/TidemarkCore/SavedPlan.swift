@@ -10,11 +10,24 @@ extension Plan {
     /// an invalid selection; `file` names it in messages.
     public static func decodeSaved(_ data: Data, file: String) throws(SavedPlanError) -> Plan {
         struct Header: Decodable { var formatVersion: Int? }
+        // tidemark writes plans as UTF-8; another encoding (a UTF-16 re-save) is not the file it wrote.
+        if data.starts(with: [0xFE, 0xFF]) || data.starts(with: [0xFF, 0xFE]) || data.prefix(4).contains(0) {
+            throw SavedPlanError(
+                description:
+                    "\(file) is not UTF-8 (it looks like UTF-16, as some editors re-save files); apply the file 'tidemark plan --out' wrote, unchanged."
+            )
+        }
         let header = try? Plan.decoder().decode(Header.self, from: data)
         guard let version = header?.formatVersion else {
             throw SavedPlanError(
                 description:
                     "\(file) is not a tidemark plan file (no format_version); save a plan with 'tidemark plan --out plan.json' and apply that file."
+            )
+        }
+        guard version >= 1 else {
+            throw SavedPlanError(
+                description:
+                    "\(file) has plan format \(version), which no tidemark writes; apply the file 'tidemark plan --out' wrote, unchanged."
             )
         }
         guard version <= Plan.currentFormatVersion else {
@@ -30,6 +43,12 @@ extension Plan {
             throw SavedPlanError(
                 description:
                     "\(file) is not a valid tidemark plan: \((error as? DecodingError).map { ErrorText.describe($0, snakeCase: true) } ?? ErrorText.describe(error)). Make a new plan with 'tidemark plan --out'."
+            )
+        }
+        guard plan.serial >= 0 else {
+            throw SavedPlanError(
+                description:
+                    "\(file) names state serial \(plan.serial), which no state has; apply the file 'tidemark plan --out' wrote, unchanged."
             )
         }
         if let recorded = plan.operationsDigestWhenMade, recorded != plan.operationsDigest {

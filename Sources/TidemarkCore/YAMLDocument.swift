@@ -96,7 +96,7 @@ struct YAMLDocument {
     static func kind(_ node: Node) -> String {
         switch node {
         case .scalar(let s):
-            s.tag.description.hasSuffix(":null") || s.string.isEmpty ? "an empty value" : "'\(s.string)'"
+            isNull(node) || s.string.isEmpty ? "an empty value" : "'\(s.string.escapingControlCharacters)'"
         case .mapping: "a mapping"
         case .sequence: "a list"
         case .alias: "an alias"
@@ -145,9 +145,32 @@ struct YAMLDocument {
         return (seconds, text)
     }
 
+    /// Whether YAML reads `node` as null (`~`, `null`, nothing at all), without changing its tag.
+    static func isNull(_ node: Node) -> Bool {
+        Yams.Resolver.default.resolveTag(of: node) == .null
+    }
+
+    /// A non-empty string. A value YAML reads as something else is refused: null, a value with an
+    /// explicit tag (`!!int 5`, `!custom x`; manifests use none) and the special numbers `.nan` and
+    /// `.inf`, which YAML does not read as text.
     mutating func string(_ node: Node, _ what: String) -> String? {
-        guard case .scalar(let scalar) = node, !scalar.tag.description.hasSuffix(":null") else {
+        guard case .scalar(let scalar) = node, !Self.isNull(node) else {
             error("\(what) must be a string, not \(Self.kind(node)).", node)
+            return nil
+        }
+        let explicit = scalar.tag.description
+        if !["", "!", Tag.Name.str.rawValue].contains(explicit) {
+            error(
+                "\(what) carries the YAML tag '\(explicit.escapingControlCharacters)'; tidemark files use no tags, so write the value without it.",
+                node)
+            return nil
+        }
+        if explicit.isEmpty, Yams.Resolver.default.resolveTag(of: node) == .float,
+            [".nan", ".inf", "+.inf", "-.inf"].contains(scalar.string.lowercased())
+        {
+            error(
+                "\(what) is '\(scalar.string)', which YAML reads as a special number, not text; quote it if it is meant as text.",
+                node)
             return nil
         }
         if scalar.string.isEmpty {
@@ -155,6 +178,19 @@ struct YAMLDocument {
             return nil
         }
         return scalar.string
+    }
+
+    /// A string that names something exactly as written (a device id): a plain value YAML reads as a
+    /// number (`00123`, `1e3`, `123`) is refused, since other YAML readers turn it into 123 or 1000.
+    mutating func identifier(_ node: Node, _ what: String) -> String? {
+        guard let text = string(node, what) else { return nil }
+        if case .scalar(let scalar) = node, scalar.tag.description.isEmpty,
+            [Tag.Name.int, .float].contains(Yams.Resolver.default.resolveTag(of: node))
+        {
+            error("\(what) '\(text)' is a number to YAML; quote it (\"\(text)\") so that it is read as written.", node)
+            return nil
+        }
+        return text
     }
 
     mutating func bool(_ node: Node, _ what: String) -> Bool? {

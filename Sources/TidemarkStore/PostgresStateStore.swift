@@ -977,6 +977,9 @@ final class PostgresLease: StateLease {
 
     /// Stops renewing the lease (tests of expiry).
     func stopHeartbeat() { beat.cancel() }
+
+    /// Why the lease was lost, once it was.
+    var lost: StateStoreError? { standing.lost }
 }
 
 /// What a lease holder knows of its lease: until when it is surely valid (a lower bound on its expiry
@@ -1026,6 +1029,8 @@ final class LeaseStanding: Sendable {
     }
 
     var validUntil: ContinuousClock.Instant { fields.withLock { $0.validUntil } }
+
+    var lost: StateStoreError? { fields.withLock { $0.lost } }
 
     func confirmed(at sent: ContinuousClock.Instant, remaining: Duration) {
         fields.withLock { f in

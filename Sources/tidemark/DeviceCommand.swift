@@ -22,6 +22,12 @@ struct DeviceCommand: AsyncParsableCommand {
 
     @OptionGroup var output: DataFormatOption
 
+    func validate() throws {
+        if query.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty {
+            throw ValidationError("ID|TOKEN is empty; name a device id from the inventory or a registration token.")
+        }
+    }
+
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)

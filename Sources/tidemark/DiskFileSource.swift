@@ -6,6 +6,8 @@ struct DiskFileSource: FileSource {
     let root: String
     /// How the root is shown in messages (as the user named it).
     let displayRoot: String
+    /// Where files may be read from (the project directory); nil reads anywhere (`fmt` of named files).
+    var confinement: InputFile.Confinement? = nil
 
     func resolve(_ path: String) -> String {
         if path.hasPrefix("/") { return path }
@@ -13,7 +15,7 @@ struct DiskFileSource: FileSource {
     }
 
     func read(_ path: String, atMost limit: Int, setting: String?) throws -> Data {
-        try InputFile.read(resolve(path), atMost: limit, setting: setting)
+        try InputFile.read(resolve(path), atMost: limit, setting: setting, within: confinement)
     }
 
     func list(_ directory: String) throws -> [String] {
@@ -30,8 +32,10 @@ struct DiskFileSource: FileSource {
         else { return [] }
         var files: [String] = []
         let root = URL(fileURLWithPath: base).standardizedFileURL.path
+        // Every entry but a directory: a symlink or a FIFO among the manifests is named and refused when
+        // read, never skipped in silence.
         for case let url as URL in walker
-        where (try? url.resourceValues(forKeys: [.isRegularFileKey]))?.isRegularFile == true {
+        where (try? url.resourceValues(forKeys: [.isDirectoryKey]))?.isDirectory != true {
             let path = url.standardizedFileURL.path
             guard path.hasPrefix(root + "/") else { continue }
             files.append(String(path.dropFirst(root.count + 1)))

@@ -31,7 +31,8 @@ struct FmtCommand: AsyncParsableCommand {
                 let data: Data
                 do {
                     data = try InputFile.read(
-                        path, atMost: workspace.settings.limits.manifestBytes, setting: "manifest_bytes")
+                        path, atMost: workspace.settings.limits.manifestBytes, setting: "manifest_bytes",
+                        within: workspace.confinement)
                 } catch {
                     problems.append(
                         .error(

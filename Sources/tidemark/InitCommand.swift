@@ -56,16 +56,7 @@ struct InitCommand: ParsableCommand {
     }
 
     /// Why `id` is not a Firebase project id, or nil.
-    static func projectIDProblem(_ id: String) -> String? {
-        guard (6...30).contains(id.count) else { return "must be 6 to 30 characters long" }
-        guard let first = id.first, first.isASCII, first.isLowercase else {
-            return "must start with a lowercase letter"
-        }
-        guard id.allSatisfy({ $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "-") }), !id.hasSuffix("-") else {
-            return "may hold only lowercase letters, digits and hyphens, and may not end with a hyphen"
-        }
-        return nil
-    }
+    static func projectIDProblem(_ id: String) -> String? { ProjectSettings.projectIDProblem(id) }
 
     /// The files init writes, by path relative to the project directory, in the order written.
     func files() -> [(path: String, text: String)] {

@@ -85,8 +85,9 @@ struct RefreshOptions: ParsableArguments {
     var readQps: Double?
 
     func validate() throws {
-        if let readQps, !(readQps > 0) {
-            throw ValidationError("--read-qps must be a positive number of reads per second, not \(readQps).")
+        if let readQps, !(readQps > 0 && readQps <= 1_000_000) {
+            throw ValidationError(
+                "--read-qps must be a number of reads per second from above 0 to 1000000, not \(readQps).")
         }
     }
 }

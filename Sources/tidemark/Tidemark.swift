@@ -22,6 +22,41 @@ struct Tidemark: AsyncParsableCommand {
             GroupsCommand.self, InitCommand.self, SchemaCommand.self,
         ]
     )
+
+    /// As ArgumentParser's own entry point, except that 'tidemark help NAME' for a command that does not
+    /// exist is an error (exit 64) instead of the top-level help with exit 0.
+    static func main() async {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        if arguments.first == "help", let unknown = unknownHelpTopic(Array(arguments.dropFirst())) {
+            FileHandle.standardError.write(
+                Data("error: tidemark has no command '\(unknown)'; 'tidemark --help' lists the commands.\n".utf8))
+            Foundation.exit(64)
+        }
+        do {
+            var command = try parseAsRoot()
+            if var asynchronous = command as? AsyncParsableCommand {
+                try await asynchronous.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            exit(withError: error)
+        }
+    }
+
+    /// The first name after 'help' that is not a subcommand of the one before it, if any.
+    static func unknownHelpTopic(_ names: [String]) -> String? {
+        var current: any ParsableCommand.Type = Tidemark.self
+        for name in names where !name.hasPrefix("-") {
+            guard
+                let next = current.configuration.subcommands.first(where: {
+                    $0.configuration.commandName == name || $0.configuration.aliases.contains(name)
+                })
+            else { return name }
+            current = next
+        }
+        return nil
+    }
 }
 
 /// Runs a command body, printing our errors as one clear message and mapping them to exit 1.

@@ -188,10 +188,16 @@ struct Workspace {
             namespace: LockHolder.currentNamespace)
     }
 
+    /// Where manifests, token files and inventories may be read from: the project directory, and the
+    /// manifests directory when --manifests or tidemark.yaml puts it elsewhere.
+    var confinement: InputFile.Confinement {
+        InputFile.Confinement([root, manifestsPath], display: options.directory == "." ? "'.'" : options.directory)
+    }
+
     /// The manifests directory on disk, and the inventory it names.
     func manifestSource() -> ManifestLoader {
         ManifestLoader(
-            files: DiskFileSource(root: manifestsPath, displayRoot: manifestsDisplay),
+            files: DiskFileSource(root: manifestsPath, displayRoot: manifestsDisplay, confinement: confinement),
             extraSources: configuredSources(), limits: settings.limits)
     }
 

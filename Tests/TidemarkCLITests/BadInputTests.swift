@@ -133,6 +133,85 @@ import Testing
         expectOneLine(try cli.run(["validate"]), ["limits.manifest_bytes"])
     }
 
+    /// Manifests, token files and inventories are read only from inside the project: a path that climbs
+    /// out, an absolute path and a symlink that leads out are refused with the path they lead to, before
+    /// anything is read; a manifest that is a symlink out or a FIFO is named and refused, not skipped.
+    @Test func filesOutsideTheProjectAreNeverRead() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let manifests = cli.project.appendingPathComponent("manifests")
+        try cli.write(
+            "manifests/escape.yaml",
+            """
+            topics:
+              - name: escape
+                members:
+                  - file: ../../../../../../etc/passwd
+                  - file: /etc/hostname
+                  - file: shadow.txt
+
+            """)
+        try FileManager.default.createSymbolicLink(
+            atPath: manifests.appendingPathComponent("shadow.txt").path, withDestinationPath: "/etc/shadow")
+        try FileManager.default.createSymbolicLink(
+            atPath: manifests.appendingPathComponent("linked.csv").path, withDestinationPath: "/etc/passwd")
+        try FileManager.default.createSymbolicLink(
+            atPath: manifests.appendingPathComponent("passwd.yaml").path, withDestinationPath: "/etc/passwd")
+        #expect(mkfifo(manifests.appendingPathComponent("pipe.yaml").path, 0o600) == 0)
+        for command in [["validate"], ["plan"], ["fmt", "--check"]] {
+            let result = try cli.run(command)
+            #expect(result.status == 1, "\(command)")
+            let expected =
+                command == ["fmt", "--check"]
+                ? ["manifests/passwd.yaml", "manifests/pipe.yaml"]
+                : [
+                    "manifests/escape.yaml:4:", "manifests/escape.yaml:5:", "manifests/escape.yaml:6:",
+                    "manifests/passwd.yaml", "manifests/pipe.yaml",
+                ]
+            for part in expected + ["outside the project directory"] {
+                #expect(result.stderr.contains(part), "\(command) \(part): \(result.stderr)")
+            }
+            #expect(result.stderr.contains("not a regular file"), "\(result.stderr)")
+            // Nothing read from those files reaches the output.
+            #expect(!result.stderr.contains("root:"), "\(result.stderr)")
+            #expect(!result.stdout.contains("root:"))
+        }
+        for name in ["escape.yaml", "shadow.txt", "passwd.yaml", "pipe.yaml"] {
+            try FileManager.default.removeItem(at: manifests.appendingPathComponent(name))
+        }
+        // An inventory file that leads out.
+        try cli.write("manifests/more.yaml", "inventory:\n  files: [linked.csv]\n")
+        let inventory = try cli.run(["plan"])
+        #expect(inventory.status == 1)
+        #expect(inventory.stderr.contains("manifests/more.yaml:2:11"), "\(inventory.stderr)")
+        #expect(inventory.stderr.contains("outside the project directory '.' (it leads to /etc/passwd)"))
+        try FileManager.default.removeItem(at: manifests.appendingPathComponent("more.yaml"))
+        try FileManager.default.removeItem(at: manifests.appendingPathComponent("linked.csv"))
+        // A symlink that stays inside the project is followed as before.
+        let testers = manifests.appendingPathComponent("tokens/radar-beta-testers.txt")
+        try FileManager.default.moveItem(at: testers, to: cli.project.appendingPathComponent("testers.txt"))
+        try FileManager.default.createSymbolicLink(atPath: testers.path, withDestinationPath: "../../testers.txt")
+        let inside = try cli.run(["validate"])
+        #expect(inside.status == 0, "\(inside.stderr)")
+    }
+
+    /// Command lines the campaign found accepted: help for a command that does not exist, an empty
+    /// device, rates of infinity.
+    @Test func commandLinesThatMeanNothingExit64() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let help = try cli.run(["help", "nosuchcommand"])
+        #expect(help.status == 64)
+        #expect(help.stderr.contains("no command 'nosuchcommand'"), "\(help.stderr)")
+        #expect(try cli.run(["help", "state", "lock"]).status == 0)
+        for arguments in [
+            ["device", ""], ["apply", "--qps", "inf"], ["plan", "--read-qps", "1e400"], ["apply", "--qps", "nan"],
+        ] {
+            let result = try cli.run(arguments)
+            #expect(result.status == 64, "\(arguments): \(result.stderr)")
+        }
+    }
+
     /// A command line tidemark does not understand exits 64 (documented), never 0, 1 or 2.
     @Test func usageErrorsExit64AsDocumented() throws {
         let cli = try CLIRunner(demo: true)

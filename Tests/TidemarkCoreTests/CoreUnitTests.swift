@@ -99,9 +99,9 @@ import TidemarkTesting
 @Suite struct ProjectSettingsTests {
     @Test func decodesAndReportsUnknownKeys() {
         let (settings, ok) = ProjectSettings.decode(
-            "project: acme\nbackend: embedded\nstate: s.db\n", file: "tidemark.yaml")
+            "project: acme-prod\nbackend: embedded\nstate: s.db\n", file: "tidemark.yaml")
         #expect(ok.isEmpty)
-        #expect(settings.project == "acme" && settings.state == "s.db")
+        #expect(settings.project == "acme-prod" && settings.state == "s.db")
         let (_, bad) = ProjectSettings.decode("projcet: acme\nbackend: cloud\n", file: "tidemark.yaml")
         #expect(
             bad.map(\.description) == [
@@ -118,7 +118,7 @@ import TidemarkTesting
         #expect(
             bad.map(\.description) == [
                 "tidemark.yaml:1:12: error: unknown transport 'grpc'; use v1 (the FCM topic subscription API) or iid.",
-                "tidemark.yaml:2:6: error: 'qps' must be a positive number of subscription changes per second (FCM allows 3000).",
+                "tidemark.yaml:2:6: error: 'qps' must be a number of subscription changes per second from above 0 to 1000000 (FCM allows 3000), not 'fast'.",
             ])
     }
 

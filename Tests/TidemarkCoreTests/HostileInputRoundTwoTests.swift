@@ -1,0 +1,234 @@
+import Foundation
+import Testing
+import TidemarkTesting
+
+@testable import TidemarkCore
+
+/// The second hostile-input campaign's cases for the parsers: what was wrongly accepted is refused
+/// with its file, line and value; what was wrongly refused (CRLF, a byte order mark) is read.
+@Suite struct HostileInputRoundTwoTests {
+    static let token = "aaaaaaaaaaa:APA91bAAAA"
+    static let other = "bbbbbbbbbbb:APA91bBBBB"
+
+    func load(_ files: [String: String]) async -> LoadedManifests {
+        var table = TokenTable()
+        return await ManifestLoader(files: InMemoryFileSource(files)).load(into: &table)
+    }
+
+    func errors(_ files: [String: String]) async -> [Diagnostic] {
+        await load(files).diagnostics.filter { $0.severity == .error }
+    }
+
+    func expectError(
+        _ files: [String: String], at file: String, line: Int, _ parts: [String],
+        sourceLocation: Testing.SourceLocation = #_sourceLocation
+    ) async {
+        let found = await errors(files)
+        let match = found.first { d in
+            d.location?.file == file && d.location?.line == line && parts.allSatisfy { d.message.contains($0) }
+        }
+        #expect(
+            match != nil,
+            "expected \(parts) at \(file):\(line); got:\n\(found.map(\.description).joined(separator: "\n"))",
+            sourceLocation: sourceLocation)
+    }
+
+    static let inline = """
+        inventory:
+          devices:
+            - id: d1
+              token: "\(token)"
+
+        """
+
+    // MARK: - YAML values that are not strings
+
+    @Test func nullTaggedAndSpecialNumbersAreNotNames() async {
+        let cases: [(String, [String])] = [
+            ("name: null", ["must be a string, not an empty value"]),
+            ("name: ~", ["must be a string, not an empty value"]),
+            ("name: !!int 5", ["carries the YAML tag 'tag:yaml.org,2002:int'"]),
+            ("name: !custom weather", ["carries the YAML tag '!custom'"]),
+            ("name: .nan", ["'.nan'", "special number"]),
+            ("name: -.inf", ["'-.inf'", "special number"]),
+        ]
+        for (line, parts) in cases {
+            await expectError(
+                ["t.yaml": Self.inline + "topics:\n  - \(line)\n    members: [{devices: [d1]}]\n"], at: "t.yaml",
+                line: 6, parts)
+        }
+        // Quoted, or written plainly as text, they are names like any other.
+        for name in ["'null'", "\".nan\"", "!!str tagged-as-text", "'2024'", "2024"] {
+            let found = await errors(
+                ["t.yaml": Self.inline + "topics:\n  - name: \(name)\n    members: [{devices: [d1]}]\n"])
+            #expect(found.isEmpty, "\(name): \(found)")
+        }
+    }
+
+    @Test func aDeviceIdYAMLReadsAsANumberMustBeQuoted() async {
+        let files = [
+            "inv.yaml": "inventory:\n  devices:\n    - id: 00123\n      token: \"\(Self.token)\"\n"
+        ]
+        await expectError(files, at: "inv.yaml", line: 3, ["'id' '00123' is a number to YAML", "quote it"])
+        let found = await errors(files)
+        #expect(found.count == 1, "one error, not a second 'needs both' one: \(found)")
+        #expect(
+            await errors(["inv.yaml": "inventory:\n  devices:\n    - id: '00123'\n      token: \"\(Self.token)\"\n"])
+                .isEmpty)
+    }
+
+    @Test func groupNamesAreBoundedAndOnOneLine() async {
+        let long = String(repeating: "g", count: 10_000)
+        await expectError(
+            ["g.yaml": Self.inline + "groups:\n  - notification_key_name: \(long)\n    members: [{devices: [d1]}]\n"],
+            at: "g.yaml", line: 6, ["10000 bytes long", "at most 256"])
+        await expectError(
+            ["g.yaml": Self.inline + "groups:\n  - notification_key_name: \"a\\nb\"\n    members: [{devices: [d1]}]\n"],
+            at: "g.yaml", line: 6, ["'a\\nb' has a control character"])
+    }
+
+    @Test func anAudienceNeedsMembers() async {
+        await expectError(
+            ["a.yaml": Self.inline + "audiences:\n  - name: empty-audience\n"], at: "a.yaml", line: 6,
+            ["audience 'empty-audience' has no members"])
+        await expectError(
+            ["a.yaml": Self.inline + "audiences:\n  - name: empty-audience\n    members: []\n"], at: "a.yaml", line: 6,
+            ["has no members"])
+    }
+
+    @Test func projectAndSenderIdAreChecked() {
+        for (text, part) in [
+            ("project: \"a\\nb-project\"", "'a\\nb-project'"), ("project: ../../etc", "'../../etc'"),
+            ("sender_id: 12ab", "'12ab'"),
+        ] {
+            let (_, found) = ProjectSettings.decode(text + "\n", file: "tidemark.yaml")
+            #expect(found.contains { $0.message.contains(part) && $0.location?.line == 1 }, "\(text): \(found)")
+        }
+        for text in ["project: my-project-1", "project: example.com:my-project", "sender_id: \"123456789012\""] {
+            let (_, found) = ProjectSettings.decode(text + "\n", file: "tidemark.yaml")
+            #expect(found.isEmpty, "\(text): \(found)")
+        }
+    }
+
+    // MARK: - Line endings and byte order marks
+
+    @Test func aTokenFileWithCRLFLineEndingsIsRead() async {
+        let files = [
+            "inv.yaml": Self.inline,
+            "t.yaml": "topics:\n  - name: testers\n    members: [{file: testers.txt}]\n",
+            "testers.txt": "\u{FEFF}# testers\r\n\(Self.token)\r\n\r\n  \(Self.other) \r\n",
+        ]
+        let loaded = await load(files)
+        #expect(loaded.diagnostics.filter { $0.severity == .error }.isEmpty, "\(loaded.diagnostics)")
+        #expect(loaded.desired.topics.first?.members.count == 2)
+        // A bad line is still named by its number.
+        await expectError(
+            files.merging(["testers.txt": "\(Self.token)\r\nnot-a-token\r\n"]) { $1 }, at: "testers.txt", line: 2,
+            ["not a registration token"])
+    }
+
+    @Test func fmtReadsCRLFAndWritesLF() {
+        let crlf = "topics:\r\n  - name: a\r\n    members: [{devices: [d1]}]\r\n"
+        guard case .formatted(let out) = ManifestFormatter().format(crlf, file: "t.yaml") else {
+            Issue.record("CRLF manifest not formatted")
+            return
+        }
+        #expect(!out.contains("\r"))
+        guard case .formatted(let again) = ManifestFormatter().format(out, file: "t.yaml") else { return }
+        #expect(again == out)
+    }
+
+    @Test func aCSVWithAByteOrderMarkIsRead() async {
+        let files = [
+            "inv.yaml": "inventory:\n  files: [devices.csv]\n",
+            "t.yaml": "topics:\n  - name: all\n    members: [{devices: [d1, d2]}]\n",
+            "devices.csv": "\u{FEFF}device_id,token\r\nd1,\(Self.token)\r\nd2,\(Self.other)\r\n",
+        ]
+        let loaded = await load(files)
+        #expect(loaded.diagnostics.filter { $0.severity == .error }.isEmpty, "\(loaded.diagnostics)")
+        #expect(loaded.inventory.count == 2)
+    }
+
+    @Test func aQuotedCSVFieldWithTextAfterItsQuoteIsRefused() async {
+        let files = [
+            "inv.yaml": "inventory:\n  files: [devices.csv]\n",
+            "devices.csv": "device_id,token\nd1,\"\(Self.token)\"x\nd2,\(Self.other)\n",
+        ]
+        await expectError(files, at: "devices.csv", line: 2, ["text after its closing '\"'"])
+        let loaded = await load(files)
+        #expect(loaded.inventory.count == 1, "the next row is read from its start")
+    }
+
+    @Test func JSONLinesWithATrailingCommaAreRefusedAndABOMIsRead() async {
+        let files = [
+            "inv.yaml": "inventory:\n  files: [devices.jsonl]\n",
+            "devices.jsonl":
+                "\u{FEFF}{\"id\": \"d1\", \"token\": \"\(Self.token)\"}\n{\"id\": \"d2\", \"token\": \"\(Self.other)\",}\n{\"id\": \"d3\", \"token\": \"\(Self.other)\", \"labels\": {\"note\": \"a,}\"}}\n",
+        ]
+        await expectError(files, at: "devices.jsonl", line: 2, ["comma before a closing brace"])
+        let loaded = await load(files)
+        #expect(loaded.inventory.count == 2, "d1 (after the BOM) and d3 (a comma inside a string) are read")
+    }
+
+    // MARK: - Bounded work
+
+    /// A gzip bomb is refused as it inflates, at the ratio no inventory has, long before its limit.
+    @Test func aGzipBombIsRefusedByItsRatio() throws {
+        let bomb = Gzip.compress(Data(repeating: UInt8(ascii: "\n"), count: 256 << 20), level: 9)
+        #expect(bomb.count < 1 << 20)
+        let clock = ContinuousClock()
+        let started = clock.now
+        #expect {
+            try Gzip.decompress(bomb, atMost: 8 << 30, setting: "inventory_bytes")
+        } throws: { error in
+            (error as? GzipError)?.description.contains("more than 200 times its compressed size") == true
+        }
+        #expect(clock.now - started < .seconds(10))
+        // A real export's ratio passes.
+        let csv = Data((0..<20_000).map { "d\($0),\(Self.token)\($0)\n" }.joined().utf8)
+        #expect(try Gzip.decompress(Gzip.compress(csv), atMost: 8 << 30) == csv)
+    }
+
+    /// A file of nothing but newlines reserves room for the rows its bytes can hold, not one per line.
+    @Test func aFileOfNewlinesReservesLittle() async {
+        var text = "device_id,token\n"
+        text += String(repeating: "\n", count: 4 << 20)
+        var builder = InventoryBuilder(deviceLimit: 50_000_000)
+        let clock = ContinuousClock()
+        let started = clock.now
+        FileInventorySource.loadCSV(Data(text.utf8), file: "devices.csv", into: &builder)
+        #expect(clock.now - started < .seconds(10))
+        #expect(builder.inventory.count == 0)
+        // 1 GiB of newlines (the campaign's case) reserves for 43 million rows at most, not a billion;
+        // the device limit and a short file bound it further.
+        let gib = 1 << 30
+        #expect(FileInventorySource.reservation(lines: gib, bytes: gib, room: .max) == gib / 25 + 1)
+        #expect(FileInventorySource.reservation(lines: gib, bytes: gib, room: 1000) == 1000)
+        #expect(FileInventorySource.reservation(lines: 3, bytes: 200, room: 0) == 0)
+        #expect(FileInventorySource.reservation(lines: 3, bytes: 200, room: -5) == 0)
+    }
+
+    // MARK: - Saved plans
+
+    @Test func aSavedPlanNoTidemarkWroteIsRefused() throws {
+        var plan = StateStoreConformance.plan(
+            [PlannedOperation(kind: .subscribe, target: "news", tokens: [Fixtures.token(0)])],
+            state: StateStoreConformance.sample(tokens: 4))
+        plan.serial = 3
+        plan.operationsDigestWhenMade = plan.operationsDigest
+        let json = String(decoding: try Plan.encoder().encode(plan), as: UTF8.self)
+        func refused(_ text: String, _ part: String, encoding: String.Encoding = .utf8) {
+            #expect {
+                try Plan.decodeSaved(text.data(using: encoding)!, file: "plan.json")
+            } throws: { error in
+                (error as? SavedPlanError)?.description.contains(part) == true
+            }
+        }
+        refused(
+            json.replacingOccurrences(of: "\"format_version\" : 1", with: "\"format_version\" : -1"), "plan format -1")
+        refused(json.replacingOccurrences(of: "\"serial\" : 3", with: "\"serial\" : -3"), "serial -3")
+        refused(json, "not UTF-8", encoding: .utf16)
+        refused(json, "not UTF-8", encoding: .utf16LittleEndian)
+        #expect(throws: Never.self) { try Plan.decodeSaved(Data(json.utf8), file: "plan.json") }
+    }
+}
