@@ -126,6 +126,10 @@ public struct ProcessRunner: Sendable {
             if ended.wait(timeout: .now() + 5) == .timedOut { kill(child, SIGKILL) }
         }
         let status = await exited.wait()
+        // The program's exit ends the read: what it wrote is in the pipes already, and a process it left
+        // behind (a daemon, a grandchild that kept stdout) is given a moment to close them, not for ever.
+        stdoutData.finish(within: Self.afterExit)
+        stderrData.finish(within: Self.afterExit)
         let (output, overflow) = await stdoutData.value()
         let (errors, _) = await stderrData.value()
         let tail = String(decoding: errors.suffix(4096), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
@@ -140,6 +144,9 @@ public struct ProcessRunner: Sendable {
         }
         return Result(status: status, stdout: output, stderr: tail)
     }
+
+    /// How long the pipes are read after the program exits, for a process it left holding them.
+    static let afterExit: Duration = .seconds(2)
 
     /// stderr as one line for a message.
     public static func oneLine(_ text: String) -> String {
@@ -188,19 +195,35 @@ final class OneShot<Value: Sendable>: @unchecked Sendable {
 }
 
 /// Reads a pipe to its end on a thread started at once, then closes it; past `limit` bytes it keeps
-/// reading (so the program is not blocked) but drops the rest and says so.
+/// reading (so the program is not blocked) but drops the rest and says so. `finish(within:)` bounds
+/// the read once the program has exited: a process it left behind may hold the pipe open for ever.
 final class PipeDrain: Sendable {
     private let read = OneShot<(Data, Bool)>()
+    /// When to stop waiting for the end of the pipe (set once the program exited).
+    private let deadline = StopTime()
+
+    final class StopTime: Sendable {
+        let at = Mutex<ContinuousClock.Instant?>(nil)
+    }
 
     init(_ fd: Int32, limit: Int) {
         let result = read
+        let deadline = deadline
         Thread.detachNewThread {
             var data = Data()
             var overflow = false
             var buffer = [UInt8](repeating: 0, count: 1 << 16)
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
             while true {
+                // Wait for bytes in short steps, so a deadline set meanwhile is seen.
+                // Past the deadline the pipe holds at most what the program wrote before it exited (a
+                // pipe's buffer), read by then; anything still coming is a leftover process's.
+                if let end = deadline.at.withLock({ $0 }), ContinuousClock.now >= end { break }
+                let ready = poll(&poller, 1, 100)
+                if ready < 0, errno == EINTR { continue }
+                if ready == 0 { continue }
                 let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-                if n < 0, errno == EINTR { continue }
+                if n < 0, errno == EINTR || errno == EAGAIN { continue }
                 if n <= 0 { break }
                 if data.count + n > limit {
                     overflow = true
@@ -211,6 +234,11 @@ final class PipeDrain: Sendable {
             close(fd)
             result.fulfil((data, overflow))
         }
+    }
+
+    /// Stops reading `grace` from now (the program exited), even if the pipe is still open.
+    func finish(within grace: Duration) {
+        deadline.at.withLock { $0 = .now + grace }
     }
 
     func value() async -> (Data, Bool) { await read.value() }

@@ -229,4 +229,23 @@ extension TestPostgres {
         #expect(result.status == 0)
         #expect(String(decoding: result.stdout, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) == "3")
     }
+
+    /// A program that exits while a process it started keeps its stdout open (a daemon, a background
+    /// job): the exit ends the read within seconds, with everything the program printed, instead of
+    /// waiting for the leftover process (or the timeout).
+    @Test func aProgramsExitEndsTheReadWhenAGrandchildHoldsThePipe() async throws {
+        let clock = ContinuousClock()
+        let started = clock.now
+        let result = try await ProcessRunner(
+            command: ["sh", "-c", "echo first; (sleep 60; echo late) & echo last"], timeout: 100
+        ).run()
+        #expect(clock.now - started < .seconds(15))
+        #expect(result.status == 0)
+        #expect(String(decoding: result.stdout, as: UTF8.self) == "first\nlast\n")
+        // Output larger than a pipe's buffer, written before the exit, is all read.
+        let big = try await ProcessRunner(
+            command: ["sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' 'a'; (sleep 60) &"], timeout: 100
+        ).run()
+        #expect(big.stdout.count == 3_000_000)
+    }
 }
