@@ -58,11 +58,14 @@ public actor ApplySession: ApplyRecorder {
     public static func begin(
         plan: Plan, desired: DesiredState, store: any StateStore, state: State,
         timing: Timing = .live, inventory: Inventory? = nil, read: TokenSet = TokenSet(),
-        swept: SweptRegistrations? = nil, answers: DeadAnswers = DeadAnswers()
+        swept: SweptRegistrations? = nil, answers: DeadAnswers = DeadAnswers(),
+        inventoryRows: [String: Int]? = nil
     ) async throws -> ApplySession {
         let now = timing.unixTime()
         let before = state
         var state = state
+        // The devices each source read: the next run's shrink guard compares with these.
+        if let inventoryRows { state.inventoryRows = inventoryRows }
         state.backend = state.backend ?? plan.backend
         state.growToTable()
         var devicesChanged = inventory.map { state.recordDevices($0) } ?? []

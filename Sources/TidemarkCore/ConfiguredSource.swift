@@ -24,6 +24,8 @@ public struct ConfiguredSource: Sendable, Equatable {
     /// A source that reads no device is an error (a broken query would otherwise look like every
     /// device leaving) unless `allow_empty: true`.
     public var allowEmpty = false
+    /// `max_shrink`: the share of its devices this source may lose between applies (nil: the default).
+    public var maxShrink: Double?
 
     public init(
         name: String, kind: Kind, onDead: DeadTokenHook? = nil, exclusion: ExclusionRule? = nil,
@@ -37,7 +39,7 @@ public struct ConfiguredSource: Sendable, Equatable {
     }
 
     /// The keys of one `inventory:` item in tidemark.yaml.
-    public static let keys = ["name", "postgres", "exec", "on_dead", "exclude_if", "allow_empty"]
+    public static let keys = ["name", "postgres", "exec", "on_dead", "exclude_if", "allow_empty", "max_shrink"]
     static let postgresKeys = ["url_env", "query", "labels"]
     static let execKeys = ["command", "format", "timeout"]
     /// How a configured source names itself in messages and as the place of its devices.
@@ -68,6 +70,20 @@ public struct ExclusionRule: Sendable, Equatable {
         self.text = text
     }
 
+    /// Epoch seconds from a number in seconds, milliseconds, microseconds or nanoseconds.
+    static func epoch(_ number: Double) -> Int64? {
+        let magnitude = abs(number)
+        let seconds: Double
+        switch magnitude {
+        case ..<1e11: seconds = number
+        case ..<1e14: seconds = number / 1e3
+        case ..<1e17: seconds = number / 1e6
+        case ..<1e20: seconds = number / 1e9
+        default: return nil
+        }
+        return Int64(seconds.rounded(.down))
+    }
+
     /// Seconds in a duration such as `270d`, `12h`, `30m`, `90s` or `2w`.
     public static func seconds(_ text: String) -> Int64? {
         let units: [(Character, Int64)] = [("s", 1), ("m", 60), ("h", 3600), ("d", 86_400), ("w", 604_800)]
@@ -77,18 +93,48 @@ public struct ExclusionRule: Sendable, Equatable {
         return number * unit.1
     }
 
-    /// Whether a device seen at `value` is excluded at `now` (seconds since 1970); nil when `value`
-    /// is not a time tidemark can read. An empty value keeps the device (nothing says it is stale).
-    public func excludes(_ value: String, now: Int64) -> Bool? {
-        if value.isEmpty { return false }
-        guard let seen = Self.time(value) else { return nil }
-        return now - seen > maxAge
+    /// What `exclude_if` makes of a device seen at `value`, at `now` (seconds since 1970).
+    public enum Verdict: Sendable, Equatable {
+        case keep, exclude
+        /// Not a time tidemark reads.
+        case unreadable
+        /// A time no device was seen at (before FCM existed, or in the future): read in a unit it is not
+        /// written in, or a placeholder such as 1970-01-01; the seconds it read as.
+        case implausible(Int64)
     }
 
-    /// Seconds since 1970 in the forms databases and exports write: epoch seconds (or milliseconds),
-    /// `2026-05-01`, `2026-05-01T10:00:00Z`, `2026-05-01 10:00:00.123+00` (PostgreSQL's text form).
+    /// The earliest time a device can have been seen (2008-01-01, before FCM and GCM existed).
+    public static let earliest: Int64 = 1_199_145_600
+
+    public func verdict(_ value: String, now: Int64) -> Verdict {
+        if value.isEmpty { return .keep }  // nothing says it is stale
+        guard let seen = Self.time(value) else { return .unreadable }
+        // A clock a day or two ahead of this machine's is not an error; a time years ahead is.
+        guard seen >= Self.earliest, seen <= now + 2 * 86_400 else { return .implausible(seen) }
+        return now - seen > maxAge ? .exclude : .keep
+    }
+
+    /// Whether a device seen at `value` is excluded at `now` (seconds since 1970); nil when `value`
+    /// is not a plausible time. An empty value keeps the device (nothing says it is stale).
+    public func excludes(_ value: String, now: Int64) -> Bool? {
+        switch verdict(value, now: now) {
+        case .keep: false
+        case .exclude: true
+        case .unreadable, .implausible: nil
+        }
+    }
+
+    /// Seconds since 1970 in the forms databases and exports write: epoch seconds, milliseconds,
+    /// microseconds or nanoseconds (told apart by magnitude: from 2001 to 5138 each unit has its own
+    /// number of digits), `2026-05-01`, `2026-05-01T10:00:00Z`, `2026-05-01 10:00:00.123+00`
+    /// (PostgreSQL's text form).
     public static func time(_ text: String) -> Int64? {
-        if let number = Int64(text) { return number > 100_000_000_000 ? number / 1000 : number }
+        if let number = Int64(text) { return epoch(Double(number)) }
+        if let first = text.utf8.first, first == UInt8(ascii: "-") || (first >= 48 && first <= 57),
+            let number = Double(text), number.isFinite
+        {
+            return epoch(number)
+        }
         let bytes = Array(text.utf8)
         func number(_ range: Range<Int>) -> Int? {
             guard range.upperBound <= bytes.count else { return nil }
@@ -169,6 +215,7 @@ extension ConfiguredSource {
         var onDead: DeadTokenHook?
         var exclusion: ExclusionRule?
         var allowEmpty = false
+        var maxShrink: Double?
         var failed = false
         for (key, _, value) in pairs {
             switch key {
@@ -176,6 +223,15 @@ extension ConfiguredSource {
                 name = doc.string(value, "'name'")
             case "allow_empty":
                 allowEmpty = doc.bool(value, "'allow_empty'") ?? false
+            case "max_shrink":
+                let text = doc.string(value, "'max_shrink'") ?? ""
+                if let share = ShrinkGuard.parseShare(text) {
+                    maxShrink = share
+                } else {
+                    doc.error(
+                        "'max_shrink' must be the share of its devices the source may lose between applies, such as 10% or 0.1 (100% turns the check off), not '\(text.escapedOnOneLine)'.",
+                        value)
+                }
             case "postgres":
                 guard let fields = doc.mapping(value, "'postgres'", allowed: postgresKeys) else {
                     failed = true
@@ -310,6 +366,7 @@ extension ConfiguredSource {
         var source = ConfiguredSource(
             name: name ?? fallback, kind: kind, onDead: onDead, exclusion: exclusion, location: doc.location(node))
         source.allowEmpty = allowEmpty
+        source.maxShrink = maxShrink
         return source
     }
 }

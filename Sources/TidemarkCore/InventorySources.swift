@@ -329,14 +329,20 @@ public struct ExclusionFilter: Sendable {
     public func excludes(
         _ value: String, device: String, at location: SourceLocation, into builder: inout InventoryBuilder
     ) -> Bool {
-        switch rule.excludes(value, now: now) {
-        case false?: return false
-        case true?:
+        switch rule.verdict(value, now: now) {
+        case .keep: return false
+        case .exclude:
             builder.countExcluded()
             return true
-        case nil:
+        case .unreadable:
             builder.error(
-                "\(rule.column) '\(value.prefix(40))' of device '\(device)' is not a time; exclude_if reads dates such as 2026-05-01, 2026-05-01T10:00:00Z or epoch seconds.",
+                "\(rule.column) '\(value.prefix(40))' of device '\(device)' is not a time; exclude_if reads dates such as 2026-05-01, 2026-05-01T10:00:00Z or epoch seconds or milliseconds.",
+                at: location)
+            return true
+        case .implausible(let seconds):
+            let date = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: TimeInterval(seconds)))
+            builder.error(
+                "\(rule.column) '\(value.prefix(40))' of device '\(device)' reads as \(date), which is not a time a device was seen (before 2008 or in the future); write epoch seconds or milliseconds, or a date such as 2026-05-01, so that exclude_if does not leave out devices by a wrong clock.",
                 at: location)
             return true
         }

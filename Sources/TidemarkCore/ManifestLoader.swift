@@ -167,6 +167,11 @@ public struct ManifestLoader: ManifestSource {
 }
 
 /// Manifests and inventory as read, before members are resolved to token ids.
+extension LoadedManifests {
+    /// The devices each counted inventory source read, by name (what state records at an apply).
+    public var inventoryRows: [String: Int] { snapshots.compactMapValues(\.rows) }
+}
+
 public struct ReadManifests: Sendable {
     public var manifests: ManifestSet
     public var inventory: Inventory

@@ -26,6 +26,8 @@ public struct ProjectSettings: Sendable, Equatable {
     public var unregistered = UnregisteredAnswers.default
     /// How many newly dead devices a refresh may find before it is refused (`dead_share`, `dead_minimum`).
     public var deadTokenGuard = DeadTokenGuard()
+    /// `max_shrink` (top level, and on each configured source).
+    public var shrinkGuard = ShrinkGuard()
     /// What any one input may cost (`limits: {manifest_bytes, inventory_bytes, plan_bytes, devices}`).
     public var limits = InputLimits()
     /// Inventory sources that run SQL or a command (`inventory:`): honoured only from this file.
@@ -50,6 +52,7 @@ public struct ProjectSettings: Sendable, Equatable {
     public static let keys = [
         "project", "backend", "manifests", "state", "transport", "qps", "qps_unit", "credentials",
         "fcm_url", "iid_url", "sender_id", "unregistered", "dead_share", "dead_minimum", "limits", "workspace",
+        "max_shrink",
         "inventory", "prune_after", "read_qps", "refresh", "refresh_budget", "refresh_max_age", "group_export",
         "saved_plan_reread_after",
     ]
@@ -149,6 +152,16 @@ public struct ProjectSettings: Sendable, Equatable {
                     settings.refresh.budget = try RefreshBudget(parsing: text)
                 } catch {
                     doc.error("'refresh_budget': \(error.description)", value)
+                }
+                continue
+            case "max_shrink":
+                let text = doc.string(value, "'max_shrink'") ?? ""
+                if let share = ShrinkGuard.parseShare(text) {
+                    settings.shrinkGuard.share = share
+                } else {
+                    doc.error(
+                        "'max_shrink' must be the share of its devices an inventory source may lose between applies, such as 10% or 0.1 (100% turns the check off), not '\(text.escapedOnOneLine)'.",
+                        value)
                 }
                 continue
             case "refresh_max_age":

@@ -82,6 +82,33 @@ public struct State: Sendable {
     /// The serial at which each topic and group last changed, by `State.versionKey`: a saved plan stays
     /// valid while the serial moved only in topics and groups it does not touch.
     public var versions: [String: Int] = [:]
+    /// The devices each inventory source read (after `exclude_if`) when the last apply finished, by
+    /// source name: what the shrink guard compares the next read with.
+    public var inventoryRows: [String: Int] = [:]
+
+    /// `inventoryRows` as stored: JSON with sorted keys, empty when there are none.
+    public var inventoryRowsText: String {
+        guard !inventoryRows.isEmpty,
+            let data = try? JSONSerialization.data(withJSONObject: inventoryRows, options: [.sortedKeys])
+        else { return "" }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// Reads `inventoryRowsText`; nil when it is not what tidemark writes.
+    public static func inventoryRows(from text: String) -> [String: Int]? {
+        if text.isEmpty { return [:] }
+        guard let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any] else {
+            return nil
+        }
+        var rows: [String: Int] = [:]
+        for (key, value) in object {
+            guard let number = value as? NSNumber, let count = Int(exactly: number.doubleValue), count >= 0 else {
+                return nil
+            }
+            rows[key] = count
+        }
+        return rows
+    }
 
     /// The key of a topic's or group's version.
     public static func versionKey(_ kind: Targets.Kind, _ name: String) -> String { "\(kind.rawValue):\(name)" }

@@ -18,7 +18,7 @@ import Glibc
 /// session state (no advisory locks, no `SET`), so it works through PgBouncer in transaction pooling.
 public final class PostgresStateStore: StateStore {
     /// The schema this tidemark writes; a database at a newer version is refused.
-    public static let schemaVersion = 4
+    public static let schemaVersion = 5
 
     public let url: PostgresURL
     public let workspace: String
@@ -63,10 +63,13 @@ public final class PostgresStateStore: StateStore {
         return try await link.transaction(readOnly: true) { c in
             guard
                 let row = try await c.first(
-                    "SELECT lineage, serial, backend, project FROM tidemark_workspaces WHERE name = \(self.workspace)")
+                    """
+                    SELECT lineage, serial, backend, project, inventory_rows FROM tidemark_workspaces
+                    WHERE name = \(self.workspace)
+                    """)
             else { return nil }
-            let (lineage, serial, kind, project) = try self.decode(
-                row, (String, Int64, String?, String?).self, table: "tidemark_workspaces")
+            let (lineage, serial, kind, project, inventoryRows) = try self.decode(
+                row, (String, Int64, String?, String?, String).self, table: "tidemark_workspaces")
             var table = TokenTable()
             var seenAt: [Int64] = []
             var dead: [UInt32] = []
@@ -128,6 +131,10 @@ public final class PostgresStateStore: StateStore {
                 }
                 state.backend = BackendIdentity(kind: backend, project: project)
             }
+            guard let rows = State.inventoryRows(from: inventoryRows) else {
+                throw self.damaged("table 'tidemark_workspaces': the inventory counts are not what tidemark writes")
+            }
+            state.inventoryRows = rows
             for try await row in try await c.query(
                 "SELECT key, serial FROM tidemark_row_versions WHERE workspace = \(self.workspace)")
             {
@@ -254,7 +261,11 @@ public final class PostgresStateStore: StateStore {
                     WHERE name = \(workspace)
                     """)
             }
-            try await c.run("UPDATE tidemark_workspaces SET serial = \(next) WHERE name = \(workspace)")
+            try await c.run(
+                """
+                UPDATE tidemark_workspaces SET serial = \(next), inventory_rows = \(snapshot.inventoryRowsText)
+                WHERE name = \(workspace)
+                """)
             return next
         }
         state.serial = serial
@@ -824,6 +835,10 @@ public final class PostgresStateStore: StateStore {
             "ALTER TABLE tidemark_groups ADD COLUMN exported BYTEA",
             "ALTER TABLE tidemark_groups ADD COLUMN exported_at BIGINT NOT NULL DEFAULT 0",
         ],
+        [
+            // 5: the devices each inventory source read at the last apply (the shrink guard's baseline).
+            "ALTER TABLE tidemark_workspaces ADD COLUMN inventory_rows TEXT NOT NULL DEFAULT ''"
+        ],
     ]
 
     // MARK: - Rows
@@ -848,6 +863,8 @@ public final class PostgresStateStore: StateStore {
         case is (String, String, Bool).Type: return try row.decode((String, String, Bool).self) as! T
         case is (String, Int64, String?, String?).Type:
             return try row.decode((String, Int64, String?, String?).self) as! T
+        case is (String, Int64, String?, String?, String).Type:
+            return try row.decode((String, Int64, String?, String?, String).self) as! T
         case is (Int64, String, Int64, Bool).Type: return try row.decode((Int64, String, Int64, Bool).self) as! T
         case is (Int64, String, Int64, Bool, String, Int64).Type:
             return try row.decode((Int64, String, Int64, Bool, String, Int64).self) as! T

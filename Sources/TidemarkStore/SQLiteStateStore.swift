@@ -334,6 +334,14 @@ public final class SQLiteStateStore: StateStore {
                     }
                     state.backend = BackendIdentity(kind: backend, project: project)
                 }
+                if let rows = try String.fetchOne(db, sql: "SELECT value FROM \(t.meta) WHERE key = 'inventory_rows'") {
+                    guard let parsed = State.inventoryRows(from: rows) else {
+                        throw StateStoreError(
+                            .damaged, path: location,
+                            "its inventory counts ('inventory_rows' in the meta table) are not what tidemark writes")
+                    }
+                    state.inventoryRows = parsed
+                }
                 if try db.tableExists(t.raw("row_versions")) {
                     for row in try Row.fetchAll(db, sql: "SELECT key, serial FROM \(t.row_versions)") {
                         state.versions[try cell(row, 0, in: "row_versions")] = try cell(row, 1, in: "row_versions")
@@ -593,6 +601,9 @@ public final class SQLiteStateStore: StateStore {
                             sql: "INSERT OR REPLACE INTO \(t.meta) (key, value) VALUES (?, ?)", arguments: [key, value])
                     }
                 }
+                try db.execute(
+                    sql: "INSERT OR REPLACE INTO \(t.meta) (key, value) VALUES ('inventory_rows', ?)",
+                    arguments: [snapshot.inventoryRowsText])
                 try db.execute(sql: "UPDATE \(t.meta) SET value = ? WHERE key = 'serial'", arguments: [String(next)])
                 return next
             }

@@ -20,6 +20,7 @@ public actor InMemoryStateStore: StateStore {
         var groups: [String: GroupState] = [:]
         var backend: BackendIdentity?
         var versions: [String: Int] = [:]
+        var inventoryRows: [String: Int] = [:]
     }
 
     private struct Journal {
@@ -52,6 +53,7 @@ public actor InMemoryStateStore: StateStore {
             dead: TokenSet(stored.dead), topics: stored.topics, groups: stored.groups)
         state.backend = stored.backend
         state.versions = stored.versions
+        state.inventoryRows = stored.inventoryRows
         state.deviceIDs = stored.deviceIDs
         state.leftAt = stored.leftAt
         state.growToTable()
@@ -105,6 +107,7 @@ public actor InMemoryStateStore: StateStore {
             journal[i].entry.status = status
         }
         if let backend = state.backend { next.backend = backend }
+        next.inventoryRows = state.inventoryRows
         if write.restore {
             next.serial = state.serial
             next.versions.merge(state.versions) { _, new in new }

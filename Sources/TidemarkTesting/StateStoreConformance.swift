@@ -461,6 +461,7 @@ public enum StateStoreConformance {
         var state = sample(tokens: 30)
         state.serial = 41
         state.versions = ["topic:news": 12, "topic:sports": 40, "group:family": 3, "topic:gone": 7]
+        state.inventoryRows = ["inventory/devices.csv": 3000, "exec devices.py": 12, "postgres \"app\"": 0]
         var copy = state
         try await store.save(&copy, .restoring(state), at: 1000)
         #expect(copy.serial == 41)
@@ -470,12 +471,15 @@ public enum StateStoreConformance {
         #expect(loaded.topics == state.topics && loaded.groups == state.groups)
         #expect(loaded.tokens.count == 30 && loaded.dead == state.dead && loaded.seenAt == state.seenAt)
         #expect(loaded.backend == state.backend)
+        #expect(loaded.inventoryRows == state.inventoryRows, "the shrink guard's counts")
         var next = loaded
         next.topics["news"]!.managed = TokenSet([1])
+        next.inventoryRows = ["inventory/devices.csv": 2990]
         var write = StateWrite()
         write.topics = ["news"]
         #expect(try await store.save(&next, write, at: 1001) == 42)
         #expect(try await store.load()?.versions["topic:news"] == 42)
+        #expect(try await store.load()?.inventoryRows == ["inventory/devices.csv": 2990])
     }
 
     /// Two workspaces of one store (`dev`, `prod`, made by `workspace`): separate lineage, serial and

@@ -128,6 +128,7 @@ struct ApplyCommand: AsyncParsableCommand {
                     try? Terminal.write(PlanRenderer(showTokens: showTokens).render(remaining))
                     return Terminal.confirm("\nDo you want to finish it?") ? .approved : .declined
                 })
+            request.planning.allowShrink = planning.allowShrink
             request.pruneAfter = workspace.settings.pruneAfter
             request.rereadAfter = workspace.settings.savedPlanRereadAfter
             request.refreshOnly = refreshOnly

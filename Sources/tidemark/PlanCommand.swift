@@ -44,6 +44,7 @@ struct PlanCommand: AsyncParsableCommand {
                 policy: try reading.policy(workspace.settings), targets: try planning.selection.targets(),
                 maxUnsubscribes: try planning.limit())
             request.driftOnly = drift.driftOnly
+            request.allowShrink = planning.allowShrink
             if workspace.transport != workspace.configuredTransport {
                 // The project runs on one topic API and this plan reads through the other: compare.
                 request.shadowVerify = (reads: workspace.transport, against: workspace.configuredTransport)

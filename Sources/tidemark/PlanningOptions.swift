@@ -39,6 +39,12 @@ struct PlanningOptions: ParsableArguments {
             valueName: "N|P%"))
     var maxUnsubscribes: String?
 
+    @Flag(
+        help:
+            "Plan even when an inventory source read far fewer devices than the last apply recorded for it (more than 'max_shrink', 10% by default): the devices really left."
+    )
+    var allowShrink = false
+
     func validate() throws { _ = try limit() }
 
     func limit() throws -> UnsubscribeLimit? {

@@ -288,6 +288,11 @@ struct Workspace {
             deadTokenGuard: acceptDead ? nil : settings.deadTokenGuard)
         parts.deadlines = deadlines
         parts.leaseGate = leaseGate
+        var shrinkGuard = settings.shrinkGuard
+        for source in settings.inventory {
+            if let share = source.maxShrink { shrinkGuard.perSource[source.name] = share }
+        }
+        parts.shrinkGuard = shrinkGuard
         return parts
     }
 

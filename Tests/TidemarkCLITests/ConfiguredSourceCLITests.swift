@@ -51,4 +51,40 @@ import TidemarkTesting
         let allowed = try cli.run(["plan"])
         #expect(allowed.status == 0, "\(allowed.stdout)\(allowed.stderr)")
     }
+
+    /// An export that prints a few of its devices and exits 0 is not planned as the rest leaving:
+    /// plan and apply stop with the counts; `--allow-shrink` or `max_shrink` on the source accepts it.
+    @Test func anExportThatPrintsAFewOfItsDevicesIsRefused() throws {
+        let cli = try CLIRunner()
+        defer { cli.remove() }
+        func export(_ count: Int) throws {
+            let lines = (0..<count).map {
+                "{\"id\": \"d\($0)\", \"token\": \"\(Fixtures.token($0, prefix: "sh"))\", \"labels\": {\"platform\": \"ios\"}}"
+            }
+            try cli.write("exports/devices.jsonl", lines.joined(separator: "\n") + "\n")
+        }
+        try export(300)
+        try cli.write("manifests/topics.yaml", "topics:\n  - name: ios\n    members: [{selector: {platform: ios}}]\n")
+        try cli.write(
+            "tidemark.yaml", "inventory:\n  - name: export\n    exec: {command: [cat, exports/devices.jsonl]}\n")
+        let first = try cli.run(["apply", "--auto-approve"])
+        #expect(first.status == 0, "\(first.stderr)")
+        try export(3)
+        for command in [["plan"], ["apply", "--auto-approve"]] {
+            let refused = try cli.run(command)
+            #expect(refused.status == 1, "\(command)")
+            #expect(
+                refused.stderr.contains("inventory source 'export' read 3 devices, 99% fewer than the 300"),
+                "\(refused.stderr)")
+            #expect(refused.stderr.contains("--allow-shrink"))
+            #expect(!refused.stdout.contains("unsubscribe"), "\(refused.stdout)")
+        }
+        let plan = try cli.run(["plan", "--allow-shrink"])
+        #expect(plan.status == 0, "\(plan.stderr)")
+        #expect(plan.stdout.contains("297"), "\(plan.stdout)")
+        try cli.write(
+            "tidemark.yaml",
+            "inventory:\n  - name: export\n    max_shrink: 100%\n    exec: {command: [cat, exports/devices.jsonl]}\n")
+        #expect(try cli.run(["plan"]).status == 0)
+    }
 }

@@ -348,7 +348,7 @@ import TidemarkTesting
         #expect(builder.inventory.labelKeys == ["platform"])
         #expect(
             builder.diagnostics.map(\.description) == [
-                "x.csv:4:1: error: last_seen 'later' of device 'c' is not a time; exclude_if reads dates such as 2026-05-01, 2026-05-01T10:00:00Z or epoch seconds."
+                "x.csv:4:1: error: last_seen 'later' of device 'c' is not a time; exclude_if reads dates such as 2026-05-01, 2026-05-01T10:00:00Z or epoch seconds or milliseconds."
             ])
     }
 }

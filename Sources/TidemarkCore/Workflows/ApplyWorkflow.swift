@@ -184,7 +184,10 @@ public struct ApplyWorkflow: Sendable {
         if !plan.hasChanges {
             // Nothing to change in FCM; what was read is still recorded (the sweep moves on), in one
             // write that touches no topic it did not see change.
-            if !read.isEmpty || !plan.observations.isEmpty || swept?.ids.isEmpty == false {
+            let rows = loaded.inventoryRows
+            let recount = request.savedPlan == nil && !request.planning.driftOnly && rows != state.inventoryRows
+            if recount { state.inventoryRows = rows }
+            if !read.isEmpty || !plan.observations.isEmpty || swept?.ids.isEmpty == false || recount {
                 state = try await record(plan.observations, read: read, swept: swept, state: state)
             }
             return ApplyOutcome(
@@ -195,7 +198,8 @@ public struct ApplyWorkflow: Sendable {
         let session = try await ApplySession.begin(
             plan: plan, desired: loaded.desired, store: parts.store, state: state,
             timing: parts.timing, inventory: loaded.inventory, read: read, swept: swept,
-            answers: parts.deadAnswers(loaded.inventory))
+            answers: parts.deadAnswers(loaded.inventory),
+            inventoryRows: request.planning.driftOnly ? nil : loaded.inventoryRows)
         PhaseTrace.mark("apply: journal begun")
         let summary = try await execute(plan, done: [], tokensDone: [:], session: session)
         PhaseTrace.mark("apply: executed")

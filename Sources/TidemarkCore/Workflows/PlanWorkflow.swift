@@ -13,6 +13,8 @@ public struct PlanRequest: Sendable {
     /// Reading through `reads` on a project configured for `against` (`--transport` overriding
     /// tidemark.yaml): the plan carries a shadow verify of what `reads` sees against state.
     public var shadowVerify: (reads: TopicTransport, against: TopicTransport)? = nil
+    /// `--allow-shrink`: an inventory source may read far fewer devices than the last apply recorded.
+    public var allowShrink = false
 
     /// `refresh: true` reads every registration; `false` plans from state alone.
     public init(refresh: Bool = true, targets: Targets = .all, maxUnsubscribes: UnsubscribeLimit? = nil) {
@@ -65,6 +67,10 @@ public struct PlanWorkflow: Sendable {
         let (state, declared) = try await parts.loadStateAndManifests(whenStateLoads: whenStateLoads)
         try parts.stopOnErrors(declared)
         try Self.checkSelectors(request.targets, state: state, loaded: declared)
+        if !request.allowShrink, !request.driftOnly, let shrinkGuard = parts.shrinkGuard {
+            let shrinks = shrinkGuard.check(declared.snapshots, against: state.inventoryRows)
+            if !shrinks.isEmpty { throw WorkflowError.inventoryShrank(shrinks) }
+        }
         var loaded = declared
         if request.driftOnly {
             // Drift can only be drift from something tidemark established.

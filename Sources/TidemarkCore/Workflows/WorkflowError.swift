@@ -26,6 +26,8 @@ public enum WorkflowError: Error, Sendable, CustomStringConvertible {
     case nothingToRead(command: String)
     /// `groups export` with no group declared, remembered or named.
     case nothingToExport
+    /// Inventory sources that read far fewer devices than the last apply recorded (`ShrinkGuard`).
+    case inventoryShrank([ShrinkGuard.Shrink])
 
     public var description: String {
         switch self {
@@ -41,6 +43,8 @@ public enum WorkflowError: Error, Sendable, CustomStringConvertible {
             "an apply was interrupted; finish it with 'tidemark apply' first (its journal decides what state holds)."
         case .tooManyDead(let message):
             message
+        case .inventoryShrank(let shrinks):
+            ShrinkGuard.message(shrinks)
         case .selectorsMatchNothing(let misses):
             misses.map { miss in
                 "--target/--exclude '\(miss.selector)' matches no topic or group of the manifests or state"

@@ -56,6 +56,8 @@ public struct WorkflowParts: Sendable {
     public var deadlines: DeadlineCheck = .off
     /// Asked before every request an apply sends to FCM: a run that lost its state lock stops.
     public var leaseGate: LeaseGate? = nil
+    /// Refuses an inventory that shrank past `max_shrink` since the last apply; nil never refuses.
+    public var shrinkGuard: ShrinkGuard? = ShrinkGuard()
 
     public init(
         manifests: any ManifestSource, store: any StateStore, backend: any Backend, timing: Timing = .live,

@@ -1,0 +1,83 @@
+import Foundation
+
+/// Refuses an inventory read that lost far more devices than the last apply recorded for its source:
+/// an export that printed 1% of its rows and exited 0, a query against an emptied replica, an
+/// `exclude_if` whose column changed its unit all look like devices leaving, and the plan would
+/// unsubscribe them. Past the limit, plan and apply stop before anything is read from FCM, with the
+/// two counts and how to accept them.
+public struct ShrinkGuard: Sendable, Equatable {
+    /// The share of a source's devices that may go between applies (`max_shrink`, default 10%).
+    public var share = 0.1
+    /// `max_shrink` of a configured source, by source name.
+    public var perSource: [String: Double] = [:]
+    /// A source may lose this many devices whatever its share (a test cohort of five losing one is
+    /// not a broken export).
+    public var minimum = 10
+
+    public init() {}
+
+    public func share(for source: String) -> Double { perSource[source] ?? share }
+
+    /// A share as `max_shrink` writes it: `25%` or `0.25`, from 0 to 100%.
+    public static func parseShare(_ text: String) -> Double? {
+        let number = text.hasSuffix("%") ? Double(text.dropLast()).map { $0 / 100 } : Double(text)
+        guard let number, number.isFinite, number >= 0, number <= 1 else { return nil }
+        return number
+    }
+
+    /// One source that read too few devices.
+    public struct Shrink: Sendable, Equatable, CustomStringConvertible {
+        public var source: String
+        /// Devices the last apply recorded for the source; nil when it recorded none (a first apply).
+        public var before: Int?
+        /// Devices read now, after `exclude_if`.
+        public var now: Int
+        /// Rows `exclude_if` left out now.
+        public var excluded: Int
+        public var limit: Double
+
+        public var description: String {
+            let percent = "\(Int((limit * 100).rounded()))%"
+            let excludedNote =
+                excluded > 0
+                ? "; exclude_if left out \(PlanRenderer.formatCount(excluded)) of its \(PlanRenderer.formatCount(now + excluded)) rows"
+                : ""
+            if let before {
+                let lost = Double(before - now) / Double(before)
+                return
+                    "inventory source '\(source)' read \(PlanRenderer.formatCount(now)) devices, \(Int((lost * 100).rounded()))% fewer than the \(PlanRenderer.formatCount(before)) the last apply recorded (max_shrink allows \(percent))\(excludedNote)"
+            }
+            return
+                "inventory source '\(source)': exclude_if left out \(PlanRenderer.formatCount(excluded)) of its \(PlanRenderer.formatCount(now + excluded)) rows, more than the \(percent) max_shrink allows, and no apply recorded this source before"
+        }
+    }
+
+    /// The sources in `snapshots` that shrank past their limit against `recorded` (`State.inventoryRows`).
+    public func check(_ snapshots: [String: InventorySnapshot], against recorded: [String: Int]) -> [Shrink] {
+        var found: [Shrink] = []
+        for (source, snapshot) in snapshots.sorted(by: { $0.key < $1.key }) {
+            guard let now = snapshot.rows else { continue }
+            let limit = share(for: source)
+            let excluded = snapshot.excluded ?? 0
+            if let before = recorded[source], before > 0 {
+                let lost = before - now
+                if lost > minimum, Double(lost) > Double(before) * limit {
+                    found.append(Shrink(source: source, before: before, now: now, excluded: excluded, limit: limit))
+                }
+            } else if excluded > minimum, Double(excluded) > Double(now + excluded) * limit {
+                found.append(Shrink(source: source, before: nil, now: now, excluded: excluded, limit: limit))
+            }
+        }
+        return found
+    }
+
+    /// The error for `shrinks`: each source, why it matters, and how to accept it.
+    public static func message(_ shrinks: [Shrink]) -> String {
+        let lines = shrinks.map { "  - \($0.description)" }.joined(separator: "\n")
+        return """
+            the inventory shrank more than tidemark accepts without being told:
+            \(lines)
+            A broken export or query looks exactly like devices leaving, and the plan would unsubscribe them; nothing was read from FCM or changed. Check the source. If the devices really left, run again with --allow-shrink, or raise 'max_shrink' (on the source in tidemark.yaml, or for every source at the top level).
+            """
+    }
+}
