@@ -1,3 +1,5 @@
+import Foundation
+
 /// Shortens registration tokens for human output: the last five characters and a short hash.
 ///
 /// Enough to tell tokens apart and find one in an inventory, not enough to send to the device.
@@ -10,5 +12,45 @@ public enum Redaction {
         let hex = String(hash, radix: 16)
         let padded = String(repeating: "0", count: max(0, 8 - hex.count)) + hex
         return "…\(token.suffix(5))#\(padded.prefix(6))"
+    }
+}
+
+/// Text quoted from a server's answer, made safe to print: a server that echoes its request (a token
+/// endpoint quoting the assertion, a proxy quoting the body) must not put a credential in a CI log.
+public enum QuotedAnswer {
+    /// The most characters of an answer a message quotes.
+    public static let limit = 300
+
+    /// `text` with every one of `secrets` (as sent, and form-encoded) and anything shaped like a
+    /// credential (a JWT, a Google access token, a password in a URL) replaced, control characters
+    /// escaped, and cut to `limit` characters.
+    public static func safe(_ text: String, hiding secrets: [String] = []) -> String {
+        var out = text
+        for secret in secrets where secret.count >= 8 {
+            out = out.replacingOccurrences(of: secret, with: "[redacted]")
+            var allowed = CharacterSet.alphanumerics
+            allowed.insert(charactersIn: "-._~")
+            if let encoded = secret.addingPercentEncoding(withAllowedCharacters: allowed), encoded != secret {
+                out = out.replacingOccurrences(of: encoded, with: "[redacted]")
+            }
+        }
+        out = replacing(
+            in: out, pattern: #"eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"#, with: "[redacted JWT]")
+        out = replacing(in: out, pattern: #"ya29\.[A-Za-z0-9._-]+"#, with: "[redacted token]")
+        out = replacing(in: out, pattern: #"(?<=://)[^/\s:@]*:[^/\s@]*@"#, with: "[redacted]@")
+        out = replacing(
+            in: out,
+            pattern:
+                #"(?i)((?:access_token|assertion|subject_token|client_secret|password|token|key|sig|signature)=)[^&\s"']+"#,
+            with: "$1[redacted]")
+        out = out.escapedOnOneLine
+        if out.count > limit { out = String(out.prefix(limit)) + "…" }
+        return out
+    }
+
+    static func replacing(in text: String, pattern: String, with template: String) -> String {
+        guard let regex = try? NSRegularExpression(pattern: pattern) else { return text }
+        return regex.stringByReplacingMatches(
+            in: text, range: NSRange(text.startIndex..., in: text), withTemplate: template)
     }
 }

@@ -67,6 +67,9 @@ public actor AccessTokenProvider {
     private let policy: RetryPolicy
     private var cached: (token: String, expires: Date)?
     private var inFlight: Task<(String, Date), any Error>?
+    /// Whether a token endpoint has answered this run: before that, a connection that says nothing is
+    /// there (refused, an unknown host) is reported at once instead of retried for minutes.
+    private var answered = false
 
     /// `policy` retries the token endpoints' 5xx, 429 and network failures, as for FCM's own calls.
     public init(
@@ -141,9 +144,15 @@ public actor AccessTokenProvider {
         } catch let error as CredentialError {
             throw error
         } catch {
-            throw Transient(
-                failure: .network, message: "Could not reach \(what) at \(Self.endpoint(request.url)): \(error)")
+            let network = NetworkFailure.of(error)
+            let message =
+                "Could not reach \(what.prefix(1).lowercased() + what.dropFirst()) at \(Self.endpoint(request.url)): \(network.words)"
+            if network.nothingThere, !answered {
+                throw CredentialError("\(message). Nothing there has answered this run; check \(endpointSetting).")
+            }
+            throw Transient(failure: .network, message: message)
         }
+        answered = true
         let body = Data(buffer: try await response.body.collect(upTo: 1 << 20))
         let status = Int(response.status.code)
         if RetryPolicy.isRetryable(status: status) {
@@ -157,6 +166,16 @@ public actor AccessTokenProvider {
             )
         }
         return (status, body)
+    }
+
+    /// What chose the token endpoint, for messages.
+    private var endpointSetting: String {
+        switch credentials {
+        case .serviceAccount: "the key file's token_uri (the emulator writes it; FCM_EMULATOR_HOST for the emulator)"
+        case .externalAccount: "the credentials file's token_url and credential_source"
+        case .metadataServer:
+            "that this runs on Google Cloud (GCE_METADATA_HOST), or set GOOGLE_APPLICATION_CREDENTIALS"
+        }
     }
 
     /// What a server failure is not the fault of.
@@ -177,18 +196,25 @@ public actor AccessTokenProvider {
         }.joined(separator: "&")
     }
 
-    /// The OAuth2-style refusal in `body`, as "code (description)".
-    static func refusal(_ body: Data, status: Int) -> String {
+    /// The OAuth2-style refusal in `body`, as "code (description)", safe to print: cut short, and with
+    /// `secrets` (what the request carried) and anything shaped like a credential replaced.
+    static func refusal(_ body: Data, status: Int, hiding secrets: [String] = []) -> String {
         if let oauth = FCMWire.decode(FCMWire.OAuthError.self, from: body) {
-            return oauth.error + (oauth.errorDescription.map { " (\($0))" } ?? "")
+            return QuotedAnswer.safe(
+                oauth.error + (oauth.errorDescription.map { " (\($0))" } ?? ""), hiding: secrets)
         }
         if let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any],
             let error = object["error"] as? [String: Any]
         {
             let status = error["status"] as? String ?? "HTTP \(status)"
-            return status + ((error["message"] as? String).map { " (\($0))" } ?? "")
+            return QuotedAnswer.safe(status + ((error["message"] as? String).map { " (\($0))" } ?? ""), hiding: secrets)
         }
         return "HTTP \(status)"
+    }
+
+    /// The values of `url`'s query: a subject token URL may carry a secret there.
+    static func queryValues(_ url: String) -> [String] {
+        URLComponents(string: url)?.queryItems?.compactMap(\.value) ?? []
     }
 
     // MARK: Service account
@@ -210,8 +236,8 @@ public actor AccessTokenProvider {
         let (status, data) = try await send(request, what: "The token endpoint of \(key.clientEmail)")
         guard status == 200, let granted = FCMWire.decode(FCMWire.AccessToken.self, from: data) else {
             let refusal = FCMWire.decode(FCMWire.OAuthError.self, from: data)
-            let code = refusal?.error ?? "HTTP \(status)"
-            let detail = refusal?.errorDescription ?? ""
+            let code = refusal.map { QuotedAnswer.safe($0.error, hiding: [assertion]) } ?? "HTTP \(status)"
+            let detail = QuotedAnswer.safe(refusal?.errorDescription ?? "", hiding: [assertion])
             let hint =
                 code == "invalid_grant"
                 ? "the key may be revoked or deleted, or this machine's clock is off; create a new key for \(key.clientEmail)"
@@ -246,7 +272,7 @@ public actor AccessTokenProvider {
             let (status, data) = try await send(request, what: "The subject token URL (credential_source.url)")
             guard status == 200 else {
                 throw CredentialError(
-                    "The subject token URL \(Self.endpoint(url)) (credential_source.url) refused: \(Self.refusal(data, status: status)); check the CI job's OIDC permission (GitHub: permissions: id-token: write)."
+                    "The subject token URL \(Self.endpoint(url)) (credential_source.url) refused: \(Self.refusal(data, status: status, hiding: Self.queryValues(url) + Array(source.headers.values))); check the CI job's OIDC permission (GitHub: permissions: id-token: write)."
                 )
             }
             raw = data
@@ -286,7 +312,7 @@ public actor AccessTokenProvider {
         let (status, data) = try await send(exchange, what: "The Security Token Service")
         guard status == 200, let federated = FCMWire.decode(FCMWire.STSToken.self, from: data) else {
             throw CredentialError(
-                "The Security Token Service at \(Self.endpoint(account.tokenURL)) refused the subject token for \(account.audience): \(Self.refusal(data, status: status)); check the workload identity pool's provider (its issuer, allowed audiences and attribute condition) against the CI's token."
+                "The Security Token Service at \(Self.endpoint(account.tokenURL)) refused the subject token for \(account.audience): \(Self.refusal(data, status: status, hiding: [subject])); check the workload identity pool's provider (its issuer, allowed audiences and attribute condition) against the CI's token."
             )
         }
         let federatedExpiry = issuedAt.addingTimeInterval(TimeInterval(federated.expiresIn ?? 3599))
@@ -303,7 +329,7 @@ public actor AccessTokenProvider {
             let expires = Self.parseTime(generated.expireTime)
         else {
             throw CredentialError(
-                "IAM credentials refused to let the workload identity act as \(email): \(Self.refusal(body, status: answer)); grant the pool's principal roles/iam.workloadIdentityUser on \(email)."
+                "IAM credentials refused to let the workload identity act as \(email): \(Self.refusal(body, status: answer, hiding: [federated.accessToken, subject])); grant the pool's principal roles/iam.workloadIdentityUser on \(email)."
             )
         }
         return (generated.accessToken, expires)

@@ -13,7 +13,8 @@ extension FCMHTTPBackend {
     func groupFailure(_ answer: Answer, _ what: String) -> Error {
         if let text = answer.code, let kind = GroupError.Kind(rawValue: text) { return GroupError(kind) }
         return FCMCallError(
-            status: answer.status, message: "\(what) failed: HTTP \(answer.status) \(answer.code ?? "").")
+            status: answer.status,
+            message: "\(what) failed: HTTP \(answer.status) \(QuotedAnswer.safe(answer.code ?? "")).")
     }
 
     public func groupKey(name: String) async throws -> String? {

@@ -41,6 +41,6 @@ extension FCMHTTPBackend {
         let error = answer.rpcStatus
         throw SendError(
             status: answer.status, code: answer.code ?? "HTTP_\(answer.status)",
-            message: error?.message ?? "")
+            message: QuotedAnswer.safe(error?.message ?? ""))
     }
 }

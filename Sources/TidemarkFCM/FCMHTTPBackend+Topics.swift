@@ -91,7 +91,7 @@ extension FCMHTTPBackend {
                 throw FCMCallError(
                     status: 200,
                     message:
-                        "\(what) answered the per-token error '\(code)', which FCM does not document; nothing was concluded from it. If FCM has a new code, report it."
+                        "\(what) answered the per-token error '\(QuotedAnswer.safe(code))', which FCM does not document; nothing was concluded from it. If FCM has a new code, report it."
                 )
             }
             return .failed(TokenError(code))

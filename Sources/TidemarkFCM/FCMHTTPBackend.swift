@@ -53,6 +53,62 @@ final class RequestCounter: Sendable {
     var retries: Int { repeated.load(ordering: .relaxed) }
 }
 
+/// A failed connection in words a person can act on, and whether it says that nothing is there to
+/// answer (refused, an unknown host, TLS or an answer that is not HTTP): before anything answered,
+/// such a failure is reported at once instead of being retried for minutes.
+struct NetworkFailure: Sendable {
+    var words: String
+    var nothingThere: Bool
+
+    struct TimedOut: Error, CustomStringConvertible {
+        var seconds: Int64
+        var description: String { "no complete answer within \(seconds) s" }
+    }
+
+    static func of(_ error: any Error) -> NetworkFailure {
+        if let late = error as? TimedOut {
+            return NetworkFailure(
+                words:
+                    "the server did not answer within \(late.seconds) s (it accepts connections but does not answer, or answers too slowly)",
+                nothingThere: true)
+        }
+        let text = String(reflecting: error).lowercased()
+        func has(_ parts: String...) -> Bool { parts.contains { text.contains($0) } }
+        if has("connection refused", "econnrefused", "connectionrefused") {
+            return NetworkFailure(
+                words: "the connection was refused (nothing listens at that host and port)", nothingThere: true)
+        }
+        if has("nxdomain", "dns", "could not resolve", "name or service not known", "no address", "nodename") {
+            return NetworkFailure(words: "the host name could not be resolved", nothingThere: true)
+        }
+        if has("ssl", "tls", "handshake", "certificate") {
+            return NetworkFailure(
+                words:
+                    "the TLS handshake failed (an https:// URL for a server that speaks plain HTTP, or a certificate this machine does not trust)",
+                nothingThere: true)
+        }
+        if has(
+            "httpparsererror", "llhttp", "invalid http", "invalidresponse", "malformed", "parse", "invalid constant",
+            "invalid status", "invalid header", "invalid version", "invalid method")
+        {
+            return NetworkFailure(
+                words: "the answer is not HTTP (something else listens on that port)", nothingThere: true)
+        }
+        if has("connecttimeout", "connect timeout", "connecttimeout") {
+            return NetworkFailure(
+                words: "connecting timed out (the host is down, or a firewall drops the connection)", nothingThere: true
+            )
+        }
+        if has("readtimeout", "deadlineexceeded", "timeout", "timed out") {
+            return NetworkFailure(words: "the server did not answer in time", nothingThere: true)
+        }
+        if has("remoteconnectionclosed", "connection reset", "econnreset", "closed", "eof") {
+            return NetworkFailure(words: "the server closed the connection without an answer", nothingThere: true)
+        }
+        return NetworkFailure(words: QuotedAnswer.safe(ErrorText.describe(error)), nothingThere: false)
+    }
+}
+
 /// The `emulator` and `fcm` backends: tidemark's HTTP client for FCM (reference §1, §2, §8).
 ///
 /// The caller owns the `HTTPClient`. Every call takes an access token from the provider, waits
@@ -182,6 +238,7 @@ public struct FCMHTTPBackend: Backend {
         let started = timing.now()
         var attempt = 0
         var refreshedToken = false
+        var lastNetwork: NetworkFailure?
         while true {
             attempt += 1
             if changes > 0, let limiter = options.limiter {
@@ -202,10 +259,9 @@ public struct FCMHTTPBackend: Backend {
             // The last answer of a retryable status: what the caller gets once retries stop.
             var unresolved: Answer?
             do {
-                let response = try await routes.execute(request, timeout: .seconds(60))
+                let (response, bytes) = try await exchange(request)
                 counter.answered(attempt: attempt)
                 options.gate?.progressed()
-                let bytes = try await response.body.collect(upTo: 16 << 20)
                 let status = Int(response.status.code)
                 let body = !successBody && (200..<300).contains(status) ? Data() : Data(buffer: bytes)
                 let contentType = response.headers.first(name: "Content-Type")
@@ -228,13 +284,27 @@ public struct FCMHTTPBackend: Backend {
             } catch let error as CredentialError {
                 throw error
             } catch {
+                let network = NetworkFailure.of(error)
+                lastNetwork = network
+                if network.nothingThere, counter.value == 0 {
+                    // Nothing has answered this run: a refused connection, an unknown host or an answer that
+                    // is not HTTP will not mend in the retry budget's minutes. Say so now, with the setting.
+                    throw FCMCallError(
+                        status: 0,
+                        message:
+                            "\(method) \(Self.redact(url)) failed: \(network.words). Nothing at \(base(of: url)) has answered this run; check \(setting(for: url))."
+                    )
+                }
                 failure = .network
             }
             switch options.policy.decide(failure, attempt: attempt, elapsed: timing.now() - started, timing: timing) {
             case .retry(let delay): try await timing.sleep(delay)
             case .giveUp(let reason):
                 if let unresolved { return unresolved }
-                throw FCMCallError(status: 0, message: "\(method) \(Self.redact(url)) failed: \(reason).")
+                let cause = lastNetwork.map { "\($0.words); " } ?? ""
+                throw FCMCallError(
+                    status: 0,
+                    message: "\(method) \(Self.redact(url)) failed: \(cause)\(reason). Check \(setting(for: url)).")
             }
         }
     }
@@ -254,24 +324,55 @@ public struct FCMHTTPBackend: Backend {
             kind = "an empty body"
         } else if looksJSON {
             let oneLine = text.split(whereSeparator: \.isNewline).joined(separator: " ")
-            kind = "a body FCM does not send here: \(oneLine.prefix(120))\(text.count > 120 ? "…" : "")"
+            let quoted = QuotedAnswer.safe(String(oneLine.prefix(120)))
+            kind = "a body FCM does not send here: \(quoted)\(text.count > 120 && !quoted.hasSuffix("…") ? "…" : "")"
         } else {
             kind =
                 "a body that is not JSON (\(answer.contentType ?? "no Content-Type")), such as a proxy's or a wrong path's error page"
         }
-        let onIID = url.hasPrefix(endpoints.iid + "/iid/")
-        let base = onIID ? endpoints.iid : endpoints.fcm
-        let setting =
-            identity.kind == .emulator
-            ? "FCM_EMULATOR_HOST (now \(base))"
-            : onIID
-                ? "iid_url in tidemark.yaml or TIDEMARK_IID_URL (now \(base))"
-                : "fcm_url in tidemark.yaml or TIDEMARK_FCM_URL (now \(base))"
+        let setting = setting(for: url)
         return FCMCallError(
             status: answer.status,
             message:
                 "\(what): \(method) \(Self.redact(url)) answered HTTP \(answer.status) with \(kind). Nothing was concluded from it; check \(setting) and the service account's access."
         )
+    }
+
+    /// The base URL a request goes to (FCM's, or the Instance ID API's).
+    func base(of url: String) -> String { url.hasPrefix(endpoints.iid + "/iid/") ? endpoints.iid : endpoints.fcm }
+
+    /// The setting that chose where `url` goes, with its value, for messages.
+    func setting(for url: String) -> String {
+        let base = base(of: url)
+        if identity.kind == .emulator { return "FCM_EMULATOR_HOST (now \(base))" }
+        return base == endpoints.iid && endpoints.iid != endpoints.fcm
+            ? "iid_url in tidemark.yaml or TIDEMARK_IID_URL (now \(base))"
+            : "fcm_url in tidemark.yaml or TIDEMARK_FCM_URL (now \(base))"
+    }
+
+    /// How long one request may take, answer and body included: a server that accepts and never
+    /// answers, or drips its answer a byte at a time, ends the attempt here.
+    static let exchangeLimit: Duration = .seconds(60)
+
+    /// Sends `request` and reads the answer's body, within `exchangeLimit` in all.
+    func exchange(_ request: HTTPClientRequest) async throws -> (HTTPClientResponse, ByteBuffer) {
+        let routes = routes
+        let limit = Self.exchangeLimit
+        return try await withThrowingTaskGroup(of: (HTTPClientResponse, ByteBuffer)?.self) { group in
+            group.addTask {
+                let response = try await routes.execute(request, timeout: .seconds(limit.components.seconds))
+                return (response, try await response.body.collect(upTo: 16 << 20))
+            }
+            group.addTask {
+                try await Task.sleep(for: limit)
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next(), let answer = first else {
+                throw NetworkFailure.TimedOut(seconds: limit.components.seconds)
+            }
+            return answer
+        }
     }
 
     /// URLs carry registration tokens; errors show them redacted.

@@ -31,6 +31,37 @@ import Testing
         #expect(missing.stderr.contains("GOOGLE_APPLICATION_CREDENTIALS is not set"))
     }
 
+    /// FCM_EMULATOR_HOST at a closed port, or at something that does not speak HTTP: the plan ends in
+    /// seconds, not after the five-minute retry budget, naming the cause and the setting.
+    @Test func anAddressWhereNothingAnswersFailsAtOnceNamingTheSetting() throws {
+        let cli = try CLIRunner(demo: true)
+        defer { cli.remove() }
+        let server = try EmulatorServeTests.Server.startForDemo(cli)
+        defer { _ = server.stop() }
+        // A port nothing listens on: bound, then closed.
+        let closed = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(closed, $0, length) }
+        }
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(closed, $0, &length) }
+        }
+        let port = Int(UInt16(bigEndian: address.sin_port))
+        close(closed)
+        var environment = server.environment
+        environment["FCM_EMULATOR_HOST"] = "127.0.0.1:\(port)"
+        let started = Date()
+        let refused = try cli.run(["plan", "--backend", "emulator"], environment: environment)
+        #expect(Date().timeIntervalSince(started) < 120, "not the retry budget's five minutes")
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("the connection was refused"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("check FCM_EMULATOR_HOST (now http://127.0.0.1:\(port))"), "\(refused.stderr)")
+    }
+
     /// A plan says the requests its apply sends on the configured transport (v1: one per membership
     /// change; IID: one per batch), and an apply counts the requests FCM answered.
     @Test func plansCountTheRequestsOfTheirTransport() throws {

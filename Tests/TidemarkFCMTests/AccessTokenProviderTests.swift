@@ -109,4 +109,38 @@ import TidemarkTesting
             #expect(error.message.contains("\"private_key\""))
         }
     }
+
+    /// A token endpoint that quotes its request in its refusal (the signed assertion is in it) never
+    /// puts a credential in tidemark's message: what the request carried, and anything shaped like a
+    /// JWT or an access token, is replaced, and the quote is cut short.
+    @Test func anEndpointThatEchoesItsRequestShowsNoSecret() async throws {
+        try await withEmulator { server, client in
+            let key = try ServiceAccountKey.load(path: server.keyFilePath)
+            server.emulator.control.echoTokenRequests(true)
+            let provider = AccessTokenProvider(key: key, client: client)
+            do {
+                _ = try await provider.token()
+                Issue.record("an echoing refusal gives no token")
+            } catch let error as CredentialError {
+                #expect(error.message.contains("invalid_request"), "\(error.message)")
+                #expect(error.message.contains("[redacted]"), "\(error.message)")
+                #expect(!error.message.contains("eyJ"), "\(error.message)")
+                #expect(error.message.count < 900, "\(error.message)")
+            }
+            server.emulator.control.echoTokenRequests(false)
+        }
+        // What the other credential paths quote goes through the same scrub.
+        let subject = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJyZXBvOm8vcjpyZWYifQ.c2lnbmF0dXJl"
+        let echoed = Data(
+            #"{"error":"invalid_grant","error_description":"subject_token=\#(subject)&scope=x access ya29.a0AfH6SMB-secret https://user:pw@host/x?sig=abc123"}"#
+                .utf8)
+        let said = AccessTokenProvider.refusal(echoed, status: 400, hiding: [subject])
+        for secret in [subject, "ya29.a0AfH6SMB-secret", "pw@", "abc123"] {
+            #expect(!said.contains(secret), "\(said)")
+        }
+        #expect(said.hasPrefix("invalid_grant ("))
+        let long = Data(#"{"error":"x","error_description":"\#(String(repeating: "a", count: 5000))"}"#.utf8)
+        #expect(AccessTokenProvider.refusal(long, status: 400).count <= QuotedAnswer.limit + 1)
+        #expect(QuotedAnswer.safe("line\nnext\u{1B}[31m") == "line\\nnext\\u{1B}[31m")
+    }
 }

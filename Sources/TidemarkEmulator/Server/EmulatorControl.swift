@@ -113,6 +113,7 @@ public final class EmulatorControl: Sendable {
         var random = SeededGenerator(seed: 1)
         var baseURL = "http://127.0.0.1:9099"
         var tokenEndpointFailures = 0
+        var echoTokenRequests = false
         /// The date FCM's deadline rules see (`--as-of`); nil applies none.
         var asOf: Date?
         /// When each project was created (`--created`), for the rules on new projects.
@@ -155,6 +156,12 @@ public final class EmulatorControl: Sendable {
 
     /// Makes the next `count` calls of the token endpoint answer 503, as an outage of Google's would.
     public func failTokenEndpoint(times count: Int) { state.withLock { $0.tokenEndpointFailures = count } }
+
+    /// Makes the token endpoint refuse every request quoting the request's whole body back, as some
+    /// servers and proxies do: what a client prints from such an answer must not show its credentials.
+    public func echoTokenRequests(_ on: Bool) { state.withLock { $0.echoTokenRequests = on } }
+
+    var echoesTokenRequests: Bool { state.withLock { $0.echoTokenRequests } }
 
     /// Whether this token request is one of those told to fail.
     func drawTokenEndpointFailure() -> Bool {

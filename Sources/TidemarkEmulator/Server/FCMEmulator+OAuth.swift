@@ -11,6 +11,12 @@ extension FCMEmulator {
             response.headers.append(("Retry-After", "1"))
             return response
         }
+        if control.echoesTokenRequests {
+            let body = String(decoding: request.body, as: UTF8.self)
+            return .encoded(
+                400,
+                FCMWire.OAuthError(error: "invalid_request", errorDescription: "Bad request: \(body)"))
+        }
         let form = formFields(request)
         let grantType = form["grant_type"] ?? ""
         guard grantType == "urn:ietf:params:oauth:grant-type:jwt-bearer" else {
