@@ -80,16 +80,17 @@ public struct JWT: Sendable {
     /// Checks the time claims against `now` with `leeway` seconds of clock skew, as Google does.
     public func checkTimes(now: Date, leeway: Int = 60, maxLifetime: Int = 3600) throws {
         let t = Int(now.timeIntervalSince1970)
-        guard claims.exp > claims.iat, claims.exp - claims.iat <= maxLifetime else {
+        let (lifetime, overflow) = claims.exp.subtractingReportingOverflow(claims.iat)
+        guard claims.exp > claims.iat, !overflow, lifetime <= maxLifetime else {
             throw AuthError(.invalidClaims, "Invalid JWT: exp must be after iat and at most \(maxLifetime) s later.")
         }
-        guard claims.iat <= t + leeway else {
+        guard claims.iat <= t &+ leeway else {
             throw AuthError(
                 .invalidClaims,
                 "Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe. Check your iat and exp values in the JWT claim."
             )
         }
-        guard claims.exp > t - leeway else {
+        guard claims.exp > t &- leeway else {
             throw AuthError(
                 .expired,
                 "Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe. Check your iat and exp values in the JWT claim."

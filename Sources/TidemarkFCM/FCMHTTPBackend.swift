@@ -345,7 +345,7 @@ public struct FCMHTTPBackend: Backend {
     func setting(for url: String) -> String {
         let base = base(of: url)
         if identity.kind == .emulator { return "FCM_EMULATOR_HOST (now \(base))" }
-        return base == endpoints.iid && endpoints.iid != endpoints.fcm
+        return url.hasPrefix(endpoints.iid + "/iid/")
             ? "iid_url in tidemark.yaml or TIDEMARK_IID_URL (now \(base))"
             : "fcm_url in tidemark.yaml or TIDEMARK_FCM_URL (now \(base))"
     }

@@ -88,6 +88,23 @@ import FoundationNetworking
 
     static let token = "serve1:APA91bH" + String(repeating: "s", count: 30)
 
+    /// A body over the limit is answered 413 in Google's error shape, with or without a
+    /// Content-Length, and the emulator goes on serving.
+    @Test func anOversizedBodyIs413AndTheEmulatorLivesOn() async throws {
+        let cli = try CLIRunner()
+        defer { cli.remove() }
+        let server = try Server.start(cli, data: nil)
+        defer { _ = server.stop() }
+        let big = Data(repeating: UInt8(ascii: "a"), count: 20 << 20)
+        let (status, body) = try await server.call(
+            "POST", "/iid/v1:batchAdd", headers: ["Content-Type": "application/json"], body: big)
+        #expect(status == 413)
+        #expect((body["error"] as? [String: Any])?["code"] as? Int == 413, "\(body)")
+        // Still serving.
+        let (config, _) = try await server.call("GET", "/emulator/v1/config")
+        #expect(config == 200)
+    }
+
     @Test func restartWithTheSameDataKeepsSubscriptionsGroupsAndKey() async throws {
         let cli = try CLIRunner()
         defer { cli.remove() }

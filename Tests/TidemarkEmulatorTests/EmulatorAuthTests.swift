@@ -68,6 +68,71 @@ import TidemarkTesting
         #expect(expired.status == 400)
     }
 
+    /// The token endpoint checks an assertion as Google does: a known `kid` (a JWT without one is
+    /// refused however well signed), a token endpoint as audience, a scope, and times that make sense;
+    /// numbers past any range are a 400, never a crash.
+    @Test func theTokenEndpointChecksWhatGoogleChecks() async throws {
+        let h = try EmulatorHarness()
+        let now = Int(Date().timeIntervalSince1970)
+        let key = h.key
+        func post(_ assertion: String) async -> WireResponse {
+            await h.emulator.handle(
+                WireRequest(
+                    method: "POST", target: "/token",
+                    body: Data(
+                        "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=\(assertion)".utf8))
+            )
+        }
+        func signed(
+            kid: String?, aud: String = "https://oauth2.googleapis.com/token",
+            scope: String? = "https://www.googleapis.com/auth/firebase.messaging", iat: Int? = nil, exp: Int? = nil
+        ) throws -> String {
+            try JWT.sign(
+                JWTClaims(iss: key.clientEmail, aud: aud, scope: scope, iat: iat ?? now, exp: exp ?? now + 600),
+                keyID: kid, with: try key.signingKey())
+        }
+        #expect(await post(try signed(kid: key.privateKeyID)).status == 200)
+        let cases: [(String, String)] = [
+            (try signed(kid: nil), "names no key id"),
+            (try signed(kid: "0123456789abcdef"), "no key is registered"),
+            (try signed(kid: key.privateKeyID, aud: "anything"), "is not a token endpoint"),
+            (try signed(kid: key.privateKeyID, scope: nil), "has no scope"),
+            (try signed(kid: key.privateKeyID, iat: Int.min + 10, exp: Int.max - 10), "exp must be after iat"),
+            (try signed(kid: key.privateKeyID, iat: now + 86_400, exp: now + 86_400 + 600), "reasonable timeframe"),
+        ]
+        for (assertion, part) in cases {
+            let answer = await post(assertion)
+            #expect(answer.status == 400, "\(part)")
+            #expect((answer.jsonObject?["error_description"] as? String)?.contains(part) == true, "\(answer.text)")
+        }
+        // An exp far past what an integer holds is not a JWT tidemark or Google reads: 400, no crash.
+        var parts = try signed(kid: key.privateKeyID).split(separator: ".").map(String.init)
+        parts[1] = Base64URL.encode(
+            Data(
+                #"{"iss":"\#(key.clientEmail)","aud":"https://oauth2.googleapis.com/token","scope":"s","iat":1,"exp":1e300}"#
+                    .utf8))
+        #expect(await post(parts.joined(separator: ".")).status == 400)
+    }
+
+    /// The admin API refuses values out of range with a sentence, never its decoder's text, and
+    /// survives them.
+    @Test func theAdminAPIRefusesNumbersOutOfRange() async throws {
+        let h = try EmulatorHarness()
+        for body in [
+            #"{"access_token_lifetime_seconds": 1e300}"#, #"{"access_token_lifetime_seconds": -1}"#,
+            #"{"rate_limit": {"per_second": 1e308}}"#, #"{"access_token_lifetime_seconds": "soon"}"#,
+            #"{"faults": 7}"#,
+        ] {
+            let answer = await h.emulator.handle(
+                WireRequest(method: "PUT", target: "/emulator/v1/config", body: Data(body.utf8)))
+            #expect(answer.status == 400, "\(body)")
+            for dump in ["DecodingError", "CodingKeys", "dataCorrupted", "typeMismatch"] {
+                #expect(!answer.text.contains(dump), "\(body): \(answer.text)")
+            }
+        }
+        #expect(await h.emulator.handle(WireRequest(method: "GET", target: "/emulator/v1/config")).status == 200)
+    }
+
     @Test func accessTokensExpireAndAreBoundToTheirProject() async throws {
         let clock = ManualClock()
         let authority = AccessTokenAuthority(timing: clock.timing)
@@ -77,7 +142,7 @@ import TidemarkTesting
         let key = EmulatorHarness.sharedKey
         let assertion = try JWT.sign(
             JWTClaims(
-                iss: key.clientEmail, aud: "a",
+                iss: key.clientEmail, aud: "https://oauth2.googleapis.com/token",
                 scope: "https://www.googleapis.com/auth/cloud-platform", iat: now, exp: now + 3600),
             keyID: key.privateKeyID, with: try key.signingKey())
         let (token, grant) = try authority.exchange(assertion: assertion)

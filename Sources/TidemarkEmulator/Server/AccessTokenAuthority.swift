@@ -79,10 +79,15 @@ public final class AccessTokenAuthority: Sendable {
             throw AuthError(
                 .unsupportedAlgorithm, "Invalid JWT: the signing algorithm must be RS256, not \(jwt.header.alg).")
         }
+        // Google finds the key by its id: a JWT without one is refused, however well it is signed.
+        guard let kid = jwt.header.kid, !kid.isEmpty else {
+            throw AuthError(
+                .unknownKey,
+                "Invalid JWT Signature: the header names no key id (kid); sign with the private_key_id of the key file."
+            )
+        }
         let candidates = state.withLock { state in
-            state.keys.filter {
-                $0.clientEmail == jwt.claims.iss && (jwt.header.kid == nil || $0.keyID == jwt.header.kid)
-            }
+            state.keys.filter { $0.clientEmail == jwt.claims.iss && $0.keyID == kid }
         }
         guard !candidates.isEmpty else {
             throw AuthError(
@@ -100,7 +105,21 @@ public final class AccessTokenAuthority: Sendable {
     /// The JWT-bearer grant: an assertion in, an access token out.
     public func exchange(assertion: String) throws -> (token: String, grant: Grant) {
         let (key, jwt) = try verify(assertion)
+        // The assertion is for a token endpoint (the key's token_uri: Google's, or the emulator's, also
+        // when a test reaches it through a proxy path).
+        guard let aud = URL(string: jwt.claims.aud), ["http", "https"].contains(aud.scheme ?? ""),
+            aud.path.hasSuffix("/token")
+        else {
+            throw AuthError(
+                .invalidClaims,
+                "Invalid JWT: the audience '\(QuotedAnswer.safe(jwt.claims.aud))' is not a token endpoint; use the key file's token_uri."
+            )
+        }
         let scopes = (jwt.claims.scope ?? "").split(separator: " ").map(String.init)
+        guard !scopes.isEmpty else {
+            throw AuthError(
+                .invalidClaims, "Invalid JWT: the claim set has no scope; ask for \(Self.acceptedScopes[0]).")
+        }
         return issue { at, lifetime in
             Grant(
                 project: key.project, clientEmail: key.clientEmail, scopes: scopes,

@@ -30,9 +30,30 @@ struct EmulatorResponder: HTTPResponder {
     typealias Context = EmulatorRequestContext
     let emulator: FCMEmulator
 
+    /// A body over the limit, answered as Google answers one: 413 with a google.rpc.Status.
+    static func tooLarge(_ limit: Int) -> Response {
+        let text =
+            #"{"error":{"code":413,"message":"The request body is larger than \#(limit) bytes.","status":"INVALID_ARGUMENT"}}"#
+        var fields = HTTPFields()
+        fields[.contentType] = "application/json; charset=UTF-8"
+        fields[.connection] = "close"
+        return Response(status: .contentTooLarge, headers: fields, body: .init(byteBuffer: ByteBuffer(string: text)))
+    }
+
     func respond(to request: Request, context: Context) async throws -> Response {
         var request = request
-        let body = try await request.collectBody(upTo: context.maxUploadSize)
+        let limit = context.maxUploadSize
+        if let length = request.headers[.contentLength].flatMap({ Int($0) }), length > limit {
+            return Self.tooLarge(limit)
+        }
+        let body: ByteBuffer
+        do {
+            body = try await request.collectBody(upTo: limit)
+        } catch {
+            // Past the limit (a body with no Content-Length, or one that lies): 413 in FCM's error shape,
+            // never an empty 500 and never the whole body in memory.
+            return Self.tooLarge(limit)
+        }
         var headers: [String: String] = [:]
         for field in request.headers { headers[field.name.canonicalName] = field.value }
         // HTTPTypes carries HTTP/1's Host header as the request's authority, not as a field.

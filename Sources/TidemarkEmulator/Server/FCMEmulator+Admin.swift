@@ -36,7 +36,7 @@ extension FCMEmulator {
             do {
                 try await engine.reset()
             } catch {
-                return .status(500, "INTERNAL", "Could not reset the store: \(error)")
+                return .status(500, "INTERNAL", "Could not reset the store: \(ErrorText.describe(error))")
             }
             deliveries.clear()
             control.reset()
@@ -72,7 +72,7 @@ extension FCMEmulator {
                 ConfigBody.self, from: request.body.isEmpty ? Data("{}".utf8) : request.body)
         } catch {
             return bad(
-                "The config body does not parse: \(error). Keys: faults, rate_limit, auto_register, access_token_lifetime_seconds."
+                "The config body does not parse: \((error as? DecodingError).map { ErrorText.describe($0, snakeCase: true) } ?? ErrorText.describe(error)). Keys: faults, rate_limit, auto_register, access_token_lifetime_seconds, record_changes."
             )
         }
         if let faults = body.faults {
@@ -80,13 +80,17 @@ extension FCMEmulator {
             control.faults = faults
         }
         if let rateLimit = body.rateLimit {
-            guard rateLimit.perSecond >= 0 else { return bad("rate_limit.per_second must not be negative.") }
+            guard rateLimit.perSecond.isFinite, rateLimit.perSecond >= 0, rateLimit.perSecond <= 10_000_000 else {
+                return bad("rate_limit.per_second must be from 0 (no limit) to 10000000.")
+            }
             control.rateLimit = rateLimit
         }
         if let autoRegister = body.autoRegister { await engine.setAutoRegister(autoRegister) }
         if let record = body.recordChanges { traffic.recording = record }
         if let lifetime = body.accessTokenLifetimeSeconds {
-            guard lifetime > 0 else { return bad("access_token_lifetime_seconds must be positive.") }
+            guard lifetime.isFinite, lifetime >= 1, lifetime <= 315_360_000 else {
+                return bad("access_token_lifetime_seconds must be from 1 to 315360000 (ten years).")
+            }
             authority.tokenLifetime = lifetime
         }
         return await configResponse()
@@ -120,7 +124,7 @@ extension FCMEmulator {
                 return WireResponse(
                     status: 200, headers: [("Content-Type", "application/json")], body: try key.jsonData())
             } catch {
-                return .status(500, "INTERNAL", "Could not create a key: \(error)")
+                return .status(500, "INTERNAL", "Could not create a key: \(ErrorText.describe(error))")
             }
         case ("POST", 1, "keys"):
             guard let body = jsonBody(request), let pem = body["public_key"] as? String,
@@ -132,7 +136,7 @@ extension FCMEmulator {
                     project: project)
                 return .json(200, ["project": project, "client_email": email])
             } catch {
-                return bad("\(error)")
+                return bad(ErrorText.describe(error))
             }
         case (_, _, "registrations"):
             return await registrationsAdmin(request, project: project, path: path)
@@ -176,7 +180,7 @@ extension FCMEmulator {
             do {
                 try await engine.register(instances, project: project)
             } catch {
-                return bad("\(error)")
+                return bad(ErrorText.describe(error))
             }
             return .json(200, ["registered": instances.count])
         case ("GET", 1):
@@ -205,7 +209,7 @@ extension FCMEmulator {
             do {
                 try await engine.unregister(token: path[1])
             } catch {
-                return .status(500, "INTERNAL", "\(error)")
+                return .status(500, "INTERNAL", ErrorText.describe(error))
             }
             return .json(200, [String: Any]())
         default:
@@ -239,7 +243,7 @@ extension FCMEmulator {
                     results += outcomes.map { if case .failed(let e) = $0 { ["error": e.code.rawValue] } else { [:] } }
                 }
             } catch {
-                return bad("\(error)")
+                return bad(ErrorText.describe(error))
             }
             return .json(200, ["results": results])
         default:
@@ -265,7 +269,7 @@ extension FCMEmulator {
                     return .status(404, "NOT_FOUND", "No device group \(path[1]) in project \(project).")
                 }
             } catch {
-                return .status(500, "INTERNAL", "\(error)")
+                return .status(500, "INTERNAL", ErrorText.describe(error))
             }
             return .json(200, [String: Any]())
         default:
