@@ -231,4 +231,33 @@ import TidemarkTesting
         refused(json, "not UTF-8", encoding: .utf16LittleEndian)
         #expect(throws: Never.self) { try Plan.decodeSaved(Data(json.utf8), file: "plan.json") }
     }
+
+    /// A saved plan naming a topic or registrations that neither the manifests, the inventory nor state
+    /// know is refused as soon as state is loaded, before its registrations are read from FCM (a
+    /// million forged ones would cost minutes of reads before the same refusal).
+    @Test func aForgedSavedPlanIsRefusedBeforeAnythingIsRead() async throws {
+        let project = try WorkflowTests.Project()
+        let made = try await project.plan(PlanRequest(refresh: false)).plan
+        var forged = made
+        forged.coverage = nil
+        forged.operations = (0..<20_000).map {
+            PlannedOperation(kind: .subscribe, target: "team-zero", tokens: [Fixtures.token($0 + 1_000_000)])
+        }
+        forged.operationsDigestWhenMade = nil
+        let before = project.backend.calls.count
+        await #expect {
+            _ = try await project.apply(project.saved(forged))
+        } throws: { error in
+            "\(error)".contains("20,000 registrations that neither the inventory, the manifests nor state know")
+        }
+        var elsewhere = made
+        elsewhere.operations = [PlannedOperation(kind: .subscribe, target: "forged-topic", tokens: [Fixtures.token(0)])]
+        elsewhere.operationsDigestWhenMade = nil
+        await #expect {
+            _ = try await project.apply(project.saved(elsewhere))
+        } throws: { error in
+            "\(error)".contains("'forged-topic', a topic or group that neither the manifests nor state know")
+        }
+        #expect(project.backend.calls.count - before < 10, "no forged registration was read")
+    }
 }

@@ -503,12 +503,18 @@ import TidemarkTesting
                 else {
                     return false
                 }
-                return stale.description.contains("which the manifests and state do not call for")
+                // A topic or registration nothing here knows is refused before anything is read; an edit
+                // within what is known, by comparison with the planner's own operations.
+                let unknown = edit == "retargeted" || edit == "injected"
+                return stale.description.contains(
+                    unknown ? "that neither the" : "which the manifests and state do not call for")
             }
         }
-        #expect(
-            project.output.events.contains { if case .savedPlanChecked(_, 1..., _) = $0 { true } else { false } },
-            "the recent plan's edited change was read again")
+        if edit != "retargeted" && edit != "injected" {
+            #expect(
+                project.output.events.contains { if case .savedPlanChecked(_, 1..., _) = $0 { true } else { false } },
+                "the recent plan's edited change was read again")
+        }
         #expect(await project.engine.subscribers(of: "everyone", project: "tidemark-test").count == subscribers)
         #expect(try await project.store.load()?.serial == serial, "nothing was written")
     }

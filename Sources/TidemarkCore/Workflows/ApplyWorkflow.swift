@@ -153,6 +153,9 @@ public struct ApplyWorkflow: Sendable {
             try parts.stopOnErrors(loaded)
             try checkFresh(saved, file: file, state: state, loaded: loaded)
             try checkSelection(saved, file: file, request: request.planning, state: state)
+            // Before anything more is read from FCM: a plan naming what nothing here knows was not made
+            // from these manifests and this state (a forged or foreign file; its reads stop with it).
+            try Self.checkKnown(saved, file: file, state: state, loaded: loaded, stateLocation: parts.store.location)
             PhaseTrace.mark("saved plan: state and manifests loaded")
             let observed = try await checkOperations(
                 saved, file: file, state: &state, loaded: loaded, request: request.planning,
@@ -468,6 +471,45 @@ public struct ApplyWorkflow: Sendable {
         throw refuse(
             "it would \(first.kind.rawValue) \(Redaction.redact(first.token)) \(first.kind == .subscribe || first.kind == .groupAdd || first.kind == .groupCreate ? "to" : "from") '\(first.target)', which the manifests and state do not call for\(unexpected.count > 1 ? " (and \(unexpected.count - 1) more such change\(unexpected.count == 2 ? "" : "s"))" : "")"
         )
+    }
+
+    /// Refuses a saved plan whose operations name a topic, group or registration that neither the
+    /// manifests, the inventory nor state know: no plan tidemark made here can, and reading them from FCM
+    /// first (a million forged registrations) would only cost minutes before the same refusal.
+    static func checkKnown(
+        _ plan: Plan, file: String, state: State, loaded: LoadedManifests, stateLocation: String
+    ) throws {
+        let topics = Set(loaded.desired.topics.map(\.name)).union(state.topics.keys)
+        let groups = Set(loaded.desired.groups.map(\.name)).union(state.groups.keys)
+        var unknownTarget: String?
+        var unknownTokens = 0
+        var firstToken: String?
+        for op in plan.operations {
+            let known =
+                switch op.kind {
+                case .subscribe, .unsubscribe: topics.contains(op.target) || groups.contains(op.target)
+                default: groups.contains(op.target) || topics.contains(op.target)
+                }
+            if !known, unknownTarget == nil { unknownTarget = op.target }
+            for token in op.tokens where state.tokens.id(token) == nil && loaded.inventory.index(ofToken: token) == nil
+            {
+                unknownTokens += 1
+                if firstToken == nil { firstToken = token }
+            }
+        }
+        func refuse(_ detail: String) -> WorkflowError {
+            .stalePlan(StalePlan(file: file, stateLocation: stateLocation, reason: .notWhatThePlannerWouldDo(detail)))
+        }
+        if let unknownTarget {
+            throw refuse(
+                "it names '\(unknownTarget.escapedOnOneLine)', a topic or group that neither the manifests nor state know"
+            )
+        }
+        if let firstToken {
+            throw refuse(
+                "it names \(PlanRenderer.formatCount(unknownTokens)) registration\(unknownTokens == 1 ? "" : "s") that neither the inventory, the manifests nor state know (\(Redaction.redact(firstToken)) first)"
+            )
+        }
     }
 
     /// One change a plan makes: a token to or from a topic or group (token "" for a step without tokens).
