@@ -10,8 +10,11 @@ import Darwin
 /// above the design scale (1,000,000 devices: a 183 MB inventory, a first plan of about 1 GB of
 /// JSON); `limits:` in tidemark.yaml raises or lowers them.
 public struct InputLimits: Sendable, Equatable {
-    /// Bytes of one manifest file (`limits.manifest_bytes`).
-    public var manifestBytes = 256 << 20
+    /// Bytes of one manifest file (`limits.manifest_bytes`): 16 MiB, about 370,000 member entries. A
+    /// manifest is read whole into a YAML tree (about 1 KB of memory per entry), so the bound holds
+    /// before that memory is taken; fleets belong in the inventory, and a generated manifest larger
+    /// than this raises the limit.
+    public var manifestBytes = 16 << 20
     /// Bytes of one inventory file (`limits.inventory_bytes`).
     public var inventoryBytes = 8 << 30
     /// Bytes of a saved plan file (`limits.plan_bytes`).

@@ -189,6 +189,21 @@ import TidemarkTesting
         #expect(try Gzip.decompress(Gzip.compress(csv), atMost: 8 << 30) == csv)
     }
 
+    /// A manifest of a million member entries (43 MB) is refused by its size before it is parsed into
+    /// a YAML tree of a gigabyte.
+    @Test func aManifestOfAMillionEntriesIsRefusedBeforeItIsParsed() async {
+        var text = "topics:\n  - name: big\n    members:\n"
+        text.reserveCapacity(44_000_000)
+        for i in 0..<1_000_000 { text += "      - token: \"aaaaaaaaaaa:APA91b\(i)\"\n" }
+        let clock = ContinuousClock()
+        let started = clock.now
+        let found = await errors(["big.yaml": text])
+        #expect(clock.now - started < .seconds(30))
+        #expect(
+            found.contains { $0.location?.file == "big.yaml" && $0.message.contains("limits.manifest_bytes") },
+            "\(found)")
+    }
+
     /// A file of nothing but newlines reserves room for the rows its bytes can hold, not one per line.
     @Test func aFileOfNewlinesReservesLittle() async {
         var text = "device_id,token\n"
