@@ -21,6 +21,10 @@ public struct InputLimits: Sendable, Equatable {
     public var planBytes = 8 << 30
     /// Devices in the whole inventory (`limits.devices`).
     public var devices = 50_000_000
+    /// Operations in a saved plan (`limits.plan_operations`), counted before the plan is decoded. A
+    /// plan tidemark makes has one per 1,000 changes of a topic and one per group call: 200 topics of
+    /// a million devices are at most 200,000.
+    public var planOperations = 1_000_000
     /// Bytes of one token file a manifest names (`limits.token_file_bytes`): about 400,000 tokens by
     /// default. Fleets belong in the inventory; token files list test devices and small cohorts.
     public var tokenFileBytes = 64 << 20
@@ -28,7 +32,9 @@ public struct InputLimits: Sendable, Equatable {
     public init() {}
 
     /// The settings of `limits:`, by key.
-    public static let keys = ["manifest_bytes", "inventory_bytes", "plan_bytes", "devices", "token_file_bytes"]
+    public static let keys = [
+        "manifest_bytes", "inventory_bytes", "plan_bytes", "devices", "token_file_bytes", "plan_operations",
+    ]
 
     /// Parses a size such as `512MiB`, `2GiB`, `300MB` or `1000000`.
     public static func bytes(_ text: String) -> Int? {

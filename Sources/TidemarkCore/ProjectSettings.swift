@@ -206,11 +206,17 @@ public struct ProjectSettings: Sendable, Equatable {
             case "limits":
                 for (name, _, limit) in doc.mapping(value, "'limits'", allowed: InputLimits.keys) ?? [] {
                     let text = (limit.scalar?.string) ?? ""
-                    if name == "devices" {
+                    if name == "devices" || name == "plan_operations" {
                         if let number = Int(text.replacingOccurrences(of: "_", with: "")), number > 0 {
-                            settings.limits.devices = number
+                            if name == "devices" {
+                                settings.limits.devices = number
+                            } else {
+                                settings.limits.planOperations = number
+                            }
                         } else {
-                            doc.error("'limits.devices' must be a positive whole number, not '\(text)'.", limit)
+                            doc.error(
+                                "'limits.\(name)' must be a positive whole number, not '\(text.escapedOnOneLine)'.",
+                                limit)
                         }
                         continue
                     }

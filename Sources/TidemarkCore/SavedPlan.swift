@@ -6,15 +6,48 @@ public struct SavedPlanError: Error, Sendable, CustomStringConvertible {
 }
 
 extension Plan {
+    /// `"kind"` keys in a plan outside its operations (the backend's, the coverage's), at most.
+    static let otherKinds = 100
+
+    /// How many `"kind"` keys `data` holds (one per operation, and a few more), counting up to one
+    /// past `limit`.
+    static func operationCount(_ data: Data, atMost limit: Int) -> Int {
+        let needle = Array(#""kind""#.utf8)
+        return data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) -> Int in
+            let bytes = raw.bindMemory(to: UInt8.self)
+            guard bytes.count >= needle.count, let base = bytes.baseAddress else { return 0 }
+            var count = 0
+            var i = 0
+            while i <= bytes.count - needle.count, count <= limit {
+                guard let hit = memchr(base + i, Int32(needle[0]), bytes.count - needle.count + 1 - i) else { break }
+                let at = UnsafeRawPointer(hit).assumingMemoryBound(to: UInt8.self) - base
+                if memcmp(base + at, needle, needle.count) == 0 { count += 1 }
+                i = at + 1
+            }
+            return count
+        }
+    }
+
     /// Reads a plan saved with `tidemark plan --out FILE`, refusing what is not one, a newer format, or
     /// an invalid selection; `file` names it in messages.
-    public static func decodeSaved(_ data: Data, file: String) throws(SavedPlanError) -> Plan {
+    public static func decodeSaved(
+        _ data: Data, file: String, maxOperations: Int = InputLimits().planOperations
+    ) throws(SavedPlanError) -> Plan {
         struct Header: Decodable { var formatVersion: Int? }
         // tidemark writes plans as UTF-8; another encoding (a UTF-16 re-save) is not the file it wrote.
         if data.starts(with: [0xFE, 0xFF]) || data.starts(with: [0xFF, 0xFE]) || data.prefix(4).contains(0) {
             throw SavedPlanError(
                 description:
                     "\(file) is not UTF-8 (it looks like UTF-16, as some editors re-save files); apply the file 'tidemark plan --out' wrote, unchanged."
+            )
+        }
+        // Counted before anything is decoded: decoding (even of the header) costs several times the
+        // file's size in memory. A few other parts of a plan have a "kind" too, hence the slack.
+        let operations = Self.operationCount(data, atMost: maxOperations + Self.otherKinds)
+        guard operations <= maxOperations + Self.otherKinds else {
+            throw SavedPlanError(
+                description:
+                    "\(file) has more than \(maxOperations) operations, more than any plan tidemark makes here; if it is meant to be this large, raise limits.plan_operations in tidemark.yaml."
             )
         }
         let header = try? Plan.decoder().decode(Header.self, from: data)

@@ -93,7 +93,11 @@ struct ApplyCommand: AsyncParsableCommand {
             PhaseTrace.mark("apply started")
             let workspace = try Workspace(global)
             let saved = try planFile.map {
-                (plan: try readPlan($0, limit: workspace.settings.limits.planBytes), file: $0)
+                (
+                    plan: try readPlan(
+                        $0, limit: workspace.settings.limits.planBytes,
+                        operations: workspace.settings.limits.planOperations), file: $0
+                )
             }
             PhaseTrace.mark("saved plan read")
             let showTokens = global.showTokens

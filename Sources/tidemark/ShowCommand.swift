@@ -18,7 +18,9 @@ struct ShowCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let workspace = try Workspace(global)
-            let plan = try readPlan(planFile, limit: workspace.settings.limits.planBytes)
+            let plan = try readPlan(
+                planFile, limit: workspace.settings.limits.planBytes,
+                operations: workspace.settings.limits.planOperations)
             // Device ids from the inventory when the manifests can be read; the plan shows without them otherwise.
             let loaded = render.format == .json ? nil : await workspace.loadManifests()
             let inventory = loaded.flatMap { $0.diagnostics.hasErrors ? nil : $0.inventory }
@@ -30,7 +32,7 @@ struct ShowCommand: AsyncParsableCommand {
 }
 
 /// Reads and checks a saved plan file.
-func readPlan(_ path: String, limit: Int) throws -> Plan {
+func readPlan(_ path: String, limit: Int, operations: Int = InputLimits().planOperations) throws -> Plan {
     let data: Data
     do {
         data = try InputFile.read(path, atMost: limit, setting: "plan_bytes")
@@ -38,7 +40,7 @@ func readPlan(_ path: String, limit: Int) throws -> Plan {
         throw CLIError("cannot read the plan file \(path): \(error.problem).")
     }
     do {
-        return try Plan.decodeSaved(data, file: path)
+        return try Plan.decodeSaved(data, file: path, maxOperations: operations)
     } catch {
         throw CLIError(error.description)
     }

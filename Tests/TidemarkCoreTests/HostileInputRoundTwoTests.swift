@@ -242,6 +242,18 @@ import TidemarkTesting
         refused(
             json.replacingOccurrences(of: "\"format_version\" : 1", with: "\"format_version\" : -1"), "plan format -1")
         refused(json.replacingOccurrences(of: "\"serial\" : 3", with: "\"serial\" : -3"), "serial -3")
+        // Operations are counted before the plan is decoded (decoding costs several times the file).
+        #expect((1...3).contains(Plan.operationCount(Data(json.utf8), atMost: 10)))
+        let many = StateStoreConformance.plan(
+            (0..<200).map { PlannedOperation(kind: .subscribe, target: "news", tokens: [Fixtures.token($0)]) },
+            state: StateStoreConformance.sample(tokens: 10))
+        let manyJSON = try Plan.encoder().encode(many)
+        #expect(throws: Never.self) { try Plan.decodeSaved(manyJSON, file: "plan.json", maxOperations: 200) }
+        #expect {
+            try Plan.decodeSaved(manyJSON, file: "plan.json", maxOperations: 50)
+        } throws: { error in
+            (error as? SavedPlanError)?.description.contains("raise limits.plan_operations") == true
+        }
         refused(json, "not UTF-8", encoding: .utf16)
         refused(json, "not UTF-8", encoding: .utf16LittleEndian)
         #expect(throws: Never.self) { try Plan.decodeSaved(Data(json.utf8), file: "plan.json") }
