@@ -224,14 +224,7 @@ extension ConfiguredSource {
             case "allow_empty":
                 allowEmpty = doc.bool(value, "'allow_empty'") ?? false
             case "max_shrink":
-                let text = doc.string(value, "'max_shrink'") ?? ""
-                if let share = ShrinkGuard.parseShare(text) {
-                    maxShrink = share
-                } else {
-                    doc.error(
-                        "'max_shrink' must be the share of its devices the source may lose between applies, such as 10% or 0.1 (100% turns the check off), not '\(text.escapedOnOneLine)'.",
-                        value)
-                }
+                maxShrink = doc.share(value, "'max_shrink'", meaning: ShrinkGuard.meaning("the source"))
             case "postgres":
                 guard let fields = doc.mapping(value, "'postgres'", allowed: postgresKeys) else {
                     failed = true

@@ -10,6 +10,11 @@ public enum FCMLimits {
     public static let maxTopicNameLength = 900
     /// Documented subscription changes per second per project.
     public static let defaultQuota = 3000
+    /// The highest rate tidemark accepts for `qps` and `read_qps` (and their flags), per second.
+    public static let maxRate = 1_000_000
+
+    /// Whether `rate` is one tidemark paces by: above zero, at most `maxRate` (not infinity, not NaN).
+    public static func isRate(_ rate: Double) -> Bool { rate > 0 && rate <= Double(maxRate) }
 
     /// Why `name` is not a valid topic name, or nil when it is.
     public static func topicNameProblem(_ name: String) -> String? {

@@ -147,6 +147,9 @@ public enum InputFile {
         }
     }
 
+    /// The UTF-8 byte order mark some editors and spreadsheet exports put first; never part of a value.
+    public static let utf8BOM: [UInt8] = [0xEF, 0xBB, 0xBF]
+
     /// The real path of an open file, as the kernel knows it.
     static func openedPath(_ fd: Int32) -> String? {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)

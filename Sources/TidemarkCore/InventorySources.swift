@@ -80,11 +80,6 @@ public struct FileInventorySource: InventorySource {
         return lines + 1
     }
 
-    /// CSV: a header row naming `device_id` (or `id`), `token`, and any label columns. With `exclusion`,
-    /// its column is read as a time and not kept as a label; `rowsAreLines: false` names rows by number
-    /// (a command's output) rather than by file line.
-    static let utf8BOM: [UInt8] = [0xEF, 0xBB, 0xBF]
-
     /// The rows to reserve room for: no more than the lines, the devices the limit leaves room for, or
     /// the rows `bytes` can hold (a device row is at least 25 bytes: an id, a comma, a 22-character
     /// token, a newline), so that a file of a billion blank lines reserves little.
@@ -92,6 +87,9 @@ public struct FileInventorySource: InventorySource {
         max(0, min(lines, bytes / 25 + 1, room))
     }
 
+    /// CSV: a header row naming `device_id` (or `id`), `token`, and any label columns. With `exclusion`,
+    /// its column is read as a time and not kept as a label; `rowsAreLines: false` names rows by number
+    /// (a command's output) rather than by file line.
     public static func loadCSV(
         _ data: Data, file: String, into builder: inout InventoryBuilder, exclusion: ExclusionFilter? = nil,
         rowsAreLines: Bool = true
@@ -110,7 +108,7 @@ public struct FileInventorySource: InventorySource {
         let source = builder.source(file)
         let column = rowsAreLines ? 1 : 0
         // A UTF-8 byte order mark, as spreadsheet exports write, is not part of the first column's name.
-        let bytes = bytes.starts(with: utf8BOM) ? UnsafeBufferPointer(rebasing: bytes[3...]) : bytes
+        let bytes = bytes.starts(with: InputFile.utf8BOM) ? UnsafeBufferPointer(rebasing: bytes[3...]) : bytes
         var reader = CSVReader(bytes)
         guard let header = reader.next() else {
             builder.error(
@@ -214,8 +212,6 @@ public struct FileInventorySource: InventorySource {
         }
     }
 
-    /// JSON lines: one object a line, `{"id": …, "token": …, "labels": {…}}`; with `exclusion`, its
-    /// column is a label (or a top-level key) read as a time and not kept.
     /// Whether `json` has a comma right before a `}` or `]` (outside strings): JSON forbids it, though
     /// Foundation's parser lets it pass.
     static func hasTrailingComma(_ json: some Collection<UInt8>) -> Bool {
@@ -247,6 +243,8 @@ public struct FileInventorySource: InventorySource {
         return false
     }
 
+    /// JSON lines: one object a line, `{"id": …, "token": …, "labels": {…}}`; with `exclusion`, its
+    /// column is a label (or a top-level key) read as a time and not kept.
     public static func loadJSONLines(
         _ data: Data, file: String, into builder: inout InventoryBuilder, exclusion: ExclusionFilter? = nil,
         rowsAreLines: Bool = true
@@ -262,7 +260,7 @@ public struct FileInventorySource: InventorySource {
             number += 1
             let location = SourceLocation(file: file, line: rowsAreLines ? line : number, column: column)
             // A byte order mark before the first line is not part of it.
-            let slice = line == 1 && slice.starts(with: utf8BOM) ? slice.dropFirst(3) : slice
+            let slice = line == 1 && slice.starts(with: InputFile.utf8BOM) ? slice.dropFirst(3) : slice
             if Self.hasTrailingComma(slice) {
                 builder.error(
                     "line has a comma before a closing brace or bracket, which JSON does not allow; remove it.",

@@ -166,12 +166,12 @@ public struct ManifestLoader: ManifestSource {
     }
 }
 
-/// Manifests and inventory as read, before members are resolved to token ids.
 extension LoadedManifests {
     /// The devices each counted inventory source read, by name (what state records at an apply).
     public var inventoryRows: [String: Int] { snapshots.compactMapValues(\.rows) }
 }
 
+/// Manifests and inventory as read, before members are resolved to token ids.
 public struct ReadManifests: Sendable {
     public var manifests: ManifestSet
     public var inventory: Inventory

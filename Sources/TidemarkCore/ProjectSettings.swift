@@ -110,21 +110,21 @@ public struct ProjectSettings: Sendable, Equatable {
         if case .scalar(let s) = root, s.string.isEmpty { return (settings, doc.diagnostics) }
         for (key, _, value) in doc.mapping(root, "tidemark.yaml", allowed: keys) ?? [] {
             if key == "read_qps" {
-                if case .scalar(let scalar) = value, let reads = Double(scalar.string), reads > 0, reads <= 1_000_000 {
+                if case .scalar(let scalar) = value, let reads = Double(scalar.string), FCMLimits.isRate(reads) {
                     settings.readQPS = reads
                 } else {
                     doc.error(
-                        "'read_qps' must be a number of reads per second from above 0 to 1000000, not '\(value.scalar?.string ?? "")'.",
+                        "'read_qps' must be a number of reads per second from above 0 to \(FCMLimits.maxRate), not '\(value.scalar?.string ?? "")'.",
                         value)
                 }
                 continue
             }
             if key == "qps" {
-                if case .scalar(let scalar) = value, let qps = Double(scalar.string), qps > 0, qps <= 1_000_000 {
+                if case .scalar(let scalar) = value, let qps = Double(scalar.string), FCMLimits.isRate(qps) {
                     settings.qps = qps
                 } else {
                     doc.error(
-                        "'qps' must be a number of subscription changes per second from above 0 to 1000000 (FCM allows 3000), not '\(value.scalar?.string ?? "")'.",
+                        "'qps' must be a number of subscription changes per second from above 0 to \(FCMLimits.maxRate) (FCM allows 3000), not '\(value.scalar?.string ?? "")'.",
                         value)
                 }
                 continue
@@ -155,13 +155,8 @@ public struct ProjectSettings: Sendable, Equatable {
                 }
                 continue
             case "max_shrink":
-                let text = doc.string(value, "'max_shrink'") ?? ""
-                if let share = ShrinkGuard.parseShare(text) {
+                if let share = doc.share(value, "'max_shrink'", meaning: ShrinkGuard.meaning("an inventory source")) {
                     settings.shrinkGuard.share = share
-                } else {
-                    doc.error(
-                        "'max_shrink' must be the share of its devices an inventory source may lose between applies, such as 10% or 0.1 (100% turns the check off), not '\(text.escapedOnOneLine)'.",
-                        value)
                 }
                 continue
             case "refresh_max_age":
@@ -193,14 +188,11 @@ public struct ProjectSettings: Sendable, Equatable {
                 }
                 continue
             case "dead_share":
-                let text = doc.string(value, "'dead_share'") ?? ""
-                let number = text.hasSuffix("%") ? Double(text.dropLast()).map { $0 / 100 } : Double(text)
-                if let number, number > 0, number <= 1 {
-                    settings.deadTokenGuard.share = number
-                } else {
-                    doc.error(
-                        "'dead_share' must be a share of the registrations read, such as 20% or 0.2, not '\(text)'.",
-                        value)
+                if let share = doc.share(
+                    value, "'dead_share'", meaning: "a share of the registrations read, such as 20% or 0.2",
+                    aboveZero: true)
+                {
+                    settings.deadTokenGuard.share = share
                 }
                 continue
             case "limits":

@@ -424,7 +424,7 @@ enum TokenFileLines {
     static func each(_ data: Data, _ body: (_ line: Int, _ text: String) -> Void) {
         data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
             let bytes = raw.bindMemory(to: UInt8.self)
-            var start = bytes.starts(with: [0xEF, 0xBB, 0xBF]) ? 3 : 0
+            var start = bytes.starts(with: InputFile.utf8BOM) ? 3 : 0
             var line = 0
             while start <= bytes.count {
                 var end = start

@@ -18,11 +18,16 @@ public struct ShrinkGuard: Sendable, Equatable {
 
     public func share(for source: String) -> Double { perSource[source] ?? share }
 
-    /// A share as `max_shrink` writes it: `25%` or `0.25`, from 0 to 100%.
+    /// A share as tidemark.yaml writes one (`max_shrink`, `dead_share`): `25%` or `0.25`, from 0 to 100%.
     public static func parseShare(_ text: String) -> Double? {
         let number = text.hasSuffix("%") ? Double(text.dropLast()).map { $0 / 100 } : Double(text)
         guard let number, number.isFinite, number >= 0, number <= 1 else { return nil }
         return number
+    }
+
+    /// What `max_shrink` must be, for `whose` (a source, or every source), in its error.
+    static func meaning(_ whose: String) -> String {
+        "the share of its devices \(whose) may lose between applies, such as 10% or 0.1 (100% turns the check off)"
     }
 
     /// One source that read too few devices.

@@ -154,7 +154,9 @@ struct YAMLDocument {
     /// explicit tag (`!!int 5`, `!custom x`; manifests use none) and the special numbers `.nan` and
     /// `.inf`, which YAML does not read as text.
     mutating func string(_ node: Node, _ what: String) -> String? {
-        guard case .scalar(let scalar) = node, !Self.isNull(node) else {
+        // Resolved once: every string of every manifest comes here, and resolving runs YAML's patterns.
+        let resolved = Yams.Resolver.default.resolveTag(of: node)
+        guard case .scalar(let scalar) = node, resolved != .null else {
             error("\(what) must be a string, not \(Self.kind(node)).", node)
             return nil
         }
@@ -165,7 +167,7 @@ struct YAMLDocument {
                 node)
             return nil
         }
-        if explicit.isEmpty, Yams.Resolver.default.resolveTag(of: node) == .float,
+        if explicit.isEmpty, resolved == .float,
             [".nan", ".inf", "+.inf", "-.inf"].contains(scalar.string.lowercased())
         {
             error(
@@ -191,6 +193,15 @@ struct YAMLDocument {
             return nil
         }
         return text
+    }
+
+    /// A share such as `25%` or `0.25` (`ShrinkGuard.parseShare`), above zero when `aboveZero`; else an
+    /// error saying that `what` must be `meaning`.
+    mutating func share(_ node: Node, _ what: String, meaning: String, aboveZero: Bool = false) -> Double? {
+        let text = string(node, what) ?? ""
+        if let share = ShrinkGuard.parseShare(text), !aboveZero || share > 0 { return share }
+        error("\(what) must be \(meaning), not '\(text.escapedOnOneLine)'.", node)
+        return nil
     }
 
     mutating func bool(_ node: Node, _ what: String) -> Bool? {

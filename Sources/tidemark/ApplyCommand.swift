@@ -64,8 +64,9 @@ struct ApplyCommand: AsyncParsableCommand {
     var deadTokens: String?
 
     func validate() throws {
-        if let qps, !(qps > 0 && qps <= 1_000_000) {
-            throw ValidationError("--qps must be a number of changes per second from above 0 to 1000000, not \(qps).")
+        if let qps, !FCMLimits.isRate(qps) {
+            throw ValidationError(
+                "--qps must be a number of changes per second from above 0 to \(FCMLimits.maxRate), not \(qps).")
         }
         guard lockTimeout >= 0, lockTimeout <= 86_400 else {
             throw ValidationError("--lock-timeout must be between 0 and 86400 seconds, not \(lockTimeout).")

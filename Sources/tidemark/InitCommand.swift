@@ -50,13 +50,10 @@ struct InitCommand: ParsableCommand {
     var ci: CI = .none
 
     func validate() throws {
-        if let problem = Self.projectIDProblem(project) {
+        if let problem = ProjectSettings.projectIDProblem(project) {
             throw ValidationError("--project '\(project)' \(problem)")
         }
     }
-
-    /// Why `id` is not a Firebase project id, or nil.
-    static func projectIDProblem(_ id: String) -> String? { ProjectSettings.projectIDProblem(id) }
 
     /// The files init writes, by path relative to the project directory, in the order written.
     func files() -> [(path: String, text: String)] {

@@ -91,9 +91,9 @@ struct RefreshOptions: ParsableArguments {
     var readQps: Double?
 
     func validate() throws {
-        if let readQps, !(readQps > 0 && readQps <= 1_000_000) {
+        if let readQps, !FCMLimits.isRate(readQps) {
             throw ValidationError(
-                "--read-qps must be a number of reads per second from above 0 to 1000000, not \(readQps).")
+                "--read-qps must be a number of reads per second from above 0 to \(FCMLimits.maxRate), not \(readQps).")
         }
     }
 }

@@ -485,12 +485,9 @@ public struct ApplyWorkflow: Sendable {
         var unknownTokens = 0
         var firstToken: String?
         for op in plan.operations {
-            let known =
-                switch op.kind {
-                case .subscribe, .unsubscribe: topics.contains(op.target) || groups.contains(op.target)
-                default: groups.contains(op.target) || topics.contains(op.target)
-                }
-            if !known, unknownTarget == nil { unknownTarget = op.target }
+            if unknownTarget == nil, !topics.contains(op.target), !groups.contains(op.target) {
+                unknownTarget = op.target
+            }
             for token in op.tokens where state.tokens.id(token) == nil && loaded.inventory.index(ofToken: token) == nil
             {
                 unknownTokens += 1
