@@ -140,6 +140,9 @@ public struct FCMHTTPBackend: Backend {
         /// Asked before every request that changes FCM (and every retry of one): a run that lost its
         /// state lock sends nothing more.
         public var gate: LeaseGate?
+        /// How long one request may take, answer and body included: a server that accepts and never
+        /// answers, or drips its answer a byte at a time, ends the attempt here (and it is retried).
+        public var exchangeLimit: Duration = .seconds(60)
 
         public init() {}
     }
@@ -350,29 +353,21 @@ public struct FCMHTTPBackend: Backend {
             : "fcm_url in tidemark.yaml or TIDEMARK_FCM_URL (now \(base))"
     }
 
-    /// How long one request may take, answer and body included: a server that accepts and never
-    /// answers, or drips its answer a byte at a time, ends the attempt here.
-    static let exchangeLimit: Duration = .seconds(60)
-
-    /// Sends `request` and reads the answer's body, within `exchangeLimit` in all.
+    /// Sends `request` and reads the answer's body, within `options.exchangeLimit` in all.
     func exchange(_ request: HTTPClientRequest) async throws -> (HTTPClientResponse, ByteBuffer) {
         let routes = routes
-        let limit = Self.exchangeLimit
-        return try await withThrowingTaskGroup(of: (HTTPClientResponse, ByteBuffer)?.self) { group in
-            group.addTask {
-                let response = try await routes.execute(request, timeout: .seconds(limit.components.seconds))
-                return (response, try await response.body.collect(upTo: 16 << 20))
-            }
-            group.addTask {
-                try await Task.sleep(for: limit)
-                return nil
-            }
-            defer { group.cancelAll() }
-            guard let first = try await group.next(), let answer = first else {
-                throw NetworkFailure.TimedOut(seconds: limit.components.seconds)
-            }
-            return answer
+        let limit = options.exchangeLimit
+        let answer = try await TimeLimit.race(limit) {
+            let response = try await routes.execute(request, timeout: .seconds(limit.components.seconds))
+            return Exchanged(response: response, body: try await response.body.collect(upTo: 16 << 20))
         }
+        guard let answer else { throw NetworkFailure.TimedOut(seconds: limit.components.seconds) }
+        return (answer.response, answer.body)
+    }
+
+    private struct Exchanged: Sendable {
+        var response: HTTPClientResponse
+        var body: ByteBuffer
     }
 
     /// URLs carry registration tokens; errors show them redacted.

@@ -1191,7 +1191,7 @@ actor PostgresLink {
         let limit = url.connectTimeout
         let opened: PostgresConnection?
         do {
-            opened = try await Deadline.race(limit) {
+            opened = try await TimeLimit.race(limit) {
                 try await PostgresConnection.connect(configuration: configuration, id: 1, logger: Self.logger)
             } late: { connection in
                 try? await connection.close()
@@ -1240,40 +1240,4 @@ public final class PostgresQuotaLedger: QuotaLedger {
     }
 
     public func close() async { await store.close() }
-}
-
-/// Bounds work that cancellation cannot stop (opening a connection): the caller gets nil once `limit`
-/// passes; the work runs on to its end and `late` disposes of what it made.
-enum Deadline {
-    static func race<T: Sendable>(
-        _ limit: Duration, _ work: @Sendable @escaping () async throws -> T,
-        late: @Sendable @escaping (T) async -> Void
-    ) async throws -> T? {
-        let claimed = Claim()
-        return try await withCheckedThrowingContinuation { (done: CheckedContinuation<T?, any Error>) in
-            Task {
-                do {
-                    let value = try await work()
-                    if claimed.take() { done.resume(returning: value) } else { await late(value) }
-                } catch {
-                    if claimed.take() { done.resume(throwing: error) }
-                }
-            }
-            Task {
-                try? await Task.sleep(for: limit)
-                if claimed.take() { done.resume(returning: nil) }
-            }
-        }
-    }
-
-    /// Who answers first: the work or the clock.
-    final class Claim: Sendable {
-        private let taken = Mutex(false)
-        func take() -> Bool {
-            taken.withLock { taken in
-                defer { taken = true }
-                return !taken
-            }
-        }
-    }
 }

@@ -169,7 +169,7 @@ public struct PostgresURL: Sendable, Equatable {
         }
         do {
             let configuration = try parsed.configuration()
-            let opened = try await Deadline.race(parsed.connectTimeout) {
+            let opened = try await TimeLimit.race(parsed.connectTimeout) {
                 try await PostgresConnection.connect(configuration: configuration, id: id, logger: logger)
             } late: { connection in
                 try? await connection.close()
@@ -193,9 +193,8 @@ public struct PostgresURL: Sendable, Equatable {
         _ connection: PostgresConnection, _ limit: Duration, _ work: @Sendable @escaping () async throws -> T
     ) async throws -> T {
         // Raced, not awaited to its end: a query on a dropped connection can wait in the driver for ever.
-        let outcome = try await Deadline.race(limit) { () async -> Result<T, any Error> in
+        let outcome = try await TimeLimit.race(limit) { () async -> Result<T, any Error> in
             do { return .success(try await work()) } catch { return .failure(error) }
-        } late: { _ in
         }
         if case .none = outcome { Task { try? await connection.close() } }
         guard let outcome else { throw NoAnswer(seconds: limit.components.seconds) }

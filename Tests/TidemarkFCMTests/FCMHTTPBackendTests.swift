@@ -159,4 +159,87 @@ extension FCMHTTPBackendTests {
                 ])
         }
     }
+
+    /// A server that answers its headers, then drips the body a byte every 300 ms for ever: no read
+    /// timeout fires, so only the bound on the whole exchange ends the attempt, and the command fails
+    /// naming the cause and the setting instead of hanging.
+    @Test func aServerThatDripsItsAnswerEndsAtTheExchangeLimit() async throws {
+        let drip = try DripServer()
+        defer { drip.stop() }
+        try await AccessTokenProviderTests().withEmulator { server, client in
+            let key = try ServiceAccountKey.load(path: server.keyFilePath)
+            var options = FCMHTTPBackend.Options()
+            options.exchangeLimit = .seconds(2)
+            options.policy = RetryPolicy(baseDelay: .milliseconds(5))
+            let backend = FCMHTTPBackend(
+                kind: .emulator, project: "fcm-test", endpoints: .emulator(host: "http://127.0.0.1:\(drip.port)"),
+                client: client, credentials: AccessTokenProvider(key: key, client: client), options: options)
+            let started = ContinuousClock.now
+            let error = await #expect(throws: FCMCallError.self) {
+                _ = try await backend.refresh([Self.token(1)])
+            }
+            #expect(ContinuousClock.now - started < .seconds(30), "the 2 s bound, not the retry budget")
+            #expect(error?.message.contains("did not answer within 2 s") == true, "\(error?.message ?? "")")
+            #expect(error?.message.contains("FCM_EMULATOR_HOST") == true, "\(error?.message ?? "")")
+            #expect(drip.accepted() >= 1)
+        }
+    }
+}
+
+/// A loopback server that answers every connection with HTTP headers and then one body byte every
+/// 300 ms, never finishing.
+final class DripServer: @unchecked Sendable {
+    let port: Int
+    private let listener: Int32
+    private let lock = NSLock()
+    private var stopped = false
+    private var count = 0
+
+    init() throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        self.listener = listener
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) }
+        }
+        guard bound == 0, listen(listener, 16) == 0 else { throw POSIXError(.EADDRINUSE) }
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
+        }
+        port = Int(UInt16(bigEndian: address.sin_port))
+        Thread.detachNewThread { [self] in serve() }
+    }
+
+    func accepted() -> Int { lock.withLock { count } }
+
+    private var isStopped: Bool { lock.withLock { stopped } }
+
+    private func serve() {
+        while !isStopped {
+            let connection = accept(listener, nil, nil)
+            guard connection >= 0 else { return }
+            lock.withLock { count += 1 }
+            Thread.detachNewThread { [self] in
+                defer { close(connection) }
+                var request = [UInt8](repeating: 0, count: 4096)
+                _ = recv(connection, &request, request.count, 0)
+                let head = Array(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n".utf8)
+                guard send(connection, head, head.count, Int32(MSG_NOSIGNAL)) == head.count else { return }
+                while !isStopped {
+                    Thread.sleep(forTimeInterval: 0.3)
+                    guard send(connection, [UInt8(ascii: " ")], 1, Int32(MSG_NOSIGNAL)) == 1 else { return }
+                }
+            }
+        }
+    }
+
+    func stop() {
+        lock.withLock { stopped = true }
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+    }
 }
