@@ -70,6 +70,9 @@ public struct TopicSpec: Sendable {
     public var description: String?
     public var members: [MemberRef] = []
     public var location: SourceLocation
+    /// Its decoding reported an error (a misspelt key, a bad value): what it lists may not be all
+    /// its author meant, so "no members" is not concluded from it.
+    public var incomplete = false
 
     public init(name: Located<String>, location: SourceLocation) {
         self.name = name
@@ -86,6 +89,8 @@ public struct GroupSpec: Sendable {
     public var description: String?
     public var members: [MemberRef] = []
     public var location: SourceLocation
+    /// Its decoding reported an error: "no members" is not concluded from it.
+    public var incomplete = false
 
     public init(name: Located<String>, location: SourceLocation) {
         self.name = name

@@ -137,6 +137,7 @@ public struct ManifestDecoder {
     }
 
     private func decodeTopic(_ node: Node, _ doc: inout YAMLDocument) -> TopicSpec? {
+        let errorsBefore = doc.errorCount
         guard let pairs = doc.mapping(node, "a topic", allowed: Self.topicKeys) else { return nil }
         guard let namePair = pairs.first(where: { $0.key == "name" }) else {
             doc.error("a topic needs a 'name'.", node)
@@ -169,10 +170,12 @@ public struct ManifestDecoder {
             default: break
             }
         }
+        topic.incomplete = doc.errorCount > errorsBefore
         return topic
     }
 
     private func decodeGroup(_ node: Node, _ doc: inout YAMLDocument) -> GroupSpec? {
+        let errorsBefore = doc.errorCount
         guard let pairs = doc.mapping(node, "a device group", allowed: Self.groupKeys) else { return nil }
         guard let namePair = pairs.first(where: { $0.key == "notification_key_name" }) else {
             doc.error("a device group needs a 'notification_key_name'.", node)
@@ -192,10 +195,12 @@ public struct ManifestDecoder {
             default: break
             }
         }
+        group.incomplete = doc.errorCount > errorsBefore
         return group
     }
 
     private func decodeAudience(_ node: Node, _ doc: inout YAMLDocument) -> GroupSpec? {
+        let errorsBefore = doc.errorCount
         guard let pairs = doc.mapping(node, "an audience", allowed: Self.audienceKeys) else { return nil }
         guard let namePair = pairs.first(where: { $0.key == "name" }) else {
             doc.error(
@@ -213,7 +218,8 @@ public struct ManifestDecoder {
             default: break
             }
         }
-        if audience.members.isEmpty {
+        audience.incomplete = doc.errorCount > errorsBefore
+        if audience.members.isEmpty, !audience.incomplete {
             // An audience replaces a device group: with no members it would be a topic nobody is in.
             doc.error(
                 "audience '\(name.escapedOnOneLine)' has no members; list them under 'members' (the device group it replaces lists its own).",
@@ -234,6 +240,8 @@ public struct ManifestDecoder {
                     doc.error(
                         "a member entry of \(owner) names \(pairs.count) kinds (\(pairs.map(\.key).joined(separator: ", "))); write one entry per kind.",
                         item)
+                } else if case .mapping(let mapping) = item, mapping.count > 0 {
+                    // Its keys were all unknown, and each was reported with the nearest known one.
                 } else {
                     doc.error(
                         "a member entry of \(owner) is empty; give one of \(Self.memberKeys.joined(separator: ", ")).",

@@ -44,11 +44,15 @@ public struct Resolver {
             }
             seenTopics[name] = spec.name.location
             var parts: [TokenSet] = []
+            let errorsBefore = diagnostics.count { $0.severity == .error }
             let members = context.resolve(
                 spec.members, owner: "topic '\(name)'", table: &table, &diagnostics, parts: &parts)
+            // An entry that could not be read (a file refused, a misspelt key) was reported: an empty
+            // result then says nothing about what the author meant, and "allow_empty" is no advice.
+            let unread = spec.incomplete || diagnostics.count { $0.severity == .error } > errorsBefore
             // Each entry's own devices, to say why a device joins (kept only when there are several).
             let entries = zip(spec.members, parts).map { MemberEntry(ref: $0, ids: spec.members.count > 1 ? $1 : nil) }
-            if members.isEmpty, !spec.allowEmpty {
+            if members.isEmpty, !spec.allowEmpty, !unread {
                 diagnostics.append(
                     .error(
                         "topic '\(name)' has no members; add members or set 'allow_empty: true' to unsubscribe everyone tidemark manages.",
@@ -71,14 +75,16 @@ public struct Resolver {
                 continue
             }
             seenGroups[name] = spec.name.location
+            let errorsBefore = diagnostics.count { $0.severity == .error }
             let members = context.resolve(spec.members, owner: "group '\(name)'", table: &table, &diagnostics)
+            let unread = spec.incomplete || diagnostics.count { $0.severity == .error } > errorsBefore
             if members.count > FCMLimits.maxGroupMembers {
                 diagnostics.append(
                     .error(
                         "device group '\(name)' has \(members.count) members; FCM allows at most \(FCMLimits.maxGroupMembers) per group. Split it or narrow its members.",
                         at: spec.name.location))
             }
-            if members.isEmpty {
+            if members.isEmpty, !unread {
                 diagnostics.append(
                     .error(
                         "device group '\(name)' has no members; FCM deletes empty groups. Remove the group to delete it.",

@@ -7,6 +7,8 @@ import Yams
 struct YAMLDocument {
     let file: String
     var diagnostics: [Diagnostic] = []
+    /// The errors reported so far.
+    var errorCount: Int { diagnostics.count { $0.severity == .error } }
 
     init(file: String) { self.file = file }
 

@@ -148,6 +148,28 @@ private typealias Loc = TidemarkCore.SourceLocation
             containing: ["matches no device"])
     }
 
+    /// A topic or group whose members could not be read (a misspelt key, a file that is refused, a
+    /// selector that matches nothing) gets that one error, never the advice to set allow_empty, which
+    /// would unsubscribe everyone tidemark manages.
+    @Test func membersThatCouldNotBeReadAreNotCalledEmpty() async {
+        let cases: [(String, String)] = [
+            ("topics:\n  - name: a\n    memebrs: [{selector: {region: north}}]\n", "did you mean 'members'"),
+            ("topics:\n  - name: a\n    members: [{file: missing.txt}]\n", "cannot read token file 'missing.txt'"),
+            ("topics:\n  - name: a\n    members: [{selector: {region: nroth}}]\n", "matches no device"),
+            ("topics:\n  - name: a\n    members: [{slector: {region: north}}]\n", "did you mean 'selector'"),
+            (
+                "groups:\n  - notification_key_name: g\n    memebrs: [{selector: {region: north}}]\n",
+                "did you mean 'members'"
+            ),
+            ("audiences:\n  - name: au\n    memebrs: [{selector: {region: north}}]\n", "did you mean 'members'"),
+        ]
+        for (yaml, cause) in cases {
+            let errors = await diagnostics(["topics.yaml": yaml]).filter { $0.severity == .error }
+            #expect(errors.count == 1 && errors[0].message.contains(cause), "\(yaml): \(errors.map(\.description))")
+            #expect(!errors.contains { $0.message.contains("allow_empty") || $0.message.contains("no members") })
+        }
+    }
+
     @Test func emptyTopicNeedsAllowEmpty() async {
         await expectError(
             "topics:\n  - name: a\n    members: []\n", line: 2, containing: ["'a' has no members", "allow_empty: true"])
