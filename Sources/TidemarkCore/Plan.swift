@@ -272,6 +272,43 @@ public struct Plan: Sendable, Codable {
         operations.filter { $0.kind == .unsubscribe }.reduce(0) { $0 + $1.tokens.count }
     }
 
+    /// The topic operations of one kind and topic as one operation (at the first one's place), each
+    /// token once: the shape every plan tidemark makes has. A saved plan written another way (a
+    /// million one-token operations) then costs what the same changes planned fresh cost: an
+    /// operation is one journal entry, and the backend batches an operation's tokens itself. A token
+    /// named twice for one topic and kind is sent once. Group calls and audience steps stay as they
+    /// are: their order is their meaning. Unchanged (the same array) when there is nothing to merge.
+    public static func coalesced(_ operations: [PlannedOperation]) -> [PlannedOperation] {
+        struct Key: Hashable {
+            var kind: PlannedOperation.Kind
+            var target: String
+        }
+        var first: [Key: Int] = [:]
+        var repeated = false
+        for (index, op) in operations.enumerated() where !op.kind.isGroup {
+            let key = Key(kind: op.kind, target: op.target)
+            if first[key] == nil {
+                first[key] = index
+            } else {
+                repeated = true
+            }
+        }
+        guard repeated else { return operations }
+        var tokens: [Int: [String]] = [:]
+        var seen: [Int: Set<String>] = [:]
+        for op in operations where !op.kind.isGroup {
+            let at = first[Key(kind: op.kind, target: op.target)]!
+            for token in op.tokens where seen[at, default: []].insert(token).inserted {
+                tokens[at, default: []].append(token)
+            }
+        }
+        return operations.enumerated().compactMap { index, op in
+            if op.kind.isGroup { return op }
+            guard let merged = tokens[index] else { return nil }
+            return PlannedOperation(kind: op.kind, target: op.target, tokens: merged)
+        }
+    }
+
     /// A digest of the operations, to tell whether two plans would do the same thing.
     public var operationsDigest: String {
         var digest = SHA256Digest()

@@ -95,6 +95,8 @@ extension Plan {
         } catch {
             throw SavedPlanError(description: "\(file) has an invalid target selection: \(error.description)")
         }
-        return plan
+        var coalesced = plan
+        coalesced.operations = Plan.coalesced(plan.operations)
+        return coalesced
     }
 }

@@ -283,7 +283,21 @@ import TidemarkTesting
         await #expect {
             _ = try await project.apply(project.saved(elsewhere))
         } throws: { error in
-            "\(error)".contains("'forged-topic', a topic or group that neither the manifests nor state know")
+            "\(error)".contains("'forged-topic' as a topic that neither the manifests nor state know")
+        }
+        // A name that is known, but as something else: a topic is no device group, and a group no topic.
+        for (kind, target, what) in [
+            (PlannedOperation.Kind.groupAdd, "team-zero", "a device group"),
+            (.subscribe, "family", "a topic"), (.audienceSet, "team-zero", "an audience"),
+        ] {
+            var retyped = made
+            retyped.operations = [PlannedOperation(kind: kind, target: target, tokens: [Fixtures.token(0)])]
+            retyped.operationsDigestWhenMade = nil
+            await #expect {
+                _ = try await project.apply(project.saved(retyped))
+            } throws: { error in
+                "\(error)".contains("'\(target)' as \(what) that neither the manifests nor state know")
+            }
         }
         #expect(project.backend.calls.count - before < 10, "no forged registration was read")
     }

@@ -452,6 +452,58 @@ import TidemarkTesting
         }
     }
 
+    /// A saved plan that carries each change as its own operation (a million one-token operations, with
+    /// a digest recomputed to match) is read as the plan tidemark would have written: one operation per
+    /// topic and kind, each token once, so it costs what the same plan made fresh costs, and it applies
+    /// the same changes.
+    @Test func aSavedPlanOfOneTokenOperationsIsReadAsTidemarksOwn() async throws {
+        let project = try Project()
+        let plan = try await project.plan().plan
+        var split = plan
+        split.operations = plan.operations.flatMap { op in
+            op.kind.isGroup ? [op] : op.tokens.map { PlannedOperation(kind: op.kind, target: op.target, tokens: [$0]) }
+        }
+        // One token named twice: sent once.
+        if let first = split.operations.first(where: { !$0.kind.isGroup }) { split.operations.append(first) }
+        split.operationsDigestWhenMade = split.operationsDigest
+        #expect(split.operations.count > plan.operations.count)
+        let read = try Plan.decodeSaved(try Plan.encoder().encode(split), file: "plan.json")
+        #expect(read.operations == plan.operations, "merged back into the planner's own shape, in its order")
+        #expect(read.operationsDigest == plan.operationsDigest)
+        // A plan tidemark wrote is read unchanged.
+        #expect(try Plan.decodeSaved(try Plan.encoder().encode(plan), file: "plan.json").operations == plan.operations)
+        let outcome = try await project.apply(project.saved(read))
+        guard case .applied(let summary) = outcome.result else {
+            Issue.record("expected an apply, got \(outcome.result)")
+            return
+        }
+        #expect(summary.subscribed == 3 + 6 && summary.failures.isEmpty)
+        #expect(!(try await project.plan().plan.hasChanges))
+    }
+
+    /// A saved plan that converts a device group to an audience and makes a new audience applies:
+    /// each operation is checked against what its kind acts on (a group call may name an audience
+    /// still kept in step with its FCM group).
+    @Test func aSavedPlanWithAudiencesApplies() async throws {
+        var project = try Project()
+        _ = try await project.apply()
+        project.files["topics.yaml"] = Self.topics.replacingOccurrences(
+            of: "groups:\n  - notification_key_name: family\n    members: [{devices: [d0, d1]}]",
+            with:
+                "audiences:\n  - name: family\n    members: [{devices: [d0, d1, d2]}]\n  - name: friends\n    members: [{devices: [d3]}]"
+        )
+        let plan = try await project.plan().plan
+        #expect(plan.operations.contains { $0.kind == .groupAdd && $0.target == "family" }, "\(plan.operations)")
+        #expect(plan.operations.contains { $0.kind == .audienceSet && $0.target == "friends" })
+        let outcome = try await project.apply(project.saved(plan))
+        guard case .applied(let summary) = outcome.result else {
+            Issue.record("expected an apply, got \(outcome.result)")
+            return
+        }
+        #expect(summary.failures.isEmpty)
+        #expect(!(try await project.plan().plan.hasChanges))
+    }
+
     @Test func resumingCanBeDeclined() async throws {
         let project = try Project()
         _ = try await interrupted(project, after: 1)

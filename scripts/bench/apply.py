@@ -26,10 +26,10 @@ for transport in args.transports.split(","):
     for q in [int(x) for x in args.qps.split(",")]:
         work = tempfile.mkdtemp(prefix="tm-bench-apply-")
         try:
-            with Emulator(args.binary, "bench", "--rate-limit", str(q), "--auto-register") as emulator:
+            with Emulator(args.binary, "tidemark-bench", "--rate-limit", str(q), "--auto-register") as emulator:
                 extra = ("state: %s\nworkspace: bench-%d-%s-%d\n" % (args.state, os.getpid(), transport, q)
                          if args.state else "")
-                tokens = make_project(work, "bench", args.devices, args.topics, transport, extra=extra)
+                tokens = make_project(work, "tidemark-bench", args.devices, args.topics, transport, extra=extra)
                 emulator.register(tokens)
                 print("%s, Q=%d: applying %s changes (%d devices x %d topics) ..." % (
                     transport, q, format(changes, ","), args.devices, args.topics), flush=True)

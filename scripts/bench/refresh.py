@@ -44,8 +44,8 @@ rows = []
 for mode in args.modes.split(","):
     work = tempfile.mkdtemp(prefix="tm-bench-refresh-")
     try:
-        with Emulator(args.binary, "bench", "--rate-limit", "0") as emulator:
-            tokens = make_project(work, "bench", args.devices, args.topics,
+        with Emulator(args.binary, "tidemark-bench", "--rate-limit", "0") as emulator:
+            tokens = make_project(work, "tidemark-bench", args.devices, args.topics,
                                   extra="refresh_budget: %s\n" % args.budget)
             emulator.register(tokens)
             # Converge fast: subscribe through the admin API, then adopt it into state with import.

@@ -479,15 +479,29 @@ public struct ApplyWorkflow: Sendable {
     static func checkKnown(
         _ plan: Plan, file: String, state: State, loaded: LoadedManifests, stateLocation: String
     ) throws {
+        // Each kind against what it acts on: a topic operation names a topic, a device-group call a
+        // group (or an audience still kept in step with the FCM group it came from), an audience step an
+        // audience (or the group being converted to one).
         let topics = Set(loaded.desired.topics.map(\.name)).union(state.topics.keys)
         let groups = Set(loaded.desired.groups.map(\.name)).union(state.groups.keys)
-        var unknownTarget: String?
+            .union(loaded.desired.audiences.map(\.name))
+        let audiences = Set(loaded.desired.audiences.map(\.name)).union(state.groups.keys)
+        var unknownTarget: (name: String, kind: String)?
         var unknownTokens = 0
         var firstToken: String?
-        for op in plan.operations {
-            if unknownTarget == nil, !topics.contains(op.target), !groups.contains(op.target) {
-                unknownTarget = op.target
+        for op in plan.operations where unknownTarget == nil {
+            let known: Bool
+            let kind: String
+            if op.kind.isStateOnly {
+                (known, kind) = (audiences.contains(op.target), "an audience")
+            } else if op.kind.isGroupCall {
+                (known, kind) = (groups.contains(op.target), "a device group")
+            } else {
+                (known, kind) = (topics.contains(op.target), "a topic")
             }
+            if !known { unknownTarget = (op.target, kind) }
+        }
+        for op in plan.operations {
             for token in op.tokens where state.tokens.id(token) == nil && loaded.inventory.index(ofToken: token) == nil
             {
                 unknownTokens += 1
@@ -499,7 +513,7 @@ public struct ApplyWorkflow: Sendable {
         }
         if let unknownTarget {
             throw refuse(
-                "it names '\(unknownTarget.escapedOnOneLine)', a topic or group that neither the manifests nor state know"
+                "it names '\(unknownTarget.name.escapedOnOneLine)' as \(unknownTarget.kind) that neither the manifests nor state know"
             )
         }
         if let firstToken {
