@@ -245,6 +245,9 @@ public struct FileInventorySource: InventorySource {
 
     /// JSON lines: one object a line, `{"id": …, "token": …, "labels": {…}}`; with `exclusion`, its
     /// column is a label (or a top-level key) read as a time and not kept.
+    /// The longest device line a JSON-lines inventory may have.
+    static let maxJSONLineBytes = 1 << 20
+
     public static func loadJSONLines(
         _ data: Data, file: String, into builder: inout InventoryBuilder, exclusion: ExclusionFilter? = nil,
         rowsAreLines: Bool = true
@@ -252,13 +255,21 @@ public struct FileInventorySource: InventorySource {
         let source = builder.source(file)
         let column = rowsAreLines ? 1 : 0
         var number = 0
-        var line = 0
-        for slice in data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
-            line += 1
+        // Lines are found one at a time, never split into an array first: a gigabyte of newlines is a
+        // billion lines, and an array of them would take tens of gigabytes.
+        var lines = NonEmptyLines(data)
+        while let (line, slice) = lines.next() {
             let trimmed = slice.drop { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
-            if trimmed.isEmpty || trimmed == Data([UInt8(ascii: "\r")]) { continue }
+            if trimmed.isEmpty || (trimmed.count == 1 && trimmed.first == UInt8(ascii: "\r")) { continue }
             number += 1
             let location = SourceLocation(file: file, line: rowsAreLines ? line : number, column: column)
+            guard slice.count <= Self.maxJSONLineBytes else {
+                // Not handed to the JSON parser: a device line is a few hundred bytes.
+                builder.error(
+                    "line is \(PlanRenderer.formatCount(slice.count)) bytes long; a device line is at most 1 MiB (one device's id, token and labels).",
+                    at: location)
+                continue
+            }
             // A byte order mark before the first line is not part of it.
             let slice = line == 1 && slice.starts(with: InputFile.utf8BOM) ? slice.dropFirst(3) : slice
             if Self.hasTrailingComma(slice) {
@@ -308,6 +319,41 @@ public struct FileInventorySource: InventorySource {
             }
             builder.add(id: id, token: token, labels: labels, from: source, line: location.line, column: column)
         }
+    }
+}
+
+/// The lines of `data` that are not empty, with their 1-based numbers, found as they are asked for:
+/// runs of empty lines are skipped in one pass over their bytes.
+struct NonEmptyLines {
+    private let data: Data
+    private var offset = 0
+    private var line = 0
+
+    init(_ data: Data) { self.data = data }
+
+    /// The next line that is not empty (without its "\n"), or nil at the end.
+    mutating func next() -> (line: Int, slice: Data)? {
+        let count = data.count
+        guard offset < count else { return nil }
+        let (skipped, start, end) = data.withUnsafeBytes { raw -> (Int, Int, Int) in
+            let bytes = raw.bindMemory(to: UInt8.self)
+            var start = offset
+            var skipped = 0
+            while start < count, bytes[start] == UInt8(ascii: "\n") {
+                start += 1
+                skipped += 1
+            }
+            guard start < count, let base = bytes.baseAddress else { return (skipped, count, count) }
+            let found = memchr(base + start, Int32(UInt8(ascii: "\n")), count - start)
+            let end = found.map { UnsafeRawPointer($0).assumingMemoryBound(to: UInt8.self) - base } ?? count
+            return (skipped, start, end)
+        }
+        line += skipped
+        offset = end + 1
+        guard start < count else { return nil }
+        line += 1
+        let base = data.startIndex
+        return (line, data[(base + start)..<(base + end)])
     }
 }
 

@@ -272,28 +272,31 @@ public struct Plan: Sendable, Codable {
         operations.filter { $0.kind == .unsubscribe }.reduce(0) { $0 + $1.tokens.count }
     }
 
-    /// The topic operations of one kind and topic as one operation (at the first one's place), each
-    /// token once: the shape every plan tidemark makes has. A saved plan written another way (a
-    /// million one-token operations) then costs what the same changes planned fresh cost: an
-    /// operation is one journal entry, and the backend batches an operation's tokens itself. A token
-    /// named twice for one topic and kind is sent once. Group calls and audience steps stay as they
-    /// are: their order is their meaning. Unchanged (the same array) when there is nothing to merge.
-    public static func coalesced(_ operations: [PlannedOperation]) -> [PlannedOperation] {
+    /// The topic operations of one kind and topic in as few batches of `batchSize` as their tokens
+    /// fill (at the first one's place), each token once: the shape every plan tidemark makes has. A
+    /// saved plan written another way (a million one-token operations) then costs what the same
+    /// changes planned fresh cost, since each operation is journaled on its own. Group calls and
+    /// audience steps stay as they are: their order is their meaning. Unchanged (the same array) when
+    /// every topic and kind already has no more batches than its tokens need.
+    public static func coalesced(
+        _ operations: [PlannedOperation], batchSize: Int = FCMLimits.maxBatchTokens
+    ) -> [PlannedOperation] {
         struct Key: Hashable {
             var kind: PlannedOperation.Kind
             var target: String
         }
         var first: [Key: Int] = [:]
-        var repeated = false
+        var batches: [Key: (operations: Int, tokens: Int)] = [:]
         for (index, op) in operations.enumerated() where !op.kind.isGroup {
             let key = Key(kind: op.kind, target: op.target)
-            if first[key] == nil {
-                first[key] = index
-            } else {
-                repeated = true
-            }
+            if first[key] == nil { first[key] = index }
+            batches[key, default: (0, 0)].operations += 1
+            batches[key, default: (0, 0)].tokens += op.tokens.count
         }
-        guard repeated else { return operations }
+        let size = max(1, batchSize)
+        guard batches.values.contains(where: { $0.operations > max(1, ($0.tokens + size - 1) / size) }) else {
+            return operations
+        }
         var tokens: [Int: [String]] = [:]
         var seen: [Int: Set<String>] = [:]
         for op in operations where !op.kind.isGroup {
@@ -302,10 +305,13 @@ public struct Plan: Sendable, Codable {
                 tokens[at, default: []].append(token)
             }
         }
-        return operations.enumerated().compactMap { index, op in
-            if op.kind.isGroup { return op }
-            guard let merged = tokens[index] else { return nil }
-            return PlannedOperation(kind: op.kind, target: op.target, tokens: merged)
+        return operations.enumerated().flatMap { index, op -> [PlannedOperation] in
+            if op.kind.isGroup { return [op] }
+            guard let merged = tokens[index] else { return [] }
+            return stride(from: 0, to: merged.count, by: size).map {
+                PlannedOperation(
+                    kind: op.kind, target: op.target, tokens: Array(merged[$0..<min($0 + size, merged.count)]))
+            }
         }
     }
 

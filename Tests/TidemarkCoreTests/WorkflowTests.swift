@@ -479,6 +479,12 @@ import TidemarkTesting
         }
         #expect(summary.subscribed == 3 + 6 && summary.failures.isEmpty)
         #expect(!(try await project.plan().plan.hasChanges))
+        // Past one batch: merged into batches of FCM's 1000 tokens, as the planner makes them, and a
+        // plan already in that shape is left as it is.
+        let tokens = (0..<2500).map { Fixtures.token($0) }
+        let batches = Plan.coalesced(tokens.map { PlannedOperation(kind: .subscribe, target: "big", tokens: [$0]) })
+        #expect(batches.map(\.tokens.count) == [1000, 1000, 500] && batches.flatMap(\.tokens) == tokens)
+        #expect(Plan.coalesced(batches) == batches)
     }
 
     /// A saved plan that converts a device group to an audience and makes a new audience applies:
