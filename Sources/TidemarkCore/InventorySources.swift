@@ -109,6 +109,17 @@ public struct FileInventorySource: InventorySource {
         let column = rowsAreLines ? 1 : 0
         // A UTF-8 byte order mark, as spreadsheet exports write, is not part of the first column's name.
         let bytes = bytes.starts(with: InputFile.utf8BOM) ? UnsafeBufferPointer(rebasing: bytes[3...]) : bytes
+        // A header is a line of column names: one with no line break in its first 64 KiB is not one,
+        // and is not parsed (a gigabyte without a newline would be split into fields first).
+        let headerLimit = 64 << 10
+        if bytes.count > headerLimit, let base = bytes.baseAddress,
+            memchr(base, Int32(UInt8(ascii: "\n")), headerLimit) == nil
+        {
+            builder.error(
+                "the first line is longer than 64 KiB (\(PlanRenderer.formatCount(bytes.count)) bytes with no line break in its first 64 KiB), so it is no header row; the file needs one such as 'device_id,token,platform'.",
+                at: SourceLocation(file: file, line: 1, column: 1))
+            return
+        }
         var reader = CSVReader(bytes)
         guard let header = reader.next() else {
             builder.error(
@@ -117,18 +128,20 @@ public struct FileInventorySource: InventorySource {
             return
         }
         let names = header.fields.map { $0.trimmingCharacters(in: .whitespaces) }
+        let found = names.joined(separator: ",")
+        let shownHeader = found.count > 200 ? found.prefix(200) + "…" : found
         guard let idColumn = names.firstIndex(where: { $0 == "device_id" || $0 == "id" }),
             let tokenColumn = names.firstIndex(of: "token")
         else {
             builder.error(
-                "the header row must name a 'device_id' and a 'token' column; found \(names.joined(separator: ",")).",
+                "the header row must name a 'device_id' and a 'token' column; found \(shownHeader.escapedOnOneLine).",
                 at: SourceLocation(file: file, line: header.line, column: 1))
             return
         }
         let excludedColumn = exclusion.flatMap { rule in names.firstIndex(of: rule.rule.column) }
         if let exclusion, excludedColumn == nil {
             builder.error(
-                "exclude_if reads the column '\(exclusion.rule.column)', which the header does not have; found \(names.joined(separator: ",")).",
+                "exclude_if reads the column '\(exclusion.rule.column)', which the header does not have; found \(shownHeader.escapedOnOneLine).",
                 at: SourceLocation(file: file, line: header.line, column: column))
             return
         }

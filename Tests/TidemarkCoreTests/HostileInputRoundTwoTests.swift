@@ -246,6 +246,22 @@ import TidemarkTesting
         #expect(flood.inventory.count == 0 && flood.diagnostics.isEmpty)
     }
 
+    /// A CSV whose first line runs past 64 KiB with no line break is no header, and is refused before it
+    /// is split into fields (a gigabyte of it took 55 s and 3.9 GB, and the message quoted all of it);
+    /// a header that is wrong is quoted short.
+    @Test func aCSVWithoutAHeaderLineIsRefusedAtOnce() {
+        var builder = InventoryBuilder(deviceLimit: 1000)
+        FileInventorySource.loadCSV(
+            Data(repeating: UInt8(ascii: "x"), count: 8 << 20), file: "devices.csv", into: &builder)
+        let problems = builder.diagnostics.map(\.description)
+        #expect(problems.count == 1 && problems[0].contains("longer than 64 KiB"), "\(problems.map { $0.prefix(300) })")
+        var wrong = InventoryBuilder(deviceLimit: 1000)
+        FileInventorySource.loadCSV(
+            Data((String(repeating: "y", count: 50_000) + "\nd1,t\n").utf8), file: "devices.csv", into: &wrong)
+        let message = wrong.diagnostics.first?.message ?? ""
+        #expect(message.contains("must name a 'device_id'") && message.count < 400, "\(message.prefix(400))")
+    }
+
     // MARK: - Saved plans
 
     @Test func aSavedPlanNoTidemarkWroteIsRefused() throws {
