@@ -178,7 +178,8 @@ extension FCMHTTPBackendTests {
             let error = await #expect(throws: FCMCallError.self) {
                 _ = try await backend.refresh([Self.token(1)])
             }
-            #expect(ContinuousClock.now - started < .seconds(30), "the 2 s bound, not the retry budget")
+            // Loose: the whole suite can starve this process for tens of seconds; the retry budget is 300 s.
+            #expect(ContinuousClock.now - started < .seconds(150), "the 2 s bound, not the retry budget")
             #expect(error?.message.contains("did not answer within 2 s") == true, "\(error?.message ?? "")")
             #expect(error?.message.contains("FCM_EMULATOR_HOST") == true, "\(error?.message ?? "")")
             #expect(drip.accepted() >= 1)
