@@ -262,6 +262,21 @@ import TidemarkTesting
         #expect(message.contains("must name a 'device_id'") && message.count < 400, "\(message.prefix(400))")
     }
 
+    /// A thousand rows with the same problem read as twenty lines and a count, not a thousand lines;
+    /// problems of another kind are still listed.
+    @Test func repeatedRowProblemsAreCountedPastTwenty() {
+        var builder = InventoryBuilder(deviceLimit: 10_000)
+        let rows = (0..<1000).map { "d\($0),\n" }.joined() + "x1,abc\n"
+        FileInventorySource.loadCSV(Data(("device_id,token\n" + rows).utf8), file: "devices.csv", into: &builder)
+        let all = builder.allDiagnostics.map(\.description)
+        #expect(all.count == 22, "\(all.count): \(all.suffix(3))")
+        #expect(all.filter { $0.hasPrefix("devices.csv:2:") || $0.hasPrefix("devices.csv:21:") }.count == 2)
+        #expect(all.contains { $0.hasPrefix("devices.csv:1002:") }, "the one row of another kind is listed")
+        #expect(
+            all.last?.contains("… and 980 more rows with the same problem as devices.csv:2:1, not listed.") == true,
+            "\(all.last ?? "")")
+    }
+
     // MARK: - Saved plans
 
     @Test func aSavedPlanNoTidemarkWroteIsRefused() throws {

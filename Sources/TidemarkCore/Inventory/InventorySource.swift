@@ -142,7 +142,14 @@ public struct InventoryBuilder: Sendable {
     /// Problems kept in full; past this many, the rest are only counted, so a file of garbage cannot
     /// fill memory with messages.
     public static let diagnosticLimit = 1000
+    /// Problems of one kind (the same message but for its quoted values and numbers) listed in full;
+    /// the rest of that kind are counted in one line, so a thousand rows with a null token read as 20
+    /// lines and a count, not a thousand lines.
+    public static let sameKindLimit = 20
     private var suppressed = 0
+    /// Per kind of problem: how many were seen, and where the first one is.
+    private var kinds: [String: (count: Int, first: SourceLocation?)] = [:]
+    private var kindOrder: [String] = []
     private var overLimit = false
     /// Rows a policy (`exclude_if`) left out, over every source so far.
     public private(set) var excluded = 0
@@ -152,18 +159,55 @@ public struct InventoryBuilder: Sendable {
 
     public init(deviceLimit: Int = .max) { self.deviceLimit = deviceLimit }
 
-    /// The diagnostics, with a last line counting those left out.
+    /// The diagnostics, with a line for each kind of problem past `sameKindLimit` counting the rest,
+    /// and a last line counting those past `diagnosticLimit`.
     public var allDiagnostics: [Diagnostic] {
-        suppressed == 0
-            ? diagnostics
-            : diagnostics + [
+        var all = diagnostics
+        for key in kindOrder {
+            guard let kind = kinds[key], kind.count > Self.sameKindLimit else { continue }
+            let more = kind.count - Self.sameKindLimit
+            let first = kind.first.map { " as \($0)" } ?? " as above"
+            all.append(
+                .error(
+                    "… and \(PlanRenderer.formatCount(more)) more row\(more == 1 ? "" : "s") with the same problem\(first), not listed."
+                ))
+        }
+        if suppressed > 0 {
+            all.append(
                 .error(
                     "\(suppressed) more inventory problem\(suppressed == 1 ? "" : "s") like those above were not listed; fix these first."
-                )
-            ]
+                ))
+        }
+        return all
+    }
+
+    /// The kind of a problem: its message without quoted values, numbers and places.
+    static func kind(of message: String) -> String {
+        var key = ""
+        var quoted = false
+        for character in message {
+            if character == "'" {
+                quoted.toggle()
+                key.append(character)
+            } else if !quoted, !character.isNumber {
+                key.append(character)
+            }
+        }
+        return key
     }
 
     private mutating func report(_ diagnostic: Diagnostic) {
+        let key = Self.kind(of: diagnostic.message)
+        guard kinds[key] != nil || kindOrder.count < Self.diagnosticLimit else {
+            // Kinds past the limit are not told apart (a file of garbage has as many as rows).
+            if diagnostics.count < Self.diagnosticLimit { diagnostics.append(diagnostic) } else { suppressed += 1 }
+            return
+        }
+        var kind = kinds[key] ?? (0, diagnostic.location)
+        if kind.count == 0 { kindOrder.append(key) }
+        kind.count += 1
+        kinds[key] = kind
+        guard kind.count <= Self.sameKindLimit else { return }
         if diagnostics.count < Self.diagnosticLimit { diagnostics.append(diagnostic) } else { suppressed += 1 }
     }
 
