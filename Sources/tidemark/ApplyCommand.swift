@@ -285,7 +285,7 @@ struct ApplyCommand: AsyncParsableCommand {
     /// The summary line of an apply, and a warning per kind of failure.
     private func report(_ summary: ApplySummary, showTokens: Bool) {
         Terminal.out(
-            "Apply complete: +\(PlanRenderer.formatCount(summary.subscribed)) subscribed, −\(PlanRenderer.formatCount(summary.unsubscribed)) unsubscribed, \(summary.groupCalls) group calls\(summary.audiences > 0 ? ", \(summary.audiences) audience\(summary.audiences == 1 ? "" : "s") written in state" : ""); \(PlanRenderer.formatCount(summary.requests)) requests\(summary.retries > 0 ? " (\(PlanRenderer.formatCount(summary.retries)) of them retries)" : "") in \(String(format: "%.1f", summary.seconds)) s.\n"
+            "Apply complete: +\(PlanRenderer.formatCount(summary.subscribed)) subscribed, −\(PlanRenderer.formatCount(summary.unsubscribed)) unsubscribed, \(PlanRenderer.counted(summary.groupCalls, "group call"))\(summary.audiences > 0 ? ", \(PlanRenderer.counted(summary.audiences, "audience")) written in state" : ""); \(PlanRenderer.counted(summary.requests, "request"))\(summary.retries > 0 ? " (\(PlanRenderer.formatCount(summary.retries)) of them retries)" : "") in \(String(format: "%.1f", summary.seconds)) s.\n"
         )
         for (code, failures) in summary.failuresByCode {
             let examples = failures.prefix(5).map {

@@ -41,7 +41,7 @@ struct ValidateCommand: AsyncParsableCommand {
             }
             try reportDiagnostics(loaded.diagnostics)
             Terminal.out(
-                "The manifests are valid: \(loaded.manifests.files.count) file(s), \(loaded.desired.topics.count) topics, \(loaded.desired.groups.count) device groups, \(loaded.desired.audiences.isEmpty ? "" : "\(loaded.desired.audiences.count) audiences, ")\(PlanRenderer.formatCount(loaded.inventory.count)) devices, \(PlanRenderer.formatCount(members)) declared memberships.\n"
+                "The manifests are valid: \(PlanRenderer.counted(loaded.manifests.files.count, "file")), \(PlanRenderer.counted(loaded.desired.topics.count, "topic")), \(PlanRenderer.counted(loaded.desired.groups.count, "device group")), \(loaded.desired.audiences.isEmpty ? "" : "\(PlanRenderer.counted(loaded.desired.audiences.count, "audience")), ")\(PlanRenderer.counted(loaded.inventory.count, "device")), \(PlanRenderer.counted(members, "declared membership", plural: "declared memberships")).\n"
             )
         }
     }

@@ -616,7 +616,7 @@ import Yams
             ["apply", "--auto-approve", "--drift-only", "--max-unsubscribes", "5"] + backend, environment: environment)
         #expect(fixed.status == 0, "\(fixed.stdout)\(fixed.stderr)")
         #expect(
-            fixed.stdout.contains("Apply complete: +1 subscribed, −1 unsubscribed, 1 group calls"), "\(fixed.stdout)")
+            fixed.stdout.contains("Apply complete: +1 subscribed, −1 unsubscribed, 1 group call;"), "\(fixed.stdout)")
         let north = try await subscribers("weather-severe-north-sea")
         #expect(!north.contains(outsider.value.token) && north.contains(dropper.token))
         #expect(north.contains(devices[leaver]!.token), "a device that left the inventory is a normal apply's business")

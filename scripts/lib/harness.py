@@ -107,8 +107,8 @@ def tidemark(binary, directory, args, env, check=True, timeout=None):
     return proc.returncode, proc.stdout, proc.stderr
 
 
-APPLY_LINE = re.compile(r"Apply complete: \+([\d,]+) subscribed, −([\d,]+) unsubscribed, (\d+) group calls; "
-                        r"([\d,]+) requests in ([\d.]+) s")
+APPLY_LINE = re.compile(r"Apply complete: \+([\d,]+) subscribed, −([\d,]+) unsubscribed, ([\d,]+) group calls?; "
+                        r"([\d,]+) requests? in ([\d.]+) s")
 
 
 def parse_apply(stdout):

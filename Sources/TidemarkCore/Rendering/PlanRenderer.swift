@@ -37,6 +37,12 @@ public struct PlanRenderer: Sendable {
         return (n < 0 ? "-" : "") + result
     }
 
+    /// "1 device group", "2 device groups", "1,204 requests": the count and its noun, plural but for one
+    /// (`plural` when adding "s" is not the plural).
+    public static func counted(_ n: Int, _ noun: String, plural: String? = nil) -> String {
+        "\(formatCount(n)) \(n == 1 ? noun : plural ?? noun + "s")"
+    }
+
     /// "Plan: 3 topics and 1 group change: +1,204 subscriptions, −37 unsubscriptions".
     public func verdict(_ plan: Plan) -> String {
         let verdict = changeVerdict(plan)
