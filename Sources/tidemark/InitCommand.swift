@@ -96,9 +96,14 @@ struct InitCommand: ParsableCommand {
         let gitignore = root.appendingPathComponent(".gitignore")
         var ignoreHint: String?
         if !fileManager.fileExists(atPath: gitignore.path) {
-            written.append((".gitignore", ".tidemark/\n"))
-        } else if let text = try? String(contentsOf: gitignore, encoding: .utf8), !text.contains(".tidemark") {
-            ignoreHint = "Add '.tidemark/' to .gitignore: it holds local state and the embedded backend's data."
+            // .emulator/ is where docs/emulator.md keeps `emulator serve --data`: it holds a private key.
+            written.append((".gitignore", ".tidemark/\n.emulator/\n"))
+        } else if let text = try? String(contentsOf: gitignore, encoding: .utf8) {
+            let missing = [".tidemark", ".emulator"].filter { !text.contains($0) }
+            if !missing.isEmpty {
+                ignoreHint =
+                    "Add \(missing.map { "'\($0)/'" }.joined(separator: " and ")) to .gitignore: .tidemark/ holds local state and the embedded backend's data, .emulator/ the emulator's data and private key (emulator serve --data .emulator)."
+            }
         }
         var done: [String] = []
         do {

@@ -667,7 +667,7 @@ import Yams
         let manifest = try read(cli.project.appendingPathComponent("manifests/topics.yaml"))
         #expect(manifest.hasPrefix("# yaml-language-server: $schema=tidemark-manifest.schema.json\n"))
         #expect(try read(cli.project.appendingPathComponent("tidemark.yaml")).contains("project: acme-news"))
-        #expect(try read(cli.project.appendingPathComponent(".gitignore")) == ".tidemark/\n")
+        #expect(try read(cli.project.appendingPathComponent(".gitignore")) == ".tidemark/\n.emulator/\n")
         let validate = try cli.run(["validate"])
         #expect(validate.status == 0, "\(validate.stdout)\(validate.stderr)")
         let plan = try cli.run(["plan", "--detailed-exitcode"])
