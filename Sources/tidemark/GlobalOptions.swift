@@ -49,16 +49,14 @@ extension TopicTransport: ExpressibleByArgument {}
 extension QuotaUnit: ExpressibleByArgument {}
 
 /// `--format text|json` for commands that print data but not plans (plans and drift reports also
-/// have markdown).
+/// have markdown, so only their commands offer it: `--help` lists exactly what is accepted).
 struct DataFormatOption: ParsableArguments {
-    @Option(help: "Output format: text, or json (one document on stdout, full tokens, for scripts).")
-    var format: OutputFormat = .text
-
-    func validate() throws {
-        if format == .markdown {
-            throw ValidationError("--format markdown is for plans and drift reports; this command prints text or json.")
-        }
+    enum DataFormat: String, ExpressibleByArgument, CaseIterable {
+        case text, json
     }
+
+    @Option(help: "Output format: text, or json (one document on stdout, full tokens, for scripts).")
+    var format: DataFormat = .text
 
     var json: Bool { format == .json }
 }
