@@ -24,7 +24,8 @@ struct Tidemark: AsyncParsableCommand {
     )
 
     /// As ArgumentParser's own entry point, except that 'tidemark help NAME' for a command that does not
-    /// exist is an error (exit 64) instead of the top-level help with exit 0.
+    /// exist is an error (exit 64) instead of the top-level help with exit 0, and that its errors begin
+    /// "error:" as tidemark's own do.
     static func main() async {
         let arguments = Array(CommandLine.arguments.dropFirst())
         if arguments.first == "help", let unknown = unknownHelpTopic(Array(arguments.dropFirst())) {
@@ -40,7 +41,16 @@ struct Tidemark: AsyncParsableCommand {
                 try command.run()
             }
         } catch {
-            exit(withError: error)
+            // As ArgumentParser's exit(withError:), with its "Error: " written as every other tidemark
+            // error begins: "error: ".
+            let code = exitCode(for: error)
+            var message = fullMessage(for: error)
+            if message.hasPrefix("Error: ") { message = "error: " + message.dropFirst("Error: ".count) }
+            if !message.isEmpty {
+                let stream = code == .success ? FileHandle.standardOutput : FileHandle.standardError
+                stream.write(Data((message.hasSuffix("\n") ? message : message + "\n").utf8))
+            }
+            Foundation.exit(code.rawValue)
         }
     }
 

@@ -216,8 +216,13 @@ import Testing
     @Test func usageErrorsExit64AsDocumented() throws {
         let cli = try CLIRunner(demo: true)
         defer { cli.remove() }
-        for arguments in [["plan", "--bogus"], ["frobnicate"], ["apply", "a.json", "b.json"]] {
-            #expect(try cli.run(arguments).status == 64, "\(arguments)")
+        for arguments in [
+            ["plan", "--bogus"], ["frobnicate"], ["apply", "a.json", "b.json"], ["apply", "--format", "markdown"],
+        ] {
+            let result = try cli.run(arguments)
+            #expect(result.status == 64, "\(arguments)")
+            // One style for every error, the command line's included.
+            #expect(result.stderr.hasPrefix("error: "), "\(arguments): \(result.stderr)")
         }
         let help = try cli.run(["--help"]).stdout.split(whereSeparator: \.isWhitespace).joined(separator: " ")
         #expect(help.contains("64 a command line tidemark does not understand"), "\(help)")
