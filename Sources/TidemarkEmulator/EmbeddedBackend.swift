@@ -13,6 +13,7 @@ public struct EmbeddedBackend: Backend {
     public var identity: BackendIdentity { BackendIdentity(kind: .embedded, project: project) }
 
     public func refresh(_ tokens: [String]) async throws -> [RegistrationStatus] {
+        try await delay()
         var statuses: [RegistrationStatus] = []
         statuses.reserveCapacity(tokens.count)
         for token in tokens {

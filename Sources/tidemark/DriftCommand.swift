@@ -45,6 +45,8 @@ struct DriftCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        let signals = Interruption.endAtOnce("drift reads FCM and state and changes neither, so nothing was changed.")
+        defer { withExtendedLifetime(signals) {} }
         try await runReportingErrors {
             let workspace = try Workspace(global)
             let report = try await workspace.withBackend(readQPS: refreshing.readQps) { backend in

@@ -48,3 +48,23 @@ final class Interruption: Sendable {
         return try await task.value
     }
 }
+
+extension Interruption {
+    /// For a command that changes nothing (plan, drift): the first SIGINT or SIGTERM ends the process
+    /// at once with the shell's code (130, 143), saying why and that nothing was changed, instead of a
+    /// silent exit. Kept for as long as the returned sources live.
+    static func endAtOnce(_ what: String) -> [any DispatchSourceSignal] {
+        let queue = DispatchQueue(label: "tidemark.signals")
+        return [SIGINT, SIGTERM].map { number in
+            Foundation.signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
+            source.setEventHandler {
+                FileHandle.standardError.write(
+                    Data("\nInterrupted by \(number == SIGINT ? "SIGINT" : "SIGTERM"): \(what)\n".utf8))
+                exit(128 + number)
+            }
+            source.resume()
+            return source
+        }
+    }
+}

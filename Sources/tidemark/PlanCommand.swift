@@ -37,6 +37,8 @@ struct PlanCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        let signals = Interruption.endAtOnce("plan sends nothing to FCM and writes no state, so nothing was changed.")
+        defer { withExtendedLifetime(signals) {} }
         try await runReportingErrors {
             let workspace = try Workspace(global)
             if let out { try Self.checkOverwritable(out) }

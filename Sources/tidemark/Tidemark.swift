@@ -12,7 +12,7 @@ struct Tidemark: AsyncParsableCommand {
             'tidemark plan' shows what must change in FCM and 'tidemark apply' makes it so, \
             within FCM's limits. Exit codes: 0 success or no changes, 1 error, 2 changes present \
             (only with --detailed-exitcode), 64 a command line tidemark does not understand (an unknown \
-            flag, a missing argument), 130/143 when SIGINT/SIGTERM stopped an apply (it resumes).
+            flag, a missing argument), 130/143 when SIGINT/SIGTERM stopped a command (an apply resumes; a plan or drift changed nothing).
             """,
         version: Workspace.version,
         subcommands: [

@@ -126,4 +126,34 @@ import Testing
         #expect(resumed.stderr.contains("Resuming the apply"))
         #expect(try cli.run(["plan", "--detailed-exitcode"]).status == 0)
     }
+
+    /// Ctrl-C during a plan ends it at once with 130 and a line saying nothing was changed, instead of
+    /// a silent exit.
+    @Test func ctrlCDuringAPlanSaysNothingWasChanged() throws {
+        let cli = try makeProject()
+        defer { cli.remove() }
+        let slow = ["TIDEMARK_EMBEDDED_LATENCY_MS": "3000"]
+        let (process, _, err) = try cli.start(["plan"], environment: slow)
+        // Signalled once the plan handles SIGINT (its handler is in place): bit 1 of /proc's SigIgn or SigCgt.
+        let deadline = Date().addingTimeInterval(120)
+        while process.isRunning, Date() < deadline {
+            // Read through a file handle: /proc files report a size of 0.
+            let data = FileHandle(forReadingAtPath: "/proc/\(process.processIdentifier)/status")?.readDataToEndOfFile()
+            let status = String(decoding: data ?? Data(), as: UTF8.self)
+            func mask(_ name: String) -> UInt64 {
+                status.split(separator: "\n").first { $0.hasPrefix(name) }
+                    .flatMap { UInt64($0.dropFirst(name.count).trimmingCharacters(in: .whitespaces), radix: 16) } ?? 0
+            }
+            // Ignored, or caught by the dispatch source that replaces the ignore.
+            let handled = mask("SigIgn:") | mask("SigCgt:")
+            if handled & (1 << (UInt64(SIGINT) - 1)) != 0 { break }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        #expect(process.isRunning, "the plan finished before it could be stopped")
+        kill(process.processIdentifier, SIGINT)
+        process.waitUntilExit()
+        let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(process.terminationStatus == 130, "\(stderr)")
+        #expect(stderr.contains("Interrupted by SIGINT: plan sends nothing to FCM and writes no state"), "\(stderr)")
+    }
 }
