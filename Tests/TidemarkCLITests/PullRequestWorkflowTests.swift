@@ -910,7 +910,10 @@ import Yams
         #expect(
             diagnostics.contains { ($0["message"] as? String ?? "").contains("no spaces allowed") }, "\(diagnostics)")
         let markdown = try cli.run(["state", "lock", "--format", "markdown"])
-        #expect(markdown.status == 64 && markdown.stderr.contains("prints text or json"))
+        // --format lists only what a data command prints: markdown is refused as a value it does not take.
+        #expect(
+            markdown.status == 64 && markdown.stderr.hasPrefix("error: The value 'markdown' is invalid")
+                && markdown.stderr.contains("'text' and 'json'"), "\(markdown.stderr)")
     }
 
     /// A pull-request job plans from state with no credential: --no-refresh loads no key, and anything
