@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .executable(name: "tidemark", targets: ["tidemark"]),
         .library(name: "TidemarkCore", targets: ["TidemarkCore"]),
+        .library(name: "TidemarkRuntime", targets: ["TidemarkRuntime"]),
     ],
     dependencies: [
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
@@ -71,10 +72,16 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The composition root every front end shares: settings resolved in one place, and the parts
+        // (stores, sources, backends) built from them through registries.
+        .target(
+            name: "TidemarkRuntime",
+            dependencies: ["TidemarkCore", "TidemarkEmulator", "TidemarkStore", "TidemarkFCM", "TidemarkAuth"]
+        ),
         .executableTarget(
             name: "tidemark",
             dependencies: [
-                "TidemarkCore", "TidemarkEmulator", "TidemarkStore", "TidemarkFCM", "TidemarkAuth",
+                "TidemarkCore", "TidemarkRuntime", "TidemarkEmulator", "TidemarkStore", "TidemarkFCM", "TidemarkAuth",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ]
@@ -98,6 +105,10 @@ let package = Package(
         .testTarget(
             name: "TidemarkFCMTests",
             dependencies: ["TidemarkFCM", "TidemarkEmulator", "TidemarkAuth", "TidemarkTesting"]
+        ),
+        .testTarget(
+            name: "TidemarkRuntimeTests",
+            dependencies: ["TidemarkRuntime", "TidemarkCore", "TidemarkStore", "TidemarkFCM", "TidemarkTesting"]
         ),
         .testTarget(name: "TidemarkStoreTests", dependencies: ["TidemarkStore", "TidemarkCore", "TidemarkTesting"]),
         .testTarget(

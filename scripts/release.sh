@@ -19,7 +19,7 @@ mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 
 bash scripts/deps.sh debootstrap
-VERSION="$(sed -n 's/.*static let version = "\(.*\)".*/\1/p' Sources/tidemark/Workspace.swift)"
+VERSION="$(sed -n 's/.*static let version = "\(.*\)".*/\1/p' Sources/TidemarkRuntime/Runtime.swift)"
 ARCH="$(uname -m)"
 NAME="tidemark-$VERSION-linux-$ARCH"
 

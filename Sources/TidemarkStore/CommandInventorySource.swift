@@ -4,7 +4,7 @@ import TidemarkCore
 /// Devices printed by a program (`exec: {command: [...], format: jsonl|csv}` in tidemark.yaml), the
 /// way kubectl credential plugins and Terraform's external data source work: the door to Firestore,
 /// BigQuery or an internal API without tidemark linking their SDKs.
-public struct CommandInventorySource: InventorySource {
+public struct CommandInventorySource: DeadTokenSink {
     public var name: String
     public var runner: ProcessRunner
     public var format: InventoryFormat
@@ -12,6 +12,9 @@ public struct CommandInventorySource: InventorySource {
     public var declaredAt: SourceLocation?
     /// Whether reading no device at all is acceptable (`allow_empty: true`); otherwise it is an error.
     public var allowEmpty = false
+    /// Where dead devices are reported back (`on_dead`): a program run in the command's directory,
+    /// within its timeout, or a statement (which needs a database, so is refused for a command source).
+    public var onDead: DeadTokenHook?
 
     public init(
         name: String, runner: ProcessRunner, format: InventoryFormat, exclusion: ExclusionFilter? = nil,
@@ -22,6 +25,15 @@ public struct CommandInventorySource: InventorySource {
         self.format = format
         self.exclusion = exclusion
         self.declaredAt = declaredAt
+    }
+
+    public var reportsDead: Bool { onDead != nil }
+
+    public func reportDead(_ devices: [DeadDevice], at time: Date) async throws -> (reported: Int, rowsChanged: Int?) {
+        guard let onDead else { return (0, nil) }
+        return try await DeadTokenReporter(
+            sourceName: name, hook: onDead, directory: runner.directory, timeout: runner.timeout
+        ).report(devices, at: time)
     }
 
     public func load(into builder: inout InventoryBuilder) async throws -> InventorySnapshot {

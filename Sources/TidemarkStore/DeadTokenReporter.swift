@@ -95,36 +95,3 @@ public struct DeadTokenReporter: Sendable {
         return reported
     }
 }
-
-/// One line of `--dead-tokens FILE` and of an `on_dead` program's stdin.
-public struct DeadTokenLine: Codable, Sendable, Equatable {
-    public var deviceId: String
-    public var token: String
-    public var tokenRedacted: String
-    public var source: String
-    public var reason: String
-    public var reportedAt: String?
-
-    public init(_ device: DeadDevice, reportedAt: String?) {
-        deviceId = device.deviceID
-        token = device.token
-        tokenRedacted = Redaction.redact(device.token)
-        source = device.source
-        reason = device.reason
-        self.reportedAt = reportedAt
-    }
-
-    /// The devices as NDJSON, one object a line: the `--dead-tokens` file and a hook's stdin alike.
-    public static func ndjson(_ devices: some Sequence<DeadDevice>, reportedAt time: Date) throws -> Data {
-        let encoder = JSONEncoder()
-        encoder.keyEncodingStrategy = .convertToSnakeCase
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let when = ISO8601DateFormatter().string(from: time)
-        var data = Data()
-        for device in devices {
-            data.append(try encoder.encode(DeadTokenLine(device, reportedAt: when)))
-            data.append(UInt8(ascii: "\n"))
-        }
-        return data
-    }
-}

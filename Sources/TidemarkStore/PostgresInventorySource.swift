@@ -8,7 +8,7 @@ import TidemarkCore
 /// tidemark.yaml. The query runs in a read-only transaction through a server-side cursor, fetched in
 /// pages, so a million rows stream through once and never sit in memory twice. Its columns map to
 /// `device_id` (or `id`), `token`, and labels: every other column, or the `labels:` list.
-public struct PostgresInventorySource: InventorySource {
+public struct PostgresInventorySource: DeadTokenSink {
     public var name: String
     /// The URL as given in the environment (never shown: messages use `PostgresURL.display`); nil
     /// when the variable `urlEnv` is not set.
@@ -23,6 +23,11 @@ public struct PostgresInventorySource: InventorySource {
     public var allowEmpty = false
     /// Rows per FETCH.
     public var pageSize = 20_000
+    /// Where dead devices are reported back (`on_dead`): a statement run on the same database, or a program.
+    public var onDead: DeadTokenHook?
+    /// Where an `on_dead` program runs (the project directory), and how long one batch may take.
+    public var hookDirectory: String?
+    public var hookTimeout = ConfiguredSource.defaultTimeout
 
     public init(
         name: String, url: String?, urlEnv: String = "the URL", query: String, labels: [String]? = nil,
@@ -38,6 +43,15 @@ public struct PostgresInventorySource: InventorySource {
     }
 
     static let logger = Logger(label: "tidemark.inventory.postgres")
+
+    public var reportsDead: Bool { onDead != nil }
+
+    public func reportDead(_ devices: [DeadDevice], at time: Date) async throws -> (reported: Int, rowsChanged: Int?) {
+        guard let onDead else { return (0, nil) }
+        return try await DeadTokenReporter(
+            sourceName: name, hook: onDead, url: url, urlEnv: urlEnv, directory: hookDirectory, timeout: hookTimeout
+        ).report(devices, at: time)
+    }
 
     /// The query without a trailing semicolon, ready to follow `DECLARE … CURSOR FOR`.
     var cursorQuery: String {

@@ -513,8 +513,11 @@ public final class PostgresStateStore: StateStore {
         }
     }
 
+    /// A lease with a heartbeat: it expires unless renewed, and `forceUnlock` breaks it.
+    public var lockKind: StateLockKind { .lease }
+
     /// The lease held now, with its id, or nil.
-    public func lease() async throws -> (id: String, holder: LockHolder, expires: Date)? {
+    public func lease() async throws -> LeaseRecord? {
         try await ensureSchema()
         return try await link.transaction(readOnly: true) { c in
             guard
@@ -528,7 +531,8 @@ public final class PostgresStateStore: StateStore {
             guard let holder = try? JSONDecoder.lockHolder.decode(LockHolder.self, from: Data(text.utf8)) else {
                 return nil
             }
-            return (id, holder, Date(timeIntervalSince1970: TimeInterval(expires) / 1000))
+            return LeaseRecord(
+                id: id, holder: holder, expires: Date(timeIntervalSince1970: TimeInterval(expires) / 1000))
         }
     }
 

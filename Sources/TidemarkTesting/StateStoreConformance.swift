@@ -28,6 +28,7 @@ public enum StateStoreConformance {
         case remembersEachTokensDevice
         case compactsTheTokenTable
         case journalsEveryTokenOfAPlan
+        case leaseOperationsMatchTheLockKind
 
         public var testDescription: String { rawValue }
     }
@@ -50,6 +51,7 @@ public enum StateStoreConformance {
         case .remembersEachTokensDevice: try await remembersEachTokensDevice(store)
         case .compactsTheTokenTable: try await compactsTheTokenTable(store)
         case .journalsEveryTokenOfAPlan: try await journalsEveryTokenOfAPlan(store)
+        case .leaseOperationsMatchTheLockKind: try await leaseOperationsMatchTheLockKind(store)
         }
     }
 
@@ -313,6 +315,37 @@ public enum StateStoreConformance {
         #expect(history.last?.startedAt == 1000)
         #expect(try await store.applies(limit: 1).map(\.id) == ["apply-2"])
         #expect(try await store.unfinishedApply()?.id == "apply-2")
+    }
+
+    /// A lock that ends with its process shows no lease and refuses to be broken; a lease is shown
+    /// while held, is broken only by a prefix of its own id, and is gone once broken.
+    static func leaseOperationsMatchTheLockKind(_ store: any StateStore) async throws {
+        let breaker = LockHolder(
+            operation: "tidemark state force-unlock", user: "oncall", host: "laptop", pid: 77,
+            since: Date(timeIntervalSince1970: 1_800_000_300))
+        #expect(try await store.lease() == nil)
+        let held = try await store.lock(holder)
+        switch store.lockKind {
+        case .process:
+            #expect(try await store.lease() == nil)
+            do {
+                _ = try await store.forceUnlock("any", by: breaker)
+                Issue.record("a lock that ends with its process cannot be broken")
+            } catch let error as StateStoreError {
+                #expect(error.code == .unsupported)
+                #expect(error.description.contains("nothing to force"))
+            }
+            #expect(try await store.lockHolder() == holder)
+            await held.release()
+        case .lease:
+            let lease = try #require(try await store.lease())
+            #expect(lease.holder == holder)
+            await #expect(throws: StateStoreError.self) { try await store.forceUnlock("zz", by: breaker) }
+            #expect(try await store.forceUnlock(String(lease.id.prefix(8)), by: breaker) == holder)
+            #expect(try await store.lease() == nil)
+            #expect(try await store.lockHolder() == nil)
+            await held.release()
+        }
     }
 
     static func lockIsExclusiveAndNamesItsHolder(_ store: any StateStore) async throws {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import TidemarkCore
+import TidemarkRuntime
 
 struct ApplyCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -92,12 +93,12 @@ struct ApplyCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             PhaseTrace.mark("apply started")
-            let workspace = try Workspace(global)
+            let runtime = try Runtime(global, qps: qps, qpsUnit: qpsUnit, readQPS: refreshing.readQps)
             let saved = try planFile.map {
                 (
                     plan: try readPlan(
-                        $0, limit: workspace.settings.limits.planBytes,
-                        operations: workspace.settings.limits.planOperations), file: $0
+                        $0, limit: runtime.settings.limits.planBytes,
+                        operations: runtime.settings.limits.planOperations), file: $0
                 )
             }
             PhaseTrace.mark("saved plan read")
@@ -105,7 +106,7 @@ struct ApplyCommand: AsyncParsableCommand {
             var request = ApplyRequest(
                 savedPlan: saved,
                 planning: PlanRequest(
-                    policy: try reading.policy(workspace.settings), targets: try planning.selection.targets(),
+                    policy: try reading.policy(runtime.settings), targets: try planning.selection.targets(),
                     maxUnsubscribes: try planning.limit(), driftOnly: drift.driftOnly),
                 approve: { [autoApprove] _ in
                     if autoApprove { return .approved }
@@ -115,9 +116,9 @@ struct ApplyCommand: AsyncParsableCommand {
                 planReady: { [json = output.json] outcome in
                     // With --format json, stdout carries only the result; the plan is shown on stderr.
                     if json {
-                        Terminal.err(workspace.renderer(outcome.loaded.inventory).render(outcome.plan))
+                        Terminal.err(runtime.renderer(outcome.loaded.inventory).render(outcome.plan))
                     } else {
-                        try workspace.output(outcome.plan, format: .text, inventory: outcome.loaded.inventory)
+                        try runtime.output(outcome.plan, format: .text, inventory: outcome.loaded.inventory)
                     }
                 },
                 approveResume: { [autoApprove, planFile] unfinished in
@@ -134,11 +135,11 @@ struct ApplyCommand: AsyncParsableCommand {
                     return Terminal.confirm("\nDo you want to finish it?") ? .approved : .declined
                 })
             request.planning.allowShrink = planning.allowShrink
-            request.pruneAfter = workspace.settings.pruneAfter
-            request.rereadAfter = workspace.settings.savedPlanRereadAfter
+            request.pruneAfter = runtime.settings.pruneAfter
+            request.rereadAfter = runtime.settings.savedPlanRereadAfter
             request.refreshOnly = refreshOnly
             let prepared = request
-            let store = workspace.stateStore()
+            let store = runtime.stateStore()
             let interruption = Interruption()
             let (qps, qpsUnit, parallelism, acceptDead) = (qps, qpsUnit, parallelism, refreshing.acceptDead)
             let lockTimeout = lockTimeout
@@ -146,33 +147,33 @@ struct ApplyCommand: AsyncParsableCommand {
             let outcome: ApplyOutcome
             do {
                 outcome = try await interruption.run {
-                    try await workspace.withBackend(qps: qps, qpsUnit: qpsUnit, readQPS: readQPS) { backend in
+                    try await runtime.withBackend { backend in
                         try await store.withLock(
-                            workspace.lockHolder("tidemark apply"), waiting: lockTimeout, timing: .live,
-                            gate: workspace.leaseGate
+                            runtime.lockHolder("tidemark apply"), waiting: lockTimeout, timing: .live,
+                            gate: runtime.leaseGate
                         ) {
                             try await ApplyWorkflow(
-                                workspace.parts(backend, parallelism: parallelism, acceptDead: acceptDead)
+                                runtime.parts(backend, parallelism: parallelism, acceptDead: acceptDead)
                             ).run(prepared)
                         }
                     }
                 }
             } catch  where interruption.exitCode != nil {
                 Terminal.err(
-                    "Interrupted by \(interruption.signal == SIGINT ? "SIGINT" : "SIGTERM"): every operation that finished is journaled in \(workspace.stateDisplay). Run 'tidemark apply' to finish the rest."
+                    "Interrupted by \(interruption.signal == SIGINT ? "SIGINT" : "SIGTERM"): every operation that finished is journaled in \(runtime.stateDisplay). Run 'tidemark apply' to finish the rest."
                 )
                 throw ExitCode(interruption.exitCode!)
             } catch let error as StateStoreError where error.code == .io {
                 // The state server went away (down, restarted, a lost connection, a timeout) mid-run.
                 Terminal.err("error: \(error.description)")
                 Terminal.err(
-                    "What finished before this is journaled in \(workspace.stateDisplay); once the state server answers again, 'tidemark apply' resumes from there."
+                    "What finished before this is journaled in \(runtime.stateDisplay); once the state server answers again, 'tidemark apply' resumes from there."
                 )
                 throw ExitCode.failure
             }
             if output.json {
-                try Terminal.writeJSON(Report(outcome, state: workspace.stateDisplay))
-                if outcome.result.reportsDead { try await workspace.reportDead(outcome.dead, to: deadTokens) }
+                try Terminal.writeJSON(Report(outcome, state: runtime.stateDisplay))
+                if outcome.result.reportsDead { try await runtime.reportDead(outcome.dead, to: deadTokens, json: true) }
                 try end(with: outcome.exitStatus)
                 return
             }
@@ -183,7 +184,7 @@ struct ApplyCommand: AsyncParsableCommand {
                 if savedPlan { Terminal.out("The plan has no changes; nothing to apply.\n") }
             case .declined: Terminal.err("Apply cancelled; nothing was changed.")
             case .resumedOnly: break
-            case .refreshed(let record): Terminal.out(Self.describe(record, state: workspace.stateDisplay) + "\n")
+            case .refreshed(let record): Terminal.out(Self.describe(record, state: runtime.stateDisplay) + "\n")
             }
             if outcome.hasUnexpectedFailures {
                 Terminal.err("Some tokens could not be changed; the next plan shows what is left.")
@@ -191,11 +192,11 @@ struct ApplyCommand: AsyncParsableCommand {
             if let pruned = outcome.pruned {
                 Terminal.out(
                     StatePruneCommand.describe(
-                        pruned, age: workspace.settings.pruneAfterText ?? "", dryRun: false,
-                        state: workspace.stateDisplay) + "\n")
+                        pruned, age: runtime.settings.pruneAfterText ?? "", dryRun: false,
+                        state: runtime.stateDisplay) + "\n")
             }
             // Reported after the apply, outside its lock: the hooks write to the app's database, not to state.
-            if outcome.result.reportsDead { try await workspace.reportDead(outcome.dead, to: deadTokens) }
+            if outcome.result.reportsDead { try await runtime.reportDead(outcome.dead, to: deadTokens, json: false) }
             try end(with: outcome.exitStatus)
         }
     }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import TidemarkCore
+import TidemarkRuntime
 
 struct AudienceCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -79,14 +80,14 @@ struct AudienceCommand: AsyncParsableCommand {
                     condition.count > 200 ? condition.prefix(200) + "… (\(condition.utf8.count) bytes)" : condition
                 throw CLIError("\(error.description) The condition was: \(shown)")
             }
-            let workspace = try Workspace(global)
+            let runtime = try Runtime(global)
             let source = Audience.Source(rawValue: from)!
             let workflow = AudienceWorkflow(
-                manifests: workspace.manifestSource(), store: workspace.stateStore(),
+                manifests: runtime.manifestSource(), store: runtime.stateStore(),
                 output: TerminalOutput())
             let (audience, loaded) =
                 refresh
-                ? try await workspace.withBackend { backend in
+                ? try await runtime.withBackend { backend in
                     try await workflow.run(parsed, source: source, refreshFrom: backend)
                 }
                 : try await workflow.run(parsed, source: source)
@@ -114,22 +115,22 @@ struct AudienceCommand: AsyncParsableCommand {
             let basis =
                 source == .desired
                 ? "as the manifests declare them"
-                : refresh ? "as just read from \(workspace.backendKind)" : "as tidemark last observed them (no refresh)"
+                : refresh ? "as just read from \(runtime.backendKind)" : "as tidemark last observed them (no refresh)"
             var lines = [
                 "The condition reaches \(PlanRenderer.formatCount(count)) device\(count == 1 ? "" : "s") \(basis).",
                 "Evaluated as: \(parsed)",
             ]
-            lines += deviceLines(audience.tokens, loaded.inventory, workspace)
+            lines += deviceLines(audience.tokens, loaded.inventory, runtime)
             try Terminal.write(lines.joined(separator: "\n") + "\n")
         }
     }
 
     /// `--name`: an audience's or group's members.
     private func listNamed(_ name: String) async throws {
-        let workspace = try Workspace(global)
+        let runtime = try Runtime(global)
         let source = Audience.Source(rawValue: from)!
         var (state, loaded) = try await AudienceWorkflow(
-            manifests: workspace.manifestSource(), store: workspace.stateStore(), output: TerminalOutput()
+            manifests: runtime.manifestSource(), store: runtime.stateStore(), output: TerminalOutput()
         ).load()
         state.growToTable()
         guard let found = Audience.members(named: name, source: source, desired: loaded.desired, state: state) else {
@@ -157,7 +158,7 @@ struct AudienceCommand: AsyncParsableCommand {
         var lines = [
             "The \(kind) '\(name)' has \(PlanRenderer.formatCount(count)) device\(count == 1 ? "" : "s") \(basis)."
         ]
-        lines += deviceLines(found.tokens, loaded.inventory, workspace)
+        lines += deviceLines(found.tokens, loaded.inventory, runtime)
         try Terminal.write(lines.joined(separator: "\n") + "\n")
     }
 
@@ -178,10 +179,10 @@ struct AudienceCommand: AsyncParsableCommand {
     }
 
     /// The platform breakdown and the first `limit` devices, redacted unless asked, for text output.
-    private func deviceLines(_ tokens: [String], _ inventory: Inventory, _ workspace: Workspace) -> [String] {
+    private func deviceLines(_ tokens: [String], _ inventory: Inventory, _ runtime: Runtime) -> [String] {
         var lines: [String] = []
         if let platforms = breakdown(tokens, inventory) { lines.append("By platform: \(platforms)") }
-        let namer = workspace.deviceNamer(inventory)
+        let namer = runtime.deviceNamer(inventory)
         for token in tokens.prefix(limit) {
             let shown = global.showTokens ? token : Redaction.redact(token)
             lines.append("  \(shown)\(namer(token).map { " (\($0))" } ?? "")")

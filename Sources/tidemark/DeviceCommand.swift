@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import TidemarkCore
+import TidemarkRuntime
 
 struct DeviceCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -30,8 +31,8 @@ struct DeviceCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let workspace = try Workspace(global)
-            let view = try await DeviceWorkflow(workspace.parts(workspace.detachedBackend(), acceptDead: false)).run(
+            let runtime = try Runtime(global)
+            let view = try await DeviceWorkflow(runtime.parts(runtime.detachedBackend(), acceptDead: false)).run(
                 query)
             if output.json {
                 try Terminal.writeJSON(view)

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import TidemarkCore
+import TidemarkRuntime
 
 struct DriftCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -48,10 +49,10 @@ struct DriftCommand: AsyncParsableCommand {
         let signals = Interruption.endAtOnce("drift reads FCM and state and changes neither, so nothing was changed.")
         defer { withExtendedLifetime(signals) {} }
         try await runReportingErrors {
-            let workspace = try Workspace(global)
-            let report = try await workspace.withBackend(readQPS: refreshing.readQps) { backend in
-                try await DriftWorkflow(workspace.parts(backend, acceptDead: refreshing.acceptDead)).run(
-                    try reading.policy(workspace.settings))
+            let runtime = try Runtime(global, readQPS: refreshing.readQps)
+            let report = try await runtime.withBackend { backend in
+                try await DriftWorkflow(runtime.parts(backend, acceptDead: refreshing.acceptDead)).run(
+                    try reading.policy(runtime.settings))
             }
             let renderer = DriftRenderer(showTokens: global.showTokens)
             if ndjson {
@@ -59,7 +60,7 @@ struct DriftCommand: AsyncParsableCommand {
             } else {
                 switch render.format {
                 case .text: try Terminal.write(renderer.text(report))
-                case .markdown: try workspace.writeMarkdown(renderer.markdown(report), partsDir: render.partsDir)
+                case .markdown: try runtime.writeMarkdown(renderer.markdown(report), partsDir: render.partsDir)
                 case .json:
                     try Terminal.writeJSON(report)
                 }

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import TidemarkCore
 import TidemarkEmulator
+import TidemarkRuntime
 
 /// `tidemark emulator …`: tidemark's FCM emulator.
 struct EmulatorCommand: AsyncParsableCommand {
@@ -107,7 +108,7 @@ struct EmulatorServeCommand: AsyncParsableCommand {
         guard rateLimit >= 0 else { throw ValidationError("--rate-limit must not be negative.") }
         if let problem = faultSettings.problem { throw ValidationError("faults: \(problem).") }
         for (flag, value) in [("--as-of", asOf), ("--created", created)] {
-            if let value, Workspace.parseDay(value) == nil {
+            if let value, ResolvedSettings.parseDay(value) == nil {
                 throw ValidationError("\(flag) must be a date such as 2027-10-01, not '\(value)'.")
             }
         }
@@ -139,8 +140,8 @@ struct EmulatorServeCommand: AsyncParsableCommand {
                 answer: rateLimitPerToken ? .perToken : .http)
             options.faults = faultSettings
             options.iidEnabled = !noIid
-            options.asOf = asOf.flatMap(Workspace.parseDay)
-            options.created = created.flatMap(Workspace.parseDay)
+            options.asOf = asOf.flatMap(ResolvedSettings.parseDay)
+            options.created = created.flatMap(ResolvedSettings.parseDay)
             options.recordChanges = recordChanges
             let server = try EmulatorServer(options: options)
             let keyFile = server.keyFilePath

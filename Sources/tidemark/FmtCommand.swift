@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import TidemarkCore
+import TidemarkRuntime
 
 struct FmtCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -21,18 +22,18 @@ struct FmtCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let workspace = try Workspace(global)
-            let files = try manifestFiles(workspace.manifestsPath)
+            let runtime = try Runtime(global)
+            let files = try manifestFiles(runtime.manifestsPath)
             var changed: [String] = []
             var problems: [Diagnostic] = []
             for name in files {
-                let path = (workspace.manifestsPath as NSString).appendingPathComponent(name)
-                let display = (workspace.manifestsDisplay as NSString).appendingPathComponent(name)
+                let path = (runtime.manifestsPath as NSString).appendingPathComponent(name)
+                let display = (runtime.manifestsDisplay as NSString).appendingPathComponent(name)
                 let data: Data
                 do {
                     data = try InputFile.read(
-                        path, atMost: workspace.settings.limits.manifestBytes, setting: "manifest_bytes",
-                        within: workspace.confinement)
+                        path, atMost: runtime.settings.limits.manifestBytes, setting: "manifest_bytes",
+                        within: runtime.confinement)
                 } catch {
                     problems.append(
                         .error(

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import TidemarkCore
+import TidemarkRuntime
 
 /// `tidemark groups`: device groups before FCM turns them down.
 struct GroupsCommand: AsyncParsableCommand {
@@ -46,11 +47,11 @@ struct GroupsExportCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let workspace = try Workspace(global)
-            let store = workspace.stateStore()
-            let export = try await workspace.withBackend(readQPS: refreshing.readQps) { backend in
-                try await store.withLock(workspace.lockHolder("tidemark groups export")) {
-                    try await GroupsExportWorkflow(workspace.parts(backend, acceptDead: true)).run(names: names)
+            let runtime = try Runtime(global, readQPS: refreshing.readQps)
+            let store = runtime.stateStore()
+            let export = try await runtime.withBackend { backend in
+                try await store.withLock(runtime.lockHolder("tidemark groups export")) {
+                    try await GroupsExportWorkflow(runtime.parts(backend, acceptDead: true)).run(names: names)
                 }
             }
             if let out {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import TidemarkCore
+import TidemarkRuntime
 
 struct ImportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -27,12 +28,12 @@ struct ImportCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let targets = try selection.targets()
-            let workspace = try Workspace(global)
-            let store = workspace.stateStore()
-            let outcome = try await workspace.withBackend(readQPS: refreshing.readQps) { backend in
-                let importing = ImportWorkflow(workspace.parts(backend, acceptDead: refreshing.acceptDead))
+            let runtime = try Runtime(global, readQPS: refreshing.readQps)
+            let store = runtime.stateStore()
+            let outcome = try await runtime.withBackend { backend in
+                let importing = ImportWorkflow(runtime.parts(backend, acceptDead: refreshing.acceptDead))
                 if dryRun { return try await importing.run(targets: targets, dryRun: true) }
-                return try await store.withLock(workspace.lockHolder("tidemark import")) {
+                return try await store.withLock(runtime.lockHolder("tidemark import")) {
                     try await importing.run(targets: targets)
                 }
             }
@@ -53,7 +54,7 @@ struct ImportCommand: AsyncParsableCommand {
                     Report(
                         dryRun: dryRun, adopted: outcome.adopted, adoptedTotal: total,
                         registrationsRead: outcome.registrationsRead, dead: outcome.dead, groupsFound: groups,
-                        serial: outcome.serial, state: workspace.stateDisplay))
+                        serial: outcome.serial, state: runtime.stateDisplay))
                 return
             }
             var lines: [String] = []
@@ -71,7 +72,7 @@ struct ImportCommand: AsyncParsableCommand {
             }
             if let serial = outcome.serial {
                 lines.append(
-                    "State \(workspace.stateDisplay) is now at serial \(serial). 'tidemark plan' shows what is left to change."
+                    "State \(runtime.stateDisplay) is now at serial \(serial). 'tidemark plan' shows what is left to change."
                 )
             } else {
                 lines.append("Dry run: state was not written.")

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import TidemarkCore
+import TidemarkRuntime
 
 struct PlanCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -40,25 +41,25 @@ struct PlanCommand: AsyncParsableCommand {
         let signals = Interruption.endAtOnce("plan sends nothing to FCM and writes no state, so nothing was changed.")
         defer { withExtendedLifetime(signals) {} }
         try await runReportingErrors {
-            let workspace = try Workspace(global)
+            let runtime = try Runtime(global, readQPS: refreshing.readQps)
             if let out { try Self.checkOverwritable(out) }
             var request = PlanRequest(
-                policy: try reading.policy(workspace.settings), targets: try planning.selection.targets(),
+                policy: try reading.policy(runtime.settings), targets: try planning.selection.targets(),
                 maxUnsubscribes: try planning.limit())
             request.driftOnly = drift.driftOnly
             request.allowShrink = planning.allowShrink
-            if workspace.transport != workspace.configuredTransport {
+            if runtime.transport != runtime.configuredTransport {
                 // The project runs on one topic API and this plan reads through the other: compare.
-                request.shadowVerify = (reads: workspace.transport, against: workspace.configuredTransport)
+                request.shadowVerify = (reads: runtime.transport, against: runtime.configuredTransport)
             }
             let outcome: PlanOutcome
-            if request.refresh.mode == .none, workspace.backendKind.isHTTP {
+            if request.refresh.mode == .none, runtime.backendKind.isHTTP {
                 // Nothing is read from FCM: no credential is loaded, so a pull-request job can plan without the key.
-                let parts = workspace.parts(workspace.detachedBackend(), acceptDead: refreshing.acceptDead)
+                let parts = runtime.parts(runtime.detachedBackend(), acceptDead: refreshing.acceptDead)
                 outcome = try await PlanWorkflow(parts).run(request)
             } else {
-                outcome = try await workspace.withBackend(readQPS: refreshing.readQps) { backend in
-                    try await PlanWorkflow(workspace.parts(backend, acceptDead: refreshing.acceptDead)).run(request)
+                outcome = try await runtime.withBackend { backend in
+                    try await PlanWorkflow(runtime.parts(backend, acceptDead: refreshing.acceptDead)).run(request)
                 }
             }
             keepUntilExit(outcome)
@@ -69,7 +70,7 @@ struct PlanCommand: AsyncParsableCommand {
                 try writeAtomically(jsonFile(plan), to: out, mode: 0o600)
                 PhaseTrace.mark("plan saved")
             }
-            try workspace.output(
+            try runtime.output(
                 plan, format: render.format, inventory: outcome.loaded.inventory,
                 partsDir: render.partsDir, planFile: refused ? nil : out)
             if refused {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import TidemarkCore
+import TidemarkRuntime
 
 struct ShowCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -17,14 +18,14 @@ struct ShowCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let workspace = try Workspace(global)
+            let runtime = try Runtime(global)
             let plan = try readPlan(
-                planFile, limit: workspace.settings.limits.planBytes,
-                operations: workspace.settings.limits.planOperations)
+                planFile, limit: runtime.settings.limits.planBytes,
+                operations: runtime.settings.limits.planOperations)
             // Device ids from the inventory when the manifests can be read; the plan shows without them otherwise.
-            let loaded = render.format == .json ? nil : await workspace.loadManifests()
+            let loaded = render.format == .json ? nil : await runtime.loadManifests()
             let inventory = loaded.flatMap { $0.diagnostics.hasErrors ? nil : $0.inventory }
-            try workspace.output(
+            try runtime.output(
                 plan, format: render.format, inventory: inventory, partsDir: render.partsDir,
                 planFile: planFile)
         }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import TidemarkCore
+import TidemarkRuntime
 import TidemarkStore
 
 /// `tidemark state …`: what tidemark remembers, for people debugging a plan.
@@ -27,11 +28,11 @@ struct StateListCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let workspace = try Workspace(global)
-            let store = workspace.stateStore()
+            let runtime = try Runtime(global)
+            let store = runtime.stateStore()
             guard let state = try await store.load() else {
                 throw CLIError(
-                    "there is no state at \(workspace.stateDisplay) yet; 'tidemark apply' or 'tidemark import' creates it."
+                    "there is no state at \(runtime.stateDisplay) yet; 'tidemark apply' or 'tidemark import' creates it."
                 )
             }
             let applies = try await store.applies(limit: 10)
@@ -99,7 +100,7 @@ struct StateListCommand: AsyncParsableCommand {
                 return
             }
             var lines = [
-                "State \(workspace.stateDisplay): lineage \(state.lineage), serial \(state.serial); \(PlanRenderer.formatCount(state.tokens.count)) tokens known, \(PlanRenderer.formatCount(state.dead.count)) dead."
+                "State \(runtime.stateDisplay): lineage \(state.lineage), serial \(state.serial); \(PlanRenderer.formatCount(state.tokens.count)) tokens known, \(PlanRenderer.formatCount(state.dead.count)) dead."
             ]
             if !state.topics.isEmpty {
                 lines.append("")
@@ -185,12 +186,12 @@ struct StateShowCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let workspace = try Workspace(global)
-            guard var state = try await workspace.stateStore().load() else {
-                throw CLIError("there is no state at \(workspace.stateDisplay) yet.")
+            let runtime = try Runtime(global)
+            guard var state = try await runtime.stateStore().load() else {
+                throw CLIError("there is no state at \(runtime.stateDisplay) yet.")
             }
-            let loaded = await workspace.manifestSource().load(into: &state.tokens)
-            let namer = workspace.deviceNamer(loaded.inventory)
+            let loaded = await runtime.manifestSource().load(into: &state.tokens)
+            let namer = runtime.deviceNamer(loaded.inventory)
             func list(_ set: TokenSet) -> [String] {
                 var lines = set.prefix(limit).map { id -> String in
                     let token = state.tokens[id]
@@ -283,18 +284,18 @@ struct StateLockCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let workspace = try Workspace(global)
-            let store = workspace.stateStore()
+            let runtime = try Runtime(global)
+            let store = runtime.stateStore()
             let json = output.json
             func say(_ text: String, _ report: Report) throws {
                 if json { try Terminal.writeJSON(report) } else { try Terminal.write(text + "\n") }
             }
-            let where_ = workspace.stateDisplay
+            let where_ = runtime.stateDisplay
             // Whether state exists, for the JSON answer only: loading it is the whole state, which the
             // text answer to "is it locked?" does not need.
             func existsForJSON() async throws -> Bool { json ? try await store.load() != nil : false }
             // A lock can be held before the state exists: a first apply takes it, then refreshes.
-            if let postgres = store as? PostgresStateStore, let lease = try await postgres.lease() {
+            if let lease = try await store.lease() {
                 try say(
                     "The state \(where_) is locked: \(lease.holder), lease \(lease.id.prefix(8)), expiring at \(ISO8601DateFormatter().string(from: lease.expires)) unless renewed.",
                     Report(
@@ -334,72 +335,21 @@ struct StateForceUnlockCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let workspace = try Workspace(global)
-            guard let store = workspace.stateStore() as? PostgresStateStore else {
+            let runtime = try Runtime(global)
+            let store = runtime.stateStore()
+            guard store.lockKind == .lease else {
                 throw CLIError(
-                    "\(workspace.stateDisplay) is SQLite state: its lock is flock(2), released when the holding process ends; there is nothing to force."
+                    "\(runtime.stateDisplay) is SQLite state: its lock is flock(2), released when the holding process ends; there is nothing to force."
                 )
             }
-            guard let broken = try await store.forceUnlock(id, by: workspace.lockHolder("tidemark state force-unlock"))
+            guard let broken = try await store.forceUnlock(id, by: runtime.lockHolder("tidemark state force-unlock"))
             else {
-                try Terminal.write("Nothing holds the lock of \(workspace.stateDisplay).\n")
+                try Terminal.write("Nothing holds the lock of \(runtime.stateDisplay).\n")
                 return
             }
             try Terminal.write(
-                "Broke the lease of \(broken) on \(workspace.stateDisplay); that run can no longer write. The break is recorded in tidemark_lease_breaks.\n"
+                "Broke the lease of \(broken) on \(runtime.stateDisplay); that run can no longer write. The break is recorded in tidemark_lease_breaks.\n"
             )
-        }
-    }
-}
-
-/// Copies a whole state between stores, keeping its lineage, serial and row versions (so plans saved
-/// against it stay valid). The journal's history is not copied; a state with an unfinished apply is
-/// refused, since the copy could not resume it.
-struct StateCopy {
-    let workspace: Workspace
-
-    enum Rule {
-        /// The target must hold no state.
-        case emptyTarget
-        /// The target may hold the same lineage at an older serial.
-        case newerThanTarget
-    }
-
-    func copy(from source: any StateStore, to target: any StateStore, rule: Rule) async throws -> State {
-        let holder = workspace.lockHolder("tidemark state copy")
-        return try await source.withLock(holder) {
-            try await target.withLock(holder) {
-                guard let state = try await source.load() else {
-                    throw CLIError("there is no state at \(source.location) to copy.")
-                }
-                if let unfinished = try await source.unfinishedApply() {
-                    throw CLIError(
-                        "\(source.location) has an unfinished apply (\(unfinished.id.prefix(8))); run 'tidemark apply' to finish it (or abandon it) before copying the state."
-                    )
-                }
-                if let existing = try await target.load() {
-                    switch rule {
-                    case .emptyTarget:
-                        throw CLIError(
-                            "\(target.location) already holds a state (lineage \(existing.lineage.prefix(8)), serial \(existing.serial)); copy into an empty store or workspace."
-                        )
-                    case .newerThanTarget:
-                        guard existing.lineage == state.lineage else {
-                            throw CLIError(
-                                "\(source.location) is another state (lineage \(state.lineage.prefix(8))) than \(target.location) (lineage \(existing.lineage.prefix(8))); nothing was pushed."
-                            )
-                        }
-                        guard state.serial > existing.serial else {
-                            throw CLIError(
-                                "\(source.location) is at serial \(state.serial), not newer than \(target.location) at serial \(existing.serial); nothing was pushed."
-                            )
-                        }
-                    }
-                }
-                var copy = state
-                try await target.save(&copy, .restoring(state), at: workspace.timing.unixTime())
-                return state
-            }
         }
     }
 }
@@ -419,16 +369,16 @@ struct StatePullCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let workspace = try Workspace(global)
+            let runtime = try Runtime(global)
             guard !FileManager.default.fileExists(atPath: file) else {
                 throw CLIError("\(file) exists; remove it or name another file.")
             }
             let target = SQLiteStateStore(path: file, location: file)
-            let state = try await StateCopy(workspace: workspace).copy(
-                from: workspace.stateStore(), to: target, rule: .emptyTarget)
+            let state = try await StateCopyWorkflow(from: runtime.stateStore(), to: target, timing: runtime.timing)
+                .run(.emptyTarget, holder: runtime.lockHolder("tidemark state copy"))
             try? FileManager.default.removeItem(atPath: file + ".lock")
             try Terminal.write(
-                "Wrote \(workspace.stateDisplay) (lineage \(state.lineage.prefix(8)), serial \(state.serial)) to \(file).\n"
+                "Wrote \(runtime.stateDisplay) (lineage \(state.lineage.prefix(8)), serial \(state.serial)) to \(file).\n"
             )
         }
     }
@@ -449,11 +399,12 @@ struct StatePushCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let workspace = try Workspace(global)
+            let runtime = try Runtime(global)
             guard FileManager.default.fileExists(atPath: file) else { throw CLIError("\(file): no such file.") }
-            let state = try await StateCopy(workspace: workspace).copy(
-                from: SQLiteStateStore(path: file, location: file), to: workspace.stateStore(), rule: .newerThanTarget)
-            try Terminal.write("Pushed \(file) (serial \(state.serial)) to \(workspace.stateDisplay).\n")
+            let state = try await StateCopyWorkflow(
+                from: SQLiteStateStore(path: file, location: file), to: runtime.stateStore(), timing: runtime.timing
+            ).run(.newerThanTarget, holder: runtime.lockHolder("tidemark state copy"))
+            try Terminal.write("Pushed \(file) (serial \(state.serial)) to \(runtime.stateDisplay).\n")
         }
     }
 }
@@ -476,18 +427,19 @@ struct StateMigrateCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let workspace = try Workspace(global)
+            let runtime = try Runtime(global)
             var targetOptions = global
             targetOptions.state = to
-            targetOptions.workspace = toWorkspace ?? workspace.workspaceName
-            let target = try Workspace(targetOptions)
-            guard target.stateDisplay != workspace.stateDisplay else {
-                throw CLIError("the target is the state itself (\(workspace.stateDisplay)).")
+            targetOptions.workspace = toWorkspace ?? runtime.workspaceName
+            let target = try Runtime(targetOptions)
+            guard target.stateDisplay != runtime.stateDisplay else {
+                throw CLIError("the target is the state itself (\(runtime.stateDisplay)).")
             }
-            let state = try await StateCopy(workspace: workspace).copy(
-                from: workspace.stateStore(), to: target.stateStore(), rule: .emptyTarget)
+            let state = try await StateCopyWorkflow(
+                from: runtime.stateStore(), to: target.stateStore(), timing: runtime.timing
+            ).run(.emptyTarget, holder: runtime.lockHolder("tidemark state copy"))
             try Terminal.write(
-                "Copied \(workspace.stateDisplay) (serial \(state.serial)) to \(target.stateDisplay). Point 'state' in tidemark.yaml (or TIDEMARK_STATE_URL) there; the old state was left as it was.\n"
+                "Copied \(runtime.stateDisplay) (serial \(state.serial)) to \(target.stateDisplay). Point 'state' in tidemark.yaml (or TIDEMARK_STATE_URL) there; the old state was left as it was.\n"
             )
         }
     }
@@ -540,29 +492,29 @@ struct StatePruneCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let workspace = try Workspace(global)
-            let retention = olderThan.flatMap(ExclusionRule.seconds) ?? workspace.settings.pruneAfter ?? 90 * 86_400
-            let store = workspace.stateStore()
+            let runtime = try Runtime(global)
+            let retention = olderThan.flatMap(ExclusionRule.seconds) ?? runtime.settings.pruneAfter ?? 90 * 86_400
+            let store = runtime.stateStore()
             let workflow = PruneWorkflow(
-                manifests: workspace.manifestSource(), store: store, timing: workspace.timing,
+                manifests: runtime.manifestSource(), store: store, timing: runtime.timing,
                 output: TerminalOutput())
             let outcome =
                 dryRun
                 ? try await workflow.run(retention: retention, dryRun: true)
-                : try await store.withLock(workspace.lockHolder("tidemark state prune")) {
+                : try await store.withLock(runtime.lockHolder("tidemark state prune")) {
                     try await workflow.run(retention: retention)
                 }
-            let age = olderThan ?? workspace.settings.pruneAfterText ?? "90d"
+            let age = olderThan ?? runtime.settings.pruneAfterText ?? "90d"
             if output.json {
                 let selection = outcome.selection
                 try Terminal.writeJSON(
                     Report(
                         dryRun: dryRun, olderThan: age, tokensBefore: outcome.tokensBefore, pruned: selection.count,
                         dead: selection.dead.count, departed: selection.departed.count, serial: outcome.serial,
-                        state: workspace.stateDisplay))
+                        state: runtime.stateDisplay))
                 return
             }
-            try Terminal.write(Self.describe(outcome, age: age, dryRun: dryRun, state: workspace.stateDisplay) + "\n")
+            try Terminal.write(Self.describe(outcome, age: age, dryRun: dryRun, state: runtime.stateDisplay) + "\n")
         }
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import TidemarkCore
+import TidemarkRuntime
 
 /// Where output goes, and whether a person is watching.
 enum Terminal {
@@ -12,9 +13,7 @@ enum Terminal {
     /// 80) when standard output is a terminal; nil (no wrapping) for pipes, files and CI logs.
     static var width: Int? {
         guard stdoutIsTerminal else { return nil }
-        if let text = ProcessInfo.processInfo.environment["COLUMNS"], let columns = Int(text), columns >= 40 {
-            return columns
-        }
+        if let columns = ProcessEnvironment.terminal.columns, columns >= 40 { return columns }
         var size = winsize()
         if ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_col >= 40 { return Int(size.ws_col) }
         return 80
@@ -22,9 +21,7 @@ enum Terminal {
 
     /// Colour on a terminal, unless `NO_COLOR` is set (no-color.org) or `TERM` is dumb.
     static var colour: Bool {
-        let environment = ProcessInfo.processInfo.environment
-        if let noColor = environment["NO_COLOR"], !noColor.isEmpty { return false }
-        return stdoutIsTerminal && environment["TERM"] != "dumb"
+        stdoutIsTerminal && !ProcessEnvironment.terminal.colourOff
     }
 
     /// A rendered plan or report with ANSI colour: the verdict bold, joins green, leaves and errors
@@ -181,4 +178,15 @@ final class TerminalOutput: WorkflowOutput {
             )
         }
     }
+}
+
+/// Writes a file atomically (see `AtomicFile.write`).
+func writeAtomically(_ data: Data, to path: String, mode: Int = 0o644) throws {
+    try AtomicFile.write(data, to: path, mode: mode)
+}
+
+/// A failure worth one clear line to the user.
+struct CLIError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
 }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import TidemarkCore
+import TidemarkRuntime
 
 @main
 struct Tidemark: AsyncParsableCommand {
@@ -14,7 +15,7 @@ struct Tidemark: AsyncParsableCommand {
             (only with --detailed-exitcode), 64 a command line tidemark does not understand (an unknown \
             flag, a missing argument), 130/143 when SIGINT/SIGTERM stopped a command (an apply resumes; a plan or drift changed nothing).
             """,
-        version: Workspace.version,
+        version: Runtime.version,
         subcommands: [
             ValidateCommand.self, PlanCommand.self, ApplyCommand.self, DriftCommand.self, ShowCommand.self,
             DeviceCommand.self,

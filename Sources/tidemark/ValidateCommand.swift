@@ -1,5 +1,6 @@
 import ArgumentParser
 import TidemarkCore
+import TidemarkRuntime
 
 struct ValidateCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -24,10 +25,10 @@ struct ValidateCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let workspace = try Workspace(global)
-            var loaded = await workspace.loadManifests()
+            let runtime = try Runtime(global)
+            var loaded = await runtime.loadManifests()
             // FCM's deadlines for device groups and the iid transport, said once.
-            loaded.diagnostics += workspace.deadlines.diagnostics(groups: loaded.desired.groups.count)
+            loaded.diagnostics += runtime.deadlines.diagnostics(groups: loaded.desired.groups.count)
             let members = loaded.desired.topics.reduce(0) { $0 + $1.members.count }
             if output.json {
                 let valid = loaded.diagnostics.errorCount == 0

@@ -10,6 +10,18 @@ public struct ConfiguredSource: Sendable, Equatable {
         case postgres(urlEnv: String, query: String, labels: [String]?)
         /// A program that prints devices on stdout (`format`), stopped after `timeout` seconds.
         case exec(command: [String], format: InventoryFormat, timeout: Double)
+        /// A kind a front end registered (`sourceKinds` when decoding): its key, and its settings, each
+        /// a string, for the registry's entry to check and build from.
+        case custom(key: String, settings: [String: String])
+
+        /// The key that declares this kind in tidemark.yaml.
+        public var key: String {
+            switch self {
+            case .postgres: "postgres"
+            case .exec: "exec"
+            case .custom(let key, _): key
+            }
+        }
     }
 
     /// How messages name the source (`name:`, or a default from its kind).
@@ -194,10 +206,11 @@ public struct ExclusionRule: Sendable, Equatable {
 
 extension ConfiguredSource {
     /// Decodes tidemark.yaml's `inventory:` list.
-    static func decodeList(_ node: Node, _ doc: inout YAMLDocument) -> [ConfiguredSource] {
+    /// `sourceKinds`: keys of kinds registered beyond `postgres` and `exec`.
+    static func decodeList(_ node: Node, _ doc: inout YAMLDocument, sourceKinds: [String] = []) -> [ConfiguredSource] {
         var sources: [ConfiguredSource] = []
         for item in doc.sequence(node, "'inventory' in tidemark.yaml") ?? [] {
-            guard let source = decode(item, &doc) else { continue }
+            guard let source = decode(item, &doc, sourceKinds: sourceKinds) else { continue }
             if sources.contains(where: { $0.name == source.name }) {
                 doc.error(
                     "two inventory sources are named '\(source.name)'; give each its own 'name:'.", item)
@@ -208,8 +221,8 @@ extension ConfiguredSource {
         return sources
     }
 
-    static func decode(_ node: Node, _ doc: inout YAMLDocument) -> ConfiguredSource? {
-        guard let pairs = doc.mapping(node, "an inventory source", allowed: keys) else { return nil }
+    static func decode(_ node: Node, _ doc: inout YAMLDocument, sourceKinds: [String] = []) -> ConfiguredSource? {
+        guard let pairs = doc.mapping(node, "an inventory source", allowed: keys + sourceKinds) else { return nil }
         var name: String?
         var kind: Kind?
         var onDead: DeadTokenHook?
@@ -295,6 +308,22 @@ extension ConfiguredSource {
                     continue
                 }
                 kind = .exec(command: command, format: format, timeout: timeout)
+            case let custom where sourceKinds.contains(custom):
+                guard case .mapping(let mapping) = value else {
+                    doc.error("'\(custom)' must be a mapping of settings, not \(YAMLDocument.kind(value)).", value)
+                    failed = true
+                    continue
+                }
+                var settings: [String: String] = [:]
+                for (keyNode, field) in mapping {
+                    guard case .scalar(let word) = keyNode, let text = doc.string(field, "'\(custom).\(word.string)'")
+                    else {
+                        failed = true
+                        continue
+                    }
+                    settings[word.string] = text
+                }
+                kind = .custom(key: custom, settings: settings)
             case "on_dead":
                 if case .mapping = value {
                     for (_, _, v) in doc.mapping(value, "'on_dead'", allowed: ["exec"]) ?? [] {
@@ -340,7 +369,9 @@ extension ConfiguredSource {
         }
         if failed { return nil }
         guard let kind else {
-            doc.error("an inventory source in tidemark.yaml needs 'postgres' or 'exec'.", node)
+            let kinds = (["postgres"] + (["exec"] + sourceKinds).dropLast()).map { "'\($0)'" }.joined(separator: ", ")
+            doc.error(
+                "an inventory source in tidemark.yaml needs \(kinds) or '\((["exec"] + sourceKinds).last!)'.", node)
             return nil
         }
         if case .sql = onDead, case .exec = kind {
@@ -355,6 +386,7 @@ extension ConfiguredSource {
         case .exec(let command, _, _):
             // The script rather than its interpreter: [python3, scripts/devices.py] is "exec devices.py".
             fallback = "exec \(((command.last { $0.contains("/") } ?? command[0]) as NSString).lastPathComponent)"
+        case .custom(let key, _): fallback = key
         }
         var source = ConfiguredSource(
             name: name ?? fallback, kind: kind, onDead: onDead, exclusion: exclusion, location: doc.location(node))

@@ -367,3 +367,16 @@ public struct InventorySourceError: Error, Sendable, CustomStringConvertible {
         )
     }
 }
+
+/// An inventory source that takes back the devices FCM reported dead (its `on_dead` hook in
+/// tidemark.yaml), so the app stops sending to them. `DeadTokenWriteBack` hands each sink its own
+/// devices: those whose `DeadDevice.source` is `ConfiguredSource.display(name)`.
+public protocol DeadTokenSink: InventorySource {
+    /// Whether the source was told where to report (an `on_dead` hook); one that was not is skipped.
+    var reportsDead: Bool { get }
+
+    /// Reports `devices`, all of them this source's; returns how many were reported and, when the
+    /// hook can tell, how many of its rows changed. Must be idempotent: a failure part-way is reported
+    /// again by the next apply, since the source still lists those devices.
+    func reportDead(_ devices: [DeadDevice], at time: Date) async throws -> (reported: Int, rowsChanged: Int?)
+}

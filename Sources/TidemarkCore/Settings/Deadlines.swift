@@ -29,7 +29,7 @@ public enum FCMDeadlines {
 }
 
 /// Which deadlines a run checks, and against which date.
-public struct DeadlineCheck: Sendable {
+public struct DeadlineCheck: Sendable, Equatable {
     /// The topic API the run uses.
     public var transport: TopicTransport
     /// The date the deadline rules see: the real date for the `fcm` backend; for the embedded

@@ -33,7 +33,7 @@ public struct ProjectSettings: Sendable, Equatable {
     /// Inventory sources that run SQL or a command (`inventory:`): honoured only from this file.
     public var inventory: [ConfiguredSource] = []
     /// `inventory: FILE`: the sources live in a file of their own (relative to the project directory,
-    /// outside the manifests directory); `Workspace` reads it with `decodeInventoryFile`.
+    /// outside the manifests directory); the runtime reads it with `decodeInventoryFile`.
     public var inventoryFile: String?
     public var inventoryFileLocation: SourceLocation?
     /// `prune_after`: the retention of dead and departed tokens in state, in seconds (and as written);
@@ -68,7 +68,9 @@ public struct ProjectSettings: Sendable, Equatable {
 
     /// Decodes a file of inventory sources that tidemark.yaml names (`inventory: ops/inventory.yaml`):
     /// the same list as tidemark.yaml's `inventory:`, at the top level or under an `inventory:` key.
-    public static func decodeInventoryFile(_ text: String, file: String) -> ([ConfiguredSource], [Diagnostic]) {
+    public static func decodeInventoryFile(
+        _ text: String, file: String, sourceKinds: [String] = []
+    ) -> ([ConfiguredSource], [Diagnostic]) {
         var doc = YAMLDocument(file: file)
         guard let root = doc.compose(text) else { return ([], doc.diagnostics) }
         var list = root
@@ -77,7 +79,7 @@ public struct ProjectSettings: Sendable, Equatable {
             else { return ([], doc.diagnostics) }
             list = first.value
         }
-        let sources = ConfiguredSource.decodeList(list, &doc)
+        let sources = ConfiguredSource.decodeList(list, &doc, sourceKinds: sourceKinds)
         return (sources, doc.diagnostics)
     }
 
@@ -103,7 +105,9 @@ public struct ProjectSettings: Sendable, Equatable {
     }
 
     /// Decodes the project file's text; problems come back as diagnostics.
-    public static func decode(_ text: String, file: String) -> (ProjectSettings, [Diagnostic]) {
+    public static func decode(
+        _ text: String, file: String, sourceKinds: [String] = []
+    ) -> (ProjectSettings, [Diagnostic]) {
         var doc = YAMLDocument(file: file)
         var settings = ProjectSettings()
         guard let root = doc.compose(text) else { return (settings, doc.diagnostics) }
@@ -135,7 +139,7 @@ public struct ProjectSettings: Sendable, Equatable {
                     settings.inventoryFile = scalar.string
                     settings.inventoryFileLocation = doc.location(value)
                 } else {
-                    settings.inventory = ConfiguredSource.decodeList(value, &doc)
+                    settings.inventory = ConfiguredSource.decodeList(value, &doc, sourceKinds: sourceKinds)
                 }
                 continue
             case "refresh":

@@ -31,6 +31,56 @@ public protocol StateStore: Sendable {
 
     /// Who holds the lock now, or nil when it is free.
     func lockHolder() async throws -> LockHolder?
+
+    /// How this store's lock ends: with its process (a file lock), or when its lease expires or is broken.
+    var lockKind: StateLockKind { get }
+
+    /// The lease held now, or nil when none is (always nil for a lock that ends with its process).
+    func lease() async throws -> LeaseRecord?
+
+    /// Breaks the lease whose id starts with `prefix`, recording `holder` as who broke it; returns the
+    /// holder it broke, or nil when no lease is held. Throws `StateStoreError` `.unsupported` for a store
+    /// whose lock ends with its process: there is nothing to break.
+    func forceUnlock(_ prefix: String, by holder: LockHolder) async throws -> LockHolder?
+}
+
+/// How a state store's lock ends.
+public enum StateLockKind: Sendable, Equatable {
+    /// The kernel releases it when the holding process ends (flock(2)); it cannot be broken.
+    case process
+    /// A lease renewed by a heartbeat: it expires when its holder stops renewing it, and can be broken.
+    case lease
+}
+
+/// A lease on state: its id (`tidemark state force-unlock` takes a prefix of it), who holds it, and
+/// when it expires unless renewed.
+public struct LeaseRecord: Sendable, Equatable {
+    public var id: String
+    public var holder: LockHolder
+    public var expires: Date
+
+    /// A lease `id` held by `holder` until `expires`.
+    public init(id: String, holder: LockHolder, expires: Date) {
+        self.id = id
+        self.holder = holder
+        self.expires = expires
+    }
+}
+
+extension StateStore {
+    /// A store whose lock ends with its process, unless it says otherwise.
+    public var lockKind: StateLockKind { .process }
+
+    /// No lease: the lock ends with its process.
+    public func lease() async throws -> LeaseRecord? { nil }
+
+    /// Refused: a lock that ends with its process cannot be broken.
+    public func forceUnlock(_ prefix: String, by holder: LockHolder) async throws -> LockHolder? {
+        throw StateStoreError(
+            .unsupported, path: location,
+            "has a lock that ends with the process holding it (flock(2) for SQLite state), so there is nothing to force; end that process, or wait for it to finish"
+        )
+    }
 }
 
 /// A held state lock.
@@ -367,6 +417,8 @@ public struct StateStoreError: Error, CustomStringConvertible, Sendable {
         /// A run's lease expired or was taken while it worked; it stopped.
         case leaseLost
         case io
+        /// The store cannot do what was asked (break a lease it does not have).
+        case unsupported
     }
 
     public var code: Code
@@ -399,6 +451,8 @@ public struct StateStoreError: Error, CustomStringConvertible, Sendable {
             "the state \(path): \(detail)."
         case .io:
             "cannot use the state \(path): \(detail)"
+        case .unsupported:
+            "the state \(path) \(detail)."
         }
     }
 }

@@ -2,27 +2,36 @@ import Foundation
 import TidemarkCore
 
 /// The real disk, rooted at the manifests directory.
-struct DiskFileSource: FileSource {
-    let root: String
+public struct DiskFileSource: FileSource {
+    /// The manifests directory, absolute.
+    public let root: String
     /// How the root is shown in messages (as the user named it).
-    let displayRoot: String
+    public let displayRoot: String
     /// Where files may be read from (the project directory); nil reads anywhere (`fmt` of named files).
-    var confinement: InputFile.Confinement? = nil
+    public var confinement: InputFile.Confinement?
 
-    func resolve(_ path: String) -> String {
+    /// The disk under `root`, shown as `displayRoot`, read only within `confinement` when given.
+    public init(root: String, displayRoot: String, confinement: InputFile.Confinement? = nil) {
+        self.root = root
+        self.displayRoot = displayRoot
+        self.confinement = confinement
+    }
+
+    /// `path` under the root (an absolute path stays as it is).
+    public func resolve(_ path: String) -> String {
         if path.hasPrefix("/") { return path }
         return path == "." ? root : (root as NSString).appendingPathComponent(path)
     }
 
-    func read(_ path: String, atMost limit: Int, setting: String?) throws -> Data {
+    public func read(_ path: String, atMost limit: Int, setting: String?) throws -> Data {
         try InputFile.read(resolve(path), atMost: limit, setting: setting, within: confinement)
     }
 
-    func list(_ directory: String) throws -> [String] {
+    public func list(_ directory: String) throws -> [String] {
         try FileManager.default.contentsOfDirectory(atPath: resolve(directory))
     }
 
-    func listFiles(_ directory: String) throws -> [String] {
+    public func listFiles(_ directory: String) throws -> [String] {
         let base = resolve(directory)
         _ = try FileManager.default.contentsOfDirectory(atPath: base)  // a missing directory is an error
         guard
@@ -43,20 +52,9 @@ struct DiskFileSource: FileSource {
         return files
     }
 
-    func displayPath(_ path: String) -> String {
+    public func displayPath(_ path: String) -> String {
         if path.hasPrefix("/") { return path }
         if path == "." { return displayRoot }
         return displayRoot == "." ? path : (displayRoot as NSString).appendingPathComponent(path)
     }
-}
-
-/// Writes a file atomically (see `AtomicFile.write`).
-func writeAtomically(_ data: Data, to path: String, mode: Int = 0o644) throws {
-    try AtomicFile.write(data, to: path, mode: mode)
-}
-
-/// A failure worth one clear line to the user.
-struct CLIError: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
 }

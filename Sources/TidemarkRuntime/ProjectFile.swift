@@ -1,0 +1,54 @@
+import Foundation
+import TidemarkCore
+
+/// Reads a project's `tidemark.yaml` (absent: the defaults) and the inventory file it names.
+enum ProjectFile {
+    /// tidemark.yaml of the project at `root` (`directory` as the user named it), with `inventory:
+    /// FILE` read in; `sourceKinds` are the source keys registered beyond tidemark's own. Throws the file's diagnostics, or a `RuntimeError` naming what cannot be read.
+    static func read(root: String, directory: String, sourceKinds: [String] = []) throws -> ProjectSettings {
+        let settingsFile = (root as NSString).appendingPathComponent("tidemark.yaml")
+        let settingsDisplay = ResolvedSettings.display(directory, "tidemark.yaml")
+        var settings: ProjectSettings
+        do {
+            let data = try InputFile.read(settingsFile, atMost: 16 << 20)
+            guard let text = String(data: data, encoding: .utf8) else {
+                throw RuntimeError("\(settingsDisplay) is not UTF-8 text; save it as UTF-8.")
+            }
+            let (decoded, diagnostics) = ProjectSettings.decode(text, file: settingsDisplay, sourceKinds: sourceKinds)
+            if diagnostics.hasErrors { throw DiagnosticsError(diagnostics) }
+            settings = decoded
+        } catch let error as InputFileError where error.kind == .notFound {
+            settings = ProjectSettings()
+        } catch let error as InputFileError {
+            throw RuntimeError("cannot read \(settingsDisplay): \(error).")
+        }
+        if let file = settings.inventoryFile {
+            settings.inventory = try readInventoryFile(
+                file, root: root, directory: directory, at: settings.inventoryFileLocation, sourceKinds: sourceKinds)
+        }
+        return settings
+    }
+
+    /// The sources of a file tidemark.yaml names; like tidemark.yaml it must be protected in review, so
+    /// it may not live in the manifests directory (where every pull request edits files).
+    static func readInventoryFile(
+        _ file: String, root: String, directory: String, at location: SourceLocation?, sourceKinds: [String]
+    ) throws -> [ConfiguredSource] {
+        let path = ResolvedSettings.absolute(file, in: root)
+        let display = ResolvedSettings.display(directory, file)
+        let data: Data
+        do {
+            data = try InputFile.read(path, atMost: 16 << 20)
+        } catch {
+            throw RuntimeError(
+                "\(location.map { "\($0): " } ?? "")cannot read the inventory file \(display) that tidemark.yaml names: \(ErrorText.describe(error))."
+            )
+        }
+        guard let text = String(data: data, encoding: .utf8) else {
+            throw RuntimeError("\(display) is not UTF-8 text; save it as UTF-8.")
+        }
+        let (sources, diagnostics) = ProjectSettings.decodeInventoryFile(text, file: display, sourceKinds: sourceKinds)
+        if diagnostics.hasErrors { throw DiagnosticsError(diagnostics) }
+        return sources
+    }
+}

@@ -1,0 +1,155 @@
+import Foundation
+import TidemarkCore
+import TidemarkStore
+
+/// State stores by where `state` points: a file path, or a URL whose scheme picks the store. A front
+/// end (or a test) registers another scheme with one call; `Runtime` opens through its registry.
+public struct StateStoreRegistry: Sendable {
+    /// Opens the store at the resolved location and workspace.
+    public typealias Opener = @Sendable (ResolvedSettings) -> any StateStore
+
+    private var byScheme: [String: Opener] = [:]
+    private var file: Opener
+
+    /// A registry that opens files with `file` and knows no URL scheme yet.
+    public init(file: @escaping Opener) { self.file = file }
+
+    /// Opens `scheme://…` locations with `open` (replacing any earlier entry for the scheme).
+    public mutating func register(scheme: String, _ open: @escaping Opener) {
+        byScheme[scheme.lowercased()] = open
+    }
+
+    /// The schemes registered, sorted.
+    public var schemes: [String] { byScheme.keys.sorted() }
+
+    /// Whether `resolved`'s location has a store here.
+    public func knows(_ location: ResolvedSettings.StateLocation) -> Bool {
+        switch location {
+        case .file: true
+        case .url(let scheme, _): byScheme[scheme] != nil
+        }
+    }
+
+    /// The store at `resolved`'s location; nil for a URL scheme nobody registered.
+    public func open(_ resolved: ResolvedSettings) -> (any StateStore)? {
+        switch resolved.state {
+        case .file: file(resolved)
+        case .url(let scheme, _): byScheme[scheme].map { $0(resolved) }
+        }
+    }
+
+    /// SQLite files, and PostgreSQL at `postgres://` and `postgresql://` URLs.
+    public static let standard: StateStoreRegistry = {
+        var registry = StateStoreRegistry { resolved in
+            SQLiteStateStore(
+                path: resolved.statePath, location: resolved.stateDisplay, workspace: resolved.workspace,
+                legacyPath: resolved.legacyWorkspacePath)
+        }
+        let postgres: Opener = { resolved in
+            // `resolve` parsed the URL already (the registry only sees locations that resolved).
+            let url = resolved.postgres!
+            return PostgresStateStore(url: url, workspace: resolved.workspace, leaseDuration: url.lease)
+        }
+        registry.register(scheme: "postgres", postgres)
+        registry.register(scheme: "postgresql", postgres)
+        return registry
+    }()
+}
+
+/// What building a configured inventory source may use: the project directory (where a command runs),
+/// the environment (a query's `url_env`), the time (`exclude_if`) and the input limits.
+public struct InventorySourceContext: Sendable {
+    public var directory: String
+    public var environment: [String: String]
+    public var now: Date
+    public var limits: InputLimits
+
+    /// A context for building sources of the project at `directory`.
+    public init(directory: String, environment: [String: String], now: Date, limits: InputLimits) {
+        self.directory = directory
+        self.environment = environment
+        self.now = now
+        self.limits = limits
+    }
+}
+
+/// Inventory sources by their key in tidemark.yaml's `inventory:` (`postgres`, `exec`): each entry
+/// builds the source from its declaration.
+public struct InventorySourceRegistry: Sendable {
+    /// Builds the source `spec` declares.
+    public typealias Builder = @Sendable (ConfiguredSource, InventorySourceContext) -> any InventorySource
+
+    private var byKey: [String: Builder] = [:]
+
+    /// An empty registry.
+    public init() {}
+
+    /// Builds sources declared with `key` by `build` (replacing any earlier entry).
+    public mutating func register(key: String, _ build: @escaping Builder) { byKey[key] = build }
+
+    /// The keys registered, sorted.
+    public var keys: [String] { byKey.keys.sorted() }
+
+    /// The keys registered beyond the kinds tidemark.yaml's decoder knows itself (`postgres`, `exec`):
+    /// their settings are decoded as a mapping of strings (`ConfiguredSource.Kind.custom`).
+    public var customKinds: [String] { keys.filter { $0 != "postgres" && $0 != "exec" } }
+
+    /// The source `spec` declares; nil when no entry builds its kind.
+    public func make(_ spec: ConfiguredSource, _ context: InventorySourceContext) -> (any InventorySource)? {
+        byKey[spec.kind.key].map { $0(spec, context) }
+    }
+
+    /// A query on the app's PostgreSQL (`postgres:`) and a program's output (`exec:`).
+    public static let standard: InventorySourceRegistry = {
+        var registry = InventorySourceRegistry()
+        registry.register(key: "postgres") { spec, context in
+            guard case .postgres(let urlEnv, let query, let labels) = spec.kind else {
+                preconditionFailure("the postgres entry built a \(spec.kind.key) source")
+            }
+            var source = PostgresInventorySource(
+                name: spec.name, url: context.environment[urlEnv], urlEnv: urlEnv, query: query, labels: labels,
+                exclusion: spec.exclusion(at: context.now), declaredAt: spec.location)
+            source.allowEmpty = spec.allowEmpty
+            source.onDead = spec.onDead
+            source.hookDirectory = context.directory
+            return source
+        }
+        registry.register(key: "exec") { spec, context in
+            guard case .exec(let command, let format, let timeout) = spec.kind else {
+                preconditionFailure("the exec entry built a \(spec.kind.key) source")
+            }
+            var source = CommandInventorySource(
+                name: spec.name,
+                runner: ProcessRunner(
+                    command: command, directory: context.directory, timeout: timeout,
+                    maxOutput: context.limits.inventoryBytes),
+                format: format, exclusion: spec.exclusion(at: context.now), declaredAt: spec.location)
+            source.allowEmpty = spec.allowEmpty
+            source.onDead = spec.onDead
+            return source
+        }
+        return registry
+    }()
+}
+
+extension ConfiguredSource {
+    /// The `exclude_if` filter as of `now`.
+    func exclusion(at now: Date) -> ExclusionFilter? {
+        exclusion.map { ExclusionFilter($0, now: Int64(now.timeIntervalSince1970)) }
+    }
+}
+
+/// The registries a runtime builds its parts from.
+public struct Registries: Sendable {
+    public var stores: StateStoreRegistry
+    public var sources: InventorySourceRegistry
+
+    /// Registries with `stores` and `sources`.
+    public init(stores: StateStoreRegistry = .standard, sources: InventorySourceRegistry = .standard) {
+        self.stores = stores
+        self.sources = sources
+    }
+
+    /// tidemark's own stores and sources.
+    public static let standard = Registries()
+}

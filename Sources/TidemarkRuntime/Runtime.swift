@@ -1,0 +1,171 @@
+import Foundation
+import TidemarkCore
+import TidemarkStore
+
+/// One run's composition root: the settings it resolved, and the parts built from them (the state
+/// store, the manifests and inventory sources, the backend). Every front end, the CLI today and
+/// `serve` next, makes one `Runtime` and asks it for what a workflow needs; none reads the
+/// environment or tidemark.yaml itself.
+public struct Runtime: Sendable {
+    /// tidemark's version, recorded in state and shown by `--version`.
+    public static let version = "0.1.0"
+
+    /// Every setting of the run, decided.
+    public let resolved: ResolvedSettings
+    /// The one clock and random source of this run.
+    public let timing: Timing
+    /// Where this run's requests to FCM ask whether its state lock is still held (filled by `withLock`).
+    public let leaseGate = LeaseGate()
+    /// Where stores and sources come from.
+    public let registries: Registries
+    /// The store this runtime opened: a PostgreSQL store's connection, and the lease its lock took,
+    /// serve every part of the run.
+    private let store: any StateStore
+
+    /// A runtime over `resolved` settings, building its parts from `registries`. Throws a
+    /// `RuntimeError` when no registered store takes the state's location or no registered source
+    /// takes a declared source.
+    public init(_ resolved: ResolvedSettings, registries: Registries = .standard, timing: Timing = .live) throws {
+        guard let store = registries.stores.open(resolved) else {
+            throw RuntimeError(
+                "the state \(resolved.stateDisplay) is a URL tidemark has no store for; 'state' takes a SQLite file path or a URL of \(registries.stores.schemes.map { "\($0)://" }.joined(separator: ", ")) (flag --state, TIDEMARK_STATE_URL, or 'state' in tidemark.yaml)."
+            )
+        }
+        for source in resolved.project.inventory where !registries.sources.keys.contains(source.kind.key) {
+            throw RuntimeError(
+                "\(source.location): inventory source '\(source.name)' is of a kind this tidemark cannot read ('\(source.kind.key)'); it reads \(registries.sources.keys.joined(separator: ", "))."
+            )
+        }
+        self.resolved = resolved
+        self.registries = registries
+        self.timing = timing
+        self.store = store
+    }
+
+    /// Reads the project (its `tidemark.yaml`, and the inventory file that names) and resolves
+    /// `flags` against `environment`. Throws a `RuntimeError` or the file's diagnostics.
+    public static func load(
+        _ flags: RuntimeFlags, environment: [String: String] = ProcessEnvironment.variables,
+        workingDirectory: String = FileManager.default.currentDirectoryPath, registries: Registries = .standard,
+        timing: Timing = .live
+    ) throws -> Runtime {
+        _ = try ResolvedSettings.asOf(environment)
+        let root = ResolvedSettings.absolute(flags.directory, in: workingDirectory)
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
+            throw RuntimeError(
+                "project directory '\(flags.directory)' does not exist; pass an existing directory to -C.")
+        }
+        let file = try ProjectFile.read(
+            root: root, directory: flags.directory, sourceKinds: registries.sources.customKinds)
+        let resolved = try ResolvedSettings.resolve(
+            flags: flags, environment: environment, file: file, workingDirectory: workingDirectory)
+        return try Runtime(resolved, registries: registries, timing: timing)
+    }
+
+    /// tidemark.yaml as read.
+    public var settings: ProjectSettings { resolved.project }
+    public var root: String { resolved.root }
+    public var manifestsPath: String { resolved.manifestsPath }
+    public var manifestsDisplay: String { resolved.manifestsDisplay }
+    public var statePath: String { resolved.statePath }
+    public var stateDisplay: String { resolved.stateDisplay }
+    public var workspaceName: String { resolved.workspace }
+    public var backendKind: BackendKind { resolved.backend }
+    public var transport: TopicTransport { resolved.transport }
+    public var configuredTransport: TopicTransport { resolved.configuredTransport }
+    public var showTokens: Bool { resolved.flags.showTokens }
+
+    /// The directory that holds state (and the embedded backend), created private to the user.
+    @discardableResult
+    public func ensureStateDirectory() throws -> String {
+        let directory = (statePath as NSString).deletingLastPathComponent
+        try FileManager.default.createDirectory(
+            atPath: directory, withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700])
+        return directory
+    }
+
+    /// The configured state store (default `.tidemark/state.db`).
+    public func stateStore() -> any StateStore { store }
+
+    /// Who this run is, for the state lock.
+    public func lockHolder(_ operation: String) -> LockHolder {
+        let environment = resolved.environment
+        return LockHolder(
+            operation: operation, user: environment["USER"] ?? String(getuid()),
+            host: ProcessInfo.processInfo.hostName, pid: getpid(), since: timing.wallClock(),
+            job: LockHolder.jobURL(environment), instance: LockHolder.currentInstance,
+            namespace: LockHolder.currentNamespace)
+    }
+
+    /// Where manifests, token files and inventories may be read from: the project directory, and the
+    /// manifests directory when --manifests or tidemark.yaml puts it elsewhere.
+    public var confinement: InputFile.Confinement {
+        let directory = resolved.flags.directory
+        return InputFile.Confinement([root, manifestsPath], display: directory == "." ? "'.'" : directory)
+    }
+
+    /// The manifests directory on disk, and the inventory it names.
+    public func manifestSource() -> ManifestLoader {
+        ManifestLoader(
+            files: DiskFileSource(root: manifestsPath, displayRoot: manifestsDisplay, confinement: confinement),
+            extraSources: configuredSources(), limits: settings.limits)
+    }
+
+    /// The sources tidemark.yaml declares (a query, a command), built by the registry: credentials
+    /// from the environment only.
+    public func configuredSources() -> [any InventorySource] {
+        let context = InventorySourceContext(
+            directory: root, environment: resolved.environment, now: timing.wallClock(), limits: settings.limits)
+        return settings.inventory.map { spec in
+            guard let source = registries.sources.make(spec, context) else {
+                preconditionFailure("init checked that a registered source takes '\(spec.kind.key)'")
+            }
+            return source
+        }
+    }
+
+    /// Reads and resolves the manifests on their own (validate, show), with a scratch token table.
+    public func loadManifests() async -> LoadedManifests {
+        var table = TokenTable()
+        return await manifestSource().load(into: &table)
+    }
+
+    /// The parts a core workflow runs on, over `backend`, reporting to `output`.
+    public func parts(
+        _ backend: any Backend, output: any WorkflowOutput, parallelism: Int = 8, acceptDead: Bool = false
+    ) -> WorkflowParts {
+        var parts = WorkflowParts(
+            manifests: manifestSource(), store: stateStore(), backend: backend, timing: timing,
+            output: output, tidemarkVersion: Runtime.version, parallelism: parallelism,
+            deadTokenGuard: acceptDead ? nil : settings.deadTokenGuard)
+        parts.deadlines = deadlines
+        parts.leaseGate = leaseGate
+        parts.shrinkGuard = resolved.shrinkGuard
+        return parts
+    }
+
+    /// FCM's deadlines as this run sees them (`ResolvedSettings.deadlines`).
+    public var deadlines: DeadlineCheck { resolved.deadlines(now: timing.wallClock()) }
+
+    /// Writes the dead devices to `file` and reports each source's share to its `on_dead` hook.
+    public func writeBackDead(_ dead: [DeadDevice], to file: String?) async throws -> DeadTokenWriteBack.Report {
+        let sinks = configuredSources().compactMap { $0 as? any DeadTokenSink }
+        return try await DeadTokenWriteBack(sinks: sinks, timing: timing).run(dead, file: file)
+    }
+}
+
+/// The process's environment, read in one place: the runtime takes it as a value, so tests pass their own.
+public enum ProcessEnvironment {
+    /// The environment variables this process was started with.
+    public static var variables: [String: String] { ProcessInfo.processInfo.environment }
+
+    /// How a terminal wants output: `COLUMNS`, and whether colour is off (`NO_COLOR`, `TERM=dumb`).
+    public static var terminal: (columns: Int?, colourOff: Bool) {
+        let environment = variables
+        let columns = environment["COLUMNS"].flatMap(Int.init)
+        let noColor = !(environment["NO_COLOR"] ?? "").isEmpty
+        return (columns, noColor || environment["TERM"] == "dumb")
+    }
+}

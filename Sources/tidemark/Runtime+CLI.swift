@@ -1,0 +1,110 @@
+import Foundation
+import TidemarkCore
+import TidemarkRuntime
+
+/// The CLI's side of the runtime: flags in, terminal output out. Everything else (settings, stores,
+/// sources, backends) is the runtime's.
+extension Runtime {
+    /// The runtime for a command's global options and, for the commands that take them, its rates.
+    init(_ options: GlobalOptions, qps: Double? = nil, qpsUnit: QuotaUnit? = nil, readQPS: Double? = nil) throws {
+        var flags = RuntimeFlags()
+        flags.directory = options.directory
+        flags.manifests = options.manifests
+        flags.backend = options.backend
+        flags.transport = options.transport
+        flags.state = options.state
+        flags.workspace = options.workspace
+        flags.showTokens = options.showTokens
+        flags.qps = qps
+        flags.qpsUnit = qpsUnit
+        flags.readQPS = readQPS
+        self = try Runtime.load(flags)
+    }
+
+    /// The parts a core workflow runs on, over `backend`, reporting to the terminal.
+    func parts(_ backend: any Backend, parallelism: Int = 8, acceptDead: Bool = false) -> WorkflowParts {
+        parts(backend, output: TerminalOutput(), parallelism: parallelism, acceptDead: acceptDead)
+    }
+
+    /// Writes the dead devices to `file` and reports each source's share to its `on_dead` hook, saying
+    /// what was done (on stderr when stdout carries a JSON document); fails, after every hook was
+    /// tried, when one failed, so CI sees it. Nothing is said when nothing is dead.
+    func reportDead(_ dead: [DeadDevice], to file: String?, json: Bool) async throws {
+        let say: (String) -> Void = json ? { Terminal.err($0) } : { Terminal.out($0 + "\n") }
+        let report: DeadTokenWriteBack.Report
+        do {
+            report = try await writeBackDead(dead, to: file)
+        } catch let error as DeadTokenWriteBack.FileError {
+            throw CLIError("cannot write --dead-tokens \(error.path): \(error.detail).")
+        }
+        if let file {
+            say("Dead tokens: \(PlanRenderer.formatCount(dead.count)) device(s) of the inventory, written to \(file).")
+        } else if !dead.isEmpty {
+            say(
+                "Dead tokens: \(PlanRenderer.formatCount(dead.count)) device(s) of the inventory have a token FCM no longer knows; --dead-tokens FILE lists them."
+            )
+        }
+        for (source, reported, changed) in report.reported {
+            say(
+                "Dead tokens: reported \(PlanRenderer.formatCount(reported)) to '\(source)' (on_dead)\(changed.map { "; \(PlanRenderer.formatCount($0)) row(s) changed" } ?? "")."
+            )
+        }
+        if !report.failures.isEmpty {
+            throw CLIError(
+                "the apply finished, but reporting dead tokens failed: \(report.failures.joined(separator: "; "))")
+        }
+    }
+
+    func renderer(_ inventory: Inventory?) -> PlanRenderer {
+        PlanRenderer(showTokens: showTokens, width: Terminal.width, deviceName: deviceNamer(inventory))
+    }
+
+    /// Names a token's device for human output, when the inventory knows it.
+    func deviceNamer(_ inventory: Inventory?) -> @Sendable (String) -> String? {
+        if let inventory { return inventory.deviceNamer }
+        return { _ in nil }
+    }
+
+    /// Renders `plan` in `format` on standard output; a failed write is an error, never a silent success.
+    /// `planFile` is named in markdown as where the full plan is.
+    func output(
+        _ plan: Plan, format: OutputFormat, inventory: Inventory?, partsDir: String? = nil,
+        planFile: String? = nil
+    ) throws {
+        switch format {
+        case .text:
+            let text = renderer(inventory).render(plan)
+            try Terminal.write(Terminal.colour ? Terminal.coloured(text) : text)
+        case .markdown:
+            var markdown = MarkdownPlanRenderer(
+                showTokens: showTokens,
+                fullPlanHint: planFile.map { "`\($0)` (`tidemark show \($0) --format json`)" },
+                deviceName: deviceNamer(inventory))
+            markdown.planFile = planFile
+            try writeMarkdown(markdown.render(plan), partsDir: partsDir)
+        case .json:
+            try Terminal.writeJSON(plan)
+        }
+    }
+
+    /// Prints markdown parts separated by a marker line, and writes each to `partsDir` when given.
+    func writeMarkdown(_ parts: [String], partsDir: String?) throws {
+        if let partsDir {
+            try FileManager.default.createDirectory(atPath: partsDir, withIntermediateDirectories: true)
+            let stale = (try? FileManager.default.contentsOfDirectory(atPath: partsDir)) ?? []
+            for name in stale where name.hasPrefix("part-") && name.hasSuffix(".md") {
+                try FileManager.default.removeItem(atPath: (partsDir as NSString).appendingPathComponent(name))
+            }
+            for (index, part) in parts.enumerated() {
+                try writeAtomically(
+                    Data(part.utf8), to: (partsDir as NSString).appendingPathComponent("part-\(index + 1).md"))
+            }
+        }
+        var text = ""
+        for (index, part) in parts.enumerated() {
+            if index > 0 { text += "\n<!-- tidemark: part \(index + 1) of \(parts.count) -->\n\n" }
+            text += part
+        }
+        try Terminal.write(text)
+    }
+}

@@ -1,0 +1,156 @@
+import Foundation
+import Synchronization
+import Testing
+import TidemarkCore
+import TidemarkRuntime
+import TidemarkTesting
+
+/// A state store and an inventory source that are not in `Sources/`, each added with one type, one
+/// registration and one conformance-suite call: the runtime opens and builds them as it does its own.
+
+/// State at `memory://NAME` URLs: stores named alike share their content, as two runners sharing one
+/// database server do. (The content lives in the conformance suite's in-memory twin.)
+struct NamedMemoryStore: StateStore {
+    private static let servers = Mutex<[String: InMemoryStateStore]>([:])
+
+    let location: String
+    private let backing: InMemoryStateStore
+
+    init(url: String, workspace: String) {
+        let location = "\(url) (workspace \(workspace))"
+        self.location = location
+        backing = Self.servers.withLock { servers in
+            if let store = servers[location] { return store }
+            let store = InMemoryStateStore(location: location)
+            servers[location] = store
+            return store
+        }
+    }
+
+    func load() async throws -> State? { try await backing.load() }
+    func save(_ state: inout State, _ write: StateWrite, at now: Int64) async throws -> Int {
+        try await backing.save(&state, write, at: now)
+    }
+    func unfinishedApply() async throws -> UnfinishedApply? { try await backing.unfinishedApply() }
+    func applies(limit: Int) async throws -> [ApplyRecord] { try await backing.applies(limit: limit) }
+    func lock(_ holder: LockHolder) async throws -> any StateLease { try await backing.lock(holder) }
+    func lockHolder() async throws -> LockHolder? { try await backing.lockHolder() }
+}
+
+/// Devices written in tidemark.yaml itself, `ID TOKEN [LABEL=VALUE …]` a line (`lines: {devices: "…"}`).
+struct LinesInventorySource: InventorySource {
+    var name: String
+    var text: String
+
+    func load(into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
+        let source = builder.source(ConfiguredSource.display(name))
+        var digest = SHA256Digest()
+        for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let words = line.split(separator: " ")
+            guard words.count >= 2 else { continue }
+            digest.update("\(line)\n")
+            let labels = words.dropFirst(2).map { word in
+                let pair = word.split(separator: "=", maxSplits: 1)
+                return (String(pair[0]), pair.count > 1 ? String(pair[1]) : "")
+            }
+            builder.add(
+                id: String(words[0]), token: String(words[1]), labels: labels, from: source, line: number + 1)
+        }
+        return InventorySnapshot(identity: digest.finalize())
+    }
+}
+
+extension Registries {
+    /// tidemark's own, with the two above registered.
+    static var extended: Registries {
+        var registries = Registries.standard
+        registries.stores.register(scheme: "memory") { resolved in
+            guard case .url(_, let url) = resolved.state else { preconditionFailure("a memory:// URL") }
+            return NamedMemoryStore(url: url, workspace: resolved.workspace)
+        }
+        registries.sources.register(key: "lines") { spec, _ in
+            guard case .custom(_, let settings) = spec.kind else { preconditionFailure("a lines source") }
+            return LinesInventorySource(name: spec.name, text: settings["devices"] ?? "")
+        }
+        return registries
+    }
+}
+
+@Suite struct ExtensionTests {
+    @Test(arguments: StateStoreConformance.Check.allCases)
+    func anAddedStorePassesTheStateStoreSuite(_ check: StateStoreConformance.Check) async throws {
+        try await StateStoreConformance.run(check) {
+            NamedMemoryStore(url: "memory://conformance-\(UUID().uuidString)", workspace: "default")
+        }
+    }
+
+    @Test(arguments: InventorySourceConformance.Check.allCases)
+    func anAddedSourcePassesTheInventorySourceSuite(_ check: InventorySourceConformance.Check) async throws {
+        try await InventorySourceConformance.run(check) { devices in
+            LinesInventorySource(
+                name: "lines",
+                text: devices.map { device in
+                    let labels = device.labels.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+                    return ([device.id, device.token] + labels).joined(separator: " ")
+                }.joined(separator: "\n"))
+        }
+    }
+
+    /// A project whose tidemark.yaml names both: the runtime reads the source's settings, builds it,
+    /// and opens the store, with nothing in `Sources/` knowing either.
+    @Test func theRuntimeBuildsBothFromTidemarkYAML() async throws {
+        let project = FileManager.default.temporaryDirectory.appendingPathComponent("tm-ext-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: project) }
+        try FileManager.default.createDirectory(
+            at: project.appendingPathComponent("manifests"), withIntermediateDirectories: true)
+        let tokens = (0..<3).map { Fixtures.token($0) }
+        try """
+        project: tidemark-extension
+        state: memory://ci
+        inventory:
+          - name: handsets
+            lines:
+              devices: |
+                phone-0 \(tokens[0]) kind=phone
+                phone-1 \(tokens[1]) kind=tablet
+                phone-2 \(tokens[2]) kind=phone
+        """.write(to: project.appendingPathComponent("tidemark.yaml"), atomically: true, encoding: .utf8)
+        try """
+        topics:
+          - name: phones
+            members:
+              - selector: {kind: phone}
+        """.write(to: project.appendingPathComponent("manifests/topics.yaml"), atomically: true, encoding: .utf8)
+        var flags = RuntimeFlags()
+        flags.directory = project.path
+        let runtime = try Runtime.load(flags, environment: [:], registries: .extended)
+        #expect(runtime.stateStore() is NamedMemoryStore)
+        #expect(runtime.stateDisplay == "memory://ci (workspace default)")
+        let loaded = await runtime.loadManifests()
+        #expect(!loaded.diagnostics.hasErrors, "\(loaded.diagnostics)")
+        #expect(loaded.inventory.deviceIDs == ["phone-0", "phone-1", "phone-2"])
+        // A plan over the embedded backend, with state in the added store: two phones to subscribe.
+        let plan = try await runtime.withBackend { backend in
+            try await PlanWorkflow(runtime.parts(backend, output: SilentOutput())).run(PlanRequest()).plan
+        }
+        #expect(plan.topics.map { "\($0.topic) +\($0.subscribe)" } == ["phones +2"])
+        // Two runtimes on one memory:// name share their state, as runners on one server do.
+        let other = try Runtime.load(flags, environment: [:], registries: .extended)
+        var state = State(lineage: StateStoreConformance.lineage, serial: 0)
+        try await runtime.stateStore().save(&state, StateStoreConformance.writeAll(state), at: 1)
+        #expect(try await other.stateStore().load()?.serial == 1)
+
+        // Without the registrations, the same project is refused with what this tidemark reads.
+        let error = #expect(throws: DiagnosticsError.self) { try Runtime.load(flags, environment: [:]) }
+        #expect(error?.description.contains("unknown key 'lines'") == true)
+        try """
+        project: tidemark-extension
+        state: memory://ci
+        """.write(to: project.appendingPathComponent("tidemark.yaml"), atomically: true, encoding: .utf8)
+        let refused = #expect(throws: RuntimeError.self) { try Runtime.load(flags, environment: [:]) }
+        #expect(
+            refused?.description
+                == "the state memory://ci (workspace default) is a URL tidemark has no store for; 'state' takes a SQLite file path or a URL of postgres://, postgresql:// (flag --state, TIDEMARK_STATE_URL, or 'state' in tidemark.yaml)."
+        )
+    }
+}
