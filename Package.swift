@@ -81,9 +81,8 @@ let package = Package(
         .executableTarget(
             name: "tidemark",
             dependencies: [
-                "TidemarkCore", "TidemarkRuntime", "TidemarkEmulator", "TidemarkStore", "TidemarkFCM", "TidemarkAuth",
+                "TidemarkCore", "TidemarkRuntime", "TidemarkEmulator",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ]
         ),
         .executableTarget(

@@ -139,24 +139,14 @@ struct ApplyCommand: AsyncParsableCommand {
             request.rereadAfter = runtime.settings.savedPlanRereadAfter
             request.refreshOnly = refreshOnly
             let prepared = request
-            let store = runtime.stateStore()
             let interruption = Interruption()
-            let (qps, qpsUnit, parallelism, acceptDead) = (qps, qpsUnit, parallelism, refreshing.acceptDead)
-            let lockTimeout = lockTimeout
-            let readQPS = refreshing.readQps
+            let (parallelism, acceptDead, lockTimeout) = (parallelism, refreshing.acceptDead, lockTimeout)
             let outcome: ApplyOutcome
             do {
                 outcome = try await interruption.run {
-                    try await runtime.withBackend { backend in
-                        try await store.withLock(
-                            runtime.lockHolder("tidemark apply"), waiting: lockTimeout, timing: .live,
-                            gate: runtime.leaseGate
-                        ) {
-                            try await ApplyWorkflow(
-                                runtime.parts(backend, parallelism: parallelism, acceptDead: acceptDead)
-                            ).run(prepared)
-                        }
-                    }
+                    try await runtime.apply(
+                        prepared, output: TerminalOutput(), parallelism: parallelism, acceptDead: acceptDead,
+                        lockTimeout: lockTimeout)
                 }
             } catch  where interruption.exitCode != nil {
                 Terminal.err(

@@ -82,15 +82,8 @@ struct AudienceCommand: AsyncParsableCommand {
             }
             let runtime = try Runtime(global)
             let source = Audience.Source(rawValue: from)!
-            let workflow = AudienceWorkflow(
-                manifests: runtime.manifestSource(), store: runtime.stateStore(),
-                output: TerminalOutput())
-            let (audience, loaded) =
-                refresh
-                ? try await runtime.withBackend { backend in
-                    try await workflow.run(parsed, source: source, refreshFrom: backend)
-                }
-                : try await workflow.run(parsed, source: source)
+            let (audience, loaded) = try await runtime.audience(
+                parsed, source: source, refresh: refresh, output: TerminalOutput())
             if output.json {
                 struct Output: Encodable {
                     var condition: String
@@ -129,9 +122,7 @@ struct AudienceCommand: AsyncParsableCommand {
     private func listNamed(_ name: String) async throws {
         let runtime = try Runtime(global)
         let source = Audience.Source(rawValue: from)!
-        var (state, loaded) = try await AudienceWorkflow(
-            manifests: runtime.manifestSource(), store: runtime.stateStore(), output: TerminalOutput()
-        ).load()
+        var (state, loaded) = try await runtime.stateAndManifests(output: TerminalOutput())
         state.growToTable()
         guard let found = Audience.members(named: name, source: source, desired: loaded.desired, state: state) else {
             let where_ = source == .desired ? "the manifests declare" : "state holds"

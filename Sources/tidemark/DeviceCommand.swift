@@ -32,8 +32,7 @@ struct DeviceCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let runtime = try Runtime(global)
-            let view = try await DeviceWorkflow(runtime.parts(runtime.detachedBackend(), acceptDead: false)).run(
-                query)
+            let view = try await runtime.device(query, output: TerminalOutput())
             if output.json {
                 try Terminal.writeJSON(view)
             } else {

@@ -50,10 +50,8 @@ struct DriftCommand: AsyncParsableCommand {
         defer { withExtendedLifetime(signals) {} }
         try await runReportingErrors {
             let runtime = try Runtime(global, readQPS: refreshing.readQps)
-            let report = try await runtime.withBackend { backend in
-                try await DriftWorkflow(runtime.parts(backend, acceptDead: refreshing.acceptDead)).run(
-                    try reading.policy(runtime.settings))
-            }
+            let report = try await runtime.drift(
+                try reading.policy(runtime.settings), output: TerminalOutput(), acceptDead: refreshing.acceptDead)
             let renderer = DriftRenderer(showTokens: global.showTokens)
             if ndjson {
                 try Terminal.write(renderer.ndjson(report))

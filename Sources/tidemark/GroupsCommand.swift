@@ -48,12 +48,7 @@ struct GroupsExportCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let runtime = try Runtime(global, readQPS: refreshing.readQps)
-            let store = runtime.stateStore()
-            let export = try await runtime.withBackend { backend in
-                try await store.withLock(runtime.lockHolder("tidemark groups export")) {
-                    try await GroupsExportWorkflow(runtime.parts(backend, acceptDead: true)).run(names: names)
-                }
-            }
+            let export = try await runtime.exportGroups(names, output: TerminalOutput())
             if let out {
                 if FileManager.default.fileExists(atPath: out),
                     let first = FileManager.default.contents(atPath: out).map({

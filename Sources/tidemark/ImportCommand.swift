@@ -29,14 +29,8 @@ struct ImportCommand: AsyncParsableCommand {
         try await runReportingErrors {
             let targets = try selection.targets()
             let runtime = try Runtime(global, readQPS: refreshing.readQps)
-            let store = runtime.stateStore()
-            let outcome = try await runtime.withBackend { backend in
-                let importing = ImportWorkflow(runtime.parts(backend, acceptDead: refreshing.acceptDead))
-                if dryRun { return try await importing.run(targets: targets, dryRun: true) }
-                return try await store.withLock(runtime.lockHolder("tidemark import")) {
-                    try await importing.run(targets: targets)
-                }
-            }
+            let outcome = try await runtime.importMemberships(
+                targets: targets, dryRun: dryRun, output: TerminalOutput(), acceptDead: refreshing.acceptDead)
             let total = outcome.adoptedTotal
             let groups = outcome.groupsFound
             if output.json {

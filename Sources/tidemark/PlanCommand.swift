@@ -48,20 +48,7 @@ struct PlanCommand: AsyncParsableCommand {
                 maxUnsubscribes: try planning.limit())
             request.driftOnly = drift.driftOnly
             request.allowShrink = planning.allowShrink
-            if runtime.transport != runtime.configuredTransport {
-                // The project runs on one topic API and this plan reads through the other: compare.
-                request.shadowVerify = (reads: runtime.transport, against: runtime.configuredTransport)
-            }
-            let outcome: PlanOutcome
-            if request.refresh.mode == .none, runtime.backendKind.isHTTP {
-                // Nothing is read from FCM: no credential is loaded, so a pull-request job can plan without the key.
-                let parts = runtime.parts(runtime.detachedBackend(), acceptDead: refreshing.acceptDead)
-                outcome = try await PlanWorkflow(parts).run(request)
-            } else {
-                outcome = try await runtime.withBackend { backend in
-                    try await PlanWorkflow(runtime.parts(backend, acceptDead: refreshing.acceptDead)).run(request)
-                }
-            }
+            let outcome = try await runtime.plan(request, output: TerminalOutput(), acceptDead: refreshing.acceptDead)
             keepUntilExit(outcome)
             let plan = outcome.plan
             PhaseTrace.mark("plan made")

@@ -2,7 +2,6 @@ import ArgumentParser
 import Foundation
 import TidemarkCore
 import TidemarkRuntime
-import TidemarkStore
 
 /// `tidemark state …`: what tidemark remembers, for people debugging a plan.
 struct StateCommand: AsyncParsableCommand {
@@ -342,8 +341,7 @@ struct StateForceUnlockCommand: AsyncParsableCommand {
                     "\(runtime.stateDisplay) is SQLite state: its lock is flock(2), released when the holding process ends; there is nothing to force."
                 )
             }
-            guard let broken = try await store.forceUnlock(id, by: runtime.lockHolder("tidemark state force-unlock"))
-            else {
+            guard let broken = try await runtime.forceUnlock(id) else {
                 try Terminal.write("Nothing holds the lock of \(runtime.stateDisplay).\n")
                 return
             }
@@ -373,9 +371,7 @@ struct StatePullCommand: AsyncParsableCommand {
             guard !FileManager.default.fileExists(atPath: file) else {
                 throw CLIError("\(file) exists; remove it or name another file.")
             }
-            let target = SQLiteStateStore(path: file, location: file)
-            let state = try await StateCopyWorkflow(from: runtime.stateStore(), to: target, timing: runtime.timing)
-                .run(.emptyTarget, holder: runtime.lockHolder("tidemark state copy"))
+            let state = try await runtime.copyState(to: runtime.snapshotStore(file), .emptyTarget)
             try? FileManager.default.removeItem(atPath: file + ".lock")
             try Terminal.write(
                 "Wrote \(runtime.stateDisplay) (lineage \(state.lineage.prefix(8)), serial \(state.serial)) to \(file).\n"
@@ -401,9 +397,7 @@ struct StatePushCommand: AsyncParsableCommand {
         try await runReportingErrors {
             let runtime = try Runtime(global)
             guard FileManager.default.fileExists(atPath: file) else { throw CLIError("\(file): no such file.") }
-            let state = try await StateCopyWorkflow(
-                from: SQLiteStateStore(path: file, location: file), to: runtime.stateStore(), timing: runtime.timing
-            ).run(.newerThanTarget, holder: runtime.lockHolder("tidemark state copy"))
+            let state = try await runtime.copyState(from: runtime.snapshotStore(file), .newerThanTarget)
             try Terminal.write("Pushed \(file) (serial \(state.serial)) to \(runtime.stateDisplay).\n")
         }
     }
@@ -435,9 +429,7 @@ struct StateMigrateCommand: AsyncParsableCommand {
             guard target.stateDisplay != runtime.stateDisplay else {
                 throw CLIError("the target is the state itself (\(runtime.stateDisplay)).")
             }
-            let state = try await StateCopyWorkflow(
-                from: runtime.stateStore(), to: target.stateStore(), timing: runtime.timing
-            ).run(.emptyTarget, holder: runtime.lockHolder("tidemark state copy"))
+            let state = try await runtime.copyState(to: target.stateStore(), .emptyTarget)
             try Terminal.write(
                 "Copied \(runtime.stateDisplay) (serial \(state.serial)) to \(target.stateDisplay). Point 'state' in tidemark.yaml (or TIDEMARK_STATE_URL) there; the old state was left as it was.\n"
             )
@@ -494,16 +486,7 @@ struct StatePruneCommand: AsyncParsableCommand {
         try await runReportingErrors {
             let runtime = try Runtime(global)
             let retention = olderThan.flatMap(ExclusionRule.seconds) ?? runtime.settings.pruneAfter ?? 90 * 86_400
-            let store = runtime.stateStore()
-            let workflow = PruneWorkflow(
-                manifests: runtime.manifestSource(), store: store, timing: runtime.timing,
-                output: TerminalOutput())
-            let outcome =
-                dryRun
-                ? try await workflow.run(retention: retention, dryRun: true)
-                : try await store.withLock(runtime.lockHolder("tidemark state prune")) {
-                    try await workflow.run(retention: retention)
-                }
+            let outcome = try await runtime.prune(retention: retention, dryRun: dryRun, output: TerminalOutput())
             let age = olderThan ?? runtime.settings.pruneAfterText ?? "90d"
             if output.json {
                 let selection = outcome.selection

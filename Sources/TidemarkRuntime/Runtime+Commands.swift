@@ -1,0 +1,134 @@
+import Foundation
+import TidemarkCore
+import TidemarkStore
+
+/// One call per command: the backend, the lock and the workflow, put together the same way for every
+/// front end. `output` receives the workflow's events (diagnostics, progress); what comes back is
+/// for the front end to render.
+extension Runtime {
+    /// Plans: reads FCM as `request.refresh` says. A plan that reads nothing from the emulator or FCM
+    /// loads no credential, so a pull-request job can plan without the key. When a flag picked the
+    /// other topic API than the project's, the plan also compares what the two read (shadow verify).
+    public func plan(
+        _ request: PlanRequest, output: any WorkflowOutput, acceptDead: Bool = false
+    ) async throws -> PlanOutcome {
+        var request = request
+        if request.shadowVerify == nil, transport != configuredTransport {
+            request.shadowVerify = (reads: transport, against: configuredTransport)
+        }
+        if request.refresh.mode == .none, backendKind.isHTTP {
+            return try await PlanWorkflow(parts(detachedBackend(), output: output, acceptDead: acceptDead)).run(
+                request)
+        }
+        let prepared = request
+        return try await withBackend { backend in
+            try await PlanWorkflow(parts(backend, output: output, acceptDead: acceptDead)).run(prepared)
+        }
+    }
+
+    /// Applies under the state lock, waiting up to `lockTimeout` seconds for another run to let go.
+    public func apply(
+        _ request: ApplyRequest, output: any WorkflowOutput, parallelism: Int = 8, acceptDead: Bool = false,
+        lockTimeout: Double = 0
+    ) async throws -> ApplyOutcome {
+        let store = stateStore()
+        return try await withBackend { backend in
+            try await store.withLock(
+                lockHolder("tidemark apply"), waiting: lockTimeout, timing: .live, gate: leaseGate
+            ) {
+                try await ApplyWorkflow(
+                    parts(backend, output: output, parallelism: parallelism, acceptDead: acceptDead)
+                ).run(request)
+            }
+        }
+    }
+
+    /// Compares what FCM holds with state, as `policy` reads it; changes neither.
+    public func drift(
+        _ policy: RefreshPolicy, output: any WorkflowOutput, acceptDead: Bool = false
+    ) async throws -> DriftReport {
+        try await withBackend { backend in
+            try await DriftWorkflow(parts(backend, output: output, acceptDead: acceptDead)).run(policy)
+        }
+    }
+
+    /// Adopts what FCM holds for `targets` into state, under the state lock (a dry run takes none and
+    /// writes nothing).
+    public func importMemberships(
+        targets: Targets, dryRun: Bool, output: any WorkflowOutput, acceptDead: Bool = false
+    ) async throws -> ImportOutcome {
+        let store = stateStore()
+        return try await withBackend { backend in
+            let importing = ImportWorkflow(parts(backend, output: output, acceptDead: acceptDead))
+            if dryRun { return try await importing.run(targets: targets, dryRun: true) }
+            return try await store.withLock(lockHolder("tidemark import")) {
+                try await importing.run(targets: targets)
+            }
+        }
+    }
+
+    /// Reads the members of device groups from FCM, under the state lock (it records what it read).
+    public func exportGroups(_ names: [String], output: any WorkflowOutput) async throws -> GroupsExport {
+        let store = stateStore()
+        return try await withBackend { backend in
+            try await store.withLock(lockHolder("tidemark groups export")) {
+                try await GroupsExportWorkflow(parts(backend, output: output, acceptDead: true)).run(names: names)
+            }
+        }
+    }
+
+    /// What state and the inventory say of one device or token; reads nothing from FCM.
+    public func device(_ query: String, output: any WorkflowOutput) async throws -> DeviceView {
+        try await DeviceWorkflow(parts(detachedBackend(), output: output)).run(query)
+    }
+
+    /// Forgets tokens gone for at least `retention` seconds, under the state lock (a dry run takes none
+    /// and writes nothing).
+    public func prune(retention: Int64, dryRun: Bool, output: any WorkflowOutput) async throws -> PruneOutcome {
+        let workflow = PruneWorkflow(
+            manifests: manifestSource(), store: stateStore(), timing: timing, output: output)
+        if dryRun { return try await workflow.run(retention: retention, dryRun: true) }
+        return try await stateStore().withLock(lockHolder("tidemark state prune")) {
+            try await workflow.run(retention: retention)
+        }
+    }
+
+    /// Copies this run's state to `target` (`rule` says what the target may hold already).
+    public func copyState(to target: any StateStore, _ rule: StateCopyWorkflow.Rule) async throws -> State {
+        try await StateCopyWorkflow(from: stateStore(), to: target, timing: timing).run(
+            rule, holder: lockHolder("tidemark state copy"))
+    }
+
+    /// Copies `source` into this run's state (`rule` says what this state may hold already).
+    public func copyState(from source: any StateStore, _ rule: StateCopyWorkflow.Rule) async throws -> State {
+        try await StateCopyWorkflow(from: source, to: stateStore(), timing: timing).run(
+            rule, holder: lockHolder("tidemark state copy"))
+    }
+
+    /// A self-contained SQLite state file at `path` (`state pull` writes one, `state push` reads one).
+    public func snapshotStore(_ path: String) -> any StateStore {
+        SQLiteStateStore(path: path, location: path)
+    }
+
+    /// Breaks the state's lease whose id starts with `prefix`, recorded as broken by this run.
+    public func forceUnlock(_ prefix: String) async throws -> LockHolder? {
+        try await stateStore().forceUnlock(prefix, by: lockHolder("tidemark state force-unlock"))
+    }
+
+    /// The devices a condition over topics selects, from the manifests or (after reading FCM when
+    /// `refresh`) from what was observed.
+    public func audience(
+        _ condition: FCMCondition, source: Audience.Source, refresh: Bool, output: any WorkflowOutput
+    ) async throws -> (Audience, LoadedManifests) {
+        let workflow = AudienceWorkflow(manifests: manifestSource(), store: stateStore(), output: output)
+        guard refresh else { return try await workflow.run(condition, source: source) }
+        return try await withBackend { backend in
+            try await workflow.run(condition, source: source, refreshFrom: backend, timing: timing)
+        }
+    }
+
+    /// State and the manifests, resolved into state's token table (to name an audience's members).
+    public func stateAndManifests(output: any WorkflowOutput) async throws -> (State, LoadedManifests) {
+        try await AudienceWorkflow(manifests: manifestSource(), store: stateStore(), output: output).load()
+    }
+}
