@@ -8,6 +8,8 @@ let package = Package(
         .executable(name: "tidemark", targets: ["tidemark"]),
         .library(name: "TidemarkCore", targets: ["TidemarkCore"]),
         .library(name: "TidemarkRuntime", targets: ["TidemarkRuntime"]),
+        // Conformance suites and twins for anyone adding a store or a source; no emulator inside.
+        .library(name: "TidemarkTesting", targets: ["TidemarkTesting"]),
     ],
     dependencies: [
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
@@ -91,10 +93,12 @@ let package = Package(
             path: "Sources/tidemark-bench"
         ),
         // Conformance suites, in-memory twins, a manual clock and fixtures, for every test target.
-        .target(name: "TidemarkTesting", dependencies: ["TidemarkCore", "TidemarkEmulator"]),
+        .target(name: "TidemarkTesting", dependencies: ["TidemarkCore"]),
+        // The backend suite, run against the emulator engine (so it needs the emulator).
+        .target(name: "TidemarkBackendTesting", dependencies: ["TidemarkCore", "TidemarkEmulator", "TidemarkTesting"]),
         .testTarget(
             name: "TidemarkCoreTests",
-            dependencies: ["TidemarkCore", "TidemarkTesting", "TidemarkEmulator"],
+            dependencies: ["TidemarkCore", "TidemarkTesting", "TidemarkBackendTesting", "TidemarkEmulator"],
             exclude: ["Golden"]
         ),
         .testTarget(
@@ -103,7 +107,9 @@ let package = Package(
         ),
         .testTarget(
             name: "TidemarkFCMTests",
-            dependencies: ["TidemarkFCM", "TidemarkEmulator", "TidemarkAuth", "TidemarkTesting"]
+            dependencies: [
+                "TidemarkFCM", "TidemarkEmulator", "TidemarkAuth", "TidemarkTesting", "TidemarkBackendTesting",
+            ]
         ),
         .testTarget(
             name: "TidemarkRuntimeTests",

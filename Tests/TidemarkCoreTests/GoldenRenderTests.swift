@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TidemarkBackendTesting
 import TidemarkCore
 import TidemarkEmulator
 import TidemarkTesting

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import Testing
 import TidemarkAuth
+import TidemarkBackendTesting
 import TidemarkCore
 import TidemarkEmulator
 import TidemarkTesting

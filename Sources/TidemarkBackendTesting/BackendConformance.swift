@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import TidemarkCore
 import TidemarkEmulator
+import TidemarkTesting
 
 /// One suite for every `Backend`: the same inputs, the same results. The harness runs a body with a
 /// backend and the emulator engine behind it (seeded and inspected by the checks), with 40 tokens
