@@ -23,14 +23,17 @@ public struct DiskFileSource: FileSource {
         return path == "." ? root : (root as NSString).appendingPathComponent(path)
     }
 
+    /// The file at `path`, at most `limit` bytes, within the confinement when one is set.
     public func read(_ path: String, atMost limit: Int, setting: String?) throws -> Data {
         try InputFile.read(resolve(path), atMost: limit, setting: setting, within: confinement)
     }
 
+    /// The names in `directory`.
     public func list(_ directory: String) throws -> [String] {
         try FileManager.default.contentsOfDirectory(atPath: resolve(directory))
     }
 
+    /// Every file under `directory`, as paths relative to it; hidden entries skipped.
     public func listFiles(_ directory: String) throws -> [String] {
         let base = resolve(directory)
         _ = try FileManager.default.contentsOfDirectory(atPath: base)  // a missing directory is an error
@@ -52,6 +55,7 @@ public struct DiskFileSource: FileSource {
         return files
     }
 
+    /// `path` as the user named the manifests directory.
     public func displayPath(_ path: String) -> String {
         if path.hasPrefix("/") { return path }
         if path == "." { return displayRoot }

@@ -59,9 +59,13 @@ public struct StateStoreRegistry: Sendable {
 /// What building a configured inventory source may use: the project directory (where a command runs),
 /// the environment (a query's `url_env`), the time (`exclude_if`) and the input limits.
 public struct InventorySourceContext: Sendable {
+    /// The project directory, where a command runs.
     public var directory: String
+    /// The environment, where a source finds the URL its `url_env` names.
     public var environment: [String: String]
+    /// The time `exclude_if` measures age against.
     public var now: Date
+    /// What one input may cost (`limits:` in tidemark.yaml).
     public var limits: InputLimits
 
     /// A context for building sources of the project at `directory`.
@@ -141,7 +145,9 @@ extension ConfiguredSource {
 
 /// The registries a runtime builds its parts from.
 public struct Registries: Sendable {
+    /// State stores by URL scheme.
     public var stores: StateStoreRegistry
+    /// Inventory sources by their key in tidemark.yaml.
     public var sources: InventorySourceRegistry
 
     /// Registries with `stores` and `sources`.

@@ -23,8 +23,9 @@ public struct ResolvedSettings: Sendable {
     public var environment: [String: String]
     /// The project directory, absolute.
     public var root: String
-    /// The manifests directory, absolute, and as the user named it.
+    /// The manifests directory, absolute.
     public var manifestsPath: String
+    /// The manifests directory as the user named it, for messages.
     public var manifestsDisplay: String
     /// Where state lives.
     public var state: StateLocation
@@ -53,9 +54,11 @@ public struct ResolvedSettings: Sendable {
     public var emulatorHost: String?
     /// FCM's base URLs for the fcm backend: the environment, else tidemark.yaml, else Google's.
     public var fcmEndpoints: FCMEndpoints
-    /// Subscription changes per second, what they count, and reads per second (nil: no limit).
+    /// Subscription changes per second: `--qps`, else `qps` in tidemark.yaml, else FCM's 3000.
     public var writeRate: Double
+    /// What `writeRate` counts: tokens (the default) or requests.
     public var quotaUnit: QuotaUnit
+    /// Reads per second while refreshing; nil for no limit.
     public var readRate: Double?
 
     /// Decides every setting from `flags`, `environment` and `file` (tidemark.yaml as decoded);

@@ -65,15 +65,25 @@ public struct Runtime: Sendable {
 
     /// tidemark.yaml as read.
     public var settings: ProjectSettings { resolved.project }
+    /// The project directory, absolute.
     public var root: String { resolved.root }
+    /// The manifests directory, absolute.
     public var manifestsPath: String { resolved.manifestsPath }
+    /// The manifests directory as the user named it.
     public var manifestsDisplay: String { resolved.manifestsDisplay }
+    /// The SQLite state file (or, with a state server, where the embedded backend keeps its data).
     public var statePath: String { resolved.statePath }
+    /// The state, for messages: the file or the server (never its password), and the workspace.
     public var stateDisplay: String { resolved.stateDisplay }
+    /// The state workspace.
     public var workspaceName: String { resolved.workspace }
+    /// The backend this run talks to.
     public var backendKind: BackendKind { resolved.backend }
+    /// The topic API this run uses.
     public var transport: TopicTransport { resolved.transport }
+    /// The topic API the project runs on when no flag picks one.
     public var configuredTransport: TopicTransport { resolved.configuredTransport }
+    /// Whether human output shows registration tokens in full (`--show-tokens`).
     public var showTokens: Bool { resolved.flags.showTokens }
 
     /// The directory that holds state (and the embedded backend), created private to the user.
