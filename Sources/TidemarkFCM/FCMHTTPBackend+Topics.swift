@@ -2,8 +2,83 @@ import Foundation
 import NIOHTTP1
 import TidemarkCore
 
-/// Topic subscriptions and refresh, over either transport.
+/// How topic memberships travel between tidemark and FCM: one type per topic API, chosen by the
+/// `transport` setting (`FCMHTTPBackend.topicAPI`). A new API is one more conforming type and one more
+/// case there; the backend's calls, retries, quota and errors are shared.
+protocol TopicAPI: Sendable {
+    /// Which `transport` setting picks this API.
+    var transport: TopicTransport { get }
+    /// The base URL its requests go to, and the settings that name it.
+    func base(_ endpoints: FCMEndpoints) -> String
+    var setting: String { get }
+    /// Tokens a change is journaled after (a v1 change is one request per token); nil: per batch.
+    func journalStep(_ options: FCMHTTPBackend.Options) -> Int?
+    func subscribe(_ backend: FCMHTTPBackend, topic: String, tokens: [String]) async throws -> [TokenOutcome]
+    func unsubscribe(_ backend: FCMHTTPBackend, topic: String, tokens: [String]) async throws -> [TokenOutcome]
+    /// One registration's topics, or `.notFound` when FCM does not know it.
+    func read(_ backend: FCMHTTPBackend, token: String) async throws -> RegistrationStatus
+}
+
+/// FCM v1: one registration's subscription a request (`registrations/TOKEN/topicSubscriptions`).
+struct V1TopicAPI: TopicAPI {
+    var transport: TopicTransport { .v1 }
+    func base(_ endpoints: FCMEndpoints) -> String { endpoints.fcm }
+    var setting: String { "fcm_url or TIDEMARK_FCM_URL" }
+    func journalStep(_ options: FCMHTTPBackend.Options) -> Int? { max(1, options.journalStep) }
+
+    func subscribe(_ backend: FCMHTTPBackend, topic: String, tokens: [String]) async throws -> [TokenOutcome] {
+        try await backend.forEachConcurrently(tokens.count) { i in
+            let url = backend.registrationsURL(tokens[i]) + "?topic_name=\(FCMHTTPBackend.encode(topic))"
+            // 409 ALREADY_EXISTS: already subscribed, which is what we wanted.
+            return try backend.changeOutcome(
+                try await backend.call(.POST, url, body: Data("{}".utf8), changes: 1, successBody: false), .POST, url,
+                success: [200, 409])
+        }
+    }
+
+    func unsubscribe(_ backend: FCMHTTPBackend, topic: String, tokens: [String]) async throws -> [TokenOutcome] {
+        try await backend.forEachConcurrently(tokens.count) { i in
+            let url = backend.registrationsURL(tokens[i]) + "/\(FCMHTTPBackend.encode(topic))?allow_missing=true"
+            return try backend.changeOutcome(
+                try await backend.call(.DELETE, url, changes: 1, successBody: false), .DELETE, url)
+        }
+    }
+
+    func read(_ backend: FCMHTTPBackend, token: String) async throws -> RegistrationStatus {
+        try await backend.listTopics(token)
+    }
+}
+
+/// The Instance ID API (deprecated by Google): batches of up to 1000 tokens, and `iid/info` reads.
+struct IIDTopicAPI: TopicAPI {
+    var transport: TopicTransport { .iid }
+    func base(_ endpoints: FCMEndpoints) -> String { endpoints.iid }
+    var setting: String { "iid_url or TIDEMARK_IID_URL" }
+    func journalStep(_ options: FCMHTTPBackend.Options) -> Int? { nil }
+
+    func subscribe(_ backend: FCMHTTPBackend, topic: String, tokens: [String]) async throws -> [TokenOutcome] {
+        try await backend.batch("v1:batchAdd", topic: topic, tokens: tokens)
+    }
+
+    func unsubscribe(_ backend: FCMHTTPBackend, topic: String, tokens: [String]) async throws -> [TokenOutcome] {
+        try await backend.batch("v1:batchRemove", topic: topic, tokens: tokens)
+    }
+
+    func read(_ backend: FCMHTTPBackend, token: String) async throws -> RegistrationStatus {
+        try await backend.infoTopics(token)
+    }
+}
+
+/// Topic subscriptions and refresh, through the configured topic API.
 extension FCMHTTPBackend {
+    /// The topic API for a `transport` setting.
+    static func topicAPI(_ transport: TopicTransport) -> any TopicAPI {
+        switch transport {
+        case .v1: V1TopicAPI()
+        case .iid: IIDTopicAPI()
+        }
+    }
+
     func registrationsURL(_ token: String) -> String {
         "\(endpoints.fcm)/v1/projects/\(Self.encode(project))/registrations/\(Self.encode(token))/topicSubscriptions"
     }
@@ -38,30 +113,11 @@ extension FCMHTTPBackend {
     }
 
     public func subscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] {
-        switch transport {
-        case .v1:
-            return try await forEachConcurrently(tokens.count) { i in
-                let url = registrationsURL(tokens[i]) + "?topic_name=\(Self.encode(topic))"
-                // 409 ALREADY_EXISTS: already subscribed, which is what we wanted.
-                return try changeOutcome(
-                    try await call(.POST, url, body: Data("{}".utf8), changes: 1, successBody: false), .POST, url,
-                    success: [200, 409])
-            }
-        case .iid:
-            return try await batch("v1:batchAdd", topic: topic, tokens: tokens)
-        }
+        try await topicAPI.subscribe(self, topic: topic, tokens: tokens)
     }
 
     public func unsubscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] {
-        switch transport {
-        case .v1:
-            return try await forEachConcurrently(tokens.count) { i in
-                let url = registrationsURL(tokens[i]) + "/\(Self.encode(topic))?allow_missing=true"
-                return try changeOutcome(try await call(.DELETE, url, changes: 1, successBody: false), .DELETE, url)
-            }
-        case .iid:
-            return try await batch("v1:batchRemove", topic: topic, tokens: tokens)
-        }
+        try await topicAPI.unsubscribe(self, topic: topic, tokens: tokens)
     }
 
     /// One IID batch call. Per-token results come back in order: the codes `options.unregistered`
@@ -100,12 +156,8 @@ extension FCMHTTPBackend {
 
     /// One read per registration; a read that fails is an error, never "no subscriptions".
     public func refresh(_ tokens: [String]) async throws -> [RegistrationStatus] {
-        try await forEachConcurrently(tokens.count) { i in
-            switch transport {
-            case .v1: try await listTopics(tokens[i])
-            case .iid: try await infoTopics(tokens[i])
-            }
-        }
+        let api = topicAPI
+        return try await forEachConcurrently(tokens.count) { i in try await api.read(self, token: tokens[i]) }
     }
 
     /// Lists a registration's topics. Dead only on a JSON status `options.unregistered` names; any

@@ -156,6 +156,8 @@ public struct FCMHTTPBackend: Backend {
     let counter = RequestCounter()
 
     var transport: TopicTransport { options.transport }
+    /// How topic changes and reads travel (`options.transport`).
+    let topicAPI: any TopicAPI
 
     /// Requests go straight through `client`.
     public init(
@@ -180,20 +182,18 @@ public struct FCMHTTPBackend: Backend {
         var options = options
         options.concurrency = max(1, options.concurrency)
         self.options = options
+        topicAPI = Self.topicAPI(options.transport)
     }
 
     public func requestCount() -> Int? { counter.value }
     public func retryCount() -> Int? { counter.retries }
 
-    public var journalStep: Int? { transport == .v1 ? max(1, options.journalStep) : nil }
+    public var journalStep: Int? { topicAPI.journalStep(options) }
 
     /// The backend, the address its answers come from and the setting that chose it.
     public var location: String {
-        let base = transport == .iid ? endpoints.iid : endpoints.fcm
-        let setting =
-            identity.kind == .emulator
-            ? "FCM_EMULATOR_HOST" : transport == .iid ? "iid_url or TIDEMARK_IID_URL" : "fcm_url or TIDEMARK_FCM_URL"
-        return "\(identity) at \(base) (\(setting))"
+        let setting = identity.kind == .emulator ? "FCM_EMULATOR_HOST" : topicAPI.setting
+        return "\(identity) at \(topicAPI.base(endpoints)) (\(setting))"
     }
 
     /// v1 changes one membership a request; IID a batch of up to 1000; each group step is one call.
