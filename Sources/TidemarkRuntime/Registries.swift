@@ -22,14 +22,6 @@ public struct StateStoreRegistry: Sendable {
     /// The schemes registered, sorted.
     public var schemes: [String] { byScheme.keys.sorted() }
 
-    /// Whether `resolved`'s location has a store here.
-    public func knows(_ location: ResolvedSettings.StateLocation) -> Bool {
-        switch location {
-        case .file: true
-        case .url(let scheme, _): byScheme[scheme] != nil
-        }
-    }
-
     /// The store at `resolved`'s location; nil for a URL scheme nobody registered.
     public func open(_ resolved: ResolvedSettings) -> (any StateStore)? {
         switch resolved.state {
@@ -96,7 +88,7 @@ public struct InventorySourceRegistry: Sendable {
 
     /// The keys registered beyond the kinds tidemark.yaml's decoder knows itself (`postgres`, `exec`):
     /// their settings are decoded as a mapping of strings (`ConfiguredSource.Kind.custom`).
-    public var customKinds: [String] { keys.filter { $0 != "postgres" && $0 != "exec" } }
+    public var customKinds: [String] { keys.filter { !ConfiguredSource.builtInKinds.contains($0) } }
 
     /// The source `spec` declares; nil when no entry builds its kind.
     public func make(_ spec: ConfiguredSource, _ context: InventorySourceContext) -> (any InventorySource)? {

@@ -49,6 +49,7 @@ public struct Runtime: Sendable {
         workingDirectory: String = FileManager.default.currentDirectoryPath, registries: Registries = .standard,
         timing: Timing = .live
     ) throws -> Runtime {
+        // A bad TIDEMARK_AS_OF is named before anything is read (resolve checks it again, on its own).
         _ = try ResolvedSettings.asOf(environment)
         let root = ResolvedSettings.absolute(flags.directory, in: workingDirectory)
         var isDirectory: ObjCBool = false

@@ -21,11 +21,6 @@ extension Runtime {
         self = try Runtime.load(flags)
     }
 
-    /// The parts a core workflow runs on, over `backend`, reporting to the terminal.
-    func parts(_ backend: any Backend, parallelism: Int = 8, acceptDead: Bool = false) -> WorkflowParts {
-        parts(backend, output: TerminalOutput(), parallelism: parallelism, acceptDead: acceptDead)
-    }
-
     /// Writes the dead devices to `file` and reports each source's share to its `on_dead` hook, saying
     /// what was done (on stderr when stdout carries a JSON document); fails, after every hook was
     /// tried, when one failed, so CI sees it. Nothing is said when nothing is dead.

@@ -50,6 +50,9 @@ public struct ConfiguredSource: Sendable, Equatable {
         self.location = location
     }
 
+    /// The kinds the decoder knows itself; others are registered by a front end (`Kind.custom`).
+    public static let builtInKinds = ["postgres", "exec"]
+
     /// The keys of one `inventory:` item in tidemark.yaml.
     public static let keys = ["name", "postgres", "exec", "on_dead", "exclude_if", "allow_empty", "max_shrink"]
     static let postgresKeys = ["url_env", "query", "labels"]
@@ -369,9 +372,10 @@ extension ConfiguredSource {
         }
         if failed { return nil }
         guard let kind else {
-            let kinds = (["postgres"] + (["exec"] + sourceKinds).dropLast()).map { "'\($0)'" }.joined(separator: ", ")
+            let kinds = (builtInKinds + sourceKinds).map { "'\($0)'" }
             doc.error(
-                "an inventory source in tidemark.yaml needs \(kinds) or '\((["exec"] + sourceKinds).last!)'.", node)
+                "an inventory source in tidemark.yaml needs \(kinds.dropLast().joined(separator: ", ")) or \(kinds.last!).",
+                node)
             return nil
         }
         if case .sql = onDead, case .exec = kind {
