@@ -66,7 +66,9 @@ public actor AccessTokenProvider {
     private let timing: Timing
     private let policy: RetryPolicy
     private var cached: (token: String, expires: Date)?
-    private var inFlight: Task<(String, Date), any Error>?
+    /// Whether a fetch is in flight, and who waits for its answer: callers share one fetch.
+    private var fetching = false
+    private var waitingForFetch: [CheckedContinuation<Result<String, any Error>, Never>] = []
     /// Whether a token endpoint has answered this run: before that, a connection that says nothing is
     /// there (refused, an unknown host) is reported at once instead of retried for minutes.
     private var answered = false
@@ -89,14 +91,25 @@ public actor AccessTokenProvider {
 
     /// A valid access token, fetching a new one when the cached one is within a minute of expiring.
     public func token() async throws -> String {
-        if let cached, cached.expires.timeIntervalSince(timing.wallClock()) > 60 { return cached.token }
-        if let inFlight { return try await inFlight.value.0 }
-        let task = Task { try await self.fetchRetrying() }
-        inFlight = task
-        defer { inFlight = nil }
-        let (token, expires) = try await task.value
-        cached = (token, expires)
-        return token
+        while true {
+            if let cached, cached.expires.timeIntervalSince(timing.wallClock()) > 60 { return cached.token }
+            if fetching {
+                // The fetch in flight answers for everyone, failure included; only a fetch whose caller
+                // was cancelled leaves its waiters to fetch again.
+                let answer = await withCheckedContinuation { waitingForFetch.append($0) }
+                if case .failure(let error) = answer, error is CancellationError, !Task.isCancelled { continue }
+                return try answer.get()
+            }
+            fetching = true
+            let answer: Result<(String, Date), any Error>
+            do { answer = .success(try await fetchRetrying()) } catch { answer = .failure(error) }
+            fetching = false
+            if case .success(let fetched) = answer { cached = fetched }
+            let waiting = waitingForFetch
+            waitingForFetch = []
+            for waiter in waiting { waiter.resume(returning: answer.map(\.0)) }
+            return try answer.get().0
+        }
     }
 
     /// Forgets the cached token (after a 401, say), so the next call fetches a new one.

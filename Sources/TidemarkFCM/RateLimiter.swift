@@ -16,8 +16,10 @@ public actor RateLimiter {
     /// Blocks of permits reserved from the ledger and not yet used, in order, each usable from its
     /// `readyAt` (seconds on `timing`).
     private var blocks: [(amount: Double, readyAt: Double)] = []
-    /// The reservation in flight: callers short of permits wait for it rather than reserving again.
-    private var refill: Task<Void, any Error>?
+    /// Whether a reservation is in flight: callers short of permits wait for it rather than reserving
+    /// again, and look again once it ended (however it ended).
+    private var refilling = false
+    private var waitingForRefill: [CheckedContinuation<Void, Never>] = []
 
     public init(rate: Double, burst: Double? = nil, timing: Timing = .live, ledger: (any QuotaLedger)? = nil) {
         precondition(rate > 0, "a rate limiter needs a positive rate")
@@ -35,19 +37,21 @@ public actor RateLimiter {
             // Permits come from the project's shared ledger in blocks of about 50 ms of quota (one
             // database round trip per block, not per request), one reservation at a time.
             while blocks.reduce(0, { $0 + $1.amount }) < cost {
-                if let refill {
-                    try await refill.value
+                if refilling {
+                    await withCheckedContinuation { waitingForRefill.append($0) }
+                    try Task.checkCancellation()
                     continue
                 }
                 let available = blocks.reduce(0, { $0 + $1.amount })
                 let block = max(cost - available, min(burst, rate / 20))
-                let task = Task {
-                    defer { self.refill = nil }
-                    let wait = try await ledger.reserve(block, rate: self.rate, capacity: self.burst)
-                    self.blocks.append((block, Timing.seconds(self.timing.now()) + wait))
+                refilling = true
+                defer {
+                    refilling = false
+                    for waiter in waitingForRefill { waiter.resume() }
+                    waitingForRefill = []
                 }
-                refill = task
-                try await task.value
+                let wait = try await ledger.reserve(block, rate: rate, capacity: burst)
+                blocks.append((block, Timing.seconds(timing.now()) + wait))
             }
             var remaining = cost
             var ready = 0.0

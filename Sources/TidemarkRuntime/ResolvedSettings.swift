@@ -60,6 +60,8 @@ public struct ResolvedSettings: Sendable {
     public var quotaUnit: QuotaUnit
     /// Reads per second while refreshing; nil for no limit.
     public var readRate: Double?
+    /// `TIDEMARK_TRACE_PHASES=1`: each phase of a run is written to stderr with its time (`Runtime.traced`).
+    public var tracePhases = false
 
     /// Decides every setting from `flags`, `environment` and `file` (tidemark.yaml as decoded);
     /// `workingDirectory` anchors relative flags. Throws a `RuntimeError` naming the value to change.
@@ -136,7 +138,7 @@ public struct ResolvedSettings: Sendable {
                 fcm: environment["TIDEMARK_FCM_URL"] ?? file.fcmURL ?? FCMEndpoints.google.fcm,
                 iid: environment["TIDEMARK_IID_URL"] ?? file.iidURL ?? FCMEndpoints.google.iid),
             writeRate: writeRate, quotaUnit: flags.qpsUnit ?? file.qpsUnit ?? .tokens,
-            readRate: flags.readQPS ?? file.readQPS)
+            readRate: flags.readQPS ?? file.readQPS, tracePhases: environment["TIDEMARK_TRACE_PHASES"] == "1")
     }
 
     /// `TIDEMARK_AS_OF` (YYYY-MM-DD), nil when unset or empty.

@@ -916,15 +916,16 @@ public final class PostgresStateStore: StateStore {
     }
 }
 
-/// A held PostgreSQL lease. A heartbeat renews it every third of its duration and keeps trying when
-/// the server cannot be reached; `ensureHeld`, asked before every request to FCM, knows by the
-/// server's clock (with the fencing counter) whether it is still this run's.
+/// A held PostgreSQL lease. Its heartbeat (`keepAlive`, run beside the work by `withLock`) renews it
+/// every third of its duration and keeps trying when the server cannot be reached; `ensureHeld`,
+/// asked before every request to FCM, knows by the server's clock (with the fencing counter) whether
+/// it is still this run's.
 final class PostgresLease: StateLease {
     let id: String
     let activity: LeaseActivity?
     private let store: PostgresStateStore
     private let standing: LeaseStanding
-    private let beat: Task<Void, Never>
+    private let duration: Duration
 
     init(
         store: PostgresStateStore, id: String, fence: Int64, duration: Duration, confirmedAt: ContinuousClock.Instant,
@@ -933,38 +934,40 @@ final class PostgresLease: StateLease {
         self.id = id
         self.store = store
         self.activity = activity
-        let standing = LeaseStanding(
+        self.duration = duration
+        standing = LeaseStanding(
             duration: duration, validUntil: confirmedAt + duration - LeaseStanding.margin(duration))
-        self.standing = standing
+        self.fence = fence
+    }
+
+    /// Renews the lease until the calling task is cancelled, the lease is lost, or the work it covers
+    /// stops moving for longer than the URL's stall limit: then it stops renewing, so the lease lapses
+    /// and another run can take the workspace; this run stops at its next request.
+    func keepAlive() async {
         let stall = store.url.stall
-        beat = Task {
-            var wait = duration / 3
-            while !Task.isCancelled {
-                try? await Task.sleep(for: wait)
-                if Task.isCancelled { break }
-                if let idle = activity.idle(), idle > stall {
-                    // The work this lease covers is stuck: stop renewing, so the lease lapses and another
-                    // run can take the workspace; this run stops at its next request.
-                    let error = store.stalledLease(idle: idle, stall: stall)
-                    standing.lose(error)
-                    FileHandle.standardError.write(Data("tidemark: \(error.description)\n".utf8))
-                    return
-                }
-                let sent = ContinuousClock.now
-                switch await store.renew(id, fence: fence) {
-                case .held(let remaining):
-                    standing.confirmed(at: sent, remaining: remaining)
-                    wait = duration / 3
-                case .lost(let why):
-                    standing.lose(store.lostLease(why))
-                    return
-                case .unreachable:
-                    // A failed renewal is tried again soon; the lease stays valid until its expiry.
-                    wait = min(duration / 3, .seconds(2))
-                }
+        var wait = duration / 3
+        while !Task.isCancelled {
+            try? await Task.sleep(for: wait)
+            if Task.isCancelled { break }
+            if let idle = activity?.idle(), idle > stall {
+                let error = store.stalledLease(idle: idle, stall: stall)
+                standing.lose(error)
+                FileHandle.standardError.write(Data("tidemark: \(error.description)\n".utf8))
+                return
+            }
+            let sent = ContinuousClock.now
+            switch await store.renew(id, fence: fence) {
+            case .held(let remaining):
+                standing.confirmed(at: sent, remaining: remaining)
+                wait = duration / 3
+            case .lost(let why):
+                standing.lose(store.lostLease(why))
+                return
+            case .unreachable:
+                // A failed renewal is tried again soon; the lease stays valid until its expiry.
+                wait = min(duration / 3, .seconds(2))
             }
         }
-        self.fence = fence
     }
 
     /// The fencing counter the lease was taken with.
@@ -992,12 +995,8 @@ final class PostgresLease: StateLease {
     }
 
     func release() async {
-        beat.cancel()
         await store.release(id)
     }
-
-    /// Stops renewing the lease (tests of expiry).
-    func stopHeartbeat() { beat.cancel() }
 
     /// Why the lease was lost, once it was.
     var lost: StateStoreError? { standing.lost }

@@ -92,103 +92,107 @@ struct ApplyCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            PhaseTrace.mark("apply started")
             let runtime = try Runtime(global, qps: qps, qpsUnit: qpsUnit, readQPS: refreshing.readQps)
-            let saved = try planFile.map {
-                (
-                    plan: try readPlan(
-                        $0, limit: runtime.settings.limits.planBytes,
-                        operations: runtime.settings.limits.planOperations), file: $0
-                )
-            }
-            PhaseTrace.mark("saved plan read")
-            let showTokens = global.showTokens
-            var request = ApplyRequest(
-                savedPlan: saved,
-                planning: PlanRequest(
-                    policy: try reading.policy(runtime.settings), targets: try planning.selection.targets(),
-                    maxUnsubscribes: try planning.limit(), driftOnly: drift.driftOnly),
-                approve: { [autoApprove] _ in
-                    if autoApprove { return .approved }
-                    guard Terminal.stdinIsTerminal else { return .unavailable }
-                    return Terminal.confirm("\nDo you want to apply this plan?") ? .approved : .declined
-                },
-                planReady: { [json = output.json] outcome in
-                    // With --format json, stdout carries only the result; the plan is shown on stderr.
-                    if json {
-                        Terminal.err(runtime.renderer(outcome.loaded.inventory).render(outcome.plan))
-                    } else {
-                        try runtime.output(outcome.plan, format: .text, inventory: outcome.loaded.inventory)
-                    }
-                },
-                approveResume: { [autoApprove, planFile] unfinished in
-                    // A saved plan was reviewed already; --auto-approve says yes to everything.
-                    if autoApprove || planFile != nil { return .approved }
-                    guard Terminal.stdinIsTerminal else { return .unavailable }
-                    var remaining = unfinished.plan
-                    remaining.operations = unfinished.plan.operations.indices.filter { !unfinished.done.contains($0) }
-                        .map { unfinished.plan.operations[$0] }
-                    Terminal.err(
-                        "An apply started at \(ISO8601DateFormatter().string(from: unfinished.startedAt)) was interrupted with \(unfinished.done.count) of \(unfinished.plan.operations.count) operations done. It still has to run:\n"
-                    )
-                    try? Terminal.write(PlanRenderer(showTokens: showTokens).render(remaining))
-                    return Terminal.confirm("\nDo you want to finish it?") ? .approved : .declined
-                })
-            request.planning.allowShrink = planning.allowShrink
-            request.pruneAfter = runtime.settings.pruneAfter
-            request.rereadAfter = runtime.settings.savedPlanRereadAfter
-            request.refreshOnly = refreshOnly
-            let prepared = request
-            let interruption = Interruption()
-            let (parallelism, acceptDead, lockTimeout) = (parallelism, refreshing.acceptDead, lockTimeout)
-            let outcome: ApplyOutcome
-            do {
-                outcome = try await interruption.run {
-                    try await runtime.apply(
-                        prepared, output: TerminalOutput(), parallelism: parallelism, acceptDead: acceptDead,
-                        lockTimeout: lockTimeout)
-                }
-            } catch  where interruption.exitCode != nil {
-                Terminal.err(
-                    "Interrupted by \(interruption.signal == SIGINT ? "SIGINT" : "SIGTERM"): every operation that finished is journaled in \(runtime.stateDisplay). Run 'tidemark apply' to finish the rest."
-                )
-                throw ExitCode(interruption.exitCode!)
-            } catch let error as StateStoreError where error.code == .io {
-                // The state server went away (down, restarted, a lost connection, a timeout) mid-run.
-                Terminal.err("error: \(error.description)")
-                Terminal.err(
-                    "What finished before this is journaled in \(runtime.stateDisplay); once the state server answers again, 'tidemark apply' resumes from there."
-                )
-                throw ExitCode.failure
-            }
-            if output.json {
-                try Terminal.writeJSON(Report(outcome, state: runtime.stateDisplay))
-                if outcome.result.reportsDead { try await runtime.reportDead(outcome.dead, to: deadTokens, json: true) }
-                try end(with: outcome.exitStatus)
-                return
-            }
-            if let resumed = outcome.resumed { report(resumed, showTokens: showTokens) }
-            switch outcome.result {
-            case .applied(let summary): report(summary, showTokens: showTokens)
-            case .nothingToDo(let savedPlan):
-                if savedPlan { Terminal.out("The plan has no changes; nothing to apply.\n") }
-            case .declined: Terminal.err("Apply cancelled; nothing was changed.")
-            case .resumedOnly: break
-            case .refreshed(let record): Terminal.out(Self.describe(record, state: runtime.stateDisplay) + "\n")
-            }
-            if outcome.hasUnexpectedFailures {
-                Terminal.err("Some tokens could not be changed; the next plan shows what is left.")
-            }
-            if let pruned = outcome.pruned {
-                Terminal.out(
-                    StatePruneCommand.describe(
-                        pruned, age: runtime.settings.pruneAfterText ?? "", dryRun: false,
-                        state: runtime.stateDisplay) + "\n")
-            }
-            // Reported after the apply, outside its lock: the hooks write to the app's database, not to state.
-            if outcome.result.reportsDead { try await runtime.reportDead(outcome.dead, to: deadTokens, json: false) }
-            try end(with: outcome.exitStatus)
+            try await runtime.traced { try await apply(runtime) }
         }
+    }
+
+    private func apply(_ runtime: Runtime) async throws {
+        PhaseTrace.mark("apply started")
+        let saved = try planFile.map {
+            (
+                plan: try readPlan(
+                    $0, limit: runtime.settings.limits.planBytes,
+                    operations: runtime.settings.limits.planOperations), file: $0
+            )
+        }
+        PhaseTrace.mark("saved plan read")
+        let showTokens = global.showTokens
+        var request = ApplyRequest(
+            savedPlan: saved,
+            planning: PlanRequest(
+                policy: try reading.policy(runtime.settings), targets: try planning.selection.targets(),
+                maxUnsubscribes: try planning.limit(), driftOnly: drift.driftOnly),
+            approve: { [autoApprove] _ in
+                if autoApprove { return .approved }
+                guard Terminal.stdinIsTerminal else { return .unavailable }
+                return Terminal.confirm("\nDo you want to apply this plan?") ? .approved : .declined
+            },
+            planReady: { [json = output.json] outcome in
+                // With --format json, stdout carries only the result; the plan is shown on stderr.
+                if json {
+                    Terminal.err(runtime.renderer(outcome.loaded.inventory).render(outcome.plan))
+                } else {
+                    try runtime.output(outcome.plan, format: .text, inventory: outcome.loaded.inventory)
+                }
+            },
+            approveResume: { [autoApprove, planFile] unfinished in
+                // A saved plan was reviewed already; --auto-approve says yes to everything.
+                if autoApprove || planFile != nil { return .approved }
+                guard Terminal.stdinIsTerminal else { return .unavailable }
+                var remaining = unfinished.plan
+                remaining.operations = unfinished.plan.operations.indices.filter { !unfinished.done.contains($0) }
+                    .map { unfinished.plan.operations[$0] }
+                Terminal.err(
+                    "An apply started at \(ISO8601DateFormatter().string(from: unfinished.startedAt)) was interrupted with \(unfinished.done.count) of \(unfinished.plan.operations.count) operations done. It still has to run:\n"
+                )
+                try? Terminal.write(PlanRenderer(showTokens: showTokens).render(remaining))
+                return Terminal.confirm("\nDo you want to finish it?") ? .approved : .declined
+            })
+        request.planning.allowShrink = planning.allowShrink
+        request.pruneAfter = runtime.settings.pruneAfter
+        request.rereadAfter = runtime.settings.savedPlanRereadAfter
+        request.refreshOnly = refreshOnly
+        let prepared = request
+        let interruption = Interruption()
+        let (parallelism, acceptDead, lockTimeout) = (parallelism, refreshing.acceptDead, lockTimeout)
+        let outcome: ApplyOutcome
+        do {
+            outcome = try await interruption.run {
+                try await runtime.apply(
+                    prepared, output: TerminalOutput(), parallelism: parallelism, acceptDead: acceptDead,
+                    lockTimeout: lockTimeout)
+            }
+        } catch  where interruption.exitCode != nil {
+            Terminal.err(
+                "Interrupted by \(interruption.signal == .sigint ? "SIGINT" : "SIGTERM"): every operation that finished is journaled in \(runtime.stateDisplay). Run 'tidemark apply' to finish the rest."
+            )
+            throw ExitCode(interruption.exitCode!)
+        } catch let error as StateStoreError where error.code == .io {
+            // The state server went away (down, restarted, a lost connection, a timeout) mid-run.
+            Terminal.err("error: \(error.description)")
+            Terminal.err(
+                "What finished before this is journaled in \(runtime.stateDisplay); once the state server answers again, 'tidemark apply' resumes from there."
+            )
+            throw ExitCode.failure
+        }
+        if output.json {
+            try Terminal.writeJSON(Report(outcome, state: runtime.stateDisplay))
+            if outcome.result.reportsDead { try await runtime.reportDead(outcome.dead, to: deadTokens, json: true) }
+            try end(with: outcome.exitStatus)
+            return
+        }
+        if let resumed = outcome.resumed { report(resumed, showTokens: showTokens) }
+        switch outcome.result {
+        case .applied(let summary): report(summary, showTokens: showTokens)
+        case .nothingToDo(let savedPlan):
+            if savedPlan { Terminal.out("The plan has no changes; nothing to apply.\n") }
+        case .declined: Terminal.err("Apply cancelled; nothing was changed.")
+        case .resumedOnly: break
+        case .refreshed(let record): Terminal.out(Self.describe(record, state: runtime.stateDisplay) + "\n")
+        }
+        if outcome.hasUnexpectedFailures {
+            Terminal.err("Some tokens could not be changed; the next plan shows what is left.")
+        }
+        if let pruned = outcome.pruned {
+            Terminal.out(
+                StatePruneCommand.describe(
+                    pruned, age: runtime.settings.pruneAfterText ?? "", dryRun: false,
+                    state: runtime.stateDisplay) + "\n")
+        }
+        // Reported after the apply, outside its lock: the hooks write to the app's database, not to state.
+        if outcome.result.reportsDead { try await runtime.reportDead(outcome.dead, to: deadTokens, json: false) }
+        try end(with: outcome.exitStatus)
     }
 
     /// `--format json`: how the apply ended, as one document (full tokens in failures).

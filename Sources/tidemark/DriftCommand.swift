@@ -46,8 +46,12 @@ struct DriftCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let signals = Interruption.endAtOnce("drift reads FCM and state and changes neither, so nothing was changed.")
-        defer { withExtendedLifetime(signals) {} }
+        try await Interruption.endingAtOnce("drift reads FCM and state and changes neither, so nothing was changed.") {
+            try await report()
+        }
+    }
+
+    private func report() async throws {
         try await runReportingErrors {
             let runtime = try Runtime(global, readQPS: refreshing.readQps)
             let report = try await runtime.drift(

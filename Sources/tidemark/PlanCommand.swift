@@ -38,39 +38,46 @@ struct PlanCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let signals = Interruption.endAtOnce("plan sends nothing to FCM and writes no state, so nothing was changed.")
-        defer { withExtendedLifetime(signals) {} }
+        try await Interruption.endingAtOnce("plan sends nothing to FCM and writes no state, so nothing was changed.") {
+            try await plan()
+        }
+    }
+
+    private func plan() async throws {
         try await runReportingErrors {
             let runtime = try Runtime(global, readQPS: refreshing.readQps)
-            if let out { try Self.checkOverwritable(out) }
-            var request = PlanRequest(
-                policy: try reading.policy(runtime.settings), targets: try planning.selection.targets(),
-                maxUnsubscribes: try planning.limit())
-            request.driftOnly = drift.driftOnly
-            request.allowShrink = planning.allowShrink
-            let outcome = try await runtime.plan(request, output: TerminalOutput(), acceptDead: refreshing.acceptDead)
-            keepUntilExit(outcome)
-            let plan = outcome.plan
-            PhaseTrace.mark("plan made")
-            let refused = plan.diagnostics.hasErrors
-            if let out, !refused {
-                try writeAtomically(jsonFile(plan), to: out, mode: 0o600)
-                PhaseTrace.mark("plan saved")
-            }
-            try runtime.output(
-                plan, format: render.format, inventory: outcome.loaded.inventory,
-                partsDir: render.partsDir, planFile: refused ? nil : out)
-            if refused {
-                let errors = plan.diagnostics.filter { $0.severity == .error }.count
-                Terminal.err(
-                    "\(errors) error\(errors == 1 ? "" : "s") in the plan; it cannot be applied\(out != nil ? " and was not saved" : "")."
-                )
-            } else if let out, render.format == .text {
-                try Terminal.write("Saved the plan to \(out); apply it exactly with: tidemark apply \(out)\n")
-            }
-            PhaseTrace.mark("plan shown")
-            try end(with: outcome.exitStatus(detailedExitcode: detailedExitcode))
+            try await runtime.traced { try await plan(runtime) }
         }
+    }
+
+    private func plan(_ runtime: Runtime) async throws {
+        if let out { try Self.checkOverwritable(out) }
+        var request = PlanRequest(
+            policy: try reading.policy(runtime.settings), targets: try planning.selection.targets(),
+            maxUnsubscribes: try planning.limit())
+        request.driftOnly = drift.driftOnly
+        request.allowShrink = planning.allowShrink
+        let outcome = try await runtime.plan(request, output: TerminalOutput(), acceptDead: refreshing.acceptDead)
+        let plan = outcome.plan
+        PhaseTrace.mark("plan made")
+        let refused = plan.diagnostics.hasErrors
+        if let out, !refused {
+            try writeAtomically(jsonFile(plan), to: out, mode: 0o600)
+            PhaseTrace.mark("plan saved")
+        }
+        try runtime.output(
+            plan, format: render.format, inventory: outcome.loaded.inventory,
+            partsDir: render.partsDir, planFile: refused ? nil : out)
+        if refused {
+            let errors = plan.diagnostics.filter { $0.severity == .error }.count
+            Terminal.err(
+                "\(errors) error\(errors == 1 ? "" : "s") in the plan; it cannot be applied\(out != nil ? " and was not saved" : "")."
+            )
+        } else if let out, render.format == .text {
+            try Terminal.write("Saved the plan to \(out); apply it exactly with: tidemark apply \(out)\n")
+        }
+        PhaseTrace.mark("plan shown")
+        endProcess(keeping: outcome, with: outcome.exitStatus(detailedExitcode: detailedExitcode))
     }
 
     /// `--out` replaces an older plan, never a manifest or any other file.

@@ -102,13 +102,16 @@ func runReportingErrors(_ body: () async throws -> Void) async throws {
     }
 }
 
-/// What a command made that is large (a million devices' state, inventory and plan) and needed until
-/// it ends: kept here, it is never freed piece by piece (two million strings, a tenth of a second) on
-/// the way out; the process's exit returns the memory at once.
-nonisolated(unsafe) private var keptUntilExit: [Any] = []
-
-/// Keeps `value` alive until the process exits (see `keptUntilExit`). Call it from the command's task only.
-func keepUntilExit(_ value: Any) { keptUntilExit.append(value) }
+/// Ends the process with `status` while `large` (a million devices' state, inventory and plan) is
+/// still alive: it is never freed piece by piece (two million strings, a tenth of a second) on the way
+/// out, and the process's exit returns the memory at once. For a command's last step only: what it
+/// wrote to standard output is flushed first.
+func endProcess(keeping large: some Any, with status: ExitStatus) -> Never {
+    withExtendedLifetime(large) {
+        fflush(nil)
+        exit(status.rawValue)
+    }
+}
 
 /// Ends the command with `status`: nothing for success, else that exit code.
 func end(with status: ExitStatus) throws {

@@ -31,7 +31,6 @@ import Glibc
         gate.testHold(lease)
         try await gate.check()
         // Its lease lapses on the server (a pause past its expiry), and another run takes it.
-        (lease as? PostgresLease)?.stopHeartbeat()
         try await runner.execute("UPDATE tidemark_leases SET expires_at = 0 WHERE workspace = '\(name)'")
         let taker = try await other.lock(Self.holder("other"))
         try await Task.sleep(for: .milliseconds(1100))
@@ -59,7 +58,6 @@ import Glibc
         #expect(kill(absent, 0) != 0)
         let elsewhere = Self.holder("elsewhere", namespace: "another-boot/pid:[1]", pid: absent)
         let lease = try await first.lock(elsewhere)
-        (lease as? PostgresLease)?.stopHeartbeat()
         await #expect {
             _ = try await second.lock(Self.holder("here", namespace: LockHolder.currentNamespace))
         } throws: {
@@ -153,10 +151,15 @@ import Glibc
         let other = try TestPostgres.store(name)
         let lease = try #require(try await store.lock(Self.holder("stuck")) as? PostgresLease)
         // Not renewed, it expires on the server and another run takes the workspace.
-        var taken: (any StateLease)?
-        for _ in 0..<600 where taken == nil {
-            taken = try? await other.lock(Self.holder("next"))
-            if taken == nil { try await Task.sleep(for: .milliseconds(200)) }
+        let taken = try await withThrowingTaskGroup(of: Void.self) { group -> (any StateLease)? in
+            group.addTask { await lease.keepAlive() }
+            defer { group.cancelAll() }
+            var taken: (any StateLease)?
+            for _ in 0..<600 where taken == nil {
+                taken = try? await other.lock(Self.holder("next"))
+                if taken == nil { try await Task.sleep(for: .milliseconds(200)) }
+            }
+            return taken
         }
         let next = try #require(taken)
         // The heartbeat's first look found the work stuck: that, not a renewal, is why it stopped.

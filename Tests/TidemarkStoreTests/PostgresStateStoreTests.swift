@@ -97,7 +97,6 @@ enum TestPostgres {
         var state = StateStoreConformance.sample(tokens: 10)
         let lease = try await store.lock(StateStoreConformance.holder)
         try await store.save(&state, StateStoreConformance.writeAll(state), at: 1)
-        (lease as? PostgresLease)?.stopHeartbeat()
         try await store.execute(
             "UPDATE tidemark_leases SET expires_at = expires_at - 3600000 WHERE workspace = '\(store.workspace)'")
         await #expect { try await store.save(&state, StateWrite(), at: 2) } throws: {

@@ -14,12 +14,15 @@ public actor ApplySession: ApplyRecorder {
     private var partial: [Int: (tokens: Int, ok: Int, failed: Int)]
     /// FCM's own "unregistered" answers, held to the dead-token guard.
     private var answers: DeadAnswers
+    /// Where the journal's saves run, beside the requests; nil saves in the task that waits for them.
+    private let writer: JournalWriter?
 
     init(
         id: String, store: any StateStore, state: State, timing: Timing, progress: [Int: OperationProgress] = [:],
-        answers: DeadAnswers = DeadAnswers()
+        answers: DeadAnswers = DeadAnswers(), writer: JournalWriter? = nil
     ) {
         self.id = id
+        self.writer = writer
         self.store = store
         self.state = state
         self.timing = timing
@@ -59,7 +62,7 @@ public actor ApplySession: ApplyRecorder {
         plan: Plan, desired: DesiredState, store: any StateStore, state: State,
         timing: Timing = .live, inventory: Inventory? = nil, read: TokenSet = TokenSet(),
         swept: SweptRegistrations? = nil, answers: DeadAnswers = DeadAnswers(),
-        inventoryRows: [String: Int]? = nil
+        inventoryRows: [String: Int]? = nil, writer: JournalWriter? = nil
     ) async throws -> ApplySession {
         let now = timing.unixTime()
         let before = state
@@ -88,46 +91,93 @@ public actor ApplySession: ApplyRecorder {
         let id = timing.uuid()
         write.beginApply = (id, plan)
         try await store.save(&state, write, at: now)
-        return ApplySession(id: id, store: store, state: state, timing: timing, answers: answers)
+        return ApplySession(id: id, store: store, state: state, timing: timing, answers: answers, writer: writer)
     }
 
     /// Continues an apply that was interrupted.
     public static func resume(
         _ unfinished: UnfinishedApply, store: any StateStore, state: State,
-        timing: Timing = .live, answers: DeadAnswers = DeadAnswers()
+        timing: Timing = .live, answers: DeadAnswers = DeadAnswers(), writer: JournalWriter? = nil
     ) -> ApplySession {
         ApplySession(
             id: unfinished.id, store: store, state: state, timing: timing, progress: unfinished.progress,
-            answers: answers)
+            answers: answers, writer: writer)
     }
 
-    /// Steps finished and not yet saved, with the callers waiting for them.
-    private var queued: [(step: OperationStep, done: CheckedContinuation<Void, any Error>)] = []
+    /// Steps submitted and not yet taken by a save, in the order they were submitted.
+    private var queued: [(sequence: Int, step: OperationStep)] = []
+    private var submitted = 0
+    /// Whether the writer has a save of the queue still to start.
+    private var scheduled = false
+    /// Steps a save is writing now.
+    private var writing: Set<Int> = []
+    /// How saves of steps ended, kept until `durable(_:)` asks.
+    private var results: [Int: Result<Void, any Error>] = [:]
+    /// Callers of `durable(_:)` waiting for a save, by step.
+    private var waiters: [Int: CheckedContinuation<Void, any Error>] = [:]
 
     /// Records a finished step of an operation in state and journals it; callable from many tasks, and
-    /// returns once the step is durable. Steps that finish while a save is running are committed
-    /// together by the next one (a group commit): a save rewrites the rows of the topics it touches,
-    /// which for a topic of a million members costs far more than one step of requests, so one save
-    /// per step would pace an apply below FCM's quota. The operation's last step journals it as
-    /// finished, with the counts of all its steps.
+    /// returns once the step is durable. The operation's last step journals it as finished, with the
+    /// counts of all its steps.
     public func recorded(_ step: OperationStep) async throws {
-        try await withCheckedThrowingContinuation { (done: CheckedContinuation<Void, any Error>) in
-            queued.append((step, done))
-            if queued.count == 1 { Task { await self.commitQueued() } }
+        let receipt = enqueue(step)
+        try await durable(receipt)
+    }
+
+    /// Queues a finished step for the journal and returns at once; `durable(_:)` waits for it. With a
+    /// writer, the steps queued while a save runs are committed together by the next save (a group
+    /// commit): a save rewrites the rows of the topics it touches, which for a topic of a million
+    /// members costs far more than one step of requests, and one save per step would pace an apply
+    /// below FCM's quota.
+    public func submit(_ step: OperationStep) -> JournalReceipt { enqueue(step) }
+
+    private func enqueue(_ step: OperationStep) -> JournalReceipt {
+        let sequence = submitted
+        submitted += 1
+        queued.append((sequence, step))
+        if let writer, !scheduled {
+            scheduled = writer.schedule { await self.commitQueued() }
+        }
+        return JournalReceipt(sequence: sequence)
+    }
+
+    /// Returns once the step behind `receipt` is durable. Without a writer, the caller saves what is
+    /// queued itself.
+    public func durable(_ receipt: JournalReceipt) async throws {
+        while true {
+            if let result = results.removeValue(forKey: receipt.sequence) { return try result.get() }
+            let isQueued = queued.contains { $0.sequence == receipt.sequence }
+            guard isQueued || writing.contains(receipt.sequence) else { return }  // recorded, and asked already
+            if isQueued, !scheduled {
+                await commitQueued()
+                continue
+            }
+            return try await withCheckedThrowingContinuation { waiters[receipt.sequence] = $0 }
         }
     }
 
     /// Saves every queued step in one write, once the save before it finished.
     private func commitQueued() async {
         try? await oneAtATime {
+            scheduled = false
             let batch = queued
             queued = []
             guard !batch.isEmpty else { return }
+            writing.formUnion(batch.map(\.sequence))
+            let result: Result<Void, any Error>
             do {
                 try await save(batch.map(\.step))
-                for entry in batch { entry.done.resume() }
+                result = .success(())
             } catch {
-                for entry in batch { entry.done.resume(throwing: error) }
+                result = .failure(error)
+            }
+            for (sequence, _) in batch {
+                writing.remove(sequence)
+                if let waiter = waiters.removeValue(forKey: sequence) {
+                    waiter.resume(with: result)
+                } else {
+                    results[sequence] = result
+                }
             }
         }
     }

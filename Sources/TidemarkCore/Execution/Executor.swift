@@ -1,9 +1,39 @@
 /// Receives each finished step of an operation, in completion order; the state store journals it durably.
+///
+/// A recorder without a queue implements `recorded(_:)` alone. One with a queue implements all three,
+/// and its `recorded(_:)` must not call the protocol's `submit(_:)` (whose default calls `recorded`).
 public protocol ApplyRecorder: Sendable {
+    /// Records `step` and returns once it is durable.
     func recorded(_ step: OperationStep) async throws
+
+    /// Queues `step` to be recorded and returns at once with a receipt, so the caller can send its next
+    /// requests while the step is written; `durable(_:)` waits for it. By default the step is recorded
+    /// before this returns.
+    func submit(_ step: OperationStep) async throws -> JournalReceipt
+
+    /// Returns once the step behind `receipt` is durable, or throws why it could not be recorded.
+    func durable(_ receipt: JournalReceipt) async throws
+}
+
+/// A step handed to an `ApplyRecorder` with `submit(_:)`, to wait for with `durable(_:)`.
+public struct JournalReceipt: Sendable, Hashable {
+    /// The step's place in the order steps were submitted; negative for a step recorded already.
+    let sequence: Int
+
+    /// A step recorded before `submit(_:)` returned.
+    public static let recorded = JournalReceipt(sequence: -1)
 }
 
 extension ApplyRecorder {
+    /// Records `step` at once: a recorder without a queue.
+    public func submit(_ step: OperationStep) async throws -> JournalReceipt {
+        try await recorded(step)
+        return .recorded
+    }
+
+    /// Nothing to wait for: `submit(_:)` recorded the step.
+    public func durable(_ receipt: JournalReceipt) async throws {}
+
     /// Records a whole operation in one step.
     public func completed(
         index: Int, operation: PlannedOperation, outcomes: [TokenOutcome], groupKey: String?
@@ -192,25 +222,31 @@ public struct Executor: Sendable {
                     // A step is journaled while the next one is sent: the requests never wait on a save
                     // (at a million devices a save rewrites topics of a million members). At most the
                     // step being sent and the one being journaled are not yet durable, and steps are
-                    // journaled in order: the next is recorded only once the one before it is.
-                    var journaling: Task<Void, any Error>?
+                    // journaled in order: the next is submitted only once the one before it is durable.
+                    var journaling: JournalReceipt?
                     do {
                         repeat {
                             let end = min(op.tokens.count, position + max(1, step))
                             let result = try await change(op, Array(op.tokens[position..<end]))
-                            try await journaling?.value
-                            let done = OperationStep(
-                                index: index, operation: op, from: position, outcomes: result.outcomes, groupKey: nil)
-                            let recorder = recorder
-                            journaling = Task { try await recorder.recorded(done) }
+                            if let pending = journaling {
+                                journaling = nil
+                                try await recorder.durable(pending)
+                            }
+                            journaling = try await recorder.submit(
+                                OperationStep(
+                                    index: index, operation: op, from: position, outcomes: result.outcomes,
+                                    groupKey: nil))
                             outcomes += result.outcomes
                             requests += result.requests
                             position = end
                         } while position < op.tokens.count
-                        try await journaling?.value
+                        if let pending = journaling {
+                            journaling = nil
+                            try await recorder.durable(pending)
+                        }
                     } catch {
                         // A step that finished is journaled before the failure goes on.
-                        try? await journaling?.value
+                        if let journaling { try? await recorder.durable(journaling) }
                         throw error
                     }
                     finished.append(Finished(index: index, from: from, outcomes: outcomes, requests: requests))

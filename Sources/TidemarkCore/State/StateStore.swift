@@ -94,11 +94,19 @@ public protocol StateLease: Sendable {
     /// Throws when this run no longer holds the lock (its lease expired or was taken, by the store's
     /// clock): nothing more may be sent to FCM in its name. Cheap enough to ask before every request.
     func ensureHeld() async throws
+
+    /// The lease's heartbeat: renews it until the calling task is cancelled (or the lease is lost).
+    /// `withLock` runs it beside the work it covers. A lock that lives as long as its process returns
+    /// at once.
+    func keepAlive() async
 }
 
 extension StateLease {
     /// A lock that cannot be lost while its process lives (a file lock) is always held.
     public func ensureHeld() async throws {}
+
+    /// A lock that lives as long as its process needs no heartbeat.
+    public func keepAlive() async {}
 
     public var activity: LeaseActivity? { nil }
 }
@@ -200,14 +208,19 @@ extension StateStore {
         }
         gate?.hold(lease)
         defer { gate?.hold(nil) }
-        do {
-            let result = try await body()
-            await lease.release()
-            return result
-        } catch {
-            await lease.release()
-            throw error
+        // The heartbeat runs beside `body` in one task group, and stops when `body` ends.
+        let held = lease
+        let outcome = await withTaskGroup(of: Void.self) { group -> Result<T, any Error> in
+            group.addTask { await held.keepAlive() }
+            defer { group.cancelAll() }
+            do {
+                return .success(try await body())
+            } catch {
+                return .failure(error)
+            }
         }
+        await lease.release()
+        return try outcome.get()
     }
 }
 

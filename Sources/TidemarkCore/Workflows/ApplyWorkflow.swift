@@ -1,4 +1,5 @@
 import Foundation
+import ServiceLifecycle
 
 /// Whether the person running apply said yes to the plan.
 public enum Approval: Sendable {
@@ -119,11 +120,21 @@ public struct ApplyWorkflow: Sendable {
 
     public init(_ parts: WorkflowParts) { self.parts = parts }
 
+    /// Carries out `request`. A graceful shutdown (SIGTERM through swift-service-lifecycle, a replica
+    /// told to stop) cancels it wherever it is, and the journal's writer beside it still records every
+    /// step that finished: the next apply resumes from there.
     public func run(_ request: ApplyRequest) async throws -> ApplyOutcome {
+        let writer = JournalWriter()
+        return try await writer.run {
+            try await cancelWhenGracefulShutdown { try await applying(request, writer: writer) }
+        }
+    }
+
+    private func applying(_ request: ApplyRequest, writer: JournalWriter) async throws -> ApplyOutcome {
         if request.refreshOnly { return try await refreshOnly(request) }
         var resumed: ApplySummary?
         if let unfinished = try await parts.store.unfinishedApply() {
-            switch try await resume(unfinished, request) {
+            switch try await resume(unfinished, request, writer: writer) {
             case .finishedSavedPlan(let summary): return ApplyOutcome(resumed: summary, result: .resumedOnly)
             case .finished(let summary):
                 if summary.hasUnexpectedFailures { return ApplyOutcome(resumed: summary, result: .resumedOnly) }
@@ -202,7 +213,7 @@ public struct ApplyWorkflow: Sendable {
             plan: plan, desired: loaded.desired, store: parts.store, state: state,
             timing: parts.timing, inventory: loaded.inventory, read: read, swept: swept,
             answers: parts.deadAnswers(loaded.inventory),
-            inventoryRows: request.planning.driftOnly ? nil : loaded.inventoryRows)
+            inventoryRows: request.planning.driftOnly ? nil : loaded.inventoryRows, writer: writer)
         PhaseTrace.mark("apply: journal begun")
         let summary = try await execute(plan, done: [], tokensDone: [:], session: session)
         PhaseTrace.mark("apply: executed")
@@ -228,7 +239,9 @@ public struct ApplyWorkflow: Sendable {
     }
 
     /// Finishes an interrupted apply when it was made from the same manifests and backend; abandons it otherwise.
-    func resume(_ unfinished: UnfinishedApply, _ request: ApplyRequest) async throws -> Resumption {
+    func resume(
+        _ unfinished: UnfinishedApply, _ request: ApplyRequest, writer: JournalWriter
+    ) async throws -> Resumption {
         var (state, loaded) = try await parts.loadStateAndManifests()
         guard unfinished.plan.manifestsDigest == loaded.digest, unfinished.plan.backend == parts.backend.identity,
             !loaded.diagnostics.hasErrors
@@ -249,7 +262,7 @@ public struct ApplyWorkflow: Sendable {
         }
         let session = ApplySession.resume(
             unfinished, store: parts.store, state: state, timing: parts.timing,
-            answers: parts.deadAnswers(loaded.inventory))
+            answers: parts.deadAnswers(loaded.inventory), writer: writer)
         switch await parts.waitingForPerson({ await request.approveResume(unfinished) }) {
         case .approved: break
         case .declined: return .declined

@@ -54,16 +54,36 @@ public struct PlanWorkflow: Sendable {
     public init(_ parts: WorkflowParts) { self.parts = parts }
 
     public func run(_ request: PlanRequest) async throws -> PlanOutcome {
-        // A sample's slice of the sweep (and what is older than refresh_max_age) depends on state alone:
-        // its read starts as soon as state is loaded, while the manifests and inventory are still read.
-        let early = EarlySlice()
-        defer { early.cancel() }
         let parts = self.parts
         let policy = request.refresh
-        var whenStateLoads: (@Sendable (State) -> Void)?
-        if policy.mode == .sample {
-            whenStateLoads = { stored in early.start { try await parts.readSlice(policy, of: stored) } }
+        guard policy.mode == .sample else { return try await run(request, whenStateLoads: nil, early: { nil }) }
+        // A sample's slice of the sweep (and what is older than refresh_max_age) depends on state alone:
+        // its read starts in a child task as soon as state is loaded, while the manifests and inventory
+        // are still read. The plan awaits it in its refresh, and cancels it when it stops before that.
+        let (stored, storedLoaded) = AsyncStream<State>.makeStream()
+        return try await withThrowingTaskGroup(of: SliceRead?.self) { group in
+            group.addTask {
+                for await state in stored { return try await parts.readSlice(policy, of: state) }
+                return nil
+            }
+            defer { group.cancelAll() }
+            return try await run(
+                request,
+                whenStateLoads: { state in
+                    storedLoaded.yield(state)
+                    storedLoaded.finish()
+                },
+                early: {
+                    storedLoaded.finish()  // no stored state: nothing was read early
+                    return try await group.next() ?? nil
+                })
         }
+    }
+
+    private func run(
+        _ request: PlanRequest, whenStateLoads: (@Sendable (State) -> Void)?,
+        early: () async throws -> SliceRead?
+    ) async throws -> PlanOutcome {
         let (state, declared) = try await parts.loadStateAndManifests(whenStateLoads: whenStateLoads)
         try parts.stopOnErrors(declared)
         try Self.checkSelectors(request.targets, state: state, loaded: declared)
@@ -78,7 +98,7 @@ public struct PlanWorkflow: Sendable {
             loaded.desired = state.established(declared: loaded.desired)
         }
         let run = try await parts.refresh(
-            request.refresh, state: state, loaded: loaded, targets: request.targets, early: early.task)
+            request.refresh, state: state, loaded: loaded, targets: request.targets, early: early)
         let observed = run.observed
         let planner = parts.planner()
         let now = parts.timing.wallClock()
@@ -208,7 +228,7 @@ extension WorkflowParts {
     /// would change (`touched`), those read longer ago than the policy's age, and the sweep's slice.
     func refresh(
         _ policy: RefreshPolicy, state: State, loaded: LoadedManifests, targets: Targets = .all,
-        early: Task<SliceRead, any Error>? = nil
+        early: () async throws -> SliceRead? = { nil }
     ) async throws -> RefreshRun {
         let now = timing.unixTime()
         var touched = TokenSet()
@@ -225,8 +245,8 @@ extension WorkflowParts {
             touched = TokenSet(ids)
         }
         PhaseTrace.mark("refresh: \(touched.count) registrations touched")
-        if let early, policy.mode == .sample {
-            return try await refresh(policy, state: state, loaded: loaded, touched: touched, early: await early.value)
+        if policy.mode == .sample, let slice = try await early() {
+            return try await refresh(policy, state: state, loaded: loaded, touched: touched, early: slice)
         }
         let (ids, coverage, sampled) = state.refreshSelection(
             policy, touched: touched, now: now, salt: Self.sweepSalt(state.lineage))
@@ -376,18 +396,4 @@ public struct SliceRead: Sendable {
     var stale: TokenSet
     var statuses: [RegistrationStatus]
     var at: Int64
-}
-
-/// The early read of a sample's slice: started when state loads, awaited by the refresh, cancelled
-/// when the plan stops before it (a read has no side effects, but it is not left running).
-final class EarlySlice: Sendable {
-    private let running = Mutex<Task<SliceRead, any Error>?>(nil)
-
-    func start(_ read: @escaping @Sendable () async throws -> SliceRead) {
-        running.withLock { $0 = Task { try await read() } }
-    }
-
-    var task: Task<SliceRead, any Error>? { running.withLock { $0 } }
-
-    func cancel() { running.withLock { $0?.cancel() } }
 }
