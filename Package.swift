@@ -104,7 +104,11 @@ let package = Package(
         .target(name: "TidemarkBackendTesting", dependencies: ["TidemarkCore", "TidemarkEmulator", "TidemarkTesting"]),
         .testTarget(
             name: "TidemarkCoreTests",
-            dependencies: ["TidemarkCore", "TidemarkTesting", "TidemarkBackendTesting", "TidemarkEmulator"],
+            dependencies: [
+                "TidemarkCore", "TidemarkTesting", "TidemarkBackendTesting", "TidemarkEmulator",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             exclude: ["Golden"]
         ),
         .testTarget(
