@@ -124,7 +124,7 @@ public final class SQLiteStateStore: StateStore {
                         try db.execute(sql: "PRAGMA journal_mode = WAL")
                         try db.execute(sql: "PRAGMA application_id = \(Self.applicationID)")
                     }
-                    try Self.checkpoint(queue)
+                    try queue.writeWithoutTransaction { db in try Self.checkpoint(db) }
                 } else {
                     try queue.read { db in try self.verify(db) }
                 }
@@ -256,13 +256,23 @@ public final class SQLiteStateStore: StateStore {
         }
     }
 
+    /// `run` for GRDB's async accesses: the database work runs on GRDB's queue, not on a thread of the
+    /// cooperative pool, and a cancelled task's access is interrupted (its transaction rolls back).
+    private func running<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as DatabaseError {
+            throw translate(error)
+        }
+    }
+
     // MARK: - Reading
 
     /// The whole state.
     public func load() async throws -> State? {
         guard let queue = try open(create: false) else { return nil }
-        return try run {
-            try queue.read { db in
+        return try await running {
+            try await queue.read { db in
                 guard try hasWorkspace(db) else { return nil }
                 try verifyWorkspace(db)
                 let lineage = try String.fetchOne(db, sql: "SELECT value FROM \(t.meta) WHERE key = 'lineage'") ?? ""
@@ -466,8 +476,8 @@ public final class SQLiteStateStore: StateStore {
         state.growToTable()
         let snapshot = state
         let queue = try open(create: true)!
-        let serial = try run {
-            try queue.write { db -> Int in
+        let serial = try await running {
+            try await queue.write { db -> Int in
                 if try !hasWorkspace(db) { try createSchema(db, lineage: snapshot.lineage, now: now) }
                 try createLaterTables(db)
                 if try !hasOptOutColumn(db) {
@@ -612,7 +622,7 @@ public final class SQLiteStateStore: StateStore {
         // self-contained between commits, so a file copied alone after a kill (as CI jobs upload it)
         // holds every committed batch. A checkpoint that cannot finish now (a reader) is done later.
         PhaseTrace.mark("save: committed")
-        try? Self.checkpoint(queue)
+        _ = try? await queue.writeWithoutTransaction { db in try Self.checkpoint(db) }
         PhaseTrace.mark("save: checkpointed")
         state.serial = serial
         if !write.restore { for key in write.versionKeys { state.versions[key] = serial } }
@@ -620,8 +630,8 @@ public final class SQLiteStateStore: StateStore {
     }
 
     /// Copies the write-ahead log into the database file and empties it.
-    static func checkpoint(_ queue: DatabaseQueue) throws {
-        try queue.writeWithoutTransaction { db in _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+    static func checkpoint(_ db: Database) throws {
+        _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
     }
 
     // MARK: - Journal
@@ -650,8 +660,8 @@ public final class SQLiteStateStore: StateStore {
 
     public func unfinishedApply() async throws -> UnfinishedApply? {
         guard let queue = try open(create: false) else { return nil }
-        return try run {
-            try queue.read { db in
+        return try await running {
+            try await queue.read { db in
                 guard try hasWorkspace(db) else { return nil }
                 guard
                     let row = try Row.fetchOne(
@@ -715,8 +725,8 @@ public final class SQLiteStateStore: StateStore {
 
     public func applies(limit: Int) async throws -> [ApplyRecord] {
         guard let queue = try open(create: false) else { return [] }
-        return try run {
-            try queue.read { db in
+        return try await running {
+            try await queue.read { db in
                 guard try hasWorkspace(db) else { return [] }
                 return try Row.fetchAll(
                     db,
@@ -805,7 +815,7 @@ public final class SQLiteStateStore: StateStore {
                 }
             }
         }
-        try? Self.checkpoint(queue)
+        _ = try? queue.writeWithoutTransaction { db in try Self.checkpoint(db) }
         let fm = FileManager.default
         for suffix in ["", "-wal", "-shm"] where fm.fileExists(atPath: legacyPath + suffix) {
             try? fm.removeItem(atPath: legacyPath + ".moved" + suffix)
