@@ -116,69 +116,71 @@ public struct PostgresInventorySource: DeadTokenSink {
                 .collect()
             }
         }
-        // The next page is fetched (the server runs the query, the connection's thread decodes it)
-        // while this one's devices are added.
-        var next: Task<[PostgresRow], any Error>? = Task { try await fetch() }
-        defer { next?.cancel() }
-        var layout: Layout?
-        // Where each column's text goes: 0 id, 1 token, 2 exclusion, 3 + k label k, -1 unused.
-        var target: [Int] = []
-        var labelSlots: [Int] = []
-        var values: [String?] = []
-        var slots: [(Int, String)] = []
-        while let pending = next {
-            let rows = try await pending.value
-            next = rows.count == pageSize ? Task { try await fetch() } : nil
-            for row in rows {
-                number += 1
-                if layout == nil {
-                    let found = try self.layout(row)
-                    layout = found
-                    target = [Int](repeating: -1, count: found.columns)
-                    target[found.id] = 0
-                    target[found.token] = 1
-                    if let e = found.exclusion { target[e] = 2 }
-                    for (k, column) in found.labels.enumerated() { target[column] = 3 + k }
-                    labelSlots = found.labelNames.map { builder.labelSlot($0) }
-                    values = [String?](repeating: nil, count: 3 + found.labels.count)
-                }
-                for k in values.indices { values[k] = nil }
-                var problem: String?
-                var column = 0
-                for cell in row {
-                    let slot = column < target.count ? target[column] : -1
-                    column += 1
-                    guard slot >= 0 else { continue }
-                    do {
-                        values[slot] = try Self.text(cell)
-                    } catch {
-                        problem = error.description
+        // The next page is fetched in a child task (the server runs the query, the connection's thread
+        // decodes it) while this one's devices are added; one fetch at a time, in order.
+        try await withThrowingTaskGroup(of: [PostgresRow].self) { pages in
+            pages.addTask { try await fetch() }
+            defer { pages.cancelAll() }
+            var layout: Layout?
+            // Where each column's text goes: 0 id, 1 token, 2 exclusion, 3 + k label k, -1 unused.
+            var target: [Int] = []
+            var labelSlots: [Int] = []
+            var values: [String?] = []
+            var slots: [(Int, String)] = []
+            while let rows = try await pages.next() {
+                if rows.count == pageSize { pages.addTask { try await fetch() } }
+                for row in rows {
+                    number += 1
+                    if layout == nil {
+                        let found = try self.layout(row)
+                        layout = found
+                        target = [Int](repeating: -1, count: found.columns)
+                        target[found.id] = 0
+                        target[found.token] = 1
+                        if let e = found.exclusion { target[e] = 2 }
+                        for (k, column) in found.labels.enumerated() { target[column] = 3 + k }
+                        labelSlots = found.labelNames.map { builder.labelSlot($0) }
+                        values = [String?](repeating: nil, count: 3 + found.labels.count)
                     }
-                }
-                let location = SourceLocation(file: file, line: number, column: 0)
-                if let problem {
-                    builder.error(problem, at: location)
-                    continue
-                }
-                guard let id = values[0], !id.isEmpty else {
-                    builder.error("device_id is null or empty; the query must return one for every row.", at: location)
-                    continue
-                }
-                guard let token = values[1] else {
-                    builder.error(
-                        "token of device '\(id)' is null; filter such rows out in the query (where token is not null).",
-                        at: location)
-                    continue
-                }
-                if let exclusion, exclusion.excludes(values[2] ?? "", device: id, at: location, into: &builder) {
-                    continue
-                }
-                slots.removeAll(keepingCapacity: true)
-                for (k, slot) in labelSlots.enumerated() {
-                    if let value = values[3 + k], !value.isEmpty { slots.append((slot, value)) }
-                }
-                if builder.add(id: id, token: token, slots: slots, from: source, line: number, column: 0) {
-                    digest.add(DeviceDigest.hash(id: id, token: token, values: values, from: 3))
+                    for k in values.indices { values[k] = nil }
+                    var problem: String?
+                    var column = 0
+                    for cell in row {
+                        let slot = column < target.count ? target[column] : -1
+                        column += 1
+                        guard slot >= 0 else { continue }
+                        do {
+                            values[slot] = try Self.text(cell)
+                        } catch let error as InventorySourceError {
+                            problem = error.description
+                        }
+                    }
+                    let location = SourceLocation(file: file, line: number, column: 0)
+                    if let problem {
+                        builder.error(problem, at: location)
+                        continue
+                    }
+                    guard let id = values[0], !id.isEmpty else {
+                        builder.error(
+                            "device_id is null or empty; the query must return one for every row.", at: location)
+                        continue
+                    }
+                    guard let token = values[1] else {
+                        builder.error(
+                            "token of device '\(id)' is null; filter such rows out in the query (where token is not null).",
+                            at: location)
+                        continue
+                    }
+                    if let exclusion, exclusion.excludes(values[2] ?? "", device: id, at: location, into: &builder) {
+                        continue
+                    }
+                    slots.removeAll(keepingCapacity: true)
+                    for (k, slot) in labelSlots.enumerated() {
+                        if let value = values[3 + k], !value.isEmpty { slots.append((slot, value)) }
+                    }
+                    if builder.add(id: id, token: token, slots: slots, from: source, line: number, column: 0) {
+                        digest.add(DeviceDigest.hash(id: id, token: token, values: values, from: 3))
+                    }
                 }
             }
         }

@@ -196,7 +196,8 @@ public struct PostgresURL: Sendable, Equatable {
         let outcome = try await TimeLimit.race(limit) { () async -> Result<T, any Error> in
             do { return .success(try await work()) } catch { return .failure(error) }
         }
-        if case .none = outcome { Task { try? await connection.close() } }
+        // Closed without waiting for the close to finish: the event loop carries it out.
+        if case .none = outcome { _ = connection.close() as EventLoopFuture<Void> }
         guard let outcome else { throw NoAnswer(seconds: limit.components.seconds) }
         return try outcome.get()
     }

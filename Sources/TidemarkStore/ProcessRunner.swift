@@ -165,31 +165,33 @@ public struct ProcessRunner: Sendable {
 private func systemPipe2(_ fds: UnsafeMutablePointer<Int32>, _ flags: Int32) -> Int32
 
 /// A value a thread produces once and a task awaits: the bridge from the threads that read pipes
-/// and reap the child to async code, which works however busy the task pool is.
-final class OneShot<Value: Sendable>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var result: Value?
-    private var waiter: CheckedContinuation<Value, Never>?
+/// and reap the child (blocking calls kept off the cooperative pool) to async code, which works
+/// however busy the task pool is.
+final class OneShot<Value: Sendable>: Sendable {
+    private struct Fields {
+        var result: Value?
+        var waiter: CheckedContinuation<Value, Never>?
+    }
+
+    private let fields = Mutex(Fields())
 
     func fulfil(_ value: Value) {
-        lock.lock()
-        result = value
-        let w = waiter
-        waiter = nil
-        lock.unlock()
-        w?.resume(returning: value)
+        let waiter = fields.withLock { fields in
+            fields.result = value
+            defer { fields.waiter = nil }
+            return fields.waiter
+        }
+        waiter?.resume(returning: value)
     }
 
     func value() async -> Value {
         await withCheckedContinuation { continuation in
-            lock.lock()
-            if let result {
-                lock.unlock()
-                continuation.resume(returning: result)
-            } else {
-                waiter = continuation
-                lock.unlock()
+            let ready = fields.withLock { fields -> Value? in
+                if let result = fields.result { return result }
+                fields.waiter = continuation
+                return nil
             }
+            if let ready { continuation.resume(returning: ready) }
         }
     }
 }
