@@ -2,9 +2,11 @@ import Foundation
 
 /// Journals an apply: each finished operation updates state and commits with its journal entry.
 public actor ApplySession: ApplyRecorder {
+    /// The apply's id in the journal (a random UUID).
     public nonisolated let id: String
     private let store: any StateStore
     private let timing: Timing
+    /// State as the last save left it.
     public private(set) var state: State
     /// Saves run one at a time, in the order they were asked for: the actor is reentrant at every
     /// `await`, and a save from an older snapshot must never land after a newer one.

@@ -1,13 +1,17 @@
 /// Which FCM a plan was made against.
 public struct BackendIdentity: Sendable, Codable, Equatable, CustomStringConvertible {
+    /// The embedded engine, the emulator or the real FCM.
     public var kind: BackendKind
+    /// The Firebase project id.
     public var project: String
 
+    /// The backend `kind` serving `project`.
     public init(kind: BackendKind, project: String) {
         self.kind = kind
         self.project = project
     }
 
+    /// As messages and plans show it: `fcm (project my-app)`.
     public var description: String { "\(kind.rawValue) (project \(project))" }
 }
 
@@ -21,9 +25,12 @@ public enum RegistrationStatus: Sendable, Equatable {
 
 /// The result for one token of a subscribe or unsubscribe.
 public enum TokenOutcome: Sendable, Equatable, Codable {
+    /// FCM made the change (or it was made already).
     case ok
+    /// FCM refused the change for this token, with its error.
     case failed(TokenError)
 
+    /// Whether the change was made.
     public var isOK: Bool { self == .ok }
 }
 
@@ -31,13 +38,21 @@ public enum TokenOutcome: Sendable, Equatable, Codable {
 public struct TokenError: Error, Sendable, Hashable, Codable, CustomStringConvertible {
     /// FCM's error codes that tidemark acts on; any other is kept by name.
     public enum Code: Sendable, Hashable, Comparable, CustomStringConvertible {
+        /// `NOT_FOUND`: FCM does not know the registration.
         case notFound
+        /// `INVALID_ARGUMENT`: not a registration token, or a bad topic name.
         case invalidArgument
+        /// `TOO_MANY_TOPICS`: the device holds 2000 topics already.
         case tooManyTopics
+        /// `INTERNAL`: FCM failed; worth trying again.
         case `internal`
+        /// `RESOURCE_EXHAUSTED`: over the quota; worth trying again later.
         case resourceExhausted
+        /// `UNAVAILABLE`: FCM could not answer now; worth trying again.
         case unavailable
+        /// `DEADLINE_EXCEEDED`: FCM ran out of time; worth trying again.
         case deadlineExceeded
+        /// A code tidemark does not act on, kept by name.
         case other(String)
 
         static let known: [Code] = [
@@ -45,10 +60,12 @@ public struct TokenError: Error, Sendable, Hashable, Codable, CustomStringConver
             .unavailable, .deadlineExceeded,
         ]
 
+        /// The code FCM names `rawValue` (`NOT_FOUND`, …), or `.other` for one tidemark does not know.
         public init(_ rawValue: String) {
             self = Self.known.first { $0.rawValue == rawValue } ?? .other(rawValue)
         }
 
+        /// The code as FCM spells it.
         public var rawValue: String {
             switch self {
             case .notFound: "NOT_FOUND"
@@ -62,21 +79,32 @@ public struct TokenError: Error, Sendable, Hashable, Codable, CustomStringConver
             }
         }
 
+        /// The code as FCM spells it.
         public var description: String { rawValue }
 
+        /// Codes sort by their names, for stable summaries.
         public static func < (a: Code, b: Code) -> Bool { a.rawValue < b.rawValue }
     }
 
+    /// FCM's code for the error.
     public var code: Code
 
+    /// An error with `code`.
     public init(_ code: Code) { self.code = code }
+    /// An error with the code FCM names `code`.
     public init(_ code: String) { self.code = Code(code) }
 
+    /// The token is unknown to FCM.
     public static let notFound = TokenError(.notFound)
+    /// Not a registration token, or a bad topic name.
     public static let invalidArgument = TokenError(.invalidArgument)
+    /// The device holds 2000 topics already.
     public static let tooManyTopics = TokenError(.tooManyTopics)
+    /// FCM failed on its side.
     public static let internalError = TokenError(.internal)
+    /// Over the quota.
     public static let resourceExhausted = TokenError(.resourceExhausted)
+    /// FCM could not answer now.
     public static let unavailable = TokenError(.unavailable)
 
     /// Errors worth trying again for the same token.
@@ -99,15 +127,18 @@ public struct TokenError: Error, Sendable, Hashable, Codable, CustomStringConver
         }
     }
 
+    /// The code as FCM spells it.
     public var description: String { code.rawValue }
 
     private enum CodingKeys: String, CodingKey { case code }
 
+    /// Decodes `{"code": "NOT_FOUND"}`, as plans and reports store it.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         code = Code(try container.decode(String.self, forKey: .code))
     }
 
+    /// Encodes `{"code": "NOT_FOUND"}`.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(code.rawValue, forKey: .code)
@@ -116,6 +147,7 @@ public struct TokenError: Error, Sendable, Hashable, Codable, CustomStringConver
 
 /// A failure of a device-group call, with FCM's error text.
 public struct GroupError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The failures FCM's group API answers with, by their text.
     public enum Kind: String, Sendable {
         case alreadyExists = "notification_key already exists"
         case noValidRegistrationIDs = "no valid registration ids"
@@ -124,10 +156,13 @@ public struct GroupError: Error, Sendable, Equatable, CustomStringConvertible {
         case tooManyMembers = "maximum number of members exceeded"
     }
 
+    /// Which failure it was.
     public var kind: Kind
 
+    /// A failure of `kind`.
     public init(_ kind: Kind) { self.kind = kind }
 
+    /// FCM's text for the failure.
     public var description: String { kind.rawValue }
 }
 
@@ -183,13 +218,17 @@ public protocol Backend: Sendable {
 }
 
 extension Backend {
+    /// Where the backend is, by its identity unless it says more (a URL).
     public var location: String { identity.description }
+    /// Not counted: the executor counts the calls it made.
     public func requestCount() -> Int? { nil }
+    /// Not counted: a backend without its own retries repeats nothing.
     public func retryCount() -> Int? { nil }
 
     /// One call per operation: what the embedded engine and a batch API need.
     public func requests(for operations: [PlannedOperation]) -> Int { operations.count }
 
+    /// A batch API: each operation is journaled whole.
     public var journalStep: Int? { nil }
 }
 
@@ -198,6 +237,7 @@ extension Backend {
 /// Backends that retry on their own (the HTTP client, per `RetryPolicy`) throw only what retries
 /// could not fix, and say so; the executor then does not retry it a second time.
 public protocol RetryableError: Error {
+    /// Whether trying the same call again may succeed.
     var isRetryable: Bool { get }
 }
 
@@ -205,29 +245,42 @@ public protocol RetryableError: Error {
 /// backend's identity and how its transport counts requests, and refuses every call. Such a plan
 /// needs no credential, so pull-request jobs can plan without the key.
 public struct DetachedBackend: Backend {
+    /// The backend a real run would reach.
     public let identity: BackendIdentity
     /// How a real apply would reach FCM, which decides the requests a plan reports.
     public let transport: TopicTransport
 
+    /// A backend that stands for `identity`, reached through `transport`, and calls nothing.
     public init(identity: BackendIdentity, transport: TopicTransport) {
         self.identity = identity
         self.transport = transport
     }
 
+    /// What every call of a detached backend throws.
     public struct Refused: Error, CustomStringConvertible {
+        /// Why the call was refused, and which flag said so.
         public var description: String {
             "this run was told not to read FCM (--refresh none), so it holds no credential and makes no call."
         }
     }
 
+    /// Refused: the run reads nothing.
     public func refresh(_ tokens: [String]) async throws -> [RegistrationStatus] { throw Refused() }
+    /// Refused: the run changes nothing.
     public func subscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] { throw Refused() }
+    /// Refused: the run changes nothing.
     public func unsubscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] { throw Refused() }
+    /// Refused: the run reads nothing.
     public func groupKey(name: String) async throws -> String? { throw Refused() }
+    /// Refused: the run changes nothing.
     public func createGroup(name: String, tokens: [String]) async throws -> String { throw Refused() }
+    /// Refused: the run changes nothing.
     public func addToGroup(name: String, key: String, tokens: [String]) async throws -> String { throw Refused() }
+    /// Refused: the run changes nothing.
     public func removeFromGroup(name: String, key: String, tokens: [String]) async throws { throw Refused() }
+    /// Refused: the run reads nothing.
     public func exportGroup(name: String, key: String) async throws -> [String]? { throw Refused() }
 
+    /// The requests the transport would send for `operations`, as a plan reports them.
     public func requests(for operations: [PlannedOperation]) -> Int { transport.requests(for: operations) }
 }

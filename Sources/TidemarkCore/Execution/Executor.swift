@@ -48,12 +48,18 @@ extension ApplyRecorder {
 /// Group calls and batch transports finish an operation in one step; per-token transports (v1) finish
 /// it in several, so that an apply killed part-way re-sends at most one step of it.
 public struct OperationStep: Sendable {
+    /// The operation's index in the plan.
     public var index: Int
+    /// The whole operation the step belongs to.
     public var operation: PlannedOperation
+    /// The operation's first token this step sent.
     public var from: Int
+    /// The outcome of each token the step sent, in order.
     public var outcomes: [TokenOutcome]
+    /// The group's key after the step, for a group call that returns one.
     public var groupKey: String?
 
+    /// The step of operation `index` that sent its tokens `from ..< from + outcomes.count`.
     public init(index: Int, operation: PlannedOperation, from: Int, outcomes: [TokenOutcome], groupKey: String?) {
         self.index = index
         self.operation = operation
@@ -77,30 +83,44 @@ public struct OperationStep: Sendable {
 
 /// Progress of an apply, for bars and log lines.
 public struct ExecutionProgress: Sendable {
+    /// Operations finished, this run's and those an interrupted run finished.
     public var operationsDone: Int
+    /// Operations in the plan.
     public var operationsTotal: Int
+    /// Token changes sent so far.
     public var tokensDone: Int
+    /// Token changes in the plan.
     public var tokensTotal: Int
 }
 
 /// A token that an operation could not change, and why.
 public struct TokenFailure: Sendable, Equatable, Codable {
+    /// The operation's index in the plan.
     public var operation: Int
+    /// Subscribe, unsubscribe or a group call.
     public var kind: PlannedOperation.Kind
+    /// The topic or group.
     public var target: String
+    /// The token that was not changed.
     public var token: String
+    /// FCM's answer for it.
     public var error: TokenError
 }
 
 /// What an apply did.
 public struct ExecutionReport: Sendable {
+    /// Operations this run carried out.
     public var operationsRun = 0
+    /// Requests sent to FCM.
     public var requests = 0
     /// Of the requests, those that repeated an earlier one.
     public var retries = 0
+    /// Token changes FCM made.
     public var tokensChanged = 0
+    /// Tokens FCM would not change, with why.
     public var failures: [TokenFailure] = []
 
+    /// An empty report.
     public init() {}
 }
 
@@ -110,16 +130,22 @@ public struct ExecutionReport: Sendable {
 /// Retryable per-token errors are retried for those tokens only, under the shared `RetryPolicy`;
 /// others are reported and the run goes on.
 public struct Executor: Sendable {
+    /// Where the operations go.
     public var backend: any Backend
+    /// Where each finished step is journaled.
     public var recorder: any ApplyRecorder
+    /// Operations in flight at once (sequences of a group run in order).
     public var parallelism: Int
+    /// When tokens that failed with a retryable error are tried again.
     public var policy: RetryPolicy
     /// Clock, sleep and jitter for retries; injected so tests need not sleep.
     public var timing: Timing
+    /// Told after each finished operation, for bars and log lines.
     public var progress: (@Sendable (ExecutionProgress) -> Void)?
     /// Asked before every call: a run that lost its state lock sends nothing more.
     public var gate: LeaseGate? = nil
 
+    /// An executor sending to `backend` and journaling through `recorder`.
     public init(
         backend: any Backend, recorder: any ApplyRecorder, parallelism: Int = 8,
         policy: RetryPolicy = RetryPolicy(), timing: Timing = .live,

@@ -9,11 +9,14 @@ import Foundation
 /// time spent on one call or operation) would be exceeded. Pure: the caller passes the attempt
 /// number, the time already spent and the random source, so tests are deterministic.
 public struct RetryPolicy: Sendable, Equatable {
+    /// The first backoff; each retry doubles it, up to `maxDelay`.
     public var baseDelay: Duration
+    /// The longest single wait.
     public var maxDelay: Duration
     /// Total time one call may spend waiting to retry.
     public var budget: Duration
 
+    /// A policy with these delays and budget (500 ms, 60 s and 300 s by default).
     public init(
         baseDelay: Duration = .milliseconds(500), maxDelay: Duration = .seconds(60),
         budget: Duration = .seconds(300)
@@ -33,11 +36,15 @@ public struct RetryPolicy: Sendable, Equatable {
         case tokens
     }
 
+    /// What to do after a failure.
     public enum Decision: Sendable, Equatable {
+        /// Try again after the wait.
         case retry(after: Duration)
+        /// Stop, saying why (the budget is spent, or the failure is final).
         case giveUp(reason: String)
     }
 
+    /// Whether an HTTP status is worth trying again: 408, 429, 500, 502, 503, 504.
     public static func isRetryable(status: Int) -> Bool { [408, 429, 500, 502, 503, 504].contains(status) }
 
     /// The decision after the `attempt`-th failure (1-based), with `elapsed` already spent on this call.
@@ -85,9 +92,11 @@ public struct RetryPolicy: Sendable, Equatable {
 }
 
 extension Duration {
+    /// The duration in whole nanoseconds.
     public var nanoseconds: Int64 {
         components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000
     }
 
+    /// The whole seconds of the duration.
     public var seconds: Int64 { components.seconds }
 }

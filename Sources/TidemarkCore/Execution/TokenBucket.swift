@@ -1,12 +1,16 @@
 /// A token bucket: `rate` permits a second, holding at most `capacity`. Pure: time is passed in, as
 /// seconds on any monotonic clock. FCM's quota in the emulator and the client's limiter are both this.
 public struct TokenBucket: Sendable, Equatable {
+    /// Permits added each second.
     public var rate: Double
+    /// The most permits the bucket holds (the burst).
     public var capacity: Double
     /// Permits available now; negative while reserved permits are being waited for.
     public private(set) var level: Double
+    /// When the level was last brought up to date, in seconds on the caller's clock.
     public private(set) var last: Double
 
+    /// A full bucket at `time`.
     public init(rate: Double, capacity: Double, at time: Double) {
         precondition(rate > 0, "a token bucket needs a positive rate")
         self.rate = rate

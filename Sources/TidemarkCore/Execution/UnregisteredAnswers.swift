@@ -10,11 +10,13 @@ public struct UnregisteredAnswers: Sendable, Equatable {
     /// IID: per-token result codes in a batch answer.
     public var iid: Set<String>
 
+    /// The answers that mean unregistered, per transport (FCM's documented ones by default).
     public init(v1: Set<String> = ["NOT_FOUND", "UNREGISTERED"], iid: Set<String> = ["NOT_FOUND"]) {
         self.v1 = v1
         self.iid = iid
     }
 
+    /// FCM's documented answers: `NOT_FOUND` and `UNREGISTERED` (v1), `NOT_FOUND` (IID).
     public static let `default` = UnregisteredAnswers()
 
     /// Per-token IID codes FCM documents (reference §1.3): they fail that token and the run goes on.
