@@ -14,6 +14,7 @@ public enum JournalPlan {
 
     /// What went wrong reading a journal's plan.
     public struct Damaged: Error, CustomStringConvertible {
+        /// What is wrong with the journal's plan.
         public var description: String
     }
 
@@ -57,6 +58,7 @@ public enum JournalPlan {
 
     /// A journal's plan as read, before its token ids are looked up.
     public struct Parsed: Sendable {
+        /// The plan, its operations' tokens still to be looked up when `ids` is set.
         public var plan: Plan
         /// Each operation's token ids; nil for a whole plan in JSON.
         var ids: [[UInt32]]?

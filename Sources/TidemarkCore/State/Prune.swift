@@ -9,9 +9,12 @@ public struct PruneSelection: Sendable, Equatable {
     /// unsubscribed them already) and no device-group membership.
     public var departed: [UInt32] = []
 
+    /// Nothing to forget.
     public init() {}
 
+    /// Tokens to forget, dead and departed.
     public var count: Int { dead.count + departed.count }
+    /// Whether there is nothing to forget.
     public var isEmpty: Bool { count == 0 }
 }
 

@@ -1,5 +1,6 @@
 /// What one refresh read from the backend, in token ids of the state's table.
 public struct RefreshResult: Sendable {
+    /// When the refresh read (seconds since 1970).
     public var at: Int64
     /// The tokens that were read; their observed topics replace what state had.
     public var refreshed: TokenSet
@@ -10,6 +11,7 @@ public struct RefreshResult: Sendable {
     /// Per group name that was looked up: the key, or nil when the group does not exist.
     public var groupKeys: [String: String?]
 
+    /// A refresh's result, as `Refresher` builds it.
     public init(
         at: Int64, refreshed: TokenSet, subscribed: [String: TokenSet], dead: TokenSet,
         groupKeys: [String: String?]

@@ -2,7 +2,9 @@ import Foundation
 
 /// What tidemark remembers of a topic: the memberships it made and those it last saw.
 public struct TopicState: Sendable, Equatable {
+    /// Authoritative (tidemark removes anyone undeclared) or additive (only its own).
     public var mode: TopicMode
+    /// A protected topic never loses members without `--allow-protected`.
     public var protect: Bool
     /// Memberships tidemark made or adopted; an additive topic removes these when no longer declared.
     public var managed: TokenSet
@@ -12,6 +14,7 @@ public struct TopicState: Sendable, Equatable {
     /// with `opt_outs: respect` leaves them alone.
     public var optedOut: TokenSet
 
+    /// A topic's state; empty sets by default.
     public init(
         mode: TopicMode = .additive, protect: Bool = false, managed: TokenSet = TokenSet(),
         observed: TokenSet = TokenSet(), optedOut: TokenSet = TokenSet()
@@ -30,6 +33,7 @@ public struct GroupState: Sendable, Equatable {
     /// The notification key FCM returned; nil when the group is not known to exist. For an audience:
     /// the FCM group it was converted from, while that group lives (until retired or turned down).
     public var key: String?
+    /// A protected group never loses members without `--allow-protected`.
     public var protect: Bool
     /// A device group: the members tidemark made. An audience: its members (and, while `key` is
     /// set, the FCM group's, which tidemark keeps in step until the group is retired).
@@ -42,6 +46,7 @@ public struct GroupState: Sendable, Equatable {
     /// When `exported` was read (seconds since 1970); 0 when never.
     public var exportedAt: Int64
 
+    /// A group's (or audience's) state.
     public init(
         key: String?, protect: Bool = false, members: TokenSet = TokenSet(), audience: Bool = false,
         exported: TokenSet? = nil, exportedAt: Int64 = 0
@@ -63,6 +68,7 @@ public struct State: Sendable {
     public var lineage: String
     /// Bumped on every write; a saved plan records the serial it was made from.
     public var serial: Int
+    /// Every token state knows, interned: the ids its sets hold.
     public var tokens: TokenTable
     /// Seconds since 1970 when each token was last seen by a refresh or an apply; 0 = never.
     public var seenAt: [Int64]
@@ -74,7 +80,9 @@ public struct State: Sendable {
     public var leftAt: [Int64] = []
     /// Tokens FCM reported as unregistered (NOT_FOUND).
     public var dead: TokenSet
+    /// The topics tidemark manages, by name.
     public var topics: [String: TopicState]
+    /// The device groups and audiences tidemark manages, by name.
     public var groups: [String: GroupState]
     /// The FCM project and backend this state belongs to (recorded by the first write); a run against
     /// another is refused.

@@ -55,8 +55,11 @@ public enum StateLockKind: Sendable, Equatable {
 /// A lease on state: its id (`tidemark state force-unlock` takes a prefix of it), who holds it, and
 /// when it expires unless renewed.
 public struct LeaseRecord: Sendable, Equatable {
+    /// The lease's id; `state force-unlock` takes a prefix of it.
     public var id: String
+    /// Who holds the lease.
     public var holder: LockHolder
+    /// When the lease expires unless renewed (by the store's clock).
     public var expires: Date
 
     /// A lease `id` held by `holder` until `expires`.
@@ -108,6 +111,7 @@ extension StateLease {
     /// A lock that lives as long as its process needs no heartbeat.
     public func keepAlive() async {}
 
+    /// A lock that lives as long as its process is never stuck.
     public var activity: LeaseActivity? { nil }
 }
 
@@ -123,6 +127,7 @@ public final class LeaseActivity: Sendable {
 
     private let fields: Mutex<Fields>
 
+    /// Activity that last moved `now`.
     public init(now: ContinuousClock.Instant = .now) { fields = Mutex(Fields(last: now)) }
 
     /// The work moved.
@@ -154,6 +159,7 @@ public final class LeaseActivity: Sendable {
 public final class LeaseGate: Sendable {
     private let lease = Mutex<(any StateLease)?>(nil)
 
+    /// An open gate, until `withLock` puts a lease in it.
     public init() {}
 
     /// Throws when the lease held for this run was lost.
@@ -228,9 +234,13 @@ extension StateStore {
 public struct LockHolder: Sendable, Equatable, Codable, CustomStringConvertible {
     /// The command, such as `tidemark apply`.
     public var operation: String
+    /// The user running the command.
     public var user: String
+    /// The host it runs on.
     public var host: String
+    /// Its process id.
     public var pid: Int32
+    /// When it took the lock.
     public var since: Date
     /// The CI job running the command, when the environment names one.
     public var job: String?
@@ -241,6 +251,7 @@ public struct LockHolder: Sendable, Equatable, Codable, CustomStringConvertible 
     /// taken for dead (two containers may share a host name and process ids).
     public var namespace: String?
 
+    /// A holder as a lock records it.
     public init(
         operation: String, user: String, host: String, pid: Int32, since: Date, job: String? = nil,
         instance: String? = nil, namespace: String? = nil
@@ -269,6 +280,7 @@ public struct LockHolder: Sendable, Equatable, Codable, CustomStringConvertible 
     /// A random id for this process, fixed for its life.
     public static let currentInstance = UUID().uuidString.lowercased()
 
+    /// The holder as a second run is told: command, process, user, host, job and since when.
     public var description: String {
         "\(operation) (pid \(pid), user \(user) on \(host)\(job.map { ", job \($0)" } ?? "")) since \(ISO8601DateFormatter().string(from: since))"
     }
@@ -312,6 +324,7 @@ public struct StateWrite: Sendable {
     /// The token table was rebuilt with new ids (`state prune`): every stored token is replaced.
     public var compact = false
 
+    /// A write of nothing: only the serial is bumped.
     public init() {}
 
     /// Every topic and group that differs between `before` and `after`: rows that `after` dropped are
@@ -341,11 +354,16 @@ public struct StateWrite: Sendable {
 
 /// One finished operation of an apply, as journaled.
 public struct JournalEntry: Sendable, Equatable {
+    /// The apply's id.
     public var applyID: String
+    /// The operation's index in the apply's plan.
     public var index: Int
+    /// Tokens the operation changed.
     public var ok: Int
+    /// Tokens it could not change.
     public var failed: Int
 
+    /// Operation `index` of apply `applyID` finished, with its counts.
     public init(applyID: String, index: Int, ok: Int, failed: Int) {
         self.applyID = applyID
         self.index = index
@@ -358,12 +376,18 @@ public struct JournalEntry: Sendable, Equatable {
 /// outcomes recorded in state, `ok` of them changed and `failed` did not. A resumed apply sends only the
 /// rest.
 public struct OperationProgress: Sendable, Equatable {
+    /// The apply's id.
     public var applyID: String
+    /// The operation's index in the apply's plan.
     public var index: Int
+    /// The operation's first tokens sent and recorded.
     public var tokensDone: Int
+    /// Of them, the tokens changed.
     public var ok: Int
+    /// Of them, the tokens not changed.
     public var failed: Int
 
+    /// Operation `index` of apply `applyID` got `tokensDone` tokens far.
     public init(applyID: String, index: Int, tokensDone: Int, ok: Int, failed: Int) {
         self.applyID = applyID
         self.index = index
@@ -380,14 +404,18 @@ public enum ApplyStatus: String, Sendable, Codable, CaseIterable {
 
 /// An apply that started and did not finish (the process was killed or failed).
 public struct UnfinishedApply: Sendable {
+    /// The apply's id.
     public var id: String
+    /// When it started.
     public var startedAt: Date
+    /// The plan it was carrying out.
     public var plan: Plan
     /// Indices of the plan's operations that finished.
     public var done: Set<Int>
     /// Operations that did not finish but got part of the way, by index.
     public var progress: [Int: OperationProgress]
 
+    /// An unfinished apply as the journal holds it; progress of finished operations is dropped.
     public init(
         id: String, startedAt: Date, plan: Plan, done: Set<Int>, progress: [Int: OperationProgress] = [:]
     ) {
@@ -404,12 +432,18 @@ public struct UnfinishedApply: Sendable {
 
 /// One line of the apply history.
 public struct ApplyRecord: Sendable, Equatable, Codable {
+    /// The apply's id.
     public var id: String
+    /// Running, finished or abandoned.
     public var status: ApplyStatus
+    /// When it started (seconds since 1970).
     public var startedAt: Int64
+    /// Operations in its plan.
     public var operations: Int
+    /// Operations it finished.
     public var done: Int
 
+    /// A line of the apply history.
     public init(id: String, status: ApplyStatus, startedAt: Int64, operations: Int, done: Int) {
         self.id = id
         self.status = status
@@ -421,26 +455,36 @@ public struct ApplyRecord: Sendable, Equatable, Codable {
 
 /// Why a state store cannot be used; every case says what to do.
 public struct StateStoreError: Error, CustomStringConvertible, Sendable {
+    /// What kind of problem it is; the message depends on it.
     public enum Code: Sendable {
+        /// The file is not an SQLite database.
         case notSQLite
+        /// An SQLite database, but not tidemark's.
         case foreign
+        /// tidemark's, but damaged.
         case damaged
+        /// Written by a newer tidemark.
         case newerFormat
+        /// Another run holds the lock.
         case locked
         /// A run's lease expired or was taken while it worked; it stopped.
         case leaseLost
+        /// The store could not be read or written (a disk, a server, a connection).
         case io
         /// The store cannot do what was asked (break a lease it does not have).
         case unsupported
     }
 
+    /// What kind of problem it is.
     public var code: Code
     /// The store's location as shown to the user.
     public var path: String
+    /// What exactly was found.
     public var detail: String
     /// Who holds the lock, for `.locked`.
     public var holder: LockHolder?
 
+    /// A problem of `code` with the store at `path`.
     public init(_ code: Code, path: String, _ detail: String, holder: LockHolder? = nil) {
         self.code = code
         self.path = path
@@ -448,6 +492,7 @@ public struct StateStoreError: Error, CustomStringConvertible, Sendable {
         self.holder = holder
     }
 
+    /// The message: what is wrong and what to do.
     public var description: String {
         switch code {
         case .notSQLite:
@@ -472,5 +517,6 @@ public struct StateStoreError: Error, CustomStringConvertible, Sendable {
 
 /// A state store's failure is not one that retrying an FCM call fixes: the command stops and says so.
 extension StateStoreError: RetryableError {
+    /// A store error is final for the call that met it.
     public var isRetryable: Bool { false }
 }

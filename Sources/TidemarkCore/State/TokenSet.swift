@@ -2,8 +2,10 @@
 ///
 /// Union, intersection and difference are linear merges; membership is a binary search.
 public struct TokenSet: Sendable, Equatable, Sequence {
+    /// The ids, sorted, without duplicates.
     public private(set) var ids: [UInt32]
 
+    /// The empty set.
     public init() { ids = [] }
 
     /// From ids in any order, possibly repeated.
@@ -30,10 +32,14 @@ public struct TokenSet: Sendable, Equatable, Sequence {
         self.ids = ids
     }
 
+    /// How many ids the set holds.
     public var count: Int { ids.count }
+    /// Whether the set holds no id.
     public var isEmpty: Bool { ids.isEmpty }
+    /// The ids in ascending order.
     public func makeIterator() -> IndexingIterator<[UInt32]> { ids.makeIterator() }
 
+    /// Whether `id` is in the set (a binary search).
     public func contains(_ id: UInt32) -> Bool {
         var low = 0
         var high = ids.count
@@ -44,6 +50,7 @@ public struct TokenSet: Sendable, Equatable, Sequence {
         return low < ids.count && ids[low] == id
     }
 
+    /// The ids in either set (a linear merge).
     public func union(_ other: TokenSet) -> TokenSet {
         if other.isEmpty { return self }
         if isEmpty { return other }
@@ -71,6 +78,7 @@ public struct TokenSet: Sendable, Equatable, Sequence {
         return TokenSet(sorted: result)
     }
 
+    /// The ids in both sets.
     public func intersection(_ other: TokenSet) -> TokenSet {
         var result: [UInt32] = []
         var i = 0
@@ -91,6 +99,7 @@ public struct TokenSet: Sendable, Equatable, Sequence {
         return TokenSet(sorted: result)
     }
 
+    /// The ids in this set and not in `other`.
     public func subtracting(_ other: TokenSet) -> TokenSet {
         if other.isEmpty || isEmpty { return self }
         var result: [UInt32] = []
@@ -113,7 +122,9 @@ public struct TokenSet: Sendable, Equatable, Sequence {
         return TokenSet(sorted: result)
     }
 
+    /// Adds the ids of `other`.
     public mutating func formUnion(_ other: TokenSet) { self = union(other) }
+    /// Removes the ids of `other`.
     public mutating func subtract(_ other: TokenSet) { self = subtracting(other) }
 
     /// The union of many sets, merged pairwise so the cost stays near n log k.

@@ -3,13 +3,17 @@
 /// At a million devices and five million memberships, strings in every set would cost gigabytes;
 /// ids keep the planner's working set small and its set operations linear merges.
 public struct TokenTable: Sendable {
+    /// The tokens, by id.
     public private(set) var tokens: [String] = []
     private var index = StringIndex()
 
+    /// An empty table.
     public init() {}
 
+    /// How many tokens the table holds (the next id).
     public var count: Int { tokens.count }
 
+    /// Makes room for `n` tokens, so interning a million grows nothing.
     public mutating func reserveCapacity(_ n: Int) {
         tokens.reserveCapacity(n)
         index.reserveCapacity(n, keys: tokens)
@@ -55,7 +59,9 @@ public struct TokenTable: Sendable {
         return nil
     }
 
+    /// The id of `token`, or nil when it is not interned.
     public func id(_ token: String) -> UInt32? { index.find(token, in: tokens).map { UInt32($0) } }
 
+    /// The token with `id`.
     public subscript(id: UInt32) -> String { tokens[Int(id)] }
 }
