@@ -2,12 +2,16 @@
 /// its lines with `open` and `close` repeated around each piece (so a `<details>` block or a code
 /// fence stays well-formed in every part).
 public struct MarkdownBlock: Sendable, Equatable {
+    /// Lines written before the block's lines (a `<details>` tag, a fence).
     public var open: String
+    /// The block's lines, split between parts only here.
     public var lines: [String]
+    /// Lines written after them (`</details>`, a closing fence).
     public var close: String
     /// `open` for the second and later pieces of a split block; nil repeats `open`.
     public var reopen: String?
 
+    /// A block of `lines` between `open` and `close`.
     public init(open: String = "", lines: [String], close: String = "", reopen: String? = nil) {
         self.open = open
         self.lines = lines
@@ -33,9 +37,12 @@ public struct MarkdownBlock: Sendable, Equatable {
 /// refuses comments of 65,536 characters or more), later parts headed "continued", and at most
 /// `maxParts` parts, the last one ending with a pointer to the full data.
 public struct MarkdownPacker: Sendable {
+    /// The most UTF-8 bytes of one part.
     public var limit: Int
+    /// The most parts; what does not fit is named in the last.
     public var maxParts: Int
 
+    /// A packer for parts below `limit` bytes (at least 2,000), at most `maxParts` of them.
     public init(limit: Int = 60_000, maxParts: Int = 10) {
         precondition(limit >= 2_000, "a part must hold at least a header and a few lines")
         self.limit = limit

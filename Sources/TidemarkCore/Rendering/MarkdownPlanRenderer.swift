@@ -2,6 +2,7 @@
 /// table, per-topic detail (collapsed when long), tokens redacted, split into parts that each fit
 /// one comment.
 public struct MarkdownPlanRenderer: Sendable {
+    /// Full tokens instead of redacted ones (`--show-tokens`).
     public var showTokens: Bool
     /// Tokens listed per topic (or group) and direction before "… and N more".
     public var tokensPerSection: Int
@@ -11,9 +12,12 @@ public struct MarkdownPlanRenderer: Sendable {
     public var fullPlanHint: String?
     /// The saved plan the comment is about: its next step is said.
     public var planFile: String?
+    /// How the comment is split into parts.
     public var packer: MarkdownPacker
+    /// Names a token's device, when the inventory knows it.
     public var deviceName: @Sendable (String) -> String?
 
+    /// A renderer with these limits; tokens redacted by default.
     public init(
         showTokens: Bool = false, tokensPerSection: Int = 50, collapseAfter: Int = 12,
         fullPlanHint: String? = nil, packer: MarkdownPacker = MarkdownPacker(),

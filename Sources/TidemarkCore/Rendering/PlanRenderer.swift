@@ -1,5 +1,6 @@
 /// Renders a plan for people: the verdict first, destructive changes called out, tokens redacted.
 public struct PlanRenderer: Sendable {
+    /// Full tokens instead of redacted ones (`--show-tokens`).
     public var showTokens: Bool
     /// Tokens listed per topic and operation before "… and N more".
     public var tokensPerSection: Int
@@ -8,6 +9,7 @@ public struct PlanRenderer: Sendable {
     /// Columns the output is wrapped to (a terminal's width); nil leaves lines whole, for logs and grep.
     public var width: Int?
 
+    /// A renderer with these limits; tokens redacted by default.
     public init(
         showTokens: Bool = false, tokensPerSection: Int = 5, width: Int? = nil,
         deviceName: @escaping @Sendable (String) -> String? = { _ in nil }
@@ -27,6 +29,7 @@ public struct PlanRenderer: Sendable {
         return "\(Int(percent.rounded()))%"
     }
 
+    /// 1234567 → "1,234,567".
     public static func formatCount(_ n: Int) -> String {
         let digits = String(abs(n))
         var result = ""

@@ -13,9 +13,13 @@ public enum FCMDeadlines {
         return calendar.date(from: DateComponents(year: year, month: month, day: day))!
     }
 
+    /// From this day new Firebase projects cannot create device groups.
     public static let deviceGroupsClosedToNewProjects = day(2026, 12, 1)
+    /// From this day device groups, and the call that lists a group's tokens, stop working.
     public static let deviceGroupsTurnedDown = day(2027, 9, 29)
+    /// From this day new Firebase projects cannot use the Instance ID API.
     public static let iidClosedToNewProjects = day(2026, 10, 1)
+    /// From this day the Instance ID API stops working.
     public static let iidTurnedDown = day(2027, 9, 29)
 
     /// "29 September 2027".
@@ -41,6 +45,7 @@ public struct DeadlineCheck: Sendable, Equatable {
     /// false checks nothing (tests of other things, and commands that do not plan).
     public var enabled: Bool
 
+    /// The deadlines of a run on `transport`, refused from `enforcedAt` (nil: only warned about).
     public init(transport: TopicTransport, enforcedAt: Date?, now: Date, enabled: Bool = true) {
         self.transport = transport
         self.enforcedAt = enforcedAt

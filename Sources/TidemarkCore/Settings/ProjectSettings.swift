@@ -1,8 +1,12 @@
 /// `tidemark.yaml`, the optional project file: backend, project id, manifests and state paths.
 public struct ProjectSettings: Sendable, Equatable {
+    /// `project:` the Firebase project id.
     public var project = "tidemark-demo"
+    /// `backend:` embedded, emulator or fcm; nil leaves it to flags and the default.
     public var backend: BackendKind?
+    /// `manifests:` the manifests directory, relative to the project.
     public var manifests: String?
+    /// `state:` a state file's path or a store's URL (`postgres://…`).
     public var state: String?
     /// The state workspace (`workspace:`); `default` when unset.
     public var workspace: String?
@@ -35,10 +39,12 @@ public struct ProjectSettings: Sendable, Equatable {
     /// `inventory: FILE`: the sources live in a file of their own (relative to the project directory,
     /// outside the manifests directory); the runtime reads it with `decodeInventoryFile`.
     public var inventoryFile: String?
+    /// Where `inventory:` names the file, for its messages.
     public var inventoryFileLocation: SourceLocation?
     /// `prune_after`: the retention of dead and departed tokens in state, in seconds (and as written);
     /// set, apply prunes on its own.
     public var pruneAfter: Int64?
+    /// `prune_after` as written (`90d`), for messages.
     public var pruneAfterText: String?
     /// `refresh:`, `refresh_budget:` and `refresh_max_age:`: what plan, apply and drift read by default.
     public var refresh = RefreshPolicy.sample
@@ -49,6 +55,7 @@ public struct ProjectSettings: Sendable, Equatable {
     /// docs do not state exactly.
     public var groupExport = GroupExportCall()
 
+    /// Every top-level key `tidemark.yaml` may hold; any other is refused by name.
     public static let keys = [
         "project", "backend", "manifests", "state", "transport", "qps", "qps_unit", "credentials",
         "fcm_url", "iid_url", "sender_id", "unregistered", "dead_share", "dead_minimum", "limits", "workspace",
@@ -57,6 +64,7 @@ public struct ProjectSettings: Sendable, Equatable {
         "saved_plan_reread_after",
     ]
 
+    /// The settings of a project without `tidemark.yaml`.
     public init() {}
 
     /// Why `name` cannot name a workspace, or nil.
@@ -301,8 +309,11 @@ public struct ProjectSettings: Sendable, Equatable {
 /// FCM's device-group export call, as far as its shape is configurable: the query parameter that
 /// names the group's key, and the field of the answer that lists its tokens.
 public struct GroupExportCall: Sendable, Equatable {
+    /// The query parameter that names the group's key.
     public var query = "notification_key"
+    /// The field of the answer that lists the group's tokens.
     public var field = "registration_ids"
 
+    /// The shape FCM's docs suggest.
     public init() {}
 }

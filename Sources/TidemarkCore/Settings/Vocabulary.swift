@@ -7,6 +7,7 @@ public enum BackendKind: String, Sendable, Codable, CaseIterable, CustomStringCo
     /// The real service.
     case fcm
 
+    /// The name as `tidemark.yaml` and flags spell it.
     public var description: String { rawValue }
     /// Whether calls go over HTTP through tidemark's client.
     public var isHTTP: Bool { self != .embedded }
@@ -19,6 +20,7 @@ public enum TopicTransport: String, Sendable, Codable, CaseIterable, CustomStrin
     /// The deprecated Instance ID batch API: up to 1000 tokens a request.
     case iid
 
+    /// The name as `tidemark.yaml` and flags spell it.
     public var description: String { rawValue }
 
     /// The requests an apply of `operations` sends on this transport, at least: a request per token on
@@ -38,6 +40,7 @@ public enum QuotaUnit: String, Sendable, Codable, CaseIterable, CustomStringConv
     /// HTTP requests: a batch costs 1.
     case requests
 
+    /// The name as `tidemark.yaml` and flags spell it.
     public var description: String { rawValue }
 }
 

@@ -6,6 +6,7 @@ import Glibc
 
 /// Why a file could not be written.
 public struct AtomicWriteError: Error, Sendable, CustomStringConvertible {
+    /// What failed, naming the file.
     public var description: String
 }
 

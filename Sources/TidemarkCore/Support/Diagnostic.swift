@@ -1,9 +1,13 @@
 /// A place in a user's file: 1-based line and column.
 public struct SourceLocation: Hashable, Sendable, Codable, CustomStringConvertible {
+    /// The file as the user names it.
     public var file: String
+    /// The line (or an inventory's row), from 1.
     public var line: Int
+    /// The column, from 1; 0 for a whole row.
     public var column: Int
 
+    /// A place in `file`.
     public init(file: String, line: Int, column: Int) {
         self.file = file
         self.line = line
@@ -16,6 +20,7 @@ public struct SourceLocation: Hashable, Sendable, Codable, CustomStringConvertib
 
 /// A problem in the user's input, reported with where it is and what to do about it.
 public struct Diagnostic: Hashable, Sendable, Codable, CustomStringConvertible {
+    /// How bad it is: a note, a warning, or an error that stops the command.
     public enum Severity: String, Sendable, Codable, Comparable {
         case note, warning, error
 
@@ -27,27 +32,34 @@ public struct Diagnostic: Hashable, Sendable, Codable, CustomStringConvertible {
             }
         }
 
+        /// Notes before warnings before errors.
         public static func < (lhs: Severity, rhs: Severity) -> Bool { lhs.rank < rhs.rank }
     }
 
+    /// How bad it is.
     public var severity: Severity
+    /// What is wrong and what to do, in a sentence.
     public var message: String
+    /// Where, when it is about a place in a file.
     public var location: SourceLocation?
     /// A stable name for diagnostics a script may act on, such as "deadline.device_groups".
     public var code: String? = nil
     /// The date (YYYY-MM-DD) a deadline diagnostic is about.
     public var deadline: String? = nil
 
+    /// A diagnostic of `severity` saying `message`, at `location`.
     public init(_ severity: Severity, _ message: String, at location: SourceLocation? = nil) {
         self.severity = severity
         self.message = message
         self.location = location
     }
 
+    /// An error: the command stops.
     public static func error(_ message: String, at location: SourceLocation? = nil) -> Diagnostic {
         Diagnostic(.error, message, at: location)
     }
 
+    /// A warning: the command goes on.
     public static func warning(_ message: String, at location: SourceLocation? = nil) -> Diagnostic {
         Diagnostic(.warning, message, at: location)
     }
@@ -63,17 +75,22 @@ public struct Diagnostic: Hashable, Sendable, Codable, CustomStringConvertible {
 
 /// Thrown when diagnostics with errors stop the work; carries all of them.
 public struct DiagnosticsError: Error, CustomStringConvertible {
+    /// Every diagnostic, errors and the rest.
     public var diagnostics: [Diagnostic]
 
+    /// An error carrying `diagnostics`.
     public init(_ diagnostics: [Diagnostic]) { self.diagnostics = diagnostics }
 
+    /// The diagnostics, one per line.
     public var description: String {
         diagnostics.map(\.description).joined(separator: "\n")
     }
 }
 
 extension Array where Element == Diagnostic {
+    /// Whether any is an error.
     public var hasErrors: Bool { contains { $0.severity == .error } }
+    /// How many are errors.
     public var errorCount: Int { filter { $0.severity == .error }.count }
 
     /// Sorted by file, line, column; diagnostics without a place go last.

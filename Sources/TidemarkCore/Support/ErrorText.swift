@@ -3,6 +3,7 @@ import Foundation
 /// One line a person can act on for any error, never a Foundation or Swift dump
 /// (`Error Domain=NSCocoaErrorDomain Code=…`, `DecodingError.typeMismatch(…)`).
 public enum ErrorText {
+    /// The error as one line a person can act on.
     public static func describe(_ error: any Error) -> String {
         switch error {
         case let error as DecodingError:

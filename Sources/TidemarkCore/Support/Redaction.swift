@@ -4,6 +4,7 @@ import Foundation
 ///
 /// Enough to tell tokens apart and find one in an inventory, not enough to send to the device.
 public enum Redaction {
+    /// `…`, the token's last five characters, `#` and six hex digits of a hash of the whole token.
     public static func redact(_ token: String) -> String {
         var hash: UInt32 = 2_166_136_261
         for byte in token.utf8 {

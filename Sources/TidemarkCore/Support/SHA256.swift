@@ -5,10 +5,13 @@ import Foundation
 public struct SHA256Digest: Sendable {
     private var hasher = SHA256()
 
+    /// An empty digest.
     public init() {}
 
+    /// Adds `data`.
     public mutating func update(_ data: some DataProtocol) { hasher.update(data: data) }
 
+    /// Adds `text` as UTF-8.
     public mutating func update(_ text: String) { hasher.update(data: Data(text.utf8)) }
 
     /// The digest of everything given so far, in hex.

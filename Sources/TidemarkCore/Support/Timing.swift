@@ -6,12 +6,14 @@ import Foundation
 public struct Timing: Sendable {
     /// Monotonic time since an arbitrary origin.
     public var now: @Sendable () -> Duration
+    /// Waits (a manual clock advances at once); throws when the task is cancelled.
     public var sleep: @Sendable (Duration) async throws -> Void
     /// A uniformly distributed 64-bit value: jitter, ids, keys.
     public var random: @Sendable () -> UInt64
     /// The calendar time: timestamps in state and plans, a `Retry-After` given as an HTTP date.
     public var wallClock: @Sendable () -> Date
 
+    /// A timing from these sources; the calendar is the system's unless given.
     public init(
         now: @escaping @Sendable () -> Duration, sleep: @escaping @Sendable (Duration) async throws -> Void,
         random: @escaping @Sendable () -> UInt64, wallClock: @escaping @Sendable () -> Date = { Date() }
@@ -36,8 +38,10 @@ public struct Timing: Sendable {
     /// A `RandomNumberGenerator` view of `random`.
     public var generator: Generator { Generator(draw: random) }
 
+    /// Draws from `Timing.random`.
     public struct Generator: RandomNumberGenerator {
         let draw: @Sendable () -> UInt64
+        /// The next draw.
         public mutating func next() -> UInt64 { draw() }
     }
 
