@@ -64,13 +64,13 @@ public struct Runtime: Sendable {
         return try Runtime(resolved, registries: registries, timing: timing)
     }
 
-    /// tidemark.yaml as read.
     /// Runs `body` with a phase trace bound when `TIDEMARK_TRACE_PHASES=1` (each phase's time on stderr).
     public func traced<T>(_ body: () async throws -> T) async rethrows -> T {
         guard resolved.tracePhases else { return try await body() }
         return try await PhaseTrace().bound(body)
     }
 
+    /// tidemark.yaml as read.
     public var settings: ProjectSettings { resolved.project }
     /// The project directory, absolute.
     public var root: String { resolved.root }
