@@ -116,8 +116,10 @@ public struct ApplyOutcome: Sendable {
 ///
 /// The caller holds the state lock around `run`.
 public struct ApplyWorkflow: Sendable {
+    /// The parts the apply runs on.
     public var parts: WorkflowParts
 
+    /// An apply over `parts`.
     public init(_ parts: WorkflowParts) { self.parts = parts }
 
     /// Carries out `request`. A graceful shutdown (SIGTERM through swift-service-lifecycle, a replica

@@ -3,10 +3,14 @@ import Foundation
 /// `tidemark audience`: who a send to a condition reaches, by the manifests or by what tidemark
 /// observed (read afresh from a backend when one is given). Writes nothing.
 public struct AudienceWorkflow: Sendable {
+    /// Where the audiences are declared.
     public var manifests: any ManifestSource
+    /// Where their members are kept.
     public var store: any StateStore
+    /// Where diagnostics and progress go.
     public var output: any WorkflowOutput
 
+    /// The workflow over these parts; silent unless given an output.
     public init(manifests: any ManifestSource, store: any StateStore, output: any WorkflowOutput = SilentOutput()) {
         self.manifests = manifests
         self.store = store

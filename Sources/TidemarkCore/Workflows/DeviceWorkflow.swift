@@ -38,10 +38,13 @@ public struct DeviceView: Sendable, Codable {
 /// `tidemark device ID|TOKEN`: one device's memberships from state and manifests. Reads nothing from
 /// FCM and writes nothing.
 public struct DeviceWorkflow: Sendable {
+    /// The parts it reads (state and manifests only).
     public var parts: WorkflowParts
 
+    /// The workflow over `parts`.
     public init(_ parts: WorkflowParts) { self.parts = parts }
 
+    /// The device whose id or token is `query`, with its memberships.
     public func run(_ query: String) async throws -> DeviceView {
         var (state, loaded, read) = try await WorkflowParts.loadStateAndRead(
             manifests: parts.manifests, store: parts.store)

@@ -2,10 +2,13 @@ import Foundation
 
 /// `tidemark drift`: read FCM and classify what moved that nobody planned. Writes nothing.
 public struct DriftWorkflow: Sendable {
+    /// The parts it reads.
     public var parts: WorkflowParts
 
+    /// The workflow over `parts`.
     public init(_ parts: WorkflowParts) { self.parts = parts }
 
+    /// Reads what `policy` asks for and reports what moved; writes nothing.
     public func run(_ policy: RefreshPolicy = .all) async throws -> DriftReport {
         guard policy.reads else {
             throw WorkflowError.nothingToRead(command: "drift")

@@ -31,10 +31,13 @@ public struct GroupsExport: Sendable, Codable {
 ///
 /// The caller holds the state lock around `run`.
 public struct GroupsExportWorkflow: Sendable {
+    /// The parts it reads and records to.
     public var parts: WorkflowParts
 
+    /// The workflow over `parts`.
     public init(_ parts: WorkflowParts) { self.parts = parts }
 
+    /// Exports the groups named (every group state knows when none is) and records what it read.
     public func run(names: [String] = []) async throws -> GroupsExport {
         var (state, loaded) = try await parts.loadStateAndManifests()
         try parts.stopOnErrors(loaded)

@@ -18,10 +18,13 @@ public struct ImportOutcome: Sendable {
 ///
 /// The caller holds the state lock around `run` unless it is a dry run.
 public struct ImportWorkflow: Sendable {
+    /// The parts it reads and records to.
     public var parts: WorkflowParts
 
+    /// The workflow over `parts`.
     public init(_ parts: WorkflowParts) { self.parts = parts }
 
+    /// Adopts what FCM holds for `targets`; a dry run reports it and writes nothing.
     public func run(targets: Targets = .all, dryRun: Bool = false) async throws -> ImportOutcome {
         if try await parts.store.unfinishedApply() != nil { throw WorkflowError.unfinishedApply }
         var (state, loaded) = try await parts.loadStateAndManifests()

@@ -49,10 +49,13 @@ public struct PlanOutcome: Sendable {
 
 /// `tidemark plan`: load state and manifests, refresh unless told not to, and diff. Writes nothing.
 public struct PlanWorkflow: Sendable {
+    /// The parts the plan reads.
     public var parts: WorkflowParts
 
+    /// A plan over `parts`.
     public init(_ parts: WorkflowParts) { self.parts = parts }
 
+    /// Loads, refreshes as `request` says, and plans; writes nothing.
     public func run(_ request: PlanRequest) async throws -> PlanOutcome {
         let parts = self.parts
         let policy = request.refresh

@@ -32,18 +32,26 @@ public protocol WorkflowOutput: Sendable {
 
 /// An output that drops everything.
 public struct SilentOutput: WorkflowOutput {
+    /// An output that drops everything.
     public init() {}
+    /// Drops `event`.
     public func emit(_ event: WorkflowEvent) {}
 }
 
 /// The parts every workflow runs on: where the desired state comes from, where state lives, which
 /// FCM it talks to, and the clock. The CLI builds them from flags and settings; tests from twins.
 public struct WorkflowParts: Sendable {
+    /// Where the manifests (and through them the inventory) are read.
     public var manifests: any ManifestSource
+    /// Where state lives.
     public var store: any StateStore
+    /// The FCM the run reads and changes.
     public var backend: any Backend
+    /// Clock, sleep and random draws.
     public var timing: Timing
+    /// Where the run's events go (terminal, JSON lines, a test's recorder).
     public var output: any WorkflowOutput
+    /// The version recorded in plans.
     public var tidemarkVersion: String
     /// Requests in flight at once, for refreshes and applies.
     public var parallelism: Int
@@ -59,6 +67,7 @@ public struct WorkflowParts: Sendable {
     /// Refuses an inventory that shrank past `max_shrink` since the last apply; nil never refuses.
     public var shrinkGuard: ShrinkGuard? = ShrinkGuard()
 
+    /// The parts of a run; the rest keep their defaults until set.
     public init(
         manifests: any ManifestSource, store: any StateStore, backend: any Backend, timing: Timing = .live,
         output: any WorkflowOutput = SilentOutput(), tidemarkVersion: String, parallelism: Int = 8,
