@@ -250,14 +250,17 @@ public struct Executor: Sendable {
                     // step being sent and the one being journaled are not yet durable, and steps are
                     // journaled in order: the next is submitted only once the one before it is durable.
                     var journaling: JournalReceipt?
+                    /// Waits until the step being journaled, if any, is durable.
+                    func journaled() async throws {
+                        guard let pending = journaling else { return }
+                        journaling = nil
+                        try await recorder.durable(pending)
+                    }
                     do {
                         repeat {
                             let end = min(op.tokens.count, position + max(1, step))
                             let result = try await change(op, Array(op.tokens[position..<end]))
-                            if let pending = journaling {
-                                journaling = nil
-                                try await recorder.durable(pending)
-                            }
+                            try await journaled()
                             journaling = try await recorder.submit(
                                 OperationStep(
                                     index: index, operation: op, from: position, outcomes: result.outcomes,
@@ -266,13 +269,10 @@ public struct Executor: Sendable {
                             requests += result.requests
                             position = end
                         } while position < op.tokens.count
-                        if let pending = journaling {
-                            journaling = nil
-                            try await recorder.durable(pending)
-                        }
+                        try await journaled()
                     } catch {
                         // A step that finished is journaled before the failure goes on.
-                        if let journaling { try? await recorder.durable(journaling) }
+                        try? await journaled()
                         throw error
                     }
                     finished.append(Finished(index: index, from: from, outcomes: outcomes, requests: requests))

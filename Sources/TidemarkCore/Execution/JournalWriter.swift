@@ -39,20 +39,18 @@ public final class JournalWriter: Sendable {
     /// Runs `body` with the writer beside it, and returns once both have ended: the writer drains what
     /// `body` queued before it stops. Call it once.
     public func run<T: Sendable>(_ body: () async throws -> T) async throws -> T {
-        try await withThrowingTaskGroup(of: Void.self) { group in
+        let outcome = await withTaskGroup(of: Void.self) { group -> Result<T, any Error> in
             group.addTask { [self] in
                 while let item = await next() { await item() }
             }
-            let outcome: Result<T, any Error>
+            defer { close() }
             do {
-                outcome = .success(try await body())
+                return .success(try await body())
             } catch {
-                outcome = .failure(error)
+                return .failure(error)
             }
-            close()
-            try await group.waitForAll()
-            return try outcome.get()
         }
+        return try outcome.get()
     }
 
     /// The next item, waiting for one; nil once `body` ended and nothing is queued.
