@@ -1,6 +1,10 @@
 import Foundation
 import Synchronization
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Runs the built `tidemark` binary in a scratch project, as a user would.
 struct CLIRunner {
     struct Result {
@@ -77,16 +81,34 @@ struct CLIRunner {
         let stderrData = Mutex(Data())
         let stderrDone = DispatchSemaphore(value: 0)
         let drain = Thread {
-            stderrData.withLock { $0 = err.fileHandleForReading.readDataToEndOfFile() }
+            stderrData.withLock { $0 = err.fileHandleForReading.readAll() }
             stderrDone.signal()
         }
         drain.start()
-        let stdout = out.fileHandleForReading.readDataToEndOfFile()
+        let stdout = out.fileHandleForReading.readAll()
         stderrDone.wait()
         let stderr = stderrData.withLock { $0 }
         process.waitUntilExit()
         return Result(
             status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
             stderr: String(decoding: stderr, as: UTF8.self))
+    }
+}
+
+extension FileHandle {
+    /// Everything left to read, to the end: `readDataToEndOfFile` traps when a read is interrupted by
+    /// a signal (EINTR), which a test process that starts servers and children does receive; this
+    /// reads again instead.
+    func readAll() -> Data {
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { Glibc.read(fileDescriptor, $0.baseAddress, $0.count) }
+            if count > 0 {
+                data.append(contentsOf: buffer[0..<count])
+            } else if count == 0 || errno != EINTR {
+                return data
+            }
+        }
     }
 }

@@ -15,7 +15,7 @@ import TidemarkTesting
         let out = Pipe()
         process.standardOutput = out
         try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
+        let data = out.fileHandleForReading.readAll()
         process.waitUntilExit()
         #expect(process.terminationStatus == 0, "psql failed on: \(sql)")
         return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)

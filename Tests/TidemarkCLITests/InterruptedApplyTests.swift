@@ -111,7 +111,7 @@ import Testing
         #expect(process.isRunning, "the apply finished before it could be stopped")
         kill(process.processIdentifier, SIGTERM)
         process.waitUntilExit()
-        let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let stderr = String(decoding: err.fileHandleForReading.readAll(), as: UTF8.self)
         #expect(process.terminationStatus == 143, "\(stderr)")
         #expect(stderr.contains("Interrupted by SIGTERM"), "\(stderr)")
         #expect(stderr.contains("Run 'tidemark apply' to finish the rest"))
@@ -138,7 +138,7 @@ import Testing
         let deadline = Date().addingTimeInterval(120)
         while process.isRunning, Date() < deadline {
             // Read through a file handle: /proc files report a size of 0.
-            let data = FileHandle(forReadingAtPath: "/proc/\(process.processIdentifier)/status")?.readDataToEndOfFile()
+            let data = FileHandle(forReadingAtPath: "/proc/\(process.processIdentifier)/status")?.readAll()
             let status = String(decoding: data ?? Data(), as: UTF8.self)
             func mask(_ name: String) -> UInt64 {
                 status.split(separator: "\n").first { $0.hasPrefix(name) }
@@ -152,7 +152,7 @@ import Testing
         #expect(process.isRunning, "the plan finished before it could be stopped")
         kill(process.processIdentifier, SIGINT)
         process.waitUntilExit()
-        let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let stderr = String(decoding: err.fileHandleForReading.readAll(), as: UTF8.self)
         #expect(process.terminationStatus == 130, "\(stderr)")
         #expect(stderr.contains("Interrupted by SIGINT: plan sends nothing to FCM and writes no state"), "\(stderr)")
     }

@@ -72,7 +72,7 @@ import Testing
         }
         guard holder.isRunning else {
             holder.waitUntilExit()
-            let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            let stderr = String(decoding: err.fileHandleForReading.readAll(), as: UTF8.self)
             Issue.record("the apply ended before it could be paused: \(stderr)")
             return
         }
@@ -90,7 +90,7 @@ import Testing
             (after["requests"] as? Int) == (before["requests"] as? Int),
             "the resumed holder sent no request: \(before) then \(after)")
         holder.waitUntilExit()
-        let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let stderr = String(decoding: err.fileHandleForReading.readAll(), as: UTF8.self)
         #expect(holder.terminationStatus == 1, "\(stderr)")
         // It learns it from its lease check, or (paused inside a save) from the transaction the server
         // ended or the timer that ran out while it was stopped.
