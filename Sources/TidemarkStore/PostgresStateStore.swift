@@ -60,7 +60,7 @@ public final class PostgresStateStore: StateStore {
 
     public func load() async throws -> State? {
         try await ensureSchema()
-        return try await link.transaction(readOnly: true) { c in
+        return try await link.transaction(readOnly: true) { c -> State? in
             guard
                 let row = try await c.first(
                     """
@@ -70,7 +70,7 @@ public final class PostgresStateStore: StateStore {
             else { return nil }
             let (lineage, serial, kind, project, inventoryRows) = try self.decode(
                 row, (String, Int64, String?, String?, String).self, table: "tidemark_workspaces")
-            var table = TokenTable()
+            var tokenList: [String] = []
             var seenAt: [Int64] = []
             var dead: [UInt32] = []
             var deviceIDs: [String] = []
@@ -83,12 +83,22 @@ public final class PostgresStateStore: StateStore {
                     row, (Int64, String, Int64, Bool, String, Int64).self, table: "tidemark_tokens")
                 deviceIDs.append(device)
                 leftAt.append(left)
-                guard Int(id) == table.count, table.intern(token) == UInt32(id) else {
+                guard Int(id) == tokenList.count else {
                     throw self.damaged("table 'tidemark_tokens': token ids are not dense at id \(id)")
                 }
+                tokenList.append(token)
                 seenAt.append(seen)
                 if isDead { dead.append(UInt32(id)) }
             }
+            let table: TokenRegistry
+            do {
+                table = try TokenRegistry(tokens: tokenList, seenAt: seenAt, deviceIDs: deviceIDs, leftAt: leftAt)
+            } catch let error as TokenRegistry.RepeatedToken {
+                throw self.damaged(
+                    "table 'tidemark_tokens': id \(error.id) holds the same token\(error.earlier.map { " as id \($0)" } ?? "")"
+                )
+            }
+            tokenList = []
             var topics: [String: TopicState] = [:]
             for try await row in try await c.query(
                 "SELECT name, mode, protect, managed, observed, opted_out FROM tidemark_topics WHERE workspace = \(self.workspace)"
@@ -120,28 +130,26 @@ public final class PostgresStateStore: StateStore {
                     exported: try exported.map { try self.tokenSet($0, count: table.count, table: "tidemark_groups") },
                     exportedAt: exportedAt)
             }
-            var state = State(
-                lineage: lineage, serial: Int(serial), tokens: table, seenAt: seenAt, dead: TokenSet(sorted: dead),
-                topics: topics, groups: groups)
-            state.deviceIDs = deviceIDs
-            state.leftAt = leftAt
+            var backend: BackendIdentity?
             if let kind, let project {
-                guard let backend = BackendKind(rawValue: kind) else {
+                guard let known = BackendKind(rawValue: kind) else {
                     throw self.damaged("table 'tidemark_workspaces': the backend '\(kind)' is not one tidemark knows")
                 }
-                state.backend = BackendIdentity(kind: backend, project: project)
+                backend = BackendIdentity(kind: known, project: project)
             }
             guard let rows = State.inventoryRows(from: inventoryRows) else {
                 throw self.damaged("table 'tidemark_workspaces': the inventory counts are not what tidemark writes")
             }
-            state.inventoryRows = rows
+            var versions: [String: Int] = [:]
             for try await row in try await c.query(
                 "SELECT key, serial FROM tidemark_row_versions WHERE workspace = \(self.workspace)")
             {
                 let (key, serial) = try self.decode(row, (String, Int64).self, table: "tidemark_row_versions")
-                state.versions[key] = Int(serial)
+                versions[key] = Int(serial)
             }
-            return state
+            return State(
+                lineage: lineage, serial: Int(serial), tokens: table, dead: TokenSet(sorted: dead),
+                topics: topics, groups: groups, backend: backend, versions: versions, inventoryRows: rows)
         }
     }
 
@@ -149,7 +157,6 @@ public final class PostgresStateStore: StateStore {
 
     @discardableResult
     public func save(_ state: inout State, _ write: StateWrite, at now: Int64) async throws -> Int {
-        state.growToTable()
         let snapshot = state
         let fence = held.withLock { $0 }
         try await ensureSchema()
@@ -205,7 +212,8 @@ public final class PostgresStateStore: StateStore {
                 var buffer = ByteBuffer()
                 // Tokens as ids of the table written above, in this transaction (see JournalPlan).
                 buffer.writeBytes(
-                    try JournalPlan.encode(plan, tokens: snapshot.tokens) ?? Plan.encoder(pretty: false).encode(plan))
+                    try JournalPlan.encode(plan, tokens: snapshot.tokens.table)
+                        ?? Plan.encoder(pretty: false).encode(plan))
                 try await c.run(
                     """
                     INSERT INTO tidemark_applies (workspace, id, started_at, status, manifests_digest, operations_digest,
@@ -268,8 +276,7 @@ public final class PostgresStateStore: StateStore {
                 """)
             return next
         }
-        state.serial = serial
-        if !write.restore { for key in write.versionKeys { state.versions[key] = serial } }
+        state.saved(serial: serial, versionKeys: write.versionKeys, restored: write.restore)
         return serial
     }
 
@@ -287,10 +294,10 @@ public final class PostgresStateStore: StateStore {
             let end = min(state.tokens.count, start + batch)
             let ids = (start..<end).map { Int64($0) }
             let tokens = (start..<end).map { state.tokens[UInt32($0)] }
-            let seen = (start..<end).map { state.seenAt[$0] }
+            let seen = Array(state.seenAt[start..<end])
             let dead = (start..<end).map { state.dead.contains(UInt32($0)) }
-            let devices = (start..<end).map { $0 < state.deviceIDs.count ? state.deviceIDs[$0] : "" }
-            let left = (start..<end).map { $0 < state.leftAt.count ? state.leftAt[$0] : 0 }
+            let devices = Array(state.deviceIDs[start..<end])
+            let left = Array(state.leftAt[start..<end])
             try await c.run(
                 """
                 INSERT INTO tidemark_tokens (workspace, id, token, seen_at, dead, device_id, left_at)
@@ -306,10 +313,11 @@ public final class PostgresStateStore: StateStore {
         while offset < touched.count {
             let slice = touched[offset..<min(touched.count, offset + batch)]
             let ids = slice.map { Int64($0) }
-            let seen = slice.map { state.seenAt[Int($0)] }
+            let (seenAt, deviceIDs, leftAt) = (state.seenAt, state.deviceIDs, state.leftAt)
+            let seen = slice.map { seenAt[Int($0)] }
             let dead = slice.map { state.dead.contains($0) }
-            let devices = slice.map { Int($0) < state.deviceIDs.count ? state.deviceIDs[Int($0)] : "" }
-            let left = slice.map { Int($0) < state.leftAt.count ? state.leftAt[Int($0)] : 0 }
+            let devices = slice.map { deviceIDs[Int($0)] }
+            let left = slice.map { leftAt[Int($0)] }
             try await c.run(
                 """
                 UPDATE tidemark_tokens AS t SET seen_at = u.seen_at, dead = u.dead, device_id = u.device_id,

@@ -272,7 +272,7 @@ public final class SQLiteStateStore: StateStore {
     public func load() async throws -> State? {
         guard let queue = try open(create: false) else { return nil }
         return try await running {
-            try await queue.read { db in
+            try await queue.read { db -> State? in
                 guard try hasWorkspace(db) else { return nil }
                 try verifyWorkspace(db)
                 let lineage = try String.fetchOne(db, sql: "SELECT value FROM \(t.meta) WHERE key = 'lineage'") ?? ""
@@ -285,11 +285,14 @@ public final class SQLiteStateStore: StateStore {
                         "SELECT id, token, seen_at, dead\(devices ? ", device_id, left_at" : "") FROM \(t.tokens) ORDER BY id"
                 )
                 let read = try readTokens(statement, count: count, devices: devices)
-                var table = TokenTable()
-                if let repeated = table.appendNew(read.tokens) {
-                    let first = table.id(read.tokens[repeated]).map { " as id \($0)" } ?? ""
+                let table: TokenRegistry
+                do {
+                    table = try TokenRegistry(
+                        tokens: read.tokens, seenAt: read.seenAt, deviceIDs: read.deviceIDs, leftAt: read.leftAt)
+                } catch let error as TokenRegistry.RepeatedToken {
+                    let first = error.earlier.map { " as id \($0)" } ?? ""
                     throw StateStoreError(
-                        .damaged, path: location, "table 'tokens': id \(repeated) holds the same token\(first)")
+                        .damaged, path: location, "table 'tokens': id \(error.id) holds the same token\(first)")
                 }
                 var topics: [String: TopicState] = [:]
                 // Files written before opt-outs existed have no opted_out column: none is recorded.
@@ -328,36 +331,34 @@ public final class SQLiteStateStore: StateStore {
                     }
                     groups[try cell(row, 0, in: "groups")] = group
                 }
-                var state = State(
-                    lineage: lineage, serial: serial, tokens: table, seenAt: read.seenAt,
-                    dead: TokenSet(sorted: read.dead),
-                    topics: topics, groups: groups)
-                state.deviceIDs = read.deviceIDs
-                state.leftAt = read.leftAt
-                state.growToTable()
+                var backend: BackendIdentity?
                 if let kind = try String.fetchOne(db, sql: "SELECT value FROM \(t.meta) WHERE key = 'backend'"),
                     let project = try String.fetchOne(db, sql: "SELECT value FROM \(t.meta) WHERE key = 'project'")
                 {
-                    guard let backend = BackendKind(rawValue: kind) else {
+                    guard let known = BackendKind(rawValue: kind) else {
                         throw StateStoreError(
                             .damaged, path: location, "its backend '\(kind)' is not one tidemark knows")
                     }
-                    state.backend = BackendIdentity(kind: backend, project: project)
+                    backend = BackendIdentity(kind: known, project: project)
                 }
+                var inventoryRows: [String: Int] = [:]
                 if let rows = try String.fetchOne(db, sql: "SELECT value FROM \(t.meta) WHERE key = 'inventory_rows'") {
                     guard let parsed = State.inventoryRows(from: rows) else {
                         throw StateStoreError(
                             .damaged, path: location,
                             "its inventory counts ('inventory_rows' in the meta table) are not what tidemark writes")
                     }
-                    state.inventoryRows = parsed
+                    inventoryRows = parsed
                 }
+                var versions: [String: Int] = [:]
                 if try db.tableExists(t.raw("row_versions")) {
                     for row in try Row.fetchAll(db, sql: "SELECT key, serial FROM \(t.row_versions)") {
-                        state.versions[try cell(row, 0, in: "row_versions")] = try cell(row, 1, in: "row_versions")
+                        versions[try cell(row, 0, in: "row_versions")] = try cell(row, 1, in: "row_versions")
                     }
                 }
-                return state
+                return State(
+                    lineage: lineage, serial: serial, tokens: table, dead: TokenSet(sorted: read.dead),
+                    topics: topics, groups: groups, backend: backend, versions: versions, inventoryRows: inventoryRows)
             }
         }
     }
@@ -473,7 +474,6 @@ public final class SQLiteStateStore: StateStore {
     /// Writes the parts of `state` named by `write`, and returns the new serial (also set in `state`).
     @discardableResult
     public func save(_ state: inout State, _ write: StateWrite, at now: Int64) async throws -> Int {
-        state.growToTable()
         let snapshot = state
         let queue = try open(create: true)!
         let serial = try await running {
@@ -496,8 +496,7 @@ public final class SQLiteStateStore: StateStore {
                         sql: "UPDATE \(t.meta) SET value = ? WHERE key = 'format_version'",
                         arguments: [String(Self.formatVersion)])
                 }
-                func device(_ id: Int) -> String { id < snapshot.deviceIDs.count ? snapshot.deviceIDs[id] : "" }
-                func left(_ id: Int) -> Int64 { id < snapshot.leftAt.count ? snapshot.leftAt[id] : 0 }
+                let (seenAt, deviceIDs, leftAt) = (snapshot.seenAt, snapshot.deviceIDs, snapshot.leftAt)
                 // A rebuilt token table replaces the stored one, in the same transaction as every set.
                 if write.compact { try db.execute(sql: "DELETE FROM \(t.tokens)") }
                 // Ids are dense (load refuses a gap), so the next id is the row count; max(id) is one
@@ -510,8 +509,8 @@ public final class SQLiteStateStore: StateStore {
                     )
                     for id in stored..<snapshot.tokens.count {
                         try insert.execute(arguments: [
-                            id, snapshot.tokens[UInt32(id)], snapshot.seenAt[id],
-                            snapshot.dead.contains(UInt32(id)) ? 1 : 0, device(id), left(id),
+                            id, snapshot.tokens[UInt32(id)], seenAt[id],
+                            snapshot.dead.contains(UInt32(id)) ? 1 : 0, deviceIDs[id], leftAt[id],
                         ])
                     }
                 }
@@ -521,7 +520,7 @@ public final class SQLiteStateStore: StateStore {
                     write.allTokens ? Array(0..<UInt32(min(stored, snapshot.tokens.count))) : write.tokens
                 for id in touched where Int(id) < stored {
                     try update.execute(arguments: [
-                        snapshot.seenAt[Int(id)], snapshot.dead.contains(id) ? 1 : 0, device(Int(id)), left(Int(id)),
+                        seenAt[Int(id)], snapshot.dead.contains(id) ? 1 : 0, deviceIDs[Int(id)], leftAt[Int(id)],
                         id,
                     ])
                 }
@@ -559,7 +558,7 @@ public final class SQLiteStateStore: StateStore {
                 if let (id, plan) = write.beginApply {
                     // Tokens as ids of the table written above, in this transaction (see JournalPlan).
                     let data =
-                        try JournalPlan.encode(plan, tokens: snapshot.tokens)
+                        try JournalPlan.encode(plan, tokens: snapshot.tokens.table)
                         ?? Plan.encoder(pretty: false).encode(plan)
                     PhaseTrace.mark("save: plan encoded (\(data.count) bytes)")
                     try db.execute(
@@ -624,8 +623,7 @@ public final class SQLiteStateStore: StateStore {
         PhaseTrace.mark("save: committed")
         _ = try? await queue.writeWithoutTransaction { db in try Self.checkpoint(db) }
         PhaseTrace.mark("save: checkpointed")
-        state.serial = serial
-        if !write.restore { for key in write.versionKeys { state.versions[key] = serial } }
+        state.saved(serial: serial, versionKeys: write.versionKeys, restored: write.restore)
         return serial
     }
 

@@ -46,18 +46,12 @@ public actor InMemoryStateStore: StateStore {
 
     public func load() async throws -> State? {
         guard let stored else { return nil }
-        var table = TokenTable()
-        for token in stored.tokens { table.intern(token) }
-        var state = State(
-            lineage: stored.lineage, serial: stored.serial, tokens: table, seenAt: stored.seenAt,
-            dead: TokenSet(stored.dead), topics: stored.topics, groups: stored.groups)
-        state.backend = stored.backend
-        state.versions = stored.versions
-        state.inventoryRows = stored.inventoryRows
-        state.deviceIDs = stored.deviceIDs
-        state.leftAt = stored.leftAt
-        state.growToTable()
-        return state
+        let tokens = try TokenRegistry(
+            tokens: stored.tokens, seenAt: stored.seenAt, deviceIDs: stored.deviceIDs, leftAt: stored.leftAt)
+        return State(
+            lineage: stored.lineage, serial: stored.serial, tokens: tokens, dead: TokenSet(stored.dead),
+            topics: stored.topics, groups: stored.groups, backend: stored.backend, versions: stored.versions,
+            inventoryRows: stored.inventoryRows)
     }
 
     public func save(_ state: inout State, _ write: StateWrite, at now: Int64) async throws -> Int {
@@ -65,7 +59,6 @@ public actor InMemoryStateStore: StateStore {
             failNextSave = nil
             throw failure
         }
-        state.growToTable()
         var next = stored ?? Stored(lineage: state.lineage)
         if write.compact {
             next.tokens = []
@@ -78,15 +71,15 @@ public actor InMemoryStateStore: StateStore {
         for id in known..<state.tokens.count {
             next.tokens.append(state.tokens[UInt32(id)])
             next.seenAt.append(state.seenAt[id])
-            next.deviceIDs.append(id < state.deviceIDs.count ? state.deviceIDs[id] : "")
-            next.leftAt.append(id < state.leftAt.count ? state.leftAt[id] : 0)
+            next.deviceIDs.append(state.deviceIDs[id])
+            next.leftAt.append(state.leftAt[id])
             if state.dead.contains(UInt32(id)) { next.dead.insert(UInt32(id)) }
         }
         let touched: [UInt32] = write.allTokens ? Array(0..<UInt32(min(known, state.tokens.count))) : write.tokens
         for id in touched where Int(id) < known {
             next.seenAt[Int(id)] = state.seenAt[Int(id)]
-            next.deviceIDs[Int(id)] = Int(id) < state.deviceIDs.count ? state.deviceIDs[Int(id)] : ""
-            next.leftAt[Int(id)] = Int(id) < state.leftAt.count ? state.leftAt[Int(id)] : 0
+            next.deviceIDs[Int(id)] = state.deviceIDs[Int(id)]
+            next.leftAt[Int(id)] = state.leftAt[Int(id)]
             if state.dead.contains(id) { next.dead.insert(id) } else { next.dead.remove(id) }
         }
         for name in Set(write.topics) { next.topics[name] = state.topics[name] }
@@ -114,11 +107,10 @@ public actor InMemoryStateStore: StateStore {
         } else {
             next.serial += 1
             for key in write.versionKeys { next.versions[key] = next.serial }
-            for key in write.versionKeys { state.versions[key] = next.serial }
         }
         stored = next
         saveCount += 1
-        state.serial = next.serial
+        state.saved(serial: next.serial, versionKeys: write.versionKeys, restored: write.restore)
         return next.serial
     }
 

@@ -59,26 +59,31 @@ public enum StateStoreConformance {
 
     static func token(_ i: Int) -> String { Fixtures.token(i) }
 
-    /// A state of `tokens` tokens with two topics and a group, as a first apply would leave it.
-    public static func sample(tokens: Int = 5000) -> State {
+    /// A state of `tokens` tokens (at least 10: its sets name ids up to 9) with two topics, a group
+    /// and two audiences, as a first apply would leave it.
+    public static func sample(tokens: Int = 5000, lineage: String = lineage) -> State {
+        precondition(tokens >= 10, "the sample's sets name token ids up to 9")
         var state = State(lineage: lineage, serial: 0)
-        for i in 0..<tokens { state.tokens.intern(token(i)) }
-        state.growToTable()
-        state.seenAt[3] = 99
-        state.dead = TokenSet([4])
-        state.topics["news"] = TopicState(
-            mode: .authoritative, protect: true, managed: TokenSet([1, 2, 3]),
-            observed: TokenSet(0..<UInt32(min(tokens, 4000))))
-        state.topics["sports"] = TopicState(
-            managed: TokenSet([5, 9]), observed: TokenSet([5, 6]), optedOut: TokenSet([9]))
-        state.groups["family"] = GroupState(key: "APA91bkey", protect: false, members: TokenSet([7, 8]))
+        for i in 0..<tokens { state.intern(token(i)) }
+        state.setSeen(3, at: 99)
+        state.setDead(TokenSet([4]))
+        state.setTopic(
+            "news",
+            TopicState(
+                mode: .authoritative, protect: true, managed: TokenSet([1, 2, 3]),
+                observed: TokenSet(0..<UInt32(min(tokens, 4000)))))
+        state.setTopic(
+            "sports", TopicState(managed: TokenSet([5, 9]), observed: TokenSet([5, 6]), optedOut: TokenSet([9])))
+        state.setGroup("family", GroupState(key: "APA91bkey", protect: false, members: TokenSet([7, 8])))
         // A group converted to an audience (its FCM group still kept), exported before; and an audience
         // with no FCM group at all.
-        state.groups["kitchen"] = GroupState(
-            key: "APA91bold", protect: true, members: TokenSet([2, 3]), audience: true,
-            exported: TokenSet([2, 3, 6]), exportedAt: 555)
-        state.groups["beta-testers"] = GroupState(key: nil, members: TokenSet([0, 1]), audience: true)
-        state.backend = BackendIdentity(kind: .fcm, project: "tidewatch-prod")
+        state.setGroup(
+            "kitchen",
+            GroupState(
+                key: "APA91bold", protect: true, members: TokenSet([2, 3]), audience: true,
+                exported: TokenSet([2, 3, 6]), exportedAt: 555))
+        state.setGroup("beta-testers", GroupState(key: nil, members: TokenSet([0, 1]), audience: true))
+        state.claim(backend: BackendIdentity(kind: .fcm, project: "tidewatch-prod"))
         return state
     }
 
@@ -104,20 +109,19 @@ public enum StateStoreConformance {
     /// The device id of each token survives a save; a changed one is written when the write names it.
     static func remembersEachTokensDevice(_ store: any StateStore) async throws {
         var state = sample(tokens: 30)
-        state.deviceIDs[0] = "device-0"
-        state.deviceIDs[7] = "d7"
-        state.leftAt[9] = 777
+        state.setDeviceID(0, "device-0")
+        state.setDeviceID(7, "d7")
+        state.setLeft(9, at: 777)
         try await store.save(&state, writeAll(state), at: 1000)
         var loaded = try #require(try await store.load())
         #expect(loaded.leftAt.count == 30 && loaded.leftAt[9] == 777 && loaded.leftAt[8] == 0)
         #expect(loaded.deviceIDs.count == 30)
         #expect(loaded.deviceID(of: 0) == "device-0" && loaded.deviceID(of: 7) == "d7" && loaded.deviceID(of: 1) == nil)
         // A device id learnt later for a stored token, and a new token with its device.
-        loaded.deviceIDs[1] = "device-1"
-        loaded.leftAt[1] = 555
-        let new = loaded.tokens.intern(token(500))
-        loaded.growToTable()
-        loaded.deviceIDs[Int(new)] = "device-500"
+        loaded.setDeviceID(1, "device-1")
+        loaded.setLeft(1, at: 555)
+        let new = loaded.intern(token(500))
+        loaded.setDeviceID(new, "device-500")
         var write = StateWrite()
         write.tokens = [1]
         try await store.save(&loaded, write, at: 1001)
@@ -130,7 +134,7 @@ public enum StateStoreConformance {
     /// `state prune`: a rebuilt token table replaces the stored one, every set remapped, in one save.
     static func compactsTheTokenTable(_ store: any StateStore) async throws {
         var state = sample(tokens: 40)
-        state.deviceIDs[12] = "device-12"
+        state.setDeviceID(12, "device-12")
         try await store.save(&state, writeAll(state), at: 1000)
         var selection = PruneSelection()
         selection.dead = [4]
@@ -150,8 +154,7 @@ public enum StateStoreConformance {
         #expect(loaded.topics["news"]?.managed.map { loaded.tokens[$0] } == [token(1), token(2), token(3)])
         // A later ordinary save appends after the compacted table.
         var next = loaded
-        let new = next.tokens.intern(token(900))
-        next.growToTable()
+        let new = next.intern(token(900))
         try await store.save(&next, StateWrite(), at: 1002)
         #expect(try await store.load()?.tokens.id(token(900)) == new)
     }
@@ -182,11 +185,11 @@ public enum StateStoreConformance {
         var state = sample(tokens: 20)
         try await store.save(&state, writeAll(state), at: 1000)
         // Change two topics, a group and a token; name only one topic and the group.
-        state.topics["news"]!.observed = TokenSet([9])
-        state.topics["sports"]!.observed = TokenSet([10])
-        state.groups["family"] = nil
-        state.seenAt[5] = 500
-        state.dead.formUnion(TokenSet([6]))
+        state.updateTopic("news") { $0.observed = TokenSet([9]) }
+        state.updateTopic("sports") { $0.observed = TokenSet([10]) }
+        state.setGroup("family", nil)
+        state.setSeen(5, at: 500)
+        state.setDead(state.dead.union(TokenSet([6])))
         var write = StateWrite()
         write.topics = ["news"]
         write.groups = ["family"]
@@ -197,9 +200,8 @@ public enum StateStoreConformance {
         #expect(loaded.groups["family"] == nil, "a named group that state dropped is deleted")
         #expect(loaded.seenAt[5] == 0 && !loaded.dead.contains(6), "unnamed tokens keep what was stored")
         // Naming the tokens writes them; new tokens are always written.
-        state.tokens.intern(token(100))
-        state.growToTable()
-        state.seenAt[20] = 77
+        state.intern(token(100))
+        state.setSeen(20, at: 77)
         write = StateWrite()
         write.tokens = [5, 6]
         try await store.save(&state, write, at: 1002)
@@ -207,15 +209,15 @@ public enum StateStoreConformance {
         #expect(loaded.seenAt[5] == 500 && loaded.dead.contains(6))
         #expect(loaded.tokens.count == 21 && loaded.tokens[20] == token(100) && loaded.seenAt[20] == 77)
         // allTokens writes every token, including a revival.
-        state.dead.subtract(TokenSet([6]))
-        state.seenAt[0] = 42
+        state.setDead(state.dead.subtracting(TokenSet([6])))
+        state.setSeen(0, at: 42)
         write = StateWrite()
         write.allTokens = true
         try await store.save(&state, write, at: 1003)
         loaded = try #require(try await store.load())
         #expect(loaded.seenAt[0] == 42 && !loaded.dead.contains(6))
         // Deleting a topic deletes it.
-        state.topics["sports"] = nil
+        state.setTopic("sports", nil)
         write = StateWrite()
         write.topics = ["sports"]
         try await store.save(&state, write, at: 1004)
@@ -232,7 +234,7 @@ public enum StateStoreConformance {
         #expect(loaded.serial == 4 && loaded.lineage == lineage, "the lineage never changes")
         // A stale copy saving again still bumps from what is stored.
         var stale = sample(tokens: 10)
-        stale.serial = 1
+        stale.saved(serial: 1, versionKeys: [])
         #expect(try await store.save(&stale, StateWrite(), at: 2000) == 5)
     }
 
@@ -268,8 +270,7 @@ public enum StateStoreConformance {
         var write = writeAll(state)
         try await store.save(&state, write, at: 1000)
         // Tokens new in this save: interned now, written with the journal's plan.
-        for i in 3000..<3500 { state.tokens.intern(token(i)) }
-        state.growToTable()
+        for i in 3000..<3500 { state.intern(token(i)) }
         let ops = [
             PlannedOperation(kind: .unsubscribe, target: "news", tokens: (0..<1000).reversed().map(token)),
             PlannedOperation(kind: .subscribe, target: "sports", tokens: (2900..<3500).map(token)),
@@ -403,8 +404,7 @@ public enum StateStoreConformance {
 
     static func sessionResumesWhereItStopped(_ store: any StateStore) async throws {
         var state = State(lineage: lineage, serial: 0)
-        for i in 0..<3 { state.tokens.intern(token(i)) }
-        state.growToTable()
+        for i in 0..<3 { state.intern(token(i)) }
         let desired = DesiredState(
             topics: [DesiredTopic(name: "t", members: TokenSet([0, 1, 2]))], groups: [],
             knownTokens: TokenSet([0, 1, 2]))
@@ -437,12 +437,12 @@ public enum StateStoreConformance {
         try await store.save(&state, writeAll(state), at: 1000)
         let groups = ["group:family": 1, "group:kitchen": 1, "group:beta-testers": 1]
         #expect(state.versions == ["topic:news": 1, "topic:sports": 1].merging(groups) { a, _ in a })
-        state.topics["news"]!.observed = TokenSet([1])
+        state.updateTopic("news") { $0.observed = TokenSet([1]) }
         var write = StateWrite()
         write.topics = ["news"]
         try await store.save(&state, write, at: 1001)
         try await store.save(&state, StateWrite(), at: 1002)
-        state.topics["sports"] = nil
+        state.setTopic("sports", nil)
         write = StateWrite()
         write.topics = ["sports"]
         try await store.save(&state, write, at: 1003)
@@ -455,8 +455,7 @@ public enum StateStoreConformance {
     /// unfinished operation got, with the counts so far, and the operation's last step finishes it.
     static func journalsStepsWithinAnOperation(_ store: any StateStore) async throws {
         var state = State(lineage: lineage, serial: 0)
-        for i in 0..<5 { state.tokens.intern(token(i)) }
-        state.growToTable()
+        for i in 0..<5 { state.intern(token(i)) }
         let desired = DesiredState(
             topics: [DesiredTopic(name: "t", members: TokenSet(0..<5))], groups: [], knownTokens: TokenSet(0..<5))
         let op = PlannedOperation(kind: .subscribe, target: "t", tokens: (0..<5).map(token))
@@ -491,10 +490,12 @@ public enum StateStoreConformance {
     /// `state pull`, `push` and `migrate` copy a state whole: its serial and row versions are kept, so
     /// plans saved against it stay valid in the new store; the next save bumps from there.
     static func restoresAWholeStateKeepingItsSerial(_ store: any StateStore) async throws {
-        var state = sample(tokens: 30)
-        state.serial = 41
-        state.versions = ["topic:news": 12, "topic:sports": 40, "group:family": 3, "topic:gone": 7]
-        state.inventoryRows = ["inventory/devices.csv": 3000, "exec devices.py": 12, "postgres \"app\"": 0]
+        let sample = sample(tokens: 30)
+        let state = State(
+            lineage: sample.lineage, serial: 41, tokens: sample.tokens, dead: sample.dead, topics: sample.topics,
+            groups: sample.groups, backend: sample.backend,
+            versions: ["topic:news": 12, "topic:sports": 40, "group:family": 3, "topic:gone": 7],
+            inventoryRows: ["inventory/devices.csv": 3000, "exec devices.py": 12, "postgres \"app\"": 0])
         var copy = state
         try await store.save(&copy, .restoring(state), at: 1000)
         #expect(copy.serial == 41)
@@ -506,8 +507,8 @@ public enum StateStoreConformance {
         #expect(loaded.backend == state.backend)
         #expect(loaded.inventoryRows == state.inventoryRows, "the shrink guard's counts")
         var next = loaded
-        next.topics["news"]!.managed = TokenSet([1])
-        next.inventoryRows = ["inventory/devices.csv": 2990]
+        next.updateTopic("news") { $0.managed = TokenSet([1]) }
+        next.recordInventoryRows(["inventory/devices.csv": 2990])
         var write = StateWrite()
         write.topics = ["news"]
         #expect(try await store.save(&next, write, at: 1001) == 42)
@@ -525,7 +526,7 @@ public enum StateStoreConformance {
         try await dev.save(&state, StateWrite(), at: 2)
         #expect(try await prod.load() == nil)
         var other = State(lineage: "other-lineage", serial: 0)
-        other.tokens.intern(Fixtures.token(99))
+        other.intern(Fixtures.token(99))
         try await prod.save(&other, StateWrite(), at: 3)
         #expect(try await dev.load()?.serial == 2)
         #expect(try await prod.load()?.lineage == "other-lineage")

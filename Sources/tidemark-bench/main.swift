@@ -62,9 +62,8 @@ struct Generator {
         let store = SQLiteStateStore(path: statePath)
         var state = State(lineage: Timing.live.uuid(), serial: 0)
         let files = PlainFiles(root: directory + "/manifests")
-        let loaded = await ManifestLoader(files: files).load(into: &state.tokens)
+        let loaded = await state.interning { await ManifestLoader(files: files).load(into: &$0) }
         guard !loaded.diagnostics.hasErrors else { throw DiagnosticsError(loaded.diagnostics) }
-        state.growToTable()
         var memberships = 0
         var changed = 0
         for topic in loaded.desired.topics {
@@ -75,7 +74,7 @@ struct Generator {
             let set = TokenSet(ids)
             changed += set.subtracting(topic.members).count + topic.members.subtracting(set).count
             memberships += set.count
-            state.topics[topic.name] = TopicState(mode: topic.mode, managed: set, observed: set)
+            state.setTopic(topic.name, TopicState(mode: topic.mode, managed: set, observed: set))
         }
         var write = StateWrite()
         write.topics = Array(state.topics.keys)

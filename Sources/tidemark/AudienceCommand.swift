@@ -123,7 +123,6 @@ struct AudienceCommand: AsyncParsableCommand {
         let runtime = try Runtime(global)
         let source = Audience.Source(rawValue: from)!
         var (state, loaded) = try await runtime.stateAndManifests(output: TerminalOutput())
-        state.growToTable()
         guard let found = Audience.members(named: name, source: source, desired: loaded.desired, state: state) else {
             let where_ = source == .desired ? "the manifests declare" : "state holds"
             throw CLIError(

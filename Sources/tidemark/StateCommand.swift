@@ -189,7 +189,8 @@ struct StateShowCommand: AsyncParsableCommand {
             guard var state = try await runtime.stateStore().load() else {
                 throw CLIError("there is no state at \(runtime.stateDisplay) yet.")
             }
-            let loaded = await runtime.manifestSource().load(into: &state.tokens)
+            let manifests = runtime.manifestSource()
+            let loaded = await state.interning { await manifests.load(into: &$0) }
             let namer = runtime.deviceNamer(loaded.inventory)
             func list(_ set: TokenSet) -> [String] {
                 var lines = set.prefix(limit).map { id -> String in

@@ -110,9 +110,8 @@ import TidemarkTesting
     /// A state with device group "family" (key k1, members 0–2), and `desired` whose audiences are given.
     static func setUp(audiences: [DesiredGroup]) -> (State, DesiredState) {
         var state = State(lineage: "l", serial: 1)
-        for token in tokens(30) { state.tokens.intern(token) }
-        state.growToTable()
-        state.groups["family"] = GroupState(key: "k1", members: TokenSet([0, 1, 2]))
+        for token in tokens(30) { state.intern(token) }
+        state.setGroup("family", GroupState(key: "k1", members: TokenSet([0, 1, 2])))
         let desired = DesiredState(
             topics: [], groups: [], audiences: audiences, knownTokens: TokenSet(0..<30))
         return (state, desired)
@@ -120,7 +119,7 @@ import TidemarkTesting
 
     static func applied(_ ops: [PlannedOperation], to state: State) -> State {
         var next = state
-        for op in ops { next.record(op, outcomes: op.tokens.map { _ in .ok }, groupKey: nil) }
+        for op in ops { next.recordOutcome(op, outcomes: op.tokens.map { _ in .ok }, groupKey: nil) }
         return next
     }
 
@@ -172,7 +171,7 @@ import TidemarkTesting
 
     @Test func aNewAudienceAndAForgottenOne() {
         var (state, desired) = Self.setUp(audiences: [DesiredGroup(name: "beta", members: TokenSet([7, 8]))])
-        state.groups["family"] = nil
+        state.setGroup("family", nil)
         var result = Differ().diff(desired: desired, state: state)
         #expect(
             result.operations == [
@@ -181,7 +180,7 @@ import TidemarkTesting
         #expect(result.groups.map(\.action) == [.create])
         state = Self.applied(result.operations, to: state)
         // Dead tokens are not members anyone can reach.
-        state.dead = TokenSet([8])
+        state.setDead(TokenSet([8]))
         result = Differ().diff(desired: desired, state: state)
         #expect(result.groups.first?.add == 0 && result.groups.first?.remove == 1)
         desired.audiences = []

@@ -18,7 +18,7 @@ final class MemoryRecorder: ApplyRecorder {
     func recorded(_ step: OperationStep) async throws {
         if step.finishesOperation { finished.withLock { $0.append(step.index) } }
         steps.withLock { $0.append([step.index, step.from, step.outcomes.count]) }
-        state.withLock { _ = $0.record(step.part, outcomes: step.outcomes, groupKey: step.groupKey) }
+        state.withLock { _ = $0.recordOutcome(step.part, outcomes: step.outcomes, groupKey: step.groupKey) }
     }
 }
 
@@ -30,8 +30,7 @@ final class MemoryRecorder: ApplyRecorder {
         // a foreign subscriber that must go from the authoritative topic, and a group.
         var state = State(lineage: "l", serial: 0)
         let tokens = (0..<2500).map { String(format: "dev%05d:APA91b", $0) }
-        for token in tokens { state.tokens.intern(token) }
-        state.growToTable()
+        for token in tokens { state.intern(token) }
         try await engine.unregister(token: tokens[7])
         _ = try await engine.batchAdd(project: "p", topic: "all", tokens: [tokens[10]])
         _ = try await engine.batchAdd(project: "p", topic: "self-chosen", tokens: [tokens[11]])
@@ -44,16 +43,16 @@ final class MemoryRecorder: ApplyRecorder {
             ], groups: [DesiredGroup(name: "family", members: ids(0..<3))], knownTokens: ids(0..<2500))
 
         let refresh = try await Refresher(backend: backend, chunkSize: 300).refresh(
-            ids(0..<2500), table: state.tokens,
+            ids(0..<2500), table: state.tokens.table,
             groups: ["family"], at: 5)
         #expect(refresh.dead == TokenSet([7]))
         let observations = state.observations(from: refresh)
-        state.apply(observations, seen: ids(0..<2500))
+        state.recordObservations(observations, seen: ids(0..<2500))
         let result = Differ().diff(desired: desired, state: state)
         // ⌈2499/1000⌉ + ⌈100/1000⌉ + ⌈1499/1000⌉ subscribe calls and one unsubscribe call.
         let topicCalls = result.operations.filter { !$0.kind.isGroup }.count
         #expect(topicCalls == 7)
-        state.reconcileBookkeeping(with: desired, operations: result.operations)
+        state.prepareForApply(with: desired, operations: result.operations)
         let recorder = MemoryRecorder(state: state)
         let report = try await Executor(
             backend: backend, recorder: recorder, parallelism: 4,

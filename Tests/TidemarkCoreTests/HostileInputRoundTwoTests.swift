@@ -282,7 +282,7 @@ import TidemarkTesting
     @Test func aSavedPlanNoTidemarkWroteIsRefused() throws {
         var plan = StateStoreConformance.plan(
             [PlannedOperation(kind: .subscribe, target: "news", tokens: [Fixtures.token(0)])],
-            state: StateStoreConformance.sample(tokens: 4))
+            state: StateStoreConformance.sample(tokens: 10))
         plan.serial = 3
         plan.operationsDigestWhenMade = plan.operationsDigest
         let json = String(decoding: try Plan.encoder().encode(plan), as: UTF8.self)

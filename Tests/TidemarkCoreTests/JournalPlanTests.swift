@@ -7,8 +7,8 @@ import TidemarkTesting
 @Suite struct JournalPlanTests {
     static func table(_ n: Int) -> TokenTable {
         var state = State(lineage: "l", serial: 1)
-        for i in 0..<n { state.tokens.intern(Fixtures.token(i)) }
-        return state.tokens
+        for i in 0..<n { state.intern(Fixtures.token(i)) }
+        return state.tokens.table
     }
 
     static let plan = StateStoreConformance.plan(

@@ -36,9 +36,8 @@ import Testing
             }
         }
         var state = State(lineage: "test", serial: 1)
-        for token in known { state.tokens.intern(token) }
-        state.growToTable()
-        state.dead = TokenSet(dead.compactMap { state.tokens.id($0) })
+        for token in known { state.intern(token) }
+        state.setDead(TokenSet(dead.compactMap { state.tokens.id($0) }))
         for topic in topicNames where Bool.random(using: &rng) {
             // What state remembers may be stale: memberships seen earlier, some managed.
             var observed: [UInt32] = []
@@ -51,7 +50,7 @@ import Testing
                 }
                 if Int.random(in: 0..<3, using: &rng) == 0 { managed.append(id) }
             }
-            state.topics[topic] = TopicState(mode: .additive, managed: TokenSet(managed), observed: TokenSet(observed))
+            state.setTopic(topic, TopicState(mode: .additive, managed: TokenSet(managed), observed: TokenSet(observed)))
         }
         var topics: [DesiredTopic] = []
         for topic in topicNames where Int.random(in: 0..<5, using: &rng) > 0 {
@@ -86,7 +85,7 @@ import Testing
         let differ = Differ(batchSize: scenario.batch, maxTopicsPerToken: scenario.cap)
         var state = scenario.state
         let observations = state.observations(from: Self.refresh(scenario.world, scenario, state))
-        state.apply(observations, seen: TokenSet(sorted: Array(0..<UInt32(state.tokens.count))))
+        state.recordObservations(observations, seen: TokenSet(sorted: Array(0..<UInt32(state.tokens.count))))
         let result = differ.diff(desired: scenario.desired, state: state)
         if result.diagnostics.hasErrors {
             // The declared set would pass the cap together with memberships tidemark may not remove.
@@ -97,7 +96,7 @@ import Testing
             return
         }
         // Execute in plan order against the world, checking the cap after every request.
-        state.reconcileBookkeeping(with: scenario.desired, operations: result.operations)
+        state.prepareForApply(with: scenario.desired, operations: result.operations)
         var world = scenario.world
         var seenUnsubscribe = false
         var seenSubscribeAfter = false
@@ -126,7 +125,7 @@ import Testing
                 let count = world.values.filter { $0.contains(token) }.count
                 #expect(count <= scenario.cap, "token passed the cap mid-plan")
             }
-            state.record(op, outcomes: outcomes, groupKey: nil)
+            state.recordOutcome(op, outcomes: outcomes, groupKey: nil)
         }
         _ = seenUnsubscribe
         #expect(!result.operations.contains { op in op.tokens.contains { scenario.dead.contains($0) } })
@@ -184,7 +183,7 @@ import Testing
         #expect(again.operations.isEmpty, "plan from state after apply: \(again.operations)")
         var refreshed = state
         let later = refreshed.observations(from: Self.refresh(world, scenario, refreshed))
-        refreshed.apply(later, seen: TokenSet())
+        refreshed.recordObservations(later, seen: TokenSet())
         #expect(differ.diff(desired: scenario.desired, state: refreshed).operations.isEmpty)
     }
 
@@ -192,8 +191,8 @@ import Testing
         let scenario = Self.makeScenario(seed: 42)
         var a = scenario.state
         var b = scenario.state
-        a.apply(a.observations(from: Self.refresh(scenario.world, scenario, a)))
-        b.apply(b.observations(from: Self.refresh(scenario.world, scenario, b)))
+        a.recordObservations(a.observations(from: Self.refresh(scenario.world, scenario, a)))
+        b.recordObservations(b.observations(from: Self.refresh(scenario.world, scenario, b)))
         #expect(
             Differ().diff(desired: scenario.desired, state: a).operations
                 == Differ().diff(desired: scenario.desired, state: b).operations)

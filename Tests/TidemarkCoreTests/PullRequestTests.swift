@@ -16,8 +16,7 @@ private struct Fixture {
             + (0..<devices).map { "d\($0),\(Fixture.token($0)),t\($0 % 2)" }
             .joined(separator: "\n") + "\n"
         var state = State(lineage: "lineage-1", serial: 3)
-        loaded = await ManifestLoader(files: InMemoryFileSource(files)).load(into: &state.tokens)
-        state.growToTable()
+        loaded = await state.interning { await ManifestLoader(files: InMemoryFileSource(files)).load(into: &$0) }
         self.state = state
     }
 
@@ -31,8 +30,8 @@ private struct Fixture {
         mode: TopicMode = .additive
     ) {
         let set = TokenSet(members.map(id))
-        state.topics[topic] = TopicState(
-            mode: mode, protect: protect, managed: managed ? set : TokenSet(), observed: set)
+        state.setTopic(
+            topic, TopicState(mode: mode, protect: protect, managed: managed ? set : TokenSet(), observed: set))
     }
 
     func plan(targets: Targets = .all, limit: UnsubscribeLimit? = nil, refresh: RefreshResult? = nil) -> Plan {
@@ -102,12 +101,12 @@ private struct Fixture {
 
         // The bookkeeping of a partial apply leaves untargeted topics alone: old-topic stays managed.
         var state = fixture.state
-        state.reconcileBookkeeping(
+        state.prepareForApply(
             with: fixture.loaded.desired, operations: partial.operations,
             targets: try partial.selection)
         #expect(state.topics["old-topic"]?.managed.count == 1)
         #expect(state.topics["scores"] == nil)
-        state.reconcileBookkeeping(with: fixture.loaded.desired, operations: [], targets: .all)
+        state.prepareForApply(with: fixture.loaded.desired, operations: [], targets: .all)
         #expect(state.topics["old-topic"]?.managed.isEmpty == true)
     }
 
@@ -146,7 +145,7 @@ private struct Fixture {
         for name in ["guarded", "open", "emptiable"] {
             fixture.observe(name, [1, 2, 3], managed: false, mode: .authoritative)
         }
-        fixture.state.dead = TokenSet([fixture.id(0)])
+        fixture.state.setDead(TokenSet([fixture.id(0)]))
         let plan = fixture.plan()
         let errors = plan.diagnostics.filter { $0.severity == .error }
         #expect(
@@ -177,8 +176,8 @@ private struct Fixture {
         var fixture = await Fixture("topics:\n  - name: kept\n    members: [{devices: [d0]}]\n")
         fixture.observe("gone-protected", [1, 2], protect: true)
         fixture.observe("gone-open", [3])
-        fixture.state.groups["vip"] = GroupState(key: "k1", protect: true, members: TokenSet([fixture.id(4)]))
-        fixture.state.groups["plain"] = GroupState(key: "k2", members: TokenSet([fixture.id(5)]))
+        fixture.state.setGroup("vip", GroupState(key: "k1", protect: true, members: TokenSet([fixture.id(4)])))
+        fixture.state.setGroup("plain", GroupState(key: "k2", members: TokenSet([fixture.id(5)])))
         let errors = fixture.plan().diagnostics.filter { $0.severity == .error }.map(\.message)
         #expect(errors.count == 2, "\(errors)")
         #expect(errors.contains { $0.contains("topic 'gone-protected' is protected") })
@@ -341,8 +340,8 @@ private struct Fixture {
             """)
         fixture.observe("auth", [0, 1], mode: .authoritative)
         fixture.observe("add", [0, 1])
-        fixture.state.groups["g1"] = GroupState(key: "key-1", members: TokenSet([fixture.id(2)]))
-        fixture.state.groups["g2"] = GroupState(key: "key-2", members: TokenSet([fixture.id(3)]))
+        fixture.state.setGroup("g1", GroupState(key: "key-1", members: TokenSet([fixture.id(2)])))
+        fixture.state.setGroup("g2", GroupState(key: "key-2", members: TokenSet([fixture.id(3)])))
         let all = TokenSet(Array(0..<UInt32(fixture.state.tokens.count)))
         // d4 subscribed itself to both topics; d1 left 'add'; d0 died; g1 vanished; g2 answered another key alias.
         let refresh = RefreshResult(

@@ -10,8 +10,7 @@ import TidemarkTesting
     /// A state of `n` tokens, none read yet.
     static func state(_ n: Int) -> State {
         var state = State(lineage: "l", serial: 1)
-        for i in 0..<n { _ = state.tokens.intern(Fixtures.token(i)) }
-        state.growToTable()
+        for i in 0..<n { _ = state.intern(Fixtures.token(i)) }
         return state
     }
 
@@ -29,8 +28,8 @@ import TidemarkTesting
 
     @Test func touchedReadsOnlyWhatThePlanChangesAndWhatIsTooOld() {
         var state = Self.state(10)
-        for i in 0..<10 { state.seenAt[i] = 1_000 }
-        state.seenAt[7] = 100
+        for i in 0..<10 { state.setSeen(UInt32(i), at: 1_000) }
+        state.setSeen(7, at: 100)
         let touched = TokenSet([2, 3])
         let plain = state.refreshSelection(RefreshPolicy(mode: .touched), touched: touched, now: 2_000)
         #expect(plain.ids == touched)
@@ -43,7 +42,7 @@ import TidemarkTesting
 
     @Test func deadTokensAreNotPartOfTheFleet() {
         var state = Self.state(10)
-        state.dead = TokenSet([0, 1])
+        state.setDead(TokenSet([0, 1]))
         let run = state.refreshSelection(RefreshPolicy(mode: .sample, budget: .reads(100)), touched: TokenSet(), now: 5)
         #expect(run.coverage.fleet == 8 && run.ids == TokenSet(2..<10))
         #expect(run.coverage.readWholeFleet)
@@ -68,7 +67,7 @@ import TidemarkTesting
                 #expect(
                     run.sampled.intersection(readSoFar).isEmpty, "run \(runs + 1) reads only registrations never read")
             }
-            for id in run.ids { state.seenAt[Int(id)] = now }
+            for id in run.ids { state.setSeen(id, at: now) }
             readSoFar.formUnion(run.ids)
             runs += 1
             now += 10

@@ -14,8 +14,7 @@ import TidemarkTesting
     )
         async throws
     {
-        var state = StateStoreConformance.sample(tokens: 20)
-        state.lineage = lineage
+        var state = StateStoreConformance.sample(tokens: 20, lineage: lineage)
         for _ in 0..<serial { try await store.save(&state, StateStoreConformance.writeAll(state), at: 1) }
     }
 

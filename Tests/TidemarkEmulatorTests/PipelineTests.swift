@@ -18,11 +18,10 @@ import TidemarkCore
         try await engine.unregister(token: "bbbbbbbb:APA91b")
         let backend = EmbeddedBackend(engine: engine, project: "p")
         var state = State(lineage: "", serial: 0)
-        let loaded = await ManifestLoader(files: files).load(into: &state.tokens)
-        state.growToTable()
+        let loaded = await state.interning { await ManifestLoader(files: files).load(into: &$0) }
         let refresh = try await Refresher(backend: backend).refresh(
             TokenSet(0..<UInt32(state.tokens.count)),
-            table: state.tokens, groups: [], at: 1)
+            table: state.tokens.table, groups: [], at: 1)
         let plan = Planner(tidemarkVersion: "t").plan(
             loaded: loaded, state: state, refresh: refresh,
             backend: backend.identity, now: Date())

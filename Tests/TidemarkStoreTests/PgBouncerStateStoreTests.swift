@@ -99,7 +99,7 @@ enum TestPgBouncer {
                 group.addTask {
                     let store = try TestPgBouncer.store("\(prefix)-\(i)")
                     var state = StateStoreConformance.sample(tokens: 30)
-                    state.topics["own-\(i)"] = TopicState(managed: TokenSet([UInt32(i)]))
+                    state.setTopic("own-\(i)", TopicState(managed: TokenSet([UInt32(i)])))
                     for step in 0..<5 {
                         var write = StateStoreConformance.writeAll(state)
                         if step > 0 { write = StateWrite() }

@@ -137,7 +137,7 @@ import Glibc
         let activity = try #require(held.activity)
         try await Task.sleep(for: .milliseconds(300))
         let before = ContinuousClock.now
-        var state = StateStoreConformance.sample(tokens: 4)
+        var state = StateStoreConformance.sample(tokens: 10)
         try await moving.save(&state, StateStoreConformance.writeAll(state), at: 1)
         #expect(try #require(activity.idle()) <= .now - before)
         await held.release()

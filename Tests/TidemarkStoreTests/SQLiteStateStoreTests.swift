@@ -216,10 +216,9 @@ import TidemarkTesting
         defer { cleanup(path) }
         let store = SQLiteStateStore(path: path)
         var state = State(lineage: "l", serial: 0)
-        state.tokens.intern("a:APA91b")
-        state.growToTable()
+        state.intern("a:APA91b")
         // Managed once, no longer observed, no longer declared: nothing to do, and nothing to remember.
-        state.topics["old"] = TopicState(managed: TokenSet([0]))
+        state.setTopic("old", TopicState(managed: TokenSet([0])))
         try await store.save(
             &state,
             {
@@ -254,7 +253,8 @@ import TidemarkTesting
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         let path = dir.appendingPathComponent("state.db").path
         var state = StateStoreConformance.sample()
-        state.groups = ["family": GroupState(key: "APA91bkey", members: TokenSet([7, 8]))]
+        state.keepGroups { name, _ in name == "family" }
+        state.setGroup("family", GroupState(key: "APA91bkey", members: TokenSet([7, 8])))
         try await SQLiteStateStore(path: path).save(&state, StateStoreConformance.writeAll(state), at: 1000)
         do {
             let queue = try DatabaseQueue(path: path)
@@ -269,9 +269,11 @@ import TidemarkTesting
         let store = SQLiteStateStore(path: path)
         var loaded = try #require(try await store.load())
         #expect(loaded.groups == state.groups)
-        loaded.groups["family"]?.audience = true
-        loaded.groups["family"]?.exported = TokenSet([7, 8, 9])
-        loaded.groups["family"]?.exportedAt = 77
+        var family = try #require(loaded.groups["family"])
+        family.audience = true
+        family.exported = TokenSet([7, 8, 9])
+        family.exportedAt = 77
+        loaded.setGroup("family", family)
         var write = StateWrite()
         write.groups = ["family"]
         try await store.save(&loaded, write, at: 2000)
@@ -298,8 +300,7 @@ import TidemarkTesting
         defer { try? FileManager.default.removeItem(at: dir) }
         let path = dir.appendingPathComponent("state.db").path
         // The default workspace has state of its own in the same file, which the checks must not see.
-        var other = StateStoreConformance.sample(tokens: 30)
-        other.lineage = "the-default-lineage"
+        var other = StateStoreConformance.sample(tokens: 30, lineage: "the-default-lineage")
         try await SQLiteStateStore(path: path).save(&other, StateStoreConformance.writeAll(other), at: 1)
         try await StateStoreConformance.run(check) { SQLiteStateStore(path: path, workspace: "staging-eu") }
         let untouched = try #require(try await SQLiteStateStore(path: path).load())
@@ -312,8 +313,7 @@ import TidemarkTesting
         let path = dir.appendingPathComponent("state.db").path
         try await StateStoreConformance.workspacesAreIndependent { SQLiteStateStore(path: path, workspace: $0) }
         // Workspace names differ by case; SQLite's table names do not, so the names are escaped.
-        var upper = StateStoreConformance.sample(tokens: 20)
-        upper.lineage = "upper-case"
+        var upper = StateStoreConformance.sample(tokens: 20, lineage: "upper-case")
         try await SQLiteStateStore(path: path, workspace: "Dev").save(&upper, StateWrite(), at: 9)
         #expect(try await SQLiteStateStore(path: path, workspace: "dev").load()?.lineage != "upper-case")
         #expect(try await SQLiteStateStore(path: path, workspace: "Dev").load()?.lineage == "upper-case")
@@ -334,8 +334,7 @@ import TidemarkTesting
         var write = StateStoreConformance.writeAll(state)
         write.beginApply = ("apply-7", StateStoreConformance.plan([], state: state))
         try await SQLiteStateStore(path: legacyPath).save(&state, write, at: 1000)
-        var defaultState = StateStoreConformance.sample(tokens: 5)
-        defaultState.lineage = "default-lineage"
+        var defaultState = StateStoreConformance.sample(tokens: 10, lineage: "default-lineage")
         try await SQLiteStateStore(path: path).save(&defaultState, StateWrite(), at: 1)
 
         let store = SQLiteStateStore(path: path, workspace: "prod", legacyPath: legacyPath)

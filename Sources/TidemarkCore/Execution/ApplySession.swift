@@ -70,9 +70,8 @@ public actor ApplySession: ApplyRecorder {
         let before = state
         var state = state
         // The devices each source read: the next run's shrink guard compares with these.
-        if let inventoryRows { state.inventoryRows = inventoryRows }
-        state.backend = state.backend ?? plan.backend
-        state.growToTable()
+        if let inventoryRows { state.recordInventoryRows(inventoryRows) }
+        state.claim(backend: plan.backend)
         var devicesChanged = inventory.map { state.recordDevices($0) } ?? []
         PhaseTrace.mark("journal: devices recorded")
         if inventory != nil { devicesChanged += state.noteDepartures(declared: desired.knownTokens, at: now) }
@@ -80,7 +79,7 @@ public actor ApplySession: ApplyRecorder {
         // Only what was read is recorded as read: a partial refresh leaves the rest's times alone.
         let readTokens = state.recordReads(plan.observations, read: read, swept: swept)
         PhaseTrace.mark("journal: reads recorded")
-        state.reconcileBookkeeping(with: desired, operations: plan.operations, targets: try plan.selection)
+        state.prepareForApply(with: desired, operations: plan.operations, targets: try plan.selection)
         PhaseTrace.mark("journal: bookkeeping reconciled")
         var write = StateWrite()
         write.includeTopicsAndGroups(before: before, after: state)
@@ -218,7 +217,8 @@ public actor ApplySession: ApplyRecorder {
         var held: [UInt32] = []
         for step in steps {
             let part = step.part
-            topics.formUnion(next.record(part, outcomes: step.outcomes, groupKey: step.groupKey, markDead: false))
+            topics.formUnion(
+                next.recordOutcome(part, outcomes: step.outcomes, groupKey: step.groupKey, markDead: false))
             for (token, outcome) in zip(part.tokens, step.outcomes) {
                 if case .failed(let error) = outcome, error.meansUnregistered, let id = next.tokens.id(token) {
                     held.append(id)
@@ -263,36 +263,10 @@ public actor ApplySession: ApplyRecorder {
         try await oneAtATime {
             var next = state
             var write = StateWrite()
-            var topics: Set<String> = []
-            for (index, op) in unfinished.plan.operations.enumerated()
-            where (op.kind == .subscribe || op.kind == .unsubscribe) && !unfinished.done.contains(index) {
-                let from = min(unfinished.progress[index]?.tokensDone ?? 0, op.tokens.count)
-                let ids = TokenSet(op.tokens[from...].map { next.tokens.intern($0) })
-                next.growToTable()
-                var topic = next.topics[op.target] ?? TopicState()
-                if let read {
-                    let known = ids.intersection(read.refreshed).subtracting(read.dead)
-                    guard !known.isEmpty else { continue }
-                    let holds = known.intersection(read.subscribed[op.target] ?? TokenSet())
-                    let lacks = known.subtracting(holds)
-                    topic.observed = topic.observed.union(holds).subtracting(lacks)
-                    if op.kind == .subscribe {
-                        topic.managed.formUnion(holds)
-                        topic.optedOut.subtract(holds)
-                    } else {
-                        topic.managed.subtract(lacks)
-                        topic.optedOut.subtract(lacks)
-                    }
-                } else {
-                    guard op.kind == .subscribe else { continue }
-                    topic.managed.formUnion(ids)
-                }
-                next.topics[op.target] = topic
-                topics.insert(op.target)
-            }
+            var topics = next.recordUnfinished(unfinished, read: read)
             if let read {
                 let before = next
-                next.absorb(read)
+                next.recordRefresh(read)
                 for (name, topic) in next.topics where before.topics[name] != topic { topics.insert(name) }
                 write.tokens = read.refreshed.ids
             }

@@ -5,6 +5,7 @@ import Yams
 /// (and the `on_dead` hooks that write back) are honoured only there, never in a manifest, so a pull
 /// request that edits manifests cannot make CI run a statement or a program.
 public struct ConfiguredSource: Sendable, Equatable {
+    /// What the source reads, with the settings of its kind.
     public enum Kind: Sendable, Equatable {
         /// A query on the app's own token table; the URL comes from the environment variable `urlEnv`.
         case postgres(urlEnv: String, query: String, labels: [String]?)
@@ -26,6 +27,7 @@ public struct ConfiguredSource: Sendable, Equatable {
 
     /// How messages name the source (`name:`, or a default from its kind).
     public var name: String
+    /// What it reads, and how.
     public var kind: Kind
     /// Where dead tokens are reported back to (apply only).
     public var onDead: DeadTokenHook?
@@ -39,6 +41,7 @@ public struct ConfiguredSource: Sendable, Equatable {
     /// `max_shrink`: the share of its devices this source may lose between applies (nil: the default).
     public var maxShrink: Double?
 
+    /// A source named `name` of `kind`, declared at `location`.
     public init(
         name: String, kind: Kind, onDead: DeadTokenHook? = nil, exclusion: ExclusionRule? = nil,
         location: SourceLocation
@@ -74,11 +77,14 @@ public enum DeadTokenHook: Sendable, Equatable {
 
 /// Devices a source leaves out: those whose `column` (a time) is older than `maxAge` seconds.
 public struct ExclusionRule: Sendable, Equatable {
+    /// The label (or column) holding when the device was last seen.
     public var column: String
+    /// Devices last seen longer ago than this many seconds are left out.
     public var maxAge: Int64
     /// The original wording (`270d`), for messages.
     public var text: String
 
+    /// A rule on `column` (default `last_seen`).
     public init(column: String = "last_seen", maxAge: Int64, text: String) {
         self.column = column
         self.maxAge = maxAge
@@ -121,6 +127,7 @@ public struct ExclusionRule: Sendable, Equatable {
     /// The earliest time a device can have been seen (2008-01-01, before FCM and GCM existed).
     public static let earliest: Int64 = 1_199_145_600
 
+    /// What the rule makes of a device last seen at `value` (a time as the source writes it), at `now`.
     public func verdict(_ value: String, now: Int64) -> Verdict {
         if value.isEmpty { return .keep }  // nothing says it is stale
         guard let seen = Self.time(value) else { return .unreadable }

@@ -3,12 +3,16 @@ import Foundation
 /// A device the inventory still lists whose token FCM reported unregistered: what apply writes to
 /// `--dead-tokens FILE` and reports to the source's `on_dead` hook, so the app stops sending to it.
 public struct DeadDevice: Sendable, Equatable, Codable {
+    /// The inventory's id of the device.
     public var deviceID: String
+    /// Its token, which FCM no longer knows.
     public var token: String
     /// Where the inventory got the device: a file, or `inventory source 'NAME'`.
     public var source: String
+    /// Why it is reported (`DeadDevice.unregistered`).
     public var reason: String
 
+    /// A dead device, reported for `reason`.
     public init(deviceID: String, token: String, source: String, reason: String = DeadDevice.unregistered) {
         self.deviceID = deviceID
         self.token = token
@@ -39,11 +43,17 @@ public struct DeadDevice: Sendable, Equatable, Codable {
 
 /// One line of `--dead-tokens FILE` and of an `on_dead` program's stdin.
 public struct DeadTokenLine: Codable, Sendable, Equatable {
+    /// The inventory's id of the device (`device_id` in JSON).
     public var deviceId: String
+    /// The token FCM no longer knows, whole: what the app's database holds, to match on.
     public var token: String
+    /// The token redacted, for logs.
     public var tokenRedacted: String
+    /// Where the inventory got the device.
     public var source: String
+    /// Why it is reported.
     public var reason: String
+    /// When (ISO 8601); nil in tests that compare lines.
     public var reportedAt: String?
 
     /// The line for `device`, reported at `reportedAt` (ISO 8601).

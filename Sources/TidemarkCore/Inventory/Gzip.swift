@@ -3,6 +3,7 @@ import Foundation
 
 /// Why compressed input could not be read.
 public struct GzipError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The reason, as a sentence naming the setting to raise when a limit was hit.
     public var description: String
 }
 
@@ -19,6 +20,7 @@ public enum Gzip {
     /// inventory of registration tokens compresses two to four times, one of repeated labels perhaps
     /// twenty; a gzip bomb a thousand. Checked as the data streams, before it is kept.
     public static let maxRatio = 200
+    /// The inflated size below which the ratio is not checked (64 MiB).
     public static let ratioFloor = 64 << 20
 
     /// The inflated bytes; more than `limit`, or more than `maxRatio` times the compressed size, is

@@ -1,6 +1,8 @@
 /// The devices tidemark knows by a stable id, stored column-wise to stay small at a million rows.
 public struct Inventory: Sendable {
+    /// Each device's id, by index.
     public private(set) var deviceIDs: [String] = []
+    /// Each device's token, by index.
     public private(set) var tokens: [String] = []
     /// Label names, and for each name its distinct values.
     public private(set) var labelKeys: [String] = []
@@ -18,25 +20,32 @@ public struct Inventory: Sendable {
     private var indexByID = StringIndex()
     private var indexByToken = StringIndex()
 
+    /// An empty inventory.
     public init() {}
 
+    /// How many devices it holds.
     public var count: Int { deviceIDs.count }
 
+    /// The index of the device with id `id`, if listed.
     public func index(ofDevice id: String) -> Int? { indexByID.find(id, in: deviceIDs) }
+    /// The index of the device with `token`, if listed.
     public func index(ofToken token: String) -> Int? { indexByToken.find(token, in: tokens) }
 
+    /// Where the device at `index` was read: file, line and column.
     public func location(ofDevice index: Int) -> SourceLocation {
         SourceLocation(
             file: sources[Int(sourceOfDevice[index])], line: Int(lineOfDevice[index]),
             column: Int(columnOfDevice[index]))
     }
 
+    /// The value of label `key` of the device at `index`; nil when it has none.
     public func label(_ key: String, ofDevice index: Int) -> String? {
         guard let k = keyIndex[key] else { return nil }
         let v = columns[k][index]
         return v == 0 ? nil : labelValues[k][Int(v - 1)]
     }
 
+    /// The distinct values label `key` takes, in the order first seen.
     public func values(ofLabel key: String) -> [String] { keyIndex[key].map { labelValues[$0] } ?? [] }
 
     mutating func source(_ file: String) -> UInt16 {

@@ -18,6 +18,7 @@ public protocol InventorySource: Sendable {
 }
 
 extension InventorySource {
+    /// Sources of the manifests are declared nowhere else.
     public var declaredAt: SourceLocation? { nil }
 }
 
@@ -27,8 +28,10 @@ public struct InventorySnapshot: Sendable, Equatable, Codable {
     public var identity: String
     /// Rows (devices) read, and how many of them a policy (`exclude_if`) left out; nil when not counted.
     public var rows: Int?
+    /// Rows a policy (`exclude_if`) left out; nil when not counted.
     public var excluded: Int?
 
+    /// A snapshot with a digest of what was read.
     public init(identity: String, rows: Int? = nil, excluded: Int? = nil) {
         self.identity = identity
         self.rows = rows
@@ -41,8 +44,10 @@ public struct InventorySnapshot: Sendable, Equatable, Codable {
 public struct DeviceDigest: Sendable {
     private var sum: (UInt64, UInt64) = (0, 0)
     private var mix: UInt64 = 0
+    /// Devices added so far.
     public private(set) var count = 0
 
+    /// A digest of no devices.
     public init() {}
 
     /// One 64-bit multiply-mix hash of a string's bytes, eight at a time.
@@ -108,6 +113,7 @@ public struct DeviceDigest: Sendable {
         count += 1
     }
 
+    /// The digest as text: the two sums, the mix and the count.
     public var hex: String {
         String(format: "%016llx%016llx%016llx-%d", sum.0, sum.1, mix, count)
     }
@@ -135,7 +141,9 @@ public enum InventoryFormat: String, Sendable, CaseIterable, Codable {
 
 /// Builds an `Inventory` from any number of sources, checking every device on the way in.
 public struct InventoryBuilder: Sendable {
+    /// The devices added so far.
     public private(set) var inventory = Inventory()
+    /// Problems found so far (see `finalDiagnostics` for the list with counts).
     public private(set) var diagnostics: [Diagnostic] = []
     /// The most devices the inventory may hold (`limits.devices`); past it, one error and no more devices.
     public var deviceLimit: Int
@@ -157,6 +165,7 @@ public struct InventoryBuilder: Sendable {
     /// Counts a row left out by policy.
     public mutating func countExcluded() { excluded += 1 }
 
+    /// A builder that refuses devices past `deviceLimit`.
     public init(deviceLimit: Int = .max) { self.deviceLimit = deviceLimit }
 
     /// The diagnostics, with a line for each kind of problem past `sameKindLimit` counting the rest,
@@ -214,6 +223,7 @@ public struct InventoryBuilder: Sendable {
     /// A handle for one source's devices.
     public struct SourceHandle: Sendable, Equatable {
         let index: UInt16
+        /// The source's name as messages show it.
         public let file: String
     }
 
@@ -225,6 +235,7 @@ public struct InventoryBuilder: Sendable {
     /// The column of a label name; resolve names once per source, then add devices by slot.
     public mutating func labelSlot(_ name: String) -> Int { inventory.labelSlot(name) }
 
+    /// Makes room for `devices` more devices.
     public mutating func reserveCapacity(_ devices: Int) { inventory.reserveCapacity(inventory.count + devices) }
 
     /// Adds a device with labels by name; returns false (with a diagnostic) when it is refused.
@@ -356,7 +367,9 @@ public struct InventoryBuilder: Sendable {
 
 /// Why a source could not be read at all, in one line (the loader adds the source's name and place).
 public struct InventorySourceError: Error, Sendable, CustomStringConvertible {
+    /// The reason, as a sentence.
     public var description: String
+    /// An error saying `description`.
     public init(_ description: String) { self.description = description }
 
     /// A configured source read no device: refused, since a broken query or export would otherwise

@@ -2,12 +2,16 @@ import Foundation
 
 /// Devices declared inline in the manifests (`inventory.devices`).
 public struct InlineInventorySource: InventorySource {
+    /// The devices, as the manifests declare them.
     public var devices: [DeviceSpec]
 
+    /// A source of `devices`.
     public init(_ devices: [DeviceSpec]) { self.devices = devices }
 
+    /// How messages name it.
     public var name: String { "inline devices" }
 
+    /// Adds every device, each located where the manifest declares it.
     public func load(into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
         var handles: [String: InventoryBuilder.SourceHandle] = [:]
         for device in devices {
@@ -28,11 +32,14 @@ public struct InlineInventorySource: InventorySource {
 public struct FileInventorySource: InventorySource {
     /// The path as the manifests name it (relative to the manifests directory, or absolute).
     public var path: String
+    /// CSV or JSON lines.
     public var format: InventoryFormat
+    /// Where the file is read from (confined to the project).
     public var files: any FileSource
     /// The largest file read (`limits.inventory_bytes`).
     public var maxBytes: Int
 
+    /// A source of the file at `path` in `format`.
     public init(
         path: String, format: InventoryFormat, files: any FileSource, maxBytes: Int = InputLimits().inventoryBytes
     ) {
@@ -42,8 +49,10 @@ public struct FileInventorySource: InventorySource {
         self.maxBytes = maxBytes
     }
 
+    /// The path, as the manifests name it.
     public var name: String { path }
 
+    /// Reads the file (gzip too) and adds its devices; its SHA-256 is the snapshot.
     public func load(into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
         PhaseTrace.mark("inventory \(path): reading")
         var data = try files.read(path, atMost: maxBytes, setting: "inventory_bytes")
@@ -261,6 +270,7 @@ public struct FileInventorySource: InventorySource {
     /// The longest device line a JSON-lines inventory may have.
     static let maxJSONLineBytes = 1 << 20
 
+    /// Adds the devices of JSON-lines `data` (read from `file`) to `builder`; `rowsAreLines` false when a program printed them, so messages name rows, not lines.
     public static func loadJSONLines(
         _ data: Data, file: String, into builder: inout InventoryBuilder, exclusion: ExclusionFilter? = nil,
         rowsAreLines: Bool = true
@@ -372,10 +382,12 @@ struct NonEmptyLines {
 
 /// An `ExclusionRule` at one moment: whether a row is left out, counting it in the builder.
 public struct ExclusionFilter: Sendable {
+    /// The rule.
     public var rule: ExclusionRule
     /// Seconds since 1970.
     public var now: Int64
 
+    /// The rule as of `now`.
     public init(_ rule: ExclusionRule, now: Int64) {
         self.rule = rule
         self.now = now

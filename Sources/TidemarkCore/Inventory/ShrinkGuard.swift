@@ -14,8 +14,10 @@ public struct ShrinkGuard: Sendable, Equatable {
     /// not a broken export).
     public var minimum = 10
 
+    /// The defaults: 10% per source, and at least 10 devices.
     public init() {}
 
+    /// The share `source` may lose: its own `max_shrink`, else the project's.
     public func share(for source: String) -> Double { perSource[source] ?? share }
 
     /// A share as tidemark.yaml writes one (`max_shrink`, `dead_share`): `25%` or `0.25`, from 0 to 100%.
@@ -32,6 +34,7 @@ public struct ShrinkGuard: Sendable, Equatable {
 
     /// One source that read too few devices.
     public struct Shrink: Sendable, Equatable, CustomStringConvertible {
+        /// The source's name.
         public var source: String
         /// Devices the last apply recorded for the source; nil when it recorded none (a first apply).
         public var before: Int?
@@ -39,8 +42,10 @@ public struct ShrinkGuard: Sendable, Equatable {
         public var now: Int
         /// Rows `exclude_if` left out now.
         public var excluded: Int
+        /// The share it was allowed to lose.
         public var limit: Double
 
+        /// The refusal, as a sentence with both counts and how to accept them.
         public var description: String {
             let percent = "\(Int((limit * 100).rounded()))%"
             let excludedNote =

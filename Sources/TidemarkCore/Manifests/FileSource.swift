@@ -14,28 +14,34 @@ public protocol FileSource: Sendable {
 }
 
 extension FileSource {
+    /// Paths are shown as given.
     public func displayPath(_ path: String) -> String { path }
 
     /// The bytes of a file, however large.
     public func read(_ path: String) throws -> Data { try read(path, atMost: .max, setting: nil) }
 
+    /// Only the directory's own entries: a source without subdirectories.
     public func listFiles(_ directory: String) throws -> [String] { try list(directory) }
 }
 
 /// Files held in memory, keyed by path.
 public struct InMemoryFileSource: FileSource {
+    /// The files' bytes, by path.
     public var files: [String: Data]
 
+    /// Files with the given text, by path.
     public init(_ files: [String: String]) {
         self.files = files.mapValues { Data($0.utf8) }
     }
 
+    /// The file's bytes; a missing file or one past `limit` is refused.
     public func read(_ path: String, atMost limit: Int, setting: String?) throws -> Data {
         guard let data = files[path] else { throw FileSourceError.notFound(path) }
         guard data.count <= limit else { throw InputFile.tooLarge(data.count, limit, setting) }
         return data
     }
 
+    /// The names directly in `directory` ("" or "." for the top).
     public func list(_ directory: String) throws -> [String] {
         let prefix = directory.isEmpty || directory == "." ? "" : directory + "/"
         return files.keys.compactMap { key in
@@ -45,6 +51,7 @@ public struct InMemoryFileSource: FileSource {
         }
     }
 
+    /// Every file below `directory`, hidden ones skipped.
     public func listFiles(_ directory: String) throws -> [String] {
         let prefix = directory.isEmpty || directory == "." ? "" : directory + "/"
         return files.keys.filter { $0.hasPrefix(prefix) }.map { String($0.dropFirst(prefix.count)) }
@@ -52,9 +59,11 @@ public struct InMemoryFileSource: FileSource {
     }
 }
 
+/// A file an in-memory source does not hold.
 public enum FileSourceError: Error, CustomStringConvertible {
     case notFound(String)
 
+    /// "no such file: PATH".
     public var description: String {
         switch self {
         case .notFound(let path): "no such file: \(path)"

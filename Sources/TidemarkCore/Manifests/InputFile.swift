@@ -29,6 +29,7 @@ public struct InputLimits: Sendable, Equatable {
     /// default. Fleets belong in the inventory; token files list test devices and small cohorts.
     public var tokenFileBytes = 64 << 20
 
+    /// The default limits.
     public init() {}
 
     /// The settings of `limits:`, by key.
@@ -56,14 +57,17 @@ public struct InputLimits: Sendable, Equatable {
 
 /// Why a file could not be read, in words a person can act on (never a Foundation error dump).
 public struct InputFileError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What kind of problem it is, for callers that act on it (a missing file may be optional).
     public enum Kind: Sendable, Equatable {
         case notFound, isDirectory, notRegular, permissionDenied, tooLarge, outsideProject, io
     }
 
+    /// What kind of problem it is.
     public var kind: Kind
     /// What is wrong, without the path (callers name the file).
     public var problem: String
 
+    /// The problem, without the path.
     public var description: String { problem }
 }
 
@@ -123,6 +127,7 @@ public enum InputFile {
     /// The directories files may be read from: the project's, and the manifests directory when the
     /// command line puts it elsewhere. Held as real paths (symlinks resolved).
     public struct Confinement: Sendable, CustomStringConvertible {
+        /// The allowed directories, as real paths.
         public let roots: [String]
         /// How the project directory is named in messages.
         public let display: String
@@ -138,10 +143,12 @@ public enum InputFile {
             self.display = display
         }
 
+        /// Whether the real path `real` is inside one of the roots.
         public func contains(_ real: String) -> Bool {
             roots.contains { root in real == root || real.hasPrefix(root == "/" ? "/" : root + "/") }
         }
 
+        /// How messages name the allowed directories.
         public var description: String {
             "the project directory \(display)" + (roots.count > 1 ? " and the manifests directory" : "")
         }

@@ -1,8 +1,11 @@
 /// A value together with where the user wrote it.
 public struct Located<Value: Sendable>: Sendable {
+    /// The value.
     public var value: Value
+    /// Where it was written: file, line and column.
     public var location: SourceLocation
 
+    /// `value` as written at `location`.
     public init(_ value: Value, at location: SourceLocation) {
         self.value = value
         self.location = location
@@ -33,6 +36,7 @@ public enum OptOutPolicy: String, Sendable, Codable, CaseIterable {
 
 /// One condition of a label selector.
 public struct LabelRequirement: Sendable, Equatable {
+    /// How the label's value is compared.
     public enum Operator: Sendable, Equatable {
         case equals(String)
         case inSet([String])
@@ -40,10 +44,14 @@ public struct LabelRequirement: Sendable, Equatable {
         case notInSet([String])
     }
 
+    /// The label's name.
     public var key: String
+    /// How its value is compared.
     public var op: Operator
+    /// Where the condition was written.
     public var location: SourceLocation
 
+    /// A condition on label `key`.
     public init(key: String, op: Operator, location: SourceLocation) {
         self.key = key
         self.op = op
@@ -60,38 +68,54 @@ public enum MemberRef: Sendable, Equatable {
     case file(Located<String>)
 }
 
+/// A topic as a manifest declares it.
 public struct TopicSpec: Sendable {
+    /// The topic's name, where it was written.
     public var name: Located<String>
+    /// Authoritative or additive (the default).
     public var mode: TopicMode = .additive
+    /// `protect: true`: the topic never loses members without `--allow-protected`.
     public var protect = false
+    /// `allow_empty: true`: the topic may resolve to no members (otherwise an error, since that would empty it).
     public var allowEmpty = false
     /// nil: the mode's default.
     public var optOuts: OptOutPolicy?
+    /// The manifest's `description`, for people.
     public var description: String?
+    /// Its member entries, in order.
     public var members: [MemberRef] = []
+    /// Where the topic's entry starts.
     public var location: SourceLocation
     /// Its decoding reported an error (a misspelt key, a bad value): what it lists may not be all
     /// its author meant, so "no members" is not concluded from it.
     public var incomplete = false
 
+    /// A topic named `name` with the defaults.
     public init(name: Located<String>, location: SourceLocation) {
         self.name = name
         self.location = location
     }
 }
 
+/// A device group or an audience as a manifest declares it.
 public struct GroupSpec: Sendable {
+    /// The group's name (`notification_key_name`), where it was written.
     public var name: Located<String>
+    /// `protect: true`: the group never loses members without `--allow-protected`.
     public var protect = false
     /// Audiences only: the app no longer sends to the key of the FCM group this audience was
     /// converted from, so the group may be deleted in FCM.
     public var retireGroupKey = false
+    /// The manifest's `description`, for people.
     public var description: String?
+    /// Its member entries, in order.
     public var members: [MemberRef] = []
+    /// Where the group's entry starts.
     public var location: SourceLocation
     /// Its decoding reported an error: "no members" is not concluded from it.
     public var incomplete = false
 
+    /// A group named `name` with the defaults.
     public init(name: Located<String>, location: SourceLocation) {
         self.name = name
         self.location = location
@@ -100,10 +124,14 @@ public struct GroupSpec: Sendable {
 
 /// A device declared inline in a manifest.
 public struct DeviceSpec: Sendable {
+    /// The device's id, where it was written.
     public var id: Located<String>
+    /// Its registration token, where it was written.
     public var token: Located<String>
+    /// Its labels, for selectors.
     public var labels: [String: String]
 
+    /// A device with `id`, `token` and `labels`.
     public init(id: Located<String>, token: Located<String>, labels: [String: String]) {
         self.id = id
         self.token = token
@@ -113,25 +141,31 @@ public struct DeviceSpec: Sendable {
 
 /// All manifest files of a project, merged.
 public struct ManifestSet: Sendable {
+    /// The topics, from every file, in order.
     public var topics: [TopicSpec] = []
+    /// The device groups, from every file, in order.
     public var groups: [GroupSpec] = []
     /// tidemark audiences: named sets of devices kept in state, with no FCM group behind them.
     public var audiences: [GroupSpec] = []
     /// Inventory files (CSV or JSON lines), paths relative to the manifests directory.
     public var inventoryFiles: [InventoryFileSpec] = []
+    /// Devices declared inline in the manifests.
     public var devices: [DeviceSpec] = []
     /// The manifest files read, relative to the manifests directory, in order.
     public var files: [String] = []
 
+    /// No manifests.
     public init() {}
 }
 
 /// An inventory file the manifests name, and its format when they say it.
 public struct InventoryFileSpec: Sendable {
+    /// The file's path, relative to the manifests directory, where it was named.
     public var path: Located<String>
     /// nil: from the file's suffix.
     public var format: InventoryFormat?
 
+    /// An inventory file at `path`.
     public init(path: Located<String>, format: InventoryFormat? = nil) {
         self.path = path
         self.format = format

@@ -11,6 +11,7 @@ public struct ManifestDecoder {
     static let audienceKeys = ManifestSchema.keys(.audience)
     static let memberKeys = ManifestSchema.keys(.member)
 
+    /// A decoder.
     public init() {}
 
     /// Decodes one manifest file's text and adds what it declares to `set`.

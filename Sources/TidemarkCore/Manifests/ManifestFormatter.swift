@@ -12,8 +12,10 @@ public struct ManifestFormatter: Sendable {
     /// Flow collections longer than this are written in block style.
     public var lineWidth: Int
 
+    /// A formatter that folds flow collections longer than `lineWidth`.
     public init(lineWidth: Int = 120) { self.lineWidth = lineWidth }
 
+    /// What `fmt` made of one file.
     public enum Outcome: Sendable {
         case formatted(String)
         case failed([Diagnostic])

@@ -6,9 +6,13 @@ import Glibc
 
 /// Everything read from a manifests directory, resolved and checked.
 public struct LoadedManifests: Sendable {
+    /// What the manifest files declare, merged.
     public var manifests: ManifestSet
+    /// The devices, from every inventory source.
     public var inventory: Inventory
+    /// The desired state, members resolved to token ids.
     public var desired: DesiredState
+    /// Every problem found, sorted by file and line.
     public var diagnostics: [Diagnostic]
     /// A digest of what the manifests mean (`DesiredState.digest`); a saved plan records it.
     public var digest: String
@@ -20,12 +24,14 @@ public struct LoadedManifests: Sendable {
 
 /// Reads all `*.yaml` / `*.yml` files of a manifests directory, merges them, loads the inventory and resolves members.
 public struct ManifestLoader: ManifestSource {
+    /// Where the manifests are read from.
     public let files: FileSource
     /// Sources beyond those the manifests declare (from the project's configuration).
     public var extraSources: [any InventorySource]
     /// What any one input may cost.
     public var limits: InputLimits
 
+    /// A loader of the manifests in `files`, with `extraSources` beside the ones they declare.
     public init(files: FileSource, extraSources: [any InventorySource] = [], limits: InputLimits = InputLimits()) {
         self.files = files
         self.extraSources = extraSources
@@ -33,7 +39,7 @@ public struct ManifestLoader: ManifestSource {
     }
 
     /// Loads and validates; new tokens are interned into `table` (pass the state's table).
-    public func load(into table: inout TokenTable) async -> LoadedManifests {
+    public func load(into table: inout some TokenInterning) async -> LoadedManifests {
         await read().resolve(into: &table)
     }
 
@@ -173,8 +179,11 @@ extension LoadedManifests {
 
 /// Manifests and inventory as read, before members are resolved to token ids.
 public struct ReadManifests: Sendable {
+    /// What the manifest files declare, merged.
     public var manifests: ManifestSet
+    /// The devices, from every inventory source.
     public var inventory: Inventory
+    /// Problems found so far, before members are resolved.
     public var diagnostics: [Diagnostic]
     /// Each inventory source read, by name, with the snapshot it read.
     public var snapshots: [String: InventorySnapshot]
@@ -191,10 +200,10 @@ public struct ReadManifests: Sendable {
     }
 
     /// Resolves members, interning tokens into `table`, and checks FCM's limits.
-    public func resolve(into table: inout TokenTable) -> LoadedManifests {
+    public func resolve(into table: inout some TokenInterning) -> LoadedManifests {
         let (desired, resolveDiagnostics) = resolver.resolve(into: &table)
         PhaseTrace.mark("members resolved")
-        let (digest, entries) = desired.digests(tokens: table)
+        let (digest, entries) = desired.digests(tokens: table.table)
         return LoadedManifests(
             manifests: manifests, inventory: inventory, desired: desired,
             diagnostics: (diagnostics + (inventoryFailed ? [] : resolveDiagnostics)).sortedByLocation(),
@@ -204,7 +213,7 @@ public struct ReadManifests: Sendable {
 
 extension ReadManifests {
     /// Which member entries of each topic and group name token `id` (see `Resolver.entries`).
-    public func entries(naming id: UInt32, table: inout TokenTable) -> [String: [MemberRef]] {
+    public func entries(naming id: UInt32, table: inout some TokenInterning) -> [String: [MemberRef]] {
         resolver.entries(naming: id, table: &table)
     }
 }

@@ -1,6 +1,7 @@
 /// Who a message sent to an FCM condition would reach, judged from the manifests or from what
 /// tidemark last observed.
 public struct Audience: Sendable {
+    /// Where the memberships the audience is judged from come from.
     public enum Source: String, Sendable, Codable, CaseIterable {
         /// The memberships the manifests declare.
         case desired
@@ -8,7 +9,9 @@ public struct Audience: Sendable {
         case observed
     }
 
+    /// The condition, parsed.
     public var condition: FCMCondition
+    /// Whether it was judged from the manifests or from observed memberships.
     public var source: Source
     /// Reached tokens, sorted.
     public var tokens: [String]
@@ -68,28 +71,5 @@ extension Audience {
             (set, isAudience) = (group.members, group.audience)
         }
         return (set.subtracting(state.dead).map { state.tokens[$0] }.sorted(), isAudience)
-    }
-}
-
-extension State {
-    /// `tidemark import`: records what a refresh saw and adopts, for declared topics that `targets`
-    /// covers, the observed memberships of declared members as tidemark's own. Never forgets
-    /// anything it managed before; returns how many memberships were adopted per topic.
-    @discardableResult
-    public mutating func adopt(_ desired: DesiredState, targets: Targets = .all) -> [String: Int] {
-        var adopted: [String: Int] = [:]
-        for spec in desired.topics where targets.coversTopic(spec.name) {
-            var topic = topics[spec.name] ?? TopicState()
-            let found = spec.members.subtracting(dead).intersection(topic.observed).subtracting(topic.managed)
-            topic.managed.formUnion(found)
-            topic.mode = spec.mode
-            topic.protect = spec.protect
-            topics[spec.name] = topic
-            if !found.isEmpty { adopted[spec.name] = found.count }
-        }
-        for spec in desired.groups where targets.coversGroup(spec.name) {
-            groups[spec.name]?.protect = spec.protect
-        }
-        return adopted
     }
 }

@@ -7,6 +7,7 @@ public struct DeadTokenGuard: Sendable, Equatable {
     /// At most this many newly dead are always accepted, whatever their share.
     public var minimum: Int
 
+    /// A guard with the defaults: 20%, and at least 50 always accepted.
     public init(share: Double = 0.2, minimum: Int = 50) {
         self.share = share
         self.minimum = minimum

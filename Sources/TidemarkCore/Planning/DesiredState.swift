@@ -2,16 +2,24 @@ import Foundation
 
 /// A topic as the manifests want it, with members resolved to token ids.
 public struct DesiredTopic: Sendable {
+    /// The topic's name.
     public var name: String
+    /// Authoritative or additive.
     public var mode: TopicMode
+    /// Whether it never loses members without `--allow-protected`.
     public var protect: Bool
+    /// Whether it may resolve to no members.
     public var allowEmpty: Bool
+    /// What a device that unsubscribed itself gets (the mode's default unless the manifest says).
     public var optOuts: OptOutPolicy
+    /// The declared members, as token ids.
     public var members: TokenSet
+    /// Where the topic is declared; nil for topics made in code.
     public var location: SourceLocation?
     /// The member entries the members came from, in manifest order: why each device is declared.
     public var entries: [MemberEntry]
 
+    /// A desired topic; `optOuts` nil means the mode's default.
     public init(
         name: String, mode: TopicMode = .additive, protect: Bool = false, allowEmpty: Bool = false,
         optOuts: OptOutPolicy? = nil, members: TokenSet, location: SourceLocation? = nil,
@@ -31,9 +39,12 @@ public struct DesiredTopic: Sendable {
 /// One member entry of a topic (a selector, a device list, tokens, a token file) and the devices it
 /// names; `ids` is nil when it is the topic's only entry (then it names all the members).
 public struct MemberEntry: Sendable {
+    /// The entry as the manifest wrote it.
     public var ref: MemberRef
+    /// The members it names; nil when it is the topic's only entry.
     public var ids: TokenSet?
 
+    /// An entry and the members it names.
     public init(ref: MemberRef, ids: TokenSet?) {
         self.ref = ref
         self.ids = ids
@@ -42,13 +53,18 @@ public struct MemberEntry: Sendable {
 
 /// A device group as the manifests want it.
 public struct DesiredGroup: Sendable {
+    /// The group's (or audience's) name.
     public var name: String
+    /// Whether it never loses members without `--allow-protected`.
     public var protect: Bool
+    /// The declared members, as token ids.
     public var members: TokenSet
+    /// Where it is declared; nil for groups made in code.
     public var location: SourceLocation?
     /// Audiences only: the FCM group this audience was converted from may be deleted.
     public var retireGroupKey: Bool
 
+    /// A desired group or audience.
     public init(
         name: String, protect: Bool = false, members: TokenSet, location: SourceLocation? = nil,
         retireGroupKey: Bool = false
@@ -73,6 +89,7 @@ public struct DesiredState: Sendable {
     /// Tokens of the inventory and tokens named directly by manifests.
     public var knownTokens: TokenSet
 
+    /// The desired state; topics, groups and audiences are kept sorted by name.
     public init(
         topics: [DesiredTopic], groups: [DesiredGroup], audiences: [DesiredGroup] = [], knownTokens: TokenSet
     ) {

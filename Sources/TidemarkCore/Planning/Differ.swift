@@ -2,12 +2,15 @@
 ///
 /// Pure: the same desired state and state give the same operations, in the same order.
 public struct Differ: Sendable {
+    /// The most tokens per topic batch (1000, FCM's limit).
     public var batchSize: Int
+    /// The most topics a token may be in (2000, FCM's limit); planning more is an error.
     public var maxTopicsPerToken: Int
     /// FCM turned device groups down (at the date the run's deadline rules see): an audience's FCM
     /// group is forgotten rather than called.
     public var groupsTurnedDown: Bool
 
+    /// A differ with FCM's limits.
     public init(
         batchSize: Int = FCMLimits.maxBatchTokens, maxTopicsPerToken: Int = FCMLimits.maxTopicsPerToken,
         groupsTurnedDown: Bool = false
@@ -17,10 +20,15 @@ public struct Differ: Sendable {
         self.groupsTurnedDown = groupsTurnedDown
     }
 
+    /// The operations and what the reviewer sees of them.
     public struct Result: Sendable {
+        /// The operations, in execution order.
         public var operations: [PlannedOperation]
+        /// Per-topic counts.
         public var topics: [TopicChange]
+        /// Per-group changes.
         public var groups: [GroupChange]
+        /// What the diff found that the reviewer must know (errors stop the plan).
         public var diagnostics: [Diagnostic]
         /// Declared memberships left unsubscribed because the device opted out (opt_outs: respect).
         public var optedOut = 0
@@ -86,8 +94,8 @@ public struct Differ: Sendable {
             if !deadDeclared.isEmpty {
                 notes.append("\(deadDeclared.count) declared token(s) are unregistered in FCM and are skipped")
             }
-            unsubscribes += batches(.unsubscribe, spec.name, remove, state.tokens)
-            subscribes += batches(.subscribe, spec.name, add, state.tokens)
+            unsubscribes += batches(.unsubscribe, spec.name, remove, state.tokens.table)
+            subscribes += batches(.subscribe, spec.name, add, state.tokens.table)
             addsPerToken.append((spec.name, add))
             removesPerToken.append(remove)
             if !add.isEmpty || !remove.isEmpty || !deadDeclared.isEmpty {
@@ -107,7 +115,7 @@ public struct Differ: Sendable {
                         "topic '\(name)' is protected (protect: true when last applied) and is no longer in the manifests; removing it would unsubscribe the \(remove.count) membership\(remove.count == 1 ? "" : "s") tidemark made. Put it back, or first apply it with protect: false."
                     ))
             }
-            unsubscribes += batches(.unsubscribe, name, remove, state.tokens)
+            unsubscribes += batches(.unsubscribe, name, remove, state.tokens.table)
             removesPerToken.append(remove)
             topicChanges.append(
                 TopicChange(

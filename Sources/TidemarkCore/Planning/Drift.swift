@@ -3,6 +3,7 @@ import Foundation
 /// What moved in FCM since tidemark last looked, that nobody planned: a refresh classified against
 /// the manifests and state. `tidemark apply` corrects every kind.
 public struct DriftReport: Sendable, Codable {
+    /// The kinds of drift a refresh can find.
     public enum Kind: String, Sendable, Codable, CaseIterable {
         /// A device subscribed itself to an authoritative topic it is not declared in.
         case selfSubscribed = "self_subscribed"
@@ -17,6 +18,7 @@ public struct DriftReport: Sendable, Codable {
         /// answer a look-up with any of a group's key aliases.)
         case vanishedGroup = "vanished_group"
 
+        /// The heading of the kind's section in a report.
         public var heading: String {
             switch self {
             case .selfSubscribed: "Devices that subscribed themselves to authoritative topics"
@@ -39,13 +41,20 @@ public struct DriftReport: Sendable, Codable {
         }
     }
 
+    /// One drifted membership, token or group.
     public struct Item: Sendable, Codable, Equatable {
+        /// What drifted.
         public var kind: Kind
+        /// The topic, for a membership.
         public var topic: String?
+        /// The group, for a vanished group.
         public var group: String?
+        /// The token concerned (redacted in human output unless asked for).
         public var token: String?
+        /// The inventory's device id of the token, when known.
         public var device: String?
 
+        /// An item of `kind`.
         public init(kind: Kind, topic: String? = nil, group: String? = nil, token: String? = nil, device: String? = nil)
         {
             self.kind = kind
@@ -56,14 +65,21 @@ public struct DriftReport: Sendable, Codable {
         }
     }
 
+    /// The report's format (1).
     public var formatVersion = 1
+    /// The tidemark version that made it.
     public var tidemarkVersion: String
+    /// When the check ran.
     public var checkedAt: Date
+    /// The lineage of the state it checked against.
     public var lineage: String
+    /// That state's serial.
     public var serial: Int
+    /// The FCM project and backend it read.
     public var backend: BackendIdentity
     /// Registrations read.
     public var registrationsRead: Int
+    /// What drifted, in report order.
     public var items: [Item]
     /// Changes a plan made now would carry out (drift corrections and unapplied manifest edits), in tokens and group calls.
     public var pendingChanges: Int
@@ -74,6 +90,7 @@ public struct DriftReport: Sendable, Codable {
     /// Warnings of the run, such as FCM's deadlines for device groups and the iid transport (absent when none).
     public var warnings: [Diagnostic]? = nil
 
+    /// A report of what a refresh found.
     public init(
         tidemarkVersion: String, checkedAt: Date, lineage: String, serial: Int, backend: BackendIdentity,
         registrationsRead: Int, items: [Item], pendingChanges: Int
@@ -100,6 +117,7 @@ public struct DriftReport: Sendable, Codable {
     /// Opt-outs a topic respects are reported, never counted as drift: they are users' choices.
     public var hasDrift: Bool { items.contains { $0.kind != .optedOut } }
 
+    /// How many items are of `kind`.
     public func count(_ kind: Kind) -> Int { items.reduce(0) { $0 + ($1.kind == kind ? 1 : 0) } }
 
     /// Sorts what a refresh saw into kinds of drift. `state` is state before the refresh, sharing
@@ -143,14 +161,18 @@ public struct DriftReport: Sendable, Codable {
 public struct DriftEstimate: Sendable, Codable, Equatable {
     /// Registrations of the sample found drifted, and the sample's size.
     public var drifted: Int
+    /// Registrations the sample read.
     public var sampled: Int
     /// Registrations of the fleet not read.
     public var unread: Int
     /// The estimate for the registrations not read, and its 95% bounds.
     public var expected: Int
+    /// The lower 95% bound of drifted registrations among those not read.
     public var low: Int
+    /// The upper 95% bound.
     public var high: Int
 
+    /// The estimate from `drifted` of `sampled`, scaled to `unread` registrations.
     public init(drifted: Int, sampled: Int, unread: Int) {
         self.drifted = drifted
         self.sampled = sampled
@@ -170,11 +192,14 @@ public struct DriftEstimate: Sendable, Codable, Equatable {
 
 /// Renders a drift report for people (text and markdown) and for log pipelines (NDJSON events).
 public struct DriftRenderer: Sendable {
+    /// Whether tokens are shown whole (`--show-tokens`); redacted by default.
     public var showTokens: Bool
     /// Items listed per kind and topic before "… and N more".
     public var itemsPerSection: Int
+    /// How Markdown is split into comments that fit a pull request.
     public var packer: MarkdownPacker
 
+    /// A renderer; `itemsPerSection` bounds each list.
     public init(showTokens: Bool = false, itemsPerSection: Int = 20, packer: MarkdownPacker = MarkdownPacker()) {
         self.showTokens = showTokens
         self.itemsPerSection = itemsPerSection
@@ -272,6 +297,7 @@ public struct DriftRenderer: Sendable {
         return lines
     }
 
+    /// The report for a terminal.
     public func text(_ report: DriftReport) -> String {
         var out = [verdict(report)]
         out += coverageLines(report)
@@ -290,6 +316,7 @@ public struct DriftRenderer: Sendable {
         return (out.joined(separator: "\n") + "\n").escapingControlCharacters
     }
 
+    /// The report as Markdown comments, each within the packer's size.
     public func markdown(_ report: DriftReport) -> [String] { markdownParts(report).map(\.escapingControlCharacters) }
 
     private func markdownParts(_ report: DriftReport) -> [String] {

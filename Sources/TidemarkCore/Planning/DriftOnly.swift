@@ -7,6 +7,7 @@ public struct DriftOnlyNote: Sendable, Codable, Equatable {
     /// Membership changes and group calls the manifests and inventory call for that this plan leaves alone.
     public var waiting: Int
 
+    /// A note of `waiting` changes left alone.
     public init(waiting: Int) { self.waiting = waiting }
 }
 

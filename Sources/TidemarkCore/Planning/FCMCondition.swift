@@ -64,8 +64,10 @@ public indirect enum FCMCondition: Sendable, Equatable, CustomStringConvertible 
 public struct ConditionError: Error, Sendable, Equatable, CustomStringConvertible {
     /// 1-based column of the problem.
     public var column: Int
+    /// What is wrong there.
     public var message: String
 
+    /// "Invalid condition at column N: …."
     public var description: String { "Invalid condition at column \(column): \(message)." }
 }
 

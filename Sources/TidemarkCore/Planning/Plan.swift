@@ -2,6 +2,7 @@ import Foundation
 
 /// One request's worth of work: a batch of ≤ 1000 tokens for a topic, or one device-group call.
 public struct PlannedOperation: Sendable, Codable, Equatable {
+    /// What an operation does: a topic batch, a device-group call, or a state-only audience step.
     public enum Kind: String, Sendable, Codable {
         case unsubscribe
         case subscribe
@@ -34,11 +35,14 @@ public struct PlannedOperation: Sendable, Codable, Equatable {
         }
     }
 
+    /// What this operation does.
     public var kind: Kind
     /// Topic name, or the group's `notification_key_name`.
     public var target: String
+    /// The registration tokens it names, in order (≤ 1000 for a topic batch).
     public var tokens: [String]
 
+    /// An operation of `kind` on `target` for `tokens`.
     public init(kind: Kind, target: String, tokens: [String]) {
         self.kind = kind
         self.target = target
@@ -48,12 +52,17 @@ public struct PlannedOperation: Sendable, Codable, Equatable {
 
 /// Per-topic counts for the reader of a plan.
 public struct TopicChange: Sendable, Codable, Equatable {
+    /// The topic's name.
     public var topic: String
+    /// The mode the manifests declare for it.
     public var mode: TopicMode
+    /// Memberships the plan adds.
     public var subscribe: Int
+    /// Memberships the plan removes.
     public var unsubscribe: Int
     /// True when the topic is no longer in the manifests; tidemark removes what it made.
     public var removedFromManifests: Bool
+    /// What the reviewer should know: unregistered members skipped, protection, opt-outs.
     public var notes: [String]
     /// Why devices join and leave, by cause, largest first (absent in older plans).
     public var reasons: [ChangeReason]? = nil
@@ -64,17 +73,21 @@ public struct TopicChange: Sendable, Codable, Equatable {
 /// One cause of a topic's changes: "+120 by selector {locale: en-GB} at manifests/weather.yaml:14",
 /// "−3 device left the inventory".
 public struct ChangeReason: Sendable, Codable, Equatable {
+    /// Whether devices join the topic or leave it.
     public enum Direction: String, Sendable, Codable {
         case join, leave
     }
 
+    /// Whether these devices join or leave.
     public var direction: Direction
+    /// How many devices.
     public var count: Int
     /// What caused it, without the location: "selector {locale: en-GB}", "device left the inventory".
     public var why: String
     /// Where in the manifests, "manifests/weather.yaml:14", when a member entry is the cause.
     public var at: String?
 
+    /// A cause of `count` joins or leaves.
     public init(direction: Direction, count: Int, why: String, at: String? = nil) {
         self.direction = direction
         self.count = count
@@ -85,6 +98,7 @@ public struct ChangeReason: Sendable, Codable, Equatable {
 
 /// Per-group change for the reader of a plan.
 public struct GroupChange: Sendable, Codable, Equatable {
+    /// What happens to the group.
     public enum Action: String, Sendable, Codable {
         case create, update, adopt, delete
         /// A device group becomes a tidemark audience; the FCM group is kept until retired.
@@ -93,14 +107,20 @@ public struct GroupChange: Sendable, Codable, Equatable {
         case retire
     }
 
+    /// The group's (or audience's) name.
     public var group: String
+    /// What happens to it.
     public var action: Action
+    /// Members the plan adds.
     public var add: Int
+    /// Members the plan removes.
     public var remove: Int
+    /// What the reviewer should know about the change.
     public var notes: [String]
     /// True for a tidemark audience (a named set in state, no FCM group); absent for device groups.
     public var audience: Bool? = nil
 
+    /// A group's change, as the plan shows it.
     public init(group: String, action: Action, add: Int, remove: Int, notes: [String], audience: Bool? = nil) {
         self.group = group
         self.action = action
@@ -113,7 +133,9 @@ public struct GroupChange: Sendable, Codable, Equatable {
 
 /// What a refresh saw that differs from state; recorded in the plan so `apply FILE` stores it too.
 public struct Observations: Sendable, Codable, Equatable {
+    /// One topic's memberships that differ from state.
     public struct TopicDelta: Sendable, Codable, Equatable {
+        /// The topic's name.
         public var topic: String
         /// Tokens now seen subscribed that state did not show.
         public var subscribed: [String]
@@ -121,7 +143,9 @@ public struct Observations: Sendable, Codable, Equatable {
         public var unsubscribed: [String]
     }
 
+    /// A group whose existence differs from what state knows.
     public struct GroupKey: Sendable, Codable, Equatable {
+        /// The group's name.
         public var group: String
         /// The key found, or nil when the group no longer exists.
         public var key: String?
@@ -129,27 +153,36 @@ public struct Observations: Sendable, Codable, Equatable {
 
     /// When the refresh ran (seconds since 1970); nil for a plan made with `--no-refresh`.
     public var refreshedAt: Int64?
+    /// Per topic, the memberships that differ from state.
     public var topics: [TopicDelta] = []
     /// Tokens FCM no longer knows.
     public var dead: [String] = []
     /// Tokens state had as dead that FCM knows again.
     public var revived: [String] = []
+    /// Groups found, or found gone, against what state knows.
     public var groupKeys: [GroupKey] = []
 
+    /// No observations yet; `refreshedAt` is when the refresh ran.
     public init(refreshedAt: Int64? = nil) { self.refreshedAt = refreshedAt }
 
+    /// Whether the refresh found nothing that differs from state.
     public var isEmpty: Bool { topics.isEmpty && dead.isEmpty && revived.isEmpty && groupKeys.isEmpty }
 }
 
 /// A device whose token rotated: the old token leaves its topics and the new one joins them.
 public struct Rotation: Sendable, Codable, Equatable {
+    /// The inventory's device id.
     public var device: String
+    /// The token state knew for the device.
     public var from: String
+    /// The device's token now.
     public var to: String
     /// Topics the new token is subscribed to by this plan, and the old one unsubscribed from.
     public var subscribes: Int
+    /// Topics the old token is unsubscribed from.
     public var unsubscribes: Int
 
+    /// A rotation of `device` from one token to another.
     public init(device: String, from: String, to: String, subscribes: Int, unsubscribes: Int) {
         self.device = device
         self.from = from
@@ -161,11 +194,16 @@ public struct Rotation: Sendable, Codable, Equatable {
 
 /// What one inventory source read for a plan: its name, how many devices, and a digest of them.
 public struct InventoryRecord: Sendable, Codable, Equatable {
+    /// The source's name in `tidemark.yaml` (or the inventory file).
     public var source: String
+    /// A digest of what the source read (`InventorySnapshot.identity`).
     public var identity: String
+    /// The devices it read, when counted.
     public var rows: Int?
+    /// The devices `exclude_if` left out, when any.
     public var excluded: Int?
 
+    /// The record of one source's read.
     public init(source: String, _ snapshot: InventorySnapshot) {
         self.source = source
         identity = snapshot.identity
@@ -181,24 +219,38 @@ public struct InventoryRecord: Sendable, Codable, Equatable {
 
 /// A reviewable, replayable plan: operations in execution order plus what it was computed from.
 public struct Plan: Sendable, Codable {
+    /// The format this tidemark writes; a plan of a later format is refused.
     public static let currentFormatVersion = 1
 
+    /// The format the plan was written in.
     public var formatVersion: Int
+    /// The tidemark version that made it.
     public var tidemarkVersion: String
+    /// When it was made.
     public var createdAt: Date
+    /// The lineage of the state it was made from; a plan for another state is refused.
     public var lineage: String
+    /// The state's serial when it was made.
     public var serial: Int
+    /// A digest of what the manifests meant (`DesiredState.digest`); apply refuses a plan whose manifests changed.
     public var manifestsDigest: String
+    /// The FCM project and backend it was made for.
     public var backend: BackendIdentity
+    /// Whether it read FCM (false for `--no-refresh`).
     public var refreshed: Bool
     /// `--target` selectors of a partial plan; empty when it covers everything not excluded.
     public var targets: [String]
     /// `--exclude` selectors of a partial plan (absent in plans before it existed).
     public var excludes: [String]? = nil
+    /// The operations, in the order apply runs them: removals, then additions, then each group's steps.
     public var operations: [PlannedOperation]
+    /// Per-topic counts for the reviewer.
     public var topics: [TopicChange]
+    /// Per-group changes for the reviewer.
     public var groups: [GroupChange]
+    /// The warnings (and, for a plan that cannot be applied, the errors) planning found.
     public var diagnostics: [Diagnostic]
+    /// What the refresh saw that differs from state; apply records it too.
     public var observations: Observations
     /// The versions (`State.versions`) of the topics and groups its operations touch, when planned: the
     /// plan stays valid while these do not move (absent in older plans, which need the same serial).
@@ -230,6 +282,7 @@ public struct Plan: Sendable, Codable {
     /// state (absent otherwise).
     public var shadowVerify: ShadowVerify? = nil
 
+    /// A plan as the planner makes it; the optional parts are set afterwards.
     public init(
         formatVersion: Int = Plan.currentFormatVersion, tidemarkVersion: String, createdAt: Date,
         lineage: String, serial: Int, manifestsDigest: String, backend: BackendIdentity, refreshed: Bool,
@@ -252,6 +305,7 @@ public struct Plan: Sendable, Codable {
         self.observations = observations
     }
 
+    /// Whether applying it changes anything in FCM or state.
     public var hasChanges: Bool { !operations.isEmpty }
 
     /// The plan's `--target` / `--exclude` selection.
@@ -267,7 +321,9 @@ public struct Plan: Sendable, Codable {
     /// True when the plan covers only some topics and groups.
     public var isPartial: Bool { !targets.isEmpty || !(excludes ?? []).isEmpty }
 
+    /// Memberships its subscribe batches add.
     public var subscribeCount: Int { operations.filter { $0.kind == .subscribe }.reduce(0) { $0 + $1.tokens.count } }
+    /// Memberships its unsubscribe batches remove.
     public var unsubscribeCount: Int {
         operations.filter { $0.kind == .unsubscribe }.reduce(0) { $0 + $1.tokens.count }
     }
@@ -333,6 +389,7 @@ public struct Plan: Sendable, Codable {
 }
 
 extension Plan {
+    /// The JSON encoder of saved plans: snake_case keys, ISO 8601 dates; sorted keys, pretty by default.
     public static func encoder(pretty: Bool = true) -> JSONEncoder {
         let encoder = JSONEncoder()
         encoder.keyEncodingStrategy = .convertToSnakeCase
@@ -341,6 +398,7 @@ extension Plan {
         return encoder
     }
 
+    /// The JSON decoder of saved plans (`encoder`'s counterpart).
     public static func decoder() -> JSONDecoder {
         let decoder = JSONDecoder()
         decoder.keyDecodingStrategy = .convertFromSnakeCase

@@ -2,9 +2,12 @@ import Foundation
 
 /// Builds a plan: records what a refresh saw, then diffs the desired state against the result.
 public struct Planner: Sendable {
+    /// How state is diffed against the desired state.
     public var differ: Differ
+    /// The tidemark version recorded in plans.
     public var tidemarkVersion: String
 
+    /// A planner with `differ`.
     public init(differ: Differ = Differ(), tidemarkVersion: String) {
         self.differ = differ
         self.tidemarkVersion = tidemarkVersion
@@ -18,8 +21,7 @@ public struct Planner: Sendable {
         now: Date, targets: Targets = .all, maxUnsubscribes: UnsubscribeLimit? = nil
     ) -> Plan {
         var working = state
-        working.growToTable()
-        let observations = refresh.map { working.absorb($0) } ?? Observations()
+        let observations = refresh.map { working.recordRefresh($0) } ?? Observations()
         let result = differ.diff(desired: loaded.desired, state: working, targets: targets)
         var diagnostics = loaded.diagnostics.filter { $0.severity != .error } + result.diagnostics
         if !observations.dead.isEmpty {

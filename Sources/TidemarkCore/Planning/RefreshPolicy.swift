@@ -53,6 +53,7 @@ public enum RefreshBudget: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// "5,000 reads" or "1% of the fleet", for messages.
     public var description: String {
         switch self {
         case .reads(let n): return "\(n) reads"
@@ -63,32 +64,42 @@ public enum RefreshBudget: Sendable, Equatable, CustomStringConvertible {
 
 /// A `--refresh`, `refresh_budget` or `refresh_max_age` that cannot be used.
 public struct RefreshPolicyError: Error, CustomStringConvertible {
+    /// The reason, as a sentence naming the setting.
     public var description: String
+    /// An error saying `description`.
     public init(_ description: String) { self.description = description }
 }
 
 /// What a command reads before it plans: the mode, the sweep's budget and the oldest read trusted.
 public struct RefreshPolicy: Sendable, Equatable {
+    /// Which registrations are read.
     public var mode: RefreshMode
+    /// How many registrations the sweep reads per run (`sample`).
     public var budget: RefreshBudget
     /// Registrations last read longer ago than this many seconds are read again (touched and sample).
     public var maxAge: Int64?
 
+    /// A policy of `mode`.
     public init(mode: RefreshMode, budget: RefreshBudget = .default, maxAge: Int64? = nil) {
         self.mode = mode
         self.budget = budget
         self.maxAge = maxAge
     }
 
+    /// Read every registration.
     public static let all = RefreshPolicy(mode: .all)
+    /// Read nothing (`--no-refresh`).
     public static let none = RefreshPolicy(mode: .none)
+    /// Read what the plan changes and a slice of the rest (the default budget).
     public static let sample = RefreshPolicy(mode: .sample)
 
+    /// Whether the policy reads FCM at all.
     public var reads: Bool { mode != .none }
 }
 
 /// What a refresh covered: recorded in plans and drift reports so a verdict says how far it looked.
 public struct RefreshCoverage: Sendable, Codable, Equatable {
+    /// The mode the refresh ran in.
     public var mode: RefreshMode
     /// Registrations tidemark knows and does not hold as dead: the fleet.
     public var fleet: Int
@@ -110,6 +121,7 @@ public struct RefreshCoverage: Sendable, Codable, Equatable {
     /// When the refresh ran (seconds since 1970).
     public var at: Int64
 
+    /// A coverage report.
     public init(
         mode: RefreshMode, fleet: Int, read: Int, touched: Int = 0, stale: Int = 0, sampled: Int = 0,
         budget: Int? = nil, neverRead: Int = 0, oldestUnread: Int64? = nil, at: Int64
@@ -151,8 +163,7 @@ extension State {
     public func refreshSelection(
         _ policy: RefreshPolicy, touched: TokenSet, now: Int64, salt: UInt64 = 0
     ) -> (ids: TokenSet, coverage: RefreshCoverage, sampled: TokenSet) {
-        var copy = self
-        copy.growToTable()
+        let copy = self
         let fleet = copy.fleet()
         switch policy.mode {
         case .none:

@@ -1,9 +1,13 @@
 /// Reads the backend's view of every known token and group, in batches and in parallel.
 public struct Refresher: Sendable {
+    /// Where registrations and groups are read from.
     public var backend: any Backend
+    /// How many reads are in flight at once.
     public var parallelism: Int
+    /// How many registrations one read asks for (1000 on the IID batch API).
     public var chunkSize: Int
 
+    /// A refresher of `backend`, `parallelism` reads at a time.
     public init(backend: any Backend, parallelism: Int = 8, chunkSize: Int = 1000) {
         self.backend = backend
         self.parallelism = max(1, parallelism)
@@ -75,6 +79,8 @@ public struct Refresher: Sendable {
 
 /// A refresh that could not read everything; a plan is never built on it.
 public struct RefreshError: Error, CustomStringConvertible {
+    /// What could not be read, and what to check.
     public var message: String
+    /// The message.
     public var description: String { message }
 }

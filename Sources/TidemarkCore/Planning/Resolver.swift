@@ -2,12 +2,16 @@ import Foundation
 
 /// Turns member references into token sets and checks the manifests against FCM's limits.
 public struct Resolver {
+    /// The manifests, merged.
     public let manifests: ManifestSet
+    /// The devices selectors and device lists resolve against.
     public let inventory: Inventory
+    /// Where token files are read from.
     public let files: FileSource
     /// The largest token file read (`limits.token_file_bytes`).
     public var tokenFileBytes = InputLimits().tokenFileBytes
 
+    /// A resolver of `manifests` against `inventory`.
     public init(manifests: ManifestSet, inventory: Inventory, files: FileSource) {
         self.manifests = manifests
         self.inventory = inventory
@@ -15,7 +19,7 @@ public struct Resolver {
     }
 
     /// Resolves every topic and group; ids are interned into `table`.
-    public func resolve(into table: inout TokenTable) -> (DesiredState, [Diagnostic]) {
+    public func resolve(into table: inout some TokenInterning) -> (DesiredState, [Diagnostic]) {
         var context = Context(inventory: inventory, files: files, tokenFileBytes: tokenFileBytes)
         context.deviceTokenIDs.reserveCapacity(inventory.count)
         table.reserveCapacity(table.count + inventory.count)
@@ -23,7 +27,7 @@ public struct Resolver {
         // the previous one before hashing (a sequential string compare instead of a random probe).
         var hint = 0
         for token in inventory.tokens {
-            let id = hint < table.count && table[UInt32(hint)] == token ? UInt32(hint) : table.intern(token)
+            let id = hint < table.count && table.token(UInt32(hint)) == token ? UInt32(hint) : table.intern(token)
             context.deviceTokenIDs.append(id)
             hint = Int(id) + 1
         }
@@ -129,7 +133,7 @@ public struct Resolver {
         )
     }
 
-    private func checkTopicsPerToken(_ topics: [DesiredTopic], table: TokenTable) -> [Diagnostic] {
+    private func checkTopicsPerToken(_ topics: [DesiredTopic], table: some TokenInterning) -> [Diagnostic] {
         var counts = [UInt16](repeating: 0, count: table.count)
         for topic in topics {
             for id in topic.members { counts[Int(id)] &+= 1 }
@@ -139,7 +143,7 @@ public struct Resolver {
         for (id, count) in counts.enumerated() where Int(count) > FCMLimits.maxTopicsPerToken {
             over += 1
             guard over <= 10 else { continue }
-            let token = table[UInt32(id)]
+            let token = table.token(UInt32(id))
             if let device = inventory.index(ofToken: token) {
                 diagnostics.append(
                     .error(
@@ -174,7 +178,7 @@ public struct Resolver {
         }
 
         mutating func resolve(
-            _ refs: [MemberRef], owner: String, table: inout TokenTable,
+            _ refs: [MemberRef], owner: String, table: inout some TokenInterning,
             _ diagnostics: inout [Diagnostic]
         ) -> TokenSet {
             var parts: [TokenSet] = []
@@ -183,7 +187,7 @@ public struct Resolver {
 
         /// `resolve`, also handing back each entry's own set, in order.
         mutating func resolve(
-            _ refs: [MemberRef], owner: String, table: inout TokenTable,
+            _ refs: [MemberRef], owner: String, table: inout some TokenInterning,
             _ diagnostics: inout [Diagnostic], parts: inout [TokenSet]
         ) -> TokenSet {
             parts = []
@@ -325,7 +329,7 @@ public struct Resolver {
         }
 
         private mutating func tokensFromFile(
-            _ path: Located<String>, owner: String, table: inout TokenTable,
+            _ path: Located<String>, owner: String, table: inout some TokenInterning,
             _ diagnostics: inout [Diagnostic]
         ) -> TokenSet {
             if tokenFiles[path.value] == nil {
@@ -365,7 +369,7 @@ extension Resolver {
     /// Which member entries of each topic and group name `id` (a token id of `table`, after `resolve`
     /// interned the manifests into it), by `State.versionKey`: the same rules as `resolve`, one entry
     /// at a time, so a device's view says why it is in each.
-    public func entries(naming id: UInt32, table: inout TokenTable) -> [String: [MemberRef]] {
+    public func entries(naming id: UInt32, table: inout some TokenInterning) -> [String: [MemberRef]] {
         var context = Context(inventory: inventory, files: files, tokenFileBytes: tokenFileBytes)
         for token in inventory.tokens { context.deviceTokenIDs.append(table.intern(token)) }
         var ignored: [Diagnostic] = []

@@ -2,6 +2,7 @@ import Foundation
 
 /// Why a file cannot be read as a saved plan.
 public struct SavedPlanError: Error, Sendable, CustomStringConvertible {
+    /// The reason, as a sentence naming the file's problem.
     public var description: String
 }
 

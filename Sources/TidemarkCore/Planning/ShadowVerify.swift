@@ -5,7 +5,9 @@ import Foundation
 /// which applies over the configured API wrote. No difference over the whole fleet is the evidence a
 /// team needs to switch transports; each difference is listed, and the plan re-asserts it as usual.
 public struct ShadowVerify: Sendable, Codable, Equatable {
+    /// One way the other API's view differs from state.
     public struct Difference: Sendable, Codable, Equatable {
+        /// How it differs.
         public enum Kind: String, Sendable, Codable {
             /// State holds the membership; the other API reads it absent.
             case absent
@@ -17,11 +19,14 @@ public struct ShadowVerify: Sendable, Codable, Equatable {
             case registered
         }
 
+        /// How it differs.
         public var kind: Kind
         /// The topic, for a membership.
         public var topic: String?
+        /// The registration token concerned.
         public var token: String
 
+        /// A difference of `kind` for `token` (in `topic`, for a membership).
         public init(kind: Kind, topic: String?, token: String) {
             self.kind = kind
             self.topic = topic
@@ -35,13 +40,16 @@ public struct ShadowVerify: Sendable, Codable, Equatable {
     public var against: TopicTransport
     /// Registrations read through `reads`, of `fleet`.
     public var registrationsRead: Int
+    /// Registrations state knows and holds alive.
     public var fleet: Int
     /// Every registration state knows was read (`--refresh all`): only then is "no difference" evidence.
     public var complete: Bool
     /// Every difference found, up to `listLimit` (`differenceCount` counts them all).
     public var differences: [Difference]
+    /// How many differences were found.
     public var differenceCount: Int
 
+    /// The most differences listed in a plan.
     public static let listLimit = 1000
 
     /// The differences are what the refresh saw that state did not remember (`observations`).

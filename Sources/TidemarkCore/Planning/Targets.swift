@@ -3,13 +3,16 @@ import Foundation
 /// Which topics and groups a partial plan covers: `--target` / `--exclude` selectors such as
 /// `topic:weather-*`, `group:user-*`, or a bare glob that matches both kinds.
 public struct Targets: Sendable, Equatable {
+    /// Topics or groups (audiences count as groups).
     public enum Kind: String, Sendable {
         case topic, group
     }
 
+    /// One `--target` or `--exclude` selector.
     public struct Selector: Sendable, Equatable, CustomStringConvertible {
         /// nil matches topics and groups alike.
         public var kind: Kind?
+        /// The glob the name must match.
         public var pattern: String
 
         /// Parses `topic:GLOB`, `group:GLOB` or `GLOB`; globs know `*` (any run) and `?` (one character).
@@ -33,11 +36,13 @@ public struct Targets: Sendable, Equatable {
             self.pattern = String(pattern)
         }
 
+        /// Whether it selects the `kind` named `name`.
         public func matches(_ kind: Kind, _ name: String) -> Bool {
             if let own = self.kind, own != kind { return false }
             return Self.glob(Array(pattern.unicodeScalars), Array(name.unicodeScalars))
         }
 
+        /// "topic:weather-*", as written.
         public var description: String { kind.map { "\($0.rawValue):\(pattern)" } ?? pattern }
 
         /// Iterative glob match with backtracking to the last `*`: linear in practice, no recursion.
@@ -67,14 +72,18 @@ public struct Targets: Sendable, Equatable {
         }
     }
 
+    /// The `--target` selectors; empty means everything not excluded.
     public var include: [Selector]
+    /// The `--exclude` selectors.
     public var exclude: [Selector]
 
+    /// A selection of parsed selectors.
     public init(include: [Selector] = [], exclude: [Selector] = []) {
         self.include = include
         self.exclude = exclude
     }
 
+    /// Parses `--target` and `--exclude` values; throws on a selector that cannot be used.
     public init(include: [String], exclude: [String]) throws(TargetError) {
         var included: [Selector] = []
         for text in include { included.append(try Selector(parsing: text)) }
@@ -89,6 +98,7 @@ public struct Targets: Sendable, Equatable {
     /// True when the plan is limited to some topics or groups.
     public var isPartial: Bool { !include.isEmpty || !exclude.isEmpty }
 
+    /// Whether the selection covers the `kind` named `name`: some target matches (or there are none) and no exclude does.
     public func covers(_ kind: Kind, _ name: String) -> Bool {
         if !include.isEmpty, !include.contains(where: { $0.matches(kind, name) }) { return false }
         return !exclude.contains { $0.matches(kind, name) }
@@ -114,7 +124,9 @@ public struct Targets: Sendable, Equatable {
         }
     }
 
+    /// Whether the selection covers topic `name`.
     public func coversTopic(_ name: String) -> Bool { covers(.topic, name) }
+    /// Whether the selection covers group (or audience) `name`.
     public func coversGroup(_ name: String) -> Bool { covers(.group, name) }
 
     /// "only topic:weather-*, group:user-*; excluding topic:weather-test".
@@ -126,21 +138,27 @@ public struct Targets: Sendable, Equatable {
     }
 }
 
+/// A `--target`, `--exclude` or `--max-unsubscribes` value that cannot be used.
 public struct TargetError: Error, Sendable, CustomStringConvertible {
+    /// The reason, as a sentence naming the value.
     public var description: String
+    /// An error saying `description`.
     public init(_ description: String) { self.description = description }
 }
 
 /// `--max-unsubscribes N|P%`: the blast radius past which a plan is refused.
 public struct UnsubscribeLimit: Sendable, Equatable, CustomStringConvertible {
+    /// A number of unsubscriptions, or a share of the known memberships.
     public enum Bound: Sendable, Equatable {
         case count(Int)
         /// A share of the memberships tidemark knows of (observed, over every topic).
         case percent(Double)
     }
 
+    /// The limit.
     public var bound: Bound
 
+    /// Parses "500" or "5%".
     public init(parsing text: String) throws(TargetError) {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         if trimmed.hasSuffix("%") {
@@ -158,6 +176,7 @@ public struct UnsubscribeLimit: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// The limit as written: "500" or "5%".
     public var description: String {
         switch bound {
         case .count(let n): "\(n)"

@@ -30,9 +30,9 @@ extension State {
         for index in 0..<tokens.count {
             let id = UInt32(index)
             if declared.contains(id) { continue }
-            let left = index < leftAt.count ? leftAt[index] : 0
+            let left = leftAt[index]
             guard left != 0, left <= cutoff else { continue }
-            if index < seenAt.count, seenAt[index] > cutoff, dead.contains(id) { continue }
+            if seenAt[index] > cutoff, dead.contains(id) { continue }
             if dead.contains(id) {
                 selection.dead.append(id)
             } else if !held.contains(id) {
@@ -47,40 +47,39 @@ extension State {
     public func removing(_ selection: PruneSelection) -> State {
         let removed = TokenSet(selection.dead + selection.departed)
         var map = [UInt32](repeating: .max, count: tokens.count)
-        var table = TokenTable()
-        table.reserveCapacity(tokens.count - removed.count)
+        var kept: [String] = []
         var seen: [Int64] = []
         var devices: [String] = []
         var left: [Int64] = []
         for index in 0..<tokens.count where !removed.contains(UInt32(index)) {
-            map[index] = table.intern(tokens[UInt32(index)])
-            seen.append(index < seenAt.count ? seenAt[index] : 0)
-            devices.append(index < deviceIDs.count ? deviceIDs[index] : "")
-            left.append(index < leftAt.count ? leftAt[index] : 0)
+            map[index] = UInt32(kept.count)
+            kept.append(tokens[UInt32(index)])
+            seen.append(seenAt[index])
+            devices.append(deviceIDs[index])
+            left.append(leftAt[index])
         }
         // Ids keep their order, so a remapped sorted set stays sorted.
         func remap(_ set: TokenSet) -> TokenSet {
             TokenSet(sorted: set.compactMap { map[Int($0)] == .max ? nil : map[Int($0)] })
         }
-        var next = self
-        next.tokens = table
-        next.seenAt = seen
-        next.deviceIDs = devices
-        next.leftAt = left
-        next.dead = remap(dead)
-        next.topics = topics.mapValues { topic in
-            var topic = topic
-            topic.managed = remap(topic.managed)
-            topic.observed = remap(topic.observed)
-            topic.optedOut = remap(topic.optedOut)
-            return topic
-        }
-        next.groups = groups.mapValues { group in
-            var group = group
-            group.members = remap(group.members)
-            return group
-        }
-        return next
+        // The tokens kept were distinct in this registry, so they are in the new one.
+        let registry = try! TokenRegistry(tokens: kept, seenAt: seen, deviceIDs: devices, leftAt: left)
+        return State(
+            lineage: lineage, serial: serial, tokens: registry, dead: remap(dead),
+            topics: topics.mapValues { topic in
+                var topic = topic
+                topic.managed = remap(topic.managed)
+                topic.observed = remap(topic.observed)
+                topic.optedOut = remap(topic.optedOut)
+                return topic
+            },
+            groups: groups.mapValues { group in
+                var group = group
+                group.members = remap(group.members)
+                group.exported = group.exported.map(remap)
+                return group
+            },
+            backend: backend, versions: versions, inventoryRows: inventoryRows)
     }
 }
 

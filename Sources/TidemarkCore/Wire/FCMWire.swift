@@ -5,21 +5,21 @@ import Foundation
 ///
 /// Decoding is tolerant where FCM is (snake_case and lowerCamel both read; unknown fields ignored);
 /// encoding writes what the reference shows.
-public enum FCMWire {
+package enum FCMWire {
     /// A v1 error: google.rpc.Status in an `error` envelope (reference §3.3).
-    public struct ErrorBody: Codable, Sendable, Equatable {
-        public var error: Status
+    package struct ErrorBody: Codable, Sendable, Equatable {
+        package var error: Status
 
-        public init(error: Status) { self.error = error }
+        package init(error: Status) { self.error = error }
     }
 
-    public struct Status: Codable, Sendable, Equatable {
-        public var code: Int
-        public var message: String
-        public var status: String
-        public var details: [ErrorDetail]?
+    package struct Status: Codable, Sendable, Equatable {
+        package var code: Int
+        package var message: String
+        package var status: String
+        package var details: [ErrorDetail]?
 
-        public init(code: Int, message: String, status: String, details: [ErrorDetail]? = nil) {
+        package init(code: Int, message: String, status: String, details: [ErrorDetail]? = nil) {
             self.code = code
             self.message = message
             self.status = status
@@ -27,25 +27,25 @@ public enum FCMWire {
         }
 
         /// The FcmError `errorCode` when a detail carries one (UNREGISTERED, …).
-        public var fcmErrorCode: String? {
+        package var fcmErrorCode: String? {
             details?.first { $0.type.hasSuffix("google.firebase.fcm.v1.FcmError") }?.errorCode
         }
     }
 
     /// One of google.rpc's detail messages (FcmError, BadRequest, ErrorInfo, QuotaFailure), told apart by `@type`.
-    public struct ErrorDetail: Codable, Sendable, Equatable {
-        public var type: String
+    package struct ErrorDetail: Codable, Sendable, Equatable {
+        package var type: String
         /// FcmError.
-        public var errorCode: String?
+        package var errorCode: String?
         /// BadRequest: the offending fields.
-        public var fieldViolations: [FieldViolation]?
+        package var fieldViolations: [FieldViolation]?
         /// ErrorInfo.
-        public var reason: String?
-        public var domain: String?
+        package var reason: String?
+        package var domain: String?
         /// QuotaFailure.
-        public var violations: [QuotaViolation]?
+        package var violations: [QuotaViolation]?
 
-        public init(
+        package init(
             type: String, errorCode: String? = nil, fieldViolations: [FieldViolation]? = nil, reason: String? = nil,
             domain: String? = nil, violations: [QuotaViolation]? = nil
         ) {
@@ -57,21 +57,21 @@ public enum FCMWire {
             self.violations = violations
         }
 
-        public static func fcmError(_ code: String) -> ErrorDetail {
+        package static func fcmError(_ code: String) -> ErrorDetail {
             ErrorDetail(type: "type.googleapis.com/google.firebase.fcm.v1.FcmError", errorCode: code)
         }
 
-        public static func badRequest(field: String, _ description: String) -> ErrorDetail {
+        package static func badRequest(field: String, _ description: String) -> ErrorDetail {
             ErrorDetail(
                 type: "type.googleapis.com/google.rpc.BadRequest",
                 fieldViolations: [FieldViolation(field: field, description: description)])
         }
 
-        public static func errorInfo(reason: String, domain: String) -> ErrorDetail {
+        package static func errorInfo(reason: String, domain: String) -> ErrorDetail {
             ErrorDetail(type: "type.googleapis.com/google.rpc.ErrorInfo", reason: reason, domain: domain)
         }
 
-        public static func quotaFailure(subject: String, _ description: String) -> ErrorDetail {
+        package static func quotaFailure(subject: String, _ description: String) -> ErrorDetail {
             ErrorDetail(
                 type: "type.googleapis.com/google.rpc.QuotaFailure",
                 violations: [QuotaViolation(subject: subject, description: description)])
@@ -83,43 +83,43 @@ public enum FCMWire {
         }
     }
 
-    public struct FieldViolation: Codable, Sendable, Equatable {
-        public var field: String
-        public var description: String
+    package struct FieldViolation: Codable, Sendable, Equatable {
+        package var field: String
+        package var description: String
 
-        public init(field: String, description: String) {
+        package init(field: String, description: String) {
             self.field = field
             self.description = description
         }
     }
 
-    public struct QuotaViolation: Codable, Sendable, Equatable {
-        public var subject: String
-        public var description: String
+    package struct QuotaViolation: Codable, Sendable, Equatable {
+        package var subject: String
+        package var description: String
 
-        public init(subject: String, description: String) {
+        package init(subject: String, description: String) {
             self.subject = subject
             self.description = description
         }
     }
 
     /// An IID or device-group error: a flat `{"error": "…"}`.
-    public struct FlatError: Codable, Sendable, Equatable {
-        public var error: String
+    package struct FlatError: Codable, Sendable, Equatable {
+        package var error: String
 
-        public init(_ error: String) { self.error = error }
+        package init(_ error: String) { self.error = error }
     }
 
     // MARK: - v1 topic subscriptions (reference §8)
 
-    public struct TopicSubscription: Codable, Sendable, Equatable {
+    package struct TopicSubscription: Codable, Sendable, Equatable {
         /// `projects/P/registrations/R/topicSubscriptions/T`.
-        public var name: String?
-        public var topicName: String
+        package var name: String?
+        package var topicName: String
         /// RFC 3339.
-        public var createTime: String?
+        package var createTime: String?
 
-        public init(name: String?, topicName: String, createTime: String?) {
+        package init(name: String?, topicName: String, createTime: String?) {
             self.name = name
             self.topicName = topicName
             self.createTime = createTime
@@ -133,7 +133,7 @@ public enum FCMWire {
 
         enum CamelKeys: String, CodingKey { case topicName, createTime }
 
-        public init(from decoder: any Decoder) throws {
+        package init(from decoder: any Decoder) throws {
             let snake = try decoder.container(keyedBy: CodingKeys.self)
             let camel = try decoder.container(keyedBy: CamelKeys.self)
             name = try snake.decodeIfPresent(String.self, forKey: .name)
@@ -152,11 +152,11 @@ public enum FCMWire {
     }
 
     /// One page of a registration's subscriptions; no `next_page_token` means the last page.
-    public struct TopicSubscriptionPage: Codable, Sendable, Equatable {
-        public var topicSubscriptions: [TopicSubscription]
-        public var nextPageToken: String?
+    package struct TopicSubscriptionPage: Codable, Sendable, Equatable {
+        package var topicSubscriptions: [TopicSubscription]
+        package var nextPageToken: String?
 
-        public init(topicSubscriptions: [TopicSubscription], nextPageToken: String?) {
+        package init(topicSubscriptions: [TopicSubscription], nextPageToken: String?) {
             self.topicSubscriptions = topicSubscriptions
             self.nextPageToken = nextPageToken
         }
@@ -168,7 +168,7 @@ public enum FCMWire {
 
         enum CamelKeys: String, CodingKey { case topicSubscriptions, nextPageToken }
 
-        public init(from decoder: any Decoder) throws {
+        package init(from decoder: any Decoder) throws {
             let snake = try decoder.container(keyedBy: CodingKeys.self)
             let camel = try decoder.container(keyedBy: CamelKeys.self)
             // An empty list may be omitted, as proto3 JSON omits empty repeated fields.
@@ -181,7 +181,7 @@ public enum FCMWire {
             nextPageToken = token?.isEmpty == true ? nil : token
         }
 
-        public func encode(to encoder: any Encoder) throws {
+        package func encode(to encoder: any Encoder) throws {
             var container = encoder.container(keyedBy: CodingKeys.self)
             // proto3 JSON leaves an empty repeated field out.
             if !topicSubscriptions.isEmpty { try container.encode(topicSubscriptions, forKey: .topicSubscriptions) }
@@ -192,12 +192,12 @@ public enum FCMWire {
     // MARK: - Instance ID (reference §1)
 
     /// `POST iid/v1:batchAdd` and `:batchRemove`.
-    public struct IIDBatchRequest: Codable, Sendable, Equatable {
+    package struct IIDBatchRequest: Codable, Sendable, Equatable {
         /// `/topics/NAME`.
-        public var to: String
-        public var registrationTokens: [String]
+        package var to: String
+        package var registrationTokens: [String]
 
-        public init(topic: String, tokens: [String]) {
+        package init(topic: String, tokens: [String]) {
             to = "/topics/\(topic)"
             registrationTokens = tokens
         }
@@ -209,29 +209,29 @@ public enum FCMWire {
     }
 
     /// One result per token, in the order sent; `error` absent means done.
-    public struct IIDBatchResponse: Codable, Sendable, Equatable {
-        public var results: [IIDResult]
+    package struct IIDBatchResponse: Codable, Sendable, Equatable {
+        package var results: [IIDResult]
 
-        public init(results: [IIDResult]) { self.results = results }
+        package init(results: [IIDResult]) { self.results = results }
     }
 
-    public struct IIDResult: Codable, Sendable, Equatable {
-        public var error: String?
+    package struct IIDResult: Codable, Sendable, Equatable {
+        package var error: String?
 
-        public init(error: String? = nil) { self.error = error }
+        package init(error: String? = nil) { self.error = error }
     }
 
     /// `GET iid/info/TOKEN?details=true`.
-    public struct IIDInfo: Codable, Sendable, Equatable {
-        public var application: String?
-        public var authorizedEntity: String?
-        public var platform: String?
-        public var scope: String?
-        public var applicationVersion: String?
+    package struct IIDInfo: Codable, Sendable, Equatable {
+        package var application: String?
+        package var authorizedEntity: String?
+        package var platform: String?
+        package var scope: String?
+        package var applicationVersion: String?
         /// Absent when the token has no topics.
-        public var rel: Relations?
+        package var rel: Relations?
 
-        public init(
+        package init(
             application: String?, authorizedEntity: String?, platform: String?, scope: String?,
             applicationVersion: String?, rel: Relations?
         ) {
@@ -245,36 +245,36 @@ public enum FCMWire {
 
         /// Whether the body describes an instance at all (FCM always names its app and sender): an
         /// empty object from something else is not a registration without topics.
-        public var describesAnInstance: Bool { application != nil || authorizedEntity != nil }
+        package var describesAnInstance: Bool { application != nil || authorizedEntity != nil }
 
-        public struct Relations: Codable, Sendable, Equatable {
-            public var topics: [String: TopicRelation]
+        package struct Relations: Codable, Sendable, Equatable {
+            package var topics: [String: TopicRelation]
 
-            public init(topics: [String: TopicRelation]) { self.topics = topics }
+            package init(topics: [String: TopicRelation]) { self.topics = topics }
         }
 
-        public struct TopicRelation: Codable, Sendable, Equatable {
+        package struct TopicRelation: Codable, Sendable, Equatable {
             /// `YYYY-MM-DD`.
-            public var addDate: String
+            package var addDate: String
 
-            public init(addDate: String) { self.addDate = addDate }
+            package init(addDate: String) { self.addDate = addDate }
         }
     }
 
     // MARK: - Device groups (reference §2)
 
-    public enum GroupOperation: String, Codable, Sendable {
+    package enum GroupOperation: String, Codable, Sendable {
         case create, add, remove
     }
 
     /// `POST fcm/notification`.
-    public struct GroupRequest: Codable, Sendable, Equatable {
-        public var operation: GroupOperation
-        public var notificationKeyName: String?
-        public var notificationKey: String?
-        public var registrationIDs: [String]
+    package struct GroupRequest: Codable, Sendable, Equatable {
+        package var operation: GroupOperation
+        package var notificationKeyName: String?
+        package var notificationKey: String?
+        package var registrationIDs: [String]
 
-        public init(operation: GroupOperation, name: String?, key: String? = nil, tokens: [String]) {
+        package init(operation: GroupOperation, name: String?, key: String? = nil, tokens: [String]) {
             self.operation = operation
             notificationKeyName = name
             notificationKey = key
@@ -290,22 +290,22 @@ public enum FCMWire {
     }
 
     /// A group's key: the answer to create, add, remove and the look-up by name.
-    public struct GroupKey: Codable, Sendable, Equatable {
-        public var notificationKey: String
+    package struct GroupKey: Codable, Sendable, Equatable {
+        package var notificationKey: String
 
-        public init(_ key: String) { notificationKey = key }
+        package init(_ key: String) { notificationKey = key }
 
         enum CodingKeys: String, CodingKey { case notificationKey = "notification_key" }
     }
 
     // MARK: - OAuth2 (reference §4)
 
-    public struct AccessToken: Codable, Sendable, Equatable {
-        public var accessToken: String
-        public var expiresIn: Int?
-        public var tokenType: String?
+    package struct AccessToken: Codable, Sendable, Equatable {
+        package var accessToken: String
+        package var expiresIn: Int?
+        package var tokenType: String?
 
-        public init(accessToken: String, expiresIn: Int?, tokenType: String? = "Bearer") {
+        package init(accessToken: String, expiresIn: Int?, tokenType: String? = "Bearer") {
             self.accessToken = accessToken
             self.expiresIn = expiresIn
             self.tokenType = tokenType
@@ -318,11 +318,11 @@ public enum FCMWire {
         }
     }
 
-    public struct OAuthError: Codable, Sendable, Equatable {
-        public var error: String
-        public var errorDescription: String?
+    package struct OAuthError: Codable, Sendable, Equatable {
+        package var error: String
+        package var errorDescription: String?
 
-        public init(error: String, errorDescription: String?) {
+        package init(error: String, errorDescription: String?) {
             self.error = error
             self.errorDescription = errorDescription
         }
@@ -335,13 +335,13 @@ public enum FCMWire {
 
     /// The answer of Google's Security Token Service (`POST sts.googleapis.com/v1/token`, RFC 8693
     /// token exchange): a federated access token for a workload identity.
-    public struct STSToken: Codable, Sendable, Equatable {
-        public var accessToken: String
-        public var issuedTokenType: String?
-        public var tokenType: String?
-        public var expiresIn: Int?
+    package struct STSToken: Codable, Sendable, Equatable {
+        package var accessToken: String
+        package var issuedTokenType: String?
+        package var tokenType: String?
+        package var expiresIn: Int?
 
-        public init(accessToken: String, expiresIn: Int?) {
+        package init(accessToken: String, expiresIn: Int?) {
             self.accessToken = accessToken
             self.issuedTokenType = "urn:ietf:params:oauth:token-type:access_token"
             self.tokenType = "Bearer"
@@ -357,22 +357,22 @@ public enum FCMWire {
     }
 
     /// `POST iamcredentials.googleapis.com/v1/projects/-/serviceAccounts/EMAIL:generateAccessToken`.
-    public struct GenerateAccessTokenRequest: Codable, Sendable, Equatable {
-        public var scope: [String]
-        public var lifetime: String?
+    package struct GenerateAccessTokenRequest: Codable, Sendable, Equatable {
+        package var scope: [String]
+        package var lifetime: String?
 
-        public init(scope: [String], lifetime: String? = "3600s") {
+        package init(scope: [String], lifetime: String? = "3600s") {
             self.scope = scope
             self.lifetime = lifetime
         }
     }
 
     /// Its answer: a service account's access token and when it expires (RFC 3339).
-    public struct GeneratedAccessToken: Codable, Sendable, Equatable {
-        public var accessToken: String
-        public var expireTime: String
+    package struct GeneratedAccessToken: Codable, Sendable, Equatable {
+        package var accessToken: String
+        package var expireTime: String
 
-        public init(accessToken: String, expireTime: String) {
+        package init(accessToken: String, expireTime: String) {
             self.accessToken = accessToken
             self.expireTime = expireTime
         }
@@ -381,11 +381,11 @@ public enum FCMWire {
     // MARK: - Send (reference §6)
 
     /// `POST v1/projects/P/messages:send`.
-    public struct SendRequest: Codable, Sendable, Equatable {
-        public var message: Message
-        public var validateOnly: Bool?
+    package struct SendRequest: Codable, Sendable, Equatable {
+        package var message: Message
+        package var validateOnly: Bool?
 
-        public init(message: Message, validateOnly: Bool? = nil) {
+        package init(message: Message, validateOnly: Bool? = nil) {
             self.message = message
             self.validateOnly = validateOnly
         }
@@ -397,14 +397,14 @@ public enum FCMWire {
     }
 
     /// A message to one target: a token, a topic or a condition.
-    public struct Message: Codable, Sendable, Equatable {
-        public var token: String?
-        public var topic: String?
-        public var condition: String?
-        public var notification: Notification?
-        public var data: [String: String]?
+    package struct Message: Codable, Sendable, Equatable {
+        package var token: String?
+        package var topic: String?
+        package var condition: String?
+        package var notification: Notification?
+        package var data: [String: String]?
 
-        public init(
+        package init(
             token: String? = nil, topic: String? = nil, condition: String? = nil, notification: Notification? = nil,
             data: [String: String]? = nil
         ) {
@@ -416,39 +416,39 @@ public enum FCMWire {
         }
     }
 
-    public struct Notification: Codable, Sendable, Equatable {
-        public var title: String?
-        public var body: String?
+    package struct Notification: Codable, Sendable, Equatable {
+        package var title: String?
+        package var body: String?
 
-        public init(title: String?, body: String?) {
+        package init(title: String?, body: String?) {
             self.title = title
             self.body = body
         }
     }
 
     /// The answer to a send: the message's resource name.
-    public struct SendResponse: Codable, Sendable, Equatable {
-        public var name: String
+    package struct SendResponse: Codable, Sendable, Equatable {
+        package var name: String
 
-        public init(name: String) { self.name = name }
+        package init(name: String) { self.name = name }
     }
 
     // MARK: - Coding
 
     /// The encoder for bodies: sorted keys, slashes unescaped (as Google's front ends write them).
-    public static var encoder: JSONEncoder {
+    package static var encoder: JSONEncoder {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return encoder
     }
 
-    public static func encode(_ value: some Encodable) -> Data {
+    package static func encode(_ value: some Encodable) -> Data {
         // The wire types hold only strings, numbers and arrays of them: encoding cannot fail.
         (try? encoder.encode(value)) ?? Data("{}".utf8)
     }
 
     /// `T` when `data` is a JSON body of that shape, nil otherwise.
-    public static func decode<T: Decodable>(_ type: T.Type, from data: Data) -> T? {
+    package static func decode<T: Decodable>(_ type: T.Type, from data: Data) -> T? {
         try? JSONDecoder().decode(type, from: data)
     }
 }

@@ -34,6 +34,7 @@ public struct ApplyRequest: Sendable {
     /// plan changes is read again, whatever its age.
     public var rereadAfter: Int64? = nil
 
+    /// An apply of `savedPlan`, or of a fresh plan made under `planning`, asking `approve` before it changes anything.
     public init(
         savedPlan: (plan: Plan, file: String)? = nil, planning: PlanRequest = PlanRequest(),
         approve: @escaping @Sendable (Plan) async -> Approval = { _ in .approved },
@@ -50,15 +51,21 @@ public struct ApplyRequest: Sendable {
 
 /// What an apply did.
 public struct ApplySummary: Sendable {
+    /// Memberships added.
     public var subscribed: Int
+    /// Memberships removed.
     public var unsubscribed: Int
+    /// Device-group calls made.
     public var groupCalls: Int
     /// Audiences written in state (no call to FCM).
     public var audiences: Int = 0
+    /// Requests sent to FCM.
     public var requests: Int
     /// Of the requests, those that repeated an earlier one.
     public var retries: Int = 0
+    /// How long the apply took, in seconds.
     public var seconds: Double
+    /// Tokens that failed, with FCM's answer.
     public var failures: [TokenFailure]
 
     /// Failures by error code, codes in order.
@@ -72,6 +79,7 @@ public struct ApplySummary: Sendable {
 
 /// How an apply ended.
 public struct ApplyOutcome: Sendable {
+    /// What the apply came to.
     public enum Result: Sendable {
         /// The plan ran.
         case applied(ApplySummary)
@@ -88,6 +96,7 @@ public struct ApplyOutcome: Sendable {
 
     /// An interrupted apply that was finished first.
     public var resumed: ApplySummary?
+    /// What the apply came to.
     public var result: Result
     /// Devices the inventory still lists whose token FCM reported dead, after this apply: for
     /// `--dead-tokens FILE` and the sources' `on_dead` hooks.
@@ -202,7 +211,7 @@ public struct ApplyWorkflow: Sendable {
             // write that touches no topic it did not see change.
             let rows = loaded.inventoryRows
             let recount = request.savedPlan == nil && !request.planning.driftOnly && rows != state.inventoryRows
-            if recount { state.inventoryRows = rows }
+            if recount { state.recordInventoryRows(rows) }
             if !read.isEmpty || !plan.observations.isEmpty || swept?.ids.isEmpty == false || recount {
                 state = try await record(plan.observations, read: read, swept: swept, state: state)
             }
@@ -210,7 +219,7 @@ public struct ApplyWorkflow: Sendable {
                 resumed: resumed, result: .nothingToDo(savedPlan: request.savedPlan != nil),
                 dead: DeadDevice.collect(state: state, inventory: loaded.inventory))
         }
-        if state.lineage.isEmpty { state.lineage = parts.timing.uuid() }
+        state.claim(backend: plan.backend, lineage: parts.timing.uuid())
         let session = try await ApplySession.begin(
             plan: plan, desired: loaded.desired, store: parts.store, state: state,
             timing: parts.timing, inventory: loaded.inventory, read: read, swept: swept,
@@ -441,8 +450,7 @@ public struct ApplyWorkflow: Sendable {
             now = try replan(observed)
         } else {
             // --refresh all: every registration, the plan's own among them (new ones interned first).
-            for token in Self.registrationsRead(plan) { state.tokens.intern(token) }
-            state.growToTable()
+            for token in Self.registrationsRead(plan) { state.intern(token) }
             let all = TokenSet(sorted: Array(0..<UInt32(state.tokens.count)))
             observed = try await parts.refresh(all, groups: groups, state: state, loaded: loaded)
             now = try replan(observed)
@@ -456,7 +464,7 @@ public struct ApplyWorkflow: Sendable {
             }
         }
         var working = state
-        working.absorb(observed)
+        working.recordRefresh(observed)
         var unexpected: [Triple] = []
         for op in plan.operations {
             for token in op.tokens where !expected.contains(Triple(kind: op.kind, target: op.target, token: token)) {
@@ -668,6 +676,7 @@ public struct ApplyWorkflow: Sendable {
 
 /// What `apply --refresh-only` read and recorded.
 public struct RefreshRecord: Sendable {
+    /// How far the refresh looked.
     public var coverage: RefreshCoverage
     /// How what was read differs from what state remembered (now recorded).
     public var observations: Observations
@@ -717,7 +726,9 @@ extension ApplyWorkflow {
 /// The registrations a saved plan's sweep read and found matching state, and when: applying the plan
 /// records them as read then, so the sweep moves on without reading them twice.
 public struct SweptRegistrations: Sendable {
+    /// The registrations found matching, as ids of state's table.
     public var ids: TokenSet
+    /// When they were read (seconds since 1970).
     public var at: Int64
 
     /// nil when the plan swept nothing; tokens state does not know are ignored.

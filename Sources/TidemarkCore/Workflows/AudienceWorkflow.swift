@@ -35,7 +35,7 @@ public struct AudienceWorkflow: Sendable {
             let parts = WorkflowParts(
                 manifests: manifests, store: store, backend: backend, timing: timing, output: output,
                 tidemarkVersion: "")
-            state.absorb(try await parts.refreshAll(state: state, loaded: loaded))
+            state.recordRefresh(try await parts.refreshAll(state: state, loaded: loaded))
         }
         return (Audience(condition: condition, source: source, desired: loaded.desired, state: state), loaded)
     }

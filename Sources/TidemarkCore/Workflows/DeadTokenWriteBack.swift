@@ -7,6 +7,7 @@ import Foundation
 public struct DeadTokenWriteBack: Sendable {
     /// The sources that may take dead devices back; those without a hook are skipped.
     public var sinks: [any DeadTokenSink]
+    /// The clock that stamps each line's `reported_at`.
     public var timing: Timing
 
     /// A write-back to `sinks`, timed by `timing`.
@@ -30,8 +31,11 @@ public struct DeadTokenWriteBack: Sendable {
 
     /// Why the file could not be written.
     public struct FileError: Error, Sendable, CustomStringConvertible {
+        /// The file, as named.
         public var path: String
+        /// Why it could not be written.
         public var detail: String
+        /// "cannot write PATH: DETAIL".
         public var description: String { "cannot write \(path): \(detail)" }
     }
 

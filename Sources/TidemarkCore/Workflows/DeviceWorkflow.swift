@@ -2,7 +2,9 @@ import Foundation
 
 /// One device as tidemark sees it: every topic and group it is in, desired and last observed, and why.
 public struct DeviceView: Sendable, Codable {
+    /// The device in one topic or group.
     public struct Membership: Sendable, Codable, Equatable {
+        /// The topic's or group's name.
         public var name: String
         /// The topic's mode (topics only).
         public var mode: String?
@@ -20,18 +22,25 @@ public struct DeviceView: Sendable, Codable {
         public var next: String?
     }
 
+    /// What the user asked about: a device id or a token.
     public var query: String
+    /// The device's id, when known.
     public var device: String?
+    /// Its token (redacted when shown unless asked for).
     public var token: String
     /// Where the inventory declares the device, when it does.
     public var declaredAt: String?
+    /// Its labels in the inventory.
     public var labels: [String: String]
     /// When a refresh last read the registration (nil: never).
     public var lastRead: Date?
+    /// Whether FCM reported the token unregistered.
     public var dead: Bool
     /// When the device's token stopped being declared, when it did.
     public var leftInventory: Date?
+    /// The topics it is in, declared or observed.
     public var topics: [Membership]
+    /// The groups and audiences it is in, declared or observed.
     public var groups: [Membership]
 }
 
@@ -64,10 +73,8 @@ public struct DeviceWorkflow: Sendable {
         } else {
             throw WorkflowError.unknownDevice(query)
         }
-        let id = state.tokens.intern(token)
-        state.growToTable()
-        let entries = read.entries(naming: id, table: &state.tokens)
-        state.growToTable()
+        let id = state.intern(token)
+        let entries = state.interning { read.entries(naming: id, table: &$0) }
         var next: [String: String] = [:]
         for op in parts.differ().diff(desired: loaded.desired, state: state, targets: .all).operations {
             let key = State.versionKey(op.kind.isGroup ? .group : .topic, op.target)
@@ -156,10 +163,13 @@ public struct DeviceWorkflow: Sendable {
 
 /// Renders a device's view for people: tokens redacted unless asked.
 public struct DeviceRenderer: Sendable {
+    /// Whether tokens are shown whole (`--show-tokens`).
     public var showTokens: Bool
 
+    /// A renderer; tokens redacted unless `showTokens`.
     public init(showTokens: Bool = false) { self.showTokens = showTokens }
 
+    /// The view for a terminal.
     public func text(_ view: DeviceView) -> String {
         let token = showTokens ? view.token : Redaction.redact(view.token)
         var out: [String] = []

@@ -2,22 +2,29 @@ import Foundation
 
 /// What `tidemark groups export` found: every group's tokens, as FCM lists them.
 public struct GroupsExport: Sendable, Codable {
+    /// One token FCM lists for a group.
     public struct Member: Sendable, Codable, Equatable {
+        /// The registration token.
         public var token: String
         /// The inventory's device id for the token, or the one state remembers; nil when unknown.
         public var deviceID: String?
     }
 
+    /// One group as FCM lists it.
     public struct Group: Sendable, Codable, Equatable {
+        /// The group's `notification_key_name`.
         public var name: String
         /// nil when FCM knows no such group.
         public var notificationKey: String?
+        /// Its members, as FCM lists them.
         public var members: [Member]
         /// Members FCM lists that tidemark did not add (added by the app or by hand).
         public var notAddedByTidemark: Int
     }
 
+    /// Every group exported, by name.
     public var groups: [Group]
+    /// When FCM was read.
     public var exportedAt: Date
     /// The state serial the export was recorded at; nil when FCM knew none of the groups (nothing
     /// to record).
@@ -78,13 +85,8 @@ public struct GroupsExportWorkflow: Sendable {
         let now = parts.timing.unixTime()
         for group in groups {
             guard let key = group.notificationKey else { continue }
-            var entry = state.groups[group.name] ?? GroupState(key: key)
-            entry.key = entry.key ?? key
-            entry.exported = TokenSet(group.members.map { state.tokens.intern($0.token) })
-            entry.exportedAt = now
-            state.groups[group.name] = entry
+            state.recordExport(group: group.name, key: key, members: group.members.map(\.token), at: now)
         }
-        state.growToTable()
         parts.claim(&state)
         var write = StateWrite()
         write.includeTopicsAndGroups(before: before, after: state)

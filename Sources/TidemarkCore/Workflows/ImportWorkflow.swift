@@ -4,13 +4,16 @@ import Foundation
 public struct ImportOutcome: Sendable {
     /// Memberships adopted per declared topic.
     public var adopted: [String: Int]
+    /// Registrations read from FCM.
     public var registrationsRead: Int
+    /// Of those, the ones FCM does not know.
     public var dead: Int
     /// Declared groups found in FCM.
     public var groupsFound: [String]
     /// The serial state was written at; nil on a dry run.
     public var serial: Int?
 
+    /// Memberships adopted in all.
     public var adoptedTotal: Int { adopted.values.reduce(0, +) }
 }
 
@@ -32,7 +35,7 @@ public struct ImportWorkflow: Sendable {
         try PlanWorkflow.checkSelectors(targets, state: state, loaded: loaded)
         let refresh = try await parts.refreshAll(state: state, loaded: loaded)
         let before = state
-        let observations = state.absorb(refresh)
+        let observations = state.recordRefresh(refresh)
         let adopted = state.adopt(loaded.desired, targets: targets)
         let groups = loaded.desired.groups.map(\.name).filter {
             targets.coversGroup($0) && state.groups[$0]?.key != nil

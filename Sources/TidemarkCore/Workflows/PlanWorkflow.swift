@@ -5,7 +5,9 @@ import Synchronization
 public struct PlanRequest: Sendable {
     /// What to read from FCM first (`.none`: plan from state alone).
     public var refresh: RefreshPolicy
+    /// Which topics and groups the plan covers (`--target`, `--exclude`).
     public var targets: Targets
+    /// `--max-unsubscribes`: a plan removing more is refused.
     public var maxUnsubscribes: UnsubscribeLimit?
     /// `--drift-only`: re-assert what the last apply established (state's managed memberships and
     /// groups) instead of the manifests, leaving manifest edits and inventory churn for a normal apply.
@@ -21,6 +23,7 @@ public struct PlanRequest: Sendable {
         self.init(policy: refresh ? .all : .none, targets: targets, maxUnsubscribes: maxUnsubscribes)
     }
 
+    /// A request that reads under `policy`.
     public init(
         policy: RefreshPolicy, targets: Targets = .all, maxUnsubscribes: UnsubscribeLimit? = nil,
         driftOnly: Bool = false
@@ -34,8 +37,11 @@ public struct PlanRequest: Sendable {
 
 /// A plan and what it was made from, kept together so apply can carry it out.
 public struct PlanOutcome: Sendable {
+    /// State, with the plan's observations not yet recorded (the manifests' tokens are interned).
     public var state: State
+    /// The manifests and inventory the plan was made from.
     public var loaded: LoadedManifests
+    /// The plan.
     public var plan: Plan
     /// The registrations the refresh read (token ids of `state.tokens`): an apply records when.
     public var read = TokenSet()
@@ -176,8 +182,8 @@ extension WorkflowParts {
         if deadlines.groupsTurnedDown {
             // Groups FCM no longer serves are not planned: deleting them would call an API that is gone.
             // Audiences stay: they live in state, and their FCM groups are only forgotten.
-            state.groups = state.groups.filter {
-                declared.contains($0.key) || audiences.contains($0.key) || $0.value.audience
+            state.keepGroups { name, group in
+                declared.contains(name) || audiences.contains(name) || group.audience
             }
         }
         if let recorded = state.backend, recorded != backend.identity {
@@ -211,9 +217,8 @@ extension WorkflowParts {
         let read = await manifests.read()
         PhaseTrace.mark("manifests read")
         var state = try await loading ?? State(lineage: "", serial: 0)
-        let loaded = read.resolve(into: &state.tokens)
+        let loaded = state.interning { read.resolve(into: &$0) }
         PhaseTrace.mark("manifests resolved")
-        state.growToTable()
         return (state, loaded, read)
     }
 
@@ -239,8 +244,7 @@ extension WorkflowParts {
             // Every token a plan from state alone would change: their full registration decides the
             // 2000-topic cap and what tidemark owns. The diff is per token, so what the read changes
             // stays within the tokens read.
-            var working = state
-            working.growToTable()
+            let working = state
             // Audience steps change state only: their members need no read.
             let ids = differ().diff(desired: loaded.desired, state: working, targets: targets).operations
                 .filter { !$0.kind.isStateOnly }
@@ -348,8 +352,7 @@ extension WorkflowParts {
         _ tokens: [String], _ read: (statuses: [RegistrationStatus], at: Int64), groups: [String],
         state: inout State, loaded: LoadedManifests
     ) async throws -> RefreshResult {
-        let ids = tokens.map { state.tokens.intern($0) }
-        state.growToTable()
+        let ids = tokens.map { state.intern($0) }
         return try await result(ids, read, groups: groups, state: state, loaded: loaded)
     }
 
@@ -384,6 +387,7 @@ extension WorkflowParts {
 public struct RefreshRun: Sendable {
     /// nil when nothing was read (`--refresh=none`).
     public var observed: RefreshResult?
+    /// How far the refresh looked.
     public var coverage: RefreshCoverage
     /// The registrations read as the sweep's slice (not touched, not stale): a sample of the fleet
     /// that the rest can be estimated from.

@@ -2,6 +2,7 @@ import Foundation
 
 /// What a prune forgot (or would forget, on a dry run).
 public struct PruneOutcome: Sendable {
+    /// The tokens forgotten (or to forget).
     public var selection: PruneSelection
     /// Tokens in state before.
     public var tokensBefore: Int
@@ -16,14 +17,19 @@ public struct PruneOutcome: Sendable {
 ///
 /// The caller holds the state lock around `run` unless it is a dry run.
 public struct PruneWorkflow: Sendable {
+    /// Where the manifests and inventory are read from: what is declared is never forgotten.
     public var manifests: any ManifestSource
+    /// The state to prune.
     public var store: any StateStore
+    /// The clock that decides what is old enough.
     public var timing: Timing
+    /// Where progress and diagnostics go.
     public var output: any WorkflowOutput
 
     /// The fewest tokens an automatic prune forgets (or a tenth of state, when that is more).
     public static let automaticMinimum = 1000
 
+    /// A prune of `store`'s state against `manifests`.
     public init(
         manifests: any ManifestSource, store: any StateStore, timing: Timing = .live,
         output: any WorkflowOutput = SilentOutput()
@@ -34,6 +40,7 @@ public struct PruneWorkflow: Sendable {
         self.output = output
     }
 
+    /// Forgets what left at least `retention` seconds ago, in one save (none with `dryRun`).
     public func run(retention: Int64, dryRun: Bool = false) async throws -> PruneOutcome {
         if try await store.unfinishedApply() != nil { throw WorkflowError.unfinishedApply }
         let (state, loaded) = try await WorkflowParts.loadStateAndManifests(manifests: manifests, store: store)

@@ -13,11 +13,15 @@ public struct StateCopyWorkflow: Sendable {
 
     /// Why a copy was refused; nothing was written.
     public struct Refusal: Error, Sendable, CustomStringConvertible {
+        /// The refusal, as a sentence that says what to do.
         public let description: String
     }
 
+    /// The store copied from.
     public var source: any StateStore
+    /// The store copied to.
     public var target: any StateStore
+    /// The clock of the copy's write.
     public var timing: Timing
 
     /// A copy from `source` to `target`, timed by `timing`.

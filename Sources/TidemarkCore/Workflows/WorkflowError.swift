@@ -29,6 +29,7 @@ public enum WorkflowError: Error, Sendable, CustomStringConvertible {
     /// Inventory sources that read far fewer devices than the last apply recorded (`ShrinkGuard`).
     case inventoryShrank([ShrinkGuard.Shrink])
 
+    /// The error, as a sentence that says what to do.
     public var description: String {
         switch self {
         case .invalidManifests(let count):
@@ -66,6 +67,7 @@ public enum WorkflowError: Error, Sendable, CustomStringConvertible {
 
 /// Why a saved plan is refused: it no longer describes what applying it would do.
 public struct StalePlan: Sendable, CustomStringConvertible {
+    /// Why the plan is stale.
     public enum Reason: Sendable, Equatable {
         /// Made before any state existed; state exists now.
         case madeBeforeState(lineage: String)
@@ -96,14 +98,17 @@ public struct StalePlan: Sendable, CustomStringConvertible {
     public var file: String
     /// Where state lives, as shown.
     public var stateLocation: String
+    /// Why the plan is stale.
     public var reason: Reason
 
+    /// A refusal of `file` against the state at `stateLocation`.
     public init(file: String, stateLocation: String, reason: Reason) {
         self.file = file
         self.stateLocation = stateLocation
         self.reason = reason
     }
 
+    /// The refusal, naming the file, the reason and what to do.
     public var description: String {
         switch reason {
         case .madeBeforeState(let lineage):

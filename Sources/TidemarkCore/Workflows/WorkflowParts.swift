@@ -116,7 +116,6 @@ extension WorkflowParts {
     /// Before a state's first save: gives it a lineage, and records the FCM project and backend it
     /// belongs to (a run against another is refused from then on).
     func claim(_ state: inout State) {
-        if state.lineage.isEmpty { state.lineage = timing.uuid() }
-        state.backend = state.backend ?? backend.identity
+        state.claim(backend: backend.identity, lineage: timing.uuid())
     }
 }

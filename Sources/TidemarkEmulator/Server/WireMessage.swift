@@ -130,7 +130,7 @@ public struct WireResponse: Sendable {
     }
 
     /// A google.rpc.Status body, the shape of v1 errors (reference §3.3).
-    public static func status(
+    package static func status(
         _ http: Int, _ status: String, _ message: String, fcmErrorCode: String? = nil,
         details extra: [FCMWire.ErrorDetail] = []
     ) -> WireResponse {
