@@ -2,6 +2,7 @@ import Foundation
 
 /// Base64url without padding (RFC 7515 §2), the alphabet of JWT segments.
 public enum Base64URL {
+    /// `data` in base64url, without padding.
     public static func encode(_ data: some DataProtocol) -> String {
         Data(data).base64EncodedString()
             .replacingOccurrences(of: "+", with: "-")

@@ -3,13 +3,20 @@ import Foundation
 
 /// The claims tidemark reads and writes in an RS256 JWT: an OAuth2 JWT-bearer assertion (reference §4.2).
 public struct JWTClaims: Codable, Sendable, Equatable {
+    /// The issuer: the service account's email.
     public var iss: String
+    /// The subject, when it is not the issuer.
     public var sub: String?
+    /// The audience: the token endpoint the assertion is for.
     public var aud: String
+    /// The OAuth2 scopes asked for, space-separated.
     public var scope: String?
+    /// Issued at (seconds since 1970).
     public var iat: Int
+    /// Expires at (seconds since 1970); Google accepts at most an hour after `iat`.
     public var exp: Int
 
+    /// Claims for an assertion.
     public init(iss: String, sub: String? = nil, aud: String, scope: String?, iat: Int, exp: Int) {
         self.iss = iss
         self.sub = sub
@@ -22,10 +29,14 @@ public struct JWTClaims: Codable, Sendable, Equatable {
 
 /// The header of a JWT.
 public struct JWTHeader: Codable, Sendable, Equatable {
+    /// The signing algorithm; tidemark signs and accepts only RS256.
     public var alg: String
+    /// The token type ("JWT").
     public var typ: String?
+    /// The id of the key that signed it (the service account's `private_key_id`).
     public var kid: String?
 
+    /// A header for a token signed by key `kid`.
     public init(alg: String = "RS256", typ: String? = "JWT", kid: String?) {
         self.alg = alg
         self.typ = typ
@@ -35,7 +46,9 @@ public struct JWTHeader: Codable, Sendable, Equatable {
 
 /// A compact-serialised JWT, split and decoded but not yet verified.
 public struct JWT: Sendable {
+    /// The decoded header.
     public var header: JWTHeader
+    /// The decoded claims.
     public var claims: JWTClaims
     let signingInput: String
     let signature: Data

@@ -6,14 +6,23 @@ import TidemarkCore
 ///
 /// `description` never shows the private key.
 public struct ServiceAccountKey: Codable, Sendable, Equatable, CustomStringConvertible {
+    /// The key file's type; "service_account".
     public var type: String
+    /// The Google Cloud project the account belongs to.
     public var projectID: String
+    /// The id of the key, sent as the JWT's `kid`.
     public var privateKeyID: String
+    /// The RSA private key, PEM; never printed.
     public var privateKey: String
+    /// The account's email: the assertion's issuer.
     public var clientEmail: String
+    /// The account's numeric id.
     public var clientID: String
+    /// Google's authorisation endpoint, as the file names it.
     public var authURI: String
+    /// The token endpoint assertions are exchanged at.
     public var tokenURI: String
+    /// The universe the account lives in ("googleapis.com").
     public var universeDomain: String
 
     enum CodingKeys: String, CodingKey {
@@ -28,6 +37,7 @@ public struct ServiceAccountKey: Codable, Sendable, Equatable, CustomStringConve
         case universeDomain = "universe_domain"
     }
 
+    /// A key with these fields (tests and the emulator make their own).
     public init(
         projectID: String, privateKeyID: String, privateKey: String, clientEmail: String, clientID: String,
         tokenURI: String
@@ -43,6 +53,7 @@ public struct ServiceAccountKey: Codable, Sendable, Equatable, CustomStringConve
         self.universeDomain = "googleapis.com"
     }
 
+    /// Reads a key file's JSON; the fields Google always writes are required.
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         type = try c.decode(String.self, forKey: .type)
@@ -92,5 +103,6 @@ public struct ServiceAccountKey: Codable, Sendable, Equatable, CustomStringConve
         return try encoder.encode(self)
     }
 
+    /// The account, project and key id; never the private key.
     public var description: String { "service account \(clientEmail) (project \(projectID), key \(privateKeyID))" }
 }

@@ -15,8 +15,10 @@ import TidemarkTesting
 /// }
 /// ```
 public enum BackendConformance {
+    /// Runs one check's body with the backend under test and the engine behind it.
     public typealias Harness = (_ body: (any Backend, FCMEngine) async throws -> Void) async throws -> Void
 
+    /// The checks every backend passes.
     public enum Check: String, CaseIterable, Sendable, CustomTestStringConvertible {
         case subscribeIsIdempotentAndReportsUnknownTokens
         case unsubscribeOfAMissingMembershipIsDone
@@ -26,17 +28,22 @@ public enum BackendConformance {
         case deviceGroupsFollowFCMsRules
         case executorAdoptsAndRecreatesGroups
 
+        /// The check's name, as test reports show it.
         public var testDescription: String { rawValue }
     }
 
+    /// The FCM project the checks run against.
     public static let project = "fcm-test"
 
+    /// The registration token of test device `i`.
     public static func token(_ i: Int) -> String { "conf\(i):APA91bC" + String(repeating: "c", count: 60) }
+    /// A token no harness registers.
     public static let stranger = "stranger:APA91bS" + String(repeating: "s", count: 60)
 
     /// The registrations a harness sets up before the body runs.
     public static var instances: [FCMEngine.Instance] { (0..<40).map { FCMEngine.Instance(token: token($0)) } }
 
+    /// Runs `check` through `harness`.
     public static func run(_ check: Check, _ harness: Harness) async throws {
         switch check {
         case .subscribeIsIdempotentAndReportsUnknownTokens:
@@ -197,6 +204,8 @@ public enum InMemoryBackend {
 
 /// Journals nothing: for executor runs whose state is not under test.
 public struct NullRecorder: ApplyRecorder {
+    /// A recorder that keeps nothing.
     public init() {}
+    /// Keeps nothing.
     public func recorded(_ step: OperationStep) async throws {}
 }

@@ -112,10 +112,12 @@ public struct TokenRegistry: Sendable, TokenInterning {
     /// The device id of a token, when known.
     public func deviceID(of id: UInt32) -> String? { deviceIDs[Int(id)].isEmpty ? nil : deviceIDs[Int(id)] }
 
+    /// Fills short columns. A column already long enough is not touched: appending even nothing would
+    /// copy a million-row array the caller still shares.
     private mutating func fillColumns() {
         let n = table.count
-        seenAt.append(contentsOf: repeatElement(0, count: n - seenAt.count))
-        deviceIDs.append(contentsOf: repeatElement("", count: n - deviceIDs.count))
-        leftAt.append(contentsOf: repeatElement(0, count: n - leftAt.count))
+        if seenAt.count < n { seenAt.append(contentsOf: repeatElement(0, count: n - seenAt.count)) }
+        if deviceIDs.count < n { deviceIDs.append(contentsOf: repeatElement("", count: n - deviceIDs.count)) }
+        if leftAt.count < n { leftAt.append(contentsOf: repeatElement(0, count: n - leftAt.count)) }
     }
 }
