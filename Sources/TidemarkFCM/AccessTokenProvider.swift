@@ -7,11 +7,15 @@ import TidemarkCore
 
 /// A problem with credentials, in one line that says what to fix. Never contains a credential.
 public struct CredentialError: RetryableError, Sendable, Equatable, CustomStringConvertible {
+    /// What to fix, in one line.
     public var message: String
+    /// Never retried: the credentials must change first.
     public var isRetryable: Bool { false }
 
+    /// An error saying `message`.
     public init(_ message: String) { self.message = message }
 
+    /// The message.
     public var description: String { message }
 }
 
@@ -58,9 +62,11 @@ extension ServiceAccountKey {
 /// Requests go through `HTTPRoutes` (so through a proxy when the environment names one). Tokens,
 /// subject tokens and keys never appear in errors or logs.
 public actor AccessTokenProvider {
+    /// The OAuth2 scope FCM's APIs take.
     public static let scope = "https://www.googleapis.com/auth/firebase.messaging"
     static let cloudPlatform = "https://www.googleapis.com/auth/cloud-platform"
 
+    /// Where tokens come from: a key, an external account, the metadata server or the emulator.
     public let credentials: GoogleCredentials
     private let routes: HTTPRoutes
     private let timing: Timing

@@ -17,6 +17,7 @@ extension FCMHTTPBackend {
             message: "\(what) failed: HTTP \(answer.status) \(QuotedAnswer.safe(answer.code ?? "")).")
     }
 
+    /// The key of group `name` (the IID look-up, read-limited), or nil when FCM knows no such group.
     public func groupKey(name: String) async throws -> String? {
         try await options.readLimiter?.acquire()
         let answer = try await call(.GET, groupsURL + "?notification_key_name=\(Self.encode(name))", groupHeaders: true)

@@ -14,10 +14,15 @@ extension FCMHTTPBackend {
 
     /// A failed send, with FCM's error code (`FcmError.errorCode`, else `status`).
     public struct SendError: RetryableError, Sendable, Equatable, CustomStringConvertible {
+        /// The HTTP status.
         public var status: Int
+        /// FCM's error code.
         public var code: String
+        /// FCM's message.
         public var message: String
+        /// Never retried: retries already ran.
         public var isRetryable: Bool { false }
+        /// "FCM refused the message: HTTP STATUS CODE: MESSAGE".
         public var description: String { "FCM refused the message: HTTP \(status) \(code): \(message)" }
     }
 

@@ -112,10 +112,12 @@ extension FCMHTTPBackend {
         throw unexpected(answer, method, url, "FCM refused a subscription change (\(status.status))")
     }
 
+    /// Subscribes `tokens` to `topic` over the configured topic API; one outcome per token, in order.
     public func subscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] {
         try await topicAPI.subscribe(self, topic: topic, tokens: tokens)
     }
 
+    /// Unsubscribes `tokens` from `topic` over the configured topic API; one outcome per token, in order.
     public func unsubscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] {
         try await topicAPI.unsubscribe(self, topic: topic, tokens: tokens)
     }

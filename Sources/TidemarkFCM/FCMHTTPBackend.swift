@@ -9,9 +9,12 @@ import TidemarkCore
 /// Which API carries topic subscriptions (design §1).
 /// Where FCM's surfaces live: Google's hosts, or the emulator's one address for all of them.
 public struct FCMEndpoints: Sendable, Equatable {
+    /// The base URL of FCM v1 and of the device-group API.
     public var fcm: String
+    /// The base URL of the Instance ID API.
     public var iid: String
 
+    /// Google's own hosts.
     public static let google = FCMEndpoints(fcm: "https://fcm.googleapis.com", iid: "https://iid.googleapis.com")
 
     /// The emulator at `host` (`FCM_EMULATOR_HOST`, e.g. `127.0.0.1:9099`).
@@ -20,6 +23,7 @@ public struct FCMEndpoints: Sendable, Equatable {
         return FCMEndpoints(fcm: base, iid: base)
     }
 
+    /// Endpoints at `fcm` and `iid`.
     public init(fcm: String, iid: String) {
         self.fcm = fcm
         self.iid = iid
@@ -28,8 +32,11 @@ public struct FCMEndpoints: Sendable, Equatable {
 
 /// A failure of an FCM call that retries could not fix, with what FCM answered. No credentials inside.
 public struct FCMCallError: RetryableError, Sendable, CustomStringConvertible {
+    /// The HTTP status of the last answer (0 when none came).
     public var status: Int
+    /// What failed and what FCM answered, naming the setting to check.
     public var message: String
+    /// The message.
     public var description: String { message }
     /// The client already retried as far as the policy allows.
     public var isRetryable: Bool { false }
@@ -116,6 +123,7 @@ struct NetworkFailure: Sendable {
 public struct FCMHTTPBackend: Backend {
     /// How the client behaves; the defaults are FCM's documented limits.
     public struct Options: Sendable {
+        /// Which API carries topic changes and reads (`transport`).
         public var transport: TopicTransport = .v1
         /// Requests in flight at once for per-token work (v1 changes of one batch, refresh).
         public var concurrency = 100
@@ -124,10 +132,13 @@ public struct FCMHTTPBackend: Backend {
         /// The client-side rate limit on reads (a registration's topics, a group's key), separate from
         /// the write quota because FCM documents none for reads; nil for none (`read_qps`).
         public var readLimiter: RateLimiter?
+        /// What the write quota counts: tokens (FCM's quota) or requests.
         public var quotaUnit: QuotaUnit = .tokens
         /// Sent as `project_id` on device-group calls; default: the project id.
         public var senderID: String?
+        /// How failed requests are retried.
         public var policy = RetryPolicy()
+        /// The clock of retries, backoff and rate limits.
         public var timing = Timing.live
         /// The answers that mark a token dead; anything undocumented stops the command.
         public var unregistered = UnregisteredAnswers.default
@@ -144,9 +155,11 @@ public struct FCMHTTPBackend: Backend {
         /// answers, or drips its answer a byte at a time, ends the attempt here (and it is retried).
         public var exchangeLimit: Duration = .seconds(60)
 
+        /// FCM's documented limits, over v1.
         public init() {}
     }
 
+    /// The backend's kind and FCM project, as state records them.
     public let identity: BackendIdentity
     let project: String
     let endpoints: FCMEndpoints
@@ -185,9 +198,12 @@ public struct FCMHTTPBackend: Backend {
         topicAPI = Self.topicAPI(options.transport)
     }
 
+    /// Requests sent so far, retries included.
     public func requestCount() -> Int? { counter.value }
+    /// Of those, the ones that repeated an earlier request.
     public func retryCount() -> Int? { counter.retries }
 
+    /// Tokens an apply sends between journal entries (v1); nil: one entry per batch (IID).
     public var journalStep: Int? { topicAPI.journalStep(options) }
 
     /// The backend, the address its answers come from and the setting that chose it.

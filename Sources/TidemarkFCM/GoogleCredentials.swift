@@ -58,19 +58,29 @@ public enum GoogleCredentials: Sendable {
 /// the CI system), exchanged at Google's Security Token Service for a federated token, then,
 /// optionally, for a service account's token through IAM credentials' generateAccessToken.
 public struct ExternalAccount: Sendable, Equatable {
+    /// Where the subject token is read: a file or a URL.
     public struct Source: Sendable, Equatable {
+        /// The file holding the token.
         public var file: String?
+        /// The URL serving the token.
         public var url: String?
+        /// Headers sent to `url`.
         public var headers: [String: String]
         /// "text" (the whole body or file) or "json" (one field of it).
         public var format: String
+        /// The field holding the token when `format` is "json".
         public var fieldName: String?
     }
 
+    /// The workload identity provider the token is exchanged for.
     public var audience: String
+    /// The subject token's type, as STS takes it (an OIDC ID token, a JWT).
     public var subjectTokenType: String
+    /// The Security Token Service endpoint.
     public var tokenURL: String
+    /// The IAM credentials URL of the service account to impersonate, when one is.
     public var impersonationURL: String?
+    /// Where the subject token comes from.
     public var source: Source
 
     /// The service account impersonated, read from the impersonation URL.
@@ -148,10 +158,13 @@ public struct ExternalAccount: Sendable, Equatable {
 /// The metadata server of a Google Cloud machine (GCE, GKE, Cloud Run, Cloud Build):
 /// `metadata.google.internal`, or `GCE_METADATA_HOST` as Google's libraries read it.
 public struct MetadataServer: Sendable, Equatable {
+    /// The server's host (and port).
     public var host: String
 
+    /// The metadata server at `host`.
     public init(host: String) { self.host = host }
 
+    /// Where the default service account's token is asked for, with FCM's scope.
     public var tokenURL: String {
         "http://\(host)/computeMetadata/v1/instance/service-accounts/default/token?scopes=\(AccessTokenProvider.scope)"
     }

@@ -8,10 +8,15 @@ import NIOCore
 /// Proxy credentials in the URL (`http://user:pass@proxy:3128`) are sent as Basic authorization and
 /// never printed.
 public struct ProxySettings: Sendable, Equatable {
+    /// A proxy from the environment.
     public struct Proxy: Sendable, Equatable {
+        /// The proxy's host.
         public var host: String
+        /// Its port.
         public var port: Int
+        /// The user of Basic authorization, when the URL carries one.
         public var user: String?
+        /// Its password; never printed.
         public var password: String?
 
         /// "http://proxy.corp:3128" without credentials, for messages.
@@ -25,6 +30,7 @@ public struct ProxySettings: Sendable, Equatable {
     /// Hosts reached directly (`NO_PROXY`, else `no_proxy`), lowercased.
     public var noProxy: [String]
 
+    /// Proxies for https:// and http:// URLs, and the hosts reached directly.
     public init(https: Proxy? = nil, http: Proxy? = nil, noProxy: [String] = []) {
         self.https = https
         self.http = http
@@ -93,8 +99,10 @@ public struct ProxySettings: Sendable, Equatable {
 /// The HTTP clients of a run: one that connects directly and one per proxy, each request sent
 /// through the one `ProxySettings` picks for its URL.
 public struct HTTPRoutes: Sendable {
+    /// The client that connects straight to servers.
     public let direct: HTTPClient
     let proxied: [ProxySettings.Proxy: HTTPClient]
+    /// Which proxy each URL goes through.
     public let settings: ProxySettings
 
     /// Routes everything straight through `client` (tests, and runs without a proxy).
@@ -120,6 +128,7 @@ public struct HTTPRoutes: Sendable {
         self.settings = settings
     }
 
+    /// The client for `url`: through its proxy, or direct.
     public func client(for url: String) -> HTTPClient {
         settings.proxy(for: url).flatMap { proxied[$0] } ?? direct
     }

@@ -5,7 +5,9 @@ import TidemarkCore
 /// answered 429. `rate` permits a second, bursts up to `burst`; a cost larger than the burst
 /// (a 1000-token batch under a small quota) waits until the bucket has filled to it.
 public actor RateLimiter {
+    /// Permits a second.
     public nonisolated let rate: Double
+    /// The most permits taken at once after a pause.
     public nonisolated let burst: Double
     private var bucket: TokenBucket
     private let timing: Timing
@@ -21,6 +23,7 @@ public actor RateLimiter {
     private var refilling = false
     private var waitingForRefill: [CheckedContinuation<Void, Never>] = []
 
+    /// A limiter of `rate` a second (burst: one second's worth by default); `ledger` shares the bucket with other runners.
     public init(rate: Double, burst: Double? = nil, timing: Timing = .live, ledger: (any QuotaLedger)? = nil) {
         precondition(rate > 0, "a rate limiter needs a positive rate")
         self.rate = rate

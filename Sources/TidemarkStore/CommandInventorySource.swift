@@ -5,10 +5,15 @@ import TidemarkCore
 /// way kubectl credential plugins and Terraform's external data source work: the door to Firestore,
 /// BigQuery or an internal API without tidemark linking their SDKs.
 public struct CommandInventorySource: DeadTokenSink {
+    /// How messages name the source.
     public var name: String
+    /// How the program is run: its words, directory and timeout.
     public var runner: ProcessRunner
+    /// What the program prints: JSON lines or CSV.
     public var format: InventoryFormat
+    /// Devices left out by `exclude_if`, as of the run.
     public var exclusion: ExclusionFilter?
+    /// Where tidemark.yaml declares the source.
     public var declaredAt: SourceLocation?
     /// Whether reading no device at all is acceptable (`allow_empty: true`); otherwise it is an error.
     public var allowEmpty = false
@@ -16,6 +21,7 @@ public struct CommandInventorySource: DeadTokenSink {
     /// within its timeout, or a statement (which needs a database, so is refused for a command source).
     public var onDead: DeadTokenHook?
 
+    /// A source reading what `runner`'s program prints in `format`.
     public init(
         name: String, runner: ProcessRunner, format: InventoryFormat, exclusion: ExclusionFilter? = nil,
         declaredAt: SourceLocation? = nil
@@ -27,8 +33,10 @@ public struct CommandInventorySource: DeadTokenSink {
         self.declaredAt = declaredAt
     }
 
+    /// Whether `on_dead` is set.
     public var reportsDead: Bool { onDead != nil }
 
+    /// Runs the `on_dead` program for `devices`, in batches; nothing without a hook.
     public func reportDead(_ devices: [DeadDevice], at time: Date) async throws -> (reported: Int, rowsChanged: Int?) {
         guard let onDead else { return (0, nil) }
         return try await DeadTokenReporter(
@@ -36,6 +44,7 @@ public struct CommandInventorySource: DeadTokenSink {
         ).report(devices, at: time)
     }
 
+    /// Runs the program and adds what it printed; a digest of its output is the snapshot.
     public func load(into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
         let result = try await runner.run()
         guard result.status == 0 else {

@@ -7,16 +7,21 @@ import TidemarkCore
 /// stdin once per batch. Both must be idempotent (marking a row inactive twice changes nothing): a
 /// batch is reported again by the next apply when the source still lists its devices.
 public struct DeadTokenReporter: Sendable {
+    /// The source's name, for messages.
     public var sourceName: String
+    /// The statement or program to report to.
     public var hook: DeadTokenHook
     /// The database URL (from the source's `url_env`) for an SQL hook.
     var url: String?
     var urlEnv: String
     /// Where a program runs (the project directory), and how long one batch may take.
     public var directory: String?
+    /// How long one batch may take, in seconds.
     public var timeout: Double
+    /// Devices per batch.
     public var batchSize = 500
 
+    /// A reporter for `sourceName`'s `hook`; `url` for an SQL hook.
     public init(
         sourceName: String, hook: DeadTokenHook, url: String? = nil, urlEnv: String = "the URL",
         directory: String? = nil, timeout: Double = ConfiguredSource.defaultTimeout

@@ -9,15 +9,20 @@ import TidemarkCore
 /// pages, so a million rows stream through once and never sit in memory twice. Its columns map to
 /// `device_id` (or `id`), `token`, and labels: every other column, or the `labels:` list.
 public struct PostgresInventorySource: DeadTokenSink {
+    /// How messages name the source.
     public var name: String
     /// The URL as given in the environment (never shown: messages use `PostgresURL.display`); nil
     /// when the variable `urlEnv` is not set.
     var url: String?
     /// The environment variable that held the URL, for messages.
     public var urlEnv: String
+    /// The query; every row is a device.
     public var query: String
+    /// The columns read as labels; nil: every column but the id and token.
     public var labels: [String]?
+    /// Devices left out by `exclude_if`, as of the run.
     public var exclusion: ExclusionFilter?
+    /// Where tidemark.yaml declares the source.
     public var declaredAt: SourceLocation?
     /// Whether reading no device at all is acceptable (`allow_empty: true`); otherwise it is an error.
     public var allowEmpty = false
@@ -27,8 +32,10 @@ public struct PostgresInventorySource: DeadTokenSink {
     public var onDead: DeadTokenHook?
     /// Where an `on_dead` program runs (the project directory), and how long one batch may take.
     public var hookDirectory: String?
+    /// How long one batch of the `on_dead` program may take, in seconds.
     public var hookTimeout = ConfiguredSource.defaultTimeout
 
+    /// A source running `query` on the database at `url` (from `urlEnv`).
     public init(
         name: String, url: String?, urlEnv: String = "the URL", query: String, labels: [String]? = nil,
         exclusion: ExclusionFilter? = nil, declaredAt: SourceLocation? = nil
@@ -44,8 +51,10 @@ public struct PostgresInventorySource: DeadTokenSink {
 
     static let logger = Logger(label: "tidemark.inventory.postgres")
 
+    /// Whether `on_dead` is set.
     public var reportsDead: Bool { onDead != nil }
 
+    /// Reports `devices` through `on_dead` (a statement on the same database, or a program), in batches.
     public func reportDead(_ devices: [DeadDevice], at time: Date) async throws -> (reported: Int, rowsChanged: Int?) {
         guard let onDead else { return (0, nil) }
         return try await DeadTokenReporter(
@@ -60,6 +69,7 @@ public struct PostgresInventorySource: DeadTokenSink {
         return text
     }
 
+    /// Runs the query through a cursor and adds every row; `DeviceDigest` of the rows is the snapshot.
     public func load(into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
         let (connection, parsed) = try await PostgresURL.connect(
             url, urlEnv: urlEnv, what: nil, id: 1, logger: Self.logger)

@@ -20,8 +20,11 @@ public final class PostgresStateStore: StateStore {
     /// The schema this tidemark writes; a database at a newer version is refused.
     public static let schemaVersion = 5
 
+    /// The server and database.
     public let url: PostgresURL
+    /// The workspace (one state per workspace in the same database).
     public let workspace: String
+    /// How messages name the store: the URL without its password, and the workspace.
     public let location: String
     /// How long a lease lives without a heartbeat.
     public let leaseDuration: Duration
@@ -34,6 +37,7 @@ public final class PostgresStateStore: StateStore {
     /// When the work under this store's lease last moved: every committed state transaction counts.
     private let activity = LeaseActivity()
 
+    /// A store of `workspace` at `url`; nothing is opened until the first call.
     public init(
         url: PostgresURL, workspace: String = "default", leaseDuration: Duration = .seconds(60),
         location: String? = nil
@@ -58,6 +62,7 @@ public final class PostgresStateStore: StateStore {
 
     // MARK: - Reading
 
+    /// The workspace's state, read in one read-only transaction; nil when it has none.
     public func load() async throws -> State? {
         try await ensureSchema()
         return try await link.transaction(readOnly: true) { c -> State? in
@@ -156,6 +161,7 @@ public final class PostgresStateStore: StateStore {
     // MARK: - Writing
 
     @discardableResult
+    /// Writes what `write` names in one transaction, checked against this store's lease (fencing); returns the new serial.
     public func save(_ state: inout State, _ write: StateWrite, at now: Int64) async throws -> Int {
         let snapshot = state
         let fence = held.withLock { $0 }
@@ -332,6 +338,7 @@ public final class PostgresStateStore: StateStore {
 
     // MARK: - Journal
 
+    /// The workspace's apply that never finished, with its journal, if any.
     public func unfinishedApply() async throws -> UnfinishedApply? {
         try await ensureSchema()
         return try await link.transaction(readOnly: true) { c in
@@ -404,6 +411,7 @@ public final class PostgresStateStore: StateStore {
         }
     }
 
+    /// The workspace's latest applies, newest first.
     public func applies(limit: Int) async throws -> [ApplyRecord] {
         try await ensureSchema()
         return try await link.transaction(readOnly: true) { c in
@@ -483,6 +491,7 @@ public final class PostgresStateStore: StateStore {
             activity: activity)
     }
 
+    /// Who holds the workspace's lease, if anyone holds one that has not expired.
     public func lockHolder() async throws -> LockHolder? {
         try await ensureSchema()
         return try await link.transaction(readOnly: true) { c in
@@ -1235,6 +1244,7 @@ actor PostgresLink {
 /// FCM's per-project quota as one bucket in PostgreSQL, shared by every runner and workspace that
 /// applies to the project (on a connection of its own, so a long state write never delays it).
 public final class PostgresQuotaLedger: QuotaLedger {
+    /// The bucket's key: the FCM project.
     public let key: String
     private let store: PostgresStateStore
 
@@ -1246,9 +1256,11 @@ public final class PostgresQuotaLedger: QuotaLedger {
             location: "\(url.display) (its FCM quota ledger, shared by every run applying to this FCM project)")
     }
 
+    /// Takes `permits` from the shared bucket; returns how long to wait first, in seconds.
     public func reserve(_ permits: Double, rate: Double, capacity: Double) async throws -> Double {
         try await store.reserveQuota(key: key, permits: permits, rate: rate, capacity: capacity)
     }
 
+    /// Closes the ledger's connection.
     public func close() async { await store.close() }
 }

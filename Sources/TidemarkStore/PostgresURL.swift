@@ -8,23 +8,32 @@ import TidemarkCore
 /// `PGPASSWORD`), host, port, database, and the `sslmode` / `sslrootcert` parameters managed
 /// services need.
 public struct PostgresURL: Sendable, Equatable {
+    /// libpq's `sslmode`.
     public enum SSLMode: String, Sendable, CaseIterable {
         case disable, allow, prefer, require
         case verifyCA = "verify-ca"
         case verifyFull = "verify-full"
     }
 
+    /// The user to connect as.
     public var user: String
+    /// The password, from the URL or `PGPASSWORD`; never shown.
     public var password: String?
+    /// The server's host name or address.
     public var host: String
+    /// The server's port (5432 by default).
     public var port: Int
+    /// The database.
     public var database: String
+    /// Whether and how TLS is used (`sslmode`).
     public var sslMode: SSLMode
+    /// The CA file the server's certificate is checked against (`sslrootcert`).
     public var sslRootCert: String?
     /// How long one read or write (a transaction) may take before the connection is dropped and the
     /// command fails naming the server (`timeout=SECONDS`, default 30); `connect_timeout` bounds opening
     /// a connection (default 10).
     public var timeout: Duration = .seconds(30)
+    /// How long opening a connection may take.
     public var connectTimeout: Duration = .seconds(10)
     /// How long a run's lease on a workspace lives without a heartbeat (`lease=SECONDS`, default 60):
     /// how soon another runner may take over from one that died or was cut off.

@@ -10,12 +10,16 @@ import Glibc
 /// stdout up to a limit, keeping the end of its stderr for messages, and stopping it after a timeout
 /// (SIGTERM, then SIGKILL 5 seconds later).
 public struct ProcessRunner: Sendable {
+    /// The program and its arguments; no shell.
     public var command: [String]
+    /// Where it runs; nil: the current directory.
     public var directory: String?
+    /// How long it may run, in seconds.
     public var timeout: Double
     /// The most stdout bytes kept; past it the program is stopped and the run refused.
     public var maxOutput: Int
 
+    /// A runner of `command`.
     public init(command: [String], directory: String? = nil, timeout: Double, maxOutput: Int = 8 << 30) {
         self.command = command
         self.directory = directory
@@ -23,8 +27,11 @@ public struct ProcessRunner: Sendable {
         self.maxOutput = maxOutput
     }
 
+    /// How the program ended, and what it printed.
     public struct Result: Sendable {
+        /// Its exit status.
         public var status: Int32
+        /// What it printed on stdout.
         public var stdout: Data
         /// The last lines of stderr (at most 4 KiB).
         public var stderr: String

@@ -22,7 +22,9 @@ public final class SQLiteStateStore: StateStore {
     /// its first write; a tidemark that reads only 1 refuses it rather than lose audiences).
     static let formatVersion = 2
 
+    /// The database file.
     public let path: String
+    /// How messages name the store.
     public let location: String
     /// The workspace this store reads and writes.
     public let workspace: String
@@ -656,6 +658,7 @@ public final class SQLiteStateStore: StateStore {
         return found
     }
 
+    /// The workspace's apply that never finished, with its journal, if any.
     public func unfinishedApply() async throws -> UnfinishedApply? {
         guard let queue = try open(create: false) else { return nil }
         return try await running {
@@ -721,6 +724,7 @@ public final class SQLiteStateStore: StateStore {
         }
     }
 
+    /// The workspace's latest applies, newest first.
     public func applies(limit: Int) async throws -> [ApplyRecord] {
         guard let queue = try open(create: false) else { return [] }
         return try await running {
@@ -752,10 +756,12 @@ public final class SQLiteStateStore: StateStore {
     /// Each workspace has its own lock file (`state.db.lock`, `state.db.prod.lock`): no global lock.
     var lockBase: String { workspace == "default" ? path : path + "." + workspace }
 
+    /// Takes the workspace's lock file (`flock`); it ends with the process.
     public func lock(_ holder: LockHolder) async throws -> any StateLease {
         try StateLock.acquire(statePath: lockBase, location: location, holder: holder)
     }
 
+    /// Who holds the lock, as its lock file says, while a process holds it.
     public func lockHolder() async throws -> LockHolder? {
         try StateLock.holder(statePath: lockBase, location: location)
     }
