@@ -4,6 +4,7 @@ import Testing
 /// Golden files: rendered output compared with a file kept beside the tests, re-recorded only when
 /// `TIDEMARK_RECORD_GOLDEN=1` is set (never silently).
 public enum Golden {
+    /// Whether `TIDEMARK_RECORD_GOLDEN=1` asks for golden files to be written rather than compared.
     public static var recording: Bool { ProcessInfo.processInfo.environment["TIDEMARK_RECORD_GOLDEN"] == "1" }
 
     /// Compares `actual` with `directory/name`; records it instead when recording.

@@ -6,6 +6,7 @@ import TidemarkCore
 /// Like the real stores it keeps only what a write names (plus new tokens), bumps the serial once
 /// per save, journals applies, and lets one lease hold the lock at a time.
 public actor InMemoryStateStore: StateStore {
+    /// How messages name the store.
     public nonisolated let location: String
 
     private struct Stored {
@@ -40,10 +41,13 @@ public actor InMemoryStateStore: StateStore {
     /// When set, the next save fails with this error and writes nothing (a full disk, a lost connection).
     public var failNextSave: (any Error)?
 
+    /// An empty store named `location`.
     public init(location: String = "memory") { self.location = location }
 
+    /// Makes the next save fail with `error` and write nothing (nil: saves succeed).
     public func setFailNextSave(_ error: (any Error)?) { failNextSave = error }
 
+    /// The state as saved; nil before the first save.
     public func load() async throws -> State? {
         guard let stored else { return nil }
         let tokens = try TokenRegistry(
@@ -54,6 +58,7 @@ public actor InMemoryStateStore: StateStore {
             inventoryRows: stored.inventoryRows)
     }
 
+    /// Keeps what `write` names, as a real store writes it; returns the new serial.
     public func save(_ state: inout State, _ write: StateWrite, at now: Int64) async throws -> Int {
         if let failure = failNextSave {
             failNextSave = nil
@@ -114,6 +119,7 @@ public actor InMemoryStateStore: StateStore {
         return next.serial
     }
 
+    /// The apply that never finished, with its journal, if any.
     public func unfinishedApply() async throws -> UnfinishedApply? {
         guard
             let last = journal.filter({ $0.entry.status == .running }).max(by: {
@@ -125,6 +131,7 @@ public actor InMemoryStateStore: StateStore {
             plan: last.entry.plan, done: last.entry.done, progress: last.entry.progress)
     }
 
+    /// The latest applies, newest first.
     public func applies(limit: Int) async throws -> [ApplyRecord] {
         journal.reversed().sorted { $0.entry.startedAt > $1.entry.startedAt }.prefix(limit).map {
             ApplyRecord(
@@ -133,6 +140,7 @@ public actor InMemoryStateStore: StateStore {
         }
     }
 
+    /// Takes the store's lock; a second holder is refused as `locked`.
     public func lock(_ holder: LockHolder) async throws -> any StateLease {
         if let current = self.holder {
             throw StateStoreError(.locked, path: location, current.holder.description, holder: current.holder)
@@ -142,6 +150,7 @@ public actor InMemoryStateStore: StateStore {
         return Lease(store: self, id: nextLease)
     }
 
+    /// Who holds the lock, if anyone.
     public func lockHolder() async throws -> LockHolder? { holder?.holder }
 
     fileprivate func release(_ id: UInt64) {

@@ -4,10 +4,14 @@ import TidemarkCore
 
 /// A device as a conformance check hands it to a source under test.
 public struct FixtureDevice: Sendable, Equatable {
+    /// The device's id.
     public var id: String
+    /// Its registration token.
     public var token: String
+    /// Its labels.
     public var labels: [String: String]
 
+    /// A device with `id`, `token` and `labels`.
     public init(id: String, token: String, labels: [String: String] = [:]) {
         self.id = id
         self.token = token
@@ -24,6 +28,7 @@ public struct FixtureDevice: Sendable, Equatable {
 /// }
 /// ```
 public enum InventorySourceConformance {
+    /// The checks every inventory source passes.
     public enum Check: String, CaseIterable, Sendable, CustomTestStringConvertible {
         case loadsEveryDeviceWithItsLabels
         case loadsNothingFromAnEmptySource
@@ -32,11 +37,14 @@ public enum InventorySourceConformance {
         case refusesInvalidTokensAndKeepsTheRest
         case combinesWithOtherSources
 
+        /// The check's name, as test reports show it.
         public var testDescription: String { rawValue }
     }
 
+    /// Makes the source under test, seeded with these devices.
     public typealias Make = @Sendable ([FixtureDevice]) async throws -> any InventorySource
 
+    /// Runs `check` on sources `make` builds.
     public static func run(_ check: Check, _ make: Make) async throws {
         switch check {
         case .loadsEveryDeviceWithItsLabels: try await loadsEveryDevice(make)
@@ -48,6 +56,7 @@ public enum InventorySourceConformance {
         }
     }
 
+    /// Fixture devices `range`, with labels on two in three.
     public static func devices(_ range: Range<Int>) -> [FixtureDevice] {
         range.map { i in
             FixtureDevice(
@@ -140,14 +149,18 @@ public enum InventorySourceConformance {
 
 /// Devices in memory: the twin of file and database sources for unit tests.
 public struct InMemoryInventorySource: InventorySource {
+    /// How messages name the source.
     public var name: String
+    /// The devices it lists.
     public var devices: [FixtureDevice]
 
+    /// A source of `devices`.
     public init(_ devices: [FixtureDevice], name: String = "memory") {
         self.devices = devices
         self.name = name
     }
 
+    /// Adds every device; the snapshot is a digest of them.
     public func load(into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
         let source = builder.source(name)
         var digest = SHA256Digest()

@@ -16,17 +16,20 @@ public final class ManualClock: Sendable {
     /// Calendar time at virtual time zero.
     public let epoch: Date
 
+    /// A clock at zero whose draws come from `seed`, calendar time starting at `epoch`.
     public init(seed: UInt64 = 1, epoch: Date = Date(timeIntervalSince1970: 1_800_000_000)) {
         inner = Mutex(Inner(random: SeededGenerator(seed: seed)))
         self.epoch = epoch
     }
 
+    /// The `Timing` to give the code under test.
     public var timing: Timing {
         Timing(
             now: { self.now }, sleep: { self.advance($0) }, random: { self.inner.withLock { $0.random.next() } },
             wallClock: { self.epoch.addingTimeInterval(Timing.seconds(self.now)) })
     }
 
+    /// The virtual time.
     public var now: Duration { inner.withLock { $0.now } }
     /// Every sleep so far, in order.
     public var sleeps: [Duration] { inner.withLock { $0.sleeps } }

@@ -4,17 +4,22 @@ import TidemarkCore
 /// Wraps a backend to count its calls and to fail chosen ones, for tests of what the core does
 /// when FCM misbehaves half-way.
 public final class ScriptedBackend: Backend {
+    /// The backend calls that can be counted and failed.
     public enum Call: Sendable, Equatable {
         case refresh, subscribe, unsubscribe, groupKey, createGroup, addToGroup, removeFromGroup
     }
 
     /// A failure no retry fixes, as a dead network would give after the client's own retries.
     public struct Failure: RetryableError, Equatable, CustomStringConvertible {
+        /// The call that failed.
         public var call: Call
+        /// Never retried.
         public var isRetryable: Bool { false }
+        /// "scripted failure of CALL".
         public var description: String { "scripted failure of \(call)" }
     }
 
+    /// The backend that carries out the calls that do not fail.
     public let base: any Backend
     private let log = Mutex<[Call]>([])
     private let failing = Mutex<[Call: Int]>([:])
@@ -24,18 +29,25 @@ public final class ScriptedBackend: Backend {
     /// Tokens per journal step; the base backend's when nil.
     public let step: Int?
 
+    /// Wraps `base`; `journalStep` overrides the base's.
     public init(_ base: any Backend, journalStep: Int? = nil) {
         self.base = base
         self.step = journalStep
     }
 
+    /// The base's identity.
     public var identity: BackendIdentity { base.identity }
+    /// The base's location.
     public var location: String { base.location }
 
+    /// The override, else the base's.
     public var journalStep: Int? { step ?? base.journalStep }
 
+    /// The base's count.
     public func requests(for operations: [PlannedOperation]) -> Int { base.requests(for: operations) }
+    /// The base's count.
     public func requestCount() -> Int? { base.requestCount() }
+    /// The base's count.
     public func retryCount() -> Int? { base.retryCount() }
 
     /// Every call so far, in order.
@@ -72,12 +84,15 @@ public final class ScriptedBackend: Backend {
     /// Every registration read so far, in order (a token read twice is listed twice).
     public var tokensRead: [String] { readLog.withLock { $0 } }
 
+    /// Logs the call and the tokens read, then reads through the base unless scripted to fail.
     public func refresh(_ tokens: [String]) async throws -> [RegistrationStatus] {
         try note(.refresh)
         readLog.withLock { $0 += tokens }
         return try await base.refresh(tokens)
     }
 
+    /// Logs the call and subscribes through the base, unless scripted to fail before it (`fail`) or
+    /// after it (`failAfter`).
     public func subscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] {
         try note(.subscribe)
         let outcomes = try await base.subscribe(topic: topic, tokens: tokens)
@@ -85,6 +100,7 @@ public final class ScriptedBackend: Backend {
         return outcomes
     }
 
+    /// Logs the call and unsubscribes through the base, unless scripted to fail before it or after it.
     public func unsubscribe(topic: String, tokens: [String]) async throws -> [TokenOutcome] {
         try note(.unsubscribe)
         let outcomes = try await base.unsubscribe(topic: topic, tokens: tokens)
@@ -92,25 +108,30 @@ public final class ScriptedBackend: Backend {
         return outcomes
     }
 
+    /// Logs the call, then looks the group up through the base unless scripted to fail.
     public func groupKey(name: String) async throws -> String? {
         try note(.groupKey)
         return try await base.groupKey(name: name)
     }
 
+    /// Logs the call, then creates the group through the base unless scripted to fail.
     public func createGroup(name: String, tokens: [String]) async throws -> String {
         try note(.createGroup)
         return try await base.createGroup(name: name, tokens: tokens)
     }
 
+    /// Logs the call, then adds through the base unless scripted to fail.
     public func addToGroup(name: String, key: String, tokens: [String]) async throws -> String {
         try note(.addToGroup)
         return try await base.addToGroup(name: name, key: key, tokens: tokens)
     }
 
+    /// Exports through the base (never scripted to fail).
     public func exportGroup(name: String, key: String) async throws -> [String]? {
         try await base.exportGroup(name: name, key: key)
     }
 
+    /// Logs the call, then removes through the base unless scripted to fail.
     public func removeFromGroup(name: String, key: String, tokens: [String]) async throws {
         try note(.removeFromGroup)
         try await base.removeFromGroup(name: name, key: key, tokens: tokens)

@@ -13,6 +13,7 @@ import TidemarkCore
 /// }
 /// ```
 public enum StateStoreConformance {
+    /// The checks every state store passes.
     public enum Check: String, CaseIterable, Sendable, CustomTestStringConvertible {
         case startsEmpty
         case roundTripsEverything
@@ -30,6 +31,7 @@ public enum StateStoreConformance {
         case journalsEveryTokenOfAPlan
         case leaseOperationsMatchTheLockKind
 
+        /// The check's name, as test reports show it.
         public var testDescription: String { rawValue }
     }
 
@@ -55,6 +57,7 @@ public enum StateStoreConformance {
         }
     }
 
+    /// The lineage of the sample state.
     public static let lineage = "0f3e8a52-2c1d-4b7e-9a41-5d6c7e8f9a0b"
 
     static func token(_ i: Int) -> String { Fixtures.token(i) }
@@ -87,6 +90,7 @@ public enum StateStoreConformance {
         return state
     }
 
+    /// A write naming every topic and group of `state`.
     public static func writeAll(_ state: State) -> StateWrite {
         var write = StateWrite()
         write.topics = Array(state.topics.keys)
@@ -94,6 +98,7 @@ public enum StateStoreConformance {
         return write
     }
 
+    /// A plan of `operations` made from `state`, for journal checks.
     public static func plan(_ operations: [PlannedOperation], state: State, digest: String = "d") -> Plan {
         Plan(
             tidemarkVersion: "test", createdAt: Date(timeIntervalSince1970: 1_800_000_000), lineage: state.lineage,
@@ -102,6 +107,7 @@ public enum StateStoreConformance {
             observations: Observations())
     }
 
+    /// The holder the lock checks take the lock as.
     public static let holder = LockHolder(
         operation: "tidemark apply", user: "ci", host: "runner-1", pid: 4242,
         since: Date(timeIntervalSince1970: 1_800_000_000))
