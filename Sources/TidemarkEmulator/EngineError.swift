@@ -2,6 +2,7 @@ import TidemarkCore
 
 /// A whole-request failure of the engine, with the FCM error text a server would send.
 public struct EngineError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The error texts FCM sends for whole-request failures.
     public enum Code: String, Sendable {
         /// IID: `{"error":"Topic name format is invalid"}`; v1: 400 INVALID_ARGUMENT.
         case invalidTopicName = "Topic name format is invalid"
@@ -21,14 +22,18 @@ public struct EngineError: Error, Sendable, Equatable, CustomStringConvertible {
         case permissionDenied = "PERMISSION_DENIED"
     }
 
+    /// Which failure.
     public var code: Code
+    /// More about it, for messages.
     public var detail: String
 
+    /// A failure of `code`.
     public init(_ code: Code, _ detail: String = "") {
         self.code = code
         self.detail = detail
     }
 
+    /// The code's text, and the detail when there is one.
     public var description: String { detail.isEmpty ? code.rawValue : "\(code.rawValue): \(detail)" }
 }
 

@@ -13,16 +13,24 @@ public enum EngineChange: Sendable {
 
 /// Everything an engine holds, as loaded from its store.
 public struct EngineSnapshot: Sendable {
+    /// A device group as stored.
     public struct StoredGroup: Sendable {
+        /// The project it belongs to.
         public var project: String
+        /// Its `notification_key_name`.
         public var name: String
+        /// Its members' tokens.
         public var members: [String]
+        /// Every key that names it, the first made first.
         public var keys: [String]
     }
 
+    /// Every app instance, by token.
     public var registrations: [String: FCMEngine.Registration] = [:]
+    /// Every device group.
     public var groups: [StoredGroup] = []
 
+    /// Nothing.
     public init() {}
 }
 
@@ -39,6 +47,7 @@ public protocol EngineStore: Sendable {
 public final class SQLiteEngineStore: EngineStore {
     private let queue: DatabaseQueue
 
+    /// The engine's file at `path`, created with its tables when new.
     public init(path: String) throws {
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
@@ -68,6 +77,7 @@ public final class SQLiteEngineStore: EngineStore {
         }
     }
 
+    /// Everything in the file.
     public func load() throws -> EngineSnapshot {
         try queue.read { db in
             var snapshot = EngineSnapshot()
@@ -98,12 +108,14 @@ public final class SQLiteEngineStore: EngineStore {
         }
     }
 
+    /// Deletes every registration, subscription and group.
     public func reset() throws {
         try queue.write { db in
             try db.execute(sql: "DELETE FROM subscriptions; DELETE FROM registrations; DELETE FROM groups")
         }
     }
 
+    /// Writes one call's changes in one transaction.
     public func persist(_ changes: [EngineChange]) throws {
         guard !changes.isEmpty else { return }
         try queue.write { db in

@@ -8,16 +8,21 @@ import TidemarkCore
 /// vanish when emptied, several valid keys per group. Every change is written through to the
 /// optional store before the call returns.
 public actor FCMEngine {
+    /// Which FCM the engine plays: its limits, and whether any token counts as registered.
     public struct Configuration: Sendable {
         /// Treat any well-formed token as a registered app instance of the calling project on first use.
         /// The embedded backend sets it, since there are no real devices to register themselves.
         public var autoRegister: Bool
+        /// The most topics an instance may be in (2000).
         public var maxTopicsPerToken: Int
+        /// The most members a device group may have (20).
         public var maxGroupMembers: Int
+        /// The most tokens in one batch call (1000).
         public var maxBatchTokens: Int
         /// Added to every subscription-changing call, to rehearse slow networks and interrupted applies.
         public var latency: Duration
 
+        /// FCM's limits, auto-registering tokens.
         public init(
             autoRegister: Bool = true, maxTopicsPerToken: Int = FCMLimits.maxTopicsPerToken,
             maxGroupMembers: Int = FCMLimits.maxGroupMembers, maxBatchTokens: Int = FCMLimits.maxBatchTokens,
@@ -31,13 +36,19 @@ public actor FCMEngine {
         }
     }
 
+    /// An app instance, as FCM knows it.
     public struct Registration: Sendable, Equatable {
+        /// The project it is registered to.
         public var project: String
+        /// "ANDROID", "IOS" or "WEB".
         public var platform: String
+        /// The app's id (package name or bundle id).
         public var app: String
+        /// When it was registered.
         public var registeredAt: Date
         /// Topic → when the subscription was made.
         public var topics: [String: Date]
+        /// The app was uninstalled (or its token rotated): FCM answers NOT_FOUND for it.
         public var unregistered: Bool
     }
 
@@ -46,6 +57,7 @@ public actor FCMEngine {
         var keys: [String]
     }
 
+    /// The limits and behaviour it was made with.
     public let configuration: Configuration
     let store: (any EngineStore)?
     let timing: Timing
@@ -63,6 +75,7 @@ public actor FCMEngine {
         var name: String
     }
 
+    /// An engine with `configuration`, loading its world from `store` when given.
     public init(
         configuration: Configuration = Configuration(), store: (any EngineStore)? = nil,
         timing: Timing = .live
@@ -113,10 +126,14 @@ public actor FCMEngine {
 
     /// An app instance to register in bulk.
     public struct Instance: Sendable {
+        /// Its registration token.
         public var token: String
+        /// "ANDROID", "IOS" or "WEB".
         public var platform: String
+        /// The app's id.
         public var app: String
 
+        /// An Android instance of `com.example.app` by default.
         public init(token: String, platform: String = "ANDROID", app: String = "com.example.app") {
             self.token = token
             self.platform = platform
@@ -146,6 +163,7 @@ public actor FCMEngine {
         try store?.persist(changes)
     }
 
+    /// Switches whether unknown well-formed tokens count as registered.
     public func setAutoRegister(_ on: Bool) { autoRegister = on }
 
     /// What the engine knows of `token`, live or unregistered.

@@ -7,6 +7,7 @@ import TidemarkCore
 /// server (`EmulatorServer`) only converts to and from `WireRequest` / `WireResponse`; all routing,
 /// auth, limits, faults and error shapes live here and are tested without a socket.
 public struct FCMEmulator: Sendable {
+    /// The engine behind the emulator.
     public let engine: FCMEngine
     public let authority: AccessTokenAuthority
     public let control: EmulatorControl
