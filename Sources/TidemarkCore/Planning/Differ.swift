@@ -151,10 +151,8 @@ public struct Differ: Sendable {
 
     /// Every device must stay within FCM's 2000 topics after the plan: observed − removed + added.
     func checkTopicCap(state: State, adds: [(topic: String, ids: TokenSet)], removes: [TokenSet]) -> [Diagnostic] {
+        // One count per token of the registry, which every set's ids index.
         var counts = state.observedTopicCounts().map { Int32($0) }
-        if counts.count < state.tokens.count {
-            counts.append(contentsOf: repeatElement(0, count: state.tokens.count - counts.count))
-        }
         for set in removes { for id in set { counts[Int(id)] -= 1 } }
         for entry in adds { for id in entry.ids { counts[Int(id)] += 1 } }
         var diagnostics: [Diagnostic] = []

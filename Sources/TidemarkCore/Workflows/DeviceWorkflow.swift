@@ -150,8 +150,9 @@ public struct DeviceWorkflow: Sendable {
                 if let value = inventory.label(key, ofDevice: index) { labels[key] = value }
             }
         }
-        let seen = Int(id) < state.seenAt.count ? state.seenAt[Int(id)] : 0
-        let left = Int(id) < state.leftAt.count ? state.leftAt[Int(id)] : 0
+        // Interned above: the registry has a row for it in every column.
+        let seen = state.seenAt[Int(id)]
+        let left = state.leftAt[Int(id)]
         return DeviceView(
             query: query, device: device, token: token,
             declaredAt: index.map { "\(inventory.location(ofDevice: $0))" }, labels: labels,
