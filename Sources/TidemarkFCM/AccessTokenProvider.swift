@@ -71,6 +71,7 @@ public actor AccessTokenProvider {
     private let routes: HTTPRoutes
     private let timing: Timing
     private let policy: RetryPolicy
+    private let narrator: RetryNarrator?
     private var cached: (token: String, expires: Date)?
     /// Whether a fetch is in flight, and who waits for its answer: callers share one fetch.
     private var fetching = false
@@ -80,13 +81,16 @@ public actor AccessTokenProvider {
     private var answered = false
 
     /// `policy` retries the token endpoints' 5xx, 429 and network failures, as for FCM's own calls.
+    /// Retries that last more than a few seconds are said through `narrator`.
     public init(
-        credentials: GoogleCredentials, routes: HTTPRoutes, timing: Timing = .live, policy: RetryPolicy = RetryPolicy()
+        credentials: GoogleCredentials, routes: HTTPRoutes, timing: Timing = .live, policy: RetryPolicy = RetryPolicy(),
+        narrator: RetryNarrator? = nil
     ) {
         self.credentials = credentials
         self.routes = routes
         self.timing = timing
         self.policy = policy
+        self.narrator = narrator
     }
 
     /// A service account's tokens, straight through `client`.
@@ -125,6 +129,9 @@ public actor AccessTokenProvider {
     private struct Transient: Error {
         var failure: RetryPolicy.Failure
         var message: String
+        /// What was called (`the token endpoint of … at URL`), and what went wrong, for a retry's notice.
+        var call: String
+        var cause: String
     }
 
     /// Fetches under the retry policy: only a refusal of the credentials themselves (`invalid_grant`
@@ -135,12 +142,19 @@ public actor AccessTokenProvider {
         while true {
             attempt += 1
             do {
-                return try await fetch()
+                let fetched = try await fetch()
+                narrator?.answered(attempt: attempt)
+                return fetched
             } catch let transient as Transient {
-                switch policy.decide(
-                    transient.failure, attempt: attempt, elapsed: timing.now() - started, timing: timing)
-                {
-                case .retry(let delay): try await timing.sleep(delay)
+                let elapsed = timing.now() - started
+                switch policy.decide(transient.failure, attempt: attempt, elapsed: elapsed, timing: timing) {
+                case .retry(let delay):
+                    narrator?.retrying(
+                        RetryNotice(
+                            call: transient.call, cause: transient.cause, attempt: attempt,
+                            nextIn: Timing.seconds(delay), waited: Timing.seconds(elapsed),
+                            budget: Timing.seconds(policy.budget), setting: endpointSetting))
+                    try await timing.sleep(delay)
                 case .giveUp(let reason): throw CredentialError("\(transient.message) (\(reason)).")
                 }
             }
@@ -169,7 +183,9 @@ public actor AccessTokenProvider {
             if network.nothingThere, !answered {
                 throw CredentialError("\(message). Nothing there has answered this run; check \(endpointSetting).")
             }
-            throw Transient(failure: .network, message: message)
+            throw Transient(
+                failure: .network, message: message, call: "\(request.method) \(Self.endpoint(request.url))",
+                cause: network.words)
         }
         answered = true
         let body = Data(buffer: try await response.body.collect(upTo: 1 << 20))
@@ -181,8 +197,8 @@ public actor AccessTokenProvider {
                     retryAfter: response.headers.first(name: "Retry-After")
                         .flatMap { RetryPolicy.parseRetryAfter($0, now: timing.wallClock()) }),
                 message:
-                    "\(what) at \(Self.endpoint(request.url)) answered HTTP \(status); it is Google's side (or a proxy's), not \(ownSide)"
-            )
+                    "\(what) at \(Self.endpoint(request.url)) answered HTTP \(status); it is Google's side (or a proxy's), not \(ownSide)",
+                call: "\(request.method) \(Self.endpoint(request.url))", cause: "HTTP \(status)")
         }
         return (status, body)
     }

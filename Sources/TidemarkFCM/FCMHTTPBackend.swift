@@ -50,6 +50,22 @@ public struct FCMCallError: RetryableError, Sendable, CustomStringConvertible {
 final class RequestCounter: Sendable {
     private let count = Atomic<Int>(0)
     private let repeated = Atomic<Int>(0)
+    private let fromFCM = Atomic<Bool>(false)
+
+    /// An answer that FCM (or the emulator) could have sent came back: a success, or an error in
+    /// FCM's JSON. Until one does, what answers may be something else (a proxy, a wrong host).
+    func answeredAsFCM() { fromFCM.store(true, ordering: .relaxed) }
+
+    /// Whether anything answered as FCM does this run.
+    var anyFCMAnswer: Bool { fromFCM.load(ordering: .relaxed) }
+
+    private let notFCM = Mutex<String?>(nil)
+
+    /// An answer FCM would not send came back (`summary` says what it was).
+    func answeredNotAsFCM(_ summary: String) { notFCM.withLock { $0 = summary } }
+
+    /// The last answer this run that was not FCM's, if any.
+    var lastNotFCM: String? { notFCM.withLock { $0 } }
 
     func answered(attempt: Int) {
         count.add(1, ordering: .relaxed)
@@ -154,6 +170,12 @@ public struct FCMHTTPBackend: Backend {
         /// How long one request may take, answer and body included: a server that accepts and never
         /// answers, or drips its answer a byte at a time, ends the attempt here (and it is retried).
         public var exchangeLimit: Duration = .seconds(60)
+        /// Told of every retry and of answers after retries, so a wait longer than a few seconds is
+        /// said on screen; nil says nothing.
+        public var narrator: RetryNarrator?
+        /// Attempts that answer with a retryable status but not as FCM, before anything answered as
+        /// FCM this run: then the command stops, as a proxy's or a wrong host's error page will not mend.
+        public var notFCMAttempts = 3
 
         /// FCM's documented limits, over v1.
         public init() {}
@@ -244,6 +266,16 @@ public struct FCMHTTPBackend: Backend {
             if let status = rpcStatus { return status.fcmErrorCode ?? status.status }
             return decode(FCMWire.FlatError.self)?.error
         }
+
+        /// Whether FCM could have sent this: a success, or an error in one of FCM's JSON shapes.
+        var fromFCM: Bool { (200..<300).contains(status) || code != nil }
+
+        /// The status and FCM's error code, for a retry's notice: `HTTP 503 (UNAVAILABLE)`, or
+        /// `HTTP 502, not from FCM (text/html)`.
+        var summary: String {
+            if let code { return "HTTP \(status) (\(QuotedAnswer.safe(String(code.prefix(60)))))" }
+            return "HTTP \(status), not an answer from FCM (\(contentType ?? "no Content-Type"))"
+        }
     }
 
     /// One call with auth, rate limiting (`changes` subscription changes) and retries of retryable
@@ -258,6 +290,8 @@ public struct FCMHTTPBackend: Backend {
         var attempt = 0
         var refreshedToken = false
         var lastNetwork: NetworkFailure?
+        // The last answer of a retryable status: what the caller gets once retries stop.
+        var unresolved: Answer?
         while true {
             attempt += 1
             if changes > 0, let limiter = options.limiter {
@@ -275,15 +309,16 @@ public struct FCMHTTPBackend: Backend {
                 request.body = .bytes(ByteBuffer(data: body))
             }
             let failure: RetryPolicy.Failure
-            // The last answer of a retryable status: what the caller gets once retries stop.
-            var unresolved: Answer?
+            let cause: String
             do {
                 let (response, bytes) = try await exchange(request)
                 counter.answered(attempt: attempt)
                 options.gate?.progressed()
                 let status = Int(response.status.code)
                 let body = !successBody && (200..<300).contains(status) ? Data() : Data(buffer: bytes)
-                let contentType = response.headers.first(name: "Content-Type")
+                let answer = Answer(
+                    status: status, body: body, contentType: response.headers.first(name: "Content-Type"))
+                if answer.fromFCM { counter.answeredAsFCM() } else { counter.answeredNotAsFCM(answer.summary) }
                 if status == 401, !refreshedToken {
                     // The token may have been revoked or expired early: fetch a new one, once.
                     refreshedToken = true
@@ -291,33 +326,52 @@ public struct FCMHTTPBackend: Backend {
                     continue
                 }
                 guard RetryPolicy.isRetryable(status: status) else {
-                    return Answer(status: status, body: body, contentType: contentType)
+                    options.narrator?.answered(attempt: attempt)
+                    return answer
+                }
+                if !answer.fromFCM, !counter.anyFCMAnswer, attempt >= options.notFCMAttempts {
+                    // A proxy's or a wrong host's error page, again and again, and nothing has answered as FCM.
+                    throw unexpected(
+                        answer, method, url,
+                        "Nothing at \(base(of: url)) has answered as FCM this run (\(attempt) attempts)")
                 }
                 failure = .status(
                     status,
                     retryAfter: response.headers.first(name: "Retry-After")
                         .flatMap { RetryPolicy.parseRetryAfter($0, now: timing.wallClock()) })
-                unresolved = Answer(status: status, body: body, contentType: contentType)
+                unresolved = answer
+                cause = answer.summary
             } catch is CancellationError {
                 throw CancellationError()
             } catch let error as CredentialError {
                 throw error
+            } catch let error as FCMCallError {
+                throw error
             } catch {
                 let network = NetworkFailure.of(error)
                 lastNetwork = network
-                if network.nothingThere, counter.value == 0 {
-                    // Nothing has answered this run: a refused connection, an unknown host or an answer that
-                    // is not HTTP will not mend in the retry budget's minutes. Say so now, with the setting.
+                if network.nothingThere || counter.lastNotFCM != nil, !counter.anyFCMAnswer {
+                    // Nothing has answered as FCM this run: a refused connection, an unknown host, an answer that
+                    // is not HTTP, or a proxy's error page will not mend in the retry budget's minutes. Say so now.
+                    let earlier = counter.lastNotFCM.map { " (it answered \($0) before)" } ?? ""
                     throw FCMCallError(
                         status: 0,
                         message:
-                            "\(method) \(Self.redact(url)) failed: \(network.words). Nothing at \(base(of: url)) has answered this run; check \(setting(for: url))."
+                            "\(method) \(Self.redact(url)) failed: \(network.words). Nothing at \(base(of: url)) has answered as FCM this run\(earlier); check \(setting(for: url))."
                     )
                 }
                 failure = .network
+                cause = network.words
             }
-            switch options.policy.decide(failure, attempt: attempt, elapsed: timing.now() - started, timing: timing) {
-            case .retry(let delay): try await timing.sleep(delay)
+            let elapsed = timing.now() - started
+            switch options.policy.decide(failure, attempt: attempt, elapsed: elapsed, timing: timing) {
+            case .retry(let delay):
+                options.narrator?.retrying(
+                    RetryNotice(
+                        call: "\(method) \(Self.redact(url))", cause: cause, attempt: attempt,
+                        nextIn: Timing.seconds(delay), waited: Timing.seconds(elapsed),
+                        budget: Timing.seconds(options.policy.budget), setting: setting(for: url)))
+                try await timing.sleep(delay)
             case .giveUp(let reason):
                 if let unresolved { return unresolved }
                 let cause = lastNetwork.map { "\($0.words); " } ?? ""
@@ -389,7 +443,11 @@ public struct FCMHTTPBackend: Backend {
     /// URLs carry registration tokens; errors show them redacted.
     static func redact(_ url: String) -> String {
         url.split(separator: "/", omittingEmptySubsequences: false).map { part in
-            part.count > 40 ? Substring(Redaction.redact(String(part.prefix { $0 != "?" }))) : part
+            guard part.count > 40 else { return part }
+            // The token as the plan and state show it: its fingerprint is of the token, not of its
+            // percent-encoded form in the path.
+            let segment = String(part.prefix { $0 != "?" })
+            return Substring(Redaction.redact(segment.removingPercentEncoding ?? segment))
         }.joined(separator: "/")
     }
 

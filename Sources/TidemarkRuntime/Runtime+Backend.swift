@@ -12,13 +12,16 @@ extension Runtime {
     }
 
     /// Runs `body` with the configured backend; an HTTP backend's client lives exactly as long as `body`.
-    public func withBackend<T>(_ body: (any Backend) async throws -> T) async throws -> T {
+    /// Retries that last more than a few seconds are said to `output`.
+    public func withBackend<T>(
+        output: any WorkflowOutput = SilentOutput(), _ body: (any Backend) async throws -> T
+    ) async throws -> T {
         guard backendKind.isHTTP else { return try await body(try embeddedBackend()) }
         // HTTPS_PROXY / HTTP_PROXY / NO_PROXY decide, per URL, whether a request goes through a proxy.
         let proxies = try ProxySettings.from(resolved.environment)
         let routes = HTTPRoutes(settings: proxies, configuration: FCMHTTPBackend.clientConfiguration())
         do {
-            let result = try await body(try httpBackend(routes: routes))
+            let result = try await body(try httpBackend(routes: routes, output: output))
             try await routes.shutdown()
             return result
         } catch {
@@ -48,8 +51,9 @@ extension Runtime {
         )
     }
 
-    /// The emulator or FCM over HTTP, through `routes`, paced at the resolved rates.
-    func httpBackend(routes: HTTPRoutes) throws -> any Backend {
+    /// The emulator or FCM over HTTP, through `routes`, paced at the resolved rates; its retries are
+    /// narrated to `output`.
+    func httpBackend(routes: HTTPRoutes, output: any WorkflowOutput) throws -> any Backend {
         let credentials = try credentials()
         let endpoints: FCMEndpoints
         if backendKind == .emulator {
@@ -81,9 +85,13 @@ extension Runtime {
         }
         options.timing = timing
         options.gate = leaseGate
+        let narrator = RetryNarrator(output: output, timing: timing)
+        options.narrator = narrator
         return FCMHTTPBackend(
             kind: backendKind, project: settings.project, endpoints: endpoints, routes: routes,
-            credentials: AccessTokenProvider(credentials: credentials, routes: routes, timing: timing), options: options
+            credentials: AccessTokenProvider(
+                credentials: credentials, routes: routes, timing: timing, narrator: narrator),
+            options: options
         )
     }
 

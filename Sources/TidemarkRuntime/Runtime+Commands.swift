@@ -21,7 +21,7 @@ extension Runtime {
                 request)
         }
         let prepared = request
-        return try await withBackend { backend in
+        return try await withBackend(output: output) { backend in
             try await PlanWorkflow(parts(backend, output: output, acceptDead: acceptDead)).run(prepared)
         }
     }
@@ -32,7 +32,7 @@ extension Runtime {
         lockTimeout: Double = 0
     ) async throws -> ApplyOutcome {
         let store = stateStore()
-        return try await withBackend { backend in
+        return try await withBackend(output: output) { backend in
             try await store.withLock(
                 lockHolder("tidemark apply"), waiting: lockTimeout, timing: .live, gate: leaseGate
             ) {
@@ -47,7 +47,7 @@ extension Runtime {
     public func drift(
         _ policy: RefreshPolicy, output: any WorkflowOutput, acceptDead: Bool = false
     ) async throws -> DriftReport {
-        try await withBackend { backend in
+        try await withBackend(output: output) { backend in
             try await DriftWorkflow(parts(backend, output: output, acceptDead: acceptDead)).run(policy)
         }
     }
@@ -58,7 +58,7 @@ extension Runtime {
         targets: Targets, dryRun: Bool, output: any WorkflowOutput, acceptDead: Bool = false
     ) async throws -> ImportOutcome {
         let store = stateStore()
-        return try await withBackend { backend in
+        return try await withBackend(output: output) { backend in
             let importing = ImportWorkflow(parts(backend, output: output, acceptDead: acceptDead))
             if dryRun { return try await importing.run(targets: targets, dryRun: true) }
             return try await store.withLock(lockHolder("tidemark import")) {
@@ -70,7 +70,7 @@ extension Runtime {
     /// Reads the members of device groups from FCM, under the state lock (it records what it read).
     public func exportGroups(_ names: [String], output: any WorkflowOutput) async throws -> GroupsExport {
         let store = stateStore()
-        return try await withBackend { backend in
+        return try await withBackend(output: output) { backend in
             try await store.withLock(lockHolder("tidemark groups export")) {
                 try await GroupsExportWorkflow(parts(backend, output: output, acceptDead: true)).run(names: names)
             }
@@ -122,7 +122,7 @@ extension Runtime {
     ) async throws -> (Audience, LoadedManifests) {
         let workflow = AudienceWorkflow(manifests: manifestSource(), store: stateStore(), output: output)
         guard refresh else { return try await workflow.run(condition, source: source) }
-        return try await withBackend { backend in
+        return try await withBackend(output: output) { backend in
             try await workflow.run(condition, source: source, refreshFrom: backend, timing: timing)
         }
     }

@@ -134,6 +134,23 @@ final class ProgressReporter: Sendable {
 /// Renders workflow events for a person: diagnostics and notices on standard error, progress as a
 /// bar on a terminal and as a line every few seconds otherwise.
 final class TerminalOutput: WorkflowOutput {
+    /// A retry's line: the call, the cause, the attempt and when the next one goes, how long it may
+    /// go on, and the setting to check if it does not mend.
+    static func describe(_ notice: RetryNotice) -> String {
+        let left = max(0, Int((notice.budget - notice.waited).rounded()))
+        let others =
+            notice.othersRetried > 0
+            ? " (\(PlanRenderer.counted(notice.othersRetried, "other retry", plural: "other retries")) since the last notice)"
+            : ""
+        return
+            "Retrying \(notice.call) (\(notice.cause)): attempt \(notice.attempt + 1) in \(Int(notice.nextIn.rounded(.up))) s; \(Int(notice.waited.rounded())) s spent, giving up in \(left) s\(others). If this does not mend, check \(notice.setting)."
+    }
+
+    /// Ends a progress bar drawn on the terminal, so a notice starts on a line of its own.
+    private func clearProgressLine() {
+        if Terminal.stderrIsTerminal { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+    }
+
     /// Made at the first progress event of each kind, so rates count from when the work began.
     private let reporters = Mutex<[String: ProgressReporter]>([:])
 
@@ -176,6 +193,12 @@ final class TerminalOutput: WorkflowOutput {
             Terminal.err(
                 "An apply started at \(ISO8601DateFormatter().string(from: startedAt)) was interrupted, and the manifests or backend changed since; it is abandoned and a new plan is made from the current state."
             )
+        case .retrying(let notice):
+            clearProgressLine()
+            Terminal.err(Self.describe(notice))
+        case .answeringAgain(let seconds):
+            clearProgressLine()
+            Terminal.err("Answers came back, \(Int(seconds.rounded())) s after the retries began; going on.")
         }
     }
 }

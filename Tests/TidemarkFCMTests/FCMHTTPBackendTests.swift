@@ -164,7 +164,7 @@ extension FCMHTTPBackendTests {
     /// timeout fires, so only the bound on the whole exchange ends the attempt, and the command fails
     /// naming the cause and the setting instead of hanging.
     @Test func aServerThatDripsItsAnswerEndsAtTheExchangeLimit() async throws {
-        let drip = try DripServer()
+        let drip = try LoopbackServer.drip()
         defer { drip.stop() }
         try await AccessTokenProviderTests().withEmulator { server, client in
             let key = try ServiceAccountKey.load(path: server.keyFilePath)
@@ -187,16 +187,89 @@ extension FCMHTTPBackendTests {
     }
 }
 
-/// A loopback server that answers every connection with HTTP headers and then one body byte every
-/// 300 ms, never finishing.
-final class DripServer: @unchecked Sendable {
+extension FCMHTTPBackendTests {
+    /// A backend aimed at `server` (not FCM), its access tokens from the emulator, its retries said to
+    /// `output` on `clock`.
+    func aimedAt(
+        _ server: LoopbackServer, client: HTTPClient, emulator: EmulatorServer, clock: ManualClock,
+        output: RecordingOutput, policy: RetryPolicy
+    ) throws -> FCMHTTPBackend {
+        let key = try ServiceAccountKey.load(path: emulator.keyFilePath)
+        var options = FCMHTTPBackend.Options()
+        options.policy = policy
+        options.timing = clock.timing
+        options.concurrency = 1
+        options.narrator = RetryNarrator(output: output, timing: clock.timing)
+        return FCMHTTPBackend(
+            kind: .emulator, project: "fcm-test", endpoints: .emulator(host: "http://127.0.0.1:\(server.port)"),
+            client: client, credentials: AccessTokenProvider(key: key, client: client), options: options)
+    }
+
+    /// A proxy's error page (502, HTML) where FCM should be, before anything answered as FCM: the run
+    /// ends after a short retry, naming what answered and the setting, not after the retry budget.
+    @Test func anErrorPageWhereFCMShouldBeEndsTheRunAfterAShortRetry() async throws {
+        let page = try LoopbackServer.canned(
+            status: "502 Bad Gateway", contentType: "text/html", body: "<html><body>Bad gateway</body></html>")
+        defer { page.stop() }
+        try await AccessTokenProviderTests().withEmulator { emulator, client in
+            let clock = ManualClock()
+            let backend = try aimedAt(
+                page, client: client, emulator: emulator, clock: clock, output: RecordingOutput(),
+                policy: RetryPolicy())
+            let error = await #expect(throws: FCMCallError.self) { _ = try await backend.refresh([Self.token(1)]) }
+            let message = error?.message ?? ""
+            #expect(page.accepted() == 3, "three attempts, not five minutes of them")
+            #expect(clock.now < .seconds(30))
+            #expect(message.contains("HTTP 502"), "\(message)")
+            #expect(message.contains("not JSON (text/html)"), "\(message)")
+            #expect(message.contains("has answered as FCM"), "\(message)")
+            // The token (percent-encoded in the path) shows the fingerprint plans and state show for it.
+            #expect(message.contains(Redaction.redact(Self.token(1))), "\(message)")
+            #expect(message.contains("FCM_EMULATOR_HOST (now http://127.0.0.1:\(page.port))"), "\(message)")
+        }
+    }
+
+    /// FCM's own 503 is worth the retry budget, and a wait of more than a few seconds is said: the call,
+    /// FCM's status, the attempt, the wait and the setting; then at most one notice every ten seconds.
+    @Test func fcmsOwnUnavailableIsRetriedAndTheWaitIsSaid() async throws {
+        let unavailable = try LoopbackServer.canned(
+            status: "503 Service Unavailable", contentType: "application/json",
+            body: #"{"error":{"code":503,"message":"The service is currently unavailable.","status":"UNAVAILABLE"}}"#)
+        defer { unavailable.stop() }
+        try await AccessTokenProviderTests().withEmulator { emulator, client in
+            let clock = ManualClock()
+            let output = RecordingOutput()
+            let backend = try aimedAt(
+                unavailable, client: client, emulator: emulator, clock: clock, output: output,
+                policy: RetryPolicy(baseDelay: .seconds(1), maxDelay: .seconds(4), budget: .seconds(40)))
+            await #expect(throws: (any Error).self) { _ = try await backend.refresh([Self.token(1)]) }
+            #expect(unavailable.accepted() > 3, "FCM's own answer is retried past the short retry")
+            let notices = output.events.compactMap { if case .retrying(let notice) = $0 { notice } else { nil } }
+            #expect(!notices.isEmpty)
+            #expect(notices.count <= Int(Timing.seconds(clock.now) / 10) + 1, "no more than one every 10 s")
+            let first = try #require(notices.first)
+            #expect(first.cause == "HTTP 503 (UNAVAILABLE)")
+            #expect(
+                first.call.hasPrefix("GET http://127.0.0.1:\(unavailable.port)/v1/projects/fcm-test/registrations/"))
+            #expect(!first.call.contains(Self.token(1)), "the token is redacted")
+            #expect(first.waited + first.nextIn >= 3)
+            #expect(first.setting.contains("FCM_EMULATOR_HOST"))
+        }
+    }
+}
+
+/// A loopback server that hands every connection, with the request read, to `answer`: it drips a body
+/// for ever (`drip`), or answers one fixed answer and closes (`canned`).
+final class LoopbackServer: @unchecked Sendable {
     let port: Int
     private let listener: Int32
     private let lock = NSLock()
     private var stopped = false
     private var count = 0
+    private let answer: @Sendable (Int32, LoopbackServer) -> Void
 
-    init() throws {
+    init(answer: @escaping @Sendable (Int32, LoopbackServer) -> Void) throws {
+        self.answer = answer
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         self.listener = listener
         var address = sockaddr_in()
@@ -206,7 +279,7 @@ final class DripServer: @unchecked Sendable {
         let bound = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) }
         }
-        guard bound == 0, listen(listener, 16) == 0 else { throw POSIXError(.EADDRINUSE) }
+        guard bound == 0, listen(listener, 64) == 0 else { throw POSIXError(.EADDRINUSE) }
         _ = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
         }
@@ -214,9 +287,33 @@ final class DripServer: @unchecked Sendable {
         Thread.detachNewThread { [self] in serve() }
     }
 
+    /// Answers headers, then one body byte every 300 ms, never finishing.
+    static func drip() throws -> LoopbackServer {
+        try LoopbackServer { connection, server in
+            let head = Array(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n".utf8)
+            guard send(connection, head, head.count, Int32(MSG_NOSIGNAL)) == head.count else { return }
+            while !server.isStopped {
+                Thread.sleep(forTimeInterval: 0.3)
+                guard send(connection, [UInt8(ascii: " ")], 1, Int32(MSG_NOSIGNAL)) == 1 else { return }
+            }
+        }
+    }
+
+    /// Answers every request with `status` (`502 Bad Gateway`), `contentType` and `body`, and closes.
+    static func canned(status: String, contentType: String, body: String) throws -> LoopbackServer {
+        try LoopbackServer { connection, _ in
+            let bytes = Array(
+                "HTTP/1.1 \(status)\r\nContent-Type: \(contentType)\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)"
+                    .utf8)
+            _ = send(connection, bytes, bytes.count, Int32(MSG_NOSIGNAL))
+        }
+    }
+
+    /// Connections accepted so far.
     func accepted() -> Int { lock.withLock { count } }
 
-    private var isStopped: Bool { lock.withLock { stopped } }
+    var isStopped: Bool { lock.withLock { stopped } }
 
     private func serve() {
         while !isStopped {
@@ -227,13 +324,7 @@ final class DripServer: @unchecked Sendable {
                 defer { close(connection) }
                 var request = [UInt8](repeating: 0, count: 4096)
                 _ = recv(connection, &request, request.count, 0)
-                let head = Array(
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n".utf8)
-                guard send(connection, head, head.count, Int32(MSG_NOSIGNAL)) == head.count else { return }
-                while !isStopped {
-                    Thread.sleep(forTimeInterval: 0.3)
-                    guard send(connection, [UInt8(ascii: " ")], 1, Int32(MSG_NOSIGNAL)) == 1 else { return }
-                }
+                answer(connection, self)
             }
         }
     }

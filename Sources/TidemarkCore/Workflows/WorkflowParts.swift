@@ -23,6 +23,11 @@ public enum WorkflowEvent: Sendable {
     case savedPlanChecked(registrations: Int, readAgain: Int, planAge: Int64?)
     /// An interrupted apply was given up, because the manifests or backend changed since.
     case abandoned(startedAt: Date)
+    /// Calls to FCM (or another service) have been failing for a few seconds and are being retried
+    /// (said once, then at most every ~10 s while it lasts).
+    case retrying(RetryNotice)
+    /// After retries that were said, calls are answered again, `afterSeconds` after they began failing.
+    case answeringAgain(afterSeconds: Double)
 }
 
 /// Receives workflow events.
