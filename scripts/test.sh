@@ -54,4 +54,7 @@ TIDEMARK_BIN="$BIN" python3 Tests/compat/test_firestore_example.py
 TIDEMARK_BIN="$BIN" python3 Tests/recipes/test_github_workflow.py
 # Faults, 20 SIGKILLs with resume and concurrent applies against the emulator (scripts/resilience.sh).
 python3 scripts/resilience/run.py "$BIN" --quick
+# What tidemark says while things go wrong: a closed port, an unknown host, a silent server, error
+# pages, the state server stopped mid-apply; each ends in under 30 s naming the cause and the setting.
+python3 scripts/failure-drills.py "$BIN"
 echo "All tests passed."

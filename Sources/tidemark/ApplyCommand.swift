@@ -149,9 +149,11 @@ struct ApplyCommand: AsyncParsableCommand {
         let outcome: ApplyOutcome
         do {
             outcome = try await interruption.run {
-                try await runtime.apply(
-                    prepared, output: TerminalOutput(), parallelism: parallelism, acceptDead: acceptDead,
-                    lockTimeout: lockTimeout)
+                try await TerminalOutput.during {
+                    try await runtime.apply(
+                        prepared, output: $0, parallelism: parallelism, acceptDead: acceptDead,
+                        lockTimeout: lockTimeout)
+                }
             }
         } catch  where interruption.exitCode != nil {
             Terminal.err(

@@ -82,8 +82,9 @@ struct AudienceCommand: AsyncParsableCommand {
             }
             let runtime = try Runtime(global)
             let source = Audience.Source(rawValue: from)!
-            let (audience, loaded) = try await runtime.audience(
-                parsed, source: source, refresh: refresh, output: TerminalOutput())
+            let (audience, loaded) = try await TerminalOutput.during {
+                try await runtime.audience(parsed, source: source, refresh: refresh, output: $0)
+            }
             if output.json {
                 struct Output: Encodable {
                     var condition: String
@@ -122,7 +123,7 @@ struct AudienceCommand: AsyncParsableCommand {
     private func listNamed(_ name: String) async throws {
         let runtime = try Runtime(global)
         let source = Audience.Source(rawValue: from)!
-        var (state, loaded) = try await runtime.stateAndManifests(output: TerminalOutput())
+        let (state, loaded) = try await TerminalOutput.during { try await runtime.stateAndManifests(output: $0) }
         guard let found = Audience.members(named: name, source: source, desired: loaded.desired, state: state) else {
             let where_ = source == .desired ? "the manifests declare" : "state holds"
             throw CLIError(

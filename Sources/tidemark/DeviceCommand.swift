@@ -32,7 +32,7 @@ struct DeviceCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let runtime = try Runtime(global)
-            let view = try await runtime.device(query, output: TerminalOutput())
+            let view = try await TerminalOutput.during { try await runtime.device(query, output: $0) }
             if output.json {
                 try Terminal.writeJSON(view)
             } else {

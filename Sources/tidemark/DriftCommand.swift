@@ -54,8 +54,10 @@ struct DriftCommand: AsyncParsableCommand {
     private func report() async throws {
         try await runReportingErrors {
             let runtime = try Runtime(global, readQPS: refreshing.readQps)
-            let report = try await runtime.drift(
-                try reading.policy(runtime.settings), output: TerminalOutput(), acceptDead: refreshing.acceptDead)
+            let policy = try reading.policy(runtime.settings)
+            let report = try await TerminalOutput.during {
+                try await runtime.drift(policy, output: $0, acceptDead: refreshing.acceptDead)
+            }
             let renderer = DriftRenderer(showTokens: global.showTokens)
             if ndjson {
                 try Terminal.write(renderer.ndjson(report))

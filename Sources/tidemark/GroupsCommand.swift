@@ -48,7 +48,7 @@ struct GroupsExportCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let runtime = try Runtime(global, readQPS: refreshing.readQps)
-            let export = try await runtime.exportGroups(names, output: TerminalOutput())
+            let export = try await TerminalOutput.during { try await runtime.exportGroups(names, output: $0) }
             if let out {
                 if FileManager.default.fileExists(atPath: out),
                     let first = FileManager.default.contents(atPath: out).map({

@@ -29,8 +29,10 @@ struct ImportCommand: AsyncParsableCommand {
         try await runReportingErrors {
             let targets = try selection.targets()
             let runtime = try Runtime(global, readQPS: refreshing.readQps)
-            let outcome = try await runtime.importMemberships(
-                targets: targets, dryRun: dryRun, output: TerminalOutput(), acceptDead: refreshing.acceptDead)
+            let outcome = try await TerminalOutput.during {
+                try await runtime.importMemberships(
+                    targets: targets, dryRun: dryRun, output: $0, acceptDead: refreshing.acceptDead)
+            }
             let total = outcome.adoptedTotal
             let groups = outcome.groupsFound
             if output.json {

@@ -57,7 +57,9 @@ struct PlanCommand: AsyncParsableCommand {
             maxUnsubscribes: try planning.limit())
         request.driftOnly = drift.driftOnly
         request.allowShrink = planning.allowShrink
-        let outcome = try await runtime.plan(request, output: TerminalOutput(), acceptDead: refreshing.acceptDead)
+        let outcome = try await TerminalOutput.during {
+            try await runtime.plan(request, output: $0, acceptDead: refreshing.acceptDead)
+        }
         let plan = outcome.plan
         PhaseTrace.mark("plan made")
         let refused = plan.diagnostics.hasErrors

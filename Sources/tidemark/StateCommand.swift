@@ -482,7 +482,9 @@ struct StatePruneCommand: AsyncParsableCommand {
         try await runReportingErrors {
             let runtime = try Runtime(global)
             let retention = olderThan.flatMap(ExclusionRule.seconds) ?? runtime.settings.pruneAfter ?? 90 * 86_400
-            let outcome = try await runtime.prune(retention: retention, dryRun: dryRun, output: TerminalOutput())
+            let outcome = try await TerminalOutput.during {
+                try await runtime.prune(retention: retention, dryRun: dryRun, output: $0)
+            }
             let age = olderThan ?? runtime.settings.pruneAfterText ?? "90d"
             if output.json {
                 let selection = outcome.selection

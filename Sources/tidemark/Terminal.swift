@@ -90,47 +90,6 @@ func jsonFile(_ value: some Encodable) throws -> Data {
     return data
 }
 
-/// Progress of long work: a redrawn line on a terminal, a plain line every few seconds otherwise.
-final class ProgressReporter: Sendable {
-    private let label: String
-    private let interactive: Bool
-    private let timing: Timing
-    private let start: Duration
-    private let lastPrint = Mutex<Duration?>(nil)
-
-    init(label: String, interactive: Bool = Terminal.stderrIsTerminal, timing: Timing = .live) {
-        self.label = label
-        self.interactive = interactive
-        self.timing = timing
-        start = timing.now()
-    }
-
-    func update(done: Int, total: Int, unit: String) {
-        let now = timing.now()
-        let due = lastPrint.withLock { last -> Bool in
-            let interval: Duration = interactive ? .milliseconds(100) : .seconds(5)
-            guard done == total || last.map({ now - $0 >= interval }) ?? true else { return false }
-            last = now
-            return true
-        }
-        guard due, total > 0 else { return }
-        let elapsed = max(0.001, Timing.seconds(now - start))
-        let rate = Double(done) / elapsed
-        let eta = rate > 0 ? Double(total - done) / rate : 0
-        let percent = Int(Double(done) * 100 / Double(total))
-        let text =
-            "\(label): \(PlanRenderer.formatCount(done))/\(PlanRenderer.formatCount(total)) \(unit) (\(percent)%), \(PlanRenderer.formatCount(Int(rate)))/s, ETA \(Int(eta.rounded()))s"
-        if interactive {
-            let width = 24
-            let filled = total == 0 ? width : width * done / total
-            let bar = String(repeating: "█", count: filled) + String(repeating: "░", count: width - filled)
-            FileHandle.standardError.write(Data("\r\u{1B}[K\(bar) \(text)\(done == total ? "\n" : "")".utf8))
-        } else {
-            Terminal.err(text)
-        }
-    }
-}
-
 /// Renders workflow events for a person: diagnostics and notices on standard error, progress as a
 /// bar on a terminal and as a line every few seconds otherwise.
 final class TerminalOutput: WorkflowOutput {
@@ -146,59 +105,63 @@ final class TerminalOutput: WorkflowOutput {
             "Retrying \(notice.call) (\(notice.cause)): attempt \(notice.attempt + 1) in \(Int(notice.nextIn.rounded(.up))) s; \(Int(notice.waited.rounded())) s spent, giving up in \(left) s\(others). If this does not mend, check \(notice.setting)."
     }
 
-    /// Ends a progress bar drawn on the terminal, so a notice starts on a line of its own.
-    private func clearProgressLine() {
-        if Terminal.stderrIsTerminal { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+    let progress: ProgressDisplay
+
+    /// An output on standard error; `progress` draws long work.
+    init(progress: ProgressDisplay = ProgressDisplay()) { self.progress = progress }
+
+    /// Runs `body` with an output whose progress is redrawn every quarter second while it runs (the
+    /// ticker is a child task: it ends with `body`).
+    static func during<T>(_ body: (TerminalOutput) async throws -> T) async throws -> T {
+        let output = TerminalOutput()
+        return try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await output.progress.ticking() }
+            defer { group.cancelAll() }
+            return try await body(output)
+        }
     }
 
-    /// Made at the first progress event of each kind, so rates count from when the work began.
-    private let reporters = Mutex<[String: ProgressReporter]>([:])
-
-    private func reporter(_ label: String) -> ProgressReporter {
-        reporters.withLock { reporters in
-            if let existing = reporters[label] { return existing }
-            let made = ProgressReporter(label: label)
-            reporters[label] = made
-            return made
-        }
+    /// A notice on a line of its own.
+    private func say(_ text: String) {
+        progress.clearForNotice()
+        Terminal.err(text)
     }
 
     func emit(_ event: WorkflowEvent) {
         switch event {
+        case .phaseStarted(let phase): progress.start(phase)
+        case .phaseEnded(let phase): progress.end(phase)
         case .diagnostics(let diagnostics):
+            progress.clearForNotice()
             for diagnostic in diagnostics { Terminal.err(diagnostic.description) }
         case .refreshProgress(let done, let total):
-            reporter("Refreshing").update(done: done, total: total, unit: "tokens")
+            progress.update(done: done, total: total)
         case .refreshed(let registrations, let seconds):
-            // A plan may read twice (a sample's slice first): the next read's rate counts from its own start.
-            _ = reporters.withLock { $0.removeValue(forKey: "Refreshing") }
-            Terminal.err(
+            say(
                 "Refreshed \(PlanRenderer.formatCount(registrations)) registrations in \(String(format: "%.1f", seconds)) s (\(PlanRenderer.formatCount(Int(Double(registrations) / max(seconds, 0.001))))/s)."
             )
-        case .applyProgress(let progress):
-            reporter("Applying").update(done: progress.tokensDone, total: progress.tokensTotal, unit: "tokens")
+        case .applyProgress(let executed):
+            progress.update(done: executed.tokensDone, total: executed.tokensTotal)
         case .resuming(let startedAt, let done, let total):
-            Terminal.err(
+            say(
                 "Resuming the apply started at \(ISO8601DateFormatter().string(from: startedAt)) that was interrupted: \(done) of \(total) operations were done; running the \(total - done) remaining."
             )
         case .savedPlanChecked(let registrations, let readAgain, let age):
             let count = PlanRenderer.formatCount(registrations)
             let made = age.map { " (made \($0) s ago)" } ?? ""
-            Terminal.err(
+            say(
                 readAgain == 0
                     ? "Checked the saved plan\(made): state and the manifests call for every change it makes to its \(count) registration\(registrations == 1 ? "" : "s"), so none was read again."
                     : "Checked the saved plan\(made): of its \(count) registration\(registrations == 1 ? "" : "s"), \(PlanRenderer.formatCount(readAgain)) with changes that rest on what its refresh read were read again."
             )
         case .abandoned(let startedAt):
-            Terminal.err(
+            say(
                 "An apply started at \(ISO8601DateFormatter().string(from: startedAt)) was interrupted, and the manifests or backend changed since; it is abandoned and a new plan is made from the current state."
             )
         case .retrying(let notice):
-            clearProgressLine()
-            Terminal.err(Self.describe(notice))
+            say(Self.describe(notice))
         case .answeringAgain(let seconds):
-            clearProgressLine()
-            Terminal.err("Answers came back, \(Int(seconds.rounded())) s after the retries began; going on.")
+            say("Answers came back, \(Int(seconds.rounded())) s after the retries began; going on.")
         }
     }
 }

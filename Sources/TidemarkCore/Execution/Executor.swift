@@ -174,6 +174,8 @@ public struct Executor: Sendable {
         var tracker = Tracker(total: operations.count, tokensTotal: operations.reduce(0) { $0 + $1.tokens.count })
         for index in operations.indices where done.contains(index) { tracker.add(operations[index].tokens.count) }
         for (index, count) in tokensDone where !done.contains(index) { tracker.tokensDone += count }
+        // What there is to do (and what an interrupted run did), before the first answer.
+        progress?(tracker.snapshot)
         let unsubscribes = pending.filter { operations[$0].kind == .unsubscribe }.map { [$0] }
         let subscribes = pending.filter { operations[$0].kind == .subscribe }.map { [$0] }
         var groupSequences: [String: [Int]] = [:]

@@ -639,11 +639,13 @@ public struct ApplyWorkflow: Sendable {
         let report: @Sendable (ExecutionProgress) -> Void = { output.emit(.applyProgress($0)) }
         var executor = Executor(
             backend: parts.backend, recorder: session, parallelism: parts.parallelism,
-            timing: parts.timing, progress: total >= 5_000 ? report : nil)
+            timing: parts.timing, progress: total > 0 ? report : nil)
         executor.gate = parts.leaseGate
-        let executed = try await executor.run(plan.operations, done: done, tokensDone: tokensDone, groupKeys: keys)
+        let executed = try await parts.phase(.applying) {
+            try await executor.run(plan.operations, done: done, tokensDone: tokensDone, groupKeys: keys)
+        }
         PhaseTrace.mark("apply: operations done")
-        try await session.finish()
+        try await parts.phase(.saving) { try await session.finish() }
         return Self.summary(
             of: plan, done: done, tokensDone: tokensDone, report: executed,
             seconds: Timing.seconds(parts.timing.now() - started))
@@ -718,7 +720,7 @@ extension ApplyWorkflow {
         var write = StateWrite()
         write.includeTopicsAndGroups(before: before, after: state)
         write.tokens = tokens
-        try await parts.store.save(&state, write, at: parts.timing.unixTime())
+        try await parts.phase(.saving) { try await parts.store.save(&state, write, at: parts.timing.unixTime()) }
         return state
     }
 }

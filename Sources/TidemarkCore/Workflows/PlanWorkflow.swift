@@ -112,15 +112,18 @@ public struct PlanWorkflow: Sendable {
         let planner = parts.planner()
         let now = parts.timing.wallClock()
         PhaseTrace.mark("refreshed")
-        var plan = planner.plan(
-            loaded: loaded, state: state, refresh: observed,
-            backend: parts.backend.identity, now: now, targets: request.targets,
-            maxUnsubscribes: request.maxUnsubscribes)
-        if request.driftOnly {
-            let full = planner.plan(
-                loaded: declared, state: state, refresh: observed, backend: parts.backend.identity, now: now,
-                targets: request.targets)
-            plan.driftOnly = DriftOnlyNote(waiting: plan.waiting(comparedWith: full))
+        var plan = await parts.phase(.planning) {
+            var plan = planner.plan(
+                loaded: loaded, state: state, refresh: observed,
+                backend: parts.backend.identity, now: now, targets: request.targets,
+                maxUnsubscribes: request.maxUnsubscribes)
+            if request.driftOnly {
+                let full = planner.plan(
+                    loaded: declared, state: state, refresh: observed, backend: parts.backend.identity, now: now,
+                    targets: request.targets)
+                plan.driftOnly = DriftOnlyNote(waiting: plan.waiting(comparedWith: full))
+            }
+            return plan
         }
         PhaseTrace.mark("planned")
         plan.requests = parts.backend.requests(for: plan.operations)
@@ -170,8 +173,9 @@ extension WorkflowParts {
     public func loadStateAndManifests(
         whenStateLoads: (@Sendable (State) -> Void)? = nil
     ) async throws -> (State, LoadedManifests) {
-        var (state, loaded, _) = try await Self.loadStateAndRead(
-            manifests: manifests, store: store, whenStateLoads: whenStateLoads)
+        var (state, loaded, _) = try await phase(.reading) {
+            try await Self.loadStateAndRead(manifests: manifests, store: store, whenStateLoads: whenStateLoads)
+        }
         // Said once per run, with the manifests' own diagnostics: past a deadline, an error stops the
         // run before anything is sent to FCM.
         let declared = Set(loaded.desired.groups.map(\.name))
@@ -339,7 +343,10 @@ extension WorkflowParts {
         }
         let at = timing.unixTime()
         let started = timing.now()
-        let statuses = try await Refresher(backend: backend).read(tokens, progress: large ? report : nil)
+        let statuses = try await phase(.refreshing) {
+            report(0, tokens.count)
+            return try await Refresher(backend: backend).read(tokens, progress: report)
+        }
         PhaseTrace.mark("read \(tokens.count) registrations")
         if large {
             output.emit(.refreshed(registrations: tokens.count, seconds: Timing.seconds(timing.now() - started)))

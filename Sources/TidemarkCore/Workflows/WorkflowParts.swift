@@ -5,8 +5,29 @@ public protocol ManifestSource: Sendable {
     func read() async -> ReadManifests
 }
 
+/// A stretch of work that can last more than a second, which a front end shows progress for.
+public enum WorkPhase: String, Sendable, CaseIterable {
+    /// Reading the manifests and the inventory they name, and loading state.
+    case reading = "Reading manifests, inventory and state"
+    /// Reading registrations from FCM (a refresh).
+    case refreshing = "Reading registrations from FCM"
+    /// Diffing what is declared against state and what was read.
+    case planning = "Planning"
+    /// Sending the plan's changes to FCM.
+    case applying = "Applying"
+    /// Writing state (or the apply's last journal entries).
+    case saving = "Saving state"
+
+    /// How the phase is named on screen.
+    public var label: String { rawValue }
+}
+
 /// What a workflow tells the person running it while it works; the CLI renders, tests record.
 public enum WorkflowEvent: Sendable {
+    /// A phase that may take a while began; progress events that follow belong to it.
+    case phaseStarted(WorkPhase)
+    /// The phase ended (finished, failed or cancelled).
+    case phaseEnded(WorkPhase)
     /// Diagnostics worth showing before the workflow stops or goes on.
     case diagnostics([Diagnostic])
     /// A refresh read `done` of `total` registrations.
@@ -101,6 +122,20 @@ public enum ExitStatus: Int32, Sendable {
 }
 
 extension WorkflowParts {
+    /// Runs `body` as `phase`, said to the output when it starts and when it ends.
+    func phase<T>(_ phase: WorkPhase, _ body: () async throws -> T) async rethrows -> T {
+        try await Self.phase(phase, output: output, body)
+    }
+
+    /// Runs `body` as `phase`, said to `output` when it starts and when it ends.
+    static func phase<T>(
+        _ phase: WorkPhase, output: any WorkflowOutput, _ body: () async throws -> T
+    ) async rethrows -> T {
+        output.emit(.phaseStarted(phase))
+        defer { output.emit(.phaseEnded(phase)) }
+        return try await body()
+    }
+
     /// Runs `body`, a question to a person, without the lease taking the wait for stuck work.
     func waitingForPerson<T: Sendable>(_ body: () async -> T) async -> T {
         guard let leaseGate else { return await body() }
