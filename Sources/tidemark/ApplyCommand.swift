@@ -269,9 +269,9 @@ struct ApplyCommand: AsyncParsableCommand {
         let observations = record.observations
         let moved = observations.topics.reduce(0) { $0 + $1.subscribed.count + $1.unsubscribed.count }
         var found: [String] = []
-        if moved > 0 { found.append("\(PlanRenderer.formatCount(moved)) membership(s) differed from state") }
+        if moved > 0 { found.append("\(PlanRenderer.counted(moved, "membership")) differed from state") }
         if !observations.dead.isEmpty {
-            found.append("\(PlanRenderer.formatCount(observations.dead.count)) token(s) dead")
+            found.append("\(PlanRenderer.counted(observations.dead.count, "token")) dead")
         }
         let news = found.isEmpty ? "state already matched what was read" : found.joined(separator: ", ")
         let written = record.serial.map { "recorded in \(state) (serial \($0))" } ?? "nothing recorded"
@@ -289,7 +289,7 @@ struct ApplyCommand: AsyncParsableCommand {
                 "\(showTokens ? $0.token : Redaction.redact($0.token)) (\($0.kind.rawValue) \($0.target))"
             }
             Terminal.err(
-                "warning: \(failures.count) token(s) failed with \(code) (\(failures[0].error.advice)): \(examples.joined(separator: ", "))\(failures.count > 5 ? ", …" : "")"
+                "warning: \(PlanRenderer.counted(failures.count, "token")) failed with \(code) (\(failures[0].error.advice)): \(examples.joined(separator: ", "))\(failures.count > 5 ? ", …" : "")"
             )
         }
     }

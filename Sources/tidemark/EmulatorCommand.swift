@@ -131,6 +131,8 @@ struct EmulatorServeCommand: AsyncParsableCommand {
             var options = EmulatorServer.Options()
             options.host = host == "localhost" ? "127.0.0.1" : host
             options.port = port
+            // Absolute, so the key file's path printed below works from any directory.
+            let data = self.data.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
             options.dataDirectory = data
             options.project = project
             options.autoRegister = autoRegister

@@ -19,6 +19,11 @@ extension Runtime {
         flags.qpsUnit = qpsUnit
         flags.readQPS = readQPS
         self = try Runtime.load(flags)
+        if let transport = options.transport, !backendKind.isHTTP {
+            Terminal.err(
+                "warning: --transport \(transport.rawValue) has no effect on the \(backendKind.rawValue) backend, which keeps memberships in-process without a topic API; it chooses the API of --backend emulator and fcm."
+            )
+        }
     }
 
     /// Writes the dead devices to `file` and reports each source's share to its `on_dead` hook, saying
@@ -33,15 +38,15 @@ extension Runtime {
             throw CLIError("cannot write --dead-tokens \(error.path): \(error.detail).")
         }
         if let file {
-            say("Dead tokens: \(PlanRenderer.formatCount(dead.count)) device(s) of the inventory, written to \(file).")
+            say("Dead tokens: \(PlanRenderer.counted(dead.count, "device")) of the inventory, written to \(file).")
         } else if !dead.isEmpty {
             say(
-                "Dead tokens: \(PlanRenderer.formatCount(dead.count)) device(s) of the inventory have a token FCM no longer knows; --dead-tokens FILE lists them."
+                "Dead tokens: \(PlanRenderer.counted(dead.count, "device")) of the inventory \(dead.count == 1 ? "has" : "have") a token FCM no longer knows; --dead-tokens FILE lists them."
             )
         }
         for (source, reported, changed) in report.reported {
             say(
-                "Dead tokens: reported \(PlanRenderer.formatCount(reported)) to '\(source)' (on_dead)\(changed.map { "; \(PlanRenderer.formatCount($0)) row(s) changed" } ?? "")."
+                "Dead tokens: reported \(PlanRenderer.formatCount(reported)) to '\(source)' (on_dead)\(changed.map { "; \(PlanRenderer.counted($0, "row")) changed" } ?? "")."
             )
         }
         if !report.failures.isEmpty {

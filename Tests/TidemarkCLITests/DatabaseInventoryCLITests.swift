@@ -86,7 +86,7 @@ import TidemarkTesting
         #expect(try Self.psql("select active from \(table) where id = 2") == "t", "plan never writes to a source")
         let dead = try cli.run(["apply", "--auto-approve", "--dead-tokens", "dead.ndjson"], environment: environment)
         #expect(dead.status == 0, "\(dead.stdout)\(dead.stderr)")
-        #expect(dead.stdout.contains("reported 1 to 'app-db' (on_dead); 1 row(s) changed"), "\(dead.stdout)")
+        #expect(dead.stdout.contains("reported 1 to 'app-db' (on_dead); 1 row changed"), "\(dead.stdout)")
         #expect(try Self.psql("select active from \(table) where id = 2") == "f")
         let file = cli.project.appendingPathComponent("dead.ndjson")
         let lines = try String(contentsOf: file, encoding: .utf8).split(separator: "\n")

@@ -89,7 +89,7 @@ import Testing
         #expect(
             !accepted.stdout.contains("FCM matches the manifests"),
             "700 dead devices are no all-clear: \(accepted.stdout)")
-        #expect(accepted.stdout.contains("700 token(s) are no longer registered in FCM"), "\(accepted.stdout)")
+        #expect(accepted.stdout.contains("700 tokens are no longer registered in FCM"), "\(accepted.stdout)")
         #expect(try stateListing(cli).dead == 0, "plan never writes state")
     }
 

@@ -28,7 +28,7 @@ import TidemarkCore
         #expect(plan.operations.flatMap(\.tokens) == ["aaaaaaaa:APA91b", "cccccccc:APA91b"])
         #expect(plan.observations.dead == ["bbbbbbbb:APA91b"])
         let warning = try #require(plan.diagnostics.first { $0.severity == .warning })
-        #expect(warning.message.contains("1 token(s) are no longer registered in FCM (device 'phone-2')"))
-        #expect(plan.topics.first?.notes.contains { $0.contains("1 declared token(s) are unregistered") } == true)
+        #expect(warning.message.contains("1 token is no longer registered in FCM (device 'phone-2')"))
+        #expect(plan.topics.first?.notes.contains { $0.contains("1 declared token is unregistered") } == true)
     }
 }

@@ -92,7 +92,9 @@ public struct Differ: Sendable {
             }
             let deadDeclared = spec.members.intersection(state.dead)
             if !deadDeclared.isEmpty {
-                notes.append("\(deadDeclared.count) declared token(s) are unregistered in FCM and are skipped")
+                notes.append(
+                    "\(PlanRenderer.counted(deadDeclared.count, "declared token")) \(deadDeclared.count == 1 ? "is" : "are") unregistered in FCM and \(deadDeclared.count == 1 ? "is" : "are") skipped"
+                )
             }
             unsubscribes += batches(.unsubscribe, spec.name, remove, state.tokens.table)
             subscribes += batches(.subscribe, spec.name, add, state.tokens.table)

@@ -28,7 +28,7 @@ public struct Planner: Sendable {
             let names = observations.dead.prefix(5).map { describe($0, loaded.inventory) }.joined(separator: ", ")
             diagnostics.append(
                 .warning(
-                    "\(observations.dead.count) token(s) are no longer registered in FCM (\(names)\(observations.dead.count > 5 ? ", …" : "")); they are skipped. Remove them from the inventory or update their tokens."
+                    "\(PlanRenderer.counted(observations.dead.count, "token")) \(observations.dead.count == 1 ? "is" : "are") no longer registered in FCM (\(names)\(observations.dead.count > 5 ? ", …" : "")); \(observations.dead.count == 1 ? "it is" : "they are") skipped. Remove them from the inventory or update their tokens."
                 ))
         }
         var plan = Plan(

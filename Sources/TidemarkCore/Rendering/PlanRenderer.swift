@@ -314,7 +314,9 @@ public struct PlanRenderer: Sendable {
             return
                 "device \(r.device): \(shown(r.from)) → \(shown(r.to)) (−\(r.unsubscribes) +\(r.subscribes) membership\(r.subscribes == 1 ? "" : "s"))"
         }
-        if rotations.count > 20 { lines.append("… and \(rotations.count - 20) more rotated device(s)") }
+        if rotations.count > 20 {
+            lines.append("… and \(PlanRenderer.counted(rotations.count - 20, "more rotated device"))")
+        }
         return lines
     }
 
