@@ -15,14 +15,14 @@ struct FmtCommand: AsyncParsableCommand {
             """
     )
 
-    @OptionGroup var global: GlobalOptions
+    @OptionGroup var project: ProjectOptions
 
     @Flag(help: "Write nothing; list files that are not canonical and exit 1 if there are any.")
     var check = false
 
     func run() async throws {
         try await runReportingErrors {
-            let runtime = try Runtime(global)
+            let runtime = try Runtime(project)
             let files = try manifestFiles(runtime.manifestsPath)
             var changed: [String] = []
             var problems: [Diagnostic] = []

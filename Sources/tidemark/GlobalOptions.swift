@@ -60,3 +60,16 @@ struct DataFormatOption: ParsableArguments {
 
     var json: Bool { format == .json }
 }
+
+/// The options of commands that read only the project's files (`fmt`): where the project and its
+/// manifests are, nothing about state or FCM.
+struct ProjectOptions: ParsableArguments {
+    @Option(name: .customShort("C"), help: ArgumentHelp("Project directory.", valueName: "DIR"))
+    var directory: String = "."
+
+    @Option(
+        help: ArgumentHelp(
+            "Manifests directory (default: DIR/manifests, or 'manifests' in tidemark.yaml).",
+            valueName: "DIR"))
+    var manifests: String?
+}

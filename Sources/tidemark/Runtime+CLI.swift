@@ -26,6 +26,14 @@ extension Runtime {
         }
     }
 
+    /// The runtime of a command that reads only the project's files (`fmt`).
+    init(_ options: ProjectOptions) throws {
+        var flags = RuntimeFlags()
+        flags.directory = options.directory
+        flags.manifests = options.manifests
+        self = try Runtime.load(flags)
+    }
+
     /// Writes the dead devices to `file` and reports each source's share to its `on_dead` hook, saying
     /// what was done (on stderr when stdout carries a JSON document); fails, after every hook was
     /// tried, when one failed, so CI sees it. Nothing is said when nothing is dead.

@@ -84,22 +84,33 @@ func runReportingErrors(_ body: () async throws -> Void) async throws {
         Terminal.err(WorkflowError.invalidManifests(errorCount: count).description)
         throw ExitCode.failure
     } catch let error as WorkflowError {
-        Terminal.err("error: \(error.description)")
+        Terminal.err(errorLine(error.description))
         throw ExitCode.failure
     } catch let error as StateStoreError {
-        Terminal.err("error: \(error.description)")
+        Terminal.err(errorLine(error.description))
         throw ExitCode.failure
     } catch let error as CLIError {
-        Terminal.err("error: \(error.description)")
+        Terminal.err(errorLine(error.description))
         throw ExitCode.failure
     } catch let error as CleanExit {
         throw error
     } catch let error as ValidationError {
         throw error
     } catch {
-        Terminal.err("error: \(ErrorText.describe(error))")
+        Terminal.err(errorLine(ErrorText.describe(error)))
         throw ExitCode.failure
     }
+}
+
+/// `error: message`, every error the same way: the message's first word in lower case unless it is
+/// a name written in capitals or with digits (`GET`, `FCM_EMULATOR_HOST`, `HTTP`) or already says
+/// "error:".
+func errorLine(_ message: String) -> String {
+    if message.hasPrefix("error:") { return message }
+    let first = message.prefix { !$0.isWhitespace && $0 != ":" && $0 != "," }
+    let isName = first.dropFirst().contains { $0.isUppercase || $0.isNumber || $0 == "_" }
+    guard let head = first.first, head.isUppercase, !isName else { return "error: " + message }
+    return "error: " + head.lowercased() + message.dropFirst()
 }
 
 /// Ends the process with `status` while `large` (a million devices' state, inventory and plan) is
