@@ -214,7 +214,7 @@ class KeylessTest(unittest.TestCase):
                 "url": server.url, "format": {"type": "json", "subject_token_field_name": "value"}})
             status, out, err = self.plan(self.env(GOOGLE_APPLICATION_CREDENTIALS=creds))
             self.assertEqual(status, 1)
-            self.assertIn("The subject token URL http://127.0.0.1:%d/token (credential_source.url) refused" % server.server.server_address[1], err)
+            self.assertIn("error: the subject token URL http://127.0.0.1:%d/token (credential_source.url) refused" % server.server.server_address[1], err)
             self.assertNotIn("audience=x", err, "the query is not shown")
         finally:
             server.close()
@@ -273,7 +273,7 @@ class KeylessTest(unittest.TestCase):
                            HTTP_PROXY="http://corp:wrong-pass@127.0.0.1:%d" % proxy.port)
             status, out, err = self.plan(env)
             self.assertEqual(status, 1)
-            self.assertIn("The proxy http://127.0.0.1:%d refused tidemark (407" % proxy.port, err)
+            self.assertIn("error: the proxy http://127.0.0.1:%d refused tidemark (407" % proxy.port, err)
             self.assertNoSecrets(out + err, "wrong-pass")
             status, out, err = self.plan(self.env(GOOGLE_APPLICATION_CREDENTIALS=self.emulator.key, HTTP_PROXY="socks5://x:1"))
             self.assertEqual(status, 1)
