@@ -3,14 +3,13 @@ import TidemarkCore
 
 /// Options every command takes.
 struct GlobalOptions: ParsableArguments {
-    @Option(name: .customShort("C"), help: ArgumentHelp("Project directory.", valueName: "DIR"))
-    var directory: String = "."
+    /// `-C` and `--manifests`, as `fmt` takes them alone.
+    @OptionGroup var project: ProjectOptions
 
-    @Option(
-        help: ArgumentHelp(
-            "Manifests directory (default: DIR/manifests, or 'manifests' in tidemark.yaml).",
-            valueName: "DIR"))
-    var manifests: String?
+    /// The project directory (`-C`).
+    var directory: String { project.directory }
+    /// The manifests directory (`--manifests`), when given.
+    var manifests: String? { project.manifests }
 
     @Option(
         help: ArgumentHelp(

@@ -7,9 +7,7 @@ import TidemarkRuntime
 extension Runtime {
     /// The runtime for a command's global options and, for the commands that take them, its rates.
     init(_ options: GlobalOptions, qps: Double? = nil, qpsUnit: QuotaUnit? = nil, readQPS: Double? = nil) throws {
-        var flags = RuntimeFlags()
-        flags.directory = options.directory
-        flags.manifests = options.manifests
+        var flags = RuntimeFlags(options.project)
         flags.backend = options.backend
         flags.transport = options.transport
         flags.state = options.state
@@ -28,10 +26,7 @@ extension Runtime {
 
     /// The runtime of a command that reads only the project's files (`fmt`).
     init(_ options: ProjectOptions) throws {
-        var flags = RuntimeFlags()
-        flags.directory = options.directory
-        flags.manifests = options.manifests
-        self = try Runtime.load(flags)
+        self = try Runtime.load(RuntimeFlags(options))
     }
 
     /// Writes the dead devices to `file` and reports each source's share to its `on_dead` hook, saying
@@ -114,5 +109,14 @@ extension Runtime {
             text += part
         }
         try Terminal.write(text)
+    }
+}
+
+extension RuntimeFlags {
+    /// The flags of `-C` and `--manifests`; the rest at their defaults.
+    init(_ project: ProjectOptions) {
+        self.init()
+        directory = project.directory
+        manifests = project.manifests
     }
 }
