@@ -151,9 +151,8 @@ public actor AccessTokenProvider {
                 case .retry(let delay):
                     narrator?.retrying(
                         RetryNotice(
-                            call: transient.call, cause: transient.cause, attempt: attempt,
-                            nextIn: Timing.seconds(delay), waited: Timing.seconds(elapsed),
-                            budget: Timing.seconds(policy.budget), setting: endpointSetting))
+                            call: transient.call, cause: transient.cause, attempt: attempt, retryingAfter: delay,
+                            elapsed: elapsed, policy: policy, setting: endpointSetting))
                     try await timing.sleep(delay)
                 case .giveUp(let reason): throw CredentialError("\(transient.message) (\(reason)).")
                 }

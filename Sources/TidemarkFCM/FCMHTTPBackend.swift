@@ -368,9 +368,8 @@ public struct FCMHTTPBackend: Backend {
             case .retry(let delay):
                 options.narrator?.retrying(
                     RetryNotice(
-                        call: "\(method) \(Self.redact(url))", cause: cause, attempt: attempt,
-                        nextIn: Timing.seconds(delay), waited: Timing.seconds(elapsed),
-                        budget: Timing.seconds(options.policy.budget), setting: setting(for: url)))
+                        call: "\(method) \(Self.redact(url))", cause: cause, attempt: attempt, retryingAfter: delay,
+                        elapsed: elapsed, policy: options.policy, setting: setting(for: url)))
                 try await timing.sleep(delay)
             case .giveUp(let reason):
                 if let unresolved { return unresolved }

@@ -22,6 +22,9 @@ final class ProgressDisplay: Sendable {
         var finalShown = false
     }
 
+    /// Back to the start of the line, and the line cleared.
+    private static let wipe = "\r\u{1B}[K"
+
     let interactive: Bool
     private let timing: Timing
     private let write: @Sendable (String) -> Void
@@ -46,7 +49,7 @@ final class ProgressDisplay: Sendable {
             current = Current(phase: phase, started: now, samples: [(now, 0)])
             return drawn
         }
-        if erase { write("\r\u{1B}[K") }
+        if erase { write(Self.wipe) }
     }
 
     /// `done` of `total` units of the current phase are done.
@@ -66,7 +69,7 @@ final class ProgressDisplay: Sendable {
             phase.drawn = false
             return render(phase, now, final: true) + "\n"
         }
-        if let text { write(interactive ? "\r\u{1B}[K" + text : text) }
+        if let text { write(interactive ? Self.wipe + text : text) }
     }
 
     /// The phase ended: a line still drawn is wiped.
@@ -76,7 +79,7 @@ final class ProgressDisplay: Sendable {
             defer { current = nil }
             return current?.drawn ?? false
         }
-        if erase { write("\r\u{1B}[K") }
+        if erase { write(Self.wipe) }
     }
 
     /// Before a notice: a drawn line is wiped (and redrawn at the next tick), so the notice starts a line.
@@ -86,7 +89,7 @@ final class ProgressDisplay: Sendable {
             current?.drawn = false
             return true
         }
-        if erase { write("\r\u{1B}[K") }
+        if erase { write(Self.wipe) }
     }
 
     /// Draws or prints the current phase if it is due.
@@ -100,7 +103,7 @@ final class ProgressDisplay: Sendable {
             if interactive {
                 guard elapsed >= .milliseconds(500) else { return nil }
                 phase.drawn = true
-                return "\r\u{1B}[K" + bar(phase) + render(phase, now, final: false)
+                return Self.wipe + bar(phase) + render(phase, now, final: false)
             }
             guard elapsed >= .seconds(1), phase.printed.map({ now - $0 >= .seconds(5) }) ?? true else { return nil }
             phase.printed = now

@@ -32,6 +32,17 @@ public struct RetryNotice: Sendable, Equatable {
         self.budget = budget
         self.setting = setting
     }
+
+    /// A notice of the `attempt`-th failure of `call`, `elapsed` into it, as `policy` decided to try
+    /// again after `delay`.
+    public init(
+        call: String, cause: String, attempt: Int, retryingAfter delay: Duration, elapsed: Duration,
+        policy: RetryPolicy, setting: String
+    ) {
+        self.init(
+            call: call, cause: cause, attempt: attempt, nextIn: Timing.seconds(delay), waited: Timing.seconds(elapsed),
+            budget: Timing.seconds(policy.budget), setting: setting)
+    }
 }
 
 /// Says when calls are being retried for longer than a few seconds, so a wait is never silent: one
@@ -72,7 +83,7 @@ public final class RetryNarrator: Sendable {
     public func retrying(_ notice: RetryNotice) {
         let now = timing.now()
         let say = episode.withLock { episode -> RetryNotice? in
-            if episode.started == nil { episode.started = now - .milliseconds(Int64(notice.waited * 1000)) }
+            if episode.started == nil { episode.started = now - .seconds(notice.waited) }
             episode.retries += 1
             guard notice.waited + notice.nextIn >= Timing.seconds(quiet) else { return nil }
             if let last = episode.lastSaid, now - last < every { return nil }

@@ -124,13 +124,6 @@ public enum ExitStatus: Int32, Sendable {
 extension WorkflowParts {
     /// Runs `body` as `phase`, said to the output when it starts and when it ends.
     func phase<T>(_ phase: WorkPhase, _ body: () async throws -> T) async rethrows -> T {
-        try await Self.phase(phase, output: output, body)
-    }
-
-    /// Runs `body` as `phase`, said to `output` when it starts and when it ends.
-    static func phase<T>(
-        _ phase: WorkPhase, output: any WorkflowOutput, _ body: () async throws -> T
-    ) async rethrows -> T {
         output.emit(.phaseStarted(phase))
         defer { output.emit(.phaseEnded(phase)) }
         return try await body()
