@@ -205,7 +205,9 @@ public struct ResolvedSettings: Sendable {
     /// embedded backend and the emulator only against `TIDEMARK_AS_OF` when given, so the demo and
     /// tests keep working after 2027 (before it, and without it, they warn).
     public func deadlines(now: Date) -> DeadlineCheck {
-        DeadlineCheck(transport: transport, enforcedAt: backend == .fcm ? now : asOf, now: asOf ?? now)
+        var check = DeadlineCheck(transport: transport, enforcedAt: backend == .fcm ? now : asOf, now: asOf ?? now)
+        check.acknowledged = project.acknowledgedDeadlines
+        return check
     }
 
     /// The shrink guard: `max_shrink` at the top of tidemark.yaml, and each source's own.

@@ -84,6 +84,16 @@ public struct Runtime: Sendable {
     public var stateDisplay: String { resolved.stateDisplay }
     /// The state workspace.
     public var workspaceName: String { resolved.workspace }
+    /// Where a plan is made, for the top of a pull-request comment: the workspace, the environment a
+    /// pipeline names (`TIDEMARK_ENVIRONMENT`) and the commit (`TIDEMARK_COMMIT`, else GitLab's
+    /// `CI_COMMIT_SHA` or GitHub's `GITHUB_SHA`).
+    public var planContext: PlanContext {
+        let environment = resolved.environment
+        func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
+        return PlanContext(
+            workspace: resolved.workspace, environment: value("TIDEMARK_ENVIRONMENT"),
+            commit: value("TIDEMARK_COMMIT") ?? value("CI_COMMIT_SHA") ?? value("GITHUB_SHA"))
+    }
     /// The backend this run talks to.
     public var backendKind: BackendKind { resolved.backend }
     /// The topic API this run uses.

@@ -112,7 +112,7 @@ struct ApplyCommand: AsyncParsableCommand {
             savedPlan: saved,
             planning: PlanRequest(
                 policy: try reading.policy(runtime.settings), targets: try planning.selection.targets(),
-                maxUnsubscribes: try planning.limit(), driftOnly: drift.driftOnly),
+                maxUnsubscribes: try planning.limit() ?? runtime.settings.maxUnsubscribes, driftOnly: drift.driftOnly),
             approve: { [autoApprove] _ in
                 if autoApprove { return .approved }
                 guard Terminal.stdinIsTerminal else { return .unavailable }
@@ -174,7 +174,9 @@ struct ApplyCommand: AsyncParsableCommand {
             try end(with: outcome.exitStatus)
             return
         }
-        if let resumed = outcome.resumed { report(resumed, showTokens: showTokens) }
+        // The finished interrupted apply was said when it finished (before the new plan); its
+        // failures are listed here.
+        if let resumed = outcome.resumed { reportFailures(resumed, showTokens: showTokens) }
         switch outcome.result {
         case .applied(let summary): report(summary, showTokens: showTokens)
         case .nothingToDo(let savedPlan):
@@ -279,11 +281,19 @@ struct ApplyCommand: AsyncParsableCommand {
             "Refresh only: \(coverage) \(news.prefix(1).uppercased() + news.dropFirst()); \(written). Nothing was changed in FCM; 'tidemark plan' shows what apply would do about it."
     }
 
+    /// "+12 subscribed, −3 unsubscribed, 0 group calls; 4 requests in 0.2 s".
+    static func describe(_ summary: ApplySummary) -> String {
+        "+\(PlanRenderer.formatCount(summary.subscribed)) subscribed, −\(PlanRenderer.formatCount(summary.unsubscribed)) unsubscribed, \(PlanRenderer.counted(summary.groupCalls, "group call"))\(summary.audiences > 0 ? ", \(PlanRenderer.counted(summary.audiences, "audience")) written in state" : ""); \(PlanRenderer.counted(summary.requests, "request"))\(summary.retries > 0 ? " (\(PlanRenderer.formatCount(summary.retries)) of them retries)" : "") in \(String(format: "%.1f", summary.seconds)) s"
+    }
+
     /// The summary line of an apply, and a warning per kind of failure.
     private func report(_ summary: ApplySummary, showTokens: Bool) {
-        Terminal.out(
-            "Apply complete: +\(PlanRenderer.formatCount(summary.subscribed)) subscribed, −\(PlanRenderer.formatCount(summary.unsubscribed)) unsubscribed, \(PlanRenderer.counted(summary.groupCalls, "group call"))\(summary.audiences > 0 ? ", \(PlanRenderer.counted(summary.audiences, "audience")) written in state" : ""); \(PlanRenderer.counted(summary.requests, "request"))\(summary.retries > 0 ? " (\(PlanRenderer.formatCount(summary.retries)) of them retries)" : "") in \(String(format: "%.1f", summary.seconds)) s.\n"
-        )
+        Terminal.out("Apply complete: \(Self.describe(summary)).\n")
+        reportFailures(summary, showTokens: showTokens)
+    }
+
+    /// A warning per kind of failure.
+    private func reportFailures(_ summary: ApplySummary, showTokens: Bool) {
         for (code, failures) in summary.failuresByCode {
             let examples = failures.prefix(5).map {
                 "\(showTokens ? $0.token : Redaction.redact($0.token)) (\($0.kind.rawValue) \($0.target))"

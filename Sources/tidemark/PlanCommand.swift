@@ -54,7 +54,7 @@ struct PlanCommand: AsyncParsableCommand {
         if let out { try Self.checkOverwritable(out) }
         var request = PlanRequest(
             policy: try reading.policy(runtime.settings), targets: try planning.selection.targets(),
-            maxUnsubscribes: try planning.limit())
+            maxUnsubscribes: try planning.limit() ?? runtime.settings.maxUnsubscribes)
         request.driftOnly = drift.driftOnly
         request.allowShrink = planning.allowShrink
         let outcome = try await TerminalOutput.during {

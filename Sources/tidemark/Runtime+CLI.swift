@@ -84,9 +84,10 @@ extension Runtime {
                 fullPlanHint: planFile.map { "`\($0)` (`tidemark show \($0) --format json`)" },
                 deviceName: deviceNamer(inventory))
             markdown.planFile = planFile
+            markdown.context = planContext
             try writeMarkdown(markdown.render(plan), partsDir: partsDir)
         case .json:
-            try Terminal.writeJSON(plan)
+            try Terminal.writeJSON(plan.summarized())
         }
     }
 

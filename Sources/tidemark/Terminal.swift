@@ -146,6 +146,8 @@ final class TerminalOutput: WorkflowOutput {
             say(
                 "Resuming the apply started at \(ISO8601DateFormatter().string(from: startedAt)) that was interrupted: \(done) of \(total) operations were done; running the \(total - done) remaining."
             )
+        case .resumed(let summary):
+            say("Finished the interrupted apply: \(ApplyCommand.describe(summary)).")
         case .savedPlanChecked(let registrations, let readAgain, let age):
             let count = PlanRenderer.formatCount(registrations)
             let made = age.map { " (made \($0) s ago)" } ?? ""

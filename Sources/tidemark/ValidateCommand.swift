@@ -28,7 +28,7 @@ struct ValidateCommand: AsyncParsableCommand {
             let runtime = try Runtime(global)
             var loaded = await runtime.loadManifests()
             // FCM's deadlines for device groups and the iid transport, said once.
-            loaded.diagnostics += runtime.deadlines.diagnostics(groups: loaded.desired.groups.count)
+            loaded.diagnostics += runtime.deadlines.diagnostics(groups: loaded.desired.groups.count, full: true)
             let members = loaded.desired.topics.reduce(0) { $0 + $1.members.count }
             if output.json {
                 let valid = loaded.diagnostics.errorCount == 0

@@ -15,7 +15,7 @@ import TidemarkTesting
     @Test func groupsWordingFollowsTheDate() throws {
         func check(_ date: String, enforced: Bool = true) -> [Diagnostic] {
             DeadlineCheck(transport: .v1, enforcedAt: enforced ? Self.day(date) : nil, now: Self.day(date))
-                .diagnostics(groups: 3)
+                .diagnostics(groups: 3, full: true)
         }
         let before = check("2026-11-22")
         #expect(before.count == 1 && before[0].severity == .warning)
@@ -42,9 +42,33 @@ import TidemarkTesting
         #expect(DeadlineCheck.off.diagnostics(groups: 3).isEmpty)
     }
 
+    /// Plans and applies say each deadline in one short line, left out while acknowledged in
+    /// tidemark.yaml; the full paragraph is validate's, and says until when it is acknowledged. Past
+    /// the turn-down nothing is left out.
+    @Test func plansSayOneShortLineThatCanBeAcknowledged() {
+        var check = DeadlineCheck(transport: .iid, enforcedAt: Self.day("2027-01-10"), now: Self.day("2027-01-10"))
+        let short = check.diagnostics(groups: 2)
+        #expect(short.count == 2 && short.allSatisfy { $0.severity == .warning && $0.message.count < 260 })
+        #expect(short[0].message.hasPrefix("FCM ends device groups on 29 September 2027, and this project manages 2;"))
+        #expect(short[1].message.contains("iid transport") && short[1].message.contains("29 September 2027"))
+        check.acknowledged = ["device_groups": Self.day("2027-03-01")]
+        #expect(check.diagnostics(groups: 2).map(\.code) == ["deadline.iid_transport"])
+        let full = check.diagnostics(groups: 2, full: true)
+        #expect(full[0].message.contains("Acknowledged in tidemark.yaml until 1 March 2027"))
+        #expect(full[0].message.contains("groups export"))
+        // The acknowledgement runs out on its day.
+        check.now = Self.day("2027-03-01")
+        #expect(check.diagnostics(groups: 2).count == 2)
+        // Past the turn-down the error is said whatever was acknowledged.
+        var late = DeadlineCheck(transport: .v1, enforcedAt: Self.day("2027-10-01"), now: Self.day("2027-10-01"))
+        late.acknowledged = ["device_groups": Self.day("2027-09-29")]
+        #expect(late.diagnostics(groups: 1).first?.severity == .error)
+    }
+
     @Test func iidWordingFollowsTheDate() {
         func check(_ date: String) -> [Diagnostic] {
-            DeadlineCheck(transport: .iid, enforcedAt: Self.day(date), now: Self.day(date)).diagnostics(groups: 0)
+            DeadlineCheck(transport: .iid, enforcedAt: Self.day(date), now: Self.day(date)).diagnostics(
+                groups: 0, full: true)
         }
         let before = check("2026-09-01")
         #expect(before.count == 1 && before[0].severity == .warning)

@@ -10,11 +10,15 @@ import TidemarkTesting
 @Suite struct GoldenRenderTests {
     static let directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Golden")
 
-    static let inventory =
+    static let inventory = inventory(second: false)
+
+    /// Twelve devices; in the second, d5's token rotated and two Android devices (d8, d10) left.
+    static func inventory(second: Bool) -> String {
         "device_id,token,team,platform\n"
-        + (0..<12).map {
-            "d\($0),\(Fixtures.token($0)),t\($0 % 3),\($0 % 2 == 0 ? "android" : "ios")"
-        }.joined(separator: "\n") + "\n"
+            + (0..<12).filter { !second || ($0 != 8 && $0 != 10) }.map {
+                "d\($0),\(Fixtures.token(second && $0 == 5 ? 105 : $0)),t\($0 % 3),\($0 % 2 == 0 ? "android" : "ios")"
+            }.joined(separator: "\n") + "\n"
+    }
 
     static let first = """
         topics:
@@ -26,11 +30,20 @@ import TidemarkTesting
           - name: ops-canary
             protect: true
             members: [{devices: [d0, d1]}]
+          - name: android-all
+            members: [{selector: {platform: android}}]
+          - name: ios-not-t0
+            members: [{selector: {platform: ios, team: {not: t0}}}]
         groups:
           - notification_key_name: family-42
             members: [{devices: [d2, d3]}]
+          - notification_key_name: family-7
+            members: [{devices: [d6, d7]}]
         """
 
+    /// The manifests again: a topic gains members, an authoritative one loses some, a protected one
+    /// loses one, a new topic; an additive topic loses a third of its members to departed devices; a
+    /// group changes and another is deleted; and d5's token rotated.
     static let second = """
         topics:
           - name: scores-team-zero
@@ -40,7 +53,11 @@ import TidemarkTesting
             members: [{selector: {team: t0}}]
           - name: ops-canary
             protect: true
-            members: [{devices: [d0, d1]}]
+            members: [{devices: [d0]}]
+          - name: android-all
+            members: [{selector: {platform: android}}]
+          - name: ios-not-t0
+            members: [{selector: {platform: ios, team: {not: t0}}}]
           - name: news-ios
             members: [{selector: {platform: ios}}]
         groups:
@@ -57,7 +74,7 @@ import TidemarkTesting
             WorkflowParts(
                 manifests: Fixtures.manifests([
                     "inv.yaml": "inventory:\n  files: [devices.csv]\n",
-                    "devices.csv": inventory, "topics.yaml": topics,
+                    "devices.csv": inventory(second: topics == second), "topics.yaml": topics,
                 ]), store: store, backend: backend, timing: clock.timing,
                 // One operation at a time: each step is its own save (the journal commits steps that
                 // finish together as one), so the serial in the renderings is the same on every run.
@@ -69,6 +86,49 @@ import TidemarkTesting
             project: "tidemark-demo", topic: "weather-north-sea", tokens: [Fixtures.token(11)])
         let outcome = try await PlanWorkflow(parts(second)).run(PlanRequest())
         return (outcome.plan, outcome.loaded.inventory, parts(second), engine)
+    }
+
+    /// "Destructive" means members lost where a reviewer must look (an authoritative or protected
+    /// topic, an additive one losing past its share, a deleted group), never a rotation; every topic
+    /// shows its size before and after; departed and rotated tokens name their device.
+    @Test func destructiveMeansLossNotRotation() async throws {
+        let (plan, inventory, _, _) = try await Self.plan()
+        let flagged = PlanRenderer.flagged(plan)
+        #expect(flagged.map(\.name) == ["android-all", "ops-canary", "weather-north-sea", "family-7"], "\(flagged)")
+        #expect(flagged[0].reasons == ["33% of its 6 subscribers, over the 10% that calls for review"])
+        #expect(flagged[1].reasons.contains("protected topic"))
+        let rotatedOnly = try #require(plan.topics.first { $0.topic == "ios-not-t0" })
+        #expect(rotatedOnly.unsubscribe == 1 && rotatedOnly.rotated == 1 && rotatedOnly.destructiveReasons.isEmpty)
+        #expect(PlanRenderer.size(rotatedOnly) == "4 → 4 (±0%)")
+        let text = PlanRenderer(tokensPerSection: 20, deviceName: inventory.deviceNamer).render(plan)
+        #expect(text.contains("device d8, left the inventory") && text.contains("device d5, its old token"))
+        // Selectors are said as the manifests write them.
+        let at = SourceLocation(file: "topics.yaml", line: 1, column: 1)
+        let negated = MemberRef.selector(
+            [
+                LabelRequirement(key: "team", op: .notEquals("t0"), location: at),
+                LabelRequirement(key: "locale", op: .notInSet(["en-GB", "en-IE"]), location: at),
+            ], at)
+        #expect(negated.cause == "selector {team: {not: t0}, locale: {not: [en-GB, en-IE]}}")
+        #expect(text.contains("Symbols: + new (no known member before), ~ changes, - leaves the manifests"))
+        let summary = try #require(plan.summary)
+        #expect(summary.rotatedDevices == 1 && summary.departedDevices == 2 && summary.destructive == flagged)
+        #expect(
+            summary.unsubscribes == plan.unsubscribeCount && summary.rotatedUnsubscribes == rotatedUnsubscribes(plan))
+        // A plan whose only change is a rotation has no destructive section.
+        var rotation = plan
+        rotation.topics = [rotatedOnly]
+        rotation.groups = []
+        rotation.operations = plan.operations.filter { $0.target == "ios-not-t0" }
+        #expect(!PlanRenderer().render(rotation).contains("Destructive"))
+        #expect(!MarkdownPlanRenderer().render(rotation).joined().contains("Destructive"))
+    }
+
+    func rotatedUnsubscribes(_ plan: Plan) -> Int {
+        let old = Set((plan.rotations ?? []).map(\.from))
+        return plan.operations.filter { $0.kind == .unsubscribe }.reduce(0) {
+            $0 + $1.tokens.count { old.contains($0) }
+        }
     }
 
     @Test func planRenderings() async throws {

@@ -253,14 +253,18 @@ private struct Fixture {
         let parts = MarkdownPlanRenderer(fullPlanHint: "`plan.json`").render(plan)
         #expect(parts.count >= 2)
         let first = parts[0]
-        #expect(first.hasPrefix("### 📝 tidemark: Plan: 200 topics and 1 group change: +"))
+        // Destructive changes call for care: the icon says so, and where the plan was made comes first.
+        #expect(first.hasPrefix("### ⚠️ tidemark: Plan: 200 topics and 1 group change: +"))
+        #expect(first.contains("FCM project `p` (fcm) · **21 changes to review with care**"), "\(first.prefix(400))")
         // Destructive changes come before the table, the table before any detail.
         let destructive = first.range(of: "**⚠️ Destructive changes**")!.lowerBound
-        let table = first.range(of: "| Topic / group | Kind | Mode | Adds | Removes | Why |")!.lowerBound
+        let table = first.range(
+            of: "| Topic / group | Kind | Mode | Subscribers before → after | Adds | Removes | Why |")!
+            .lowerBound
         #expect(destructive < table)
         #expect(first.contains("device group 'user-9' will be deleted"))
         // A note shared by many rows is said once, in a legend, and referred to by number.
-        #expect(first.contains("| `topic-000` | topic | authoritative | +1,500 | −5 | [1] |"))
+        #expect(first.contains("| ⚠️ `topic-000` | topic | authoritative |  | +1,500 | −5 | [1] |"))
         #expect(first.contains("**Notes**\n\n1. authoritative \\| over known devices"))
         #expect(first.components(separatedBy: "over known devices").count == 2)
         for (index, part) in parts.enumerated() {
@@ -278,11 +282,13 @@ private struct Fixture {
             #expect(!part.contains("<b>"))
         }
         let all = parts.joined()
-        #expect(all.contains("<details><summary><code>topic-000</code>: +1,500 −5</summary>"))
+        // What calls for review is shown open, however long; harmless additions are collapsed, however short.
+        #expect(all.contains("⚠️ <code>topic-000</code>: +1,500 −5\n\n```diff"))
+        #expect(all.contains("<details><summary><code>topic-007</code>: +1,500 −0</summary>"))
         #expect(!all.contains("<summary>`"), "no literal backticks in collapsed headers")
         #expect(all.contains("… and 1,450 more (all are in the JSON plan)"))
-        // Short detail is shown inline, not collapsed.
-        #expect(all.contains("<code>topic-001</code>: +10 −0\n\n```diff"))
+        #expect(all.contains("<details><summary><code>topic-001</code>: +10 −0</summary>"))
+        #expect(all.contains("**Next:** review the changes above, then apply them"))
         #expect(all.contains(Redaction.redact("tok1-secret-abcdefgh:APA91b\(String(repeating: "Q", count: 100))1")))
         #expect(parts.last!.contains("Full plan: `plan.json`."))
     }

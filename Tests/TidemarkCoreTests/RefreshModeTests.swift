@@ -100,7 +100,8 @@ import TidemarkTesting
         #expect(swept.contains("the rest were last read at most 3 days ago, by the completed sweep"))
         plan.coverage = RefreshCoverage(mode: .all, fleet: 10, read: 10, at: 0)
         #expect(renderer.verdict(plan) == "No changes. FCM matches the manifests.")
-        #expect(renderer.render(plan).contains("Computed after reading the backend"))
+        #expect(
+            renderer.render(plan).contains("Computed after reading 10 of 10 registrations from FCM (--refresh all)"))
     }
 
     @Test func driftEstimatesCarryBounds() {

@@ -78,6 +78,9 @@ public struct TopicSpec: Sendable {
     public var protect = false
     /// `allow_empty: true`: the topic may resolve to no members (otherwise an error, since that would empty it).
     public var allowEmpty = false
+    /// `max_unsubscribes: N|P%`: a plan that takes more members than this from the topic (a share of
+    /// its known subscribers; rotated tokens are not counted) is refused.
+    public var maxUnsubscribes: UnsubscribeLimit?
     /// nil: the mode's default.
     public var optOuts: OptOutPolicy?
     /// The manifest's `description`, for people.

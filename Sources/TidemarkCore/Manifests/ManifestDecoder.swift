@@ -157,6 +157,13 @@ public struct ManifestDecoder {
                 }
             case "protect": topic.protect = doc.bool(value, "'protect'") ?? false
             case "allow_empty": topic.allowEmpty = doc.bool(value, "'allow_empty'") ?? false
+            case "max_unsubscribes":
+                guard let text = doc.string(value, "'max_unsubscribes'") else { continue }
+                do {
+                    topic.maxUnsubscribes = try UnsubscribeLimit(parsing: text, setting: "max_unsubscribes")
+                } catch {
+                    doc.error("\(error.description)", value)
+                }
             case "opt_outs":
                 guard let text = doc.string(value, "'opt_outs'") else { continue }
                 if let policy = OptOutPolicy(rawValue: text) {

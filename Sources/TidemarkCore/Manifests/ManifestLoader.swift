@@ -20,6 +20,8 @@ public struct LoadedManifests: Sendable {
     public var snapshots: [String: InventorySnapshot] = [:]
     /// What each topic and group means (`DesiredState.digests`), computed with `digest`.
     public var entryDigests: [String: String]
+    /// SHA-256 of the manifest files as read, names and bytes (`ReadManifests.filesDigest`).
+    public var filesDigest = ""
 }
 
 /// Reads all `*.yaml` / `*.yml` files of a manifests directory, merges them, loads the inventory and resolves members.
@@ -65,9 +67,13 @@ public struct ManifestLoader: ManifestSource {
                 .error("no manifest files (*.yaml) in \(files.displayPath(".")); create one or pass --manifests DIR."))
         }
         let decoder = ManifestDecoder()
+        var filesDigest = SHA256Digest()
+        filesDigest.update("tidemark-manifest-files 1\n")
         for name in names {
             do {
                 let data = try recording.read(name, atMost: limits.manifestBytes, setting: "manifest_bytes")
+                filesDigest.update("\(name)\u{0}\(data.count)\u{0}")
+                filesDigest.update(data)
                 guard let text = String(data: data, encoding: .utf8) else {
                     diagnostics.append(
                         .error(
@@ -106,9 +112,11 @@ public struct ManifestLoader: ManifestSource {
             }
         }
         diagnostics += builder.allDiagnostics
-        return ReadManifests(
+        var read = ReadManifests(
             manifests: manifests, inventory: builder.inventory, diagnostics: diagnostics, snapshots: snapshots,
             inventoryFailed: inventoryFailed, files: recording, tokenFileBytes: limits.tokenFileBytes)
+        read.filesDigest = filesDigest.finalize()
+        return read
     }
 
     /// The sources the manifests declare (inline devices, then files in order), then the extra ones.
@@ -192,6 +200,9 @@ public struct ReadManifests: Sendable {
     public var inventoryFailed = false
     let files: any FileSource
     var tokenFileBytes = InputLimits().tokenFileBytes
+    /// SHA-256 of the manifest files as read (their names, sizes and bytes): unlike the digest of what
+    /// they mean, it moves only when a file does, never with the inventory.
+    public var filesDigest = ""
 
     var resolver: Resolver {
         var resolver = Resolver(manifests: manifests, inventory: inventory, files: files)
@@ -204,10 +215,12 @@ public struct ReadManifests: Sendable {
         let (desired, resolveDiagnostics) = resolver.resolve(into: &table)
         PhaseTrace.mark("members resolved")
         let (digest, entries) = desired.digests(tokens: table.table)
-        return LoadedManifests(
+        var loaded = LoadedManifests(
             manifests: manifests, inventory: inventory, desired: desired,
             diagnostics: (diagnostics + (inventoryFailed ? [] : resolveDiagnostics)).sortedByLocation(),
             digest: digest, snapshots: snapshots, entryDigests: entries)
+        loaded.filesDigest = filesDigest
+        return loaded
     }
 }
 

@@ -13,7 +13,8 @@ public enum ManifestSchema {
         case .inventory: ["files", "devices"]
         case .inventoryFile: ["path", "format"]
         case .device: ["id", "token", "labels"]
-        case .topic: ["name", "description", "mode", "protect", "allow_empty", "opt_outs", "members"]
+        case .topic:
+            ["name", "description", "mode", "protect", "allow_empty", "max_unsubscribes", "opt_outs", "members"]
         case .group: ["notification_key_name", "description", "protect", "members"]
         case .audience: ["name", "description", "protect", "retire_group_key", "members"]
         case .member: ["token", "tokens", "device", "devices", "selector", "file"]

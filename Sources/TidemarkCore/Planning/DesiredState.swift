@@ -10,6 +10,8 @@ public struct DesiredTopic: Sendable {
     public var protect: Bool
     /// Whether it may resolve to no members.
     public var allowEmpty: Bool
+    /// The most members a plan may take from it (`max_unsubscribes`), when the manifests set it.
+    public var maxUnsubscribes: UnsubscribeLimit? = nil
     /// What a device that unsubscribed itself gets (the mode's default unless the manifest says).
     public var optOuts: OptOutPolicy
     /// The declared members, as token ids.

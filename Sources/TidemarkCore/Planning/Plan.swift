@@ -68,6 +68,50 @@ public struct TopicChange: Sendable, Codable, Equatable {
     public var reasons: [ChangeReason]? = nil
     /// The mode the topic was last applied with, when the manifests change it (absent otherwise).
     public var previousMode: TopicMode? = nil
+    /// The subscribers tidemark knew of before this plan (observed, after the refresh); absent in
+    /// older plans.
+    public var before: Int? = nil
+    /// Of `unsubscribe`, the old tokens of devices whose token rotated: the device stays, under its
+    /// new token (absent when none).
+    public var rotated: Int? = nil
+    /// The topic is protected (`protect: true`); absent otherwise.
+    public var protected: Bool? = nil
+    /// The topic's own `max_unsubscribes`, as written, when the manifests set one.
+    public var maxUnsubscribes: String? = nil
+
+    /// The share of its known subscribers past which removals from a topic are called out as
+    /// destructive when the manifests set no `max_unsubscribes` for it.
+    public static let reviewShare = 0.10
+
+    /// The subscribers after the plan, when `before` is known.
+    public var after: Int? { before.map { max(0, $0 + subscribe - unsubscribe) } }
+
+    /// Members the topic loses for good: its removals but for rotated tokens.
+    public var losses: Int { max(0, unsubscribe - (rotated ?? 0)) }
+
+    /// Why the plan's removals from this topic deserve a reviewer's attention ("authoritative topic",
+    /// "13% of its 500 subscribers, over the 10% that calls for review"), or nil when they do not:
+    /// removals from an authoritative or protected topic or from one leaving the manifests, and
+    /// removals past the topic's `max_unsubscribes` (or 10% of its subscribers). A rotation is never
+    /// destructive: the device keeps its topics under its new token.
+    public var destructiveReasons: [String] {
+        let lost = losses
+        guard lost > 0 else { return [] }
+        var reasons: [String] = []
+        if removedFromManifests { reasons.append("topic removed from the manifests") }
+        if mode == .authoritative, !removedFromManifests { reasons.append("authoritative topic") }
+        if protected == true { reasons.append("protected topic") }
+        if !removedFromManifests, let before, before > 0 {
+            let share = PlanRenderer.formatShare(Double(lost) / Double(before))
+            let of = "\(share) of its \(PlanRenderer.counted(before, "subscriber"))"
+            if let written = maxUnsubscribes, let limit = try? UnsubscribeLimit(parsing: written) {
+                if lost > limit.allowed(of: before) { reasons.append("\(of), over its max_unsubscribes \(written)") }
+            } else if Double(lost) > Double(before) * Self.reviewShare {
+                reasons.append("\(of), over the \(Int(Self.reviewShare * 100))% that calls for review")
+            }
+        }
+        return reasons
+    }
 }
 
 /// One cause of a topic's changes: "+120 by selector {locale: en-GB} at manifests/weather.yaml:14",
@@ -192,6 +236,20 @@ public struct Rotation: Sendable, Codable, Equatable {
     }
 }
 
+/// A device that left the inventory: the token the plan removes, and the device id state knew for it.
+public struct Departure: Sendable, Codable, Equatable {
+    /// The inventory's device id, as state last knew it.
+    public var device: String
+    /// The token the plan removes.
+    public var token: String
+
+    /// `device`'s token `token`.
+    public init(device: String, token: String) {
+        self.device = device
+        self.token = token
+    }
+}
+
 /// What one inventory source read for a plan: its name, how many devices, and a digest of them.
 public struct InventoryRecord: Sendable, Codable, Equatable {
     /// The source's name in `tidemark.yaml` (or the inventory file).
@@ -281,6 +339,17 @@ public struct Plan: Sendable, Codable {
     /// A plan read through another topic API than the configured one: how what it read compares with
     /// state (absent otherwise).
     public var shadowVerify: ShadowVerify? = nil
+    /// Tokens the plan removes whose device left the inventory, with the device id state knew for
+    /// each, so a reviewer sees which devices go (absent when none).
+    public var departed: [Departure]? = nil
+    /// SHA-256 of the manifest files as read (names and bytes): changes only when a manifest file
+    /// does; the inventory has its own digests in `inventory` (absent in older plans).
+    public var manifestFiles: String? = nil
+    /// Requests the plan's refresh sent to FCM to read registrations and groups, when the backend
+    /// counts them (absent otherwise).
+    public var reads: Int? = nil
+    /// The counts a script needs (`summarized()`); informational, recomputed rather than trusted.
+    public var summary: PlanSummary? = nil
 
     /// A plan as the planner makes it; the optional parts are set afterwards.
     public init(

@@ -41,6 +41,8 @@ public struct Planner: Sendable {
         let rotations = Self.rotations(plan, state: working, inventory: loaded.inventory)
         plan.rotations = rotations.isEmpty ? nil : rotations
         plan.topics = PlanExplainer(loaded: loaded, state: working, plan: plan).explain()
+        Self.annotate(&plan, desired: loaded.desired, state: working, inventory: loaded.inventory)
+        plan.manifestFiles = loaded.filesDigest.isEmpty ? nil : loaded.filesDigest
         plan.optedOut = result.optedOut == 0 ? nil : result.optedOut
         var versions: [String: Int] = [:]
         for op in plan.operations {
@@ -51,13 +53,66 @@ public struct Planner: Sendable {
         let meanings = loaded.entryDigests
         // A touched topic no longer declared has no meaning: "" records that.
         plan.desired = Dictionary(uniqueKeysWithValues: versions.keys.map { ($0, meanings[$0] ?? "") })
+        let rotatedAway = plan.topics.reduce(0) { $0 + ($1.rotated ?? 0) }
         if let maxUnsubscribes,
             let violation = maxUnsubscribes.violation(
-                unsubscribes: plan.unsubscribeCount, known: working.observedMembershipCount)
+                unsubscribes: plan.unsubscribeCount - rotatedAway, known: working.observedMembershipCount)
         {
             plan.diagnostics.append(.error(violation))
         }
+        plan.diagnostics += Self.topicRails(plan, desired: loaded.desired)
         return plan
+    }
+
+    /// Each topic's size before the plan, the removals that are rotations, its protection and its own
+    /// rail; and the device each departing token belonged to.
+    static func annotate(_ plan: inout Plan, desired: DesiredState, state: State, inventory: Inventory) {
+        let specs = Dictionary(desired.topics.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        let rotatedFrom = Set((plan.rotations ?? []).map(\.from))
+        var rotated: [String: Int] = [:]
+        var departed: [String: String] = [:]
+        for op in plan.operations where op.kind == .unsubscribe {
+            for token in op.tokens {
+                if rotatedFrom.contains(token) {
+                    rotated[op.target, default: 0] += 1
+                } else if departed[token] == nil, inventory.index(ofToken: token) == nil,
+                    let id = state.tokens.id(token), let device = state.deviceID(of: id),
+                    inventory.index(ofDevice: device) == nil
+                {
+                    departed[token] = device
+                }
+            }
+        }
+        for index in plan.topics.indices {
+            let name = plan.topics[index].topic
+            let spec = specs[name]
+            plan.topics[index].before = state.topics[name]?.observed.count ?? 0
+            plan.topics[index].rotated = rotated[name]
+            let protected = spec?.protect ?? state.topics[name]?.protect ?? false
+            plan.topics[index].protected = protected ? true : nil
+            plan.topics[index].maxUnsubscribes = spec?.maxUnsubscribes?.description
+        }
+        plan.departed =
+            departed.isEmpty
+            ? nil : departed.sorted { $0.key < $1.key }.map { Departure(device: $0.value, token: $0.key) }
+    }
+
+    /// A topic's own `max_unsubscribes`: a plan that takes more from it is refused.
+    static func topicRails(_ plan: Plan, desired: DesiredState) -> [Diagnostic] {
+        let specs = Dictionary(desired.topics.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        return plan.topics.compactMap { change -> Diagnostic? in
+            guard let spec = specs[change.topic], let limit = spec.maxUnsubscribes else { return nil }
+            let before = change.before ?? 0
+            let allowed = limit.allowed(of: before)
+            guard change.losses > allowed else { return nil }
+            let share =
+                before > 0
+                ? " (\(PlanRenderer.formatShare(Double(change.losses) / Double(before))) of its \(PlanRenderer.counted(before, "known subscriber")))"
+                : ""
+            return .error(
+                "this plan would unsubscribe \(PlanRenderer.counted(change.losses, "device")) from topic '\(change.topic)'\(share), more than its max_unsubscribes \(limit) allows (\(PlanRenderer.formatCount(allowed))); rotated tokens are not counted. Check the manifests and the inventory, or raise max_unsubscribes on the topic if this is intended.",
+                at: spec.location)
+        }
     }
 
     /// Tokens the plan removes (or found dead) that state knows as a device's, where the inventory now

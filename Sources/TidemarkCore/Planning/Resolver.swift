@@ -62,10 +62,11 @@ public struct Resolver {
                         "topic '\(name)' has no members; add members or set 'allow_empty: true' to unsubscribe everyone tidemark manages.",
                         at: spec.name.location))
             }
-            topics.append(
-                DesiredTopic(
-                    name: name, mode: spec.mode, protect: spec.protect, allowEmpty: spec.allowEmpty,
-                    optOuts: spec.optOuts, members: members, location: spec.name.location, entries: entries))
+            var topic = DesiredTopic(
+                name: name, mode: spec.mode, protect: spec.protect, allowEmpty: spec.allowEmpty,
+                optOuts: spec.optOuts, members: members, location: spec.name.location, entries: entries)
+            topic.maxUnsubscribes = spec.maxUnsubscribes
+            topics.append(topic)
         }
         var groups: [DesiredGroup] = []
         var seenGroups: [String: SourceLocation] = [:]
@@ -407,8 +408,8 @@ extension MemberRef {
                 switch r.op {
                 case .equals(let v): return "\(r.key): \(v)"
                 case .inSet(let vs): return "\(r.key): [\(vs.joined(separator: ", "))]"
-                case .notEquals(let v): return "\(r.key): !\(v)"
-                case .notInSet(let vs): return "\(r.key): ![\(vs.joined(separator: ", "))]"
+                case .notEquals(let v): return "\(r.key): {not: \(v)}"
+                case .notInSet(let vs): return "\(r.key): {not: [\(vs.joined(separator: ", "))]}"
                 }
             }
             return "selector {\(parts.joined(separator: ", "))}"

@@ -16,6 +16,8 @@ public struct MarkdownPlanRenderer: Sendable {
     public var packer: MarkdownPacker
     /// Names a token's device, when the inventory knows it.
     public var deviceName: @Sendable (String) -> String?
+    /// Where the plan was made (workspace, environment, commit), said under the verdict.
+    public var context: PlanContext?
 
     /// A renderer with these limits; tokens redacted by default.
     public init(
@@ -32,13 +34,18 @@ public struct MarkdownPlanRenderer: Sendable {
     }
 
     /// The comment parts, in order; one part for most plans.
-    public func render(_ plan: Plan) -> [String] { renderParts(plan).map(\.escapingControlCharacters) }
+    public func render(_ plan: Plan) -> [String] {
+        var renderer = self
+        renderer.deviceName = PlanRenderer.naming(plan, deviceName)
+        return renderer.renderParts(plan).map(\.escapingControlCharacters)
+    }
 
     private func renderParts(_ plan: Plan) -> [String] {
         let text = PlanRenderer()
-        let icon = plan.diagnostics.hasErrors ? "❌" : plan.hasChanges ? "📝" : "✅"
+        let flagged = PlanRenderer.flagged(plan)
+        let icon = plan.diagnostics.hasErrors ? "❌" : !flagged.isEmpty ? "⚠️" : plan.hasChanges ? "📝" : "✅"
         let head = "### \(icon) tidemark: \(Self.escape(text.verdict(plan)))"
-        var blocks: [MarkdownBlock] = []
+        var blocks: [MarkdownBlock] = [.text(Self.contextLine(plan, context))]
         if let line = PlanRenderer.driftOnlyLine(plan) { blocks.append(.text("> " + Self.escape(line))) }
         if let shadow = plan.shadowVerify {
             blocks.append(.text("> **" + Self.escape(shadow.verdict) + "**"))
@@ -64,12 +71,19 @@ public struct MarkdownPlanRenderer: Sendable {
             if destructive.count > 25 { lines.append("- … and \(destructive.count - 25) more (see the table)") }
             blocks.append(MarkdownBlock(open: "**⚠️ Destructive changes**\n", lines: lines))
         }
+        let removals = Self.removalsByCause(plan)
+        if !removals.isEmpty {
+            blocks.append(
+                MarkdownBlock(open: "**Removals by cause** (rotated tokens not counted):\n", lines: removals))
+        }
         let rotated = PlanRenderer(showTokens: false).rotationLines(plan)
         if !rotated.isEmpty {
+            let title =
+                "Rotated tokens: \(PlanRenderer.counted(rotated.count, "device")) with a new token (\(rotated.count == 1 ? "its" : "their") memberships move; nothing is lost)"
             blocks.append(
                 MarkdownBlock(
-                    open: "**Rotated tokens** (the same device with a new token; its memberships move):\n",
-                    lines: rotated.map { "- " + Self.escape($0) }))
+                    open: "<details><summary>\(title)</summary>\n", lines: rotated.map { "- " + Self.escape($0) },
+                    close: "\n</details>", reopen: "<details><summary>\(title) (continued)</summary>\n"))
         }
         let legend = Legend(plan)
         if !plan.topics.isEmpty || !plan.groups.isEmpty {
@@ -85,16 +99,21 @@ public struct MarkdownPlanRenderer: Sendable {
                 }
                 let notes = legend.cell(change.notes, escape: Self.escape)
                 if !notes.isEmpty { why.append(notes) }
+                let size =
+                    PlanRenderer.size(change).map { $0.replacingOccurrences(of: " → ", with: "&nbsp;→&nbsp;") } ?? ""
+                let mark = flagged.contains { $0.kind == "topic" && $0.name == change.topic } ? "⚠️ " : ""
                 rows.append(
-                    "| `\(change.topic)` | topic | \(mode) | +\(PlanRenderer.formatCount(change.subscribe)) | −\(PlanRenderer.formatCount(change.unsubscribe)) | \(why.joined(separator: "<br>")) |"
+                    "| \(mark)`\(change.topic)` | topic | \(mode) | \(size) | +\(PlanRenderer.formatCount(change.subscribe)) | −\(PlanRenderer.formatCount(change.unsubscribe)) | \(why.joined(separator: "<br>")) |"
                 )
             }
             for change in plan.groups {
+                let mark = flagged.contains { $0.kind != "topic" && $0.name == change.group } ? "⚠️ " : ""
                 rows.append(
-                    "| `\(change.group)` | \(change.audience == true ? "audience" : "group") | \(change.action.rawValue) | +\(change.add) | −\(change.remove) | \(legend.cell(change.notes, escape: Self.escape)) |"
+                    "| \(mark)`\(change.group)` | \(change.audience == true ? "audience" : "group") | \(change.action.rawValue) | | +\(change.add) | −\(change.remove) | \(legend.cell(change.notes, escape: Self.escape)) |"
                 )
             }
-            let header = "| Topic / group | Kind | Mode | Adds | Removes | Why |\n|---|---|---|--:|--:|---|"
+            let header =
+                "| Topic / group | Kind | Mode | Subscribers before → after | Adds | Removes | Why |\n|---|---|---|--:|--:|--:|---|"
             blocks.append(MarkdownBlock(open: header, lines: rows))
             if !legend.entries.isEmpty {
                 blocks.append(
@@ -109,9 +128,10 @@ public struct MarkdownPlanRenderer: Sendable {
                 detailLines(index.tokens(.unsubscribe, change.topic), "-")
                 + detailLines(index.tokens(.subscribe, change.topic), "+")
             guard !lines.isEmpty else { continue }
+            let risky = flagged.contains { $0.kind == "topic" && $0.name == change.topic }
             let title =
-                "<code>\(Self.escape(change.topic))</code>: +\(PlanRenderer.formatCount(change.subscribe)) −\(PlanRenderer.formatCount(change.unsubscribe))"
-            blocks.append(detailBlock(title: title, lines: lines))
+                "\(risky ? "⚠️ " : "")<code>\(Self.escape(change.topic))</code>: +\(PlanRenderer.formatCount(change.subscribe)) −\(PlanRenderer.formatCount(change.unsubscribe))"
+            blocks.append(detailBlock(title: title, lines: lines, expanded: risky))
         }
         for change in plan.groups {
             var lines: [String] = []
@@ -127,20 +147,25 @@ public struct MarkdownPlanRenderer: Sendable {
                 lines += op.tokens.map { "\(sign) \(show($0))" }
             }
             guard !lines.isEmpty else { continue }
+            let risky = flagged.contains { $0.kind != "topic" && $0.name == change.group }
             blocks.append(
                 detailBlock(
                     title:
-                        "\(change.audience == true ? "audience" : "group") <code>\(Self.escape(change.group))</code>: \(change.action.rawValue) +\(change.add) −\(change.remove)",
-                    lines: lines))
+                        "\(risky ? "⚠️ " : "")\(change.audience == true ? "audience" : "group") <code>\(Self.escape(change.group))</code>: \(change.action.rawValue) +\(change.add) −\(change.remove)",
+                    lines: lines, expanded: risky))
         }
-        let warnings = plan.diagnostics.filter { $0.severity == .warning }
+        if plan.hasChanges {
+            blocks.append(
+                .text(
+                    "<sub>In the lists, `+` joins and `-` leaves; ⚠️ marks what calls for a careful review (removals from authoritative or protected topics, past a topic's `max_unsubscribes` or 10% of its subscribers, group deletions; never a rotated token).</sub>"
+                ))
+        }
+        let warnings = Self.commentWarnings(plan)
         if !warnings.isEmpty {
             blocks.append(
                 MarkdownBlock(open: "**Warnings**\n", lines: warnings.map { "- " + Self.escape($0.description) }))
         }
-        if let planFile {
-            blocks.append(.text(Self.nextStep(plan, file: planFile)))
-        }
+        blocks.append(.text(Self.nextStep(plan, file: planFile)))
         var footer = "<sub>\(Self.escape(text.provenance(plan)))"
         if let fullPlanHint { footer += " Full plan: \(Self.escape(fullPlanHint))." }
         blocks.append(.text(footer + "</sub>"))
@@ -162,10 +187,15 @@ public struct MarkdownPlanRenderer: Sendable {
         return "\(sign)\(PlanRenderer.formatCount(reason.count)) \(escape(reason.why))\(at)"
     }
 
-    /// What the reviewer does next.
-    static func nextStep(_ plan: Plan, file: String) -> String {
+    /// What the reviewer does next; `file` is the saved plan, when there is one.
+    static func nextStep(_ plan: Plan, file: String?) -> String {
         if plan.diagnostics.hasErrors {
             return "**Next:** fix the errors above and push; this plan cannot be applied."
+        }
+        guard let file else {
+            if !plan.hasChanges { return "**Next:** nothing to apply; FCM already matches what this plan looked at." }
+            return
+                "**Next:** review the changes above, then apply them: save the plan with `tidemark plan --out plan.json` and run `tidemark apply plan.json` (exactly this plan, or refused if anything moved), or run `tidemark apply`, which plans again and asks."
         }
         if !plan.hasChanges {
             return "**Next:** nothing to apply. Merging is safe: applying `\(escape(file))` changes nothing in FCM."
@@ -174,9 +204,64 @@ public struct MarkdownPlanRenderer: Sendable {
             "**Next:** review the changes above; merging applies exactly this plan (`tidemark apply \(escape(file))`). If state or these topics move first, the apply is refused and the plan must be made again; it is never changed."
     }
 
-    /// A section: a `diff` code block, inside `<details>` when longer than `collapseAfter` lines.
-    private func detailBlock(title: String, lines: [String]) -> MarkdownBlock {
-        if lines.count > collapseAfter {
+    /// "Workspace `prod` · FCM project `my-app` (fcm) · commit `1a2b3c4`": where the plan was made.
+    static func contextLine(_ plan: Plan, _ context: PlanContext?) -> String {
+        var parts: [String] = []
+        if let workspace = context?.workspace { parts.append("Workspace `\(escape(workspace))`") }
+        if let environment = context?.environment { parts.append("environment `\(escape(environment))`") }
+        parts.append("FCM project `\(escape(plan.backend.project))` (\(escape(plan.backend.kind.rawValue)))")
+        if let commit = context?.commit { parts.append("commit `\(escape(String(commit.prefix(12))))`") }
+        let flagged = PlanRenderer.flagged(plan).count
+        let verdict =
+            plan.diagnostics.hasErrors
+            ? "cannot be applied"
+            : flagged > 0
+                ? "\(PlanRenderer.counted(flagged, "change")) to review with care"
+                : plan.hasChanges ? "changes, none destructive" : "no changes"
+        parts.append("**\(verdict)**")
+        return parts.joined(separator: " · ")
+    }
+
+    /// Removals grouped by why they happen, across topics, largest first ("−65 device left the
+    /// inventory: `tide-alerts-baltic` −65, …"); rotations are left out (nothing is lost).
+    static func removalsByCause(_ plan: Plan) -> [String] {
+        var totals: [String: Int] = [:]
+        var topics: [String: [(String, Int)]] = [:]
+        for change in plan.topics {
+            for reason in change.reasons ?? [] where reason.direction == .leave {
+                guard !reason.why.hasPrefix("token rotated") else { continue }
+                let cause = reason.why + (reason.at.map { " at `\($0)`" } ?? "")
+                totals[cause, default: 0] += reason.count
+                topics[cause, default: []].append((change.topic, reason.count))
+            }
+        }
+        return totals.sorted { $0.value != $1.value ? $0.value > $1.value : $0.key < $1.key }.map { cause, total in
+            let list = (topics[cause] ?? []).sorted { $0.1 > $1.1 }
+            var named = list.prefix(8).map { "`\($0.0)` −\(PlanRenderer.formatCount($0.1))" }
+            if list.count > 8 { named.append("… and \(PlanRenderer.counted(list.count - 8, "more topic"))") }
+            return "- −\(PlanRenderer.formatCount(total)) \(escape(cause)): \(named.joined(separator: ", "))"
+        }
+    }
+
+    /// The plan's warnings for a pull request: a deadline notice only when the plan touches what the
+    /// deadline ends (a device-group call; a topic change sent through the iid transport).
+    static func commentWarnings(_ plan: Plan) -> [Diagnostic] {
+        let touchesGroups = plan.operations.contains { $0.kind.isGroupCall }
+        let sendsTopics = plan.operations.contains { !$0.kind.isGroup }
+        return plan.diagnostics.filter { diagnostic in
+            guard diagnostic.severity == .warning else { return false }
+            switch diagnostic.code {
+            case "deadline.device_groups": return touchesGroups
+            case "deadline.iid_transport": return sendsTopics
+            default: return true
+            }
+        }
+    }
+
+    /// A section: a `diff` code block, inside `<details>` unless `expanded` (what calls for review is
+    /// shown open, however long) or it is at most `collapseAfter` lines.
+    private func detailBlock(title: String, lines: [String], expanded: Bool = false) -> MarkdownBlock {
+        if !expanded {
             return MarkdownBlock(
                 open: "<details><summary>\(title)</summary>\n\n```diff", lines: lines,
                 close: "```\n\n</details>", reopen: "<details><summary>\(title) (continued)</summary>\n\n```diff")
@@ -215,6 +300,23 @@ public struct MarkdownPlanRenderer: Sendable {
             }
         }
         return out
+    }
+}
+
+/// Where a plan was made, for the top of a pull-request comment.
+public struct PlanContext: Sendable, Equatable {
+    /// The state workspace.
+    public var workspace: String?
+    /// The deployment environment the pipeline names (`TIDEMARK_ENVIRONMENT`).
+    public var environment: String?
+    /// The commit the manifests were read at.
+    public var commit: String?
+
+    /// A context naming what is known.
+    public init(workspace: String? = nil, environment: String? = nil, commit: String? = nil) {
+        self.workspace = workspace
+        self.environment = environment
+        self.commit = commit
     }
 }
 

@@ -115,7 +115,11 @@ public struct PlanRenderer: Sendable {
     }
 
     /// The plan as text; what came from files shows its control characters escaped.
-    public func render(_ plan: Plan) -> String { renderLines(plan).escapingControlCharacters }
+    public func render(_ plan: Plan) -> String {
+        var renderer = self
+        renderer.deviceName = Self.naming(plan, deviceName)
+        return renderer.renderLines(plan).escapingControlCharacters
+    }
 
     private func renderLines(_ plan: Plan) -> String {
         var out: [String] = []
@@ -139,6 +143,10 @@ public struct PlanRenderer: Sendable {
                 "Partial plan (\(plan.selectionSummary)): topics and groups outside the selection are not planned and may have changes of their own."
             )
         }
+        if let legend = Self.symbolLegend(plan) {
+            out.append("")
+            out.append(legend)
+        }
         let destructive = destructiveLines(plan)
         if !destructive.isEmpty {
             out.append("")
@@ -148,7 +156,7 @@ public struct PlanRenderer: Sendable {
         let rotated = rotationLines(plan)
         if !rotated.isEmpty {
             out.append("")
-            out.append("Rotated tokens (the same device with a new token; its memberships move):")
+            out.append("Rotated tokens (the same device with a new token; its memberships move, nothing is lost):")
             out += rotated.map { "  ~ " + $0 }
         }
         let index = OperationIndex(plan)
@@ -157,13 +165,13 @@ public struct PlanRenderer: Sendable {
             out.append("")
             out.append("Topics:")
             let width = min(32, plan.topics.map(\.topic.count).max() ?? 0)
-            for change in plan.topics {
-                let symbol =
-                    change.removedFromManifests
-                    ? "-" : (change.unsubscribe > 0 || change.previousMode != nil ? "~" : "+")
+            let sizes = plan.topics.map { Self.size($0) ?? "" }
+            let sizeWidth = sizes.map(\.count).max() ?? 0
+            for (change, size) in zip(plan.topics, sizes) {
                 let name = change.topic.padding(toLength: max(width, change.topic.count), withPad: " ", startingAt: 0)
+                let sized = size.isEmpty ? "" : "  " + size.padding(toLength: sizeWidth, withPad: " ", startingAt: 0)
                 out.append(
-                    "  \(symbol) \(name)  \(change.mode.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0))  +\(Self.formatCount(change.subscribe))  −\(Self.formatCount(change.unsubscribe))"
+                    "  \(Self.symbol(change)) \(name)  \(change.mode.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0))\(sized)  +\(Self.formatCount(change.subscribe))  −\(Self.formatCount(change.unsubscribe))"
                 )
                 if let previous = change.previousMode {
                     out.append(
@@ -181,13 +189,9 @@ public struct PlanRenderer: Sendable {
             out.append("")
             out.append(audiences ? "Audiences (named sets in state; no FCM group):" : "Device groups:")
             for change in changes {
-                let symbol =
-                    switch change.action {
-                    case .create: "+"
-                    case .delete, .retire: "-"
-                    case .update, .adopt, .convert: "~"
-                    }
-                out.append("  \(symbol) \(change.group)  \(change.action.rawValue)  +\(change.add)  −\(change.remove)")
+                out.append(
+                    "  \(Self.symbol(change)) \(change.group)  \(change.action.rawValue)  +\(change.add)  −\(change.remove)"
+                )
                 out += legend.inline(change.notes).map { "      note: \($0)" }
                 for op in index.groupOperations(change.group) {
                     let verb =
@@ -214,6 +218,66 @@ public struct PlanRenderer: Sendable {
         out.append(provenance(plan))
         let lines = width.map { width in out.flatMap { Self.wrap($0, width: width) } } ?? out
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// A topic's symbol: `+` new (no known subscriber before), `-` leaving the manifests, `~` changed.
+    public static func symbol(_ change: TopicChange) -> String {
+        if change.removedFromManifests { return "-" }
+        if let before = change.before { return before == 0 && change.previousMode == nil ? "+" : "~" }
+        // A plan from before sizes were recorded: a topic that only gains members may be new.
+        return change.unsubscribe > 0 || change.previousMode != nil ? "~" : "+"
+    }
+
+    /// A group's or audience's symbol, by what happens to it.
+    public static func symbol(_ change: GroupChange) -> String {
+        switch change.action {
+        case .create: "+"
+        case .delete, .retire: "-"
+        case .update, .adopt, .convert: "~"
+        }
+    }
+
+    /// One line saying what the plan's symbols mean, only those it uses; nil when it shows none.
+    public static func symbolLegend(_ plan: Plan) -> String? {
+        let used = Set(plan.topics.map(symbol) + plan.groups.map(symbol))
+        guard !used.isEmpty else { return nil }
+        var meanings: [String] = []
+        if used.contains("+") { meanings.append("+ new (no known member before)") }
+        if used.contains("~") { meanings.append("~ changes") }
+        if used.contains("-") { meanings.append("- leaves the manifests (tidemark removes the members it added)") }
+        let flagged = PlanRenderer().destructiveLines(plan).isEmpty ? "" : "; ! calls for a careful review"
+        return "Symbols: \(meanings.joined(separator: ", ")); under each, + joins and − leaves\(flagged)."
+    }
+
+    /// `base`, and for the tokens it cannot name, the devices the plan itself knows: a departed
+    /// device's old token, a rotated device's old token.
+    static func naming(
+        _ plan: Plan, _ base: @escaping @Sendable (String) -> String?
+    ) -> @Sendable (String) -> String? {
+        let departed = Dictionary(
+            (plan.departed ?? []).map { ($0.token, $0.device) }, uniquingKeysWith: { a, _ in a })
+        let rotated = Dictionary((plan.rotations ?? []).map { ($0.from, $0.device) }, uniquingKeysWith: { a, _ in a })
+        guard !departed.isEmpty || !rotated.isEmpty else { return base }
+        return { token in
+            base(token) ?? departed[token].map { "device \($0), left the inventory" }
+                ?? rotated[token].map { "device \($0), its old token" }
+        }
+    }
+
+    /// "500 → 435 (−13%)", "0 → 896 (new)": a topic's known subscribers before and after; nil in
+    /// plans made before sizes were recorded.
+    public static func size(_ change: TopicChange) -> String? {
+        guard let before = change.before, let after = change.after else { return nil }
+        let delta: String
+        if before == 0 {
+            delta = after == 0 ? "" : " (new)"
+        } else if after == before {
+            delta = " (±0%)"
+        } else {
+            let share = formatShare(Double(abs(after - before)) / Double(before))
+            delta = " (\(after > before ? "+" : "−")\(share))"
+        }
+        return "\(formatCount(before)) → \(formatCount(after))\(delta)"
     }
 
     /// "+ 120  selector {locale: en-GB} (manifests/weather.yaml:14)", one line per cause.
@@ -257,26 +321,51 @@ public struct PlanRenderer: Sendable {
         return lines
     }
 
-    func destructiveLines(_ plan: Plan) -> [String] {
-        var lines: [String] = []
-        for change in plan.topics
-        where change.unsubscribe > 0 && (change.mode == .authoritative || change.removedFromManifests) {
-            let why = change.removedFromManifests ? "topic removed from the manifests" : "authoritative topic"
-            lines.append(
-                "\(Self.formatCount(change.unsubscribe)) unsubscription\(change.unsubscribe == 1 ? "" : "s") from '\(change.topic)' (\(why))"
-            )
-        }
-        for change in plan.groups where change.audience != true && change.action == .delete {
-            lines.append("device group '\(change.group)' will be deleted (all \(change.remove) members removed)")
+    /// The topics and groups whose changes call for a careful review, and why: removals that lose
+    /// members (never rotations) from authoritative, protected or departing topics or past a topic's
+    /// share, and deleted device groups.
+    public static func flagged(_ plan: Plan) -> [PlanSummary.Flagged] {
+        var flagged: [PlanSummary.Flagged] = []
+        for change in plan.topics {
+            let reasons = change.before == nil ? legacyReasons(change) : change.destructiveReasons
+            guard !reasons.isEmpty else { continue }
+            flagged.append(.init(kind: "topic", name: change.topic, removes: change.losses, reasons: reasons))
         }
         let groupCalls = Set(plan.operations.filter { $0.kind == .groupRemove }.map(\.target))
-        for change in plan.groups
-        where change.audience == true && (change.action == .retire || change.action == .delete)
-            && groupCalls.contains(change.group)
-        {
-            lines.append("the FCM device group behind audience '\(change.group)' will be deleted (its members removed)")
+        for change in plan.groups {
+            if change.audience != true, change.action == .delete {
+                flagged.append(
+                    .init(kind: "group", name: change.group, removes: change.remove, reasons: ["device group deleted"]))
+            } else if change.audience == true, change.action == .retire || change.action == .delete,
+                groupCalls.contains(change.group)
+            {
+                flagged.append(
+                    .init(
+                        kind: "audience", name: change.group, removes: change.remove,
+                        reasons: ["the FCM device group behind it is deleted"]))
+            }
         }
-        return lines
+        return flagged
+    }
+
+    /// What a reviewer must look at: removals that lose members (never rotations), group deletions.
+    func destructiveLines(_ plan: Plan) -> [String] {
+        Self.flagged(plan).map { item in
+            switch item.kind {
+            case "topic":
+                "\(Self.counted(item.removes, "unsubscription")) from '\(item.name)' (\(item.reasons.joined(separator: "; ")))"
+            case "group": "device group '\(item.name)' will be deleted (all \(item.removes) members removed)"
+            default: "the FCM device group behind audience '\(item.name)' will be deleted (its members removed)"
+            }
+        }
+    }
+
+    /// A plan saved before sizes were recorded: removals from authoritative topics and topics leaving
+    /// the manifests.
+    static func legacyReasons(_ change: TopicChange) -> [String] {
+        guard change.losses > 0 else { return [] }
+        if change.removedFromManifests { return ["topic removed from the manifests"] }
+        return change.mode == .authoritative ? ["authoritative topic"] : []
     }
 
     private func tokenLines(_ index: OperationIndex, topic: String) -> [String] {
@@ -388,15 +477,29 @@ public struct PlanRenderer: Sendable {
         return "\(n) \(unit)\(n == 1 ? "" : "s")"
     }
 
+    /// The footer: what the plan read from FCM, what applying it sends, and what it was made from.
     func provenance(_ plan: Plan) -> String {
-        var refresh = plan.refreshed ? "after reading the backend" : "from state only (--no-refresh)"
-        if let coverage = plan.coverage, coverage.mode == .touched || coverage.mode == .sample {
-            refresh =
-                "after reading \(Self.formatCount(coverage.read)) of \(Self.formatCount(coverage.fleet)) registrations (--refresh \(coverage.mode.rawValue))"
+        var read =
+            plan.refreshed ? "after reading the backend" : "from state only (--refresh none), reading nothing from FCM"
+        if let coverage = plan.coverage, coverage.mode != .none {
+            let requests = plan.reads.map { ", \(Self.counted($0, "request"))" } ?? ""
+            read =
+                "after reading \(Self.formatCount(coverage.read)) of \(Self.formatCount(coverage.fleet)) registrations from FCM (--refresh \(coverage.mode.rawValue)\(requests))"
+        }
+        let sends: String
+        if let requests = plan.requests {
+            sends =
+                requests == 0
+                ? "applying it sends nothing to FCM" : "applying it sends \(Self.counted(requests, "request")) to FCM"
+        } else {
+            sends = "applying it runs \(Self.counted(plan.operations.count, "operation"))"
         }
         let state = plan.lineage.isEmpty ? "no state yet" : "state \(plan.lineage.prefix(8)) serial \(plan.serial)"
+        let manifests =
+            plan.manifestFiles.map { "manifest files sha256:\($0.prefix(12))" }
+            ?? "manifests sha256:\(plan.manifestsDigest.prefix(12))"
         return
-            "Computed \(refresh); \(state); manifests sha256:\(plan.manifestsDigest.prefix(12)); backend \(plan.backend); \(plan.requests.map { "\(Self.formatCount($0)) request\($0 == 1 ? "" : "s") to FCM" } ?? "\(plan.operations.count) operation\(plan.operations.count == 1 ? "" : "s")").\(Self.inventoryLine(plan).map { " " + $0 } ?? "")"
+            "Computed \(read); \(sends). Made from \(state); \(manifests); backend \(plan.backend).\(Self.inventoryLine(plan).map { " " + $0 } ?? "")"
     }
 
     /// What the counted sources (queries, commands) read, for the provenance line; nil when there are none.
@@ -404,7 +507,8 @@ public struct PlanRenderer: Sendable {
         let counted = (plan.inventory ?? []).compactMap { record -> String? in
             guard let rows = record.rows else { return nil }
             let left = record.excluded.flatMap { $0 > 0 ? " (\(formatCount($0)) left out by exclude_if)" : nil } ?? ""
-            return "\(record.source) \(formatCount(rows)) device\(rows == 1 ? "" : "s")\(left)"
+            let digest = record.identity.count == 64 ? " sha256:\(record.identity.prefix(12))" : ""
+            return "\(record.source) \(formatCount(rows)) device\(rows == 1 ? "" : "s")\(left)\(digest)"
         }
         return counted.isEmpty ? nil : "Inventory read: \(counted.joined(separator: ", "))."
     }

@@ -44,6 +44,9 @@ public struct DeadlineCheck: Sendable, Equatable {
     public var now: Date
     /// false checks nothing (tests of other things, and commands that do not plan).
     public var enabled: Bool
+    /// Notices acknowledged in tidemark.yaml (`acknowledge:`), by deadline ("device_groups",
+    /// "iid_transport"), until the day given: until then plans and applies leave the notice out.
+    public var acknowledged: [String: Date] = [:]
 
     /// The deadlines of a run on `transport`, refused from `enforcedAt` (nil: only warned about).
     public init(transport: TopicTransport, enforcedAt: Date?, now: Date, enabled: Bool = true) {
@@ -72,9 +75,17 @@ public struct DeadlineCheck: Sendable, Equatable {
         return enforcedAt >= FCMDeadlines.iidTurnedDown
     }
 
+    /// The deadlines one can acknowledge, as `acknowledge:` in tidemark.yaml names them.
+    public static let acknowledgeable = ["device_groups", "iid_transport"]
+
+    /// Whether the notice of `deadline` is acknowledged on the date the wording is in.
+    func isAcknowledged(_ deadline: String) -> Bool { acknowledged[deadline].map { now < $0 } ?? false }
+
     /// `groups` declared in the manifests; `rememberedGroups` more that only state remembers (an
-    /// apply would delete them).
-    public func diagnostics(groups: Int, rememberedGroups: Int = 0) -> [Diagnostic] {
+    /// apply would delete them). Before a turn-down, each deadline is one short line (`full`: the
+    /// whole paragraph, as `validate` says it), left out while acknowledged; past it, the error is
+    /// never left out.
+    public func diagnostics(groups: Int, rememberedGroups: Int = 0, full: Bool = false) -> [Diagnostic] {
         guard enabled else { return [] }
         var result: [Diagnostic] = []
         /// A diagnostic about one deadline, structured for scripts (both turn-downs fall on 29 September 2027).
@@ -101,25 +112,53 @@ public struct DeadlineCheck: Sendable, Equatable {
                 .error, "deadline.device_groups",
                 "FCM turned device groups down on \(turnedDown), and the manifests declare \(groups) device group\(groups == 1 ? "" : "s"): they cannot be planned or applied. Remove them from the manifests and send to their devices' tokens (or a topic) instead; docs/migrating.md says how."
             )
+        } else if all > 0, !full {
+            if !isAcknowledged("device_groups") {
+                say(
+                    .warning, "deadline.device_groups",
+                    "FCM ends device groups on \(turnedDown), and this project manages \(all); 'tidemark validate' and docs/migrating.md say what to do (to quiet this line for a while: 'acknowledge: {device_groups: YYYY-MM-DD}' in tidemark.yaml)."
+                )
+            }
         } else if all > 0 {
             say(
                 .warning, "deadline.device_groups",
                 "this project manages \(all) device group\(all == 1 ? "" : "s"), and FCM is ending device groups: new projects cannot use them \(sinceOrFrom(FCMDeadlines.deviceGroupsClosedToNewProjects)), and they stop working on \(turnedDown), together with the call that lists a group's tokens (FCM keeps no copy). Export every group's tokens before then ('tidemark groups export --out groups.ndjson'), keep the mapping in the app and send to each token or a topic instead; docs/migrating.md says how."
             )
         }
-        guard transport == .iid else { return result }
+        guard transport == .iid else { return full ? acknowledging(result) : result }
         let iidDown = FCMDeadlines.format(FCMDeadlines.iidTurnedDown)
         if iidTurnedDown {
             say(
                 .error, "deadline.iid_transport",
                 "FCM turned the Instance ID API down on \(iidDown), so the iid transport cannot reach FCM. Switch to the v1 API: set 'transport: v1' in tidemark.yaml (or --transport v1) and run 'tidemark plan --transport v1 --refresh all' first; docs/migrating.md says how."
             )
+        } else if !full {
+            if !isAcknowledged("iid_transport") {
+                say(
+                    .warning, "deadline.iid_transport",
+                    "FCM ends the Instance ID API, which the iid transport uses, on \(iidDown); 'tidemark validate' and docs/migrating.md say how to move to v1 (to quiet this line for a while: 'acknowledge: {iid_transport: YYYY-MM-DD}' in tidemark.yaml)."
+                )
+            }
         } else {
             say(
                 .warning, "deadline.iid_transport",
                 "this project uses the iid transport, FCM's Instance ID batch API: closed to new projects \(sinceOrFrom(FCMDeadlines.iidClosedToNewProjects)), and turned down on \(iidDown). Switch to the v1 API before then: 'tidemark plan --transport v1 --refresh all' reads every registration through v1 and shows any difference from state; then set 'transport: v1' in tidemark.yaml. docs/migrating.md says how."
             )
         }
-        return result
+        return full ? acknowledging(result) : result
+    }
+
+    /// The full notices, each saying until when plans and applies leave it out, when acknowledged.
+    private func acknowledging(_ diagnostics: [Diagnostic]) -> [Diagnostic] {
+        diagnostics.map { diagnostic in
+            guard diagnostic.severity == .warning, let code = diagnostic.code,
+                let name = code.split(separator: ".").last.map(String.init), isAcknowledged(name),
+                let until = acknowledged[name]
+            else { return diagnostic }
+            var acknowledged = diagnostic
+            acknowledged.message +=
+                " (Acknowledged in tidemark.yaml until \(FCMDeadlines.format(until)): plans and applies leave this notice out until then.)"
+            return acknowledged
+        }
     }
 }

@@ -1,3 +1,5 @@
+import Foundation
+
 /// `tidemark.yaml`, the optional project file: backend, project id, manifests and state paths.
 public struct ProjectSettings: Sendable, Equatable {
     /// `project:` the Firebase project id.
@@ -54,6 +56,10 @@ public struct ProjectSettings: Sendable, Equatable {
     /// `group_export: {query, field}`: the shape of FCM's device-group export call, which FCM's
     /// docs do not state exactly.
     public var groupExport = GroupExportCall()
+    /// Deadline notices acknowledged until a day (`acknowledge: {device_groups: 2027-06-30}`).
+    public var acknowledgedDeadlines: [String: Date] = [:]
+    /// `max_unsubscribes` in tidemark.yaml: the default of `--max-unsubscribes` for plans and applies.
+    public var maxUnsubscribes: UnsubscribeLimit?
 
     /// Every top-level key `tidemark.yaml` may hold; any other is refused by name.
     public static let keys = [
@@ -61,7 +67,7 @@ public struct ProjectSettings: Sendable, Equatable {
         "fcm_url", "iid_url", "sender_id", "unregistered", "dead_share", "dead_minimum", "limits", "workspace",
         "max_shrink",
         "inventory", "prune_after", "read_qps", "refresh", "refresh_budget", "refresh_max_age", "group_export",
-        "saved_plan_reread_after",
+        "saved_plan_reread_after", "acknowledge", "max_unsubscribes",
     ]
 
     /// The settings of a project without `tidemark.yaml`.
@@ -185,6 +191,35 @@ public struct ProjectSettings: Sendable, Equatable {
                 if let (seconds, text) = doc.duration(value, "'prune_after'", example: "90d or 12w") {
                     settings.pruneAfter = seconds
                     settings.pruneAfterText = text
+                }
+                continue
+            case "acknowledge":
+                for (name, _, item) in doc.mapping(value, "'acknowledge'", allowed: DeadlineCheck.acknowledgeable) ?? []
+                {
+                    let text = item.scalar?.string ?? ""
+                    let parser = DateFormatter()
+                    parser.locale = Locale(identifier: "en_US_POSIX")
+                    parser.timeZone = TimeZone(identifier: "UTC")
+                    parser.dateFormat = "yyyy-MM-dd"
+                    guard let date = parser.date(from: text), parser.string(from: date) == text else {
+                        doc.error("'acknowledge.\(name)' must be a date written YYYY-MM-DD, not '\(text)'.", item)
+                        continue
+                    }
+                    guard date <= FCMDeadlines.deviceGroupsTurnedDown else {
+                        doc.error(
+                            "'acknowledge.\(name)' is \(text), after FCM's turn-down on \(FCMDeadlines.format(FCMDeadlines.deviceGroupsTurnedDown)); an acknowledgement ends by then.",
+                            item)
+                        continue
+                    }
+                    settings.acknowledgedDeadlines[name] = date
+                }
+                continue
+            case "max_unsubscribes":
+                let text = value.scalar?.string ?? ""
+                do {
+                    settings.maxUnsubscribes = try UnsubscribeLimit(parsing: text, setting: "max_unsubscribes")
+                } catch {
+                    doc.error("\(error.description)", value)
                 }
                 continue
             case "group_export":

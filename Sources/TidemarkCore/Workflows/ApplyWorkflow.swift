@@ -285,6 +285,8 @@ public struct ApplyWorkflow: Sendable {
                 total: unfinished.plan.operations.count))
         let summary = try await execute(
             unfinished.plan, done: unfinished.done, tokensDone: unfinished.tokensDone, session: session)
+        // Said now, before a new plan says what is left: the two then read in the order they happened.
+        parts.output.emit(.resumed(summary))
         if let (saved, file) = request.savedPlan {
             guard saved.operationsDigest == unfinished.plan.operationsDigest else {
                 throw WorkflowError.stalePlan(
@@ -426,7 +428,8 @@ public struct ApplyWorkflow: Sendable {
             let same = now.operations == plan.operations
             let reread = same ? [] : Self.unexplained(plan, by: now)
             let changed = Self.registrationsRead(plan).count
-            if changed + reread.count > 0 {
+            func sayChecked() {
+                guard changed + reread.count > 0 else { return }
                 parts.output.emit(
                     .savedPlanChecked(
                         registrations: changed, readAgain: reread.count,
@@ -434,10 +437,13 @@ public struct ApplyWorkflow: Sendable {
             }
             PhaseTrace.mark("saved plan: \(reread.count) registrations to read again")
             if same {
-                // Every change is one a plan from state makes: what remains to check is its safety rails.
+                // Every change is one a plan from state makes: what remains to check is its safety
+                // rails, before the check is said to have passed.
                 try checkRails(now)
+                sayChecked()
                 return observed
             }
+            sayChecked()
             if !reread.isEmpty {
                 let read = try await parts.read(reread)
                 observed = try await parts.refreshResult(reread, read, groups: groups, state: &state, loaded: loaded)

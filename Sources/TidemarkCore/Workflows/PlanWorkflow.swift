@@ -63,6 +63,15 @@ public struct PlanWorkflow: Sendable {
 
     /// Loads, refreshes as `request` says, and plans; writes nothing.
     public func run(_ request: PlanRequest) async throws -> PlanOutcome {
+        // What the plan read from FCM, for its footer: the requests sent while it was made.
+        let before = parts.backend.requestCount()
+        var outcome = try await reading(request)
+        if let before, let after = parts.backend.requestCount() { outcome.plan.reads = after - before }
+        outcome.plan = outcome.plan.summarized()
+        return outcome
+    }
+
+    private func reading(_ request: PlanRequest) async throws -> PlanOutcome {
         let parts = self.parts
         let policy = request.refresh
         guard policy.mode == .sample else { return try await run(request, whenStateLoads: nil, early: { nil }) }

@@ -38,6 +38,8 @@ public enum WorkflowEvent: Sendable {
     case applyProgress(ExecutionProgress)
     /// An interrupted apply is being finished.
     case resuming(startedAt: Date, done: Int, total: Int)
+    /// The interrupted apply is finished, before anything else is planned: what it did.
+    case resumed(ApplySummary)
     /// A recent saved plan was checked against state and the manifests: of the `registrations` it
     /// changes, only `readAgain` had operations they do not call for by themselves and were read again.
     /// `planAge` is seconds since its refresh.
