@@ -23,7 +23,7 @@ import TidemarkTesting
         #expect(validate.status == 0, "\(validate.stderr)")
         #expect(validate.stdout.contains("6 devices"), "\(validate.stdout)")
         let plan = try cli.run(["plan"])
-        #expect(plan.stdout.contains("Inventory read: export 6 devices."), "\(plan.stdout)")
+        #expect(plan.stdout.contains("Inventory read: export 6 devices sha256:"), "\(plan.stdout)")
         // Inside the manifests directory, which pull requests edit: refused.
         try cli.write("manifests/sources.yaml", "- name: export\n  exec: {command: [cat, exports/devices.jsonl]}\n")
         try cli.write("tidemark.yaml", "inventory: manifests/sources.yaml\n")

@@ -102,7 +102,11 @@ import Yams
         let plan = try cli.run(["plan", "--format", "markdown", "--parts-dir", "comment", "--out", "plan.json"])
         #expect(plan.status == 0, "\(plan.stderr)")
         #expect(plan.stdout.hasPrefix("### 📝 tidemark: Plan: "))
-        #expect(plan.stdout.contains("| Topic / group | Kind | Mode | Adds | Removes | Why |"))
+        #expect(
+            plan.stdout.contains("| Topic / group | Kind | Mode | Subscribers before → after | Adds | Removes | Why |"))
+        #expect(plan.stdout.contains("FCM project `tidemark-demo` (embedded) · **changes, none destructive**"))
+        // The plan creates device groups: the deadline is said, in one line.
+        #expect(plan.stdout.contains("FCM ends device groups on 29 September 2027"))
         #expect(plan.stdout.contains("<details><summary><code>weather-daily-en</code>"))
         #expect(
             plan.stdout.contains("+1,053 selector {locale: [en-GB, en-IE]} at `manifests/weather.yaml:15:19`"),
@@ -196,7 +200,18 @@ import Yams
             })
         let plan = try cli.run(["plan"])
         #expect(plan.status == 0)
-        #expect(plan.stdout.components(separatedBy: "FCM is ending device groups").count == 2, "once per run")
+        // In a plan: one short line, once per run; the full paragraph is validate's.
+        #expect(
+            plan.stdout.components(separatedBy: "FCM ends device groups on 29 September 2027").count == 2,
+            "once per run")
+        #expect(!plan.stdout.contains("FCM is ending device groups") && !plan.stderr.contains("FCM ends device groups"))
+        try cli.write("tidemark.yaml", "acknowledge: {device_groups: 2027-06-30}\n")
+        let quiet = try cli.run(["plan"])
+        #expect(quiet.status == 0 && !(quiet.stdout + quiet.stderr).contains("device groups"), "\(quiet.stdout)")
+        let acknowledged = try cli.run(["validate"])
+        #expect(
+            acknowledged.stderr.contains("Acknowledged in tidemark.yaml until 30 June 2027"), "\(acknowledged.stderr)")
+        try FileManager.default.removeItem(at: cli.project.appendingPathComponent("tidemark.yaml"))
         #expect(try cli.run(["apply", "--auto-approve"]).status == 0)
         let drift = try cli.run(["drift", "--refresh", "all", "--format", "json"])
         #expect(drift.stdout.contains("deadline.device_groups"))

@@ -342,3 +342,29 @@ import TidemarkTesting
         #expect(ErrorText.describe(cocoa) == "/x/plan.json: permission denied; check the file's owner and mode")
     }
 }
+
+/// An error that says nothing for itself is never shown as a dump of its value.
+@Suite struct ErrorTextDumpTests {
+    struct SingleConnectionFailure: Error {
+        var target: String
+        var underlying: Int
+    }
+
+    struct Dumping: Error, CustomStringConvertible {
+        var description: String { "PSQLError(code: connectionError, underlying: nil)" }
+    }
+
+    @Test func dumpsAreRecognisedAndNeverShown() {
+        #expect(ErrorText.isDump("SingleConnectionFailure(target: [IPv4]127.0.0.1/127.0.0.1:5432, error: x)"))
+        #expect(ErrorText.isDump("Optional(\"x\")") && ErrorText.isDump("Error Domain=NSCocoaErrorDomain Code=4"))
+        #expect(ErrorText.isDump("NIOCore.IOError(errnoCode: 111)"))
+        #expect(!ErrorText.isDump("connection refused (is the server running on 127.0.0.1:5432?)"))
+        #expect(!ErrorText.isDump("topic 'a' (authoritative): 3 removals"))
+        #expect(!ErrorText.isDump("Read 1,001 registrations (--refresh all)."))
+        for error in [SingleConnectionFailure(target: "x", underlying: 1) as any Error, Dumping()] {
+            let text = ErrorText.describe(error)
+            #expect(!ErrorText.isDump(text) && !text.contains("target:") && !text.contains("code:"), "\(text)")
+            #expect(text.contains("TIDEMARK_TRACE_PHASES=1"), "\(text)")
+        }
+    }
+}

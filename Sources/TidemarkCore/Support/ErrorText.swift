@@ -14,9 +14,10 @@ public enum ErrorText {
             return describe(cocoa: error.code.rawValue, path: error.filePath ?? error.url?.path, error: error)
         case let error as POSIXError:
             return String(cString: strerror(error.code.rawValue))
-        case let error as CustomStringConvertible
+        case let described as CustomStringConvertible
         where !(error is NSError) && String(describing: type(of: error)) != "NSError":
-            let text = error.description
+            let text = described.description
+            if isDump(text) { return unexpected(error) }
             return text.hasPrefix("SQLite error") ? sqlite(text) : text
         default:
             let bridged = error as NSError
@@ -25,8 +26,35 @@ public enum ErrorText {
                     cocoa: bridged.code, path: bridged.userInfo[NSFilePathErrorKey] as? String, error: error)
             }
             if bridged.domain == NSPOSIXErrorDomain { return String(cString: strerror(Int32(bridged.code))) }
-            return String(describing: error)
+            return unexpected(error)
         }
+    }
+
+    /// Whether `text` is a value's debug dump rather than a sentence: `SingleConnectionFailure(target:
+    /// …)`, `Optional(…)`, `Error Domain=… Code=…`, a type qualified by its module.
+    public static func isDump(_ text: String) -> Bool {
+        if text.hasPrefix("Error Domain=") || text.contains("Optional(") { return true }
+        // "TypeName(label: …" or "Module.TypeName(…": a memberwise dump.
+        let head = text.prefix { $0 != "(" }
+        guard head.count < text.count, let first = head.first, first.isLetter, !head.contains(" ") else {
+            return false
+        }
+        let rest = text.dropFirst(head.count + 1)
+        let label = rest.prefix { $0.isLetter || $0.isNumber || $0 == "_" }
+        return head.contains(".") || (first.isUppercase && !label.isEmpty && rest.dropFirst(label.count).hasPrefix(":"))
+    }
+
+    /// An error with nothing to say for itself, said without dumping it: what kind of failure, and
+    /// where to look.
+    static func unexpected(_ error: any Error) -> String {
+        let bridged = error as NSError
+        let localized = bridged.localizedDescription
+        if !localized.isEmpty, !localized.hasPrefix("The operation could not be completed"), !isDump(localized) {
+            return localized
+        }
+        let name = String(describing: type(of: error)).split(separator: ".").last.map(String.init) ?? "unknown"
+        return
+            "an error tidemark has no words for (\(name), code \(bridged.code)); TIDEMARK_TRACE_PHASES=1 shows the phase it came from"
     }
 
     static func describe(cocoa code: Int, path: String?, error: any Error) -> String {
