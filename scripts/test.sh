@@ -36,8 +36,8 @@ if ! grep -q "✔ Test run with .* passed" /tmp/tidemark-test.log; then
     exit 1
 fi
 python3 scripts/check-schema.py
-# Every public declaration of these targets says what it is (the emulator is being brought there).
-python3 scripts/undocumented.py TidemarkCore TidemarkRuntime TidemarkAuth TidemarkStore TidemarkFCM TidemarkBackendTesting TidemarkTesting --strict
+# Every public declaration of these targets says what it is.
+python3 scripts/undocumented.py TidemarkCore TidemarkRuntime TidemarkAuth TidemarkStore TidemarkFCM TidemarkBackendTesting TidemarkTesting TidemarkEmulator --strict
 # The CI recipes against the schemas GitHub and GitLab publish (bundled with check-jsonschema).
 python3 -m check_jsonschema --builtin-schema vendor.github-workflows examples/github/tidemark.yml
 python3 -m check_jsonschema --builtin-schema vendor.github-actions examples/github/actions/install-tidemark/action.yml

@@ -10,10 +10,15 @@ import TidemarkCore
 /// against a known key and the time claims, and ignores `aud` (client libraries disagree on it,
 /// reference §4.2). Access tokens are opaque, bound to the key's project, and expire.
 public final class AccessTokenAuthority: Sendable {
+    /// What an access token stands for: whose it is, for which project and scopes, until when.
     public struct Grant: Sendable, Equatable {
+        /// The FCM project the key belongs to.
         public var project: String
+        /// The service account's email (`client_email`).
         public var clientEmail: String
+        /// The OAuth scopes granted.
         public var scopes: [String]
+        /// When the token stops being accepted.
         public var expires: Date
     }
 
@@ -31,6 +36,7 @@ public final class AccessTokenAuthority: Sendable {
         var issuedSincePurge = 0
     }
 
+    /// The scopes that allow FCM calls, as Google's token endpoint grants them.
     public static let acceptedScopes = [
         "https://www.googleapis.com/auth/firebase.messaging", "https://www.googleapis.com/auth/cloud-platform",
     ]
@@ -226,6 +232,7 @@ public final class AccessTokenAuthority: Sendable {
         }
     }
 
+    /// What checking a bearer token found.
     public enum Verdict: Sendable, Equatable {
         case granted(Grant)
         case invalid

@@ -5,14 +5,17 @@ import Synchronization
 public struct Delivery: Sendable, Codable, Equatable {
     /// `projects/P/messages/ID`.
     public var name: String
+    /// The project the message was sent in.
     public var project: String
     /// `token`, `topic` or `condition`.
     public var targetKind: String
+    /// The token, topic name or condition it was sent to.
     public var target: String
     /// The registration tokens that received the message.
     public var recipients: [String]
     /// The `message` object as sent, JSON.
     public var message: String
+    /// When the emulator accepted it.
     public var sentAt: Date
 
     enum CodingKeys: String, CodingKey {
@@ -25,9 +28,11 @@ public struct Delivery: Sendable, Codable, Equatable {
 
 /// The deliveries the emulator recorded, newest last, capped so a long run does not grow without bound.
 public final class DeliveryLog: Sendable {
+    /// The most deliveries kept; older ones are dropped first.
     public let capacity: Int
     private let state = Mutex<(entries: [Delivery], counter: UInt64)>(([], 0))
 
+    /// A log that keeps the last `capacity` deliveries.
     public init(capacity: Int = 10_000) { self.capacity = capacity }
 
     /// Records a delivery and returns its message name.
@@ -55,6 +60,7 @@ public final class DeliveryLog: Sendable {
         }
     }
 
+    /// Forgets the deliveries of `project`, or all of them.
     public func clear(project: String? = nil) {
         state.withLock { state in
             if let project { state.entries.removeAll { $0.project == project } } else { state.entries.removeAll() }

@@ -16,8 +16,10 @@ public struct FaultSettings: Codable, Sendable, Equatable {
     public var latencyMs: Int = 0
     /// Share of FCM calls whose connection is closed without an answer.
     public var dropConnection: Double = 0
+    /// The seed of the random draws that decide which calls a fault hits, so a run can be repeated.
     public var seed: UInt64 = 1
 
+    /// No faults.
     public init() {}
 
     enum CodingKeys: String, CodingKey {
@@ -30,6 +32,7 @@ public struct FaultSettings: Codable, Sendable, Equatable {
         case seed
     }
 
+    /// Decodes the admin API's JSON; absent fields keep their defaults.
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         let d = FaultSettings()
@@ -59,6 +62,7 @@ public struct FaultSettings: Codable, Sendable, Equatable {
 
 /// The per-project limit on subscription changes (reference §5: 3000/s, 429 RESOURCE_EXHAUSTED).
 public struct RateLimitSettings: Codable, Sendable, Equatable {
+    /// What a call costs against the limit.
     public enum Unit: String, Codable, Sendable {
         /// Each token in a call counts (a 1000-token batchAdd costs 1000).
         case tokens
@@ -75,10 +79,14 @@ public struct RateLimitSettings: Codable, Sendable, Equatable {
         case perToken = "per_token"
     }
 
+    /// Changes (or requests, per `unit`) allowed per second and project.
     public var perSecond: Double = Double(FCMLimits.defaultQuota)
+    /// What counts against `perSecond`.
     public var unit: Unit = .tokens
+    /// How a call over the limit is answered.
     public var answer: Answer = .http
 
+    /// A limit of `perSecond` per project, counted in `unit`, answered as `answer` says.
     public init(perSecond: Double = Double(FCMLimits.defaultQuota), unit: Unit = .tokens, answer: Answer = .http) {
         self.perSecond = perSecond
         self.unit = unit
@@ -90,6 +98,7 @@ public struct RateLimitSettings: Codable, Sendable, Equatable {
         case unit, answer
     }
 
+    /// Decodes the admin API's JSON; absent fields keep their defaults.
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         perSecond = try c.decodeIfPresent(Double.self, forKey: .perSecond) ?? Double(FCMLimits.defaultQuota)
@@ -100,6 +109,7 @@ public struct RateLimitSettings: Codable, Sendable, Equatable {
 
 /// The emulator's run-time switches: faults, rate limits, per-project API availability.
 public final class EmulatorControl: Sendable {
+    /// A fault injected into one call: the connection dropped, or an HTTP status.
     public enum Fault: Sendable, Equatable {
         case drop
         case status(Int)
@@ -128,6 +138,7 @@ public final class EmulatorControl: Sendable {
         self.timing = timing
     }
 
+    /// The faults injected into FCM calls now.
     public var faults: FaultSettings {
         get { state.withLock { $0.faults } }
         set {
@@ -138,6 +149,7 @@ public final class EmulatorControl: Sendable {
         }
     }
 
+    /// The rate limit applied now.
     public var rateLimit: RateLimitSettings {
         get { state.withLock { $0.rateLimit } }
         set {
@@ -148,6 +160,7 @@ public final class EmulatorControl: Sendable {
         }
     }
 
+    /// Turns the Instance ID API on or off for `project` (as FCM did for projects created after the cut-off).
     public func setIIDEnabled(_ enabled: Bool, project: String) {
         state.withLock { state in
             if enabled { state.iidDisabled.remove(project) } else { state.iidDisabled.insert(project) }
@@ -172,6 +185,7 @@ public final class EmulatorControl: Sendable {
         }
     }
 
+    /// Whether `project` may use the Instance ID API.
     public func isIIDEnabled(project: String) -> Bool { state.withLock { !$0.iidDisabled.contains(project) } }
 
     /// The date FCM's 2027 deadline rules see, apart from the clock that checks tokens; nil applies
@@ -188,6 +202,7 @@ public final class EmulatorControl: Sendable {
         if date >= FCMDeadlines.iidClosedToNewProjects { setIIDEnabled(false, project: project) }
     }
 
+    /// When `project` was created (`--created`), if the emulator was told.
     public func created(project: String) -> Date? { state.withLock { $0.created[project] } }
 
     /// Whether device groups (and the call that lists their tokens) are turned down at `asOf`.
@@ -202,6 +217,7 @@ public final class EmulatorControl: Sendable {
         return created < FCMDeadlines.deviceGroupsClosedToNewProjects
     }
 
+    /// The projects whose Instance ID API is off, sorted.
     public var iidDisabledProjects: [String] { state.withLock { $0.iidDisabled.sorted() } }
 
     /// Admits a subscription change of `tokens` tokens, or returns the seconds to wait (for `Retry-After`).
@@ -248,6 +264,7 @@ public final class EmulatorControl: Sendable {
         }
     }
 
+    /// The delay added to every FCM call (`latency_ms` of the faults).
     public var latency: Duration { .milliseconds(state.withLock { $0.faults.latencyMs }) }
 
     /// Where the emulator listens, for the `token_uri` of the key files it writes.

@@ -13,9 +13,11 @@ import Glibc
 /// The request context of the emulator's server: Hummingbird's basic context plus the channel,
 /// so an injected fault can drop the connection.
 public struct EmulatorRequestContext: RequestContext {
+    /// Hummingbird's per-request storage.
     public var coreContext: CoreRequestContextStorage
     let channel: any Channel
 
+    /// A context for a request that arrived on `source`'s channel.
     public init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
         channel = source.channel
@@ -79,15 +81,23 @@ struct EmulatorResponder: HTTPResponder {
 
 /// `tidemark emulator serve`: the emulator over HTTP, as a service that shuts down gracefully on SIGINT/SIGTERM.
 public struct EmulatorServer: Sendable {
+    /// How the server is started (`tidemark emulator serve` flags).
     public struct Options: Sendable {
+        /// The address to listen on; loopback by default.
         public var host = "127.0.0.1"
+        /// The port to listen on; 0 picks a free one.
         public var port = 9099
         /// SQLite state and the key file live here; nil keeps state in memory.
         public var dataDirectory: String?
+        /// The project whose service-account key the server writes at start.
         public var project = "tidemark-demo"
+        /// Whether unknown tokens are registered on first use (`--auto-register`).
         public var autoRegister = false
+        /// The rate limit at start.
         public var rateLimit = RateLimitSettings()
+        /// The faults at start.
         public var faults = FaultSettings()
+        /// Whether the Instance ID API is on at start.
         public var iidEnabled = true
         /// The date FCM's deadline rules see (`--as-of`); nil applies none.
         public var asOf: Date?
@@ -96,10 +106,13 @@ public struct EmulatorServer: Sendable {
         /// Keep every subscription change for the admin API's `changes` (for crash and replay tests).
         public var recordChanges = false
 
+        /// The defaults: loopback, port 9099, state in memory.
         public init() {}
     }
 
+    /// How it was started.
     public let options: Options
+    /// The emulator the server serves.
     public let emulator: FCMEmulator
     /// The service-account key file clients should use.
     public let keyFilePath: String

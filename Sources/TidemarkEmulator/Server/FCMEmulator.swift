@@ -9,15 +9,20 @@ import TidemarkCore
 public struct FCMEmulator: Sendable {
     /// The engine behind the emulator.
     public let engine: FCMEngine
+    /// Grants and checks access tokens.
     public let authority: AccessTokenAuthority
+    /// The run-time switches: faults, rate limits, API availability.
     public let control: EmulatorControl
+    /// The messages sent, for tests and the admin API.
     public let deliveries: DeliveryLog
+    /// What the calls changed, and their counts.
     public let traffic: TrafficLog
     /// The project whose key file the emulator wrote at start.
     public let defaultProject: String
     /// The clock for timestamps and message IDs.
     let timing: Timing
 
+    /// An emulator over `engine`, checking tokens with `authority`.
     public init(
         engine: FCMEngine, authority: AccessTokenAuthority, control: EmulatorControl = EmulatorControl(),
         deliveries: DeliveryLog = DeliveryLog(), traffic: TrafficLog = TrafficLog(), defaultProject: String,

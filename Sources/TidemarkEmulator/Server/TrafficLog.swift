@@ -7,21 +7,29 @@ import Synchronization
 public final class TrafficLog: Sendable {
     /// One request that changed subscriptions (or would have: an unsubscribe of a missing membership).
     public struct Change: Sendable, Codable, Equatable {
+        /// Its place in the order the emulator received changes.
         public var sequence: Int
+        /// The project it changed.
         public var project: String
         /// `subscribe` or `unsubscribe`.
         public var operation: String
+        /// The topic it changed.
         public var topic: String
+        /// The registration tokens it named.
         public var tokens: [String]
         /// `v1` or `iid`.
         public var api: String
     }
 
+    /// Request counts by surface, and the window the changes arrived in.
     public struct Counters: Sendable, Codable, Equatable {
         /// Authenticated requests to FCM's surfaces (the admin API and the token endpoint excluded).
         public var requests = 0
+        /// Of `requests`, those to the v1 API.
         public var v1Requests = 0
+        /// Of `requests`, those to the Instance ID API.
         public var iidRequests = 0
+        /// Of `requests`, those to the device-group API.
         public var groupRequests = 0
         /// Requests answered 429 by the rate limit.
         public var rateLimited = 0
@@ -31,6 +39,7 @@ public final class TrafficLog: Sendable {
         public var tokensChanged = 0
         /// When the first and the last of them arrived (Unix seconds): the window to measure a rate over.
         public var firstChangeAt: Double?
+        /// When the last change arrived (Unix seconds).
         public var lastChangeAt: Double?
 
         enum CodingKeys: String, CodingKey {
@@ -55,8 +64,10 @@ public final class TrafficLog: Sendable {
 
     private let inner = Mutex(Inner())
 
+    /// An empty log.
     public init() {}
 
+    /// The counts so far.
     public var counters: Counters { inner.withLock { $0.counters } }
 
     /// Whether changes are recorded (off by default: a million-change apply would keep them all).

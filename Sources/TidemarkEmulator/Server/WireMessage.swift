@@ -5,6 +5,7 @@ import TidemarkCore
 ///
 /// Independent of the HTTP server, so every route is tested without a socket.
 public struct WireRequest: Sendable {
+    /// The HTTP method, upper case.
     public var method: String
     /// The path as sent, still percent-encoded.
     public var path: String
@@ -14,8 +15,10 @@ public struct WireRequest: Sendable {
     public var query: [String: String]
     /// Header fields by lowercased name.
     public var headers: [String: String]
+    /// The body as sent.
     public var body: Data
 
+    /// A request; `method` is upper-cased and `target` split into path and query.
     public init(method: String, target: String, headers: [String: String] = [:], body: Data = Data()) {
         self.method = method.uppercased()
         let parts = target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
@@ -82,12 +85,16 @@ public struct WireRequest: Sendable {
 
 /// One HTTP response from the emulator's handlers.
 public struct WireResponse: Sendable {
+    /// The HTTP status.
     public var status: Int
+    /// Header fields, in order.
     public var headers: [(String, String)]
+    /// The body.
     public var body: Data
     /// Close the connection without answering (an injected fault).
     public var dropConnection = false
 
+    /// A response with `status`, `headers` and `body`.
     public init(status: Int, headers: [(String, String)] = [], body: Data = Data()) {
         self.status = status
         self.headers = headers
@@ -146,6 +153,7 @@ public struct WireResponse: Sendable {
     /// The parsed JSON body, for tests.
     public var jsonObject: [String: Any]? { (try? JSONSerialization.jsonObject(with: body)) as? [String: Any] }
 
+    /// The first header field named `name` (case-insensitive), if any.
     public func header(_ name: String) -> String? {
         headers.first { $0.0.lowercased() == name.lowercased() }?.1
     }
