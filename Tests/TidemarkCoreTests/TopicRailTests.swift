@@ -22,17 +22,22 @@ import TidemarkTesting
             members: [{selector: {region: north}}]
         """
 
-    @Test func aTopicsOwnRailRefusesAPlanPastItAndCountsNoRotation() async throws {
+    /// One project's parts: a store, a backend and a clock shared by every run; the inventory per run.
+    static func project(output: any WorkflowOutput = SilentOutput()) throws -> (String) -> WorkflowParts {
         let store = InMemoryStateStore()
         let (backend, _) = try InMemoryBackend.make(project: "p", autoRegister: true)
         let clock = ManualClock()
-        func parts(_ inventory: String) -> WorkflowParts {
+        return { inventory in
             WorkflowParts(
                 manifests: Fixtures.manifests([
                     "inv.yaml": "inventory:\n  files: [devices.csv]\n", "devices.csv": inventory,
                     "topics.yaml": Self.topics,
-                ]), store: store, backend: backend, timing: clock.timing, tidemarkVersion: "0.1.0")
+                ]), store: store, backend: backend, timing: clock.timing, output: output, tidemarkVersion: "0.1.0")
         }
+    }
+
+    @Test func aTopicsOwnRailRefusesAPlanPastItAndCountsNoRotation() async throws {
+        let parts = try Self.project()
         _ = try await ApplyWorkflow(parts(Self.inventory())).run(ApplyRequest())
         // Two of ten leave: 20%, as much as the rail allows.
         let two = try await PlanWorkflow(parts(Self.inventory(drop: [0, 1]))).run(PlanRequest()).plan
@@ -63,17 +68,8 @@ import TidemarkTesting
     /// A saved plan that a rail now refuses is never first said to have been checked: the two lines
     /// would contradict each other.
     @Test func aRefusedSavedPlanIsNotSaidToHaveBeenChecked() async throws {
-        let store = InMemoryStateStore()
-        let (backend, _) = try InMemoryBackend.make(project: "p", autoRegister: true)
-        let clock = ManualClock()
         let output = RecordingOutput()
-        func parts(_ inventory: String) -> WorkflowParts {
-            WorkflowParts(
-                manifests: Fixtures.manifests([
-                    "inv.yaml": "inventory:\n  files: [devices.csv]\n", "devices.csv": inventory,
-                    "topics.yaml": Self.topics,
-                ]), store: store, backend: backend, timing: clock.timing, output: output, tidemarkVersion: "0.1.0")
-        }
+        let parts = try Self.project(output: output)
         _ = try await ApplyWorkflow(parts(Self.inventory())).run(ApplyRequest())
         let saved = try await PlanWorkflow(parts(Self.inventory(drop: [0]))).run(PlanRequest()).plan
         #expect(saved.unsubscribeCount == 1)
