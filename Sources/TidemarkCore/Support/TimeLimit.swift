@@ -7,10 +7,10 @@ import Synchronization
 /// the group, and its caller, for as long as it runs. `race` returns as soon as the work ends or the
 /// limit passes, whichever is first; what is given up on is cancelled and runs on detached, and if
 /// it still produces a value, `late` disposes of it (closes the connection it opened).
-public enum TimeLimit {
+package enum TimeLimit {
     /// The work's value, or nil once `limit` passes first. The caller's cancellation cancels the work
     /// and throws `CancellationError` at once.
-    public static func race<T: Sendable>(
+    package static func race<T: Sendable>(
         _ limit: Duration, _ work: @Sendable @escaping () async throws -> T,
         late: @Sendable @escaping (T) async -> Void = { _ in }
     ) async throws -> T? {
