@@ -15,7 +15,7 @@ public enum ErrorText {
         case let error as POSIXError:
             return String(cString: strerror(error.code.rawValue))
         case let described as CustomStringConvertible
-        where !(error is NSError) && String(describing: type(of: error)) != "NSError":
+        where !(described is NSError) && String(describing: type(of: described)) != "NSError":
             let text = described.description
             if isDump(text) { return unexpected(error) }
             return text.hasPrefix("SQLite error") ? sqlite(text) : text
