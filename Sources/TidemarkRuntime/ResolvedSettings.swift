@@ -144,19 +144,10 @@ public struct ResolvedSettings: Sendable {
     /// `TIDEMARK_AS_OF` (YYYY-MM-DD), nil when unset or empty.
     static func asOf(_ environment: [String: String]) throws -> Date? {
         guard let text = environment["TIDEMARK_AS_OF"], !text.isEmpty else { return nil }
-        guard let day = parseDay(text) else {
+        guard let day = FCMDeadlines.parseDay(text) else {
             throw RuntimeError("TIDEMARK_AS_OF must be a date such as 2027-10-01, not '\(text)'.")
         }
         return day
-    }
-
-    /// A day written YYYY-MM-DD, at midnight UTC; nil for anything else.
-    public static func parseDay(_ text: String) -> Date? {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "UTC")
-        formatter.dateFormat = "yyyy-MM-dd"
-        return formatter.date(from: text)
     }
 
     /// The scheme of `text` when it is a URL (`scheme://…`, the scheme letters, digits, `+`, `-` and

@@ -108,7 +108,7 @@ struct EmulatorServeCommand: AsyncParsableCommand {
         guard rateLimit >= 0 else { throw ValidationError("--rate-limit must not be negative.") }
         if let problem = faultSettings.problem { throw ValidationError("faults: \(problem).") }
         for (flag, value) in [("--as-of", asOf), ("--created", created)] {
-            if let value, ResolvedSettings.parseDay(value) == nil {
+            if let value, FCMDeadlines.parseDay(value) == nil {
                 throw ValidationError("\(flag) must be a date such as 2027-10-01, not '\(value)'.")
             }
         }
@@ -142,8 +142,8 @@ struct EmulatorServeCommand: AsyncParsableCommand {
                 answer: rateLimitPerToken ? .perToken : .http)
             options.faults = faultSettings
             options.iidEnabled = !noIid
-            options.asOf = asOf.flatMap(ResolvedSettings.parseDay)
-            options.created = created.flatMap(ResolvedSettings.parseDay)
+            options.asOf = asOf.flatMap(FCMDeadlines.parseDay)
+            options.created = created.flatMap(FCMDeadlines.parseDay)
             options.recordChanges = recordChanges
             let server = try EmulatorServer(options: options)
             let keyFile = server.keyFilePath

@@ -156,8 +156,8 @@ import TidemarkStore
     @Test func theDateOfTheDeadlineRulesIsCheckedAndUsedOnlyOffFCM() throws {
         let error = #expect(throws: RuntimeError.self) { try Self.resolve(RuntimeFlags(), ["TIDEMARK_AS_OF": "soon"]) }
         #expect(error?.description == "TIDEMARK_AS_OF must be a date such as 2027-10-01, not 'soon'.")
-        let day = try #require(ResolvedSettings.parseDay("2027-10-01"))
-        let now = try #require(ResolvedSettings.parseDay("2026-11-24"))
+        let day = try #require(FCMDeadlines.parseDay("2027-10-01"))
+        let now = try #require(FCMDeadlines.parseDay("2026-11-24"))
         let embedded = try Self.resolve(RuntimeFlags(), ["TIDEMARK_AS_OF": "2027-10-01"])
         #expect(embedded.asOf == day)
         #expect(embedded.deadlines(now: now) == DeadlineCheck(transport: .v1, enforcedAt: day, now: day))

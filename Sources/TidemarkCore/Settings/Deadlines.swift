@@ -22,6 +22,16 @@ public enum FCMDeadlines {
     /// From this day the Instance ID API stops working.
     public static let iidTurnedDown = day(2027, 9, 29)
 
+    /// A day written YYYY-MM-DD, at midnight UTC; nil for anything else (`TIDEMARK_AS_OF`,
+    /// `--as-of`, `--created`, and the days of `acknowledge:` in tidemark.yaml).
+    public static func parseDay(_ text: String) -> Date? {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        formatter.dateFormat = "yyyy-MM-dd"
+        return formatter.date(from: text)
+    }
+
     /// "29 September 2027".
     public static func format(_ date: Date) -> String {
         let formatter = DateFormatter()

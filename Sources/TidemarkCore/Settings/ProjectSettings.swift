@@ -197,11 +197,10 @@ public struct ProjectSettings: Sendable, Equatable {
                 for (name, _, item) in doc.mapping(value, "'acknowledge'", allowed: DeadlineCheck.acknowledgeable) ?? []
                 {
                     let text = item.scalar?.string ?? ""
-                    let parser = DateFormatter()
-                    parser.locale = Locale(identifier: "en_US_POSIX")
-                    parser.timeZone = TimeZone(identifier: "UTC")
-                    parser.dateFormat = "yyyy-MM-dd"
-                    guard let date = parser.date(from: text), parser.string(from: date) == text else {
+                    // Only a real day written YYYY-MM-DD: one that reads back the same.
+                    let written = ISO8601DateFormatter()
+                    written.formatOptions = [.withFullDate]
+                    guard let date = FCMDeadlines.parseDay(text), written.string(from: date) == text else {
                         doc.error("'acknowledge.\(name)' must be a date written YYYY-MM-DD, not '\(text)'.", item)
                         continue
                     }
