@@ -64,7 +64,7 @@ struct PlanCommand: AsyncParsableCommand {
         PhaseTrace.mark("plan made")
         let refused = plan.diagnostics.hasErrors
         if let out, !refused {
-            try writeAtomically(jsonFile(plan), to: out, mode: 0o600)
+            try writeAtomically(jsonFile(plan.summarized()), to: out, mode: 0o600)
             PhaseTrace.mark("plan saved")
         }
         try runtime.output(

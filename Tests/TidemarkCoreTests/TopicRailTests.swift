@@ -56,7 +56,7 @@ import TidemarkTesting
         let rotated = try await PlanWorkflow(parts(Self.inventory(rotate: [3, 4, 5, 6, 7]))).run(PlanRequest()).plan
         #expect(rotated.unsubscribeCount == 5 && rotated.rotations?.count == 5)
         #expect(!rotated.diagnostics.hasErrors, "\(rotated.diagnostics)")
-        #expect(PlanRenderer.flagged(rotated).isEmpty && rotated.summary?.destructive == [])
+        #expect(PlanRenderer.flagged(rotated).isEmpty && rotated.summarized().summary?.destructive == [])
         // The global rail does not count rotations either.
         let global = try UnsubscribeLimit(parsing: "1")
         let capped = try await PlanWorkflow(parts(Self.inventory(rotate: [3, 4, 5, 6, 7]))).run(

@@ -89,6 +89,15 @@ public struct TopicChange: Sendable, Codable, Equatable {
     /// Members the topic loses for good: its removals but for rotated tokens.
     public var losses: Int { max(0, unsubscribe - (rotated ?? 0)) }
 
+    /// The topic's own `max_unsubscribes` and the members it lets go of `before`, when the
+    /// manifests set one: `losses` past `allowed` refuse the plan.
+    public var ownRail: (limit: UnsubscribeLimit, allowed: Int)? {
+        guard let written = maxUnsubscribes,
+            let limit = try? UnsubscribeLimit(parsing: written, setting: "max_unsubscribes")
+        else { return nil }
+        return (limit, limit.allowed(of: before ?? 0))
+    }
+
     /// Why the plan's removals from this topic deserve a reviewer's attention ("authoritative topic",
     /// "13% of its 500 subscribers, over the 10% that calls for review"), or nil when they do not:
     /// removals from an authoritative or protected topic or from one leaving the manifests, and
@@ -104,8 +113,8 @@ public struct TopicChange: Sendable, Codable, Equatable {
         if !removedFromManifests, let before, before > 0 {
             let share = PlanRenderer.formatShare(Double(lost) / Double(before))
             let of = "\(share) of its \(PlanRenderer.counted(before, "subscriber"))"
-            if let written = maxUnsubscribes, let limit = try? UnsubscribeLimit(parsing: written) {
-                if lost > limit.allowed(of: before) { reasons.append("\(of), over its max_unsubscribes \(written)") }
+            if let rail = ownRail {
+                if lost > rail.allowed { reasons.append("\(of), over its max_unsubscribes \(rail.limit)") }
             } else if Double(lost) > Double(before) * Self.reviewShare {
                 reasons.append("\(of), over the \(Int(Self.reviewShare * 100))% that calls for review")
             }
@@ -348,7 +357,8 @@ public struct Plan: Sendable, Codable {
     /// Requests the plan's refresh sent to FCM to read registrations and groups, when the backend
     /// counts them (absent otherwise).
     public var reads: Int? = nil
-    /// The counts a script needs (`summarized()`); informational, recomputed rather than trusted.
+    /// The counts a script needs, set by `summarized()` where a plan is written as JSON (standard
+    /// output, a saved plan); informational, recomputed rather than trusted.
     public var summary: PlanSummary? = nil
 
     /// A plan as the planner makes it; the optional parts are set afterwards.
@@ -389,6 +399,18 @@ public struct Plan: Sendable, Codable {
 
     /// True when the plan covers only some topics and groups.
     public var isPartial: Bool { !targets.isEmpty || !(excludes ?? []).isEmpty }
+
+    /// The topics, device groups and audiences its operations change, as its verdict counts them.
+    public var changedCounts: (topics: Int, groups: Int, audiences: Int) {
+        let audienceNames = Set(groups.filter { $0.audience == true }.map(\.group))
+        let topics = Set(operations.filter { !$0.kind.isGroup }.map(\.target)).count
+        let groups = Set(operations.filter { $0.kind.isGroup }.map(\.target)).subtracting(audienceNames).count
+        return (topics, groups, audienceNames.count)
+    }
+
+    /// Of its unsubscriptions, the old tokens of rotated devices (their memberships move to the new
+    /// token; nothing is lost).
+    public var rotatedUnsubscribeCount: Int { topics.reduce(0) { $0 + ($1.rotated ?? 0) } }
 
     /// Memberships its subscribe batches add.
     public var subscribeCount: Int { operations.filter { $0.kind == .subscribe }.reduce(0) { $0 + $1.tokens.count } }

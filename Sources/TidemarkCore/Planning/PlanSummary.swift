@@ -26,11 +26,11 @@ public struct PlanSummary: Sendable, Codable, Equatable {
     public var errors: Int
     /// Warnings in `diagnostics`.
     public var warnings: Int
-    /// Topics with changes.
+    /// Topics with changes (as the verdict counts them).
     public var topics: Int
-    /// Device groups with changes.
+    /// Device groups with changes (as the verdict counts them).
     public var groups: Int
-    /// Audiences with changes.
+    /// Audiences with changes (as the verdict counts them).
     public var audiences: Int
     /// Memberships the plan adds.
     public var subscribes: Int
@@ -60,13 +60,10 @@ public struct PlanSummary: Sendable, Codable, Equatable {
         verdict = PlanRenderer().verdict(plan)
         errors = plan.diagnostics.count { $0.severity == .error }
         warnings = plan.diagnostics.count { $0.severity == .warning }
-        let audienceNames = Set(plan.groups.filter { $0.audience == true }.map(\.group))
-        topics = plan.topics.filter { $0.subscribe + $0.unsubscribe > 0 || $0.previousMode != nil }.count
-        groups = plan.groups.filter { $0.audience != true }.count
-        audiences = audienceNames.count
+        (topics, groups, audiences) = plan.changedCounts
         subscribes = plan.subscribeCount
         unsubscribes = plan.unsubscribeCount
-        rotatedUnsubscribes = plan.topics.reduce(0) { $0 + ($1.rotated ?? 0) }
+        rotatedUnsubscribes = plan.rotatedUnsubscribeCount
         rotatedDevices = plan.rotations?.count ?? 0
         departedDevices = Set((plan.departed ?? []).map(\.device)).count
         groupCalls = plan.operations.count { $0.kind.isGroupCall }

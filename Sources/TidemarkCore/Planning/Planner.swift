@@ -41,7 +41,8 @@ public struct Planner: Sendable {
         let rotations = Self.rotations(plan, state: working, inventory: loaded.inventory)
         plan.rotations = rotations.isEmpty ? nil : rotations
         plan.topics = PlanExplainer(loaded: loaded, state: working, plan: plan).explain()
-        Self.annotate(&plan, desired: loaded.desired, state: working, inventory: loaded.inventory)
+        let specs = Dictionary(loaded.desired.topics.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        Self.annotate(&plan, specs: specs, state: working, inventory: loaded.inventory)
         plan.manifestFiles = loaded.filesDigest.isEmpty ? nil : loaded.filesDigest
         plan.optedOut = result.optedOut == 0 ? nil : result.optedOut
         var versions: [String: Int] = [:]
@@ -53,21 +54,20 @@ public struct Planner: Sendable {
         let meanings = loaded.entryDigests
         // A touched topic no longer declared has no meaning: "" records that.
         plan.desired = Dictionary(uniqueKeysWithValues: versions.keys.map { ($0, meanings[$0] ?? "") })
-        let rotatedAway = plan.topics.reduce(0) { $0 + ($1.rotated ?? 0) }
         if let maxUnsubscribes,
             let violation = maxUnsubscribes.violation(
-                unsubscribes: plan.unsubscribeCount - rotatedAway, known: working.observedMembershipCount)
+                unsubscribes: plan.unsubscribeCount - plan.rotatedUnsubscribeCount,
+                known: working.observedMembershipCount)
         {
             plan.diagnostics.append(.error(violation))
         }
-        plan.diagnostics += Self.topicRails(plan, desired: loaded.desired)
+        plan.diagnostics += Self.topicRails(plan, specs: specs)
         return plan
     }
 
     /// Each topic's size before the plan, the removals that are rotations, its protection and its own
     /// rail; and the device each departing token belonged to.
-    static func annotate(_ plan: inout Plan, desired: DesiredState, state: State, inventory: Inventory) {
-        let specs = Dictionary(desired.topics.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+    static func annotate(_ plan: inout Plan, specs: [String: DesiredTopic], state: State, inventory: Inventory) {
         let rotatedFrom = Set((plan.rotations ?? []).map(\.from))
         var rotated: [String: Int] = [:]
         var departed: [String: String] = [:]
@@ -98,20 +98,17 @@ public struct Planner: Sendable {
     }
 
     /// A topic's own `max_unsubscribes`: a plan that takes more from it is refused.
-    static func topicRails(_ plan: Plan, desired: DesiredState) -> [Diagnostic] {
-        let specs = Dictionary(desired.topics.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
-        return plan.topics.compactMap { change -> Diagnostic? in
-            guard let spec = specs[change.topic], let limit = spec.maxUnsubscribes else { return nil }
+    static func topicRails(_ plan: Plan, specs: [String: DesiredTopic]) -> [Diagnostic] {
+        plan.topics.compactMap { change -> Diagnostic? in
+            guard let (limit, allowed) = change.ownRail, change.losses > allowed else { return nil }
             let before = change.before ?? 0
-            let allowed = limit.allowed(of: before)
-            guard change.losses > allowed else { return nil }
             let share =
                 before > 0
                 ? " (\(PlanRenderer.formatShare(Double(change.losses) / Double(before))) of its \(PlanRenderer.counted(before, "known subscriber")))"
                 : ""
             return .error(
                 "this plan would unsubscribe \(PlanRenderer.counted(change.losses, "device")) from topic '\(change.topic)'\(share), more than its max_unsubscribes \(limit) allows (\(PlanRenderer.formatCount(allowed))); rotated tokens are not counted. Check the manifests and the inventory, or raise max_unsubscribes on the topic if this is intended.",
-                at: spec.location)
+                at: specs[change.topic]?.location)
         }
     }
 

@@ -45,7 +45,10 @@ public struct MarkdownPlanRenderer: Sendable {
         let flagged = PlanRenderer.flagged(plan)
         let icon = plan.diagnostics.hasErrors ? "❌" : !flagged.isEmpty ? "⚠️" : plan.hasChanges ? "📝" : "✅"
         let head = "### \(icon) tidemark: \(Self.escape(text.verdict(plan)))"
-        var blocks: [MarkdownBlock] = [.text(Self.contextLine(plan, context))]
+        var blocks: [MarkdownBlock] = [.text(Self.contextLine(plan, context, flagged: flagged.count))]
+        // What calls for review, by name: its table row is marked and its detail shown open.
+        let riskyTopics = Set(flagged.filter { $0.kind == "topic" }.map(\.name))
+        let riskyGroups = Set(flagged.filter { $0.kind != "topic" }.map(\.name))
         if let line = PlanRenderer.driftOnlyLine(plan) { blocks.append(.text("> " + Self.escape(line))) }
         if let shadow = plan.shadowVerify {
             blocks.append(.text("> **" + Self.escape(shadow.verdict) + "**"))
@@ -65,7 +68,7 @@ public struct MarkdownPlanRenderer: Sendable {
                     open: "**Errors** (this plan cannot be applied):\n",
                     lines: errors.map { "- " + Self.escape($0.description) }))
         }
-        let destructive = text.destructiveLines(plan)
+        let destructive = PlanRenderer.destructiveLines(flagged)
         if !destructive.isEmpty {
             var lines = destructive.prefix(25).map { "- " + Self.escape($0) }
             if destructive.count > 25 { lines.append("- … and \(destructive.count - 25) more (see the table)") }
@@ -101,13 +104,13 @@ public struct MarkdownPlanRenderer: Sendable {
                 if !notes.isEmpty { why.append(notes) }
                 let size =
                     PlanRenderer.size(change).map { $0.replacingOccurrences(of: " → ", with: "&nbsp;→&nbsp;") } ?? ""
-                let mark = flagged.contains { $0.kind == "topic" && $0.name == change.topic } ? "⚠️ " : ""
+                let mark = riskyTopics.contains(change.topic) ? "⚠️ " : ""
                 rows.append(
                     "| \(mark)`\(change.topic)` | topic | \(mode) | \(size) | +\(PlanRenderer.formatCount(change.subscribe)) | −\(PlanRenderer.formatCount(change.unsubscribe)) | \(why.joined(separator: "<br>")) |"
                 )
             }
             for change in plan.groups {
-                let mark = flagged.contains { $0.kind != "topic" && $0.name == change.group } ? "⚠️ " : ""
+                let mark = riskyGroups.contains(change.group) ? "⚠️ " : ""
                 rows.append(
                     "| \(mark)`\(change.group)` | \(change.audience == true ? "audience" : "group") | \(change.action.rawValue) | | +\(change.add) | −\(change.remove) | \(legend.cell(change.notes, escape: Self.escape)) |"
                 )
@@ -128,7 +131,7 @@ public struct MarkdownPlanRenderer: Sendable {
                 detailLines(index.tokens(.unsubscribe, change.topic), "-")
                 + detailLines(index.tokens(.subscribe, change.topic), "+")
             guard !lines.isEmpty else { continue }
-            let risky = flagged.contains { $0.kind == "topic" && $0.name == change.topic }
+            let risky = riskyTopics.contains(change.topic)
             let title =
                 "\(risky ? "⚠️ " : "")<code>\(Self.escape(change.topic))</code>: +\(PlanRenderer.formatCount(change.subscribe)) −\(PlanRenderer.formatCount(change.unsubscribe))"
             blocks.append(detailBlock(title: title, lines: lines, expanded: risky))
@@ -147,7 +150,7 @@ public struct MarkdownPlanRenderer: Sendable {
                 lines += op.tokens.map { "\(sign) \(show($0))" }
             }
             guard !lines.isEmpty else { continue }
-            let risky = flagged.contains { $0.kind != "topic" && $0.name == change.group }
+            let risky = riskyGroups.contains(change.group)
             blocks.append(
                 detailBlock(
                     title:
@@ -205,13 +208,13 @@ public struct MarkdownPlanRenderer: Sendable {
     }
 
     /// "Workspace `prod` · FCM project `my-app` (fcm) · commit `1a2b3c4`": where the plan was made.
-    static func contextLine(_ plan: Plan, _ context: PlanContext?) -> String {
+    /// `flagged`: how many changes call for a careful review.
+    static func contextLine(_ plan: Plan, _ context: PlanContext?, flagged: Int) -> String {
         var parts: [String] = []
         if let workspace = context?.workspace { parts.append("Workspace `\(escape(workspace))`") }
         if let environment = context?.environment { parts.append("environment `\(escape(environment))`") }
         parts.append("FCM project `\(escape(plan.backend.project))` (\(escape(plan.backend.kind.rawValue)))")
         if let commit = context?.commit { parts.append("commit `\(escape(String(commit.prefix(12))))`") }
-        let flagged = PlanRenderer.flagged(plan).count
         let verdict =
             plan.diagnostics.hasErrors
             ? "cannot be applied"

@@ -86,10 +86,7 @@ public struct PlanRenderer: Sendable {
             return
                 "No changes. FCM matches the manifests\(respected)\(plan.refreshed ? "" : " (as recorded in state; not refreshed)")."
         }
-        let topics = Set(plan.operations.filter { !$0.kind.isGroup }.map(\.target)).count
-        let audienceNames = Set(plan.groups.filter { $0.audience == true }.map(\.group))
-        let groups = Set(plan.operations.filter { $0.kind.isGroup }.map(\.target)).subtracting(audienceNames).count
-        let audiences = audienceNames.count
+        let (topics, groups, audiences) = plan.changedCounts
         var parts: [String] = []
         if topics > 0 { parts.append("\(Self.formatCount(topics)) topic\(topics == 1 ? "" : "s")") }
         if groups > 0 { parts.append("\(Self.formatCount(groups)) group\(groups == 1 ? "" : "s")") }
@@ -143,11 +140,11 @@ public struct PlanRenderer: Sendable {
                 "Partial plan (\(plan.selectionSummary)): topics and groups outside the selection are not planned and may have changes of their own."
             )
         }
-        if let legend = Self.symbolLegend(plan) {
+        let destructive = Self.destructiveLines(Self.flagged(plan))
+        if let legend = Self.symbolLegend(plan, flagged: !destructive.isEmpty) {
             out.append("")
             out.append(legend)
         }
-        let destructive = destructiveLines(plan)
         if !destructive.isEmpty {
             out.append("")
             out.append("Destructive changes:")
@@ -237,16 +234,17 @@ public struct PlanRenderer: Sendable {
         }
     }
 
-    /// One line saying what the plan's symbols mean, only those it uses; nil when it shows none.
-    public static func symbolLegend(_ plan: Plan) -> String? {
+    /// One line saying what the plan's symbols mean, only those it uses (`!` when something is
+    /// `flagged`); nil when it shows none.
+    public static func symbolLegend(_ plan: Plan, flagged: Bool) -> String? {
         let used = Set(plan.topics.map(symbol) + plan.groups.map(symbol))
         guard !used.isEmpty else { return nil }
         var meanings: [String] = []
         if used.contains("+") { meanings.append("+ new (no known member before)") }
         if used.contains("~") { meanings.append("~ changes") }
         if used.contains("-") { meanings.append("- leaves the manifests (tidemark removes the members it added)") }
-        let flagged = PlanRenderer().destructiveLines(plan).isEmpty ? "" : "; ! calls for a careful review"
-        return "Symbols: \(meanings.joined(separator: ", ")); under each, + joins and − leaves\(flagged)."
+        let review = flagged ? "; ! calls for a careful review" : ""
+        return "Symbols: \(meanings.joined(separator: ", ")); under each, + joins and − leaves\(review)."
     }
 
     /// `base`, and for the tokens it cannot name, the devices the plan itself knows: a departed
@@ -348,9 +346,9 @@ public struct PlanRenderer: Sendable {
         return flagged
     }
 
-    /// What a reviewer must look at: removals that lose members (never rotations), group deletions.
-    func destructiveLines(_ plan: Plan) -> [String] {
-        Self.flagged(plan).map { item in
+    /// What a reviewer must look at (`flagged`), one line each.
+    static func destructiveLines(_ flagged: [PlanSummary.Flagged]) -> [String] {
+        flagged.map { item in
             switch item.kind {
             case "topic":
                 "\(Self.counted(item.removes, "unsubscription")) from '\(item.name)' (\(item.reasons.joined(separator: "; ")))"

@@ -67,7 +67,6 @@ public struct PlanWorkflow: Sendable {
         let before = parts.backend.requestCount()
         var outcome = try await reading(request)
         if let before, let after = parts.backend.requestCount() { outcome.plan.reads = after - before }
-        outcome.plan = outcome.plan.summarized()
         return outcome
     }
 
