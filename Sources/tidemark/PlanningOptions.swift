@@ -35,7 +35,7 @@ struct PlanningOptions: ParsableArguments {
     @Option(
         name: .long,
         help: ArgumentHelp(
-            "Refuse a plan that unsubscribes more than N memberships, or more than P% of the memberships tidemark knows.",
+            "Refuse a plan that unsubscribes more than N memberships, or more than P% of the memberships tidemark knows; rotated tokens are not counted (default: 'max_unsubscribes' in tidemark.yaml, else no limit).",
             valueName: "N|P%"))
     var maxUnsubscribes: String?
 
