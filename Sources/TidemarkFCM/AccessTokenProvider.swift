@@ -6,7 +6,10 @@ import TidemarkAuth
 import TidemarkCore
 
 /// A problem with credentials, in one line that says what to fix. Never contains a credential.
-public struct CredentialError: RetryableError, Sendable, Equatable, CustomStringConvertible {
+public struct CredentialError: RetryableError, TidemarkError, Equatable {
+    /// `credentials`.
+    public var reason: String { "credentials" }
+
     /// What to fix, in one line.
     public var message: String
     /// Never retried: the credentials must change first.

@@ -13,7 +13,10 @@ extension FCMHTTPBackend {
     }
 
     /// A failed send, with FCM's error code (`FcmError.errorCode`, else `status`).
-    public struct SendError: RetryableError, Sendable, Equatable, CustomStringConvertible {
+    public struct SendError: RetryableError, TidemarkError, Equatable {
+        /// `fcm_send_refused`.
+        public var reason: String { "fcm_send_refused" }
+
         /// The HTTP status.
         public var status: Int
         /// FCM's error code.

@@ -1,6 +1,11 @@
+import TidemarkCore
+
 /// A setting, a file or an environment variable that stops a run before it starts: one sentence that
 /// names what is wrong and what to change.
-public struct RuntimeError: Error, Sendable, CustomStringConvertible {
+public struct RuntimeError: TidemarkError {
+    /// `settings`.
+    public var reason: String { "settings" }
+
     /// The message, a sentence that says what to do.
     public let description: String
 

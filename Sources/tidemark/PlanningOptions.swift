@@ -22,7 +22,7 @@ struct TargetOptions: ParsableArguments {
     func targets() throws -> Targets {
         do {
             return try Targets(include: target, exclude: exclude)
-        } catch let error as TargetError {
+        } catch {
             throw ValidationError(error.description)
         }
     }
@@ -51,7 +51,7 @@ struct PlanningOptions: ParsableArguments {
         guard let maxUnsubscribes else { return nil }
         do {
             return try UnsubscribeLimit(parsing: maxUnsubscribes)
-        } catch let error as TargetError {
+        } catch {
             throw ValidationError(error.description)
         }
     }

@@ -174,7 +174,9 @@ func writeAtomically(_ data: Data, to path: String, mode: Int = 0o644) throws {
 }
 
 /// A failure worth one clear line to the user.
-struct CLIError: Error, CustomStringConvertible {
+struct CLIError: TidemarkError {
     var description: String
+    /// `command_line`: the options as given cannot be carried out.
+    var reason: String { "command_line" }
     init(_ description: String) { self.description = description }
 }

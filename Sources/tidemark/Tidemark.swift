@@ -70,47 +70,21 @@ struct Tidemark: AsyncParsableCommand {
     }
 }
 
-/// Runs a command body, printing our errors as one clear message and mapping them to exit 1.
+/// Runs a command body, printing our errors as the runtime words them (`Failure`) and mapping them
+/// to exit 1.
 func runReportingErrors(_ body: () async throws -> Void) async throws {
     do {
         try await body()
     } catch let exit as ExitCode {
         throw exit
-    } catch let error as DiagnosticsError {
-        for diagnostic in error.diagnostics { Terminal.err(diagnostic.description) }
-        throw ExitCode.failure
-    } catch WorkflowError.invalidManifests(let count) {
-        // The diagnostics were printed as the workflow reported them.
-        Terminal.err(WorkflowError.invalidManifests(errorCount: count).description)
-        throw ExitCode.failure
-    } catch let error as WorkflowError {
-        Terminal.err(errorLine(error.description))
-        throw ExitCode.failure
-    } catch let error as StateStoreError {
-        Terminal.err(errorLine(error.description))
-        throw ExitCode.failure
-    } catch let error as CLIError {
-        Terminal.err(errorLine(error.description))
-        throw ExitCode.failure
     } catch let error as CleanExit {
         throw error
     } catch let error as ValidationError {
         throw error
     } catch {
-        Terminal.err(errorLine(ErrorText.describe(error)))
+        for line in Failure(error).lines { Terminal.err(line) }
         throw ExitCode.failure
     }
-}
-
-/// `error: message`, every error the same way: the message's first word in lower case unless it is
-/// a name written in capitals or with digits (`GET`, `FCM_EMULATOR_HOST`, `HTTP`) or already says
-/// "error:".
-func errorLine(_ message: String) -> String {
-    if message.hasPrefix("error:") { return message }
-    let first = message.prefix { !$0.isWhitespace && $0 != ":" && $0 != "," }
-    let isName = first.dropFirst().contains { $0.isUppercase || $0.isNumber || $0 == "_" }
-    guard let head = first.first, head.isUppercase, !isName else { return "error: " + message }
-    return "error: " + head.lowercased() + message.dropFirst()
 }
 
 /// Ends the process with `status` while `large` (a million devices' state, inventory and plan) is

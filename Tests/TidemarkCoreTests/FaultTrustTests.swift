@@ -49,7 +49,9 @@ import TidemarkTesting
         // The wrong FCM: every registration of the fleet is unknown to it.
         let (project, request) = try await Self.recentLaunchPlan(unregistering: 100)
         await #expect { try await project.apply(request) } throws: { error in
-            guard case WorkflowError.tooManyDead(let message) = error else { return false }
+            guard
+                let message = (error as? WorkflowError).flatMap({ $0.reason == "too_many_dead" ? $0.description : nil })
+            else { return false }
             return message.contains("100 of the 100 inventory registrations this apply changed")
                 && message.contains("no token was recorded as dead") && message.contains("tidemark-test")
         }

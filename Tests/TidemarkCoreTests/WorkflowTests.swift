@@ -133,7 +133,7 @@ import TidemarkTesting
     @Test func manifestErrorsStopEveryWorkflowBeforeFCMIsRead() async throws {
         let project = try Project(topics: "topics:\n  - name: a\n    members: [{devices: [nobody]}]\n")
         await #expect { try await project.plan() } throws: { error in
-            guard case WorkflowError.invalidManifests(let count) = error else { return false }
+            guard let count = (error as? WorkflowError)?.errorCount else { return false }
             return count >= 1
         }
         #expect(project.output.diagnostics.contains { $0.contains("unknown device 'nobody'") })
@@ -169,7 +169,8 @@ import TidemarkTesting
         do {
             _ = try await project.apply(project.saved(plan))
             Issue.record("a stale plan (\(what)) was applied")
-        } catch WorkflowError.stalePlan(let stale) {
+        } catch let error as WorkflowError where error.stalePlan != nil {
+            let stale = error.stalePlan!
             switch (what, stale.reason) {
             case ("serial", .touchedChanged(["topic:team-zero"], _, _)), ("manifests", .touchedInManifests),
                 ("backend", .otherBackend), ("lineage", .otherLineage), ("beforeState", .madeBeforeState):
@@ -189,7 +190,8 @@ import TidemarkTesting
             _ = try await project.apply(
                 ApplyRequest(savedPlan: (partial, "p.json"), planning: PlanRequest(targets: other)))
             Issue.record("a saved plan's selection was changed")
-        } catch WorkflowError.stalePlan(let stale) {
+        } catch let error as WorkflowError where error.stalePlan != nil {
+            let stale = error.stalePlan!
             guard case .selectionChanged = stale.reason else {
                 Issue.record("\(stale.reason)")
                 return
@@ -217,7 +219,7 @@ import TidemarkTesting
                     savedPlan: (removal, "r.json"),
                     planning: PlanRequest(maxUnsubscribes: try UnsubscribeLimit(parsing: "2"))))
         } throws: { error in
-            guard case WorkflowError.stalePlan(let stale) = error, case .tooManyUnsubscribes = stale.reason else {
+            guard let stale = (error as? WorkflowError)?.stalePlan, case .tooManyUnsubscribes = stale.reason else {
                 return false
             }
             return true
@@ -282,7 +284,7 @@ import TidemarkTesting
         other.operations.removeLast()
         _ = try await interrupted(project2, after: 1)
         await #expect { try await project2.apply(project2.saved(other)) } throws: { error in
-            guard case WorkflowError.stalePlan(let stale) = error else { return false }
+            guard let stale = (error as? WorkflowError)?.stalePlan else { return false }
             return stale.reason == .interruptedApplyFinished
         }
     }
@@ -374,7 +376,9 @@ import TidemarkTesting
         _ = try await project.apply()
         for i in 0..<60 { try await project.engine.unregister(token: Fixtures.token(i)) }
         await #expect { try await project.plan() } throws: { error in
-            guard case WorkflowError.tooManyDead(let message) = error else { return false }
+            guard
+                let message = (error as? WorkflowError).flatMap({ $0.reason == "too_many_dead" ? $0.description : nil })
+            else { return false }
             return message.contains("60 of the 100 registrations read") && message.contains("--accept-dead")
         }
         var accepting = project.parts
@@ -391,7 +395,7 @@ import TidemarkTesting
         await #expect {
             try await project.plan(PlanRequest(targets: try Targets(include: ["topic:team-zeor"], exclude: [])))
         } throws: { error in
-            guard case WorkflowError.selectorsMatchNothing(let misses) = error else { return false }
+            guard let misses = (error as? WorkflowError)?.unmatchedSelectors, !misses.isEmpty else { return false }
             return misses.map(\.selector) == ["topic:team-zeor"] && misses[0].closest.first == "topic:team-zero"
                 && error.localizedDescription.isEmpty == false
         }
@@ -410,7 +414,7 @@ import TidemarkTesting
     @Test func driftWithoutStateHasNothingToCompare() async throws {
         let project = try Project()
         await #expect { try await DriftWorkflow(project.parts).run() } throws: { error in
-            guard case WorkflowError.noState = error else { return false }
+            guard (error as? WorkflowError)?.reason == "no_state" else { return false }
             return "\(error)".contains("nothing to compare")
         }
     }
@@ -423,7 +427,7 @@ import TidemarkTesting
         var parts = project.parts
         parts.backend = other
         await #expect { try await PlanWorkflow(parts).run(PlanRequest(refresh: false)) } throws: { error in
-            guard case WorkflowError.stateOfAnotherBackend(_, let state, let now) = error else { return false }
+            guard let (state, now) = (error as? WorkflowError)?.backends else { return false }
             return state.project == "tidemark-test" && now.project == "someone-else"
         }
         await #expect(throws: WorkflowError.self) { try await ApplyWorkflow(parts).run(ApplyRequest()) }
@@ -558,7 +562,7 @@ import TidemarkTesting
             request.rereadAfter = rereadAfter
             request.planning.refresh = .sample
             await #expect { try await project.apply(request) } throws: { error in
-                guard case WorkflowError.stalePlan(let stale) = error, case .notWhatThePlannerWouldDo = stale.reason
+                guard let stale = (error as? WorkflowError)?.stalePlan, case .notWhatThePlannerWouldDo = stale.reason
                 else {
                     return false
                 }
@@ -726,7 +730,7 @@ import TidemarkTesting
         // A plan touching what changed since is refused with the precise reason.
         project.files["launch.yaml"] = "topics:\n  - name: launch\n    members: [{devices: [d1, d3]}]\n"
         await #expect { try await project.apply(project.saved(clashing)) } throws: { error in
-            guard case WorkflowError.stalePlan(let stale) = error else { return false }
+            guard let stale = (error as? WorkflowError)?.stalePlan else { return false }
             return "\(stale)".contains("topic:launch")
         }
     }
@@ -745,7 +749,8 @@ import TidemarkTesting
         do {
             _ = try await project.apply(project.saved(plan))
             Issue.record("a plan whose inventory moved was applied")
-        } catch WorkflowError.stalePlan(let stale) {
+        } catch let error as WorkflowError where error.stalePlan != nil {
+            let stale = error.stalePlan!
             let text = stale.description
             #expect(text.contains("inventory 'inventory.csv' changed"), "\(text)")
             #expect(text.contains("1 token it adds is no longer declared"), "\(text)")

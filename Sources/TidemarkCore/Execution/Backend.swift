@@ -146,7 +146,7 @@ public struct TokenError: Error, Sendable, Hashable, Codable, CustomStringConver
 }
 
 /// A failure of a device-group call, with FCM's error text.
-public struct GroupError: Error, Sendable, Equatable, CustomStringConvertible {
+public struct GroupError: TidemarkError, Equatable {
     /// The failures FCM's group API answers with, by their text.
     public enum Kind: String, Sendable {
         case alreadyExists = "notification_key already exists"
@@ -164,6 +164,16 @@ public struct GroupError: Error, Sendable, Equatable, CustomStringConvertible {
 
     /// FCM's text for the failure.
     public var description: String { kind.rawValue }
+    /// `group_already_exists`, `group_not_found`, `group_too_many_members`…
+    public var reason: String {
+        switch kind {
+        case .alreadyExists: "group_already_exists"
+        case .noValidRegistrationIDs: "group_no_valid_registrations"
+        case .nameMismatch: "group_name_mismatch"
+        case .notFound: "group_not_found"
+        case .tooManyMembers: "group_too_many_members"
+        }
+    }
 }
 
 /// An FCM: the embedded engine, the HTTP emulator or the real service.
@@ -257,7 +267,10 @@ public struct DetachedBackend: Backend {
     }
 
     /// What every call of a detached backend throws.
-    public struct Refused: Error, CustomStringConvertible {
+    public struct Refused: TidemarkError {
+        /// `fcm_not_read`.
+        public var reason: String { "fcm_not_read" }
+
         /// Why the call was refused, and which flag said so.
         public var description: String {
             "this run was told not to read FCM (--refresh none), so it holds no credential and makes no call."

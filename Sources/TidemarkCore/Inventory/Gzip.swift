@@ -2,7 +2,10 @@ import CZlib
 import Foundation
 
 /// Why compressed input could not be read.
-public struct GzipError: Error, Sendable, Equatable, CustomStringConvertible {
+public struct GzipError: TidemarkError, Equatable {
+    /// `invalid_gzip`.
+    public var reason: String { "invalid_gzip" }
+
     /// The reason, as a sentence naming the setting to raise when a limit was hit.
     public var description: String
 }

@@ -366,7 +366,10 @@ public struct InventoryBuilder: Sendable {
 }
 
 /// Why a source could not be read at all, in one line (the loader adds the source's name and place).
-public struct InventorySourceError: Error, Sendable, CustomStringConvertible {
+public struct InventorySourceError: TidemarkError {
+    /// `inventory_failed`.
+    public var reason: String { "inventory_failed" }
+
     /// The reason, as a sentence.
     public var description: String
     /// An error saying `description`.

@@ -60,13 +60,15 @@ public struct InMemoryFileSource: FileSource {
 }
 
 /// A file an in-memory source does not hold.
-public enum FileSourceError: Error, CustomStringConvertible {
-    case notFound(String)
+public struct FileSourceError: TidemarkError {
+    /// The path asked for.
+    public var path: String
 
+    /// A missing `path`.
+    public static func notFound(_ path: String) -> Self { Self(path: path) }
+
+    /// `input_not_found`, as a missing file on disk.
+    public var reason: String { "input_not_found" }
     /// "no such file: PATH".
-    public var description: String {
-        switch self {
-        case .notFound(let path): "no such file: \(path)"
-        }
-    }
+    public var description: String { "no such file: \(path)" }
 }

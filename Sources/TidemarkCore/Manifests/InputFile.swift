@@ -56,7 +56,7 @@ public struct InputLimits: Sendable, Equatable {
 }
 
 /// Why a file could not be read, in words a person can act on (never a Foundation error dump).
-public struct InputFileError: Error, Sendable, Equatable, CustomStringConvertible {
+public struct InputFileError: TidemarkError, Equatable {
     /// What kind of problem it is, for callers that act on it (a missing file may be optional).
     public enum Kind: Sendable, Equatable {
         case notFound, isDirectory, notRegular, permissionDenied, tooLarge, outsideProject, io
@@ -66,6 +66,19 @@ public struct InputFileError: Error, Sendable, Equatable, CustomStringConvertibl
     public var kind: Kind
     /// What is wrong, without the path (callers name the file).
     public var problem: String
+
+    /// `input_not_found`, `input_too_large`, `input_outside_project`…
+    public var reason: String {
+        switch kind {
+        case .notFound: "input_not_found"
+        case .isDirectory: "input_is_directory"
+        case .notRegular: "input_not_regular"
+        case .permissionDenied: "input_permission_denied"
+        case .tooLarge: "input_too_large"
+        case .outsideProject: "input_outside_project"
+        case .io: "input_unreadable"
+        }
+    }
 
     /// The problem, without the path.
     public var description: String { problem }

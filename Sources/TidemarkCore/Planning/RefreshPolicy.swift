@@ -63,7 +63,10 @@ public enum RefreshBudget: Sendable, Equatable, CustomStringConvertible {
 }
 
 /// A `--refresh`, `refresh_budget` or `refresh_max_age` that cannot be used.
-public struct RefreshPolicyError: Error, CustomStringConvertible {
+public struct RefreshPolicyError: TidemarkError {
+    /// `invalid_refresh_policy`.
+    public var reason: String { "invalid_refresh_policy" }
+
     /// The reason, as a sentence naming the setting.
     public var description: String
     /// An error saying `description`.

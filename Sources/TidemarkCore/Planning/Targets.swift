@@ -139,7 +139,10 @@ public struct Targets: Sendable, Equatable {
 }
 
 /// A `--target`, `--exclude` or `--max-unsubscribes` value that cannot be used.
-public struct TargetError: Error, Sendable, CustomStringConvertible {
+public struct TargetError: TidemarkError {
+    /// `invalid_selector`.
+    public var reason: String { "invalid_selector" }
+
     /// The reason, as a sentence naming the value.
     public var description: String
     /// An error saying `description`.

@@ -13,7 +13,10 @@ public enum JournalPlan {
     static let magic = Array("tidemark-journal-plan-1\n".utf8)
 
     /// What went wrong reading a journal's plan.
-    public struct Damaged: Error, CustomStringConvertible {
+    public struct Damaged: TidemarkError {
+        /// `journal_damaged`.
+        public var reason: String { "journal_damaged" }
+
         /// What is wrong with the journal's plan.
         public var description: String
     }

@@ -454,7 +454,7 @@ public struct ApplyRecord: Sendable, Equatable, Codable {
 }
 
 /// Why a state store cannot be used; every case says what to do.
-public struct StateStoreError: Error, CustomStringConvertible, Sendable {
+public struct StateStoreError: TidemarkError {
     /// What kind of problem it is; the message depends on it.
     public enum Code: Sendable {
         /// The file is not an SQLite database.
@@ -483,6 +483,20 @@ public struct StateStoreError: Error, CustomStringConvertible, Sendable {
     public var detail: String
     /// Who holds the lock, for `.locked`.
     public var holder: LockHolder?
+
+    /// `state_locked`, `lease_lost`, `state_unreachable`…: the kind of problem, by a stable name.
+    public var reason: String {
+        switch code {
+        case .notSQLite: "state_not_sqlite"
+        case .foreign: "state_foreign"
+        case .damaged: "state_damaged"
+        case .newerFormat: "state_newer_format"
+        case .locked: "state_locked"
+        case .leaseLost: "lease_lost"
+        case .io: "state_unreachable"
+        case .unsupported: "state_unsupported"
+        }
+    }
 
     /// A problem of `code` with the store at `path`.
     public init(_ code: Code, path: String, _ detail: String, holder: LockHolder? = nil) {

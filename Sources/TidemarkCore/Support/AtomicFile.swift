@@ -5,7 +5,10 @@ import Glibc
 #endif
 
 /// Why a file could not be written.
-public struct AtomicWriteError: Error, Sendable, CustomStringConvertible {
+public struct AtomicWriteError: TidemarkError {
+    /// `write_failed`.
+    public var reason: String { "write_failed" }
+
     /// What failed, naming the file.
     public var description: String
 }

@@ -30,7 +30,10 @@ public struct DeadTokenWriteBack: Sendable {
     }
 
     /// Why the file could not be written.
-    public struct FileError: Error, Sendable, CustomStringConvertible {
+    public struct FileError: TidemarkError {
+        /// `dead_token_file`.
+        public var reason: String { "dead_token_file" }
+
         /// The file, as named.
         public var path: String
         /// Why it could not be written.

@@ -1,37 +1,113 @@
 import Foundation
 
-/// Why a workflow stopped without doing its work; each case reads as one clear message.
-public enum WorkflowError: Error, Sendable, CustomStringConvertible {
+/// Why a workflow stopped without doing its work: a public struct around a private code, as every
+/// error tidemark throws on purpose. Its message is a sentence that says what to do; its `reason` is a
+/// stable name for the kind of failure (`stale_plan`), for `serve`'s status and events.
+public struct WorkflowError: TidemarkError {
+    private enum Code: Sendable {
+        case invalidManifests(errorCount: Int)
+        case planHasErrors
+        case confirmationUnavailable
+        case stalePlan(StalePlan)
+        case unfinishedApply
+        case tooManyDead(String)
+        case selectorsMatchNothing([(selector: String, closest: [String])])
+        case noState(location: String)
+        case stateOfAnotherBackend(location: String, state: BackendIdentity, now: BackendIdentity)
+        case unknownDevice(String)
+        case nothingToRead(command: String)
+        case nothingToExport
+        case inventoryShrank([ShrinkGuard.Shrink])
+    }
+
+    private let code: Code
+
+    private init(_ code: Code) { self.code = code }
+
     /// The manifests have errors; they were reported through the output.
-    case invalidManifests(errorCount: Int)
+    public static func invalidManifests(errorCount: Int) -> Self { Self(.invalidManifests(errorCount: errorCount)) }
     /// The plan has errors (a refused blast radius, say); nothing was changed.
-    case planHasErrors
+    public static let planHasErrors = Self(.planHasErrors)
     /// Apply needs a yes, and nobody can give one here.
-    case confirmationUnavailable
+    public static let confirmationUnavailable = Self(.confirmationUnavailable)
     /// A saved plan that may not be applied.
-    case stalePlan(StalePlan)
-    /// Import while an apply is unfinished.
-    case unfinishedApply
-    /// A refresh in which too many devices came back dead (`DeadTokenGuard`).
-    case tooManyDead(String)
+    public static func stalePlan(_ stale: StalePlan) -> Self { Self(.stalePlan(stale)) }
+    /// Import, prune or a saved plan while an apply is unfinished.
+    public static let unfinishedApply = Self(.unfinishedApply)
+    /// A refresh in which too many devices came back dead (`DeadTokenGuard`): the guard's message.
+    public static func tooManyDead(_ message: String) -> Self { Self(.tooManyDead(message)) }
     /// `--target`/`--exclude` selectors that match no topic or group: the selector and the closest names.
-    case selectorsMatchNothing([(selector: String, closest: [String])])
+    public static func selectorsMatchNothing(_ misses: [(selector: String, closest: [String])]) -> Self {
+        Self(.selectorsMatchNothing(misses))
+    }
     /// Drift with no state: nothing to compare FCM with.
-    case noState(location: String)
+    public static func noState(location: String) -> Self { Self(.noState(location: location)) }
     /// The state belongs to another FCM project or backend.
-    case stateOfAnotherBackend(location: String, state: BackendIdentity, now: BackendIdentity)
+    public static func stateOfAnotherBackend(location: String, state: BackendIdentity, now: BackendIdentity) -> Self {
+        Self(.stateOfAnotherBackend(location: location, state: state, now: now))
+    }
     /// `tidemark device` for an id or token neither the inventory nor state knows.
-    case unknownDevice(String)
+    public static func unknownDevice(_ query: String) -> Self { Self(.unknownDevice(query)) }
     /// A command that must read FCM was told to read nothing (`--refresh none`).
-    case nothingToRead(command: String)
+    public static func nothingToRead(command: String) -> Self { Self(.nothingToRead(command: command)) }
     /// `groups export` with no group declared, remembered or named.
-    case nothingToExport
+    public static let nothingToExport = Self(.nothingToExport)
     /// Inventory sources that read far fewer devices than the last apply recorded (`ShrinkGuard`).
-    case inventoryShrank([ShrinkGuard.Shrink])
+    public static func inventoryShrank(_ shrinks: [ShrinkGuard.Shrink]) -> Self { Self(.inventoryShrank(shrinks)) }
+
+    /// Whether `value` is a workflow error of the same kind as `pattern` (payloads aside), so that
+    /// `catch WorkflowError.unfinishedApply` reads as it would for an enum.
+    public static func ~= (pattern: WorkflowError, value: any Error) -> Bool {
+        (value as? WorkflowError)?.reason == pattern.reason
+    }
+
+    /// The stable name of the kind of failure: `invalid_manifests`, `stale_plan`, `inventory_shrank`….
+    public var reason: String {
+        switch code {
+        case .invalidManifests: "invalid_manifests"
+        case .planHasErrors: "plan_has_errors"
+        case .confirmationUnavailable: "confirmation_unavailable"
+        case .stalePlan: "stale_plan"
+        case .unfinishedApply: "unfinished_apply"
+        case .tooManyDead: "too_many_dead"
+        case .selectorsMatchNothing: "selectors_match_nothing"
+        case .noState: "no_state"
+        case .stateOfAnotherBackend: "state_of_another_backend"
+        case .unknownDevice: "unknown_device"
+        case .nothingToRead: "nothing_to_read"
+        case .nothingToExport: "nothing_to_export"
+        case .inventoryShrank: "inventory_shrank"
+        }
+    }
+
+    /// How many errors the manifests have, for `invalid_manifests`.
+    public var errorCount: Int? {
+        if case .invalidManifests(let count) = code { count } else { nil }
+    }
+
+    /// Why a saved plan was refused, for `stale_plan`.
+    public var stalePlan: StalePlan? {
+        if case .stalePlan(let stale) = code { stale } else { nil }
+    }
+
+    /// The sources that shrank, for `inventory_shrank`.
+    public var shrinks: [ShrinkGuard.Shrink] {
+        if case .inventoryShrank(let shrinks) = code { shrinks } else { [] }
+    }
+
+    /// The selectors that matched nothing and the closest names, for `selectors_match_nothing`.
+    public var unmatchedSelectors: [(selector: String, closest: [String])] {
+        if case .selectorsMatchNothing(let misses) = code { misses } else { [] }
+    }
+
+    /// The backend the state was made with and the one this run uses, for `state_of_another_backend`.
+    public var backends: (state: BackendIdentity, now: BackendIdentity)? {
+        if case .stateOfAnotherBackend(_, let state, let now) = code { (state, now) } else { nil }
+    }
 
     /// The error, as a sentence that says what to do.
     public var description: String {
-        switch self {
+        switch code {
         case .invalidManifests(let count):
             "\(count) error\(count == 1 ? "" : "s") found; nothing was planned or changed."
         case .planHasErrors:
