@@ -24,6 +24,7 @@ let package = Package(
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         // The system zlib (Debian's zlib1g-dev), for gzip inventories.
@@ -83,10 +84,24 @@ let package = Package(
             name: "TidemarkRuntime",
             dependencies: ["TidemarkCore", "TidemarkEmulator", "TidemarkStore", "TidemarkFCM", "TidemarkAuth"]
         ),
+        // `tidemark serve`: the reconcile loop as a service, its metrics, health endpoints and status.
+        .target(
+            name: "TidemarkServe",
+            dependencies: [
+                "TidemarkCore", "TidemarkRuntime",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .executableTarget(
             name: "tidemark",
             dependencies: [
-                "TidemarkCore", "TidemarkRuntime", "TidemarkEmulator",
+                "TidemarkCore", "TidemarkRuntime", "TidemarkEmulator", "TidemarkServe",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -124,6 +139,10 @@ let package = Package(
         .testTarget(
             name: "TidemarkRuntimeTests",
             dependencies: ["TidemarkRuntime", "TidemarkCore", "TidemarkStore", "TidemarkFCM", "TidemarkTesting"]
+        ),
+        .testTarget(
+            name: "TidemarkServeTests",
+            dependencies: ["TidemarkServe", "TidemarkRuntime", "TidemarkCore", "TidemarkTesting"]
         ),
         .testTarget(name: "TidemarkStoreTests", dependencies: ["TidemarkStore", "TidemarkCore", "TidemarkTesting"]),
         .testTarget(

@@ -5,7 +5,8 @@ cd "$(dirname "$0")/.."
 
 # GRDB links the system SQLite, gzip inventories the system zlib; their headers come from Debian.
 # jq: the CI recipes' shell steps use it, and the recipe test runs them.
-bash scripts/deps.sh jq
+# prometheus: its promtool checks the exposition of `tidemark serve`'s /metrics.
+bash scripts/deps.sh jq prometheus
 # The schema check uses jsonschema and PyYAML; the emulator's compatibility test uses the
 # official firebase-admin SDK from PyPI, unmodified.
 # check-jsonschema ships GitHub's workflow and action schemas and GitLab CI's, for the recipes.
@@ -37,7 +38,7 @@ if ! grep -q "✔ Test run with .* passed" /tmp/tidemark-test.log; then
 fi
 python3 scripts/check-schema.py
 # Every public declaration of these targets says what it is.
-python3 scripts/undocumented.py TidemarkCore TidemarkRuntime TidemarkAuth TidemarkStore TidemarkFCM TidemarkBackendTesting TidemarkTesting TidemarkEmulator --strict
+python3 scripts/undocumented.py TidemarkCore TidemarkRuntime TidemarkServe TidemarkAuth TidemarkStore TidemarkFCM TidemarkBackendTesting TidemarkTesting TidemarkEmulator --strict
 # The CI recipes against the schemas GitHub and GitLab publish (bundled with check-jsonschema).
 python3 -m check_jsonschema --builtin-schema vendor.github-workflows examples/github/tidemark.yml
 python3 -m check_jsonschema --builtin-schema vendor.github-actions examples/github/actions/install-tidemark/action.yml

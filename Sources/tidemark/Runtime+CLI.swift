@@ -2,21 +2,27 @@ import Foundation
 import TidemarkCore
 import TidemarkRuntime
 
+extension RuntimeFlags {
+    /// The flags of a command's global options and, for the commands that take them, its rates.
+    init(_ options: GlobalOptions, qps: Double? = nil, qpsUnit: QuotaUnit? = nil, readQPS: Double? = nil) {
+        self.init(options.project)
+        backend = options.backend
+        transport = options.transport
+        state = options.state
+        workspace = options.workspace
+        showTokens = options.showTokens
+        self.qps = qps
+        self.qpsUnit = qpsUnit
+        self.readQPS = readQPS
+    }
+}
+
 /// The CLI's side of the runtime: flags in, terminal output out. Everything else (settings, stores,
 /// sources, backends) is the runtime's.
 extension Runtime {
     /// The runtime for a command's global options and, for the commands that take them, its rates.
     init(_ options: GlobalOptions, qps: Double? = nil, qpsUnit: QuotaUnit? = nil, readQPS: Double? = nil) throws {
-        var flags = RuntimeFlags(options.project)
-        flags.backend = options.backend
-        flags.transport = options.transport
-        flags.state = options.state
-        flags.workspace = options.workspace
-        flags.showTokens = options.showTokens
-        flags.qps = qps
-        flags.qpsUnit = qpsUnit
-        flags.readQPS = readQPS
-        self = try Runtime.load(flags)
+        self = try Runtime.load(RuntimeFlags(options, qps: qps, qpsUnit: qpsUnit, readQPS: readQPS))
         if let transport = options.transport, !backendKind.isHTTP {
             Terminal.err(
                 "warning: --transport \(transport.rawValue) has no effect on the \(backendKind.rawValue) backend, which keeps memberships in-process without a topic API; it chooses the API of --backend emulator and fcm."

@@ -20,7 +20,7 @@ struct Tidemark: AsyncParsableCommand {
             ValidateCommand.self, PlanCommand.self, ApplyCommand.self, DriftCommand.self, ShowCommand.self,
             DeviceCommand.self,
             ImportCommand.self, AudienceCommand.self, FmtCommand.self, StateCommand.self, EmulatorCommand.self,
-            GroupsCommand.self, InitCommand.self, SchemaCommand.self,
+            GroupsCommand.self, InitCommand.self, SchemaCommand.self, ServeCommand.self,
         ]
     )
 

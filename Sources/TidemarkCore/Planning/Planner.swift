@@ -59,7 +59,7 @@ public struct Planner: Sendable {
                 unsubscribes: plan.unsubscribeCount - plan.rotatedUnsubscribeCount,
                 known: working.observedMembershipCount)
         {
-            plan.diagnostics.append(.error(violation))
+            plan.diagnostics.append(Diagnostic.error(violation).coded("rail.max_unsubscribes"))
         }
         plan.diagnostics += Self.topicRails(plan, specs: specs)
         return plan
@@ -108,7 +108,8 @@ public struct Planner: Sendable {
                 : ""
             return .error(
                 "this plan would unsubscribe \(PlanRenderer.counted(change.losses, "device")) from topic '\(change.topic)'\(share), more than its max_unsubscribes \(limit) allows (\(PlanRenderer.formatCount(allowed))); rotated tokens are not counted. Check the manifests and the inventory, or raise max_unsubscribes on the topic if this is intended.",
-                at: specs[change.topic]?.location)
+                at: specs[change.topic]?.location
+            ).coded("rail.max_unsubscribes")
         }
     }
 

@@ -64,6 +64,14 @@ public struct Diagnostic: Hashable, Sendable, Codable, CustomStringConvertible {
         Diagnostic(.warning, message, at: location)
     }
 
+    /// The diagnostic with `code` as its stable name: `rail.max_unsubscribes`, `rail.protect` and
+    /// `rail.allow_empty` mark the rails that refuse a plan, which `serve` reports as `blocked`.
+    public func coded(_ code: String) -> Diagnostic {
+        var coded = self
+        coded.code = code
+        return coded
+    }
+
     /// `file:line:col: error: message`, the form editors and CI annotators understand.
     public var description: String {
         if let location {

@@ -1,0 +1,82 @@
+import Foundation
+import TidemarkCore
+
+/// How one reconcile of a workspace ended, and what it did.
+public struct ReconcileResult: Sendable, Codable, Equatable {
+    /// The three ways a reconcile ends (the `result` label of `tidemark_reconcile_total`).
+    public enum Outcome: String, Sendable, Codable, CaseIterable {
+        /// It did what its settings allow (which may be nothing).
+        case success
+        /// It stopped on an error; it is tried again after `retry_interval`, with backoff.
+        case failure
+        /// A rail refused the plan (`max_unsubscribes`, `protect`, `allow_empty`, the shrink or
+        /// dead-token guard): nothing was applied, and it stays so until a person applies or raises the rail.
+        case blocked
+    }
+
+    /// How it ended.
+    public var outcome: Outcome
+    /// Why, in a stable word (`TidemarkError.reason`, or the rail: `rail.max_unsubscribes`); nil on success.
+    public var reason: String?
+    /// What a person reads: the error or the rail's message (no token in the clear).
+    public var message: String?
+    /// When it began.
+    public var startedAt: Date
+    /// How long it took, in seconds.
+    public var seconds: Double
+    /// Memberships added in FCM.
+    public var subscribed = 0
+    /// Memberships removed in FCM.
+    public var unsubscribed = 0
+    /// Device-group calls made.
+    public var groupCalls = 0
+    /// Requests sent to FCM to change it.
+    public var writeRequests = 0
+    /// Requests the plans sent to FCM to read it (a refresh), when the backend counts them.
+    public var readRequests = 0
+    /// Registrations the drift check read, when one ran.
+    public var driftChecked: Int? = nil
+    /// Changes planned but not applied (`on_change: plan`, or the operations of a blocked plan).
+    public var changesWaiting = 0
+    /// Drift found, by kind (`dropped`, `self_subscribed`, `opted_out`…), when FCM was read for it.
+    public var drift: [String: Int]? = nil
+    /// Whether drift was corrected (`drift: heal` with drift found).
+    public var driftHealed = false
+
+    /// A result of `outcome` that began at `startedAt` and took `seconds`.
+    public init(outcome: Outcome, startedAt: Date, seconds: Double) {
+        self.outcome = outcome
+        self.startedAt = startedAt
+        self.seconds = seconds
+    }
+
+    /// One line for the log and the status: what happened, in numbers.
+    public var summary: String {
+        switch outcome {
+        case .success:
+            var parts: [String] = []
+            if subscribed + unsubscribed + groupCalls > 0 {
+                parts.append(
+                    "applied \(PlanRenderer.counted(subscribed, "subscription")), \(PlanRenderer.counted(unsubscribed, "unsubscription"))"
+                        + (groupCalls > 0 ? ", \(PlanRenderer.counted(groupCalls, "group call"))" : "")
+                        + " in \(PlanRenderer.counted(writeRequests, "request"))")
+            } else {
+                parts.append("no changes")
+            }
+            if changesWaiting > 0 {
+                parts.append("\(PlanRenderer.counted(changesWaiting, "change")) waiting (on_change: plan)")
+            }
+            if let drift {
+                let found = drift.filter { $0.key != DriftReport.Kind.optedOut.rawValue }.values.reduce(0, +)
+                if found > 0 {
+                    parts.append(
+                        "\(PlanRenderer.counted(found, "drifted membership")) \(driftHealed ? "healed" : "reported (drift: warn)")"
+                    )
+                }
+            }
+            return parts.joined(separator: "; ")
+        case .failure, .blocked:
+            return message ?? reason ?? outcome.rawValue
+        }
+    }
+}

@@ -1,0 +1,113 @@
+import Foundation
+import Prometheus
+import TidemarkCore
+
+/// `serve`'s metrics, in Prometheus's text format on `/metrics`.
+///
+/// Made on swift-prometheus's collector registry (the Prometheus backend of swift-metrics), one
+/// registry per `serve`, never the process-wide default: each family carries its HELP text, which
+/// `promtool check metrics` asks for and an on-call engineer reads. Labels are the workspace and a
+/// few fixed words; no token, device id or user id is ever a label.
+public final class ServeMetrics: Sendable {
+    /// The registry the families live in.
+    public let registry = PrometheusCollectorRegistry()
+
+    /// A registry with every family declared, so a scrape before the first reconcile already lists them.
+    public init() {}
+
+    /// The exposition, as `/metrics` answers it.
+    public func exposition() -> [UInt8] {
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(8192)
+        registry.emit(into: &buffer)
+        return buffer
+    }
+
+    static let durationBuckets: [Duration] = [
+        .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2), .seconds(5),
+        .seconds(10), .seconds(30), .seconds(60), .seconds(120), .seconds(300), .seconds(600), .seconds(1800),
+    ]
+
+    /// Declares a workspace's series with their starting values (0, or not ready).
+    public func declare(workspace: String, settings: ServeSettings, quota: Double) {
+        for outcome in ReconcileResult.Outcome.allCases {
+            _ = reconcileTotal(workspace, outcome)
+        }
+        for op in ["subscribe", "unsubscribe", "group"] { _ = changes(workspace, op) }
+        for kind in ["read", "write"] {
+            for outcome in ["sent"] { _ = fcmRequests(workspace, kind, outcome) }
+        }
+        gauge("tidemark_workspace_ready", workspace, Self.readyHelp).set(to: 0)
+        gauge("tidemark_workspace_suspended", workspace, Self.suspendedHelp).set(to: settings.suspend ? 1 : 0)
+        gauge("tidemark_workspace_leader", workspace, Self.leaderHelp).set(to: 1)
+        gauge("tidemark_changes_waiting", workspace, Self.waitingHelp).set(to: 0)
+        gauge("tidemark_fcm_quota_per_second", workspace, Self.quotaHelp).set(to: quota)
+        _ = gauge("tidemark_last_success_timestamp_seconds", workspace, Self.lastSuccessHelp)
+    }
+
+    /// Records one reconcile's result.
+    public func record(workspace: String, _ result: ReconcileResult) {
+        registry.makeDurationHistogram(
+            name: "tidemark_reconcile_duration_seconds",
+            labels: [("workspace", workspace), ("result", result.outcome.rawValue)], buckets: Self.durationBuckets,
+            help: "How long a reconcile took, by workspace and result."
+        ).record(.milliseconds(Int64(result.seconds * 1000)))
+        reconcileTotal(workspace, result.outcome).increment()
+        gauge("tidemark_workspace_ready", workspace, Self.readyHelp).set(to: result.outcome == .success ? 1 : 0)
+        if result.outcome == .success {
+            gauge("tidemark_last_success_timestamp_seconds", workspace, Self.lastSuccessHelp).set(
+                to: result.startedAt.timeIntervalSince1970 + result.seconds)
+        }
+        changes(workspace, "subscribe").increment(by: Int64(result.subscribed))
+        changes(workspace, "unsubscribe").increment(by: Int64(result.unsubscribed))
+        changes(workspace, "group").increment(by: Int64(result.groupCalls))
+        fcmRequests(workspace, "write", "sent").increment(by: Int64(result.writeRequests))
+        fcmRequests(workspace, "read", "sent").increment(by: Int64(result.readRequests))
+        gauge("tidemark_changes_waiting", workspace, Self.waitingHelp).set(to: Double(result.changesWaiting))
+        if let drift = result.drift {
+            for (kind, label) in [("dropped", "dropped"), ("self_subscribed", "foreign"), ("opted_out", "opt_out")] {
+                registry.makeGauge(
+                    name: "tidemark_drift_memberships", labels: [("workspace", workspace), ("kind", label)],
+                    help: Self.driftHelp
+                ).set(to: Double(drift[kind] ?? 0))
+            }
+        }
+    }
+
+    /// Records that the workspace is suspended or resumed.
+    public func suspended(workspace: String, _ suspended: Bool) {
+        gauge("tidemark_workspace_suspended", workspace, Self.suspendedHelp).set(to: suspended ? 1 : 0)
+    }
+
+    static let readyHelp = "1 when the workspace's last reconcile succeeded, else 0."
+    static let suspendedHelp = "1 while the workspace is suspended (nothing is reconciled)."
+    static let leaderHelp = "1 on the replica that reconciles the workspace."
+    static let waitingHelp = "Changes planned but not applied (on_change: plan, or a blocked plan)."
+    static let quotaHelp = "The FCM write quota tidemark keeps to, in changes per second."
+    static let lastSuccessHelp = "When the workspace's last successful reconcile ended, in seconds since 1970."
+    static let driftHelp =
+        "Memberships found drifted at the last drift check: dropped (a declared device left a topic), foreign (a device subscribed itself to an authoritative topic), opt_out (a user's choice, respected)."
+
+    private func gauge(_ name: String, _ workspace: String, _ help: String) -> Gauge {
+        registry.makeGauge(name: name, labels: [("workspace", workspace)], help: help)
+    }
+
+    private func reconcileTotal(_ workspace: String, _ outcome: ReconcileResult.Outcome) -> Counter {
+        registry.makeCounter(
+            name: "tidemark_reconcile_total", labels: [("workspace", workspace), ("result", outcome.rawValue)],
+            help: "Reconciles, by workspace and result (success, failure, blocked).")
+    }
+
+    private func changes(_ workspace: String, _ op: String) -> Counter {
+        registry.makeCounter(
+            name: "tidemark_changes_total", labels: [("workspace", workspace), ("op", op)],
+            help: "Changes made in FCM: memberships subscribed and unsubscribed, and device-group calls.")
+    }
+
+    private func fcmRequests(_ workspace: String, _ kind: String, _ outcome: String) -> Counter {
+        registry.makeCounter(
+            name: "tidemark_fcm_requests_total",
+            labels: [("workspace", workspace), ("kind", kind), ("outcome", outcome)],
+            help: "Requests sent to FCM, by kind (read: the plans' refresh; write: changes).")
+    }
+}

@@ -1,0 +1,214 @@
+import Foundation
+import Synchronization
+import Testing
+import TidemarkTesting
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// `tidemark serve` as a real process against the HTTP emulator: it reconciles at start-up and on
+/// its interval, answers its health endpoints and metrics (checked by `promtool`), reports a blocked
+/// plan, and stops on SIGTERM with exit 0.
+@Suite(.serialized) struct ServeProcessTests {
+    /// A running `tidemark serve`, its stderr collected as it comes.
+    final class Running: Sendable {
+        let process: Process
+        let base: String
+        private let log: LogBuffer
+
+        final class LogBuffer: Sendable {
+            let text = Mutex("")
+            func withLock<T>(_ body: (inout String) -> T) -> T { text.withLock { body(&$0) } }
+        }
+
+        init(process: Process, base: String, log: LogBuffer) {
+            self.process = process
+            self.base = base
+            self.log = log
+        }
+
+        var logText: String { log.withLock { $0 } }
+
+        static func start(_ cli: CLIRunner, _ arguments: [String], environment: [String: String]) throws -> Running {
+            let (process, _, err) = try cli.start(
+                ["serve", "--listen", "127.0.0.1:0"] + arguments, environment: environment)
+            let log = LogBuffer()
+            let reader = Thread {
+                while true {
+                    let chunk = err.fileHandleForReading.availableData
+                    if chunk.isEmpty { return }
+                    log.withLock { $0 += String(decoding: chunk, as: UTF8.self) }
+                }
+            }
+            reader.start()
+            let deadline = Date().addingTimeInterval(60)
+            while Date() < deadline, process.isRunning {
+                if let match = log.withLock({ $0.firstMatch(of: /listening on (http:\/\/127\.0\.0\.1:\d+)/) }) {
+                    return Running(process: process, base: String(match.1), log: log)
+                }
+                Thread.sleep(forTimeInterval: 0.05)
+            }
+            process.terminate()
+            Issue.record("serve did not say where it listens: \(log.withLock { $0 })")
+            throw CancellationError()
+        }
+
+        func get(_ path: String) async throws -> (Int, String) {
+            let (data, response) = try await URLSession.shared.data(from: URL(string: base + path)!)
+            return ((response as! HTTPURLResponse).statusCode, String(decoding: data, as: UTF8.self))
+        }
+
+        func status() async throws -> [String: Any] {
+            let (_, text) = try await get("/status")
+            let json = try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any]
+            return ((json?["workspaces"] as? [[String: Any]]) ?? []).first ?? [:]
+        }
+
+        /// Waits until `/status` satisfies `condition` (at most `seconds`).
+        func waitFor(
+            _ what: String, seconds: Double = 30, _ condition: ([String: Any]) -> Bool
+        ) async throws -> [String: Any] {
+            let deadline = Date().addingTimeInterval(seconds)
+            var last: [String: Any] = [:]
+            while Date() < deadline {
+                last = try await status()
+                if condition(last) { return last }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+            Issue.record("timed out waiting for \(what); status: \(last); log: \(logText)")
+            return last
+        }
+
+        /// SIGTERM, and the exit status and seconds it took to end.
+        func terminate() -> (Int32, Double) {
+            let start = Date()
+            process.terminate()
+            process.waitUntilExit()
+            return (process.terminationStatus, Date().timeIntervalSince(start))
+        }
+    }
+
+    static func devices(_ ids: [Int]) -> String {
+        let lines = ids.map {
+            "    - {id: d\($0), token: \"\(Fixtures.token($0, prefix: "srv"))\", labels: {kind: phone}}"
+        }
+        return """
+            inventory:
+              devices:
+            \(lines.joined(separator: "\n"))
+            topics:
+              - name: phones
+                members:
+                  - selector: {kind: phone}
+            """
+    }
+
+    static func subscribers(_ server: EmulatorServeTests.Server) async throws -> Int {
+        let (_, body) = try await server.call("GET", "/emulator/v1/projects/serve-test/topics/phones/subscribers")
+        return (body["subscribers"] as? [Any])?.count ?? 0
+    }
+
+    @Test func aNewDeviceIsSubscribedWithinAnIntervalAndTheEndpointsTellTheTruth() async throws {
+        let cli = try CLIRunner()
+        defer { cli.remove() }
+        let server = try EmulatorServeTests.Server.start(
+            cli, data: nil, extra: ["--auto-register", "--rate-limit", "0"])
+        defer { _ = server.stop() }
+        try cli.write("tidemark.yaml", "project: serve-test\nbackend: emulator\nrefresh: all\n")
+        try cli.write("manifests/topics.yaml", Self.devices([0, 1, 2]))
+
+        let serve = try Running.start(cli, ["--interval", "2s"], environment: server.environment)
+        var ended = false
+        defer { if !ended { _ = serve.terminate() } }
+
+        let (live, liveBody) = try await serve.get("/livez")
+        #expect(live == 200 && liveBody == "ok\n")
+        let ready = try await serve.waitFor("the first reconcile") { $0["phase"] as? String == "ready" }
+        #expect((ready["last"] as? [String: Any])?["subscribed"] as? Int == 3, "\(ready)")
+        #expect(try await Self.subscribers(server) == 3)
+
+        // A new install: it joins its topic at the next reconcile, without anyone running apply.
+        try cli.write("manifests/topics.yaml", Self.devices([0, 1, 2, 3]))
+        let added = Date()
+        while try await Self.subscribers(server) < 4, Date().timeIntervalSince(added) < 15 {
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(try await Self.subscribers(server) == 4)
+        #expect(Date().timeIntervalSince(added) < 2 + 5, "a new device waited longer than an interval and a reconcile")
+
+        let (readyz, readyBody) = try await serve.get("/readyz?verbose")
+        #expect(readyz == 200, "\(readyBody)")
+        #expect(readyBody.contains("[+]settings ok") && readyBody.contains("[+]state ok"), "\(readyBody)")
+
+        let (metricsStatus, metrics) = try await serve.get("/metrics")
+        #expect(metricsStatus == 200)
+        #expect(metrics.contains(#"tidemark_reconcile_total{workspace="default",result="success"}"#), "\(metrics)")
+        #expect(metrics.contains(#"tidemark_changes_total{workspace="default",op="subscribe"} 4"#), "\(metrics)")
+        #expect(metrics.contains(#"tidemark_workspace_ready{workspace="default"} 1.0"#))
+        #expect(!metrics.contains("srv"), "no token in a label")
+        let check = try Self.promtool(metrics)
+        #expect(check.status == 0, "promtool check metrics: \(check.output)")
+
+        // A manifest change past the rail is not applied; the workspace shows blocked, and says why.
+        try cli.write("tidemark.yaml", "project: serve-test\nbackend: emulator\nrefresh: all\nmax_unsubscribes: 1\n")
+        try cli.write("manifests/topics.yaml", Self.devices([0]))
+        let blocked = try await serve.waitFor("blocked") { $0["phase"] as? String == "blocked" }
+        let last = blocked["last"] as? [String: Any] ?? [:]
+        #expect(last["reason"] as? String == "rail.max_unsubscribes", "\(blocked)")
+        #expect((last["message"] as? String)?.contains("unsubscribe 3") == true, "\(last)")
+        #expect(try await Self.subscribers(server) == 4)
+        let (blockedMetrics) = try await serve.get("/metrics").1
+        #expect(blockedMetrics.contains(#"tidemark_workspace_ready{workspace="default"} 0.0"#))
+
+        // A broken tidemark.yaml: /readyz says so, naming the file and line.
+        try cli.write("tidemark.yaml", "project: serve-test\nbackend: emulator\nrefresh: sometimes\n")
+        let deadline = Date().addingTimeInterval(30)
+        var unready = (0, "")
+        while Date() < deadline {
+            unready = try await serve.get("/readyz")
+            if unready.0 == 503 { break }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        #expect(unready.0 == 503, "\(unready.1)")
+        #expect(unready.1.contains("[-]settings failed:") && unready.1.contains("tidemark.yaml:3"), "\(unready.1)")
+
+        let (status, seconds) = serve.terminate()
+        ended = true
+        #expect(status == 0, "SIGTERM is serve's normal stop: \(serve.logText)")
+        #expect(seconds < 30)
+        #expect(serve.logText.contains("tidemark serve stopped"))
+        #expect(!serve.logText.contains("srv"), "no token in the log: \(serve.logText)")
+    }
+
+    @Test func aSettingsErrorAtStartEndsServeWithExit1NamingTheFile() throws {
+        let cli = try CLIRunner()
+        defer { cli.remove() }
+        try cli.write("tidemark.yaml", "project: serve-test\nrefresh: sometimes\n")
+        let result = try cli.run(["serve", "--listen", "127.0.0.1:0"])
+        #expect(result.status == 1)
+        #expect(result.stderr.contains("tidemark.yaml:2"), "\(result.stderr)")
+        let bad = try cli.run(["serve", "--interval", "soon"])
+        #expect(bad.status == 64 && bad.stderr.contains("--interval must be a duration"), "\(bad.stderr)")
+        let listen = try cli.run(["serve", "--listen", "nowhere"])
+        #expect(listen.status == 64 && listen.stderr.contains("--listen must be HOST:PORT"), "\(listen.stderr)")
+    }
+
+    /// `promtool check metrics` on `text` (Debian's prometheus package, which the test command installs).
+    static func promtool(_ text: String) throws -> (status: Int32, output: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["promtool", "check", "metrics"]
+        let input = Pipe()
+        let output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        input.fileHandleForWriting.write(Data(text.utf8))
+        try input.fileHandleForWriting.close()
+        let data = output.fileHandleForReading.readAll()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+}

@@ -1,0 +1,208 @@
+import Foundation
+import Testing
+import TidemarkCore
+import TidemarkRuntime
+import TidemarkServe
+import TidemarkTesting
+
+/// A project on disk with the embedded backend: tidemark.yaml, and one manifest whose inline
+/// inventory the tests edit between reconciles, as the app's database changes between cycles.
+struct ServeProject {
+    let root: URL
+    var extraSettings = ""
+
+    init(extraSettings: String = "") throws {
+        root = FileManager.default.temporaryDirectory.appendingPathComponent("tm-serve-\(UUID().uuidString)")
+        self.extraSettings = extraSettings
+        try FileManager.default.createDirectory(
+            at: root.appendingPathComponent("manifests"), withIntermediateDirectories: true)
+        try writeSettings()
+    }
+
+    func writeSettings(_ text: String? = nil) throws {
+        try (text ?? "project: tidemark-serve-test\nrefresh: all\n\(extraSettings)").write(
+            to: root.appendingPathComponent("tidemark.yaml"), atomically: true, encoding: .utf8)
+    }
+
+    /// Devices `d0`…: those in `phones` have kind=phone, the rest kind=tablet; the topic takes phones.
+    func writeDevices(_ ids: [Int], phones: Set<Int>? = nil, topics: String = Self.phones) throws {
+        let devices = ids.map { id in
+            "    - {id: d\(id), token: \"\(Fixtures.token(id))\", labels: {kind: \((phones ?? Set(ids)).contains(id) ? "phone" : "tablet")}}"
+        }
+        try """
+        inventory:
+          devices:
+        \(devices.joined(separator: "\n"))
+        \(topics)
+        """.write(to: root.appendingPathComponent("manifests/topics.yaml"), atomically: true, encoding: .utf8)
+    }
+
+    /// One additive topic of every phone.
+    static let phones = """
+        topics:
+          - name: phones
+            members:
+              - selector: {kind: phone}
+        """
+
+    var flags: RuntimeFlags {
+        var flags = RuntimeFlags()
+        flags.directory = root.path
+        return flags
+    }
+
+    func runtime() throws -> Runtime { try Runtime.load(flags, environment: [:]) }
+
+    func reconciler(_ change: (inout ServeSettings) -> Void = { _ in }) -> Reconciler {
+        var settings = ServeSettings()
+        change(&settings)
+        let flags = self.flags
+        return Reconciler(load: { try Runtime.load(flags, environment: [:]) }, settings: settings)
+    }
+
+    /// What the embedded backend holds for `topic`, read as a drift check would.
+    func subscribers(_ topic: String, of ids: [Int]) async throws -> Int {
+        let runtime = try runtime()
+        let tokens = ids.map { Fixtures.token($0) }
+        return try await runtime.withBackend(output: SilentOutput()) { backend in
+            try await backend.refresh(tokens).filter { status in
+                if case .active(let topics) = status { topics.contains(topic) } else { false }
+            }.count
+        }
+    }
+
+    func remove() { try? FileManager.default.removeItem(at: root) }
+}
+
+@Suite struct ReconcilerTests {
+    @Test func aNewDeviceJoinsItsTopicAtTheNextReconcileAndNothingIsDoneTwice() async throws {
+        let project = try ServeProject()
+        defer { project.remove() }
+        try project.writeDevices([0, 1, 2])
+        let reconciler = project.reconciler()
+
+        let first = await reconciler.reconcile()
+        #expect(first.outcome == .success, "\(first)")
+        #expect(first.subscribed == 3)
+        #expect(first.summary.hasPrefix("applied 3 subscriptions, 0 unsubscriptions"))
+
+        try project.writeDevices([0, 1, 2, 3])
+        let second = await reconciler.reconcile()
+        #expect(second.outcome == .success && second.subscribed == 1 && second.unsubscribed == 0, "\(second)")
+        #expect(try await project.subscribers("phones", of: [0, 1, 2, 3]) == 4)
+
+        let third = await reconciler.reconcile()
+        #expect(third.outcome == .success && third.subscribed == 0 && third.writeRequests == 0, "\(third)")
+        #expect(third.summary == "no changes")
+    }
+
+    @Test func aPlanPastTheRailIsBlockedNamesTheRailAndChangesNothing() async throws {
+        let project = try ServeProject()
+        defer { project.remove() }
+        try project.writeDevices(Array(0..<10))
+        #expect(await project.reconciler().reconcile().outcome == .success)
+
+        // Six phones become tablets: six unsubscriptions, past a rail of 2.
+        try project.writeDevices(Array(0..<10), phones: [0, 1, 2, 3])
+        let reconciler = project.reconciler { $0.maxUnsubscribes = try! UnsubscribeLimit(parsing: "2") }
+        let blocked = await reconciler.reconcile()
+        #expect(blocked.outcome == .blocked, "\(blocked)")
+        #expect(blocked.reason == "rail.max_unsubscribes")
+        #expect(blocked.message?.contains("unsubscribe 6") == true, "\(blocked.message ?? "")")
+        #expect(blocked.unsubscribed == 0 && blocked.writeRequests == 0)
+        #expect(try await project.subscribers("phones", of: Array(0..<10)) == 10)
+
+        // It stays blocked: the next reconcile finds the same plan and refuses it again.
+        #expect(await reconciler.reconcile().outcome == .blocked)
+        // A person raises the rail: the next reconcile applies.
+        let raised = await project.reconciler { $0.maxUnsubscribes = try! UnsubscribeLimit(parsing: "10") }.reconcile()
+        #expect(raised.outcome == .success && raised.unsubscribed == 6, "\(raised)")
+    }
+
+    @Test func aProtectedTopicTakenOutOfTheManifestsIsBlockedByProtect() async throws {
+        let project = try ServeProject()
+        defer { project.remove() }
+        try project.writeDevices([0, 1], topics: ServeProject.phones + "\n    protect: true")
+        #expect(await project.reconciler().reconcile().outcome == .success)
+        try project.writeDevices(
+            [0, 1], topics: ServeProject.phones.replacingOccurrences(of: "phones", with: "handsets"))
+        let blocked = await project.reconciler().reconcile()
+        #expect(blocked.outcome == .blocked && blocked.reason == "rail.protect", "\(blocked)")
+        #expect(blocked.message?.contains("topic 'phones' is protected") == true, "\(blocked.message ?? "")")
+        #expect(try await project.subscribers("phones", of: [0, 1]) == 2)
+    }
+
+    @Test func onChangePlanReportsWhatWaitsAndAppliesNothing() async throws {
+        let project = try ServeProject()
+        defer { project.remove() }
+        try project.writeDevices([0, 1, 2])
+        #expect(await project.reconciler().reconcile().subscribed == 3)
+        try project.writeDevices([0, 1, 2, 3, 4])
+        let planned = await project.reconciler { $0.onChange = .plan }.reconcile()
+        #expect(planned.outcome == .success, "\(planned)")
+        #expect(planned.changesWaiting == 1 && planned.subscribed == 0, "\(planned)")
+        #expect(planned.summary.contains("1 change waiting (on_change: plan)"))
+        #expect(try await project.subscribers("phones", of: [0, 1, 2, 3, 4]) == 3)
+    }
+
+    @Test func driftIsHealedUnderHealOnlyReportedUnderWarnAndAnOptOutIsNeverUndone() async throws {
+        let project = try ServeProject()
+        defer { project.remove() }
+        try project.writeDevices(
+            [0, 1, 2],
+            topics: """
+                topics:
+                  - name: phones
+                    mode: authoritative
+                    members:
+                      - selector: {kind: phone}
+                  - name: news
+                    members:
+                      - selector: {kind: phone}
+                """)
+        #expect(await project.reconciler().reconcile().subscribed == 6)
+        // Someone removes d1 from the authoritative topic behind tidemark's back; d2's user turns news off.
+        _ = try await project.runtime().withBackend(output: SilentOutput()) { backend in
+            _ = try await backend.unsubscribe(topic: "phones", tokens: [Fixtures.token(1)])
+            return try await backend.unsubscribe(topic: "news", tokens: [Fixtures.token(2)])
+        }
+
+        let warned = await project.reconciler { $0.drift = .warn }.reconcile()
+        #expect(warned.outcome == .success, "\(warned)")
+        #expect(warned.drift?["dropped"] == 1 && warned.drift?["opted_out"] == 1, "\(warned)")
+        #expect(!warned.driftHealed && warned.subscribed == 0, "\(warned)")
+        #expect(warned.summary.contains("1 drifted membership reported (drift: warn)"), "\(warned.summary)")
+        #expect(try await project.subscribers("phones", of: [0, 1, 2]) == 2)
+
+        let healed = await project.reconciler().reconcile()
+        #expect(healed.drift?["dropped"] == 1 && healed.driftHealed && healed.subscribed == 1, "\(healed)")
+        #expect(try await project.subscribers("phones", of: [0, 1, 2]) == 3)
+        #expect(try await project.subscribers("news", of: [0, 1, 2]) == 2)
+    }
+
+    @Test func aBrokenSettingsFileIsAFailureNamingTheFileAndLine() async throws {
+        let project = try ServeProject()
+        defer { project.remove() }
+        try project.writeDevices([0])
+        try project.writeSettings("project: tidemark-serve-test\nrefresh: sometimes\n")
+        let failed = await project.reconciler().reconcile()
+        #expect(failed.outcome == .failure)
+        #expect(failed.reason == "invalid_input")
+        #expect(failed.message?.contains("tidemark.yaml:2") == true, "\(failed.message ?? "")")
+        #expect(failed.message?.contains("'refresh' must be touched, sample, all or none") == true)
+    }
+
+    @Test func theWaitDoublesAfterEachFailureUpToTheInterval() {
+        var settings = ServeSettings()
+        settings.interval = .seconds(300)
+        settings.retryInterval = .seconds(30)
+        #expect(settings.wait(afterFailures: 0) == .seconds(300))
+        #expect(settings.wait(afterFailures: 1) == .seconds(30))
+        #expect(settings.wait(afterFailures: 2) == .seconds(60))
+        #expect(settings.wait(afterFailures: 4) == .seconds(240))
+        #expect(settings.wait(afterFailures: 5) == .seconds(300))
+        #expect(settings.wait(afterFailures: 60) == .seconds(300))
+        #expect(ServeSettings.duration("5m") == .seconds(300) && ServeSettings.duration("soon") == nil)
+        #expect(ServeSettings.describe(.seconds(5400)) == "1h30m")
+    }
+}
