@@ -194,6 +194,21 @@ import FoundationNetworking
         #expect(listen.status == 64 && listen.stderr.contains("--listen must be HOST:PORT"), "\(listen.stderr)")
     }
 
+    @Test func theExampleAlertRulesAreValid() throws {
+        let rules = CLIRunner.repositoryRoot.appendingPathComponent("examples/serve/alerts.yml").path
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["promtool", "check", "rules", rules]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readAll(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(text)")
+        #expect(text.contains("SUCCESS: 3 rules found"), "\(text)")
+    }
+
     /// `promtool check metrics` on `text` (Debian's prometheus package, which the test command installs).
     static func promtool(_ text: String) throws -> (status: Int32, output: String) {
         let process = Process()
