@@ -312,21 +312,7 @@ public struct Resolver {
 
         private func intersect(_ a: [Int32]?, _ b: [Int32]) -> [Int32] {
             guard let a else { return b }
-            var result: [Int32] = []
-            var i = 0
-            var j = 0
-            while i < a.count, j < b.count {
-                if a[i] < b[j] {
-                    i += 1
-                } else if a[i] > b[j] {
-                    j += 1
-                } else {
-                    result.append(a[i])
-                    i += 1
-                    j += 1
-                }
-            }
-            return result
+            return TokenSet.intersection(a, b)
         }
 
         private mutating func tokensFromFile(

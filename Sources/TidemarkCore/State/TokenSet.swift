@@ -80,11 +80,14 @@ public struct TokenSet: Sendable, Equatable, Sequence {
 
     /// The ids in both sets.
     public func intersection(_ other: TokenSet) -> TokenSet {
-        var result: [UInt32] = []
+        TokenSet(sorted: Self.intersection(ids, other.ids))
+    }
+
+    /// The values in both of two ascending arrays, ascending (one merge pass).
+    static func intersection<T: Comparable>(_ a: [T], _ b: [T]) -> [T] {
+        var result: [T] = []
         var i = 0
         var j = 0
-        let a = ids
-        let b = other.ids
         while i < a.count, j < b.count {
             if a[i] < b[j] {
                 i += 1
@@ -96,7 +99,7 @@ public struct TokenSet: Sendable, Equatable, Sequence {
                 j += 1
             }
         }
-        return TokenSet(sorted: result)
+        return result
     }
 
     /// The ids in this set and not in `other`.
