@@ -726,7 +726,7 @@ extension ApplyWorkflow {
         var write = StateWrite()
         write.includeTopicsAndGroups(before: before, after: state)
         write.tokens = tokens
-        try await parts.phase(.saving) { try await parts.store.save(&state, write, at: parts.timing.unixTime()) }
+        _ = try await parts.phase(.saving) { try await parts.store.save(&state, write, at: parts.timing.unixTime()) }
         return state
     }
 }
