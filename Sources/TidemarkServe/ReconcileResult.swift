@@ -50,6 +50,14 @@ public struct ReconcileResult: Sendable, Codable, Equatable {
         self.seconds = seconds
     }
 
+    /// When it ended.
+    public var finishedAt: Date { startedAt.addingTimeInterval(seconds) }
+
+    /// Drifted memberships found, opt-outs aside (they are a user's choice, not drift).
+    public var driftFound: Int {
+        (drift ?? [:]).filter { $0.key != DriftReport.Kind.optedOut.rawValue }.values.reduce(0, +)
+    }
+
     /// One line for the log and the status: what happened, in numbers.
     public var summary: String {
         switch outcome {
@@ -66,13 +74,10 @@ public struct ReconcileResult: Sendable, Codable, Equatable {
             if changesWaiting > 0 {
                 parts.append("\(PlanRenderer.counted(changesWaiting, "change")) waiting (on_change: plan)")
             }
-            if let drift {
-                let found = drift.filter { $0.key != DriftReport.Kind.optedOut.rawValue }.values.reduce(0, +)
-                if found > 0 {
-                    parts.append(
-                        "\(PlanRenderer.counted(found, "drifted membership")) \(driftHealed ? "healed" : "reported (drift: warn)")"
-                    )
-                }
+            if driftFound > 0 {
+                parts.append(
+                    "\(PlanRenderer.counted(driftFound, "drifted membership")) \(driftHealed ? "healed" : "reported (drift: warn)")"
+                )
             }
             return parts.joined(separator: "; ")
         case .failure, .blocked:

@@ -21,25 +21,26 @@ public struct Reconciler: Sendable {
     public var settings: ServeSettings
     /// Where the workflows' diagnostics and progress go (the log), besides what the result keeps.
     public var log: @Sendable (String) -> Void
+    /// The clock a reconcile is stamped and timed by.
+    public var timing: Timing
 
     /// A reconciler that builds its runtime with `load` and acts as `settings` allow.
     public init(
         load: @escaping @Sendable () throws -> Runtime, settings: ServeSettings,
-        log: @escaping @Sendable (String) -> Void = { _ in }
+        log: @escaping @Sendable (String) -> Void = { _ in }, timing: Timing = .live
     ) {
         self.load = load
         self.settings = settings
         self.log = log
+        self.timing = timing
     }
 
     /// Runs one reconcile; never throws: an error is a `failure` result naming its reason, a rail's
     /// refusal a `blocked` one.
     public func reconcile() async -> ReconcileResult {
-        let started = Date()
-        let clock = ContinuousClock()
-        let start = clock.now
+        let start = timing.now()
         let output = CollectingOutput(log: log)
-        var result = ReconcileResult(outcome: .success, startedAt: started, seconds: 0)
+        var result = ReconcileResult(outcome: .success, startedAt: timing.wallClock(), seconds: 0)
         do {
             let runtime = try load()
             try await run(runtime, output: output, into: &result)
@@ -61,7 +62,8 @@ public struct Reconciler: Sendable {
                 result.message = ([Self.plain(failure.message)] + diagnostics).joined(separator: " ")
             }
         }
-        result.seconds = Timing.seconds(clock.now - start)
+        result.readRequests = output.planReads
+        result.seconds = Timing.seconds(timing.now() - start)
         return result
     }
 
@@ -77,14 +79,12 @@ public struct Reconciler: Sendable {
         let policy = runtime.settings.refresh
         let limit = settings.maxUnsubscribes ?? runtime.settings.maxUnsubscribes
         let readsFCM = policy.mode != .none
-        var driftFound = 0
         if settings.drift != .off, readsFCM {
             do {
                 let report = try await runtime.drift(policy, output: output)
                 var counts: [String: Int] = [:]
                 for kind in DriftReport.Kind.allCases { counts[kind.rawValue] = report.count(kind) }
                 result.drift = counts
-                driftFound = report.items.filter { $0.kind != .optedOut }.count
                 result.driftChecked = report.registrationsRead
             } catch let error as WorkflowError where error.reason == "no_state" {
                 // Nothing applied yet: nothing to drift from. The first apply reads what it needs.
@@ -95,9 +95,9 @@ public struct Reconciler: Sendable {
             var planning = PlanRequest(policy: policy, maxUnsubscribes: limit)
             if settings.drift != .heal { planning.refresh.mode = .none }
             try await apply(runtime, planning, output: output, into: &result)
-            result.driftHealed = settings.drift == .heal && driftFound > 0 && result.outcome == .success
+            result.driftHealed = settings.drift == .heal && result.driftFound > 0
         case .plan:
-            if settings.drift == .heal, driftFound > 0 {
+            if settings.drift == .heal, result.driftFound > 0 {
                 let planning = PlanRequest(policy: policy, maxUnsubscribes: limit, driftOnly: true)
                 try await apply(runtime, planning, output: output, into: &result)
                 result.driftHealed = true
@@ -126,7 +126,6 @@ public struct Reconciler: Sendable {
             result.groupCalls += summary.groupCalls
             result.writeRequests += summary.requests
         }
-        result.readRequests += output.planReads
         if outcome.hasUnexpectedFailures {
             let failures = [outcome.resumed, outcome.applied].compactMap { $0 }.flatMap(\.failures)
                 .filter { !$0.error.meansUnregistered }

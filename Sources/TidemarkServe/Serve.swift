@@ -24,6 +24,8 @@ public struct Serve: Sendable {
         public var settings = ServeSettings()
         /// How often `/readyz`'s checks run again.
         public var readinessInterval: Duration = .seconds(10)
+        /// The clock and random source of the schedule, the reconciles and the checks.
+        public var timing: Timing = .live
 
         /// The defaults: 127.0.0.1:9464, every 5 minutes, drift healed, changes applied.
         public init() {}
@@ -57,9 +59,10 @@ public struct Serve: Sendable {
         metrics.declare(workspace: runtime.workspaceName, settings: settings, quota: runtime.resolved.writeRate)
         let runner = WorkspaceRunner(
             status: Self.initialStatus(runtime, settings: settings),
-            reconciler: Reconciler(load: load, settings: settings, log: log), metrics: metrics, log: log)
-        let readiness = ReadinessChecker(load: load, interval: options.readinessInterval)
-        let started = Date()
+            reconciler: Reconciler(load: load, settings: settings, log: log, timing: options.timing),
+            metrics: metrics, log: log)
+        let readiness = ReadinessChecker(load: load, interval: options.readinessInterval, timing: options.timing)
+        let started = options.timing.wallClock()
         let endpoints = HealthEndpoints(
             status: {
                 ServeStatus(
@@ -115,11 +118,13 @@ public struct Serve: Sendable {
 final class ReadinessChecker: Service, Sendable {
     private let load: @Sendable () throws -> Runtime
     private let interval: Duration
+    private let timing: Timing
     private let results = Mutex<[ReadinessCheck]>([])
 
-    init(load: @escaping @Sendable () throws -> Runtime, interval: Duration) {
+    init(load: @escaping @Sendable () throws -> Runtime, interval: Duration, timing: Timing) {
         self.load = load
         self.interval = interval
+        self.timing = timing
     }
 
     /// The checks as last run.
@@ -129,7 +134,7 @@ final class ReadinessChecker: Service, Sendable {
         while !Task.isShuttingDownGracefully, !Task.isCancelled {
             let checks = await check()
             results.withLock { $0 = checks }
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: self.interval) }
+            try? await cancelWhenGracefulShutdown { try await self.timing.sleep(self.interval) }
         }
     }
 

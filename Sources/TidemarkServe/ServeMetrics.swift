@@ -34,9 +34,7 @@ public final class ServeMetrics: Sendable {
             _ = reconcileTotal(workspace, outcome)
         }
         for op in ["subscribe", "unsubscribe", "group"] { _ = changes(workspace, op) }
-        for kind in ["read", "write"] {
-            for outcome in ["sent"] { _ = fcmRequests(workspace, kind, outcome) }
-        }
+        for kind in ["read", "write"] { _ = fcmRequests(workspace, kind, "sent") }
         gauge("tidemark_workspace_ready", workspace, Self.readyHelp).set(to: 0)
         gauge("tidemark_workspace_suspended", workspace, Self.suspendedHelp).set(to: settings.suspend ? 1 : 0)
         gauge("tidemark_workspace_leader", workspace, Self.leaderHelp).set(to: 1)
@@ -56,7 +54,7 @@ public final class ServeMetrics: Sendable {
         gauge("tidemark_workspace_ready", workspace, Self.readyHelp).set(to: result.outcome == .success ? 1 : 0)
         if result.outcome == .success {
             gauge("tidemark_last_success_timestamp_seconds", workspace, Self.lastSuccessHelp).set(
-                to: result.startedAt.timeIntervalSince1970 + result.seconds)
+                to: result.finishedAt.timeIntervalSince1970)
         }
         changes(workspace, "subscribe").increment(by: Int64(result.subscribed))
         changes(workspace, "unsubscribe").increment(by: Int64(result.unsubscribed))

@@ -47,7 +47,8 @@ public final class WorkspaceRunner: Service, Sendable {
     private let log: @Sendable (String) -> Void
     private let current: Mutex<WorkspaceStatus>
 
-    /// A runner for the workspace `status` describes, reconciling with `reconciler`.
+    /// A runner for the workspace `status` describes, reconciling with `reconciler`; it waits, draws
+    /// its jitter and stamps the next run by the reconciler's `timing`.
     public init(
         status: WorkspaceStatus, reconciler: Reconciler, metrics: ServeMetrics,
         log: @escaping @Sendable (String) -> Void
@@ -59,13 +60,15 @@ public final class WorkspaceRunner: Service, Sendable {
         self.current = Mutex(status)
     }
 
+    private var timing: Timing { reconciler.timing }
+
     /// The workspace's status now.
     public var status: WorkspaceStatus { current.withLock { $0 } }
 
     /// Reconciles until the service group shuts down.
     public func run() async throws {
         let settings = reconciler.settings
-        var generator = SystemRandomNumberGenerator()
+        var generator = timing.generator
         while !Task.isShuttingDownGracefully, !Task.isCancelled {
             if current.withLock({ $0.suspended }) {
                 await pause(settings.interval)
@@ -89,7 +92,7 @@ public final class WorkspaceRunner: Service, Sendable {
                 case .success:
                     status.phase = "ready"
                     status.consecutiveFailures = 0
-                    status.lastSuccessAt = result.startedAt.addingTimeInterval(result.seconds)
+                    status.lastSuccessAt = result.finishedAt
                 case .blocked:
                     status.phase = "blocked"
                     status.consecutiveFailures = 0
@@ -104,7 +107,7 @@ public final class WorkspaceRunner: Service, Sendable {
             if jitterMilliseconds > 0 {
                 wait += .milliseconds(Int64.random(in: 0...jitterMilliseconds, using: &generator))
             }
-            let next = Date().addingTimeInterval(Timing.seconds(wait))
+            let next = timing.wallClock().addingTimeInterval(Timing.seconds(wait))
             current.withLock { $0.nextRunAt = next }
             log(Self.line(workspace: name, result, next: wait))
             await pause(wait)
@@ -113,7 +116,8 @@ public final class WorkspaceRunner: Service, Sendable {
 
     /// Waits `duration`, or less when the group shuts down.
     private func pause(_ duration: Duration) async {
-        try? await cancelWhenGracefulShutdown { try await Task.sleep(for: duration) }
+        let timing = self.timing
+        try? await cancelWhenGracefulShutdown { try await timing.sleep(duration) }
     }
 
     /// The log line of a reconcile: `workspace=… result=… seconds=… reason=… next=…: summary`.

@@ -47,10 +47,13 @@ struct PlanningOptions: ParsableArguments {
 
     func validate() throws { _ = try limit() }
 
-    func limit() throws -> UnsubscribeLimit? {
-        guard let maxUnsubscribes else { return nil }
+    func limit() throws -> UnsubscribeLimit? { try Self.limit(maxUnsubscribes) }
+
+    /// A `--max-unsubscribes` value, or a usage error naming it.
+    static func limit(_ text: String?) throws -> UnsubscribeLimit? {
+        guard let text else { return nil }
         do {
-            return try UnsubscribeLimit(parsing: maxUnsubscribes)
+            return try UnsubscribeLimit(parsing: text)
         } catch {
             throw ValidationError(error.description)
         }

@@ -88,13 +88,7 @@ struct ServeCommand: AsyncParsableCommand {
         }
         settings.drift = drift
         settings.onChange = onChange
-        if let maxUnsubscribes {
-            do {
-                settings.maxUnsubscribes = try UnsubscribeLimit(parsing: maxUnsubscribes)
-            } catch {
-                throw ValidationError(error.description)
-            }
-        }
+        settings.maxUnsubscribes = try PlanningOptions.limit(maxUnsubscribes)
         return settings
     }
 
