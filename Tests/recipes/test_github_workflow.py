@@ -182,6 +182,8 @@ class Hub:
             finally:
                 os.environ.clear()
                 os.environ.update(saved)
+                # A runner empties RUNNER_TEMP when its job ends (each holds an installed binary).
+                shutil.rmtree(job.temp, ignore_errors=True)
             self.jobs.append(job)
         final = "failure" if "failure" in statuses.values() else "success"
         self.edit(lambda db: next(r for r in db["runs"] if r["id"] == self.run_id).update(status=final))
