@@ -182,7 +182,12 @@ class Hub:
             finally:
                 os.environ.clear()
                 os.environ.update(saved)
-                # A runner empties RUNNER_TEMP when its job ends (each holds an installed binary).
+                # A runner empties RUNNER_TEMP when its job ends (each holds an installed binary); the
+                # step summary is kept beside the job's workspace for the checks.
+                kept = os.path.join(self.root, "summary-%d-%s.md" % (self.run_id, name))
+                if os.path.exists(job.summary):
+                    shutil.move(job.summary, kept)
+                    job.summary = kept
                 shutil.rmtree(job.temp, ignore_errors=True)
             self.jobs.append(job)
         final = "failure" if "failure" in statuses.values() else "success"
