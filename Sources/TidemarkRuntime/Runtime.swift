@@ -44,8 +44,13 @@ public struct Runtime: Sendable {
 
     /// Reads the project (its `tidemark.yaml`, and the inventory file that names) and resolves
     /// `flags` against `environment`. Throws a `RuntimeError` or the file's diagnostics.
+    ///
+    /// With `serveWorkspace`, the run is that entry of `serve.workspaces`: its state, workspace,
+    /// manifests, project, backend, credentials and refresh settings win over the project's (a flag
+    /// given on the command line still wins over the entry's backend and project).
     public static func load(
-        _ flags: RuntimeFlags, environment: [String: String] = ProcessEnvironment.variables,
+        _ flags: RuntimeFlags, serveWorkspace: String? = nil,
+        environment: [String: String] = ProcessEnvironment.variables,
         workingDirectory: String = FileManager.default.currentDirectoryPath, registries: Registries = .standard,
         timing: Timing = .live
     ) throws -> Runtime {
@@ -57,11 +62,45 @@ public struct Runtime: Sendable {
             throw RuntimeError(
                 "project directory '\(flags.directory)' does not exist; pass an existing directory to -C.")
         }
-        let file = try ProjectFile.read(
+        var file = try ProjectFile.read(
             root: root, directory: flags.directory, sourceKinds: registries.sources.customKinds)
+        var flags = flags
+        var environment = environment
+        if let serveWorkspace {
+            try applyServeEntry(serveWorkspace, flags: &flags, environment: &environment, file: &file)
+        }
         let resolved = try ResolvedSettings.resolve(
             flags: flags, environment: environment, file: file, workingDirectory: workingDirectory)
         return try Runtime(resolved, registries: registries, timing: timing)
+    }
+
+    /// Makes the run the `serve.workspaces` entry `name` of `file`.
+    static func applyServeEntry(
+        _ name: String, flags: inout RuntimeFlags, environment: inout [String: String], file: inout ProjectSettings
+    ) throws {
+        guard let entry = file.serve?.workspace(name) else {
+            throw RuntimeError(
+                "tidemark.yaml no longer lists the workspace '\(name)' under 'serve.workspaces'; restart 'tidemark serve' after editing the list."
+            )
+        }
+        flags.workspace = entry.name
+        if let state = entry.state { flags.state = state }
+        if let manifests = entry.manifests {
+            file.manifests = manifests
+            flags.manifests = nil
+        }
+        if let project = entry.project { file.project = project }
+        if let backend = entry.backend { file.backend = backend }
+        if let refresh = entry.refresh { file.refresh.mode = refresh }
+        if let budget = entry.refreshBudget { file.refresh.budget = budget }
+        if let variable = entry.credentialsEnv {
+            guard let path = environment[variable], !path.isEmpty else {
+                throw RuntimeError(
+                    "\(entry.location): workspace '\(name)' takes its credentials from the environment variable \(variable) ('credentials_env'), which is not set; set it to the path of the workspace's service-account key or external-account file."
+                )
+            }
+            environment["GOOGLE_APPLICATION_CREDENTIALS"] = path
+        }
     }
 
     /// Runs `body` with a phase trace bound when `TIDEMARK_TRACE_PHASES=1` (each phase's time on stderr).

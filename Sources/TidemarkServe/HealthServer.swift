@@ -62,11 +62,7 @@ public struct HealthEndpoints: Sendable {
             lines.append(ready ? "ok" : "readyz check failed")
             return (ready ? 200 : 503, text, Array((lines.joined(separator: "\n") + "\n").utf8))
         case "/status":
-            let encoder = JSONEncoder()
-            encoder.keyEncodingStrategy = .convertToSnakeCase
-            encoder.dateEncodingStrategy = .iso8601
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-            let body = (try? encoder.encode(status())).map { Array($0) + [0x0A] } ?? Array("{}\n".utf8)
+            let body = (try? WorkspaceStatus.encoder.encode(status())).map { Array($0) + [0x0A] } ?? Array("{}\n".utf8)
             return (200, "application/json", body)
         case "/metrics":
             return (200, "text/plain; version=0.0.4; charset=utf-8", metrics())

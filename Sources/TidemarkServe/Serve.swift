@@ -7,9 +7,10 @@ import TidemarkCore
 import TidemarkRuntime
 import UnixSignals
 
-/// `tidemark serve`: reconciles the project's workspace on its schedule, and answers `/livez`,
-/// `/readyz`, `/status` and `/metrics` on `listen`, until SIGTERM or SIGINT, which stop it between
-/// journal steps and end it with exit 0.
+/// `tidemark serve`: reconciles the workspaces tidemark.yaml lists under `serve:` (or, without that
+/// section, the project's own workspace), each on its schedule while this replica owns it, and
+/// answers `/livez`, `/readyz`, `/status` and `/metrics` on `listen`, until SIGTERM or SIGINT, which
+/// stop it between journal steps, give up its workspaces and end it with exit 0.
 ///
 /// Built as a swift-service-lifecycle service group: the HTTP server, one runner per workspace and
 /// the readiness checker, each stopping the group when it ends.
@@ -20,8 +21,15 @@ public struct Serve: Sendable {
         public var host = "127.0.0.1"
         /// The port (default 9464; 0 picks a free one, said once listening).
         public var port = 9464
-        /// What the workspace may do on its own, and when.
-        public var settings = ServeSettings()
+        /// Settings given on the command line: they win over every workspace's own.
+        public var overrides = ServeSettings.Overrides()
+        /// How long a workspace's claim lasts without renewal (a dead replica's workspaces move this
+        /// long after its last renewal).
+        public var claimDuration: Duration = .seconds(30)
+        /// How often claims are renewed and people's requests read between reconciles.
+        public var poll: Duration = .seconds(2)
+        /// This replica's name in claims and statuses (default `host/pid`).
+        public var replica = Serve.replica
         /// How often `/readyz`'s checks run again.
         public var readinessInterval: Duration = .seconds(10)
         /// The clock and random source of the schedule, the reconciles and the checks.
@@ -33,13 +41,16 @@ public struct Serve: Sendable {
 
     /// Where it listens and what it does.
     public var options: Options
-    /// Builds a runtime for the workspace (tidemark.yaml and the flags, read again each time).
-    public var load: @Sendable () throws -> Runtime
+    /// Builds a runtime: for the `serve.workspaces` entry named, or for the project's own workspace
+    /// (nil); tidemark.yaml and the flags are read again each time.
+    public var load: @Sendable (_ serveWorkspace: String?) throws -> Runtime
     /// Where log lines go.
     public var logger: Logger
 
     /// A `serve` with `options`, building its runtimes with `load` and logging to `logger`.
-    public init(options: Options, load: @escaping @Sendable () throws -> Runtime, logger: Logger) {
+    public init(
+        options: Options, load: @escaping @Sendable (_ serveWorkspace: String?) throws -> Runtime, logger: Logger
+    ) {
         self.options = options
         self.load = load
         self.logger = logger
@@ -48,48 +59,94 @@ public struct Serve: Sendable {
     /// This process, as the status names it: `host/pid`.
     public static var replica: String { "\(ProcessInfo.processInfo.hostName)/\(getpid())" }
 
+    /// One workspace `serve` reconciles: its entry's name (nil for the project's own workspace), its
+    /// runtime as loaded at start-up and its settings.
+    struct Planned {
+        var entry: String?
+        var runtime: Runtime
+        var settings: ServeSettings
+    }
+
+    /// The workspaces to reconcile, each loaded once: an error here (a bad tidemark.yaml, a workspace's
+    /// credentials variable unset) ends `serve` at start with the file and line.
+    func planWorkspaces() throws -> [Planned] {
+        let project = try load(nil)
+        guard let section = project.settings.serve else {
+            return [Planned(entry: nil, runtime: project, settings: options.overrides.applied(to: ServeSettings()))]
+        }
+        return try section.workspaces.map { entry in
+            Planned(
+                entry: entry.name, runtime: try load(entry.name),
+                settings: options.overrides.applied(to: entry.settings))
+        }
+    }
+
     /// Checks the settings once (an error here ends `serve` at start with the file and line), then
     /// serves until a signal. `onListening` gets the bound port.
     public func run(onListening: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
-        let runtime = try load()
+        let planned = try planWorkspaces()
         let logger = self.logger
         let log: @Sendable (String) -> Void = { logger.info("\($0)") }
         let metrics = ServeMetrics()
-        let settings = options.settings
-        metrics.declare(workspace: runtime.workspaceName, settings: settings, quota: runtime.resolved.writeRate)
-        let runner = WorkspaceRunner(
-            status: Self.initialStatus(runtime, settings: settings),
-            reconciler: Reconciler(load: load, settings: settings, log: log, timing: options.timing),
-            metrics: metrics, log: log)
-        let readiness = ReadinessChecker(load: load, interval: options.readinessInterval, timing: options.timing)
+        let load = self.load
+        let runners = planned.map { workspace in
+            let entry = workspace.entry
+            metrics.declare(
+                workspace: workspace.runtime.workspaceName, settings: workspace.settings,
+                quota: workspace.runtime.resolved.writeRate)
+            return WorkspaceRunner(
+                status: Self.initialStatus(workspace.runtime, settings: workspace.settings),
+                reconciler: Reconciler(
+                    load: { try load(entry) }, settings: workspace.settings, log: log, timing: options.timing),
+                ownership: .init(
+                    records: workspace.runtime.stateStore(), replica: options.replica,
+                    duration: options.claimDuration, poll: options.poll),
+                metrics: metrics, log: log)
+        }
+        for workspace in planned {
+            if case .file = workspace.runtime.resolved.state {
+                log(
+                    "workspace=\(workspace.runtime.workspaceName) keeps its state in SQLite (\(workspace.runtime.stateDisplay)): one replica reconciles it, on this machine; run several replicas only with PostgreSQL state"
+                )
+            }
+        }
+        let entries = planned.map(\.entry)
+        let readiness = ReadinessChecker(
+            load: { try entries.map { try load($0) } }, interval: options.readinessInterval, timing: options.timing)
         let started = options.timing.wallClock()
+        let replica = options.replica
         let endpoints = HealthEndpoints(
             status: {
                 ServeStatus(
-                    version: Runtime.version, replica: Self.replica, startedAt: started, workspaces: [runner.status])
+                    version: Runtime.version, replica: replica, startedAt: started, workspaces: runners.map(\.status))
             },
             readiness: { readiness.checks },
             metrics: { metrics.exposition() })
         let (host, port) = (options.host, options.port)
+        let summary = planned.map { workspace in
+            let settings = workspace.settings
+            return
+                "'\(workspace.runtime.workspaceName)' every \(ServeSettings.describe(settings.interval)) (drift: \(settings.drift.rawValue), on_change: \(settings.onChange.rawValue)\(settings.suspend ? ", suspended" : ""))"
+        }.joined(separator: ", ")
         let app = Application(
             responder: HealthResponder(endpoints: endpoints),
             configuration: .init(address: .hostname(host, port: port), serverName: "tidemark-serve"),
             onServerRunning: { channel in
                 let bound = channel.localAddress?.port ?? port
                 logger.info(
-                    "tidemark serve listening on http://\(host.contains(":") ? "[\(host)]" : host):\(bound) (/livez, /readyz, /status, /metrics); reconciling workspace '\(runtime.workspaceName)' every \(ServeSettings.describe(settings.interval)), drift: \(settings.drift.rawValue), on_change: \(settings.onChange.rawValue)"
+                    "tidemark serve listening on http://\(host.contains(":") ? "[\(host)]" : host):\(bound) (/livez, /readyz, /status, /metrics) as replica \(replica); workspaces: \(summary)"
                 )
                 await onListening(bound)
             },
             logger: Logger(label: "tidemark.serve.http", factory: { _ in SwiftLogNoOpLogHandler() }))
+        let services: [ServiceGroupConfiguration.ServiceConfiguration] =
+            [
+                .init(service: app, successTerminationBehavior: .gracefullyShutdownGroup),
+                .init(service: readiness, successTerminationBehavior: .gracefullyShutdownGroup),
+            ] + runners.map { .init(service: $0, successTerminationBehavior: .gracefullyShutdownGroup) }
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
-                services: [
-                    .init(service: app, successTerminationBehavior: .gracefullyShutdownGroup),
-                    .init(service: readiness, successTerminationBehavior: .gracefullyShutdownGroup),
-                    .init(service: runner, successTerminationBehavior: .gracefullyShutdownGroup),
-                ],
-                gracefulShutdownSignals: [.sigterm, .sigint],
+                services: services, gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: Logger(label: "tidemark.serve.lifecycle", factory: { _ in SwiftLogNoOpLogHandler() })))
         try await group.run()
         logger.info("tidemark serve stopped")
@@ -100,7 +157,7 @@ public struct Serve: Sendable {
         WorkspaceStatus(
             phase: settings.suspend ? "suspended" : "pending", ready: false, workspace: runtime.workspaceName,
             state: runtime.stateDisplay, manifests: runtime.manifestsDisplay,
-            backend: "\(runtime.backendKind.rawValue) (project \(runtime.resolved.project.project ?? "-"))",
+            backend: "\(runtime.backendKind.rawValue) (project \(runtime.resolved.project.project))",
             settings: [
                 "interval": ServeSettings.describe(settings.interval),
                 "retry_interval": ServeSettings.describe(settings.retryInterval),
@@ -109,19 +166,19 @@ public struct Serve: Sendable {
                 "max_unsubscribes": (settings.maxUnsubscribes ?? runtime.settings.maxUnsubscribes)?.description
                     ?? "none",
             ],
-            suspended: settings.suspend, replica: replica)
+            suspended: settings.suspend, replica: "-")
     }
 }
 
-/// Runs `/readyz`'s checks every `interval`: tidemark.yaml loads, and the state store answers within
-/// 5 seconds.
+/// Runs `/readyz`'s checks every `interval`: tidemark.yaml loads, and each workspace's state store
+/// answers within 5 seconds.
 final class ReadinessChecker: Service, Sendable {
-    private let load: @Sendable () throws -> Runtime
+    private let load: @Sendable () throws -> [Runtime]
     private let interval: Duration
     private let timing: Timing
     private let results = Mutex<[ReadinessCheck]>([])
 
-    init(load: @escaping @Sendable () throws -> Runtime, interval: Duration, timing: Timing) {
+    init(load: @escaping @Sendable () throws -> [Runtime], interval: Duration, timing: Timing) {
         self.load = load
         self.interval = interval
         self.timing = timing
@@ -139,26 +196,30 @@ final class ReadinessChecker: Service, Sendable {
     }
 
     func check() async -> [ReadinessCheck] {
-        let runtime: Runtime
+        let runtimes: [Runtime]
         do {
-            runtime = try load()
+            runtimes = try load()
         } catch {
             return [
                 ReadinessCheck(name: "settings", ok: false, detail: Reconciler.plain(Failure(error).message)),
                 ReadinessCheck(name: "state", ok: false, detail: "not checked: the settings do not load"),
             ]
         }
-        let store = runtime.stateStore()
-        let state: ReadinessCheck
-        do {
-            let answered = try await TimeLimit.race(.seconds(5)) { try await store.lockHolder() != nil }
-            state =
-                answered == nil
-                ? ReadinessCheck(name: "state", ok: false, detail: "\(runtime.stateDisplay) did not answer within 5 s")
-                : ReadinessCheck(name: "state", ok: true)
-        } catch {
-            state = ReadinessCheck(name: "state", ok: false, detail: Reconciler.plain(Failure(error).message))
+        var checks = [ReadinessCheck(name: "settings", ok: true)]
+        for runtime in runtimes {
+            let name = runtimes.count == 1 ? "state" : "state:\(runtime.workspaceName)"
+            let store = runtime.stateStore()
+            do {
+                let answered = try await TimeLimit.race(.seconds(5)) { try await store.lockHolder() != nil }
+                checks.append(
+                    answered == nil
+                        ? ReadinessCheck(
+                            name: name, ok: false, detail: "\(runtime.stateDisplay) did not answer within 5 s")
+                        : ReadinessCheck(name: name, ok: true))
+            } catch {
+                checks.append(ReadinessCheck(name: name, ok: false, detail: Reconciler.plain(Failure(error).message)))
+            }
         }
-        return [ReadinessCheck(name: "settings", ok: true), state]
+        return checks
     }
 }

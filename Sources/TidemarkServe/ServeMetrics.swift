@@ -37,7 +37,7 @@ public final class ServeMetrics: Sendable {
         for kind in ["read", "write"] { _ = fcmRequests(workspace, kind, "sent") }
         gauge("tidemark_workspace_ready", workspace, Self.readyHelp).set(to: 0)
         gauge("tidemark_workspace_suspended", workspace, Self.suspendedHelp).set(to: settings.suspend ? 1 : 0)
-        gauge("tidemark_workspace_leader", workspace, Self.leaderHelp).set(to: 1)
+        gauge("tidemark_workspace_leader", workspace, Self.leaderHelp).set(to: 0)
         gauge("tidemark_changes_waiting", workspace, Self.waitingHelp).set(to: 0)
         gauge("tidemark_fcm_quota_per_second", workspace, Self.quotaHelp).set(to: quota)
         _ = gauge("tidemark_last_success_timestamp_seconds", workspace, Self.lastSuccessHelp)
@@ -75,6 +75,11 @@ public final class ServeMetrics: Sendable {
     /// Records that the workspace is suspended or resumed.
     public func suspended(workspace: String, _ suspended: Bool) {
         gauge("tidemark_workspace_suspended", workspace, Self.suspendedHelp).set(to: suspended ? 1 : 0)
+    }
+
+    /// Records whether this replica owns the workspace.
+    public func leader(workspace: String, _ leader: Bool) {
+        gauge("tidemark_workspace_leader", workspace, Self.leaderHelp).set(to: leader ? 1 : 0)
     }
 
     static let readyHelp = "1 when the workspace's last reconcile succeeded, else 0."

@@ -7,7 +7,8 @@ import TidemarkRuntime
 /// What `/status` and `tidemark status` say of one workspace.
 public struct WorkspaceStatus: Sendable, Codable, Equatable {
     /// Where the workspace is: `pending` (before its first reconcile), `reconciling`, `ready` (the
-    /// last reconcile succeeded), `failing`, `blocked` (a rail refused the plan) or `suspended`.
+    /// last reconcile succeeded), `failing`, `blocked` (a rail refused the plan), `suspended`,
+    /// `standby` (another replica owns it) or `stopped`.
     public var phase: String
     /// Whether the last reconcile succeeded.
     public var ready: Bool
@@ -31,30 +32,68 @@ public struct WorkspaceStatus: Sendable, Codable, Equatable {
     public var consecutiveFailures = 0
     /// When the next reconcile starts.
     public var nextRunAt: Date?
-    /// The replica that reconciles it (host and process).
+    /// The replica that reconciles it (host and process); in `standby`, the replica that owns it.
     public var replica: String
+    /// Who suspended or resumed it last (`tidemark suspend`, `resume`), and when.
+    public var suspendedBy: String?
+    /// The last `tidemark reconcile` request this replica acted on, and who asked.
+    public var reconcileRequestedAt: Date?
+    /// Who asked for it.
+    public var reconcileRequestedBy: String?
 }
 
-/// Reconciles one workspace on its schedule, as a service of `serve`'s service group: the first
-/// reconcile at start-up, then every `interval` (plus jitter), sooner after a failure, until the
-/// group shuts down. A shutdown that comes during an apply stops it between journal steps, as it
-/// stops a CLI apply.
+/// Reconciles one workspace while this replica owns it, as a service of `serve`'s service group.
+///
+/// Every `poll` it claims (or renews) the workspace in the state store: when another replica's claim
+/// is live it stands by; when it owns it, it acts on the requests people left there (suspend,
+/// resume, reconcile now), reconciles on its schedule (the first reconcile at start-up or at
+/// takeover, then every `interval` plus jitter, sooner after a failure) and publishes its status for
+/// `tidemark status`. During a reconcile a heartbeat renews the claim. Owning is not the state lock:
+/// the apply takes that only for each reconcile. A shutdown that comes during an apply stops it
+/// between journal steps, as it stops a CLI apply; then the claim is given up, so another replica
+/// takes the workspace at once.
 public final class WorkspaceRunner: Service, Sendable {
+    /// How the runner keeps its claim and reads requests.
+    public struct Ownership: Sendable {
+        /// The store whose records say who owns the workspace (the workspace's state store).
+        public var records: any StateStore
+        /// This replica's name (`host/pid`).
+        public var replica: String
+        /// How long a claim lasts unless renewed: a replica that dies loses its workspaces this long
+        /// after its last renewal.
+        public var duration: Duration = .seconds(30)
+        /// How often the claim is renewed and requests are read, between reconciles.
+        public var poll: Duration = .seconds(2)
+
+        /// Ownership through `records` for `replica`.
+        public init(
+            records: any StateStore, replica: String, duration: Duration = .seconds(30), poll: Duration = .seconds(2)
+        ) {
+            self.records = records
+            self.replica = replica
+            self.duration = duration
+            self.poll = poll
+        }
+    }
+
     /// The workspace's name.
     public let name: String
     private let reconciler: Reconciler
+    private let ownership: Ownership
     private let metrics: ServeMetrics
     private let log: @Sendable (String) -> Void
     private let current: Mutex<WorkspaceStatus>
 
-    /// A runner for the workspace `status` describes, reconciling with `reconciler`; it waits, draws
-    /// its jitter and stamps the next run by the reconciler's `timing`.
+    /// A runner for the workspace `status` describes, reconciling with `reconciler` while it owns the
+    /// workspace through `ownership`; it waits, draws its jitter and stamps its times by the
+    /// reconciler's `timing`.
     public init(
-        status: WorkspaceStatus, reconciler: Reconciler, metrics: ServeMetrics,
+        status: WorkspaceStatus, reconciler: Reconciler, ownership: Ownership, metrics: ServeMetrics,
         log: @escaping @Sendable (String) -> Void
     ) {
         self.name = status.workspace
         self.reconciler = reconciler
+        self.ownership = ownership
         self.metrics = metrics
         self.log = log
         self.current = Mutex(status)
@@ -65,53 +104,195 @@ public final class WorkspaceRunner: Service, Sendable {
     /// The workspace's status now.
     public var status: WorkspaceStatus { current.withLock { $0 } }
 
-    /// Reconciles until the service group shuts down.
+    /// Reconciles while it owns the workspace, until the service group shuts down.
     public func run() async throws {
         let settings = reconciler.settings
         var generator = timing.generator
+        var owned = false
+        var failures = 0
+        var nextRun: Duration?
+        var handledRequest: Date?
+        var lastProblem: String?
+        defer { metrics.leader(workspace: name, false) }
         while !Task.isShuttingDownGracefully, !Task.isCancelled {
-            if current.withLock({ $0.suspended }) {
-                await pause(settings.interval)
+            let record: ServeRecord
+            do {
+                record = try await ownership.records.claimOwnership(ownership.replica, for: ownership.duration)
+                lastProblem = nil
+            } catch {
+                // The records live in the state store: unreachable, nothing can be reconciled either.
+                let message = Reconciler.plain(Failure(error).message)
+                if lastProblem != message {
+                    log("workspace=\(name) cannot claim the workspace in its state store: \(message)")
+                    lastProblem = message
+                }
+                owned = false
+                metrics.leader(workspace: name, false)
+                current.withLock {
+                    $0.phase = "failing"
+                    $0.ready = false
+                }
+                await pause(ownership.poll)
                 continue
             }
-            current.withLock { $0.phase = "reconciling" }
-            let result = await reconciler.reconcile()
+            guard record.owner == ownership.replica else {
+                if owned || current.withLock({ $0.phase != "standby" }) {
+                    log(
+                        "workspace=\(name) standby: replica \(record.owner ?? "?") owns it; this replica takes it over when that one stops renewing its claim"
+                    )
+                }
+                owned = false
+                metrics.leader(workspace: name, false)
+                current.withLock {
+                    $0.phase = "standby"
+                    $0.replica = record.owner ?? "-"
+                    $0.nextRunAt = nil
+                }
+                await pause(ownership.poll)
+                continue
+            }
+            if !owned {
+                owned = true
+                log(
+                    "workspace=\(name) owned by this replica (\(ownership.replica), claim \(record.ownerFence)); reconciling now"
+                )
+                metrics.leader(workspace: name, true)
+                current.withLock { $0.replica = ownership.replica }
+                nextRun = nil
+                // A request made before this replica owned the workspace is served by the reconcile at once.
+                handledRequest = record.reconcileRequestedAt
+            }
+            let suspended = settings.suspend || record.suspended
+            let wasSuspended = current.withLock { status -> Bool in
+                let was = status.suspended
+                status.suspended = suspended
+                status.suspendedBy = record.suspendedBy
+                return was
+            }
+            if suspended != wasSuspended {
+                metrics.suspended(workspace: name, suspended)
+                log(
+                    "workspace=\(name) \(suspended ? "suspended" : "resumed")\(record.suspendedBy.map { " by \($0)" } ?? "")"
+                )
+            }
+            if suspended {
+                current.withLock {
+                    $0.phase = "suspended"
+                    $0.nextRunAt = nil
+                }
+                await publish()
+                await pause(ownership.poll)
+                continue
+            }
+            var requested = false
+            if let asked = record.reconcileRequestedAt, asked > (handledRequest ?? .distantPast) {
+                handledRequest = asked
+                requested = true
+                log("workspace=\(name) reconcile requested\(record.reconcileRequestedBy.map { " by \($0)" } ?? "")")
+            }
+            if let due = nextRun, timing.now() < due, !requested {
+                if current.withLock({ $0.phase == "suspended" }) {
+                    current.withLock { $0.phase = $0.last.map { Self.phase($0.outcome) } ?? "pending" }
+                }
+                await publish()
+                await pause(min(ownership.poll, due - timing.now()))
+                continue
+            }
+            current.withLock {
+                $0.phase = "reconciling"
+                if requested {
+                    $0.reconcileRequestedAt = record.reconcileRequestedAt
+                    $0.reconcileRequestedBy = record.reconcileRequestedBy
+                }
+            }
+            await publish()
+            let result = await reconcileHoldingClaim()
             if Task.isShuttingDownGracefully, result.outcome != .success {
                 // Stopped between journal steps by the shutdown: not a failure of the workspace.
                 current.withLock { $0.phase = "stopped" }
                 log(
-                    "reconcile workspace=\(name) stopped by the shutdown: what finished is journaled, and the next start resumes it"
+                    "reconcile workspace=\(name) stopped by the shutdown: what finished is journaled, and the next owner resumes it"
                 )
-                return
+                break
             }
             metrics.record(workspace: name, result)
-            let failures = current.withLock { status -> Int in
-                status.last = result
-                status.ready = result.outcome == .success
-                switch result.outcome {
-                case .success:
-                    status.phase = "ready"
-                    status.consecutiveFailures = 0
-                    status.lastSuccessAt = result.finishedAt
-                case .blocked:
-                    status.phase = "blocked"
-                    status.consecutiveFailures = 0
-                case .failure:
-                    status.phase = "failing"
-                    status.consecutiveFailures += 1
-                }
-                return status.consecutiveFailures
-            }
+            failures = result.outcome == .failure ? failures + 1 : 0
             var wait = settings.wait(afterFailures: failures)
             let jitterMilliseconds = Int64(Timing.seconds(settings.jitter) * 1000)
             if jitterMilliseconds > 0 {
                 wait += .milliseconds(Int64.random(in: 0...jitterMilliseconds, using: &generator))
             }
+            nextRun = timing.now() + wait
             let next = timing.wallClock().addingTimeInterval(Timing.seconds(wait))
-            current.withLock { $0.nextRunAt = next }
+            current.withLock { status in
+                status.last = result
+                status.ready = result.outcome == .success
+                status.phase = Self.phase(result.outcome)
+                status.consecutiveFailures = failures
+                if result.outcome == .success { status.lastSuccessAt = result.finishedAt }
+                status.nextRunAt = next
+            }
             log(Self.line(workspace: name, result, next: wait))
-            await pause(wait)
+            await publish()
         }
+        if owned {
+            if current.withLock({ $0.phase != "stopped" }) { current.withLock { $0.phase = "stopped" } }
+            await publish()
+            try? await ownership.records.releaseOwnership(ownership.replica)
+            log("workspace=\(name) released by this replica")
+        }
+    }
+
+    /// The phase a reconcile's outcome leaves.
+    static func phase(_ outcome: ReconcileResult.Outcome) -> String {
+        switch outcome {
+        case .success: "ready"
+        case .blocked: "blocked"
+        case .failure: "failing"
+        }
+    }
+
+    /// One reconcile, with a heartbeat beside it renewing the claim every third of its duration.
+    private func reconcileHoldingClaim() async -> ReconcileResult {
+        let ownership = self.ownership
+        let timing = self.timing
+        let name = self.name
+        let log = self.log
+        return await withTaskGroup(of: ReconcileResult?.self) { group in
+            group.addTask {
+                while !Task.isCancelled {
+                    do {
+                        try await timing.sleep(ownership.duration / 3)
+                    } catch {
+                        return nil
+                    }
+                    if let record = try? await ownership.records.claimOwnership(
+                        ownership.replica, for: ownership.duration),
+                        record.owner != ownership.replica
+                    {
+                        log(
+                            "workspace=\(name) claim taken by \(record.owner ?? "another replica") during a reconcile; the state lock's fencing keeps the two apart"
+                        )
+                    }
+                }
+                return nil
+            }
+            group.addTask { await self.reconciler.reconcile() }
+            var outcome: ReconcileResult?
+            for await result in group {
+                if let result {
+                    outcome = result
+                    group.cancelAll()
+                }
+            }
+            return outcome!
+        }
+    }
+
+    /// Publishes the status for `tidemark status` (when this replica still owns the workspace).
+    private func publish() async {
+        let encoded = (try? WorkspaceStatus.encoder.encode(status)) ?? Data("{}".utf8)
+        _ = try? await ownership.records.publishStatus(encoded, replica: ownership.replica)
     }
 
     /// Waits `duration`, or less when the group shuts down.
@@ -129,5 +310,25 @@ public final class WorkspaceRunner: Service, Sendable {
         if let reason = result.reason { fields.append("reason=\(reason)") }
         fields.append("next_in=\(ServeSettings.describe(next))")
         return "reconcile " + fields.joined(separator: " ") + ": " + result.summary
+    }
+}
+
+extension WorkspaceStatus {
+    /// The JSON of `/status`, of `tidemark status --format json` and of the status kept in the store:
+    /// snake_case keys, ISO 8601 times.
+    public static var encoder: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.keyEncodingStrategy = .convertToSnakeCase
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }
+
+    /// Reads what `encoder` wrote.
+    public static var decoder: JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.keyDecodingStrategy = .convertFromSnakeCase
+        decoder.dateDecodingStrategy = .iso8601
+        return decoder
     }
 }

@@ -18,7 +18,7 @@ import Glibc
 /// session state (no advisory locks, no `SET`), so it works through PgBouncer in transaction pooling.
 public final class PostgresStateStore: StateStore {
     /// The schema this tidemark writes; a database at a newer version is refused.
-    public static let schemaVersion = 5
+    public static let schemaVersion = 6
 
     /// The server and database.
     public let url: PostgresURL
@@ -709,6 +709,130 @@ public final class PostgresStateStore: StateStore {
         return kill(holder.pid, 0) != 0 && errno == ESRCH
     }
 
+    // MARK: - serve's records
+
+    /// A row of `tidemark_serve` and the server's clock: workspace, owner, owner_expires, owner_fence,
+    /// suspended, suspended_by, reconcile_at, reconcile_by, status, status_at, now.
+    typealias ServeRow = (String, String?, Int64, Int64, Bool, String?, Int64, String?, ByteBuffer?, Int64, Int64)
+
+    private static let serveColumns =
+        "workspace, owner, owner_expires, owner_fence, suspended, suspended_by, reconcile_at, reconcile_by, status, status_at"
+
+    private static func date(_ millis: Int64) -> Date? {
+        millis > 0 ? Date(timeIntervalSince1970: TimeInterval(millis) / 1000) : nil
+    }
+
+    private static func millis(_ date: Date?) -> Int64 {
+        date.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) } ?? 0
+    }
+
+    private func serveRecord(_ row: PostgresRow) throws -> (ServeRecord, now: Date) {
+        let (
+            workspace, owner, expires, fence, suspended, suspendedBy, reconcileAt, reconcileBy, status, statusAt, now
+        ) =
+            try decode(row, ServeRow.self, table: "tidemark_serve")
+        var record = ServeRecord(workspace: workspace)
+        record.owner = owner
+        record.ownerExpires = Self.date(expires)
+        record.ownerFence = fence
+        record.suspended = suspended
+        record.suspendedBy = suspendedBy
+        record.reconcileRequestedAt = Self.date(reconcileAt)
+        record.reconcileRequestedBy = reconcileBy
+        record.status = status.map { Data($0.readableBytesView) }
+        record.statusAt = Self.date(statusAt)
+        return (record, Self.date(now) ?? Date())
+    }
+
+    /// Reads this workspace's record for update, lets `change` edit it (with the server's clock), and
+    /// writes it back, in one transaction.
+    private func updateServeRecord<T: Sendable>(
+        _ change: @Sendable @escaping (inout ServeRecord, Date) -> T
+    ) async throws -> (ServeRecord, T) {
+        try await ensureSchema()
+        return try await link.transaction { c in
+            try await c.run(
+                "INSERT INTO tidemark_serve (workspace) VALUES (\(self.workspace)) ON CONFLICT (workspace) DO NOTHING")
+            guard
+                let row = try await c.first(
+                    """
+                    SELECT \(unescaped: Self.serveColumns), \(unescaped: Self.nowSQL) FROM tidemark_serve
+                    WHERE workspace = \(self.workspace) FOR UPDATE
+                    """)
+            else { throw self.damaged("table 'tidemark_serve': the workspace's row vanished") }
+            var (record, now) = try self.serveRecord(row)
+            let result = change(&record, now)
+            let status = record.status.map { ByteBuffer(bytes: $0) }
+            try await c.run(
+                """
+                UPDATE tidemark_serve SET owner = \(record.owner), owner_expires = \(Self.millis(record.ownerExpires)),
+                    owner_fence = \(record.ownerFence), suspended = \(record.suspended), suspended_by = \(record.suspendedBy),
+                    reconcile_at = \(Self.millis(record.reconcileRequestedAt)), reconcile_by = \(record.reconcileRequestedBy),
+                    status = \(status), status_at = \(Self.millis(record.statusAt))
+                WHERE workspace = \(self.workspace)
+                """)
+            return (record, result)
+        }
+    }
+
+    /// This workspace's record; an empty one when nothing was recorded.
+    public func serveRecord() async throws -> ServeRecord {
+        try await ensureSchema()
+        return try await link.transaction(readOnly: true) { c in
+            guard
+                let row = try await c.first(
+                    """
+                    SELECT \(unescaped: Self.serveColumns), \(unescaped: Self.nowSQL) FROM tidemark_serve
+                    WHERE workspace = \(self.workspace)
+                    """)
+            else { return ServeRecord(workspace: self.workspace) }
+            return try self.serveRecord(row).0
+        }
+    }
+
+    /// Every workspace's record in the database, by name.
+    public func serveRecords() async throws -> [ServeRecord] {
+        try await ensureSchema()
+        return try await link.transaction(readOnly: true) { c in
+            var records: [ServeRecord] = []
+            for try await row in try await c.query(
+                "SELECT \(unescaped: Self.serveColumns), \(unescaped: Self.nowSQL) FROM tidemark_serve ORDER BY workspace"
+            ) {
+                records.append(try self.serveRecord(row).0)
+            }
+            return records
+        }
+    }
+
+    /// Claims the workspace (`ServeRecord.claim`) by the server's clock.
+    public func claimOwnership(_ replica: String, for duration: Duration) async throws -> ServeRecord {
+        try await updateServeRecord { record, now in
+            _ = record.claim(replica, until: now.addingTimeInterval(Timing.seconds(duration)), now: now)
+        }.0
+    }
+
+    /// Ends `replica`'s claim.
+    public func releaseOwnership(_ replica: String) async throws {
+        _ = try await updateServeRecord { record, _ in record.release(replica) }
+    }
+
+    /// Records `control` (`ServeRecord.record`) by the server's clock.
+    @discardableResult
+    public func requestControl(_ control: ServeControl, by: String) async throws -> ServeRecord {
+        try await updateServeRecord { record, now in record.record(control, by: by, at: now) }.0
+    }
+
+    /// Keeps `status` when `replica` owns the workspace by the server's clock.
+    @discardableResult
+    public func publishStatus(_ status: Data, replica: String) async throws -> Bool {
+        try await updateServeRecord { record, now -> Bool in
+            guard record.isOwned(by: replica, at: now) else { return false }
+            record.status = status
+            record.statusAt = now
+            return true
+        }.1
+    }
+
     // MARK: - Schema
 
     static let nowSQL = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
@@ -860,6 +984,14 @@ public final class PostgresStateStore: StateStore {
             // 5: the devices each inventory source read at the last apply (the shrink guard's baseline).
             "ALTER TABLE tidemark_workspaces ADD COLUMN inventory_rows TEXT NOT NULL DEFAULT ''"
         ],
+        [
+            // 6: what `tidemark serve` keeps per workspace: its owner, people's requests, its status.
+            """
+            CREATE TABLE tidemark_serve (workspace TEXT PRIMARY KEY, owner TEXT, owner_expires BIGINT NOT NULL DEFAULT 0,
+                owner_fence BIGINT NOT NULL DEFAULT 0, suspended BOOLEAN NOT NULL DEFAULT false, suspended_by TEXT,
+                reconcile_at BIGINT NOT NULL DEFAULT 0, reconcile_by TEXT, status BYTEA, status_at BIGINT NOT NULL DEFAULT 0)
+            """
+        ],
     ]
 
     // MARK: - Rows
@@ -902,6 +1034,8 @@ public final class PostgresStateStore: StateStore {
         case is (String, String, Bool, Int64).Type: return try row.decode((String, String, Bool, Int64).self) as! T
         case is (String, Int64, Bool, String).Type: return try row.decode((String, Int64, Bool, String).self) as! T
         case is (String, String).Type: return try row.decode((String, String).self) as! T
+        case is ServeRow.Type:
+            return try row.decode(ServeRow.self) as! T
         case is (String, String, Int64).Type: return try row.decode((String, String, Int64).self) as! T
         default: fatalError("no row decoder for \(T.self)")
         }

@@ -208,7 +208,10 @@ public final class SQLiteStateStore: StateStore {
         let metas = try String.fetchAll(
             db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND (name = 'meta' OR name LIKE '%:meta')")
         // A file with no table at all was created by a first save that never committed: empty.
-        let tables = try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master WHERE type = 'table'") ?? 0
+        // `tidemark_serve` (serve's records) may come before any state.
+        let tables =
+            try Int.fetchOne(
+                db, sql: "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name != 'tidemark_serve'") ?? 0
         guard !metas.isEmpty || tables == 0 else {
             throw StateStoreError(.damaged, path: location, "its 'meta' table is missing")
         }
@@ -825,5 +828,118 @@ public final class SQLiteStateStore: StateStore {
             try? fm.removeItem(atPath: legacyPath + ".moved" + suffix)
             try? fm.moveItem(atPath: legacyPath + suffix, toPath: legacyPath + ".moved" + suffix)
         }
+    }
+
+    // MARK: - serve's records
+
+    /// One table for every workspace of the file, made by the first record written.
+    private static let serveTable = """
+        CREATE TABLE IF NOT EXISTS tidemark_serve (workspace TEXT PRIMARY KEY, owner TEXT,
+            owner_expires INTEGER NOT NULL DEFAULT 0, owner_fence INTEGER NOT NULL DEFAULT 0,
+            suspended INTEGER NOT NULL DEFAULT 0, suspended_by TEXT, reconcile_at INTEGER NOT NULL DEFAULT 0,
+            reconcile_by TEXT, status BLOB, status_at INTEGER NOT NULL DEFAULT 0)
+        """
+
+    private static func date(_ millis: Int64) -> Date? {
+        millis > 0 ? Date(timeIntervalSince1970: TimeInterval(millis) / 1000) : nil
+    }
+
+    private static func millis(_ date: Date?) -> Int64 {
+        date.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) } ?? 0
+    }
+
+    private static func serveRecord(_ row: Row) -> ServeRecord {
+        var record = ServeRecord(workspace: row["workspace"])
+        record.owner = row["owner"]
+        record.ownerExpires = date(row["owner_expires"])
+        record.ownerFence = row["owner_fence"]
+        record.suspended = row["suspended"]
+        record.suspendedBy = row["suspended_by"]
+        record.reconcileRequestedAt = date(row["reconcile_at"])
+        record.reconcileRequestedBy = row["reconcile_by"]
+        record.status = row["status"]
+        record.statusAt = date(row["status_at"])
+        return record
+    }
+
+    /// Reads this workspace's record, lets `change` edit it (with this machine's clock: SQLite state
+    /// serves one replica on one machine), and writes it back, in one transaction.
+    private func updateServeRecord<T>(_ change: (inout ServeRecord, Date) -> T) throws -> (ServeRecord, T) {
+        guard let queue = try open(create: true) else {
+            throw StateStoreError(.io, path: location, "cannot create the file")
+        }
+        return try run {
+            try queue.write { db in
+                try db.execute(sql: Self.serveTable)
+                var record =
+                    try Row.fetchOne(
+                        db, sql: "SELECT * FROM tidemark_serve WHERE workspace = ?", arguments: [workspace]
+                    )
+                    .map(Self.serveRecord) ?? ServeRecord(workspace: workspace)
+                let result = change(&record, Date())
+                try db.execute(
+                    sql: """
+                        INSERT OR REPLACE INTO tidemark_serve (workspace, owner, owner_expires, owner_fence, suspended,
+                            suspended_by, reconcile_at, reconcile_by, status, status_at)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [
+                        workspace, record.owner, Self.millis(record.ownerExpires), record.ownerFence, record.suspended,
+                        record.suspendedBy, Self.millis(record.reconcileRequestedAt), record.reconcileRequestedBy,
+                        record.status, Self.millis(record.statusAt),
+                    ])
+                return (record, result)
+            }
+        }
+    }
+
+    private func readServeRecords(_ sql: String, _ arguments: StatementArguments = []) throws -> [ServeRecord] {
+        guard let queue = try open(create: false) else { return [] }
+        return try run {
+            try queue.read { db in
+                guard try db.tableExists("tidemark_serve") else { return [] }
+                return try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.serveRecord)
+            }
+        }
+    }
+
+    /// This workspace's record; an empty one when nothing was recorded.
+    public func serveRecord() async throws -> ServeRecord {
+        try readServeRecords("SELECT * FROM tidemark_serve WHERE workspace = ?", [workspace]).first
+            ?? ServeRecord(workspace: workspace)
+    }
+
+    /// Every workspace's record in the file, by name.
+    public func serveRecords() async throws -> [ServeRecord] {
+        try readServeRecords("SELECT * FROM tidemark_serve ORDER BY workspace")
+    }
+
+    /// Claims the workspace (`ServeRecord.claim`).
+    public func claimOwnership(_ replica: String, for duration: Duration) async throws -> ServeRecord {
+        try updateServeRecord { record, now in
+            _ = record.claim(replica, until: now.addingTimeInterval(Timing.seconds(duration)), now: now)
+        }.0
+    }
+
+    /// Ends `replica`'s claim.
+    public func releaseOwnership(_ replica: String) async throws {
+        _ = try updateServeRecord { record, _ in record.release(replica) }
+    }
+
+    /// Records `control` (`ServeRecord.record`).
+    @discardableResult
+    public func requestControl(_ control: ServeControl, by: String) async throws -> ServeRecord {
+        try updateServeRecord { record, now in record.record(control, by: by, at: now) }.0
+    }
+
+    /// Keeps `status` when `replica` owns the workspace.
+    @discardableResult
+    public func publishStatus(_ status: Data, replica: String) async throws -> Bool {
+        try updateServeRecord { record, now -> Bool in
+            guard record.isOwned(by: replica, at: now) else { return false }
+            record.status = status
+            record.statusAt = now
+            return true
+        }.1
     }
 }

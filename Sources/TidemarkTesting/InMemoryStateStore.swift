@@ -41,8 +41,21 @@ public actor InMemoryStateStore: StateStore {
     /// When set, the next save fails with this error and writes nothing (a full disk, a lost connection).
     public var failNextSave: (any Error)?
 
-    /// An empty store named `location`.
-    public init(location: String = "memory") { self.location = location }
+    /// The workspace its `serve` record is kept for.
+    public nonisolated let workspace: String
+    /// The clock its `serve` claims are judged by.
+    private let clock: @Sendable () -> Date
+    private var record: ServeRecord
+
+    /// An empty store named `location`, holding `workspace`; `clock` judges `serve` claims.
+    public init(
+        location: String = "memory", workspace: String = "default", clock: @escaping @Sendable () -> Date = Date.init
+    ) {
+        self.location = location
+        self.workspace = workspace
+        self.clock = clock
+        record = ServeRecord(workspace: workspace)
+    }
 
     /// Makes the next save fail with `error` and write nothing (nil: saves succeed).
     public func setFailNextSave(_ error: (any Error)?) { failNextSave = error }
@@ -161,5 +174,40 @@ public actor InMemoryStateStore: StateStore {
         let store: InMemoryStateStore
         let id: UInt64
         func release() async { await store.release(id) }
+    }
+
+    // MARK: - serve's records
+
+    /// The workspace's record.
+    public func serveRecord() async throws -> ServeRecord { record }
+
+    /// The one workspace's record.
+    public func serveRecords() async throws -> [ServeRecord] { [record] }
+
+    /// Claims the workspace by `ServeRecord.claim`, on this store's clock.
+    public func claimOwnership(_ replica: String, for duration: Duration) async throws -> ServeRecord {
+        let now = clock()
+        _ = record.claim(replica, until: now.addingTimeInterval(Timing.seconds(duration)), now: now)
+        return record
+    }
+
+    /// Ends `replica`'s claim.
+    public func releaseOwnership(_ replica: String) async throws { record.release(replica) }
+
+    /// Records `control`.
+    @discardableResult
+    public func requestControl(_ control: ServeControl, by: String) async throws -> ServeRecord {
+        record.record(control, by: by, at: clock())
+        return record
+    }
+
+    /// Keeps `status` when `replica` owns the workspace.
+    @discardableResult
+    public func publishStatus(_ status: Data, replica: String) async throws -> Bool {
+        let now = clock()
+        guard record.isOwned(by: replica, at: now) else { return false }
+        record.status = status
+        record.statusAt = now
+        return true
     }
 }

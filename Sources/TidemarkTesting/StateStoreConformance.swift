@@ -30,6 +30,7 @@ public enum StateStoreConformance {
         case compactsTheTokenTable
         case journalsEveryTokenOfAPlan
         case leaseOperationsMatchTheLockKind
+        case keepsServeRecords
 
         /// The check's name, as test reports show it.
         public var testDescription: String { rawValue }
@@ -54,6 +55,7 @@ public enum StateStoreConformance {
         case .compactsTheTokenTable: try await compactsTheTokenTable(store)
         case .journalsEveryTokenOfAPlan: try await journalsEveryTokenOfAPlan(store)
         case .leaseOperationsMatchTheLockKind: try await leaseOperationsMatchTheLockKind(store)
+        case .keepsServeRecords: try await keepsServeRecords(store)
         }
     }
 
@@ -520,6 +522,59 @@ public enum StateStoreConformance {
         #expect(try await store.save(&next, write, at: 1001) == 42)
         #expect(try await store.load()?.versions["topic:news"] == 42)
         #expect(try await store.load()?.inventoryRows == ["inventory/devices.csv": 2990])
+    }
+
+    /// `serve`'s records: one owner at a time (renewed by itself, taken by another only once released or
+    /// expired, each new owner a higher fence); a status kept only from the owner; suspend, resume and
+    /// reconcile recorded with who asked; none of it makes a state. A store that keeps no records says
+    /// `.unsupported` for every one of them.
+    static func keepsServeRecords(_ store: any StateStore) async throws {
+        let empty: ServeRecord
+        do {
+            empty = try await store.serveRecord()
+        } catch let error as StateStoreError where error.code == .unsupported {
+            func unsupported(_ body: () async throws -> Void) async {
+                await #expect { try await body() } throws: { ($0 as? StateStoreError)?.code == .unsupported }
+            }
+            await unsupported { _ = try await store.serveRecords() }
+            await unsupported { _ = try await store.claimOwnership("a", for: .seconds(30)) }
+            await unsupported { try await store.releaseOwnership("a") }
+            await unsupported { try await store.requestControl(.suspend, by: "alice") }
+            await unsupported { try await store.publishStatus(Data("{}".utf8), replica: "a") }
+            return
+        }
+        #expect(empty.owner == nil && !empty.suspended && empty.status == nil && empty.reconcileRequestedAt == nil)
+        let first = try await store.claimOwnership("replica-a", for: .seconds(30))
+        #expect(first.owner == "replica-a" && first.ownerFence == 1)
+        #expect(first.isOwned(by: "replica-a", at: Date()))
+        let refused = try await store.claimOwnership("replica-b", for: .seconds(30))
+        #expect(refused.owner == "replica-a" && !refused.isOwned(by: "replica-b", at: Date()))
+        let renewed = try await store.claimOwnership("replica-a", for: .seconds(30))
+        #expect(renewed.ownerFence == 1 && renewed.ownerExpires.map { $0 >= first.ownerExpires! } == true)
+        let status = Data(#"{"phase":"ready"}"#.utf8)
+        #expect(try await !store.publishStatus(Data("{}".utf8), replica: "replica-b"))
+        #expect(try await store.publishStatus(status, replica: "replica-a"))
+        #expect(try await store.serveRecord().status == status)
+        let suspended = try await store.requestControl(.suspend, by: "alice on laptop")
+        #expect(suspended.suspended && suspended.suspendedBy?.hasPrefix("alice on laptop at ") == true)
+        #expect(try await !store.requestControl(.resume, by: "bob").suspended)
+        let asked = try await store.requestControl(.reconcile, by: "carol")
+        #expect(asked.reconcileRequestedAt != nil && asked.reconcileRequestedBy == "carol")
+        // Requests never move the owner or the status.
+        #expect(asked.owner == "replica-a" && asked.status == status)
+        try await store.releaseOwnership("replica-b")
+        #expect(try await store.serveRecord().owner == "replica-a")
+        try await store.releaseOwnership("replica-a")
+        let taken = try await store.claimOwnership("replica-b", for: .milliseconds(50))
+        #expect(taken.owner == "replica-b" && taken.ownerFence == 2)
+        try await Task.sleep(for: .milliseconds(150))
+        let afterExpiry = try await store.claimOwnership("replica-a", for: .seconds(30))
+        #expect(afterExpiry.owner == "replica-a" && afterExpiry.ownerFence == 3)
+        // Other workspaces of the same database may have records too.
+        let mine = try await store.serveRecords().filter { $0.workspace == empty.workspace }
+        #expect(mine.map(\.owner) == ["replica-a"])
+        // Records alone are no state.
+        #expect(try await store.load() == nil)
     }
 
     /// Two workspaces of one store (`dev`, `prod`, made by `workspace`): separate lineage, serial and

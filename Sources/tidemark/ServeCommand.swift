@@ -13,10 +13,20 @@ struct ServeCommand: AsyncParsableCommand {
         commandName: "serve",
         abstract: "Reconcile continuously, and show health and metrics over HTTP.",
         discussion: """
-            Reconciles the project's workspace (the one 'tidemark apply' uses, with the same global \
-            options) at start-up and then every --interval: the same plan, apply, journal, refresh \
-            modes and rails as 'tidemark apply --auto-approve'. tidemark.yaml, the manifests and the \
-            inventory are read again for every reconcile. After a failure it tries again after \
+            Reconciles the workspaces tidemark.yaml lists under 'serve.workspaces' (each with its \
+            own state, manifests, FCM project, credentials and schedule), or without that section \
+            the project's workspace (the one 'tidemark apply' uses, with the same global options), \
+            at start-up and then every --interval: the same plan, apply, journal, refresh modes and \
+            rails as 'tidemark apply --auto-approve'. tidemark.yaml, the manifests and the inventory \
+            are read again for every reconcile. A flag given here wins over every workspace's own \
+            setting.
+
+            Several replicas may run: each workspace is reconciled by the one replica that owns it \
+            (a claim in its state store, renewed every 2 s and lost 30 s after a replica stops \
+            renewing it); the others stand by and take it over. Owning is not the state lock, so a \
+            person's 'tidemark apply' waits at most for one reconcile. SQLite state serves one \
+            replica; run several only with PostgreSQL state. 'tidemark status', 'reconcile', \
+            'suspend' and 'resume' act through the state store on whichever replica owns a workspace. After a failure it tries again after \
             --retry-interval, twice as long each time, at most --interval. A plan a rail refuses \
             (--max-unsubscribes, protect, allow_empty, the shrink and dead-token guards) is not \
             applied: the workspace shows 'blocked' until a person applies or raises the rail.
@@ -38,20 +48,25 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Address and port to answer on; port 0 picks a free one.", valueName: "HOST:PORT"))
     var listen = "127.0.0.1:9464"
 
-    @Option(help: ArgumentHelp("Time between reconciles (90s, 5m, 1h).", valueName: "DURATION"))
-    var interval = "5m"
+    @Option(help: ArgumentHelp("Time between reconciles (90s, 5m, 1h; default 5m).", valueName: "DURATION"))
+    var interval: String?
 
-    @Option(help: ArgumentHelp("Up to this much added to each interval at random.", valueName: "DURATION"))
-    var jitter = "0s"
+    @Option(help: ArgumentHelp("Up to this much added to each interval at random (default 0s).", valueName: "DURATION"))
+    var jitter: String?
 
-    @Option(help: ArgumentHelp("First wait after a failure; it doubles, up to --interval.", valueName: "DURATION"))
-    var retryInterval = "30s"
+    @Option(
+        help: ArgumentHelp(
+            "First wait after a failure; it doubles, up to --interval (default 30s).", valueName: "DURATION"))
+    var retryInterval: String?
 
-    @Option(help: "What a reconcile does about drift: heal, warn or off.")
-    var drift: ServeSettings.DriftPolicy = .heal
+    @Option(help: "What a reconcile does about drift: heal (default), warn or off.")
+    var drift: ServeSettings.DriftPolicy?
 
-    @Option(help: "What a reconcile does with manifest and inventory changes: apply, or plan (reported as waiting).")
-    var onChange: ServeSettings.ChangePolicy = .apply
+    @Option(
+        help:
+            "What a reconcile does with manifest and inventory changes: apply (default), or plan (reported as waiting)."
+    )
+    var onChange: ServeSettings.ChangePolicy?
 
     @Option(
         help: ArgumentHelp(
@@ -66,30 +81,28 @@ struct ServeCommand: AsyncParsableCommand {
     var readQps: Double?
 
     func validate() throws {
-        _ = try settings()
+        _ = try overrides()
         _ = try address()
     }
 
-    /// The schedule and rails, from the flags.
-    func settings() throws -> ServeSettings {
-        var settings = ServeSettings()
-        func duration(_ text: String, _ flag: String) throws -> Duration {
+    /// The schedule and rails the flags give (each wins over every workspace's own).
+    func overrides() throws -> ServeSettings.Overrides {
+        var overrides = ServeSettings.Overrides()
+        func duration(_ text: String?, _ flag: String, atLeastOneSecond: Bool = true) throws -> Duration? {
+            guard let text else { return nil }
             guard let duration = ServeSettings.duration(text) else {
                 throw ValidationError("\(flag) must be a duration such as 90s, 5m or 1h, not '\(text)'.")
             }
+            if atLeastOneSecond, duration < .seconds(1) { throw ValidationError("\(flag) must be at least 1s.") }
             return duration
         }
-        settings.interval = try duration(interval, "--interval")
-        guard settings.interval >= .seconds(1) else { throw ValidationError("--interval must be at least 1s.") }
-        settings.jitter = try duration(jitter, "--jitter")
-        settings.retryInterval = try duration(retryInterval, "--retry-interval")
-        guard settings.retryInterval >= .seconds(1) else {
-            throw ValidationError("--retry-interval must be at least 1s.")
-        }
-        settings.drift = drift
-        settings.onChange = onChange
-        settings.maxUnsubscribes = try PlanningOptions.limit(maxUnsubscribes)
-        return settings
+        overrides.interval = try duration(interval, "--interval")
+        overrides.jitter = try duration(jitter, "--jitter", atLeastOneSecond: false)
+        overrides.retryInterval = try duration(retryInterval, "--retry-interval")
+        overrides.drift = drift
+        overrides.onChange = onChange
+        overrides.maxUnsubscribes = try PlanningOptions.limit(maxUnsubscribes)
+        return overrides
     }
 
     /// `--listen` as a host and a port.
@@ -114,10 +127,12 @@ struct ServeCommand: AsyncParsableCommand {
             let flags = RuntimeFlags(global, qps: qps, readQPS: readQps)
             var options = Serve.Options()
             (options.host, options.port) = try address()
-            options.settings = try settings()
+            options.overrides = try overrides()
             var logger = Logger(label: "tidemark.serve", factory: { StreamLogHandler.standardError(label: $0) })
             logger.logLevel = .info
-            try await Serve(options: options, load: { try Runtime.load(flags) }, logger: logger).run()
+            try await Serve(
+                options: options, load: { try Runtime.load(flags, serveWorkspace: $0) }, logger: logger
+            ).run()
         }
     }
 }

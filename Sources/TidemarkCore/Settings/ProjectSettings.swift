@@ -60,6 +60,8 @@ public struct ProjectSettings: Sendable, Equatable {
     public var acknowledgedDeadlines: [String: Date] = [:]
     /// `max_unsubscribes` in tidemark.yaml: the default of `--max-unsubscribes` for plans and applies.
     public var maxUnsubscribes: UnsubscribeLimit?
+    /// `serve:` the workspaces `tidemark serve` reconciles; nil: the project's own workspace.
+    public var serve: ServeSection?
 
     /// Every top-level key `tidemark.yaml` may hold; any other is refused by name.
     public static let keys = [
@@ -67,7 +69,7 @@ public struct ProjectSettings: Sendable, Equatable {
         "fcm_url", "iid_url", "sender_id", "unregistered", "dead_share", "dead_minimum", "limits", "workspace",
         "max_shrink",
         "inventory", "prune_after", "read_qps", "refresh", "refresh_budget", "refresh_max_age", "group_export",
-        "saved_plan_reread_after", "acknowledge", "max_unsubscribes",
+        "saved_plan_reread_after", "acknowledge", "max_unsubscribes", "serve",
     ]
 
     /// The settings of a project without `tidemark.yaml`.
@@ -148,6 +150,9 @@ public struct ProjectSettings: Sendable, Equatable {
                 continue
             }
             switch key {
+            case "serve":
+                settings.serve = ServeSection.decode(value, &doc)
+                continue
             case "inventory":
                 if case .scalar(let scalar) = value, !scalar.string.isEmpty {
                     settings.inventoryFile = scalar.string

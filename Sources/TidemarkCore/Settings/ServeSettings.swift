@@ -1,4 +1,4 @@
-import TidemarkCore
+import Foundation
 
 /// What `tidemark serve` may do on its own with one workspace, and when it runs.
 public struct ServeSettings: Sendable, Equatable {
@@ -62,5 +62,37 @@ public struct ServeSettings: Sendable, Equatable {
         if total == 0 { return "0s" }
         let (hours, minutes, seconds) = (total / 3600, total % 3600 / 60, total % 60)
         return (hours > 0 ? "\(hours)h" : "") + (minutes > 0 ? "\(minutes)m" : "") + (seconds > 0 ? "\(seconds)s" : "")
+    }
+
+    /// Settings given on the command line (`tidemark serve --interval …`): each one given wins over
+    /// every workspace's own, as flags win over tidemark.yaml everywhere.
+    public struct Overrides: Sendable, Equatable {
+        /// `--interval`.
+        public var interval: Duration?
+        /// `--jitter`.
+        public var jitter: Duration?
+        /// `--retry-interval`.
+        public var retryInterval: Duration?
+        /// `--drift`.
+        public var drift: DriftPolicy?
+        /// `--on-change`.
+        public var onChange: ChangePolicy?
+        /// `--max-unsubscribes`.
+        public var maxUnsubscribes: UnsubscribeLimit?
+
+        /// No flag given.
+        public init() {}
+
+        /// `settings` with every given flag in place of its value.
+        public func applied(to settings: ServeSettings) -> ServeSettings {
+            var settings = settings
+            if let interval { settings.interval = interval }
+            if let jitter { settings.jitter = jitter }
+            if let retryInterval { settings.retryInterval = retryInterval }
+            if let drift { settings.drift = drift }
+            if let onChange { settings.onChange = onChange }
+            if let maxUnsubscribes { settings.maxUnsubscribes = maxUnsubscribes }
+            return settings
+        }
     }
 }

@@ -1,0 +1,217 @@
+import Foundation
+import Yams
+
+/// `serve:` in tidemark.yaml: the workspaces `tidemark serve` reconciles, each with where its state
+/// and manifests are, which FCM project and credentials it uses, and what it may do on its own.
+///
+/// ```yaml
+/// serve:
+///   interval: 5m              # defaults for every workspace below
+///   drift: heal
+///   workspaces:
+///     - name: prod
+///       state: postgres://tidemark@db.internal/tidemark
+///       manifests: manifests/prod
+///       project: acme-prod
+///       backend: fcm
+///       credentials_env: PROD_GOOGLE_CREDENTIALS
+///       max_unsubscribes: 2%
+///     - name: staging
+///       manifests: manifests/staging
+///       on_change: plan
+/// ```
+public struct ServeSection: Sendable, Equatable {
+    /// One workspace `serve` reconciles.
+    public struct Workspace: Sendable, Equatable {
+        /// The workspace's name in state (`name:`).
+        public var name: String
+        /// Where the entry is written, for messages.
+        public var location: SourceLocation
+        /// `state:` a SQLite path or a `postgres://` URL; nil: the project's state.
+        public var state: String?
+        /// `manifests:` the manifests directory, relative to the project; nil: the project's.
+        public var manifests: String?
+        /// `project:` the Firebase project id; nil: the project's.
+        public var project: String?
+        /// `backend:` nil: the project's.
+        public var backend: BackendKind?
+        /// `credentials_env:` the environment variable that holds the path of this workspace's
+        /// service-account key (or external-account file); nil: the project's credentials.
+        public var credentialsEnv: String?
+        /// `refresh:` what its reconciles read; nil: the project's.
+        public var refresh: RefreshMode?
+        /// `refresh_budget:` nil: the project's.
+        public var refreshBudget: RefreshBudget?
+        /// The schedule and what it may do on its own.
+        public var settings: ServeSettings
+    }
+
+    /// The workspaces, in the file's order.
+    public var workspaces: [Workspace] = []
+    /// Where `serve:` is written.
+    public var location: SourceLocation
+
+    /// An empty section written at `location`.
+    public init(location: SourceLocation) { self.location = location }
+
+    /// The keys an entry of `serve.workspaces` may hold.
+    public static let workspaceKeys =
+        [
+            "name", "state", "manifests", "project", "backend", "credentials_env", "refresh", "refresh_budget",
+        ] + scheduleKeys
+    /// The keys that set what a workspace may do and when: under `serve:` they are every
+    /// workspace's defaults; in an entry, its own.
+    public static let scheduleKeys = [
+        "interval", "jitter", "retry_interval", "drift", "on_change", "max_unsubscribes", "suspend",
+    ]
+
+    /// The workspace named `name`, if the section lists it.
+    public func workspace(_ name: String) -> Workspace? { workspaces.first { $0.name == name } }
+
+    /// Decodes `serve:` from `node`; problems go to `doc`.
+    static func decode(_ node: Node, _ doc: inout YAMLDocument) -> ServeSection {
+        var section = ServeSection(location: doc.location(node))
+        guard let pairs = doc.mapping(node, "'serve'", allowed: ["workspaces"] + scheduleKeys) else { return section }
+        var defaults = ServeSettings()
+        for (key, _, value) in pairs where key != "workspaces" {
+            decodeSchedule(key, value, into: &defaults, &doc, prefix: "serve.")
+        }
+        guard let list = pairs.first(where: { $0.key == "workspaces" })?.value else {
+            doc.error(
+                "'serve' must list its workspaces under 'workspaces:' (each with at least a 'name'); without a 'serve:' section, 'tidemark serve' reconciles the project's own workspace.",
+                node)
+            return section
+        }
+        for item in doc.sequence(list, "'serve.workspaces'") ?? [] {
+            guard let entry = decodeWorkspace(item, defaults: defaults, &doc) else { continue }
+            if let earlier = section.workspaces.first(where: { $0.name == entry.name }) {
+                doc.error(
+                    "workspace '\(entry.name)' is listed twice under 'serve.workspaces' (first at line \(earlier.location.line)); each workspace is reconciled by one entry.",
+                    item)
+                continue
+            }
+            section.workspaces.append(entry)
+        }
+        if section.workspaces.isEmpty, !doc.diagnostics.hasErrors {
+            doc.error("'serve.workspaces' lists no workspace; list at least one, or remove 'serve:'.", list)
+        }
+        return section
+    }
+
+    private static func decodeWorkspace(
+        _ node: Node, defaults: ServeSettings, _ doc: inout YAMLDocument
+    ) -> Workspace? {
+        guard let pairs = doc.mapping(node, "an entry of 'serve.workspaces'", allowed: workspaceKeys) else {
+            return nil
+        }
+        guard let nameNode = pairs.first(where: { $0.key == "name" })?.value else {
+            doc.error("an entry of 'serve.workspaces' has no 'name'; name the workspace, such as 'name: prod'.", node)
+            return nil
+        }
+        guard let name = doc.string(nameNode, "'name'") else { return nil }
+        if let problem = ProjectSettings.workspaceProblem(name) {
+            doc.error("workspace 'name' \(problem)", nameNode)
+            return nil
+        }
+        var entry = Workspace(name: name, location: doc.location(node), settings: defaults)
+        let what = "serve.workspaces[\(name)]."
+        for (key, _, value) in pairs where key != "name" {
+            if scheduleKeys.contains(key) {
+                decodeSchedule(key, value, into: &entry.settings, &doc, prefix: what)
+                continue
+            }
+            guard let text = doc.string(value, "'\(what)\(key)'") else { continue }
+            switch key {
+            case "state": entry.state = text
+            case "manifests": entry.manifests = text
+            case "project":
+                if let problem = ProjectSettings.projectIDProblem(text) {
+                    doc.error("'\(what)project' \(problem), not '\(text.escapedOnOneLine)'.", value)
+                } else {
+                    entry.project = text
+                }
+            case "backend":
+                if let kind = BackendKind(rawValue: text) {
+                    entry.backend = kind
+                } else {
+                    doc.error("unknown backend '\(text)' in '\(what)backend'; use embedded, emulator or fcm.", value)
+                }
+            case "credentials_env":
+                let valid =
+                    text.first.map { $0 == "_" || ($0.isASCII && $0.isLetter) } == true
+                    && text.allSatisfy { $0 == "_" || ($0.isASCII && ($0.isLetter || $0.isNumber)) }
+                if valid {
+                    entry.credentialsEnv = text
+                } else {
+                    doc.error(
+                        "'\(what)credentials_env' names an environment variable (letters, digits and '_'), such as PROD_GOOGLE_CREDENTIALS, not '\(text.escapedOnOneLine)'; the variable holds the path of the key file, never the key itself.",
+                        value)
+                }
+            case "refresh":
+                if let mode = RefreshMode(rawValue: text) {
+                    entry.refresh = mode
+                } else {
+                    doc.error("'\(what)refresh' must be touched, sample, all or none, not '\(text)'.", value)
+                }
+            case "refresh_budget":
+                do {
+                    entry.refreshBudget = try RefreshBudget(parsing: text)
+                } catch {
+                    doc.error("'\(what)refresh_budget': \(error.description)", value)
+                }
+            default: break
+            }
+        }
+        return entry
+    }
+
+    private static func decodeSchedule(
+        _ key: String, _ value: Node, into settings: inout ServeSettings, _ doc: inout YAMLDocument, prefix: String
+    ) {
+        let what = "'\(prefix)\(key)'"
+        switch key {
+        case "suspend":
+            if let flag = doc.bool(value, what) { settings.suspend = flag }
+            return
+        case "max_unsubscribes":
+            let text = value.scalar?.string ?? ""
+            do {
+                settings.maxUnsubscribes = try UnsubscribeLimit(parsing: text, setting: "\(prefix)max_unsubscribes")
+            } catch {
+                doc.error(error.description, value)
+            }
+            return
+        default: break
+        }
+        guard let text = doc.string(value, what) else { return }
+        switch key {
+        case "interval", "jitter", "retry_interval":
+            guard let duration = ServeSettings.duration(text) else {
+                doc.error("\(what) must be a duration such as 90s, 5m or 1h, not '\(text.escapedOnOneLine)'.", value)
+                return
+            }
+            if key != "jitter", duration < .seconds(1) {
+                doc.error("\(what) must be at least 1s, not '\(text)'.", value)
+                return
+            }
+            switch key {
+            case "interval": settings.interval = duration
+            case "jitter": settings.jitter = duration
+            default: settings.retryInterval = duration
+            }
+        case "drift":
+            if let policy = ServeSettings.DriftPolicy(rawValue: text) {
+                settings.drift = policy
+            } else {
+                doc.error("\(what) must be heal, warn or off, not '\(text.escapedOnOneLine)'.", value)
+            }
+        case "on_change":
+            if let policy = ServeSettings.ChangePolicy(rawValue: text) {
+                settings.onChange = policy
+            } else {
+                doc.error("\(what) must be apply or plan, not '\(text.escapedOnOneLine)'.", value)
+            }
+        default: break
+        }
+    }
+}

@@ -1,0 +1,134 @@
+import Foundation
+
+/// What a state store keeps for `tidemark serve` about one workspace, beside its state: which
+/// replica reconciles it (the owner, until its claim expires unless renewed), what people asked of it
+/// (`tidemark suspend`, `resume`, `reconcile`) and the status its owner last published (what
+/// `tidemark status` shows).
+///
+/// Owning a workspace is not holding its state lock: the owner takes the lock only for each
+/// reconcile, so a person's `tidemark apply` waits at most for one reconcile.
+public struct ServeRecord: Sendable, Equatable {
+    /// The workspace.
+    public var workspace: String
+    /// The replica that reconciles it (`host/pid`), while its claim is live.
+    public var owner: String?
+    /// When the owner's claim ends unless renewed.
+    public var ownerExpires: Date?
+    /// Grows with every new owner: a status or control written by an earlier owner is told apart.
+    public var ownerFence: Int64 = 0
+    /// Whether `tidemark suspend` stopped it (until `tidemark resume`).
+    public var suspended = false
+    /// Who suspended or resumed it last, and when, as a person reads it.
+    public var suspendedBy: String?
+    /// When `tidemark reconcile` last asked for a reconcile now.
+    public var reconcileRequestedAt: Date?
+    /// Who asked.
+    public var reconcileRequestedBy: String?
+    /// The status the owner last published (the JSON `/status` serves for the workspace).
+    public var status: Data?
+    /// When it was published.
+    public var statusAt: Date?
+
+    /// The record of a workspace nothing was recorded for yet.
+    public init(workspace: String) { self.workspace = workspace }
+
+    /// Whether `replica` owns the workspace at `now`.
+    public func isOwned(by replica: String, at now: Date) -> Bool {
+        owner == replica && (ownerExpires.map { $0 > now } ?? false)
+    }
+
+    /// The owner whose claim is live at `now`, if any.
+    public func liveOwner(at now: Date) -> String? {
+        guard let owner, let ownerExpires, ownerExpires > now else { return nil }
+        return owner
+    }
+}
+
+/// What a person asks of a workspace that `serve` reconciles.
+public enum ServeControl: String, Sendable, CaseIterable, Codable {
+    /// Reconcile at once, whatever the schedule says (`tidemark reconcile`).
+    case reconcile
+    /// Stop reconciling until resumed (`tidemark suspend`).
+    case suspend
+    /// Reconcile again on the schedule (`tidemark resume`).
+    case resume
+}
+
+/// The records `serve` keeps in a state store: owners, control requests and statuses. A store without
+/// them answers `StateStoreError` `.unsupported` (the protocol's defaults).
+extension StateStore {
+    /// This workspace's record (an empty one when nothing was recorded).
+    public func serveRecord() async throws -> ServeRecord {
+        throw Self.serveUnsupported(location)
+    }
+
+    /// Every workspace's record in this store (for `tidemark status` with no workspace), by name.
+    public func serveRecords() async throws -> [ServeRecord] {
+        throw Self.serveUnsupported(location)
+    }
+
+    /// Claims the workspace for `replica` for `duration` when nobody else's claim is live (or renews
+    /// `replica`'s own); returns the record after the claim: `replica` owns it when `isOwned(by:)` says so.
+    public func claimOwnership(_ replica: String, for duration: Duration) async throws -> ServeRecord {
+        throw Self.serveUnsupported(location)
+    }
+
+    /// Gives up `replica`'s claim (a replica that stops), so another takes the workspace at once.
+    public func releaseOwnership(_ replica: String) async throws {
+        throw Self.serveUnsupported(location)
+    }
+
+    /// Records `control`, asked by `by` (a person and a host): taken without the state lock, and acted
+    /// on by whichever replica owns the workspace. Returns the record after it.
+    @discardableResult
+    public func requestControl(_ control: ServeControl, by: String) async throws -> ServeRecord {
+        throw Self.serveUnsupported(location)
+    }
+
+    /// Publishes `status` as the workspace's status, when `replica` still owns it (a replica that lost
+    /// the workspace never overwrites its new owner's status). Returns whether it was written.
+    @discardableResult
+    public func publishStatus(_ status: Data, replica: String) async throws -> Bool {
+        throw Self.serveUnsupported(location)
+    }
+
+    static func serveUnsupported(_ location: String) -> StateStoreError {
+        StateStoreError(
+            .unsupported, path: location,
+            "keeps no records for 'tidemark serve' (owners, suspend and reconcile requests, statuses); use SQLite or PostgreSQL state"
+        )
+    }
+}
+
+extension ServeRecord {
+    /// Claims the workspace for `replica` until `expires` unless another replica's claim is live at
+    /// `now`; a new owner (or one whose claim had lapsed) bumps the fence. Returns whether `replica`
+    /// owns it now. Every store applies this rule in a transaction of its own.
+    public mutating func claim(_ replica: String, until expires: Date, now: Date) -> Bool {
+        let live = liveOwner(at: now)
+        if let live, live != replica { return false }
+        if live == nil { ownerFence += 1 }
+        owner = replica
+        ownerExpires = expires
+        return true
+    }
+
+    /// Ends `replica`'s claim (nothing when another replica owns the workspace).
+    public mutating func release(_ replica: String) {
+        guard owner == replica else { return }
+        owner = nil
+        ownerExpires = nil
+    }
+
+    /// Records `control` asked by `by` at `now`.
+    public mutating func record(_ control: ServeControl, by: String, at now: Date) {
+        switch control {
+        case .reconcile:
+            reconcileRequestedAt = now
+            reconcileRequestedBy = by
+        case .suspend, .resume:
+            suspended = control == .suspend
+            suspendedBy = "\(by) at \(ISO8601DateFormatter().string(from: now))"
+        }
+    }
+}
