@@ -93,14 +93,22 @@ public struct Runtime: Sendable {
         if let backend = entry.backend { file.backend = backend }
         if let refresh = entry.refresh { file.refresh.mode = refresh }
         if let budget = entry.refreshBudget { file.refresh.budget = budget }
-        if let variable = entry.credentialsEnv {
-            guard let path = environment[variable], !path.isEmpty else {
-                throw RuntimeError(
-                    "\(entry.location): workspace '\(name)' takes its credentials from the environment variable \(variable) ('credentials_env'), which is not set; set it to the path of the workspace's service-account key or external-account file."
-                )
-            }
+        // `serve` refuses to start while the variable is unset (`Runtime.missingServeCredentials`); the
+        // control commands (`status`, `suspend`…) need no credentials.
+        if let variable = entry.credentialsEnv, let path = environment[variable], !path.isEmpty {
             environment["GOOGLE_APPLICATION_CREDENTIALS"] = path
         }
+    }
+
+    /// Why this run, the `serve.workspaces` entry `name`, cannot reconcile: its `credentials_env`
+    /// variable is not set. Nil when it can (or takes the project's credentials).
+    public func missingServeCredentials(_ name: String) -> RuntimeError? {
+        guard let entry = settings.serve?.workspace(name), let variable = entry.credentialsEnv,
+            (resolved.environment[variable] ?? "").isEmpty
+        else { return nil }
+        return RuntimeError(
+            "\(entry.location): workspace '\(name)' takes its credentials from the environment variable \(variable) ('credentials_env'), which is not set; set it to the path of the workspace's service-account key or external-account file."
+        )
     }
 
     /// Runs `body` with a phase trace bound when `TIDEMARK_TRACE_PHASES=1` (each phase's time on stderr).

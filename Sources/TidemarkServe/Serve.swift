@@ -75,9 +75,10 @@ public struct Serve: Sendable {
             return [Planned(entry: nil, runtime: project, settings: options.overrides.applied(to: ServeSettings()))]
         }
         return try section.workspaces.map { entry in
-            Planned(
-                entry: entry.name, runtime: try load(entry.name),
-                settings: options.overrides.applied(to: entry.settings))
+            let runtime = try load(entry.name)
+            if let missing = runtime.missingServeCredentials(entry.name) { throw missing }
+            return Planned(
+                entry: entry.name, runtime: runtime, settings: options.overrides.applied(to: entry.settings))
         }
     }
 
@@ -123,7 +124,7 @@ public struct Serve: Sendable {
             readiness: { readiness.checks },
             metrics: { metrics.exposition() })
         let (host, port) = (options.host, options.port)
-        let summary = planned.map { workspace in
+        let summary = planned.map { workspace -> String in
             let settings = workspace.settings
             return
                 "'\(workspace.runtime.workspaceName)' every \(ServeSettings.describe(settings.interval)) (drift: \(settings.drift.rawValue), on_change: \(settings.onChange.rawValue)\(settings.suspend ? ", suspended" : ""))"
@@ -153,7 +154,7 @@ public struct Serve: Sendable {
     }
 
     /// The status before the first reconcile.
-    static func initialStatus(_ runtime: Runtime, settings: ServeSettings) -> WorkspaceStatus {
+    public static func initialStatus(_ runtime: Runtime, settings: ServeSettings) -> WorkspaceStatus {
         WorkspaceStatus(
             phase: settings.suspend ? "suspended" : "pending", ready: false, workspace: runtime.workspaceName,
             state: runtime.stateDisplay, manifests: runtime.manifestsDisplay,
@@ -191,7 +192,7 @@ final class ReadinessChecker: Service, Sendable {
         while !Task.isShuttingDownGracefully, !Task.isCancelled {
             let checks = await check()
             results.withLock { $0 = checks }
-            try? await cancelWhenGracefulShutdown { try await self.timing.sleep(self.interval) }
+            await ServeWait.pause(interval, timing: timing)
         }
     }
 

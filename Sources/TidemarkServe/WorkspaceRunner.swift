@@ -83,6 +83,8 @@ public final class WorkspaceRunner: Service, Sendable {
     private let metrics: ServeMetrics
     private let log: @Sendable (String) -> Void
     private let current: Mutex<WorkspaceStatus>
+    /// The status as last published.
+    private let published = Mutex<Data?>(nil)
 
     /// A runner for the workspace `status` describes, reconciling with `reconciler` while it owns the
     /// workspace through `ownership`; it waits, draws its jitter and stamps its times by the
@@ -113,11 +115,20 @@ public final class WorkspaceRunner: Service, Sendable {
         var nextRun: Duration?
         var handledRequest: Date?
         var lastProblem: String?
+        var renewedAt: Duration?
         defer { metrics.leader(workspace: name, false) }
         while !Task.isShuttingDownGracefully, !Task.isCancelled {
             let record: ServeRecord
             do {
-                record = try await ownership.records.claimOwnership(ownership.replica, for: ownership.duration)
+                // The claim is renewed every third of its duration; in between, the owner only reads the
+                // record for people's requests (a read, not a write, every poll).
+                if owned, let renewed = renewedAt, timing.now() - renewed < ownership.duration / 3 {
+                    record = try await records { try await $0.serveRecord() }
+                } else {
+                    let (replica, duration) = (ownership.replica, ownership.duration)
+                    record = try await records { try await $0.claimOwnership(replica, for: duration) }
+                    renewedAt = timing.now()
+                }
                 lastProblem = nil
             } catch {
                 // The records live in the state store: unreachable, nothing can be reconciled either.
@@ -148,7 +159,7 @@ public final class WorkspaceRunner: Service, Sendable {
                     $0.replica = record.owner ?? "-"
                     $0.nextRunAt = nil
                 }
-                await pause(ownership.poll)
+                await pause(max(ownership.poll, ownership.duration / 3))
                 continue
             }
             if !owned {
@@ -158,6 +169,8 @@ public final class WorkspaceRunner: Service, Sendable {
                 )
                 metrics.leader(workspace: name, true)
                 current.withLock { $0.replica = ownership.replica }
+                // Another replica may have published since this one last did.
+                published.withLock { $0 = nil }
                 nextRun = nil
                 // A request made before this replica owned the workspace is served by the reconcile at once.
                 handledRequest = record.reconcileRequestedAt
@@ -238,7 +251,8 @@ public final class WorkspaceRunner: Service, Sendable {
         if owned {
             if current.withLock({ $0.phase != "stopped" }) { current.withLock { $0.phase = "stopped" } }
             await publish()
-            try? await ownership.records.releaseOwnership(ownership.replica)
+            let replica = ownership.replica
+            _ = try? await records { try await $0.releaseOwnership(replica) }
             log("workspace=\(name) released by this replica")
         }
     }
@@ -289,16 +303,29 @@ public final class WorkspaceRunner: Service, Sendable {
         }
     }
 
-    /// Publishes the status for `tidemark status` (when this replica still owns the workspace).
+    /// Publishes the status for `tidemark status` when it changed since it was last published (and
+    /// this replica still owns the workspace).
     private func publish() async {
         let encoded = (try? WorkspaceStatus.encoder.encode(status)) ?? Data("{}".utf8)
-        _ = try? await ownership.records.publishStatus(encoded, replica: ownership.replica)
+        guard published.withLock({ $0 != encoded }) else { return }
+        let replica = ownership.replica
+        if (try? await records({ try await $0.publishStatus(encoded, replica: replica) })) == true {
+            published.withLock { $0 = encoded }
+        }
+    }
+
+    /// Runs `body` on the records' store. Not raced against a clock of its own: the store bounds its
+    /// calls (PostgreSQL by the URL's `timeout`, SQLite by its 60 s busy wait), and a time limit
+    /// cancelling a sleep several times a second was seen to stop every sleep of the process from
+    /// waking on Linux after a minute or so.
+    private func records<T: Sendable>(_ body: @Sendable @escaping (any StateStore) async throws -> T) async throws -> T
+    {
+        try await body(ownership.records)
     }
 
     /// Waits `duration`, or less when the group shuts down.
     private func pause(_ duration: Duration) async {
-        let timing = self.timing
-        try? await cancelWhenGracefulShutdown { try await timing.sleep(duration) }
+        await ServeWait.pause(duration, timing: timing)
     }
 
     /// The log line of a reconcile: `workspace=… result=… seconds=… reason=… next=…: summary`.
@@ -330,5 +357,24 @@ extension WorkspaceStatus {
         decoder.keyDecodingStrategy = .convertFromSnakeCase
         decoder.dateDecodingStrategy = .iso8601
         return decoder
+    }
+}
+
+/// How `serve`'s services wait between their rounds.
+enum ServeWait {
+    /// Waits `duration`, or less when the service group shuts down, in steps of at most a quarter of
+    /// a second that look at the shutdown in between.
+    ///
+    /// Nothing is cancelled: with a runner per workspace polling every 2 s, cancelling waits several
+    /// times a second (`cancelWhenGracefulShutdown` around each wait, a time limit around each store
+    /// call) was seen to stop every sleep of the process from waking on Linux after a minute or so
+    /// (`tidemark serve` still answering HTTP, its reconciles stopped).
+    static func pause(_ duration: Duration, timing: Timing) async {
+        let end = timing.now() + duration
+        while !Task.isShuttingDownGracefully, !Task.isCancelled {
+            let left = end - timing.now()
+            guard left > .zero else { return }
+            try? await timing.sleep(min(left, .milliseconds(250)))
+        }
     }
 }

@@ -864,12 +864,15 @@ public final class SQLiteStateStore: StateStore {
 
     /// Reads this workspace's record, lets `change` edit it (with this machine's clock: SQLite state
     /// serves one replica on one machine), and writes it back, in one transaction.
-    private func updateServeRecord<T>(_ change: (inout ServeRecord, Date) -> T) throws -> (ServeRecord, T) {
+    private func updateServeRecord<T: Sendable>(
+        _ change: @Sendable @escaping (inout ServeRecord, Date) -> T
+    ) async throws -> (ServeRecord, T) {
         guard let queue = try open(create: true) else {
             throw StateStoreError(.io, path: location, "cannot create the file")
         }
-        return try run {
-            try queue.write { db in
+        let workspace = self.workspace
+        return try await running {
+            try await queue.write { db in
                 try db.execute(sql: Self.serveTable)
                 var record =
                     try Row.fetchOne(
@@ -893,10 +896,10 @@ public final class SQLiteStateStore: StateStore {
         }
     }
 
-    private func readServeRecords(_ sql: String, _ arguments: StatementArguments = []) throws -> [ServeRecord] {
+    private func readServeRecords(_ sql: String, _ arguments: StatementArguments = []) async throws -> [ServeRecord] {
         guard let queue = try open(create: false) else { return [] }
-        return try run {
-            try queue.read { db in
+        return try await running {
+            try await queue.read { db in
                 guard try db.tableExists("tidemark_serve") else { return [] }
                 return try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.serveRecord)
             }
@@ -905,37 +908,37 @@ public final class SQLiteStateStore: StateStore {
 
     /// This workspace's record; an empty one when nothing was recorded.
     public func serveRecord() async throws -> ServeRecord {
-        try readServeRecords("SELECT * FROM tidemark_serve WHERE workspace = ?", [workspace]).first
+        try await readServeRecords("SELECT * FROM tidemark_serve WHERE workspace = ?", [workspace]).first
             ?? ServeRecord(workspace: workspace)
     }
 
     /// Every workspace's record in the file, by name.
     public func serveRecords() async throws -> [ServeRecord] {
-        try readServeRecords("SELECT * FROM tidemark_serve ORDER BY workspace")
+        try await readServeRecords("SELECT * FROM tidemark_serve ORDER BY workspace")
     }
 
     /// Claims the workspace (`ServeRecord.claim`).
     public func claimOwnership(_ replica: String, for duration: Duration) async throws -> ServeRecord {
-        try updateServeRecord { record, now in
+        try await updateServeRecord { record, now in
             _ = record.claim(replica, until: now.addingTimeInterval(Timing.seconds(duration)), now: now)
         }.0
     }
 
     /// Ends `replica`'s claim.
     public func releaseOwnership(_ replica: String) async throws {
-        _ = try updateServeRecord { record, _ in record.release(replica) }
+        _ = try await updateServeRecord { record, _ in record.release(replica) }
     }
 
     /// Records `control` (`ServeRecord.record`).
     @discardableResult
     public func requestControl(_ control: ServeControl, by: String) async throws -> ServeRecord {
-        try updateServeRecord { record, now in record.record(control, by: by, at: now) }.0
+        try await updateServeRecord { record, now in record.record(control, by: by, at: now) }.0
     }
 
     /// Keeps `status` when `replica` owns the workspace.
     @discardableResult
     public func publishStatus(_ status: Data, replica: String) async throws -> Bool {
-        try updateServeRecord { record, now -> Bool in
+        try await updateServeRecord { record, now -> Bool in
             guard record.isOwned(by: replica, at: now) else { return false }
             record.status = status
             record.statusAt = now

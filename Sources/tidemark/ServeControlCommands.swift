@@ -1,0 +1,287 @@
+import ArgumentParser
+import Foundation
+import TidemarkCore
+import TidemarkRuntime
+import TidemarkServe
+
+/// The workspaces the control commands act on: those tidemark.yaml lists under `serve.workspaces`,
+/// or without that section the project's workspace (`--workspace`, `--state`).
+struct ServedWorkspaces {
+    let global: GlobalOptions
+
+    /// The runtime of `name`, or of every served workspace when nil.
+    func runtimes(_ name: String?) throws -> [Runtime] {
+        let flags = RuntimeFlags(global)
+        let project = try Runtime.load(flags)
+        guard let section = project.settings.serve else {
+            guard let name else { return [project] }
+            var named = flags
+            named.workspace = name
+            return [try Runtime.load(named)]
+        }
+        guard let name else { return try section.workspaces.map { try Runtime.load(flags, serveWorkspace: $0.name) } }
+        guard section.workspace(name) != nil else {
+            throw ValidationError(
+                "tidemark.yaml lists no workspace '\(name)' under 'serve.workspaces' (\(section.location)); it lists \(section.workspaces.map(\.name).joined(separator: ", "))."
+            )
+        }
+        return [try Runtime.load(flags, serveWorkspace: name)]
+    }
+
+    /// Who asks, as the record keeps it: the user and the host.
+    static var requester: String {
+        let environment = ProcessEnvironment.variables
+        return "\(environment["USER"] ?? String(getuid())) on \(ProcessInfo.processInfo.hostName)"
+    }
+}
+
+/// How long ago `date` was, as a person says it ("2m ago"), or how long until it ("in 4m").
+private func relative(_ date: Date, now: Date = Date()) -> String {
+    let seconds = now.timeIntervalSince(date)
+    let text = ServeSettings.describe(.seconds(Int64(abs(seconds).rounded())))
+    return seconds >= 0 ? "\(text) ago" : "in \(text)"
+}
+
+struct StatusCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Show what 'tidemark serve' reports of each workspace it reconciles.",
+        discussion: """
+            Reads the status the owning replica of each workspace publishes in its state store (so it \
+            works from any machine that reaches the state): its phase (ready, failing, blocked, \
+            suspended, reconciling), the last reconcile's result and why, the last success, drift \
+            found, changes waiting, the next run and the replica that owns it. Without WORKSPACE it \
+            shows every workspace tidemark.yaml lists under 'serve.workspaces' (or the project's \
+            workspace). A workspace no replica owns says so: no 'tidemark serve' runs for it, or its \
+            replica stopped renewing its claim.
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var output: DataFormatOption
+
+    @Argument(help: "The workspace (default: every workspace 'serve' reconciles).")
+    var workspace: String?
+
+    func run() async throws {
+        try await runReportingErrors {
+            let runtimes = try ServedWorkspaces(global: global).runtimes(workspace)
+            var entries: [(Runtime, ServeRecord)] = []
+            for runtime in runtimes {
+                entries.append((runtime, try await runtime.stateStore().serveRecord()))
+            }
+            if output.json {
+                try Terminal.write(try Self.json(entries) + "\n")
+            } else {
+                try Terminal.write(entries.map { Self.text($0.0, $0.1) }.joined(separator: "\n\n") + "\n")
+            }
+        }
+    }
+
+    /// A workspace's record as JSON: the owner and the requests from the record, the status as its
+    /// owner published it.
+    static func json(_ entries: [(Runtime, ServeRecord)]) throws -> String {
+        let now = Date()
+        let objects: [[String: Any]] = entries.map { runtime, record in
+            var object: [String: Any] = [
+                "workspace": record.workspace, "state": runtime.stateDisplay, "suspended": record.suspended,
+                "owner": record.liveOwner(at: now) ?? NSNull(),
+            ]
+            let iso = ISO8601DateFormatter()
+            if let by = record.suspendedBy { object["suspended_by"] = by }
+            if let at = record.reconcileRequestedAt { object["reconcile_requested_at"] = iso.string(from: at) }
+            if let at = record.statusAt { object["status_at"] = iso.string(from: at) }
+            if let status = record.status, let decoded = try? JSONSerialization.jsonObject(with: status) {
+                object["status"] = decoded
+            } else {
+                object["status"] = NSNull()
+            }
+            return object
+        }
+        let data = try JSONSerialization.data(
+            withJSONObject: ["workspaces": objects], options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// A workspace's status for a person.
+    static func text(_ runtime: Runtime, _ record: ServeRecord) -> String {
+        let now = Date()
+        let status = record.status.flatMap { try? WorkspaceStatus.decoder.decode(WorkspaceStatus.self, from: $0) }
+        var lines: [String] = []
+        let owner = record.liveOwner(at: now)
+        var phase = status?.phase ?? "never reconciled"
+        if owner == nil, status != nil { phase += " (as last published)" }
+        lines.append("\(record.workspace): \(phase)")
+        lines.append("  state: \(runtime.stateDisplay)")
+        if let owner {
+            lines.append("  owner: replica \(owner)")
+        } else if let previous = record.owner, let expires = record.ownerExpires {
+            lines.append(
+                "  owner: none; replica \(previous)'s claim lapsed \(relative(expires)) (it stopped, or no 'tidemark serve' reaches this state)"
+            )
+        } else {
+            lines.append("  owner: none; no 'tidemark serve' has reconciled it from this state")
+        }
+        if record.suspended {
+            lines.append("  suspended by \(record.suspendedBy ?? "someone"); 'tidemark resume' lifts it")
+        }
+        if let status {
+            if let last = status.last {
+                var line = "  last reconcile: \(last.outcome.rawValue)"
+                if let reason = last.reason { line += " (\(reason))" }
+                line += ", \(relative(last.finishedAt)): \(last.summary)"
+                lines.append(line)
+                if last.outcome != .success, let message = last.message { lines.append("    \(message)") }
+            }
+            if let success = status.lastSuccessAt { lines.append("  last success: \(relative(success))") }
+            if let next = status.nextRunAt, !record.suspended { lines.append("  next run: \(relative(next))") }
+            let settings = status.settings.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
+            lines.append("  settings: " + settings.joined(separator: ", "))
+            if let at = record.statusAt { lines.append("  published \(relative(at))") }
+        }
+        if let asked = record.reconcileRequestedAt {
+            lines.append("  reconcile requested \(relative(asked)) by \(record.reconcileRequestedBy ?? "someone")")
+        }
+        return lines.joined(separator: "\n")
+    }
+}
+
+struct SuspendCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "suspend",
+        abstract: "Stop 'tidemark serve' reconciling a workspace, on every replica, until 'tidemark resume'.",
+        discussion: """
+            Records the request in the workspace's state store, without taking the state lock; the \
+            replica that owns the workspace stops within a few seconds (a reconcile in flight \
+            finishes first). 'tidemark apply' still works on a suspended workspace.
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: "The workspace.")
+    var workspace: String
+
+    func run() async throws {
+        try await runReportingErrors {
+            for runtime in try ServedWorkspaces(global: global).runtimes(workspace) {
+                let record = try await runtime.stateStore().requestControl(.suspend, by: ServedWorkspaces.requester)
+                try Terminal.write(
+                    "Suspended workspace '\(record.workspace)' (\(runtime.stateDisplay)). "
+                        + (record.liveOwner(at: Date()).map {
+                            "Replica \($0) stops reconciling it within a few seconds."
+                        }
+                            ?? "No replica owns it now; whichever takes it will not reconcile it.")
+                        + " 'tidemark resume \(record.workspace)' lifts it.\n")
+            }
+        }
+    }
+}
+
+struct ResumeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "resume",
+        abstract: "Let 'tidemark serve' reconcile a suspended workspace again, on its schedule.",
+        discussion: """
+            Records the request in the workspace's state store; the owning replica reconciles it at \
+            its next scheduled run ('tidemark reconcile' runs one now). A workspace that \
+            tidemark.yaml suspends ('suspend: true') stays suspended until the file says otherwise.
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: "The workspace.")
+    var workspace: String
+
+    func run() async throws {
+        try await runReportingErrors {
+            for runtime in try ServedWorkspaces(global: global).runtimes(workspace) {
+                let record = try await runtime.stateStore().requestControl(.resume, by: ServedWorkspaces.requester)
+                var line = "Resumed workspace '\(record.workspace)' (\(runtime.stateDisplay))."
+                if let entry = runtime.settings.serve?.workspace(record.workspace), entry.settings.suspend {
+                    line +=
+                        " tidemark.yaml still suspends it ('suspend: true', \(entry.location)): it stays suspended until the file says otherwise."
+                }
+                try Terminal.write(line + "\n")
+            }
+        }
+    }
+}
+
+struct ReconcileCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "reconcile",
+        abstract: "Ask 'tidemark serve' to reconcile a workspace now, and wait for the result.",
+        discussion: """
+            Records the request in the workspace's state store, without taking the state lock; the \
+            replica that owns the workspace starts a reconcile within a few seconds (after one in \
+            flight). By default it waits, saying what it waits for, until the owner publishes the \
+            result: exit 0 when it succeeded, 1 when it failed or a rail blocked it, 1 at --timeout. \
+            --no-wait only records the request.
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: "The workspace.")
+    var workspace: String
+
+    @Flag(inversion: .prefixedNo, help: "Wait for the reconcile's result.")
+    var wait = true
+
+    @Option(help: ArgumentHelp("How long to wait for the result (default 10m).", valueName: "DURATION"))
+    var timeout = "10m"
+
+    func validate() throws {
+        guard ServeSettings.duration(timeout) != nil else {
+            throw ValidationError("--timeout must be a duration such as 90s, 5m or 1h, not '\(timeout)'.")
+        }
+    }
+
+    func run() async throws {
+        try await runReportingErrors {
+            guard let runtime = try ServedWorkspaces(global: global).runtimes(workspace).first else { return }
+            let store = runtime.stateStore()
+            let asked = try await store.requestControl(.reconcile, by: ServedWorkspaces.requester)
+            let name = asked.workspace
+            guard let askedAt = asked.reconcileRequestedAt else { return }
+            let owner = asked.liveOwner(at: Date())
+            try Terminal.write(
+                "Asked for a reconcile of workspace '\(name)' now"
+                    + (owner.map { "; replica \($0) owns it." }
+                        ?? "; no replica owns it now, so it runs when a 'tidemark serve' takes the workspace.") + "\n")
+            guard !asked.suspended else {
+                try Terminal.write("It is suspended: it is not reconciled until 'tidemark resume \(name)'.\n")
+                if wait { throw ExitCode.failure }
+                return
+            }
+            guard wait else { return }
+            let limit = ServeSettings.duration(timeout) ?? .seconds(600)
+            let clock = ContinuousClock()
+            let deadline = clock.now + limit
+            var lastSaid = clock.now
+            while clock.now < deadline {
+                try await Task.sleep(for: .milliseconds(500))
+                let record = try await store.serveRecord()
+                if let data = record.status,
+                    let status = try? WorkspaceStatus.decoder.decode(WorkspaceStatus.self, from: data),
+                    let last = status.last, last.startedAt >= askedAt.addingTimeInterval(-1),
+                    status.phase != "reconciling"
+                {
+                    try Terminal.write(StatusCommand.text(runtime, record) + "\n")
+                    if last.outcome != .success { throw ExitCode.failure }
+                    return
+                }
+                if clock.now - lastSaid >= .seconds(10) {
+                    lastSaid = clock.now
+                    let who = record.liveOwner(at: Date()).map { "replica \($0)" } ?? "a replica to take the workspace"
+                    Terminal.err("Waiting for \(who) to reconcile '\(name)' (asked \(relative(askedAt)))…")
+                }
+            }
+            throw RuntimeError(
+                "no result for workspace '\(name)' within \(timeout); 'tidemark status \(name)' shows what its replica reports (is a 'tidemark serve' running for it?)."
+            )
+        }
+    }
+}

@@ -1,0 +1,137 @@
+import Foundation
+import Testing
+import TidemarkCore
+import TidemarkRuntime
+import TidemarkServe
+import TidemarkTesting
+
+/// `serve:` in tidemark.yaml, and one owner per workspace.
+struct ServeWorkspacesTests {
+    static let section = """
+        project: tidemark-serve-test
+        serve:
+          interval: 10m
+          drift: warn
+          workspaces:
+            - name: prod
+              state: postgres://tidemark@db.internal/tidemark
+              manifests: manifests/prod
+              project: acme-prod-1
+              backend: fcm
+              credentials_env: PROD_KEY
+              max_unsubscribes: 2%
+            - name: staging
+              on_change: plan
+              suspend: true
+        """
+
+    @Test func entriesTakeTheSectionDefaultsAndTheirOwnSettings() throws {
+        let (settings, diagnostics) = ProjectSettings.decode(Self.section, file: "tidemark.yaml")
+        #expect(!diagnostics.hasErrors)
+        let serve = try #require(settings.serve)
+        #expect(serve.workspaces.map(\.name) == ["prod", "staging"])
+        let prod = try #require(serve.workspace("prod"))
+        #expect(prod.state == "postgres://tidemark@db.internal/tidemark" && prod.manifests == "manifests/prod")
+        #expect(prod.project == "acme-prod-1" && prod.backend == .fcm && prod.credentialsEnv == "PROD_KEY")
+        #expect(prod.settings.interval == .seconds(600) && prod.settings.drift == .warn)
+        #expect(prod.settings.maxUnsubscribes != nil && prod.location.line == 6)
+        let staging = try #require(serve.workspace("staging"))
+        #expect(staging.settings.onChange == .plan && staging.settings.suspend && staging.settings.drift == .warn)
+        var flags = ServeSettings.Overrides()
+        flags.drift = .off
+        #expect(flags.applied(to: staging.settings).drift == .off)
+        #expect(flags.applied(to: staging.settings).interval == .seconds(600))
+    }
+
+    @Test(arguments: [
+        ("serve:\n  workspaces:\n    - name: a\n    - name: a\n", 4, "listed twice"),
+        ("serve:\n  workspaces:\n    - state: x.db\n", 3, "has no 'name'"),
+        (
+            "serve:\n  workspaces:\n    - name: a\n      interval: soon\n", 4,
+            "'serve.workspaces[a].interval' must be a duration"
+        ),
+        (
+            "serve:\n  workspaces:\n    - name: a\n      credentials_env: /path/key.json\n", 4,
+            "names an environment variable"
+        ),
+        ("serve:\n  interval: 5m\n", 2, "'workspaces:'"),
+        ("serve:\n  workspaces:\n    - name: a\n      drfit: heal\n", 4, "did you mean 'drift'"),
+    ])
+    func mistakesAreNamedByLine(_ text: String, _ line: Int, _ says: String) {
+        let (_, diagnostics) = ProjectSettings.decode(text, file: "tidemark.yaml")
+        let errors = diagnostics.filter { $0.severity == .error }
+        #expect(errors.count == 1)
+        #expect(errors.first?.location?.line == line)
+        #expect(errors.first?.message.contains(says) == true, "\(errors.first?.message ?? "none")")
+    }
+
+    @Test func anEntryIsLoadedWithItsOwnWorkspaceManifestsAndCredentials() throws {
+        let project = try ServeProject()
+        try project.writeSettings(
+            """
+            project: tidemark-serve-test
+            serve:
+              workspaces:
+                - name: eu
+                  manifests: manifests
+                  project: acme-eu-1
+                  credentials_env: EU_KEY
+            """)
+        let runtime = try Runtime.load(project.flags, serveWorkspace: "eu", environment: ["EU_KEY": "/keys/eu.json"])
+        #expect(runtime.workspaceName == "eu" && runtime.resolved.project.project == "acme-eu-1")
+        #expect(runtime.resolved.credentialsPath == "/keys/eu.json")
+        #expect(runtime.missingServeCredentials("eu") == nil)
+        let without = try Runtime.load(project.flags, serveWorkspace: "eu", environment: [:])
+        let missing = try #require(without.missingServeCredentials("eu"))
+        #expect(missing.description.contains("tidemark.yaml:4") && missing.description.contains("EU_KEY"))
+        #expect(throws: RuntimeError.self) { try Runtime.load(project.flags, serveWorkspace: "us", environment: [:]) }
+    }
+
+    /// Two runners of one workspace (two replicas) over one store: one reconciles, the other stands by;
+    /// a suspend request stops the owner; when the owner stops, the other takes over and reconciles.
+    @Test func oneReplicaOwnsAWorkspaceAndAnotherTakesOver() async throws {
+        let project = try ServeProject()
+        try project.writeDevices([1, 2, 3])
+        let store = InMemoryStateStore(workspace: "default")
+        func runner(_ replica: String) throws -> WorkspaceRunner {
+            let runtime = try project.runtime()
+            var settings = ServeSettings()
+            settings.interval = .seconds(3600)
+            return WorkspaceRunner(
+                status: Serve.initialStatus(runtime, settings: settings),
+                reconciler: project.reconciler(),
+                ownership: .init(
+                    records: store, replica: replica, duration: .milliseconds(600), poll: .milliseconds(50)),
+                metrics: ServeMetrics(), log: { _ in })
+        }
+        let first = try runner("replica-a")
+        let second = try runner("replica-b")
+        let a = Task { try await first.run() }
+        try await waitUntil { first.status.phase == "ready" }
+        let b = Task { try await second.run() }
+        try await waitUntil { second.status.phase == "standby" }
+        #expect(second.status.replica == "replica-a")
+        try await store.requestControl(.suspend, by: "test")
+        try await waitUntil { first.status.phase == "suspended" }
+        try await store.requestControl(.resume, by: "test")
+        try await waitUntil { first.status.phase == "ready" }
+        a.cancel()
+        _ = try? await a.value
+        try await waitUntil(seconds: 10) { second.status.phase == "ready" && second.status.replica == "replica-b" }
+        let published = try await store.serveRecord()
+        #expect(published.owner == "replica-b" && published.ownerFence == 2)
+        b.cancel()
+        _ = try? await b.value
+    }
+
+    private func waitUntil(seconds: Double = 10, _ condition: () -> Bool) async throws {
+        let end = ContinuousClock.now + .seconds(seconds)
+        while !condition() {
+            guard ContinuousClock.now < end else {
+                Issue.record("condition not met within \(seconds) s")
+                return
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+}
