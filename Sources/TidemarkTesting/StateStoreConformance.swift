@@ -544,12 +544,13 @@ public enum StateStoreConformance {
             return
         }
         #expect(empty.owner == nil && !empty.suspended && empty.status == nil && empty.reconcileRequestedAt == nil)
-        let first = try await store.claimOwnership("replica-a", for: .seconds(30))
+        // Claims for an hour: a loaded machine may take many seconds between two lines.
+        let first = try await store.claimOwnership("replica-a", for: .seconds(3600))
         #expect(first.owner == "replica-a" && first.ownerFence == 1)
         #expect(first.isOwned(by: "replica-a", at: Date()))
-        let refused = try await store.claimOwnership("replica-b", for: .seconds(30))
+        let refused = try await store.claimOwnership("replica-b", for: .seconds(3600))
         #expect(refused.owner == "replica-a" && !refused.isOwned(by: "replica-b", at: Date()))
-        let renewed = try await store.claimOwnership("replica-a", for: .seconds(30))
+        let renewed = try await store.claimOwnership("replica-a", for: .seconds(3600))
         #expect(renewed.ownerFence == 1 && renewed.ownerExpires.map { $0 >= first.ownerExpires! } == true)
         let status = Data(#"{"phase":"ready"}"#.utf8)
         #expect(try await !store.publishStatus(Data("{}".utf8), replica: "replica-b"))
@@ -568,7 +569,7 @@ public enum StateStoreConformance {
         let taken = try await store.claimOwnership("replica-b", for: .milliseconds(50))
         #expect(taken.owner == "replica-b" && taken.ownerFence == 2)
         try await Task.sleep(for: .milliseconds(150))
-        let afterExpiry = try await store.claimOwnership("replica-a", for: .seconds(30))
+        let afterExpiry = try await store.claimOwnership("replica-a", for: .seconds(3600))
         #expect(afterExpiry.owner == "replica-a" && afterExpiry.ownerFence == 3)
         // Other workspaces of the same database may have records too.
         let mine = try await store.serveRecords().filter { $0.workspace == empty.workspace }

@@ -101,7 +101,7 @@ struct ServeWorkspacesTests {
                 status: Serve.initialStatus(runtime, settings: settings),
                 reconciler: project.reconciler(),
                 ownership: .init(
-                    records: store, replica: replica, duration: .milliseconds(600), poll: .milliseconds(50)),
+                    records: store, replica: replica, duration: .seconds(6), poll: .milliseconds(50)),
                 metrics: ServeMetrics(), log: { _ in })
         }
         let first = try runner("replica-a")
@@ -117,14 +117,14 @@ struct ServeWorkspacesTests {
         try await waitUntil { first.status.phase == "ready" }
         a.cancel()
         _ = try? await a.value
-        try await waitUntil(seconds: 10) { second.status.phase == "ready" && second.status.replica == "replica-b" }
+        try await waitUntil(seconds: 30) { second.status.phase == "ready" && second.status.replica == "replica-b" }
         let published = try await store.serveRecord()
         #expect(published.owner == "replica-b" && published.ownerFence == 2)
         b.cancel()
         _ = try? await b.value
     }
 
-    private func waitUntil(seconds: Double = 10, _ condition: () -> Bool) async throws {
+    private func waitUntil(seconds: Double = 30, _ condition: () -> Bool) async throws {
         let end = ContinuousClock.now + .seconds(seconds)
         while !condition() {
             guard ContinuousClock.now < end else {
