@@ -16,7 +16,7 @@ import Glibc
 /// sorted token-id blobs), journal rows; every save is one transaction that checks the lease's
 /// fencing counter, writes only what its `StateWrite` names, and bumps the serial. Nothing uses
 /// session state (no advisory locks, no `SET`), so it works through PgBouncer in transaction pooling.
-public final class PostgresStateStore: StateStore {
+public final class PostgresStateStore: ServeRecordKeeping {
     /// The schema this tidemark writes; a database at a newer version is refused.
     public static let schemaVersion = 6
 
@@ -718,14 +718,6 @@ public final class PostgresStateStore: StateStore {
     private static let serveColumns =
         "workspace, owner, owner_expires, owner_fence, suspended, suspended_by, reconcile_at, reconcile_by, status, status_at"
 
-    private static func date(_ millis: Int64) -> Date? {
-        millis > 0 ? Date(timeIntervalSince1970: TimeInterval(millis) / 1000) : nil
-    }
-
-    private static func millis(_ date: Date?) -> Int64 {
-        date.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) } ?? 0
-    }
-
     private func serveRecord(_ row: PostgresRow) throws -> (ServeRecord, now: Date) {
         let (
             workspace, owner, expires, fence, suspended, suspendedBy, reconcileAt, reconcileBy, status, statusAt, now
@@ -733,20 +725,20 @@ public final class PostgresStateStore: StateStore {
             try decode(row, ServeRow.self, table: "tidemark_serve")
         var record = ServeRecord(workspace: workspace)
         record.owner = owner
-        record.ownerExpires = Self.date(expires)
+        record.ownerExpires = ServeRecord.date(millis: expires)
         record.ownerFence = fence
         record.suspended = suspended
         record.suspendedBy = suspendedBy
-        record.reconcileRequestedAt = Self.date(reconcileAt)
+        record.reconcileRequestedAt = ServeRecord.date(millis: reconcileAt)
         record.reconcileRequestedBy = reconcileBy
         record.status = status.map { Data($0.readableBytesView) }
-        record.statusAt = Self.date(statusAt)
-        return (record, Self.date(now) ?? Date())
+        record.statusAt = ServeRecord.date(millis: statusAt)
+        return (record, ServeRecord.date(millis: now) ?? Date())
     }
 
     /// Reads this workspace's record for update, lets `change` edit it (with the server's clock), and
     /// writes it back, in one transaction.
-    private func updateServeRecord<T: Sendable>(
+    public func updateServeRecord<T: Sendable>(
         _ change: @Sendable @escaping (inout ServeRecord, Date) -> T
     ) async throws -> (ServeRecord, T) {
         try await ensureSchema()
@@ -765,10 +757,10 @@ public final class PostgresStateStore: StateStore {
             let status = record.status.map { ByteBuffer(bytes: $0) }
             try await c.run(
                 """
-                UPDATE tidemark_serve SET owner = \(record.owner), owner_expires = \(Self.millis(record.ownerExpires)),
+                UPDATE tidemark_serve SET owner = \(record.owner), owner_expires = \(ServeRecord.millis(record.ownerExpires)),
                     owner_fence = \(record.ownerFence), suspended = \(record.suspended), suspended_by = \(record.suspendedBy),
-                    reconcile_at = \(Self.millis(record.reconcileRequestedAt)), reconcile_by = \(record.reconcileRequestedBy),
-                    status = \(status), status_at = \(Self.millis(record.statusAt))
+                    reconcile_at = \(ServeRecord.millis(record.reconcileRequestedAt)), reconcile_by = \(record.reconcileRequestedBy),
+                    status = \(status), status_at = \(ServeRecord.millis(record.statusAt))
                 WHERE workspace = \(self.workspace)
                 """)
             return (record, result)
@@ -802,35 +794,6 @@ public final class PostgresStateStore: StateStore {
             }
             return records
         }
-    }
-
-    /// Claims the workspace (`ServeRecord.claim`) by the server's clock.
-    public func claimOwnership(_ replica: String, for duration: Duration) async throws -> ServeRecord {
-        try await updateServeRecord { record, now in
-            _ = record.claim(replica, until: now.addingTimeInterval(Timing.seconds(duration)), now: now)
-        }.0
-    }
-
-    /// Ends `replica`'s claim.
-    public func releaseOwnership(_ replica: String) async throws {
-        _ = try await updateServeRecord { record, _ in record.release(replica) }
-    }
-
-    /// Records `control` (`ServeRecord.record`) by the server's clock.
-    @discardableResult
-    public func requestControl(_ control: ServeControl, by: String) async throws -> ServeRecord {
-        try await updateServeRecord { record, now in record.record(control, by: by, at: now) }.0
-    }
-
-    /// Keeps `status` when `replica` owns the workspace by the server's clock.
-    @discardableResult
-    public func publishStatus(_ status: Data, replica: String) async throws -> Bool {
-        try await updateServeRecord { record, now -> Bool in
-            guard record.isOwned(by: replica, at: now) else { return false }
-            record.status = status
-            record.statusAt = now
-            return true
-        }.1
     }
 
     // MARK: - Schema

@@ -15,7 +15,7 @@ import TidemarkCore
 /// bumps the serial; the apply journal lives in the same file, so a batch and its journal entry
 /// commit together. Nothing touches the disk until the first `load` or `save`; the file is created
 /// by the first `save`.
-public final class SQLiteStateStore: StateStore {
+public final class SQLiteStateStore: ServeRecordKeeping {
     /// 'TDMK', set as SQLite's application_id so a foreign database is recognised at once.
     static let applicationID: Int32 = 0x5444_4D4B
     /// 2: groups carry audience, exported and exported_at (a file of format 1 is brought up to 2 by
@@ -840,31 +840,23 @@ public final class SQLiteStateStore: StateStore {
             reconcile_by TEXT, status BLOB, status_at INTEGER NOT NULL DEFAULT 0)
         """
 
-    private static func date(_ millis: Int64) -> Date? {
-        millis > 0 ? Date(timeIntervalSince1970: TimeInterval(millis) / 1000) : nil
-    }
-
-    private static func millis(_ date: Date?) -> Int64 {
-        date.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) } ?? 0
-    }
-
     private static func serveRecord(_ row: Row) -> ServeRecord {
         var record = ServeRecord(workspace: row["workspace"])
         record.owner = row["owner"]
-        record.ownerExpires = date(row["owner_expires"])
+        record.ownerExpires = ServeRecord.date(millis: row["owner_expires"])
         record.ownerFence = row["owner_fence"]
         record.suspended = row["suspended"]
         record.suspendedBy = row["suspended_by"]
-        record.reconcileRequestedAt = date(row["reconcile_at"])
+        record.reconcileRequestedAt = ServeRecord.date(millis: row["reconcile_at"])
         record.reconcileRequestedBy = row["reconcile_by"]
         record.status = row["status"]
-        record.statusAt = date(row["status_at"])
+        record.statusAt = ServeRecord.date(millis: row["status_at"])
         return record
     }
 
     /// Reads this workspace's record, lets `change` edit it (with this machine's clock: SQLite state
     /// serves one replica on one machine), and writes it back, in one transaction.
-    private func updateServeRecord<T: Sendable>(
+    public func updateServeRecord<T: Sendable>(
         _ change: @Sendable @escaping (inout ServeRecord, Date) -> T
     ) async throws -> (ServeRecord, T) {
         guard let queue = try open(create: true) else {
@@ -887,9 +879,11 @@ public final class SQLiteStateStore: StateStore {
                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                         """,
                     arguments: [
-                        workspace, record.owner, Self.millis(record.ownerExpires), record.ownerFence, record.suspended,
-                        record.suspendedBy, Self.millis(record.reconcileRequestedAt), record.reconcileRequestedBy,
-                        record.status, Self.millis(record.statusAt),
+                        workspace, record.owner, ServeRecord.millis(record.ownerExpires), record.ownerFence,
+                        record.suspended,
+                        record.suspendedBy, ServeRecord.millis(record.reconcileRequestedAt),
+                        record.reconcileRequestedBy,
+                        record.status, ServeRecord.millis(record.statusAt),
                     ])
                 return (record, result)
             }
@@ -915,34 +909,5 @@ public final class SQLiteStateStore: StateStore {
     /// Every workspace's record in the file, by name.
     public func serveRecords() async throws -> [ServeRecord] {
         try await readServeRecords("SELECT * FROM tidemark_serve ORDER BY workspace")
-    }
-
-    /// Claims the workspace (`ServeRecord.claim`).
-    public func claimOwnership(_ replica: String, for duration: Duration) async throws -> ServeRecord {
-        try await updateServeRecord { record, now in
-            _ = record.claim(replica, until: now.addingTimeInterval(Timing.seconds(duration)), now: now)
-        }.0
-    }
-
-    /// Ends `replica`'s claim.
-    public func releaseOwnership(_ replica: String) async throws {
-        _ = try await updateServeRecord { record, _ in record.release(replica) }
-    }
-
-    /// Records `control` (`ServeRecord.record`).
-    @discardableResult
-    public func requestControl(_ control: ServeControl, by: String) async throws -> ServeRecord {
-        try await updateServeRecord { record, now in record.record(control, by: by, at: now) }.0
-    }
-
-    /// Keeps `status` when `replica` owns the workspace.
-    @discardableResult
-    public func publishStatus(_ status: Data, replica: String) async throws -> Bool {
-        try await updateServeRecord { record, now -> Bool in
-            guard record.isOwned(by: replica, at: now) else { return false }
-            record.status = status
-            record.statusAt = now
-            return true
-        }.1
     }
 }

@@ -5,7 +5,7 @@ import TidemarkCore
 ///
 /// Like the real stores it keeps only what a write names (plus new tokens), bumps the serial once
 /// per save, journals applies, and lets one lease hold the lock at a time.
-public actor InMemoryStateStore: StateStore {
+public actor InMemoryStateStore: ServeRecordKeeping {
     /// How messages name the store.
     public nonisolated let location: String
 
@@ -184,30 +184,11 @@ public actor InMemoryStateStore: StateStore {
     /// The one workspace's record.
     public func serveRecords() async throws -> [ServeRecord] { [record] }
 
-    /// Claims the workspace by `ServeRecord.claim`, on this store's clock.
-    public func claimOwnership(_ replica: String, for duration: Duration) async throws -> ServeRecord {
-        let now = clock()
-        _ = record.claim(replica, until: now.addingTimeInterval(Timing.seconds(duration)), now: now)
-        return record
-    }
-
-    /// Ends `replica`'s claim.
-    public func releaseOwnership(_ replica: String) async throws { record.release(replica) }
-
-    /// Records `control`.
-    @discardableResult
-    public func requestControl(_ control: ServeControl, by: String) async throws -> ServeRecord {
-        record.record(control, by: by, at: clock())
-        return record
-    }
-
-    /// Keeps `status` when `replica` owns the workspace.
-    @discardableResult
-    public func publishStatus(_ status: Data, replica: String) async throws -> Bool {
-        let now = clock()
-        guard record.isOwned(by: replica, at: now) else { return false }
-        record.status = status
-        record.statusAt = now
-        return true
+    /// Lets `change` edit the record with this store's clock.
+    public func updateServeRecord<T: Sendable>(
+        _ change: @Sendable @escaping (inout ServeRecord, Date) -> T
+    ) async throws -> (ServeRecord, T) {
+        let result = change(&record, clock())
+        return (record, result)
     }
 }

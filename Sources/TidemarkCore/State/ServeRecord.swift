@@ -101,6 +101,16 @@ extension StateStore {
 }
 
 extension ServeRecord {
+    /// A time as the stores keep the record's times: milliseconds since 1970, 0 for none.
+    public static func millis(_ date: Date?) -> Int64 {
+        date.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) } ?? 0
+    }
+
+    /// A time the stores kept (`millis`); nil for 0.
+    public static func date(millis: Int64) -> Date? {
+        millis > 0 ? Date(timeIntervalSince1970: TimeInterval(millis) / 1000) : nil
+    }
+
     /// Claims the workspace for `replica` until `expires` unless another replica's claim is live at
     /// `now`; a new owner (or one whose claim had lapsed) bumps the fence. Returns whether `replica`
     /// owns it now. Every store applies this rule in a transaction of its own.
@@ -130,5 +140,47 @@ extension ServeRecord {
             suspended = control == .suspend
             suspendedBy = "\(by) at \(ISO8601DateFormatter().string(from: now))"
         }
+    }
+}
+
+/// A store that keeps `serve`'s records by one read-modify-write of the workspace's record on the
+/// store's own clock. Claiming, releasing, requesting and publishing then follow `ServeRecord`'s rules
+/// the same way in every store; each store writes only `updateServeRecord`.
+public protocol ServeRecordKeeping: StateStore {
+    /// Reads this workspace's record (an empty one when none was written), lets `change` edit it with
+    /// the store's clock, and writes it back, in one transaction; returns the record and `change`'s result.
+    func updateServeRecord<T: Sendable>(
+        _ change: @Sendable @escaping (inout ServeRecord, Date) -> T
+    ) async throws -> (ServeRecord, T)
+}
+
+extension ServeRecordKeeping {
+    /// Claims the workspace (`ServeRecord.claim`) by the store's clock.
+    public func claimOwnership(_ replica: String, for duration: Duration) async throws -> ServeRecord {
+        try await updateServeRecord { record, now in
+            _ = record.claim(replica, until: now.addingTimeInterval(Timing.seconds(duration)), now: now)
+        }.0
+    }
+
+    /// Ends `replica`'s claim.
+    public func releaseOwnership(_ replica: String) async throws {
+        _ = try await updateServeRecord { record, _ in record.release(replica) }
+    }
+
+    /// Records `control` (`ServeRecord.record`) by the store's clock.
+    @discardableResult
+    public func requestControl(_ control: ServeControl, by: String) async throws -> ServeRecord {
+        try await updateServeRecord { record, now in record.record(control, by: by, at: now) }.0
+    }
+
+    /// Keeps `status` when `replica` owns the workspace by the store's clock.
+    @discardableResult
+    public func publishStatus(_ status: Data, replica: String) async throws -> Bool {
+        try await updateServeRecord { record, now -> Bool in
+            guard record.isOwned(by: replica, at: now) else { return false }
+            record.status = status
+            record.statusAt = now
+            return true
+        }.1
     }
 }
