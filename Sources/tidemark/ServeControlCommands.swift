@@ -28,6 +28,13 @@ struct ServedWorkspaces {
         return [try Runtime.load(flags, serveWorkspace: name)]
     }
 
+    /// Records `control` for the workspace `name`, asked by this user on this host; returns the
+    /// workspace's runtime and its record after the request.
+    func request(_ control: ServeControl, _ name: String) async throws -> (Runtime, ServeRecord) {
+        let runtime = try runtimes(name)[0]
+        return (runtime, try await runtime.stateStore().requestControl(control, by: Self.requester))
+    }
+
     /// Who asks, as the record keeps it: the user and the host.
     static var requester: String {
         let environment = ProcessEnvironment.variables
@@ -164,16 +171,12 @@ struct SuspendCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            for runtime in try ServedWorkspaces(global: global).runtimes(workspace) {
-                let record = try await runtime.stateStore().requestControl(.suspend, by: ServedWorkspaces.requester)
-                try Terminal.write(
-                    "Suspended workspace '\(record.workspace)' (\(runtime.stateDisplay)). "
-                        + (record.liveOwner(at: Date()).map {
-                            "Replica \($0) stops reconciling it within a few seconds."
-                        }
-                            ?? "No replica owns it now; whichever takes it will not reconcile it.")
-                        + " 'tidemark resume \(record.workspace)' lifts it.\n")
-            }
+            let (runtime, record) = try await ServedWorkspaces(global: global).request(.suspend, workspace)
+            try Terminal.write(
+                "Suspended workspace '\(record.workspace)' (\(runtime.stateDisplay)). "
+                    + (record.liveOwner(at: Date()).map { "Replica \($0) stops reconciling it within a few seconds." }
+                        ?? "No replica owns it now; whichever takes it will not reconcile it.")
+                    + " 'tidemark resume \(record.workspace)' lifts it.\n")
         }
     }
 }
@@ -196,15 +199,13 @@ struct ResumeCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            for runtime in try ServedWorkspaces(global: global).runtimes(workspace) {
-                let record = try await runtime.stateStore().requestControl(.resume, by: ServedWorkspaces.requester)
-                var line = "Resumed workspace '\(record.workspace)' (\(runtime.stateDisplay))."
-                if let entry = runtime.settings.serve?.workspace(record.workspace), entry.settings.suspend {
-                    line +=
-                        " tidemark.yaml still suspends it ('suspend: true', \(entry.location)): it stays suspended until the file says otherwise."
-                }
-                try Terminal.write(line + "\n")
+            let (runtime, record) = try await ServedWorkspaces(global: global).request(.resume, workspace)
+            var line = "Resumed workspace '\(record.workspace)' (\(runtime.stateDisplay))."
+            if let entry = runtime.settings.serve?.workspace(record.workspace), entry.settings.suspend {
+                line +=
+                    " tidemark.yaml still suspends it ('suspend: true', \(entry.location)): it stays suspended until the file says otherwise."
             }
+            try Terminal.write(line + "\n")
         }
     }
 }
@@ -241,9 +242,8 @@ struct ReconcileCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            guard let runtime = try ServedWorkspaces(global: global).runtimes(workspace).first else { return }
+            let (runtime, asked) = try await ServedWorkspaces(global: global).request(.reconcile, workspace)
             let store = runtime.stateStore()
-            let asked = try await store.requestControl(.reconcile, by: ServedWorkspaces.requester)
             let name = asked.workspace
             guard let askedAt = asked.reconcileRequestedAt else { return }
             let owner = asked.liveOwner(at: Date())
@@ -258,11 +258,11 @@ struct ReconcileCommand: AsyncParsableCommand {
             }
             guard wait else { return }
             let limit = ServeSettings.duration(timeout) ?? .seconds(600)
-            let clock = ContinuousClock()
-            let deadline = clock.now + limit
-            var lastSaid = clock.now
-            while clock.now < deadline {
-                try await Task.sleep(for: .milliseconds(500))
+            let timing = runtime.timing
+            let deadline = timing.now() + limit
+            var lastSaid = timing.now()
+            while timing.now() < deadline {
+                try await timing.sleep(.milliseconds(500))
                 let record = try await store.serveRecord()
                 if let data = record.status,
                     let status = try? WorkspaceStatus.decoder.decode(WorkspaceStatus.self, from: data),
@@ -273,8 +273,8 @@ struct ReconcileCommand: AsyncParsableCommand {
                     if last.outcome != .success { throw ExitCode.failure }
                     return
                 }
-                if clock.now - lastSaid >= .seconds(10) {
-                    lastSaid = clock.now
+                if timing.now() - lastSaid >= .seconds(10) {
+                    lastSaid = timing.now()
                     let who = record.liveOwner(at: Date()).map { "replica \($0)" } ?? "a replica to take the workspace"
                     Terminal.err("Waiting for \(who) to reconcile '\(name)' (asked \(relative(askedAt)))…")
                 }
