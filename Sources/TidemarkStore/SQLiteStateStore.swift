@@ -33,6 +33,8 @@ public final class SQLiteStateStore: ServeRecordKeeping {
     public let legacyPath: String?
     let t: Tables
     private let opened = Mutex<DatabaseQueue?>(nil)
+    /// The file this store has open (device and inode), counted in `openFiles`.
+    private let openedFile = Mutex<[UInt64]?>(nil)
 
     /// The names of one workspace's tables: `default` keeps the plain names every file had before
     /// workspaces shared it; another workspace prefixes them with its name.
@@ -78,6 +80,15 @@ public final class SQLiteStateStore: ServeRecordKeeping {
     /// Opens the file when it exists, refusing one that is not tidemark's or is damaged; nil when it
     /// does not exist and `create` is false. A new file has no workspace yet: a save makes its tables.
     private func queue(create: Bool) throws -> DatabaseQueue? {
+        if let queue = opened.withLock({ $0 }) { return queue }
+        // One opening at a time in this process: a store of another workspace of the same new file
+        // (`serve` opens several at start) never reads it between its creation and its application id.
+        return try Self.opening.withLock { _ in try openQueue(create: create) }
+    }
+
+    private static let opening = Mutex(())
+
+    private func openQueue(create: Bool) throws -> DatabaseQueue? {
         try opened.withLock { opened -> DatabaseQueue? in
             if let opened { return opened }
             let fm = FileManager.default
@@ -137,11 +148,50 @@ public final class SQLiteStateStore: ServeRecordKeeping {
             }
             _ = chmod(path, 0o600)
             opened = queue
+            registerOpen()
             return queue
         }
     }
 
+    /// The files (device and inode) that store objects of this process have open in SQLite now, with
+    /// how many have.
+    private static let openFiles = Mutex<[[UInt64]: Int]>([:])
+
+    /// The file's device and inode, or nil when it cannot be stat'ed.
+    private static func fileID(_ path: String) -> [UInt64]? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return [UInt64(info.st_dev), UInt64(info.st_ino)]
+    }
+
+    /// Reads the file's first bytes, unless another store object of this process has the file open in
+    /// SQLite: closing any descriptor of a file releases every POSIX lock this process holds on it,
+    /// SQLite's included, so reading the header then let a second process write beside that store
+    /// and damage the file ("database disk image is malformed"; a `serve` opens one store object per
+    /// workspace and per reconcile). Such a file was read when that store opened it.
     private func checkHeader() throws {
+        if let id = Self.fileID(path), Self.openFiles.withLock({ $0[id, default: 0] > 0 }) { return }
+        try readHeader()
+    }
+
+    /// Counts the opened file as open in this process, until `deinit`.
+    private func registerOpen() {
+        guard let id = Self.fileID(path) else { return }
+        Self.openFiles.withLock { $0[id, default: 0] += 1 }
+        openedFile.withLock { $0 = id }
+    }
+
+    deinit {
+        // Closed first: its locks are no longer held when the file stops counting as open.
+        try? opened.withLock { $0 }?.close()
+        guard let id = openedFile.withLock({ $0 }) else { return }
+        Self.openFiles.withLock { files in
+            files[id, default: 1] -= 1
+            if files[id] == 0 { files[id] = nil }
+        }
+    }
+
+    private func readHeader() throws {
         guard let handle = FileHandle(forReadingAtPath: path) else {
             throw StateStoreError(.io, path: location, "cannot read the file; check its permissions")
         }

@@ -183,6 +183,50 @@ import FoundationNetworking
         #expect(!serve.logText.contains("srv"), "no token in the log: \(serve.logText)")
     }
 
+    /// Two workspaces of one SQLite file under `serve:`, while other processes (the control commands)
+    /// read and write the same file: every request is acted on, every reconcile asked for is reported,
+    /// and the file stays whole (this process's SQLite locks were once dropped by a second store
+    /// object reading the file's header, and the file was damaged).
+    @Test func controlCommandsReachTheWorkspacesOfAServeAndTheStateStaysWhole() async throws {
+        let cli = try CLIRunner()
+        defer { cli.remove() }
+        try cli.write(
+            "tidemark.yaml",
+            """
+            project: serve-test
+            serve:
+              interval: 1h
+              workspaces:
+                - name: alpha
+                  manifests: a
+                - name: beta
+                  manifests: b
+            """)
+        try cli.write("a/topics.yaml", Self.devices([1, 2, 3]))
+        try cli.write("b/topics.yaml", Self.devices([4, 5]))
+        let serve = try Running.start(cli, [], environment: [:])
+        defer { _ = serve.terminate() }
+        for round in 1...3 {
+            let suspended = try cli.run(["suspend", "beta"])
+            #expect(
+                suspended.status == 0 && suspended.stdout.contains("Suspended workspace 'beta'"), "\(suspended.stderr)")
+            let resumed = try cli.run(["resume", "beta"])
+            #expect(resumed.status == 0, "\(resumed.stderr)")
+            let asked = try cli.run(["reconcile", "alpha", "--timeout", "60s"])
+            #expect(
+                asked.status == 0 && asked.stdout.contains("alpha: ready"),
+                "round \(round): \(asked.stdout) \(asked.stderr)")
+        }
+        let status = try cli.run(["status", "--format", "json"])
+        let json = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
+        let workspaces = (json?["workspaces"] as? [[String: Any]]) ?? []
+        #expect(workspaces.map { $0["workspace"] as? String } == ["alpha", "beta"])
+        #expect(workspaces.allSatisfy { $0["owner"] is String }, "\(status.stdout)")
+        #expect(!serve.logText.contains("cannot claim"), "\(serve.logText)")
+        let unknown = try cli.run(["suspend", "gamma"])
+        #expect(unknown.status != 0 && unknown.stderr.contains("lists no workspace 'gamma'"), "\(unknown.stderr)")
+    }
+
     @Test func aSettingsErrorAtStartEndsServeWithExit1NamingTheFile() throws {
         let cli = try CLIRunner()
         defer { cli.remove() }
