@@ -115,19 +115,23 @@ public final class WorkspaceRunner: Service, Sendable {
         var nextRun: Duration?
         var handledRequest: Date?
         var lastProblem: String?
-        var renewedAt: Duration?
+        var claimedAt: Duration?
         defer { metrics.leader(workspace: name, false) }
         while !Task.isShuttingDownGracefully, !Task.isCancelled {
             let record: ServeRecord
             do {
-                // The claim is renewed every third of its duration; in between, the owner only reads the
-                // record for people's requests (a read, not a write, every poll).
-                if owned, let renewed = renewedAt, timing.now() - renewed < ownership.duration / 3 {
-                    record = try await records { try await $0.serveRecord() }
+                // A claim is made (or renewed) every third of its duration; in between, the record is
+                // only read (people's requests; a claim given up, which a standby replica takes at once).
+                var read: ServeRecord?
+                if let claimed = claimedAt, timing.now() - claimed < ownership.duration / 3 {
+                    read = try await ownership.records.serveRecord()
+                }
+                if let read, owned || read.owner != nil {
+                    record = read
                 } else {
                     let (replica, duration) = (ownership.replica, ownership.duration)
-                    record = try await records { try await $0.claimOwnership(replica, for: duration) }
-                    renewedAt = timing.now()
+                    record = try await ownership.records.claimOwnership(replica, for: duration)
+                    claimedAt = timing.now()
                 }
                 lastProblem = nil
             } catch {
@@ -159,7 +163,7 @@ public final class WorkspaceRunner: Service, Sendable {
                     $0.replica = record.owner ?? "-"
                     $0.nextRunAt = nil
                 }
-                await pause(max(ownership.poll, ownership.duration / 3))
+                await pause(ownership.poll)
                 continue
             }
             if !owned {
@@ -204,8 +208,11 @@ public final class WorkspaceRunner: Service, Sendable {
                 log("workspace=\(name) reconcile requested\(record.reconcileRequestedBy.map { " by \($0)" } ?? "")")
             }
             if let due = nextRun, timing.now() < due, !requested {
-                if current.withLock({ $0.phase == "suspended" }) {
-                    current.withLock { $0.phase = $0.last.map { Self.phase($0.outcome) } ?? "pending" }
+                // Resumed: the phase the last reconcile left.
+                current.withLock { status in
+                    if status.phase == "suspended" {
+                        status.phase = status.last.map { Self.phase($0.outcome) } ?? "pending"
+                    }
                 }
                 await publish()
                 await pause(min(ownership.poll, due - timing.now()))
@@ -249,10 +256,10 @@ public final class WorkspaceRunner: Service, Sendable {
             await publish()
         }
         if owned {
-            if current.withLock({ $0.phase != "stopped" }) { current.withLock { $0.phase = "stopped" } }
+            current.withLock { $0.phase = "stopped" }
             await publish()
             let replica = ownership.replica
-            _ = try? await records { try await $0.releaseOwnership(replica) }
+            try? await ownership.records.releaseOwnership(replica)
             log("workspace=\(name) released by this replica")
         }
     }
@@ -309,18 +316,9 @@ public final class WorkspaceRunner: Service, Sendable {
         let encoded = (try? WorkspaceStatus.encoder.encode(status)) ?? Data("{}".utf8)
         guard published.withLock({ $0 != encoded }) else { return }
         let replica = ownership.replica
-        if (try? await records({ try await $0.publishStatus(encoded, replica: replica) })) == true {
+        if (try? await ownership.records.publishStatus(encoded, replica: replica)) == true {
             published.withLock { $0 = encoded }
         }
-    }
-
-    /// Runs `body` on the records' store. Not raced against a clock of its own: the store bounds its
-    /// calls (PostgreSQL by the URL's `timeout`, SQLite by its 60 s busy wait), and a time limit
-    /// cancelling a sleep several times a second was seen to stop every sleep of the process from
-    /// waking on Linux after a minute or so.
-    private func records<T: Sendable>(_ body: @Sendable @escaping (any StateStore) async throws -> T) async throws -> T
-    {
-        try await body(ownership.records)
     }
 
     /// Waits `duration`, or less when the group shuts down.
@@ -363,12 +361,8 @@ extension WorkspaceStatus {
 /// How `serve`'s services wait between their rounds.
 enum ServeWait {
     /// Waits `duration`, or less when the service group shuts down, in steps of at most a quarter of
-    /// a second that look at the shutdown in between.
-    ///
-    /// Nothing is cancelled: with a runner per workspace polling every 2 s, cancelling waits several
-    /// times a second (`cancelWhenGracefulShutdown` around each wait, a time limit around each store
-    /// call) was seen to stop every sleep of the process from waking on Linux after a minute or so
-    /// (`tidemark serve` still answering HTTP, its reconciles stopped).
+    /// a second that look at the shutdown in between (a runner waits this way every poll, so nothing
+    /// is set up and torn down around each wait).
     static func pause(_ duration: Duration, timing: Timing) async {
         let end = timing.now() + duration
         while !Task.isShuttingDownGracefully, !Task.isCancelled {
