@@ -89,6 +89,8 @@ let package = Package(
             name: "TidemarkServe",
             dependencies: [
                 "TidemarkCore", "TidemarkRuntime",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -142,7 +144,11 @@ let package = Package(
         ),
         .testTarget(
             name: "TidemarkServeTests",
-            dependencies: ["TidemarkServe", "TidemarkRuntime", "TidemarkCore", "TidemarkTesting"]
+            dependencies: [
+                "TidemarkServe", "TidemarkRuntime", "TidemarkCore", "TidemarkTesting",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+            ]
         ),
         .testTarget(name: "TidemarkStoreTests", dependencies: ["TidemarkStore", "TidemarkCore", "TidemarkTesting"]),
         .testTarget(

@@ -42,6 +42,18 @@ public struct ReconcileResult: Sendable, Codable, Equatable {
     public var drift: [String: Int]? = nil
     /// Whether drift was corrected (`drift: heal` with drift found).
     public var driftHealed = false
+    /// The manifests' commit, when they come from git.
+    public var commit: String? = nil
+    /// FCM deadlines the plan warned of (device groups, the Instance ID API), unless acknowledged.
+    public var deadlines: [Notice] = []
+
+    /// A warning a reconcile passes on: its stable code and its sentence.
+    public struct Notice: Sendable, Codable, Equatable {
+        /// `deadline.device_groups`, `deadline.iid_transport`.
+        public var code: String
+        /// What a person reads.
+        public var message: String
+    }
 
     /// A result of `outcome` that began at `startedAt` and took `seconds`.
     public init(outcome: Outcome, startedAt: Date, seconds: Double) {

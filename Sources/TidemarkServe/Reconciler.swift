@@ -63,6 +63,7 @@ public struct Reconciler: Sendable {
             }
         }
         result.readRequests = output.planReads
+        result.deadlines = output.deadlines
         result.seconds = Timing.seconds(timing.now() - start)
         return result
     }
@@ -120,6 +121,20 @@ public struct Reconciler: Sendable {
             approveResume: { _ in .approved })
         request.pruneAfter = runtime.settings.pruneAfter
         let outcome = try await runtime.apply(request, output: output)
+        if outcome.applied != nil || outcome.resumed != nil {
+            do {
+                let trimmed = try await runtime.stateStore().trimHistory(keep: settings.historyKeep)
+                if trimmed > 0 {
+                    log(
+                        "workspace=\(runtime.workspaceName) apply history trimmed: \(PlanRenderer.counted(trimmed, "older apply", plural: "older applies")) deleted (history_keep: \(settings.historyKeep))"
+                    )
+                }
+            } catch {
+                log(
+                    "workspace=\(runtime.workspaceName) the apply history could not be trimmed (history_keep): \(Self.plain(Failure(error).message))"
+                )
+            }
+        }
         for summary in [outcome.resumed, outcome.applied].compactMap({ $0 }) {
             result.subscribed += summary.subscribed
             result.unsubscribed += summary.unsubscribed
@@ -162,7 +177,18 @@ extension ApplyOutcome {
 final class CollectingOutput: WorkflowOutput {
     private struct Collected {
         var errors: [Diagnostic] = []
+        var deadlines: [ReconcileResult.Notice] = []
         var planReads = 0
+
+        mutating func add(_ diagnostics: [Diagnostic]) {
+            errors += diagnostics.filter { $0.severity == .error }
+            for diagnostic in diagnostics where diagnostic.severity == .warning {
+                guard let code = diagnostic.code, code.hasPrefix("deadline."),
+                    !deadlines.contains(where: { $0.code == code })
+                else { continue }
+                deadlines.append(ReconcileResult.Notice(code: code, message: diagnostic.message))
+            }
+        }
     }
     private let collected = Mutex(Collected())
     private let log: @Sendable (String) -> Void
@@ -181,20 +207,21 @@ final class CollectingOutput: WorkflowOutput {
     }
     /// Requests the plans read from FCM.
     var planReads: Int { collected.withLock { $0.planReads } }
+    /// The FCM deadlines warned of, once each.
+    var deadlines: [ReconcileResult.Notice] { collected.withLock { $0.deadlines } }
 
     func planned(_ plan: Plan) {
-        let errors = plan.diagnostics.filter { $0.severity == .error }
         collected.withLock {
             $0.planReads += plan.reads ?? 0
-            $0.errors += errors
+            $0.add(plan.diagnostics)
         }
-        for diagnostic in errors { log(diagnostic.description) }
+        for diagnostic in plan.diagnostics where diagnostic.severity == .error { log(diagnostic.description) }
     }
 
     func emit(_ event: WorkflowEvent) {
         switch event {
         case .diagnostics(let diagnostics):
-            collected.withLock { $0.errors += diagnostics.filter { $0.severity == .error } }
+            collected.withLock { $0.add(diagnostics) }
             for diagnostic in diagnostics { log(diagnostic.description) }
         case .retrying(let notice):
             log(

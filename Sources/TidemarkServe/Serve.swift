@@ -69,10 +69,17 @@ public struct Serve: Sendable {
 
     /// The workspaces to reconcile, each loaded once: an error here (a bad tidemark.yaml, a workspace's
     /// credentials variable unset) ends `serve` at start with the file and line.
-    func planWorkspaces() throws -> [Planned] {
+    func planWorkspaces() throws -> (workspaces: [Planned], notify: [Notifier.Target]) {
         let project = try load(nil)
-        guard let section = project.settings.serve else {
-            return [Planned(entry: nil, runtime: project, settings: options.overrides.applied(to: ServeSettings()))]
+        let notify = try Notifier.targets(
+            project.settings.serve?.notify ?? [], environment: project.resolved.environment)
+        return (try planWorkspaces(project), notify)
+    }
+
+    private func planWorkspaces(_ project: Runtime) throws -> [Planned] {
+        guard let section = project.settings.serve, !section.workspaces.isEmpty else {
+            let defaults = project.settings.serve?.defaults ?? ServeSettings()
+            return [Planned(entry: nil, runtime: project, settings: options.overrides.applied(to: defaults))]
         }
         return try section.workspaces.map { entry in
             let runtime = try load(entry.name)
@@ -85,10 +92,11 @@ public struct Serve: Sendable {
     /// Checks the settings once (an error here ends `serve` at start with the file and line), then
     /// serves until a signal. `onListening` gets the bound port.
     public func run(onListening: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
-        let planned = try planWorkspaces()
+        let (planned, targets) = try planWorkspaces()
         let logger = self.logger
         let log: @Sendable (String) -> Void = { logger.info("\($0)") }
         let metrics = ServeMetrics()
+        let notifier = Notifier(targets: targets, timing: options.timing, metrics: metrics, log: log)
         let load = self.load
         let runners = planned.map { workspace in
             let entry = workspace.entry
@@ -102,7 +110,7 @@ public struct Serve: Sendable {
                 ownership: .init(
                     records: workspace.runtime.stateStore(), replica: options.replica,
                     duration: options.claimDuration, poll: options.poll),
-                metrics: metrics, log: log)
+                metrics: metrics, notifier: notifier, log: log)
         }
         for workspace in planned {
             if case .file = workspace.runtime.resolved.state {
@@ -144,6 +152,7 @@ public struct Serve: Sendable {
             [
                 .init(service: app, successTerminationBehavior: .gracefullyShutdownGroup),
                 .init(service: readiness, successTerminationBehavior: .gracefullyShutdownGroup),
+                .init(service: notifier, successTerminationBehavior: .gracefullyShutdownGroup),
             ] + runners.map { .init(service: $0, successTerminationBehavior: .gracefullyShutdownGroup) }
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
@@ -164,6 +173,7 @@ public struct Serve: Sendable {
                 "retry_interval": ServeSettings.describe(settings.retryInterval),
                 "jitter": ServeSettings.describe(settings.jitter),
                 "drift": settings.drift.rawValue, "on_change": settings.onChange.rawValue,
+                "history_keep": String(settings.historyKeep),
                 "max_unsubscribes": (settings.maxUnsubscribes ?? runtime.settings.maxUnsubscribes)?.description
                     ?? "none",
             ],

@@ -82,6 +82,25 @@ public final class ServeMetrics: Sendable {
         gauge("tidemark_workspace_leader", workspace, Self.leaderHelp).set(to: leader ? 1 : 0)
     }
 
+    /// Declares a webhook's series, so a scrape lists them before its first event.
+    public func declareNotifications(target: String) {
+        for outcome in [true, false] { _ = notifications(target, "blocked", outcome) }
+    }
+
+    /// Records one delivery of `event` to `target`: delivered, or given up after its retries.
+    public func notification(target: String, event: String, delivered: Bool) {
+        notifications(target, event, delivered).increment()
+    }
+
+    private func notifications(_ target: String, _ event: String, _ delivered: Bool) -> Counter {
+        registry.makeCounter(
+            name: "tidemark_notifications_total",
+            labels: [("target", target), ("event", event), ("outcome", delivered ? "delivered" : "failed")],
+            help:
+                "Webhook deliveries of serve.notify, by target (its name), event and outcome (delivered, or failed after every retry)."
+        )
+    }
+
     static let readyHelp = "1 when the workspace's last reconcile succeeded, else 0."
     static let suspendedHelp = "1 while the workspace is suspended (nothing is reconciled)."
     static let leaderHelp = "1 on the replica that reconciles the workspace."

@@ -40,6 +40,8 @@ public struct WorkspaceStatus: Sendable, Codable, Equatable {
     public var reconcileRequestedAt: Date?
     /// Who asked for it.
     public var reconcileRequestedBy: String?
+    /// The notifications sent for ongoing problems, and when (nil until an event was raised).
+    public var notifications: NotifyLedger?
 }
 
 /// Reconciles one workspace while this replica owns it, as a service of `serve`'s service group.
@@ -81,6 +83,7 @@ public final class WorkspaceRunner: Service, Sendable {
     private let reconciler: Reconciler
     private let ownership: Ownership
     private let metrics: ServeMetrics
+    private let notifier: Notifier?
     private let log: @Sendable (String) -> Void
     private let current: Mutex<WorkspaceStatus>
     /// The status as last published.
@@ -88,15 +91,16 @@ public final class WorkspaceRunner: Service, Sendable {
 
     /// A runner for the workspace `status` describes, reconciling with `reconciler` while it owns the
     /// workspace through `ownership`; it waits, draws its jitter and stamps its times by the
-    /// reconciler's `timing`.
+    /// reconciler's `timing`; the events its reconciles raise go to `notifier`.
     public init(
         status: WorkspaceStatus, reconciler: Reconciler, ownership: Ownership, metrics: ServeMetrics,
-        log: @escaping @Sendable (String) -> Void
+        notifier: Notifier? = nil, log: @escaping @Sendable (String) -> Void
     ) {
         self.name = status.workspace
         self.reconciler = reconciler
         self.ownership = ownership
         self.metrics = metrics
+        self.notifier = notifier
         self.log = log
         self.current = Mutex(status)
     }
@@ -172,7 +176,14 @@ public final class WorkspaceRunner: Service, Sendable {
                     "workspace=\(name) owned by this replica (\(ownership.replica), claim \(record.ownerFence)); reconciling now"
                 )
                 metrics.leader(workspace: name, true)
-                current.withLock { $0.replica = ownership.replica }
+                // What the previous owner sent stays sent: an ongoing problem is not told twice.
+                let previous = record.status.flatMap {
+                    try? WorkspaceStatus.decoder.decode(WorkspaceStatus.self, from: $0)
+                }
+                current.withLock {
+                    $0.replica = ownership.replica
+                    if let ledger = previous?.notifications { $0.notifications = ledger }
+                }
                 // Another replica may have published since this one last did.
                 published.withLock { $0 = nil }
                 nextRun = nil
@@ -253,6 +264,7 @@ public final class WorkspaceRunner: Service, Sendable {
                 status.nextRunAt = next
             }
             log(Self.line(workspace: name, result, next: wait))
+            notify(result)
             await publish()
         }
         if owned {
@@ -307,6 +319,27 @@ public final class WorkspaceRunner: Service, Sendable {
                 }
             }
             return outcome!
+        }
+    }
+
+    /// Sends the events `result` raises to the webhooks that want them: each ongoing problem once, and
+    /// again after the target's `renotify`; a delivery that fails every retry is forgotten, so the
+    /// next reconcile raises it again.
+    private func notify(_ result: ReconcileResult) {
+        guard let notifier, !notifier.targets.isEmpty else { return }
+        let (name, replica, now) = (self.name, ownership.replica, timing.wallClock())
+        let due = current.withLock { status in
+            var ledger = status.notifications ?? NotifyLedger()
+            let events = ServeEvent.events(of: result, workspace: name, replica: replica, troubled: ledger.troubled)
+            let due = ledger.due(events, targets: notifier.settings, now: now)
+            status.notifications = ledger
+            return due
+        }
+        for (target, event) in due {
+            let id = "\(target.name) \(event.dedupeKey)"
+            notifier.send(event, to: target) { [self] in
+                current.withLock { $0.notifications?.sent[id] = nil }
+            }
         }
     }
 

@@ -738,6 +738,27 @@ public final class PostgresStateStore: ServeRecordKeeping {
 
     /// Reads this workspace's record for update, lets `change` edit it (with the server's clock), and
     /// writes it back, in one transaction.
+    public func trimHistory(keep: Int) async throws -> Int {
+        try await ensureSchema()
+        return try await link.transaction { c in
+            let gone = try await c.query(
+                """
+                DELETE FROM tidemark_applies WHERE workspace = \(self.workspace) AND status <> 'running'
+                AND id NOT IN (SELECT id FROM tidemark_applies WHERE workspace = \(self.workspace)
+                    ORDER BY started_at DESC, id DESC LIMIT \(Int64(keep)))
+                RETURNING id
+                """
+            ).collect()
+            let ids = try gone.map { try self.decode($0, String.self, table: "tidemark_applies") }
+            guard !ids.isEmpty else { return 0 }
+            try await c.run(
+                "DELETE FROM tidemark_apply_operations WHERE workspace = \(self.workspace) AND apply_id = ANY(\(ids))")
+            try await c.run(
+                "DELETE FROM tidemark_apply_progress WHERE workspace = \(self.workspace) AND apply_id = ANY(\(ids))")
+            return ids.count
+        }
+    }
+
     public func updateServeRecord<T: Sendable>(
         _ change: @Sendable @escaping (inout ServeRecord, Date) -> T
     ) async throws -> (ServeRecord, T) {

@@ -906,6 +906,26 @@ public final class SQLiteStateStore: ServeRecordKeeping {
 
     /// Reads this workspace's record, lets `change` edit it (with this machine's clock: SQLite state
     /// serves one replica on one machine), and writes it back, in one transaction.
+    public func trimHistory(keep: Int) async throws -> Int {
+        guard let queue = try open(create: false) else { return 0 }
+        let t = self.t
+        return try await running {
+            try await queue.write { db in
+                guard try hasWorkspace(db), try db.tableExists(t.raw("applies")) else { return 0 }
+                let old = """
+                    SELECT id FROM \(t.applies) WHERE status != 'running'
+                    AND id NOT IN (SELECT id FROM \(t.applies) ORDER BY started_at DESC, id DESC LIMIT ?)
+                    """
+                try db.execute(sql: "DELETE FROM \(t.apply_operations) WHERE apply_id IN (\(old))", arguments: [keep])
+                if try db.tableExists(t.raw("apply_progress")) {
+                    try db.execute(sql: "DELETE FROM \(t.apply_progress) WHERE apply_id IN (\(old))", arguments: [keep])
+                }
+                try db.execute(sql: "DELETE FROM \(t.applies) WHERE id IN (\(old))", arguments: [keep])
+                return db.changesCount
+            }
+        }
+    }
+
     public func updateServeRecord<T: Sendable>(
         _ change: @Sendable @escaping (inout ServeRecord, Date) -> T
     ) async throws -> (ServeRecord, T) {

@@ -153,6 +153,15 @@ public actor InMemoryStateStore: ServeRecordKeeping {
         }
     }
 
+    /// Deletes the applies beyond the newest `keep`, never a running one.
+    public func trimHistory(keep: Int) async throws -> Int {
+        let kept = Set(
+            journal.sorted { ($0.entry.startedAt, $0.id) > ($1.entry.startedAt, $1.id) }.prefix(keep).map(\.id))
+        let before = journal.count
+        journal.removeAll { !kept.contains($0.id) && $0.entry.status != .running }
+        return before - journal.count
+    }
+
     /// Takes the store's lock; a second holder is refused as `locked`.
     public func lock(_ holder: LockHolder) async throws -> any StateLease {
         if let current = self.holder {

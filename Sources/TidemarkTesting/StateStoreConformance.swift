@@ -324,6 +324,15 @@ public enum StateStoreConformance {
         #expect(history.last?.startedAt == 1000)
         #expect(try await store.applies(limit: 1).map(\.id) == ["apply-2"])
         #expect(try await store.unfinishedApply()?.id == "apply-2")
+
+        // Trimmed to the newest applies (`history_keep`), oldest first; a running apply always stays.
+        #expect(try await store.trimHistory(keep: 2) == 1)
+        #expect(try await store.applies(limit: 10).map(\.id) == ["apply-2", "apply-1"])
+        #expect(try await store.trimHistory(keep: 0) == 1)
+        #expect(try await store.applies(limit: 10).map(\.id) == ["apply-2"])
+        #expect(try await store.applies(limit: 10).first?.done == 1)
+        #expect(try await store.unfinishedApply()?.id == "apply-2")
+        #expect(try await store.trimHistory(keep: 5) == 0)
     }
 
     /// A lock that ends with its process shows no lease and refuses to be broken; a lease is shown

@@ -38,7 +38,10 @@ struct ServeCommand: AsyncParsableCommand {
             On --listen: /livez (the process answers), /readyz (tidemark.yaml loads and the state \
             store answers; ?verbose lists the checks), /status (JSON: each workspace's phase, last \
             result and why, next run) and /metrics (Prometheus text format, tidemark_* families; no \
-            token or device in a label). Logs go to stderr, one line per reconcile. SIGTERM or SIGINT \
+            token or device in a label). Logs go to stderr, one line per reconcile (--log-format \
+            json: one JSON object per line). 'serve.notify' in tidemark.yaml lists webhooks that hear \
+            of blocked plans, failures, drift, waiting changes and deadlines, signed with \
+            HMAC-SHA256 (X-Tidemark-Signature), each ongoing problem once and again after 'renotify'. SIGTERM or SIGINT \
             stops between journal steps and exits 0; the next start resumes an interrupted apply.
             """
     )
@@ -79,6 +82,16 @@ struct ServeCommand: AsyncParsableCommand {
 
     @Option(help: "Reads per second sent to FCM while refreshing (default: 'read_qps' in tidemark.yaml).")
     var readQps: Double?
+
+    @Option(
+        help:
+            "How log lines are written to stderr: text (default), or json (one object per line, with workspace, result and reason as fields, for log collectors)."
+    )
+    var logFormat: LogFormat = .text
+
+    enum LogFormat: String, ExpressibleByArgument, CaseIterable {
+        case text, json
+    }
 
     func validate() throws {
         _ = try overrides()
@@ -128,7 +141,12 @@ struct ServeCommand: AsyncParsableCommand {
             var options = Serve.Options()
             (options.host, options.port) = try address()
             options.overrides = try overrides()
-            var logger = Logger(label: "tidemark.serve", factory: { StreamLogHandler.standardError(label: $0) })
+            let json = logFormat == .json
+            var logger = Logger(
+                label: "tidemark.serve",
+                factory: {
+                    json ? JSONLogHandler(label: $0) as any LogHandler : StreamLogHandler.standardError(label: $0)
+                })
             logger.logLevel = .info
             try await Serve(
                 options: options, load: { try Runtime.load(flags, serveWorkspace: $0) }, logger: logger

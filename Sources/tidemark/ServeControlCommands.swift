@@ -13,7 +13,7 @@ struct ServedWorkspaces {
     func runtimes(_ name: String?) throws -> [Runtime] {
         let flags = RuntimeFlags(global)
         let project = try Runtime.load(flags)
-        guard let section = project.settings.serve else {
+        guard let section = project.settings.serve, !section.workspaces.isEmpty else {
             guard let name else { return [project] }
             var named = flags
             named.workspace = name

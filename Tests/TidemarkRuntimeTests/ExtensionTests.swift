@@ -33,6 +33,7 @@ struct NamedMemoryStore: StateStore {
     }
     func unfinishedApply() async throws -> UnfinishedApply? { try await backing.unfinishedApply() }
     func applies(limit: Int) async throws -> [ApplyRecord] { try await backing.applies(limit: limit) }
+    func trimHistory(keep: Int) async throws -> Int { try await backing.trimHistory(keep: keep) }
     func lock(_ holder: LockHolder) async throws -> any StateLease { try await backing.lock(holder) }
     func lockHolder() async throws -> LockHolder? { try await backing.lockHolder() }
 }

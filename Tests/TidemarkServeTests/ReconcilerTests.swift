@@ -96,6 +96,19 @@ struct ServeProject {
         #expect(third.summary == "no changes")
     }
 
+    @Test func theApplyHistoryIsTrimmedToHistoryKeep() async throws {
+        let project = try ServeProject()
+        defer { project.remove() }
+        let reconciler = project.reconciler { $0.historyKeep = 2 }
+        for count in 1...4 {
+            try project.writeDevices(Array(0..<count))
+            let result = await reconciler.reconcile()
+            #expect(result.outcome == .success && result.subscribed == 1, "\(result)")
+        }
+        let history = try await project.runtime().stateStore().applies(limit: 10)
+        #expect(history.count == 2 && history.allSatisfy { $0.status == .finished }, "\(history)")
+    }
+
     @Test func aPlanPastTheRailIsBlockedNamesTheRailAndChangesNothing() async throws {
         let project = try ServeProject()
         defer { project.remove() }

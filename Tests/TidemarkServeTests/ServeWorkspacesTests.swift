@@ -54,7 +54,7 @@ struct ServeWorkspacesTests {
             "serve:\n  workspaces:\n    - name: a\n      credentials_env: /path/key.json\n", 4,
             "names an environment variable"
         ),
-        ("serve:\n  interval: 5m\n", 2, "'workspaces:'"),
+        ("serve:\n  interval: 5m\n  workspaces: []\n", 3, "lists no workspace"),
         ("serve:\n  workspaces:\n    - name: a\n      drfit: heal\n", 4, "did you mean 'drift'"),
     ])
     func mistakesAreNamedByLine(_ text: String, _ line: Int, _ says: String) {

@@ -46,8 +46,13 @@ public struct ServeSection: Sendable, Equatable {
         public var settings: ServeSettings
     }
 
-    /// The workspaces, in the file's order.
+    /// The workspaces, in the file's order; empty: the project's own workspace, with `defaults`.
     public var workspaces: [Workspace] = []
+    /// The schedule keys written directly under `serve:`: every entry's defaults, and the settings of
+    /// the project's own workspace when `workspaces:` lists none.
+    public var defaults = ServeSettings()
+    /// `notify:` the webhooks that hear of events.
+    public var notify: [NotifyTarget] = []
     /// Where `serve:` is written.
     public var location: SourceLocation
 
@@ -62,7 +67,7 @@ public struct ServeSection: Sendable, Equatable {
     /// The keys that set what a workspace may do and when: under `serve:` they are every
     /// workspace's defaults; in an entry, its own.
     public static let scheduleKeys = [
-        "interval", "jitter", "retry_interval", "drift", "on_change", "max_unsubscribes", "suspend",
+        "interval", "jitter", "retry_interval", "drift", "on_change", "max_unsubscribes", "suspend", "history_keep",
     ]
 
     /// The workspace named `name`, if the section lists it.
@@ -71,15 +76,21 @@ public struct ServeSection: Sendable, Equatable {
     /// Decodes `serve:` from `node`; problems go to `doc`.
     static func decode(_ node: Node, _ doc: inout YAMLDocument) -> ServeSection {
         var section = ServeSection(location: doc.location(node))
-        guard let pairs = doc.mapping(node, "'serve'", allowed: ["workspaces"] + scheduleKeys) else { return section }
+        guard let pairs = doc.mapping(node, "'serve'", allowed: ["workspaces", "notify"] + scheduleKeys) else {
+            return section
+        }
         var defaults = ServeSettings()
-        for (key, _, value) in pairs where key != "workspaces" {
+        for (key, _, value) in pairs where !["workspaces", "notify"].contains(key) {
             decodeSchedule(key, value, into: &defaults, &doc, prefix: "serve.")
         }
+        section.defaults = defaults
+        if let list = pairs.first(where: { $0.key == "notify" })?.value {
+            for (index, item) in (doc.sequence(list, "'serve.notify'") ?? []).enumerated() {
+                if let target = NotifyTarget.decode(item, index: index, &doc) { section.notify.append(target) }
+            }
+        }
         guard let list = pairs.first(where: { $0.key == "workspaces" })?.value else {
-            doc.error(
-                "'serve' must list its workspaces under 'workspaces:' (each with at least a 'name'); without a 'serve:' section, 'tidemark serve' reconciles the project's own workspace.",
-                node)
+            // No list: the project's own workspace, with the settings written under `serve:`.
             return section
         }
         for item in doc.sequence(list, "'serve.workspaces'") ?? [] {
@@ -93,7 +104,19 @@ public struct ServeSection: Sendable, Equatable {
             section.workspaces.append(entry)
         }
         if section.workspaces.isEmpty, !doc.diagnostics.hasErrors {
-            doc.error("'serve.workspaces' lists no workspace; list at least one, or remove 'serve:'.", list)
+            doc.error(
+                "'serve.workspaces' lists no workspace; list at least one, or leave 'workspaces:' out to reconcile the project's own workspace.",
+                list)
+        }
+        let names = Set(section.workspaces.map(\.name))
+        for target in section.notify {
+            for name in target.workspaces ?? [] where !names.contains(name) {
+                doc.diagnostics.append(
+                    Diagnostic(
+                        .error,
+                        "'serve.notify' entry '\(target.name)' names workspace '\(name.escapedOnOneLine)', which 'serve.workspaces' does not list; it lists \(section.workspaces.map(\.name).joined(separator: ", ")).",
+                        at: target.location))
+            }
         }
         return section
     }
@@ -137,10 +160,7 @@ public struct ServeSection: Sendable, Equatable {
                     doc.error("unknown backend '\(text)' in '\(what)backend'; use embedded, emulator or fcm.", value)
                 }
             case "credentials_env":
-                let valid =
-                    text.first.map { $0 == "_" || ($0.isASCII && $0.isLetter) } == true
-                    && text.allSatisfy { $0 == "_" || ($0.isASCII && ($0.isLetter || $0.isNumber)) }
-                if valid {
+                if NotifyTarget.isVariableName(text) {
                     entry.credentialsEnv = text
                 } else {
                     doc.error(
@@ -172,6 +192,15 @@ public struct ServeSection: Sendable, Equatable {
         switch key {
         case "suspend":
             if let flag = doc.bool(value, what) { settings.suspend = flag }
+            return
+        case "history_keep":
+            guard let text = value.scalar?.string, let keep = Int(text), keep >= 1 else {
+                doc.error(
+                    "\(what) must be a whole number of applies, at least 1 (such as 500), not \(YAMLDocument.kind(value)).",
+                    value)
+                return
+            }
+            settings.historyKeep = keep
             return
         case "max_unsubscribes":
             let text = value.scalar?.string ?? ""

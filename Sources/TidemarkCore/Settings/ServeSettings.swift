@@ -36,6 +36,9 @@ public struct ServeSettings: Sendable, Equatable {
     public var maxUnsubscribes: UnsubscribeLimit?
     /// Whether the workspace is suspended: nothing is reconciled until it is resumed.
     public var suspend = false
+    /// How many applies the state's history keeps (`history_keep`, default 500): after each reconcile
+    /// that applied, older ones go with their journal rows, since a reconciler applies all day.
+    public var historyKeep = 500
 
     /// The defaults: every 5 minutes, drift healed, changes applied.
     public init() {}

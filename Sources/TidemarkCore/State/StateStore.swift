@@ -25,6 +25,12 @@ public protocol StateStore: Sendable {
     /// Past applies, newest first.
     func applies(limit: Int) async throws -> [ApplyRecord]
 
+    /// Deletes the applies of the history beyond the newest `keep` (oldest first), with their journal
+    /// rows; an apply still running is never deleted. Returns how many went. `serve` calls it after
+    /// each reconcile that applied (`history_keep`), since a reconciler writes applies all day.
+    @discardableResult
+    func trimHistory(keep: Int) async throws -> Int
+
     /// Takes the store's exclusive lock for `holder`, or throws `StateStoreError` `.locked` naming
     /// whoever holds it. The lock lasts until the lease is released (or its process ends).
     func lock(_ holder: LockHolder) async throws -> any StateLease
@@ -92,6 +98,13 @@ public struct LeaseRecord: Sendable, Equatable {
 }
 
 extension StateStore {
+    /// Refused: a store that does not say how to trim its history keeps it whole.
+    public func trimHistory(keep: Int) async throws -> Int {
+        throw StateStoreError(
+            .unsupported, path: location,
+            "cannot trim its apply history ('history_keep'); use SQLite or PostgreSQL state")
+    }
+
     /// A store whose lock ends with its process, unless it says otherwise.
     public var lockKind: StateLockKind { .process }
 

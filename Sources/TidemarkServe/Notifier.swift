@@ -1,0 +1,307 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import NIOCore
+import ServiceLifecycle
+import Synchronization
+import TidemarkCore
+import TidemarkRuntime
+
+/// Something `serve` tells webhooks about: the JSON body of one delivery.
+public struct ServeEvent: Sendable, Codable, Equatable {
+    /// What happened.
+    public var event: NotifyTarget.Event
+    /// The workspace it happened in.
+    public var workspace: String
+    /// The same for as long as the problem is the same: the event, the workspace and the reason (or
+    /// the drift's kinds), never a duration or a count, so one ongoing problem is one notification.
+    public var dedupeKey: String
+    /// Why, in a stable word (`rail.max_unsubscribes`, `state_unreachable`…), when there is one.
+    public var reason: String?
+    /// One sentence for a person, with no link and no token.
+    public var summary: String
+    /// The numbers behind it: `subscribed`, `unsubscribed`, `changes_waiting`, drift by kind…
+    public var counts: [String: Int]
+    /// The manifests' commit the reconcile used, when they come from git.
+    public var commit: String?
+    /// The replica that sent it.
+    public var replica: String
+    /// When the reconcile that found it ended.
+    public var occurredAt: Date
+
+    /// The events a reconcile's `result` raises in `workspace`; `troubled` says whether the workspace
+    /// was failing or blocked before, so that a success is told as `recovered`.
+    public static func events(
+        of result: ReconcileResult, workspace: String, replica: String, troubled: Bool
+    ) -> [ServeEvent] {
+        func event(
+            _ kind: NotifyTarget.Event, _ detail: String?, _ summary: String, _ counts: [String: Int]
+        )
+            -> ServeEvent
+        {
+            ServeEvent(
+                event: kind, workspace: workspace,
+                dedupeKey: ([workspace, kind.rawValue] + [detail].compactMap { $0 }).joined(separator: "/"),
+                reason: kind == .applyFailed || kind == .blocked ? result.reason : detail, summary: summary,
+                counts: counts, commit: result.commit, replica: replica, occurredAt: result.finishedAt)
+        }
+        var events: [ServeEvent] = []
+        let drift = (result.drift ?? [:]).filter { $0.value > 0 }
+        switch result.outcome {
+        case .failure:
+            events.append(
+                event(
+                    .applyFailed, result.reason, "Workspace '\(workspace)': the reconcile failed: \(result.summary)",
+                    ["consecutive_failures": 1]))
+        case .blocked:
+            events.append(
+                event(
+                    .blocked, result.reason,
+                    "Workspace '\(workspace)' is blocked: \(result.summary) Nothing was applied; it stays blocked until a person runs 'tidemark apply' or raises the rail.",
+                    ["changes_waiting": result.changesWaiting]))
+        case .success:
+            if troubled {
+                events.append(
+                    ServeEvent(
+                        event: .recovered, workspace: workspace,
+                        dedupeKey: "\(workspace)/recovered", reason: nil,
+                        summary: "Workspace '\(workspace)' reconciled again: \(result.summary).",
+                        counts: ["subscribed": result.subscribed, "unsubscribed": result.unsubscribed],
+                        commit: result.commit, replica: replica, occurredAt: result.finishedAt))
+            }
+        }
+        if result.driftFound > 0 {
+            let kinds = drift.keys.filter { $0 != DriftReport.Kind.optedOut.rawValue }.sorted()
+            if result.driftHealed {
+                events.append(
+                    event(
+                        .driftHealed, nil,
+                        "Workspace '\(workspace)': \(PlanRenderer.counted(result.driftFound, "drifted membership")) healed (\(kinds.joined(separator: ", "))).",
+                        drift))
+            } else {
+                events.append(
+                    event(
+                        .driftFound, kinds.joined(separator: "+"),
+                        "Workspace '\(workspace)': \(PlanRenderer.counted(result.driftFound, "drifted membership")) found (\(kinds.joined(separator: ", "))) and left alone (drift: warn).",
+                        drift))
+            }
+        }
+        if result.outcome == .success, result.changesWaiting > 0 {
+            events.append(
+                event(
+                    .changesWaiting, result.commit,
+                    "Workspace '\(workspace)': \(PlanRenderer.counted(result.changesWaiting, "change")) planned and waiting for a person (on_change: plan); 'tidemark plan' shows them and 'tidemark apply' makes them.",
+                    ["changes_waiting": result.changesWaiting]))
+        }
+        for notice in result.deadlines {
+            events.append(
+                event(.deadlineApproaching, notice.code, "Workspace '\(workspace)': \(notice.message)", [:]))
+        }
+        return events
+    }
+}
+
+/// What `serve` remembers of the notifications it sent for one workspace (published with its status,
+/// so that a replica taking the workspace over does not send them again).
+public struct NotifyLedger: Sendable, Codable, Equatable {
+    /// When each ongoing problem was last sent to each target, by `target name` + space + dedupe key.
+    public var sent: [String: Date] = [:]
+    /// The dedupe keys the last reconcile raised.
+    public var active: [String] = []
+
+    /// An empty ledger.
+    public init() {}
+
+    /// Whether the last reconcile left the workspace failing or blocked.
+    public var troubled: Bool {
+        active.contains { $0.contains("/\(NotifyTarget.Event.applyFailed.rawValue)") || $0.contains("/blocked") }
+    }
+
+    /// The deliveries `events` call for to `targets` at `now`: each ongoing problem once, then again
+    /// after its target's `renotify`; recorded as sent. Problems no longer raised are forgotten, so one
+    /// that comes back is sent again at once.
+    public mutating func due(_ events: [ServeEvent], targets: [NotifyTarget], now: Date) -> [(NotifyTarget, ServeEvent)]
+    {
+        var due: [(NotifyTarget, ServeEvent)] = []
+        for event in events {
+            for target in targets where target.wants(event.event, workspace: event.workspace) {
+                let id = "\(target.name) \(event.dedupeKey)"
+                if event.event != .recovered, let last = sent[id],
+                    now.timeIntervalSince(last) < Timing.seconds(target.renotify)
+                {
+                    continue
+                }
+                if event.event != .recovered { sent[id] = now }
+                due.append((target, event))
+            }
+        }
+        let keys = Set(events.filter { $0.event != .recovered }.map(\.dedupeKey))
+        sent = sent.filter { id, _ in keys.contains(String(id.split(separator: " ", maxSplits: 1).last ?? "")) }
+        active = keys.sorted()
+        return due
+    }
+}
+
+/// Sends `serve`'s events to the webhooks of `serve.notify`: a JSON body signed with HMAC-SHA256,
+/// retried with backoff, in the background, so a webhook that is down never holds up a reconcile.
+///
+/// Each request carries `X-Tidemark-Timestamp` (seconds since 1970) and `X-Tidemark-Signature:
+/// sha256=HEX`, the HMAC-SHA256 of `TIMESTAMP.BODY` under the target's secret, with
+/// `X-Tidemark-Event` and `X-Tidemark-Delivery` (an id that stays the same over the retries).
+public final class Notifier: Service, Sendable {
+    /// A webhook with its address and secret read from the environment.
+    public struct Target: Sendable {
+        /// As tidemark.yaml writes it.
+        public var settings: NotifyTarget
+        /// Where to send.
+        public var url: String
+        /// The signing key.
+        public var secret: SymmetricKey
+    }
+
+    struct Delivery: Sendable {
+        var target: Target
+        var event: ServeEvent
+        var id: String
+        var givenUp: @Sendable () -> Void
+    }
+
+    /// The targets, in the file's order.
+    public let targets: [Target]
+    private let timing: Timing
+    private let log: @Sendable (String) -> Void
+    private let metrics: ServeMetrics
+    private let stream: AsyncStream<Delivery>
+    private let continuation: AsyncStream<Delivery>.Continuation
+    /// How many attempts a delivery gets (the first, then retries after 1 s, 2 s, 4 s… at most 60 s apart).
+    let attempts: Int
+    /// How long one attempt may take.
+    let requestTimeout: Duration
+
+    /// A notifier for `targets`, waiting by `timing`.
+    public init(
+        targets: [Target], timing: Timing, metrics: ServeMetrics, attempts: Int = 8,
+        requestTimeout: Duration = .seconds(10), log: @escaping @Sendable (String) -> Void
+    ) {
+        self.targets = targets
+        self.timing = timing
+        self.metrics = metrics
+        self.attempts = attempts
+        self.requestTimeout = requestTimeout
+        self.log = log
+        (stream, continuation) = AsyncStream.makeStream(of: Delivery.self)
+        for target in targets { metrics.declareNotifications(target: target.settings.name) }
+    }
+
+    /// The targets of `settings`, with their address and secret read from `environment`; an unset
+    /// variable is an error naming the file and line.
+    public static func targets(_ settings: [NotifyTarget], environment: [String: String]) throws -> [Target] {
+        try settings.map { target in
+            func value(_ variable: String, _ what: String) throws -> String {
+                guard let value = environment[variable], !value.isEmpty else {
+                    throw RuntimeError(
+                        "\(target.location): webhook '\(target.name)' takes its \(what) from the environment variable \(variable), which is not set."
+                    )
+                }
+                return value
+            }
+            let url = try target.url ?? value(target.urlEnv ?? "", "address ('url_env')")
+            if target.url == nil, let problem = NotifyTarget.urlProblem(url) {
+                throw RuntimeError(
+                    "\(target.location): webhook '\(target.name)': the address in \(target.urlEnv ?? "") \(problem).")
+            }
+            let secret = try value(target.secretEnv, "signing secret ('secret_env')")
+            return Target(settings: target, url: url, secret: SymmetricKey(data: Data(secret.utf8)))
+        }
+    }
+
+    /// The settings of the targets.
+    public var settings: [NotifyTarget] { targets.map(\.settings) }
+
+    /// Queues `event` for `target`; `givenUp` runs when every attempt failed.
+    func send(_ event: ServeEvent, to target: NotifyTarget, givenUp: @escaping @Sendable () -> Void) {
+        guard let resolved = targets.first(where: { $0.settings.name == target.name }) else { return }
+        continuation.yield(Delivery(target: resolved, event: event, id: UUID().uuidString, givenUp: givenUp))
+    }
+
+    /// The signature header's value for `body` sent at `timestamp` under `secret`: `sha256=HEX`.
+    public static func signature(body: Data, timestamp: Int64, secret: SymmetricKey) -> String {
+        var signed = Data("\(timestamp).".utf8)
+        signed.append(body)
+        let mac = HMAC<SHA256>.authenticationCode(for: signed, using: secret)
+        return "sha256=" + mac.map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// The JSON body of `event`.
+    public static func body(_ event: ServeEvent) -> Data {
+        let encoder = JSONEncoder()
+        encoder.keyEncodingStrategy = .convertToSnakeCase
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return (try? encoder.encode(event)) ?? Data("{}".utf8)
+    }
+
+    /// Delivers what is queued, each delivery beside the others, until the service group shuts down.
+    public func run() async throws {
+        try await withGracefulShutdownHandler {
+            await withDiscardingTaskGroup { group in
+                for await delivery in stream {
+                    group.addTask { await self.deliver(delivery) }
+                }
+            }
+        } onGracefulShutdown: {
+            self.continuation.finish()
+        }
+    }
+
+    private func deliver(_ delivery: Delivery) async {
+        let name = delivery.target.settings.name
+        let event = delivery.event.event.rawValue
+        let body = Self.body(delivery.event)
+        var wait = Duration.seconds(1)
+        var problem = ""
+        for attempt in 1...attempts {
+            if attempt > 1 {
+                do {
+                    try await timing.sleep(wait)
+                } catch {
+                    break
+                }
+                if Task.isShuttingDownGracefully { break }
+                wait = min(wait * 2, .seconds(60))
+            }
+            let timestamp = timing.unixTime()
+            var request = HTTPClientRequest(url: delivery.target.url)
+            request.method = .POST
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.headers.add(name: "User-Agent", value: "tidemark/\(Runtime.version)")
+            request.headers.add(name: "X-Tidemark-Event", value: event)
+            request.headers.add(name: "X-Tidemark-Delivery", value: delivery.id)
+            request.headers.add(name: "X-Tidemark-Timestamp", value: String(timestamp))
+            request.headers.add(
+                name: "X-Tidemark-Signature",
+                value: Self.signature(body: body, timestamp: timestamp, secret: delivery.target.secret))
+            request.body = .bytes(ByteBuffer(data: body))
+            do {
+                let seconds = Int64(Timing.seconds(requestTimeout).rounded(.up))
+                let response = try await HTTPClient.shared.execute(request, timeout: .seconds(seconds))
+                _ = try? await response.body.collect(upTo: 64 * 1024)
+                if (200..<300).contains(response.status.code) {
+                    metrics.notification(target: name, event: event, delivered: true)
+                    log(
+                        "notify target=\(name) event=\(event) workspace=\(delivery.event.workspace) delivered (attempt \(attempt))"
+                    )
+                    return
+                }
+                problem = "the webhook answered \(response.status.code)"
+            } catch {
+                problem = "\(error)"
+            }
+        }
+        metrics.notification(target: name, event: event, delivered: false)
+        log(
+            "notify target=\(name) event=\(event) workspace=\(delivery.event.workspace) not delivered after \(attempts) attempts (\(problem)); the next reconcile raises it again. Check the address in serve.notify '\(name)' (\(delivery.target.settings.location))."
+        )
+        delivery.givenUp()
+    }
+}
