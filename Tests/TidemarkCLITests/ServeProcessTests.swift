@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 import TidemarkTesting
+import Yams
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -252,7 +253,66 @@ import FoundationNetworking
         let text = String(decoding: output.fileHandleForReading.readAll(), as: UTF8.self)
         process.waitUntilExit()
         #expect(process.terminationStatus == 0, "\(text)")
-        #expect(text.contains("SUCCESS: 3 rules found"), "\(text)")
+        #expect(text.contains("SUCCESS: 4 rules found"), "\(text)")
+    }
+
+    /// The deployment recipes run what exists: the arguments they pass parse as `serve`'s, the probes
+    /// and the scrape reach the endpoints `serve` answers, the container image unpacks the tarball
+    /// `scripts/release.sh` makes, and the unit stops with the signal `serve` treats as a normal stop.
+    @Test func theDeploymentRecipesMatchWhatServeDoes() throws {
+        let cli = try CLIRunner()
+        defer { cli.remove() }
+        /// Runs the recipe's arguments where its project directory does not exist: they parse (no
+        /// usage error, 64), and serve stops at its settings (exit 1, naming the directory).
+        func parses(_ arguments: [String]) throws {
+            let result = try cli.run(arguments)
+            #expect(result.status == 1, "\(arguments): \(result.status) \(result.stderr)")
+            #expect(!result.stderr.contains("Usage:"), "\(result.stderr)")
+        }
+        let root = CLIRunner.repositoryRoot.appendingPathComponent("examples/serve")
+        let kubernetes = try String(contentsOf: root.appendingPathComponent("kubernetes.yaml"), encoding: .utf8)
+        let documents = try Yams.load_all(yaml: kubernetes).compactMap { $0 as? [String: Any] }
+        let kinds = documents.compactMap { $0["kind"] as? String }
+        #expect(kinds == ["ServiceAccount", "Deployment", "Service", "ServiceMonitor"], "\(kinds)")
+        let deployment = try #require(documents.first { $0["kind"] as? String == "Deployment" })
+        let spec = try #require(deployment["spec"] as? [String: Any])
+        #expect(spec["replicas"] as? Int == 2)
+        let pod = try #require((spec["template"] as? [String: Any])?["spec"] as? [String: Any])
+        #expect((pod["terminationGracePeriodSeconds"] as? Int ?? 0) > 30)
+        let container = try #require((pod["containers"] as? [[String: Any]])?.first)
+        let args = try #require(container["args"] as? [String])
+        #expect(args.first == "serve")
+        #expect(args.contains("0.0.0.0:9464"))
+        try parses(args)
+        for (probe, path) in [("livenessProbe", "/livez"), ("readinessProbe", "/readyz")] {
+            let get = (container[probe] as? [String: Any])?["httpGet"] as? [String: Any]
+            #expect(get?["path"] as? String == path, "\(probe)")
+        }
+        let ports = try #require(container["ports"] as? [[String: Any]])
+        #expect(ports.first?["containerPort"] as? Int == 9464)
+        let monitor = try #require(documents.last?["spec"] as? [String: Any])
+        #expect(((monitor["endpoints"] as? [[String: Any]])?.first?["path"]) as? String == "/metrics")
+        let secretNames = ((container["env"] as? [[String: Any]]) ?? []).compactMap { $0["name"] as? String }
+        #expect(secretNames.contains("TIDEMARK_STATE_URL"), "PostgreSQL state: two replicas share it")
+
+        let containerfile = try String(contentsOf: root.appendingPathComponent("Containerfile"), encoding: .utf8)
+        let release = try String(
+            contentsOf: CLIRunner.repositoryRoot.appendingPathComponent("scripts/release.sh"), encoding: .utf8)
+        #expect(release.contains(#"NAME="tidemark-$VERSION-linux-$ARCH""#))
+        #expect(containerfile.contains("tidemark-${VERSION}-linux-${ARCH}.tar.gz.sha256"))
+        #expect(containerfile.contains("sha256sum -c"))
+        let entrypoint = try #require(
+            containerfile.split(separator: "\n").first { $0.hasPrefix("ENTRYPOINT") }.map(String.init))
+        let words = try #require(
+            try JSONSerialization.jsonObject(with: Data(entrypoint.dropFirst("ENTRYPOINT ".count).utf8)) as? [String])
+        #expect(words.first == "/usr/local/bin/tidemark")
+        try parses(Array(words.dropFirst()))
+
+        let unit = try String(contentsOf: root.appendingPathComponent("tidemark.service"), encoding: .utf8)
+        let exec = try #require(unit.split(separator: "\n").first { $0.hasPrefix("ExecStart=") })
+        let command = exec.dropFirst("ExecStart=".count).split(separator: " ").map(String.init)
+        try parses(Array(command.dropFirst()))
+        #expect(unit.contains("KillSignal=SIGTERM") && unit.contains("User=tidemark"))
     }
 
     /// `promtool check metrics` on `text` (Debian's prometheus package, which the test command installs).
