@@ -52,7 +52,7 @@ public struct ServeEvent: Sendable, Codable, Equatable {
             events.append(
                 event(
                     .applyFailed, result.reason, "Workspace '\(workspace)': the reconcile failed: \(result.summary)",
-                    ["consecutive_failures": 1]))
+                    ["subscribed": result.subscribed, "unsubscribed": result.unsubscribed]))
         case .blocked:
             events.append(
                 event(
