@@ -42,6 +42,8 @@ public struct ReconcileResult: Sendable, Codable, Equatable {
     public var drift: [String: Int]? = nil
     /// Whether drift was corrected (`drift: heal` with drift found).
     public var driftHealed = false
+    /// The memberships state holds after the reconcile, when it planned.
+    public var managedMemberships: Int? = nil
     /// The manifests' commit, when they come from git.
     public var commit: String? = nil
     /// FCM deadlines the plan warned of (device groups, the Instance ID API), unless acknowledged.

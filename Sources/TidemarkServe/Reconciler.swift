@@ -107,6 +107,7 @@ public struct Reconciler: Sendable {
             waiting.refresh.mode = .none
             let planned = try await runtime.plan(waiting, output: output)
             output.planned(planned.plan)
+            result.managedMemberships = planned.state.managedMemberships
             result.changesWaiting = planned.plan.operations.count
             if planned.plan.diagnostics.hasErrors { throw WorkflowError.planHasErrors }
         }
@@ -121,6 +122,7 @@ public struct Reconciler: Sendable {
             approveResume: { _ in .approved })
         request.pruneAfter = runtime.settings.pruneAfter
         let outcome = try await runtime.apply(request, output: output)
+        if let managed = outcome.managedMemberships { result.managedMemberships = managed }
         if outcome.applied != nil || outcome.resumed != nil {
             do {
                 let trimmed = try await runtime.stateStore().trimHistory(keep: settings.historyKeep)

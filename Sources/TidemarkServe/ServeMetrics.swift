@@ -41,6 +41,7 @@ public final class ServeMetrics: Sendable {
         gauge("tidemark_changes_waiting", workspace, Self.waitingHelp).set(to: 0)
         gauge("tidemark_fcm_quota_per_second", workspace, Self.quotaHelp).set(to: quota)
         _ = gauge("tidemark_last_success_timestamp_seconds", workspace, Self.lastSuccessHelp)
+        _ = gauge("tidemark_managed_memberships", workspace, Self.managedHelp)
     }
 
     /// Records one reconcile's result.
@@ -62,6 +63,9 @@ public final class ServeMetrics: Sendable {
         fcmRequests(workspace, "write", "sent").increment(by: Int64(result.writeRequests))
         fcmRequests(workspace, "read", "sent").increment(by: Int64(result.readRequests))
         gauge("tidemark_changes_waiting", workspace, Self.waitingHelp).set(to: Double(result.changesWaiting))
+        if let managed = result.managedMemberships {
+            gauge("tidemark_managed_memberships", workspace, Self.managedHelp).set(to: Double(managed))
+        }
         if let drift = result.drift {
             for (kind, label) in [("dropped", "dropped"), ("self_subscribed", "foreign"), ("opted_out", "opt_out")] {
                 registry.makeGauge(
@@ -105,6 +109,8 @@ public final class ServeMetrics: Sendable {
     static let suspendedHelp = "1 while the workspace is suspended (nothing is reconciled)."
     static let leaderHelp = "1 on the replica that reconciles the workspace."
     static let waitingHelp = "Changes planned but not applied (on_change: plan, or a blocked plan)."
+    static let managedHelp =
+        "Memberships tidemark manages in the workspace after its last reconcile: topic members and device-group or audience members."
     static let quotaHelp = "The FCM write quota tidemark keeps to, in changes per second."
     static let lastSuccessHelp = "When the workspace's last successful reconcile ended, in seconds since 1970."
     static let driftHelp =

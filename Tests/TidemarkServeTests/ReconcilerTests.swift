@@ -93,6 +93,12 @@ struct ServeProject {
 
         let third = await reconciler.reconcile()
         #expect(third.outcome == .success && third.subscribed == 0 && third.writeRequests == 0, "\(third)")
+        #expect(second.managedMemberships == 4 && third.managedMemberships == 4)
+        let metrics = ServeMetrics()
+        metrics.record(workspace: "default", third)
+        #expect(
+            String(decoding: metrics.exposition(), as: UTF8.self).contains(
+                #"tidemark_managed_memberships{workspace="default"} 4"#))
         #expect(third.summary == "no changes")
     }
 

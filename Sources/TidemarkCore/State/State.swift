@@ -532,3 +532,11 @@ extension State {
         groups[name] = entry
     }
 }
+
+extension State {
+    /// The memberships tidemark manages: each topic's and each device group's or audience's members
+    /// (`tidemark_managed_memberships`).
+    public var managedMemberships: Int {
+        topics.values.reduce(0) { $0 + $1.managed.count } + groups.values.reduce(0) { $0 + $1.members.count }
+    }
+}

@@ -103,6 +103,8 @@ public struct ApplyOutcome: Sendable {
     public var dead: [DeadDevice] = []
     /// What the automatic prune (`prune_after`) forgot, when it ran.
     public var pruned: PruneOutcome? = nil
+    /// The memberships state holds after this apply, when it planned (`State.managedMemberships`).
+    public var managedMemberships: Int? = nil
 
     /// Whether a token failed, in either apply, for a reason other than being unregistered.
     public var hasUnexpectedFailures: Bool {
@@ -215,9 +217,11 @@ public struct ApplyWorkflow: Sendable {
             if !read.isEmpty || !plan.observations.isEmpty || swept?.ids.isEmpty == false || recount {
                 state = try await record(plan.observations, read: read, swept: swept, state: state)
             }
-            return ApplyOutcome(
+            var outcome = ApplyOutcome(
                 resumed: resumed, result: .nothingToDo(savedPlan: request.savedPlan != nil),
                 dead: DeadDevice.collect(state: state, inventory: loaded.inventory))
+            outcome.managedMemberships = state.managedMemberships
+            return outcome
         }
         state.claim(backend: plan.backend, lineage: parts.timing.uuid())
         let session = try await ApplySession.begin(
@@ -232,6 +236,7 @@ public struct ApplyWorkflow: Sendable {
         var outcome = ApplyOutcome(
             resumed: resumed, result: .applied(summary),
             dead: DeadDevice.collect(state: final, inventory: loaded.inventory))
+        outcome.managedMemberships = final.managedMemberships
         if let retention = request.pruneAfter {
             // A prune rewrites every topic's row (token ids change), so it waits until enough can go.
             let pruned = try await PruneWorkflow.prune(
