@@ -88,7 +88,7 @@ let package = Package(
         .target(
             name: "TidemarkServe",
             dependencies: [
-                "TidemarkCore", "TidemarkRuntime",
+                "TidemarkCore", "TidemarkRuntime", "TidemarkStore",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 # GRDB links the system SQLite, gzip inventories the system zlib; their headers come from Debian.
 # jq: the CI recipes' shell steps use it, and the recipe test runs them.
 # prometheus: its promtool checks the exposition of `tidemark serve`'s /metrics.
-bash scripts/deps.sh jq prometheus
+bash scripts/deps.sh jq prometheus git
 # The schema check uses jsonschema and PyYAML; the emulator's compatibility test uses the
 # official firebase-admin SDK from PyPI, unmodified.
 # check-jsonschema ships GitHub's workflow and action schemas and GitLab CI's, for the recipes.

@@ -47,9 +47,10 @@ public struct Runtime: Sendable {
     ///
     /// With `serveWorkspace`, the run is that entry of `serve.workspaces`: its state, workspace,
     /// manifests, project, backend, credentials and refresh settings win over the project's (a flag
-    /// given on the command line still wins over the entry's backend and project).
+    /// given on the command line still wins over the entry's backend and project). With `manifests`
+    /// (an absolute directory: the checkout `serve` fetched from git), the manifests are read there.
     public static func load(
-        _ flags: RuntimeFlags, serveWorkspace: String? = nil,
+        _ flags: RuntimeFlags, serveWorkspace: String? = nil, manifests: String? = nil,
         environment: [String: String] = ProcessEnvironment.variables,
         workingDirectory: String = FileManager.default.currentDirectoryPath, registries: Registries = .standard,
         timing: Timing = .live
@@ -69,6 +70,7 @@ public struct Runtime: Sendable {
         if let serveWorkspace {
             try applyServeEntry(serveWorkspace, flags: &flags, environment: &environment, file: &file)
         }
+        if let manifests { flags.manifests = manifests }
         let resolved = try ResolvedSettings.resolve(
             flags: flags, environment: environment, file: file, workingDirectory: workingDirectory)
         return try Runtime(resolved, registries: registries, timing: timing)

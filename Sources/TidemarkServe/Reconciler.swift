@@ -15,8 +15,11 @@ import TidemarkRuntime
 /// The runtime is loaded again for every reconcile, so edits of tidemark.yaml, the manifests and the
 /// inventory are read each time, and nothing of one reconcile is held into the next.
 public struct Reconciler: Sendable {
-    /// Builds the runtime of one reconcile (reads tidemark.yaml; throws its errors).
-    public var load: @Sendable () throws -> Runtime
+    /// Builds the runtime of one reconcile (reads tidemark.yaml; throws its errors), with its manifests
+    /// in the directory given when they were fetched from git.
+    public var load: @Sendable (_ manifests: String?) throws -> Runtime
+    /// Where the manifests are fetched from before each reconcile, when they come from git.
+    public var source: GitManifests?
     /// What the workspace may do on its own.
     public var settings: ServeSettings
     /// Where the workflows' diagnostics and progress go (the log), besides what the result keeps.
@@ -26,10 +29,11 @@ public struct Reconciler: Sendable {
 
     /// A reconciler that builds its runtime with `load` and acts as `settings` allow.
     public init(
-        load: @escaping @Sendable () throws -> Runtime, settings: ServeSettings,
-        log: @escaping @Sendable (String) -> Void = { _ in }, timing: Timing = .live
+        load: @escaping @Sendable (_ manifests: String?) throws -> Runtime, settings: ServeSettings,
+        source: GitManifests? = nil, log: @escaping @Sendable (String) -> Void = { _ in }, timing: Timing = .live
     ) {
         self.load = load
+        self.source = source
         self.settings = settings
         self.log = log
         self.timing = timing
@@ -42,7 +46,13 @@ public struct Reconciler: Sendable {
         let output = CollectingOutput(log: log)
         var result = ReconcileResult(outcome: .success, startedAt: timing.wallClock(), seconds: 0)
         do {
-            let runtime = try load()
+            var manifests: String?
+            if let source {
+                let fetched = try await source.fetch()
+                result.commit = fetched.commit
+                manifests = fetched.directory
+            }
+            let runtime = try load(manifests)
             try await run(runtime, output: output, into: &result)
         } catch {
             let failure = Failure(error)

@@ -42,14 +42,17 @@ public struct Serve: Sendable {
     /// Where it listens and what it does.
     public var options: Options
     /// Builds a runtime: for the `serve.workspaces` entry named, or for the project's own workspace
-    /// (nil); tidemark.yaml and the flags are read again each time.
-    public var load: @Sendable (_ serveWorkspace: String?) throws -> Runtime
+    /// (nil), with its manifests in `manifests` when given (a checkout fetched from git); tidemark.yaml
+    /// and the flags are read again each time.
+    public var load: @Sendable (_ serveWorkspace: String?, _ manifests: String?) throws -> Runtime
     /// Where log lines go.
     public var logger: Logger
 
     /// A `serve` with `options`, building its runtimes with `load` and logging to `logger`.
     public init(
-        options: Options, load: @escaping @Sendable (_ serveWorkspace: String?) throws -> Runtime, logger: Logger
+        options: Options,
+        load: @escaping @Sendable (_ serveWorkspace: String?, _ manifests: String?) throws -> Runtime,
+        logger: Logger
     ) {
         self.options = options
         self.load = load
@@ -65,12 +68,13 @@ public struct Serve: Sendable {
         var entry: String?
         var runtime: Runtime
         var settings: ServeSettings
+        var source: GitManifests?
     }
 
     /// The workspaces to reconcile, each loaded once: an error here (a bad tidemark.yaml, a workspace's
     /// credentials variable unset) ends `serve` at start with the file and line.
     func planWorkspaces() throws -> (workspaces: [Planned], notify: [Notifier.Target]) {
-        let project = try load(nil)
+        let project = try load(nil, nil)
         let notify = try Notifier.targets(
             project.settings.serve?.notify ?? [], environment: project.resolved.environment)
         return (try planWorkspaces(project), notify)
@@ -79,13 +83,25 @@ public struct Serve: Sendable {
     private func planWorkspaces(_ project: Runtime) throws -> [Planned] {
         guard let section = project.settings.serve, !section.workspaces.isEmpty else {
             let defaults = project.settings.serve?.defaults ?? ServeSettings()
-            return [Planned(entry: nil, runtime: project, settings: options.overrides.applied(to: defaults))]
+            return [
+                Planned(
+                    entry: nil, runtime: project, settings: options.overrides.applied(to: defaults),
+                    source: Self.git(project.settings.serve?.source, project))
+            ]
         }
         return try section.workspaces.map { entry in
-            let runtime = try load(entry.name)
+            let runtime = try load(entry.name, nil)
             if let missing = runtime.missingServeCredentials(entry.name) { throw missing }
             return Planned(
-                entry: entry.name, runtime: runtime, settings: options.overrides.applied(to: entry.settings))
+                entry: entry.name, runtime: runtime, settings: options.overrides.applied(to: entry.settings),
+                source: Self.git(entry.source, runtime))
+        }
+    }
+
+    /// The fetcher of `source` for the workspace of `runtime`, its cache in the project's `.tidemark/git/`.
+    static func git(_ source: ServeSection.GitSource?, _ runtime: Runtime) -> GitManifests? {
+        source.map {
+            GitManifests(source: $0, cache: GitManifests.cache(root: runtime.root, workspace: runtime.workspaceName))
         }
     }
 
@@ -103,10 +119,13 @@ public struct Serve: Sendable {
             metrics.declare(
                 workspace: workspace.runtime.workspaceName, settings: workspace.settings,
                 quota: workspace.runtime.resolved.writeRate)
+            var status = Self.initialStatus(workspace.runtime, settings: workspace.settings)
+            if let source = workspace.source { status.manifests = source.display }
             return WorkspaceRunner(
-                status: Self.initialStatus(workspace.runtime, settings: workspace.settings),
+                status: status,
                 reconciler: Reconciler(
-                    load: { try load(entry) }, settings: workspace.settings, log: log, timing: options.timing),
+                    load: { try load(entry, $0) }, settings: workspace.settings, source: workspace.source, log: log,
+                    timing: options.timing),
                 ownership: .init(
                     records: workspace.runtime.stateStore(), replica: options.replica,
                     duration: options.claimDuration, poll: options.poll),
@@ -121,7 +140,8 @@ public struct Serve: Sendable {
         }
         let entries = planned.map(\.entry)
         let readiness = ReadinessChecker(
-            load: { try entries.map { try load($0) } }, interval: options.readinessInterval, timing: options.timing)
+            load: { try entries.map { try load($0, nil) } }, interval: options.readinessInterval, timing: options.timing
+        )
         let started = options.timing.wallClock()
         let replica = options.replica
         let endpoints = HealthEndpoints(

@@ -139,6 +139,7 @@ struct StatusCommand: AsyncParsableCommand {
                 line += ", \(relative(last.finishedAt)): \(last.summary)"
                 lines.append(line)
                 if last.outcome != .success, let message = last.message { lines.append("    \(message)") }
+                if let commit = last.commit { lines.append("  manifests: \(status.manifests) at commit \(commit)") }
             }
             if let success = status.lastSuccessAt { lines.append("  last success: \(relative(success))") }
             if let next = status.nextRunAt, !record.suspended { lines.append("  next run: \(relative(next))") }

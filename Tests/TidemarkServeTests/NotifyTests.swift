@@ -198,7 +198,7 @@ final class WebhookReceiver: Sendable {
         let runner = WorkspaceRunner(
             status: Serve.initialStatus(try project.runtime(), settings: settings),
             reconciler: Reconciler(
-                load: { try Runtime.load(flags, environment: [:]) }, settings: settings),
+                load: { _ in try Runtime.load(flags, environment: [:]) }, settings: settings),
             ownership: .init(records: InMemoryStateStore(workspace: "default"), replica: "r1", poll: .milliseconds(50)),
             metrics: metrics, notifier: notifier,
             log: { line in if line.hasPrefix("reconcile ") { reconciles.withLock { $0 += 1 } } })
@@ -269,7 +269,7 @@ final class WebhookReceiver: Sendable {
         let flags = project.flags
         let runner = WorkspaceRunner(
             status: Serve.initialStatus(try project.runtime(), settings: settings),
-            reconciler: Reconciler(load: { try Runtime.load(flags, environment: [:]) }, settings: settings),
+            reconciler: Reconciler(load: { _ in try Runtime.load(flags, environment: [:]) }, settings: settings),
             ownership: .init(records: InMemoryStateStore(workspace: "default"), replica: "r1", poll: .milliseconds(50)),
             metrics: metrics, notifier: notifier, log: { line in lines.withLock { $0.append(line) } })
         let running = Task { try await runner.run() }

@@ -57,7 +57,7 @@ struct ServeProject {
         var settings = ServeSettings()
         change(&settings)
         let flags = self.flags
-        return Reconciler(load: { try Runtime.load(flags, environment: [:]) }, settings: settings)
+        return Reconciler(load: { _ in try Runtime.load(flags, environment: [:]) }, settings: settings)
     }
 
     /// What the embedded backend holds for `topic`, read as a drift check would.

@@ -21,6 +21,88 @@ import Yams
 ///       on_change: plan
 /// ```
 public struct ServeSection: Sendable, Equatable {
+    /// `source: {git: URL, branch: main, path: manifests}`: manifests that `serve` fetches itself with
+    /// the `git` program, reconciling the branch's newest commit and naming it in statuses and events.
+    /// Only the branch named is ever fetched, so only what was merged into it is applied.
+    public struct GitSource: Sendable, Equatable {
+        /// The repository: an https://, ssh:// or git:// URL, `user@host:path`, or a local path.
+        public var url: String
+        /// The branch (default `main`).
+        public var branch = "main"
+        /// The manifests directory inside the repository (default `manifests`; `.` for its root).
+        public var path = "manifests"
+        /// Where it is written, for messages.
+        public var location: SourceLocation
+
+        /// The branch `branch` of `url`, its manifests at `path`, written at `location`.
+        public init(url: String, branch: String = "main", path: String = "manifests", location: SourceLocation) {
+            self.url = url
+            self.branch = branch
+            self.path = path
+            self.location = location
+        }
+
+        /// The URL as messages show it: without a password or token written into it.
+        public var displayURL: String { GitSource.redact(url) }
+
+        /// `url` with the user information of an `https://user:secret@host/…` URL dropped.
+        public static func redact(_ url: String) -> String {
+            guard let scheme = url.range(of: "://"), let at = url[scheme.upperBound...].firstIndex(of: "@") else {
+                return url
+            }
+            let host = url[scheme.upperBound...]
+            if let slash = host.firstIndex(of: "/"), slash < at { return url }
+            return String(url[..<scheme.upperBound]) + "***@" + String(url[url.index(after: at)...])
+        }
+
+        /// The keys `source:` may hold.
+        public static let keys = ["git", "branch", "path"]
+
+        static func decode(_ node: Node, _ what: String, _ doc: inout YAMLDocument) -> GitSource? {
+            guard let pairs = doc.mapping(node, "'\(what)'", allowed: keys) else { return nil }
+            guard let urlNode = pairs.first(where: { $0.key == "git" })?.value else {
+                doc.error(
+                    "'\(what)' must name the repository with 'git:', such as 'source: {git: https://github.com/acme/fcm-config, branch: main, path: manifests}'.",
+                    node)
+                return nil
+            }
+            guard let url = doc.string(urlNode, "'\(what).git'") else { return nil }
+            if url.hasPrefix("-") || url.contains(where: { $0.isWhitespace || $0.isNewline }) {
+                doc.error(
+                    "'\(what).git' must be a repository URL or path, not '\(url.escapedOnOneLine)'.", urlNode)
+                return nil
+            }
+            var source = GitSource(url: url, location: doc.location(node))
+            for (key, _, value) in pairs where key != "git" {
+                guard let text = doc.string(value, "'\(what).\(key)'") else { return nil }
+                if key == "branch" {
+                    let bad =
+                        text.hasPrefix("-") || text.hasPrefix("/") || text.hasSuffix("/") || text.hasSuffix(".lock")
+                        || text.contains("..") || text.contains("@{")
+                        || text.contains(where: {
+                            $0.isWhitespace || "~^:?*[\\".contains($0) || $0.asciiValue.map { $0 < 32 } == true
+                        })
+                    if bad {
+                        doc.error(
+                            "'\(what).branch' is not a branch name git accepts: '\(text.escapedOnOneLine)'.", value)
+                        return nil
+                    }
+                    source.branch = text
+                } else {
+                    let parts = text.split(separator: "/", omittingEmptySubsequences: true)
+                    if text.hasPrefix("/") || parts.contains("..") || text.hasPrefix("-") {
+                        doc.error(
+                            "'\(what).path' must be a directory inside the repository, such as 'manifests' or '.', not '\(text.escapedOnOneLine)'.",
+                            value)
+                        return nil
+                    }
+                    source.path = parts.isEmpty ? "." : parts.joined(separator: "/")
+                }
+            }
+            return source
+        }
+    }
+
     /// One workspace `serve` reconciles.
     public struct Workspace: Sendable, Equatable {
         /// The workspace's name in state (`name:`).
@@ -31,6 +113,8 @@ public struct ServeSection: Sendable, Equatable {
         public var state: String?
         /// `manifests:` the manifests directory, relative to the project; nil: the project's.
         public var manifests: String?
+        /// `source:` manifests fetched from git instead of a directory (or the section's `source`).
+        public var source: GitSource?
         /// `project:` the Firebase project id; nil: the project's.
         public var project: String?
         /// `backend:` nil: the project's.
@@ -53,6 +137,9 @@ public struct ServeSection: Sendable, Equatable {
     public var defaults = ServeSettings()
     /// `notify:` the webhooks that hear of events.
     public var notify: [NotifyTarget] = []
+    /// `source:` under `serve:`: manifests from git for the project's own workspace, and for every
+    /// entry that names neither `manifests` nor a `source` of its own.
+    public var source: GitSource?
     /// Where `serve:` is written.
     public var location: SourceLocation
 
@@ -62,7 +149,8 @@ public struct ServeSection: Sendable, Equatable {
     /// The keys an entry of `serve.workspaces` may hold.
     public static let workspaceKeys =
         [
-            "name", "state", "manifests", "project", "backend", "credentials_env", "refresh", "refresh_budget",
+            "name", "state", "manifests", "source", "project", "backend", "credentials_env", "refresh",
+            "refresh_budget",
         ] + scheduleKeys
     /// The keys that set what a workspace may do and when: under `serve:` they are every
     /// workspace's defaults; in an entry, its own.
@@ -76,11 +164,15 @@ public struct ServeSection: Sendable, Equatable {
     /// Decodes `serve:` from `node`; problems go to `doc`.
     static func decode(_ node: Node, _ doc: inout YAMLDocument) -> ServeSection {
         var section = ServeSection(location: doc.location(node))
-        guard let pairs = doc.mapping(node, "'serve'", allowed: ["workspaces", "notify"] + scheduleKeys) else {
+        guard let pairs = doc.mapping(node, "'serve'", allowed: ["workspaces", "notify", "source"] + scheduleKeys)
+        else {
             return section
         }
         var defaults = ServeSettings()
-        for (key, _, value) in pairs where !["workspaces", "notify"].contains(key) {
+        if let source = pairs.first(where: { $0.key == "source" })?.value {
+            section.source = GitSource.decode(source, "serve.source", &doc)
+        }
+        for (key, _, value) in pairs where !["workspaces", "notify", "source"].contains(key) {
             decodeSchedule(key, value, into: &defaults, &doc, prefix: "serve.")
         }
         section.defaults = defaults
@@ -94,7 +186,8 @@ public struct ServeSection: Sendable, Equatable {
             return section
         }
         for item in doc.sequence(list, "'serve.workspaces'") ?? [] {
-            guard let entry = decodeWorkspace(item, defaults: defaults, &doc) else { continue }
+            guard var entry = decodeWorkspace(item, defaults: defaults, &doc) else { continue }
+            if entry.manifests == nil, entry.source == nil { entry.source = section.source }
             if let earlier = section.workspaces.first(where: { $0.name == entry.name }) {
                 doc.error(
                     "workspace '\(entry.name)' is listed twice under 'serve.workspaces' (first at line \(earlier.location.line)); each workspace is reconciled by one entry.",
@@ -141,6 +234,15 @@ public struct ServeSection: Sendable, Equatable {
         for (key, _, value) in pairs where key != "name" {
             if scheduleKeys.contains(key) {
                 decodeSchedule(key, value, into: &entry.settings, &doc, prefix: what)
+                continue
+            }
+            if key == "source" {
+                if pairs.contains(where: { $0.key == "manifests" }) {
+                    doc.error(
+                        "'\(what)source' and '\(what)manifests' both say where the manifests are; keep one.", value)
+                    continue
+                }
+                entry.source = GitSource.decode(value, "\(what)source", &doc)
                 continue
             }
             guard let text = doc.string(value, "'\(what)\(key)'") else { continue }
