@@ -42,6 +42,10 @@ public struct ReconcileResult: Sendable, Codable, Equatable {
     public var drift: [String: Int]? = nil
     /// Whether drift was corrected (`drift: heal` with drift found).
     public var driftHealed = false
+    /// Whether the sync windows held changes back (they were planned and left waiting).
+    public var windowClosed = false
+    /// When the windows next let changes through, when they were closed (nil: not within 8 days).
+    public var windowOpensAt: Date? = nil
     /// The memberships state holds after the reconcile, when it planned.
     public var managedMemberships: Int? = nil
     /// The manifests' commit, when they come from git.
@@ -86,11 +90,19 @@ public struct ReconcileResult: Sendable, Codable, Equatable {
                 parts.append("no changes")
             }
             if changesWaiting > 0 {
-                parts.append("\(PlanRenderer.counted(changesWaiting, "change")) waiting (on_change: plan)")
+                let why =
+                    windowClosed
+                    ? "outside the sync windows, "
+                        + (windowOpensAt.map { "until \(ISO8601DateFormatter().string(from: $0))" }
+                            ?? "not within 8 days")
+                    : "on_change: plan"
+                parts.append("\(PlanRenderer.counted(changesWaiting, "change")) waiting (\(why))")
+            } else if windowClosed {
+                parts.append("outside the sync windows")
             }
             if driftFound > 0 {
                 parts.append(
-                    "\(PlanRenderer.counted(driftFound, "drifted membership")) \(driftHealed ? "healed" : "reported (drift: warn)")"
+                    "\(PlanRenderer.counted(driftFound, "drifted membership")) \(driftHealed ? "healed" : windowClosed ? "reported (outside the sync windows)" : "reported (drift: warn)")"
                 )
             }
             return parts.joined(separator: "; ")

@@ -86,7 +86,20 @@ public struct Reconciler: Sendable {
         message.hasPrefix("error: ") ? String(message.dropFirst("error: ".count)) : message
     }
 
+    /// The settings this reconcile runs with: outside the sync windows, changes are only planned
+    /// (`on_change: plan`) and drift only reported, unless `heal_outside_windows`; `result` says so.
+    public func effectiveSettings(at now: Date, into result: inout ReconcileResult) -> ServeSettings {
+        var settings = self.settings
+        guard !settings.windows.isEmpty, !ServeWindow.allowChanges(settings.windows, at: now) else { return settings }
+        result.windowClosed = true
+        result.windowOpensAt = ServeWindow.nextAllowed(settings.windows, after: now)
+        settings.onChange = .plan
+        if settings.drift == .heal, !settings.healOutsideWindows { settings.drift = .warn }
+        return settings
+    }
+
     private func run(_ runtime: Runtime, output: CollectingOutput, into result: inout ReconcileResult) async throws {
+        let settings = effectiveSettings(at: timing.wallClock(), into: &result)
         let policy = runtime.settings.refresh
         let limit = settings.maxUnsubscribes ?? runtime.settings.maxUnsubscribes
         let readsFCM = policy.mode != .none
@@ -126,6 +139,7 @@ public struct Reconciler: Sendable {
     private func apply(
         _ runtime: Runtime, _ planning: PlanRequest, output: CollectingOutput, into result: inout ReconcileResult
     ) async throws {
+        let settings = self.settings
         var request = ApplyRequest(
             planning: planning, approve: { _ in .approved },
             planReady: { outcome in output.planned(outcome.plan) },

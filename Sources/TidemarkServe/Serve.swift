@@ -184,7 +184,7 @@ public struct Serve: Sendable {
 
     /// The status before the first reconcile.
     public static func initialStatus(_ runtime: Runtime, settings: ServeSettings) -> WorkspaceStatus {
-        WorkspaceStatus(
+        var status = WorkspaceStatus(
             phase: settings.suspend ? "suspended" : "pending", ready: false, workspace: runtime.workspaceName,
             state: runtime.stateDisplay, manifests: runtime.manifestsDisplay,
             backend: "\(runtime.backendKind.rawValue) (project \(runtime.resolved.project.project))",
@@ -198,6 +198,13 @@ public struct Serve: Sendable {
                     ?? "none",
             ],
             suspended: settings.suspend, replica: "-")
+        if !settings.windows.isEmpty {
+            status.settings["windows"] = settings.windows.map {
+                "\($0.kind.rawValue) '\($0.schedule)' for \(ServeSettings.describe($0.duration)) (\($0.timeZone.identifier))"
+            }.joined(separator: "; ")
+            status.settings["heal_outside_windows"] = String(settings.healOutsideWindows)
+        }
+        return status
     }
 }
 

@@ -208,7 +208,7 @@ final class WebhookReceiver: Sendable {
         try await waitUntil { receiver.requests.count >= 3 }
         let before = reconciles.withLock { $0 }
         try await waitUntil { reconciles.withLock { $0 } >= before + 3 }
-        #expect(runner.status.phase == "blocked")
+        #expect(runner.status.last?.outcome == .blocked)
         let requests = receiver.requests
         #expect(requests.count == 3, "\(requests.map { String(decoding: $0.body, as: UTF8.self) })")
         let delivery = try #require(requests.last)
@@ -279,7 +279,7 @@ final class WebhookReceiver: Sendable {
         }
         let reconciles = lines.withLock { $0.filter { $0.hasPrefix("reconcile ") }.count }
         #expect(reconciles >= 3)
-        #expect(runner.status.phase == "blocked")
+        #expect(runner.status.last?.outcome == .blocked)
         #expect(!lines.withLock { $0.joined() }.contains("/hook"))
         let exposition = String(decoding: metrics.exposition(), as: UTF8.self)
         #expect(exposition.contains(#"tidemark_notifications_total{target="down",event="blocked",outcome="failed"}"#))

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import TidemarkCore
 import TidemarkRuntime
@@ -94,8 +95,10 @@ struct ServeWorkspacesTests {
     @Test
     func oneReplicaOwnsAWorkspaceAndAnotherTakesOver() async throws {
         let project = try ServeProject()
+        defer { project.remove() }
         try project.writeDevices([1, 2, 3])
         let store = InMemoryStateStore(workspace: "default")
+        let lines = Mutex<[String]>([])
         func runner(_ replica: String) throws -> WorkspaceRunner {
             let runtime = try project.runtime()
             var settings = ServeSettings()
@@ -105,33 +108,42 @@ struct ServeWorkspacesTests {
                 reconciler: project.reconciler(),
                 ownership: .init(
                     records: store, replica: replica, duration: .seconds(3600), poll: .milliseconds(50)),
-                metrics: ServeMetrics(), log: { _ in })
+                metrics: ServeMetrics(), log: { line in lines.withLock { $0.append("\(replica): \(line)") } })
         }
         let first = try runner("replica-a")
         let second = try runner("replica-b")
         let a = Task { try await first.run() }
-        try await waitUntil { first.status.phase == "ready" }
+        /// What the runners did, when a wait fails.
+        func story() -> String {
+            "first: \(first.status.phase), second: \(second.status.phase)\n"
+                + lines.withLock { $0.joined(separator: "\n") }
+        }
+        try await waitUntil(story) { first.status.phase == "ready" }
         let b = Task { try await second.run() }
-        try await waitUntil { second.status.phase == "standby" }
+        try await waitUntil(story) { second.status.phase == "standby" }
         #expect(second.status.replica == "replica-a")
         try await store.requestControl(.suspend, by: "test")
-        try await waitUntil { first.status.phase == "suspended" }
+        try await waitUntil(story) { first.status.phase == "suspended" }
         try await store.requestControl(.resume, by: "test")
-        try await waitUntil { first.status.phase == "ready" }
+        try await waitUntil(story) { first.status.phase == "ready" }
         a.cancel()
         _ = try? await a.value
-        try await waitUntil { second.status.phase == "ready" && second.status.replica == "replica-b" }
+        try await waitUntil(story) { second.status.phase == "ready" && second.status.replica == "replica-b" }
         let published = try await store.serveRecord()
         #expect(published.owner == "replica-b" && published.ownerFence == 2)
         b.cancel()
         _ = try? await b.value
     }
 
-    private func waitUntil(seconds: Double = 120, _ condition: () -> Bool) async throws {
+    private func waitUntil(
+        _ story: () -> String = { "" }, seconds: Double = 120,
+        sourceLocation: Testing.SourceLocation = #_sourceLocation,
+        _ condition: () -> Bool
+    ) async throws {
         let end = ContinuousClock.now + .seconds(seconds)
         while !condition() {
             guard ContinuousClock.now < end else {
-                Issue.record("condition not met within \(seconds) s")
+                Issue.record("condition not met within \(seconds) s\n\(story())", sourceLocation: sourceLocation)
                 return
             }
             try await Task.sleep(for: .milliseconds(20))

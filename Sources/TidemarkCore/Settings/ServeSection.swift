@@ -156,6 +156,7 @@ public struct ServeSection: Sendable, Equatable {
     /// workspace's defaults; in an entry, its own.
     public static let scheduleKeys = [
         "interval", "jitter", "retry_interval", "drift", "on_change", "max_unsubscribes", "suspend", "history_keep",
+        "windows", "heal_outside_windows",
     ]
 
     /// The workspace named `name`, if the section lists it.
@@ -294,6 +295,12 @@ public struct ServeSection: Sendable, Equatable {
         switch key {
         case "suspend":
             if let flag = doc.bool(value, what) { settings.suspend = flag }
+            return
+        case "windows":
+            settings.windows = ServeWindow.decodeList(value, "\(prefix)windows", &doc)
+            return
+        case "heal_outside_windows":
+            if let flag = doc.bool(value, what) { settings.healOutsideWindows = flag }
             return
         case "history_keep":
             guard let text = value.scalar?.string, let keep = Int(text), keep >= 1 else {

@@ -39,6 +39,10 @@ public struct ServeSettings: Sendable, Equatable {
     /// How many applies the state's history keeps (`history_keep`, default 500): after each reconcile
     /// that applied, older ones go with their journal rows, since a reconciler applies all day.
     public var historyKeep = 500
+    /// Sync windows (`windows:`): when changes may be applied on their own; none: at any time.
+    public var windows: [ServeWindow] = []
+    /// Whether drift is healed outside the windows too (`heal_outside_windows`, default false).
+    public var healOutsideWindows = false
 
     /// The defaults: every 5 minutes, drift healed, changes applied.
     public init() {}
