@@ -166,8 +166,9 @@ public final class Notifier: Service, Sendable {
         var givenUp: @Sendable () -> Void
     }
 
-    /// The targets, in the file's order.
-    public let targets: [Target]
+    /// The targets, in the file's order (replaced when the settings are reloaded).
+    public var targets: [Target] { current.withLock { $0 } }
+    private let current: Mutex<[Target]>
     private let timing: Timing
     private let log: @Sendable (String) -> Void
     private let metrics: ServeMetrics
@@ -183,7 +184,7 @@ public final class Notifier: Service, Sendable {
         targets: [Target], timing: Timing, metrics: ServeMetrics, attempts: Int = 8,
         requestTimeout: Duration = .seconds(10), log: @escaping @Sendable (String) -> Void
     ) {
-        self.targets = targets
+        self.current = Mutex(targets)
         self.timing = timing
         self.metrics = metrics
         self.attempts = attempts
@@ -191,6 +192,12 @@ public final class Notifier: Service, Sendable {
         self.log = log
         (stream, continuation) = AsyncStream.makeStream(of: Delivery.self)
         for target in targets { metrics.declareNotifications(target: target.settings.name) }
+    }
+
+    /// Reloaded settings: later events go to `targets` (deliveries under way finish).
+    public func update(_ targets: [Target]) {
+        for target in targets { metrics.declareNotifications(target: target.settings.name) }
+        current.withLock { $0 = targets }
     }
 
     /// The targets of `settings`, with their address and secret read from `environment`; an unset

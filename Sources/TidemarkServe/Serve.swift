@@ -113,41 +113,28 @@ public struct Serve: Sendable {
         let log: @Sendable (String) -> Void = { logger.info("\($0)") }
         let metrics = ServeMetrics()
         let notifier = Notifier(targets: targets, timing: options.timing, metrics: metrics, log: log)
+        let fleet = WorkspaceFleet(
+            planned, make: { makeRunner($0, metrics: metrics, notifier: notifier, log: log) }, log: log)
+        for workspace in planned { sayIfSQLite(workspace, log: log) }
         let load = self.load
-        let runners = planned.map { workspace in
-            let entry = workspace.entry
-            metrics.declare(
-                workspace: workspace.runtime.workspaceName, settings: workspace.settings,
-                quota: workspace.runtime.resolved.writeRate)
-            var status = Self.initialStatus(workspace.runtime, settings: workspace.settings)
-            if let source = workspace.source { status.manifests = source.display }
-            return WorkspaceRunner(
-                status: status,
-                reconciler: Reconciler(
-                    load: { try load(entry, $0) }, settings: workspace.settings, source: workspace.source, log: log,
-                    timing: options.timing),
-                ownership: .init(
-                    records: workspace.runtime.stateStore(), replica: options.replica,
-                    duration: options.claimDuration, poll: options.poll),
-                metrics: metrics, notifier: notifier, log: log)
-        }
-        for workspace in planned {
-            if case .file = workspace.runtime.resolved.state {
-                log(
-                    "workspace=\(workspace.runtime.workspaceName) keeps its state in SQLite (\(workspace.runtime.stateDisplay)): one replica reconciles it, on this machine; run several replicas only with PostgreSQL state"
-                )
-            }
-        }
-        let entries = planned.map(\.entry)
         let readiness = ReadinessChecker(
-            load: { try entries.map { try load($0, nil) } }, interval: options.readinessInterval, timing: options.timing
-        )
+            load: { try fleet.entries.map { try load($0, nil) } }, interval: options.readinessInterval,
+            timing: options.timing)
+        let watcher = SettingsWatcher(
+            file: URL(fileURLWithPath: planned[0].runtime.root).appendingPathComponent("tidemark.yaml").path,
+            interval: options.poll, timing: options.timing, log: log
+        ) { why in
+            let (planned, targets) = try planWorkspaces()
+            for workspace in planned where fleet.runner(workspace.entry) == nil { sayIfSQLite(workspace, log: log) }
+            notifier.update(targets)
+            fleet.reload(planned, because: why)
+        }
         let started = options.timing.wallClock()
         let replica = options.replica
         let endpoints = HealthEndpoints(
             status: {
                 ServeStatus(
-                    version: Runtime.version, replica: replica, startedAt: started, workspaces: runners.map(\.status))
+                    version: Runtime.version, replica: replica, startedAt: started, workspaces: fleet.statuses)
             },
             readiness: { readiness.checks },
             metrics: { metrics.exposition() })
@@ -173,13 +160,58 @@ public struct Serve: Sendable {
                 .init(service: app, successTerminationBehavior: .gracefullyShutdownGroup),
                 .init(service: readiness, successTerminationBehavior: .gracefullyShutdownGroup),
                 .init(service: notifier, successTerminationBehavior: .gracefullyShutdownGroup),
-            ] + runners.map { .init(service: $0, successTerminationBehavior: .gracefullyShutdownGroup) }
+                .init(service: fleet, successTerminationBehavior: .gracefullyShutdownGroup),
+                .init(service: watcher, successTerminationBehavior: .gracefullyShutdownGroup),
+            ]
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
                 services: services, gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: Logger(label: "tidemark.serve.lifecycle", factory: { _ in SwiftLogNoOpLogHandler() })))
         try await group.run()
         logger.info("tidemark serve stopped")
+    }
+
+    /// A runner for `workspace`, its metrics declared.
+    private func makeRunner(
+        _ workspace: Planned, metrics: ServeMetrics, notifier: Notifier, log: @escaping @Sendable (String) -> Void
+    ) -> (WorkspaceRunner, update: @Sendable (Planned) -> Void) {
+        let load = self.load
+        let options = self.options
+        metrics.declare(
+            workspace: workspace.runtime.workspaceName, settings: workspace.settings,
+            quota: workspace.runtime.resolved.writeRate)
+        let parts = { @Sendable (workspace: Planned) -> (WorkspaceStatus, Reconciler) in
+            let entry = workspace.entry
+            var status = Self.initialStatus(workspace.runtime, settings: workspace.settings)
+            if let source = workspace.source { status.manifests = source.display }
+            let reconciler = Reconciler(
+                load: { try load(entry, $0) }, settings: workspace.settings, source: workspace.source, log: log,
+                timing: options.timing)
+            return (status, reconciler)
+        }
+        let (status, reconciler) = parts(workspace)
+        let runner = WorkspaceRunner(
+            status: status, reconciler: reconciler,
+            ownership: .init(
+                records: workspace.runtime.stateStore(), replica: options.replica, duration: options.claimDuration,
+                poll: options.poll),
+            metrics: metrics, notifier: notifier, log: log)
+        return (
+            runner,
+            { workspace in
+                let (status, reconciler) = parts(workspace)
+                runner.update(reconciler, status: status)
+            }
+        )
+    }
+
+    /// Says once that a workspace with SQLite state serves one replica.
+    private func sayIfSQLite(_ workspace: Planned, log: @Sendable (String) -> Void) {
+        if case .file = workspace.runtime.resolved.state {
+            log(
+                "workspace=\(workspace.runtime.workspaceName) keeps its state in SQLite (\(workspace.runtime.stateDisplay)): one replica reconciles it, on this machine; run several replicas only with PostgreSQL state"
+            )
+        }
     }
 
     /// The status before the first reconcile.

@@ -80,7 +80,10 @@ public final class WorkspaceRunner: Service, Sendable {
 
     /// The workspace's name.
     public let name: String
-    private let reconciler: Reconciler
+    /// The reconciler (replaced when the settings are reloaded) and whether the runner is to stop
+    /// after its current round (its workspace left tidemark.yaml).
+    private let live: Mutex<(reconciler: Reconciler, retired: Bool)>
+    private var reconciler: Reconciler { live.withLock { $0.reconciler } }
     private let ownership: Ownership
     private let metrics: ServeMetrics
     private let notifier: Notifier?
@@ -97,7 +100,7 @@ public final class WorkspaceRunner: Service, Sendable {
         notifier: Notifier? = nil, log: @escaping @Sendable (String) -> Void
     ) {
         self.name = status.workspace
-        self.reconciler = reconciler
+        self.live = Mutex((reconciler, false))
         self.ownership = ownership
         self.metrics = metrics
         self.notifier = notifier
@@ -110,9 +113,27 @@ public final class WorkspaceRunner: Service, Sendable {
     /// The workspace's status now.
     public var status: WorkspaceStatus { current.withLock { $0 } }
 
+    /// Reloaded settings: the next round reconciles with `reconciler`, and the status shows the
+    /// settings, manifests and backend of `status` (a reconcile in flight finishes as it began).
+    public func update(_ reconciler: Reconciler, status: WorkspaceStatus) {
+        live.withLock { $0.reconciler = reconciler }
+        current.withLock {
+            $0.settings = status.settings
+            $0.manifests = status.manifests
+            $0.backend = status.backend
+            $0.state = status.state
+        }
+    }
+
+    /// Stops the runner after its current round (a reconcile in flight finishes); it gives its claim up.
+    public func retire() {
+        live.withLock { $0.retired = true }
+    }
+
+    private var retired: Bool { live.withLock { $0.retired } }
+
     /// Reconciles while it owns the workspace, until the service group shuts down.
     public func run() async throws {
-        let settings = reconciler.settings
         var generator = timing.generator
         var owned = false
         var failures = 0
@@ -121,7 +142,8 @@ public final class WorkspaceRunner: Service, Sendable {
         var lastProblem: String?
         var claimedAt: Duration?
         defer { metrics.leader(workspace: name, false) }
-        while !Task.isShuttingDownGracefully, !Task.isCancelled {
+        while !Task.isShuttingDownGracefully, !Task.isCancelled, !retired {
+            let settings = reconciler.settings
             let record: ServeRecord
             do {
                 // A claim is made (or renewed) every third of its duration; in between, the record is
@@ -310,7 +332,8 @@ public final class WorkspaceRunner: Service, Sendable {
                 }
                 return nil
             }
-            group.addTask { await self.reconciler.reconcile() }
+            let reconciler = self.reconciler
+            group.addTask { await reconciler.reconcile() }
             var outcome: ReconcileResult?
             for await result in group {
                 if let result {

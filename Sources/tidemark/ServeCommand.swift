@@ -18,8 +18,9 @@ struct ServeCommand: AsyncParsableCommand {
             the project's workspace (the one 'tidemark apply' uses, with the same global options), \
             at start-up and then every --interval: the same plan, apply, journal, refresh modes and \
             rails as 'tidemark apply --auto-approve'. tidemark.yaml, the manifests and the inventory \
-            are read again for every reconcile. A flag given here wins over every workspace's own \
-            setting.
+            are read again for every reconcile; serve's own settings (the workspaces, schedules, \
+            windows, sources, webhooks) reload on SIGHUP and when tidemark.yaml changes, without a \
+            restart. A flag given here wins over every workspace's own setting.
 
             Several replicas may run: each workspace is reconciled by the one replica that owns it \
             (a claim in its state store, renewed every 2 s and lost 30 s after a replica stops \

@@ -228,6 +228,71 @@ import FoundationNetworking
         #expect(unknown.status != 0 && unknown.stderr.contains("lists no workspace 'gamma'"), "\(unknown.stderr)")
     }
 
+    /// tidemark.yaml edited under a running serve: a workspace added is reconciled, one removed is let
+    /// go, new settings show; a broken file changes nothing; SIGHUP reloads too. No restart.
+    @Test func settingsReloadWhenTidemarkYamlChangesOrOnSIGHUP() async throws {
+        let cli = try CLIRunner()
+        defer { cli.remove() }
+        func settings(_ workspaces: [String], interval: String) -> String {
+            "project: serve-test\nserve:\n  interval: \(interval)\n  workspaces:\n"
+                + workspaces.map { "    - {name: \($0), manifests: \($0)}\n" }.joined()
+        }
+        try cli.write("tidemark.yaml", settings(["alpha"], interval: "1h"))
+        try cli.write("alpha/topics.yaml", Self.devices([1, 2]))
+        try cli.write("beta/topics.yaml", Self.devices([3]))
+        let serve = try Running.start(cli, [], environment: [:])
+        defer { _ = serve.terminate() }
+        func workspaces() async throws -> [String: [String: Any]] {
+            let (_, text) = try await serve.get("/status")
+            let json = try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any]
+            let list = (json?["workspaces"] as? [[String: Any]]) ?? []
+            return Dictionary(uniqueKeysWithValues: list.map { ($0["workspace"] as? String ?? "?", $0) })
+        }
+        func waitUntil(_ what: String, _ condition: ([String: [String: Any]]) -> Bool) async throws {
+            let deadline = Date().addingTimeInterval(30)
+            var last: [String: [String: Any]] = [:]
+            while Date() < deadline {
+                last = try await workspaces()
+                if condition(last) { return }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+            Issue.record("timed out waiting for \(what): \(last); log: \(serve.logText)")
+        }
+        try await waitUntil("alpha ready") { $0["alpha"]?["phase"] as? String == "ready" }
+
+        try cli.write("tidemark.yaml", settings(["alpha", "beta"], interval: "30m"))
+        try await waitUntil("beta added and reconciled") { $0["beta"]?["phase"] as? String == "ready" }
+        let reloaded = try await workspaces()
+        #expect((reloaded["alpha"]?["settings"] as? [String: String])?["interval"] == "30m", "\(reloaded)")
+        #expect(
+            serve.logText.contains("settings reloaded (tidemark.yaml changed): 2 workspaces (1 added, 0 removed)"),
+            "\(serve.logText)")
+
+        try cli.write("tidemark.yaml", "project: serve-test\nserve:\n  interval: soon\n")
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline, !serve.logText.contains("tidemark.yaml changed, but the settings do not load") {
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        #expect(serve.logText.contains("keeps those it runs with") && serve.logText.contains("tidemark.yaml:3"))
+        #expect(try await workspaces().count == 2, "a broken file changes nothing")
+
+        // SIGHUP reloads (the broken file is still there: it says so, and serve goes on).
+        kill(serve.process.processIdentifier, SIGHUP)
+        let hup = Date().addingTimeInterval(30)
+        while Date() < hup, !serve.logText.contains("SIGHUP received, but the settings do not load") {
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        #expect(serve.logText.contains("SIGHUP received, but the settings do not load"), "\(serve.logText)")
+        #expect(serve.process.isRunning, "SIGHUP reloads; it does not end serve")
+
+        // Mended without alpha: alpha is let go, beta goes on.
+        try cli.write("tidemark.yaml", settings(["beta"], interval: "1h"))
+        try await waitUntil("alpha removed") { $0.keys.sorted() == ["beta"] }
+        #expect(serve.logText.contains("workspace=alpha is no longer listed"), "\(serve.logText)")
+        let (status, _) = serve.terminate()
+        #expect(status == 0)
+    }
+
     @Test func aSettingsErrorAtStartEndsServeWithExit1NamingTheFile() throws {
         let cli = try CLIRunner()
         defer { cli.remove() }
