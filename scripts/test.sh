@@ -5,7 +5,8 @@ cd "$(dirname "$0")/.."
 
 # GRDB links the system SQLite, gzip inventories the system zlib; their headers come from Debian.
 # jq: the CI recipes' shell steps use it, and the recipe test runs them.
-# prometheus: its promtool checks the exposition of `tidemark serve`'s /metrics.
+# prometheus: its promtool checks the exposition of `tidemark serve`'s /metrics, and a real Prometheus
+# scrapes two replicas in the takeover check. git: manifests fetched from a repository by serve.
 bash scripts/deps.sh jq prometheus git
 # The schema check uses jsonschema and PyYAML; the emulator's compatibility test uses the
 # official firebase-admin SDK from PyPI, unmodified.
@@ -53,7 +54,8 @@ TIDEMARK_BIN="$BIN" python3 Tests/compat/test_keyless.py
 TIDEMARK_BIN="$BIN" python3 Tests/compat/test_firestore_example.py
 # The GitHub recipe's jobs run step by step against the emulator, with a fake gh (Tests/recipes/).
 TIDEMARK_BIN="$BIN" python3 Tests/recipes/test_github_workflow.py
-# Faults, 20 SIGKILLs with resume and concurrent applies against the emulator (scripts/resilience.sh).
+# Faults, 20 SIGKILLs with resume and concurrent applies against the emulator (scripts/resilience.sh), and
+# two `tidemark serve` replicas on PostgreSQL, scraped by Prometheus, whose owner is SIGKILLed mid-apply.
 python3 scripts/resilience/run.py "$BIN" --quick
 # What tidemark says while things go wrong: a closed port, an unknown host, a silent server, error
 # pages, the state server stopped mid-apply; each ends in under 30 s naming the cause and the setting.

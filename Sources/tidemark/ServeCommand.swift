@@ -85,6 +85,12 @@ struct ServeCommand: AsyncParsableCommand {
     var readQps: Double?
 
     @Option(
+        help: ArgumentHelp(
+            "How long a replica's claim on a workspace lasts unless renewed (every third of it): another replica takes a workspace over this long after its owner dies (default 30s, at least 3s).",
+            valueName: "DURATION"))
+    var claimDuration: String?
+
+    @Option(
         help:
             "How log lines are written to stderr: text (default), or json (one object per line, with workspace, result and reason as fields, for log collectors)."
     )
@@ -97,6 +103,16 @@ struct ServeCommand: AsyncParsableCommand {
     func validate() throws {
         _ = try overrides()
         _ = try address()
+        _ = try claim()
+    }
+
+    /// `--claim-duration`, when given.
+    func claim() throws -> Duration? {
+        guard let text = claimDuration else { return nil }
+        guard let duration = ServeSettings.duration(text), duration >= .seconds(3) else {
+            throw ValidationError("--claim-duration must be a duration of at least 3s, such as 30s, not '\(text)'.")
+        }
+        return duration
     }
 
     /// The schedule and rails the flags give (each wins over every workspace's own).
@@ -142,6 +158,7 @@ struct ServeCommand: AsyncParsableCommand {
             var options = Serve.Options()
             (options.host, options.port) = try address()
             options.overrides = try overrides()
+            if let claim = try claim() { options.claimDuration = claim }
             let json = logFormat == .json
             var logger = Logger(
                 label: "tidemark.serve",

@@ -13,10 +13,20 @@ and what it found, and the script exits 1 if any finds a lost or extra membershi
   concurrent two applies at once: one proceeds, the other fails at once naming the lock holder.
   shared-quota (needs TIDEMARK_TEST_POSTGRES_URL) two applies in different PostgreSQL workspaces
              against one emulator project with quota Q: no 429s, and together at least 90% of Q.
+  serve-takeover (needs TIDEMARK_TEST_POSTGRES_URL) two `tidemark serve` replicas on PostgreSQL state,
+             scraped by a real Prometheus: the owner is SIGKILLed in the middle of an apply, the other
+             takes the workspace over within the claim's expiry, finishes from the journal, sends no
+             journaled change again, and the end state is exact; a row inserted into the PostgreSQL
+             inventory table is then subscribed within an interval and one reconcile.
 """
 
 import argparse
+import base64
 import json
+import re
+import socket
+import urllib.parse
+import urllib.request
 import os
 import random
 import shutil
@@ -368,11 +378,259 @@ def shared_quota(binary, url, quota=500, devices=500, topics=4):
             shutil.rmtree(work, ignore_errors=True)
 
 
+def psql(url, sql):
+    """Rows of `sql` run by psql against `url` (tab-separated, unaligned)."""
+    out = subprocess.run(["psql", url, "-AtF", "\t", "-v", "ON_ERROR_STOP=1", "-c", sql], check=True,
+                         capture_output=True, text=True).stdout
+    return [line.split("\t") for line in out.splitlines() if line]
+
+
+def postgres_journal(url, workspace):
+    """(apply id, operations, {index: tokens journaled as sent}) of the workspace's running apply, or None."""
+    rows = psql(url, "SELECT id, translate(encode(plan, 'base64'), E'\\n', '') FROM tidemark_applies WHERE workspace = '%s' "
+                     "AND status = 'running' ORDER BY started_at DESC LIMIT 1" % workspace)
+    if not rows:
+        return None
+    apply_id, plan = rows[0]
+    blob = base64.b64decode(plan)
+
+    class Tokens:
+        def execute(self, _):
+            return psql(url, "SELECT id, token FROM tidemark_tokens WHERE workspace = '%s'" % workspace)
+    tokens = {int(i): t for i, t in Tokens().execute(None)}
+
+    class Db:
+        def execute(self, _):
+            return tokens.items()
+    operations = journal_operations(Db(), blob)
+    done = {}
+    for index, sent in psql(url, "SELECT idx, tokens_done FROM tidemark_apply_progress WHERE workspace = '%s' "
+                                 "AND apply_id = '%s'" % (workspace, apply_id)):
+        done[int(index)] = int(sent)
+    for (index,) in psql(url, "SELECT idx FROM tidemark_apply_operations WHERE workspace = '%s' "
+                              "AND apply_id = '%s'" % (workspace, apply_id)):
+        done[int(index)] = len(operations[int(index)]["tokens"])
+    return apply_id, operations, done
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Serve:
+    """`tidemark serve` in the background, its log kept in a file."""
+
+    def __init__(self, binary, work, env, name):
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="tm-serve-%s-" % name, suffix=".log", delete=False)
+        self.process = subprocess.Popen([binary, "serve", "-C", work, "--listen", "127.0.0.1:0",
+                                         "--claim-duration", "6s"], env=env, stdout=self.log,
+                                        stderr=subprocess.STDOUT)
+        self.name = name
+        match = self.wait_for(r"listening on http://127\.0\.0\.1:(\d+)")
+        self.port = int(match.group(1))
+
+    def text(self):
+        with open(self.log.name) as f:
+            return f.read()
+
+    def wait_for(self, pattern, seconds=60):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            match = re.search(pattern, self.text())
+            if match:
+                return match
+            if self.process.poll() is not None:
+                raise RuntimeError("serve %s exited:\n%s" % (self.name, self.text()[-3000:]))
+            time.sleep(0.05)
+        raise RuntimeError("serve %s: no '%s' within %d s:\n%s" % (self.name, pattern, seconds, self.text()[-3000:]))
+
+    def get(self, path):
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.port, path), timeout=5) as response:
+            return response.read().decode()
+
+    def status(self):
+        return json.loads(self.get("/status"))["workspaces"][0]
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(40)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.log.close()
+        os.unlink(self.log.name)
+
+
+class Prometheus:
+    """A real Prometheus (Debian's package) scraping `targets` every second."""
+
+    def __init__(self, targets):
+        self.dir = tempfile.mkdtemp(prefix="tm-prometheus-")
+        self.port = free_port()
+        config = os.path.join(self.dir, "prometheus.yml")
+        with open(config, "w") as f:
+            f.write("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+                    "scrape_configs:\n  - job_name: tidemark\n    static_configs:\n"
+                    "      - targets: [%s]\n" % ", ".join("'127.0.0.1:%d'" % t for t in targets))
+        self.log = open(os.path.join(self.dir, "log"), "w")
+        self.process = subprocess.Popen(["prometheus", "--config.file=" + config,
+                                         "--storage.tsdb.path=" + os.path.join(self.dir, "data"),
+                                         "--web.listen-address=127.0.0.1:%d" % self.port],
+                                        stdout=self.log, stderr=subprocess.STDOUT)
+
+    def query(self, expression):
+        url = "http://127.0.0.1:%d/api/v1/query?query=%s" % (self.port, urllib.parse.quote(expression))
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return json.loads(response.read())["data"]["result"]
+
+    def wait_for(self, expression, check, seconds=60):
+        deadline = time.monotonic() + seconds
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                last = self.query(expression)
+                if check(last):
+                    return last
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError("Prometheus: '%s' never as expected; last answer %s" % (expression, last))
+
+    def stop(self):
+        self.process.terminate()
+        try:
+            self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def serve_takeover(binary, url, devices=600, topics=30):
+    """Two serve replicas, one owner: SIGKILL it mid-apply; the other finishes, replaying nothing."""
+    work = tempfile.mkdtemp(prefix="tm-takeover-")
+    workspace = "takeover-%d" % os.getpid()
+    table = "takeover_devices_%d" % os.getpid()
+    replicas = []
+    prometheus = None
+    try:
+        with Emulator(binary, PROJECT, "--record-changes", "--latency", "15", "--auto-register") as emulator:
+            separator = "&" if "?" in url else "?"
+            tokens = make_project(work, PROJECT, devices, topics, "v1", extra=(
+                "state: %s%slease=5\nworkspace: %s\nserve: {interval: 20s, retry_interval: 1s}\n"
+                % (url, separator, workspace)))
+            emulator.register(tokens)
+            want = expected_members(devices, topics)
+            want.pop("drift")
+            # A second inventory: a PostgreSQL table, empty for now, whose rows join topic 'fresh'.
+            psql(url, "CREATE TABLE %s (device_id TEXT PRIMARY KEY, token TEXT NOT NULL)" % table)
+            psql(url, "INSERT INTO %s VALUES ('d-first', '%s')" % (table, token(devices)))
+            with open(os.path.join(work, "tidemark.yaml"), "a") as f:
+                f.write("inventory:\n  - name: app\n    postgres:\n      url_env: TAKEOVER_INVENTORY_URL\n"
+                        "      query: SELECT device_id, token, 'fresh'::text AS cohort FROM %s\n" % table)
+            with open(os.path.join(work, "manifests", "topics.yaml"), "a") as f:
+                f.write("  - name: fresh\n    members: [{selector: {cohort: fresh}}]\n")
+            env = dict(emulator.env, TAKEOVER_INVENTORY_URL=url)
+            print("serve-takeover: two replicas, %d devices x %d topics on PostgreSQL state; the owner is "
+                  "SIGKILLed mid-apply" % (devices, topics), flush=True)
+            first = Serve(binary, work, env, "a")
+            replicas.append(first)
+            first.wait_for(r"workspace=%s owned by this replica" % workspace)
+            second = Serve(binary, work, env, "b")
+            replicas.append(second)
+            second.wait_for(r"workspace=%s standby" % workspace)
+            prometheus = Prometheus([first.port, second.port])
+            prometheus.wait_for('sum(tidemark_workspace_leader{workspace="%s"})' % workspace,
+                                lambda r: r and float(r[0]["value"][1]) == 1)
+            leaders = prometheus.query('tidemark_workspace_leader{workspace="%s"} == 1' % workspace)
+            leader_ok = [r["metric"]["instance"] for r in leaders] == ["127.0.0.1:%d" % first.port]
+            # Killed once the journal holds finished work.
+            deadline = time.monotonic() + 60
+            before = None
+            while time.monotonic() < deadline:
+                before = postgres_journal(url, workspace)
+                if before and before[2]:
+                    break
+                time.sleep(0.05)
+            first.process.send_signal(signal.SIGKILL)
+            first.process.wait()
+            killed_at = time.monotonic()
+            before = postgres_journal(url, workspace) or before
+            seen = emulator.project_admin("GET", "changes?after=0")["changes"]
+            last_seen = seen[-1]["sequence"] if seen else 0
+            if not before or not before[2]:
+                print("  the owner finished before it could be killed mid-apply; make the apply longer")
+                return False
+            _, operations, done = before
+            print("  killed the owner with %d of %d operations journaled" % (len(done), len(operations)), flush=True)
+            second.wait_for(r"workspace=%s owned by this replica" % workspace, seconds=30)
+            takeover = time.monotonic() - killed_at
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and second.status().get("phase") != "ready":
+                time.sleep(0.2)
+            status = second.status()
+            resumed = "finishing an interrupted apply" in second.text()
+            finished = set()
+            for index, sent in done.items():
+                op = operations[index]
+                for t in op["tokens"][:sent]:
+                    finished.add((op["kind"], op["target"], t))
+            replays = 0
+            for change in emulator.project_admin("GET", "changes?after=%d" % last_seen)["changes"]:
+                for t in change["tokens"]:
+                    if (change["operation"], change["topic"], t) in finished:
+                        replays += 1
+            missing, extra = compare(emulator, want)
+            last = status.get("last") or {}
+            print("  replica b owned it %.1f s after the kill (claims last 6 s, renewed every 2 s), %s the "
+                  "interrupted apply from the journal and reports '%s' (%s subscribed); %d journaled changes sent "
+                  "again; %d missing, %d extra memberships" % (
+                      takeover, "finished" if resumed else "DID NOT FINISH", status.get("phase"),
+                      last.get("subscribed"), replays, missing, extra), flush=True)
+            prometheus.wait_for('tidemark_workspace_leader{workspace="%s"} == 1' % workspace,
+                                lambda r: [x["metric"]["instance"] for x in r] == ["127.0.0.1:%d" % second.port])
+            down = prometheus.wait_for('up{job="tidemark"} == 0', lambda r: len(r) == 1)
+            print("  Prometheus: leader %s before the kill, replica b after; the dead replica shows up == 0 (%s)" % (
+                "replica a" if leader_ok else "WRONG", down[0]["metric"]["instance"]), flush=True)
+            check = subprocess.run(["promtool", "check", "metrics"], input=second.get("/metrics"), text=True,
+                                   capture_output=True)
+            # A new install: a row in the app's table joins 'fresh' within an interval and one reconcile.
+            psql(url, "INSERT INTO %s VALUES ('d-new', '%s')" % (table, token(devices + 1)))
+            inserted = time.monotonic()
+            joined = None
+            while time.monotonic() - inserted < 60:
+                if token(devices + 1) in emulator.subscribers("fresh"):
+                    joined = time.monotonic() - inserted
+                    break
+                time.sleep(0.2)
+            print("  a row inserted into the inventory table was subscribed after %s (interval 20 s); "
+                  "promtool check metrics: %s" % ("%.1f s" % joined if joined is not None else "never",
+                                                 "ok" if check.returncode == 0 else check.stdout + check.stderr),
+                  flush=True)
+            return (leader_ok and takeover <= 6 + 3 and status.get("phase") == "ready" and resumed and replays == 0
+                    and missing == 0 and extra == 0 and check.returncode == 0 and joined is not None
+                    and joined <= 20 + 15)
+    finally:
+        for replica in replicas:
+            replica.stop()
+        if prometheus:
+            prometheus.stop()
+        try:
+            psql(url, "DROP TABLE IF EXISTS %s" % table)
+        except subprocess.CalledProcessError:
+            pass
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("binary")
     parser.add_argument("checks", nargs="*",
-                        default=["faults", "kills", "revert", "narrow", "concurrent", "shared-quota"])
+                        default=["faults", "kills", "revert", "narrow", "concurrent", "shared-quota",
+                                 "serve-takeover"])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="smaller fault run, for the test suite")
     args = parser.parse_args()
@@ -403,6 +661,15 @@ def main():
                 results["shared-quota"] = False
             else:
                 print("shared-quota: skipped, no PostgreSQL server (scripts/test.sh starts one)")
+        elif check == "serve-takeover":
+            url = os.environ.get("TIDEMARK_TEST_POSTGRES_URL")
+            if url:
+                results["serve-takeover"] = serve_takeover(args.binary, url)
+            elif os.environ.get("TIDEMARK_REQUIRE_POSTGRES"):
+                print("serve-takeover: no PostgreSQL server (TIDEMARK_TEST_POSTGRES_URL is not set)")
+                results["serve-takeover"] = False
+            else:
+                print("serve-takeover: skipped, no PostgreSQL server (scripts/test.sh starts one)")
         else:
             parser.error("unknown check %s" % check)
     print()
