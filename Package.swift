@@ -88,12 +88,13 @@ let package = Package(
         .target(
             name: "TidemarkServe",
             dependencies: [
-                "TidemarkCore", "TidemarkRuntime", "TidemarkStore",
+                "TidemarkCore", "TidemarkRuntime", "TidemarkStore", "CShims",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),

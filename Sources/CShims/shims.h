@@ -6,4 +6,18 @@
 // large hash table issued one row ahead finds its slot in cache instead of waiting on memory.
 static inline void tidemark_prefetch(const void *address) { __builtin_prefetch(address, 0, 1); }
 
+// Lowers the CPU priority of the calling thread only (Linux: a thread id names one thread for
+// setpriority), by `niceness` steps; raising it back needs no privilege it did not have. Returns 0,
+// or -1 with errno set. Elsewhere it does nothing.
+#if defined(__linux__)
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static inline int tidemark_lower_thread_priority(int niceness) {
+    return setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), niceness);
+}
+#else
+static inline int tidemark_lower_thread_priority(int niceness) { (void)niceness; return 0; }
+#endif
+
 #endif

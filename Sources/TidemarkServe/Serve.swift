@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import Logging
+import NIOPosix
 import ServiceLifecycle
 import Synchronization
 import TidemarkCore
@@ -58,6 +59,10 @@ public struct Serve: Sendable {
         self.load = load
         self.logger = logger
     }
+
+    /// The event loop the endpoints answer on: a thread of their own, apart from the loops that carry
+    /// the requests to FCM (whose work on a million changes would otherwise hold a probe up).
+    static let endpointLoop = MultiThreadedEventLoopGroup(numberOfThreads: 1)
 
     /// This process, as the status names it: `host/pid`.
     public static var replica: String { "\(ProcessInfo.processInfo.hostName)/\(getpid())" }
@@ -154,6 +159,7 @@ public struct Serve: Sendable {
                 )
                 await onListening(bound)
             },
+            eventLoopGroupProvider: .shared(Self.endpointLoop),
             logger: Logger(label: "tidemark.serve.http", factory: { _ in SwiftLogNoOpLogHandler() }))
         let services: [ServiceGroupConfiguration.ServiceConfiguration] =
             [

@@ -333,7 +333,8 @@ public final class WorkspaceRunner: Service, Sendable {
                 return nil
             }
             let reconciler = self.reconciler
-            group.addTask { await reconciler.reconcile() }
+            // On threads of its own, so the health endpoints never wait for a thread behind it.
+            group.addTask(executorPreference: ReconcileExecutor.shared) { await reconciler.reconcile() }
             var outcome: ReconcileResult?
             for await result in group {
                 if let result {
