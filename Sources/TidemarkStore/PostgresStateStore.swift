@@ -736,8 +736,8 @@ public final class PostgresStateStore: ServeRecordKeeping {
         return (record, ServeRecord.date(millis: now) ?? Date())
     }
 
-    /// Reads this workspace's record for update, lets `change` edit it (with the server's clock), and
-    /// writes it back, in one transaction.
+    /// Deletes the applies beyond the newest `keep` with their journal rows, in one transaction; a
+    /// running apply stays. Returns how many went.
     public func trimHistory(keep: Int) async throws -> Int {
         try await ensureSchema()
         return try await link.transaction { c in
@@ -759,6 +759,8 @@ public final class PostgresStateStore: ServeRecordKeeping {
         }
     }
 
+    /// Reads this workspace's record for update, lets `change` edit it (with the server's clock), and
+    /// writes it back, in one transaction.
     public func updateServeRecord<T: Sendable>(
         _ change: @Sendable @escaping (inout ServeRecord, Date) -> T
     ) async throws -> (ServeRecord, T) {

@@ -904,8 +904,8 @@ public final class SQLiteStateStore: ServeRecordKeeping {
         return record
     }
 
-    /// Reads this workspace's record, lets `change` edit it (with this machine's clock: SQLite state
-    /// serves one replica on one machine), and writes it back, in one transaction.
+    /// Deletes the applies beyond the newest `keep` with their journal rows, in one transaction; a
+    /// running apply stays. Returns how many went.
     public func trimHistory(keep: Int) async throws -> Int {
         guard let queue = try open(create: false) else { return 0 }
         let t = self.t
@@ -926,6 +926,8 @@ public final class SQLiteStateStore: ServeRecordKeeping {
         }
     }
 
+    /// Reads this workspace's record, lets `change` edit it (with this machine's clock: SQLite state
+    /// serves one replica on one machine), and writes it back, in one transaction.
     public func updateServeRecord<T: Sendable>(
         _ change: @Sendable @escaping (inout ServeRecord, Date) -> T
     ) async throws -> (ServeRecord, T) {

@@ -652,29 +652,21 @@ def main():
                 results["narrow/postgres"] = narrow(args.binary, "iid", state_url=url, rounds=1 if args.quick else 3)
         elif check == "concurrent":
             results["concurrent"] = concurrent(args.binary)
-        elif check == "shared-quota":
+        elif check in ("shared-quota", "serve-takeover"):
             url = os.environ.get("TIDEMARK_TEST_POSTGRES_URL")
+            run = shared_quota if check == "shared-quota" else serve_takeover
             if url:
-                results["shared-quota"] = shared_quota(args.binary, url)
+                results[check] = run(args.binary, url)
             elif os.environ.get("TIDEMARK_REQUIRE_POSTGRES"):
-                print("shared-quota: no PostgreSQL server (TIDEMARK_TEST_POSTGRES_URL is not set)")
-                results["shared-quota"] = False
+                print("%s: no PostgreSQL server (TIDEMARK_TEST_POSTGRES_URL is not set)" % check)
+                results[check] = False
             else:
-                print("shared-quota: skipped, no PostgreSQL server (scripts/test.sh starts one)")
-        elif check == "serve-takeover":
-            url = os.environ.get("TIDEMARK_TEST_POSTGRES_URL")
-            if url:
-                results["serve-takeover"] = serve_takeover(args.binary, url)
-            elif os.environ.get("TIDEMARK_REQUIRE_POSTGRES"):
-                print("serve-takeover: no PostgreSQL server (TIDEMARK_TEST_POSTGRES_URL is not set)")
-                results["serve-takeover"] = False
-            else:
-                print("serve-takeover: skipped, no PostgreSQL server (scripts/test.sh starts one)")
+                print("%s: skipped, no PostgreSQL server (scripts/test.sh starts one)" % check)
         else:
             parser.error("unknown check %s" % check)
     print()
     for name, ok in results.items():
-        print("%-12s %s" % (name, "OK" if ok else "FAILED"))
+        print("%-15s %s" % (name, "OK" if ok else "FAILED"))
     sys.exit(0 if all(results.values()) else 1)
 
 
