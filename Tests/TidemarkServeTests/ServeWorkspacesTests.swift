@@ -68,6 +68,7 @@ struct ServeWorkspacesTests {
 
     @Test func anEntryIsLoadedWithItsOwnWorkspaceManifestsAndCredentials() throws {
         let project = try ServeProject()
+        defer { project.remove() }
         try project.writeSettings(
             """
             project: tidemark-serve-test
