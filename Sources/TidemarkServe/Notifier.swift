@@ -112,6 +112,15 @@ public struct NotifyLedger: Sendable, Codable, Equatable {
     /// An empty ledger.
     public init() {}
 
+    /// The entry of `sent` for `event` told to `target`: the target's name, a space, the dedupe key.
+    static func entry(_ target: NotifyTarget, _ event: ServeEvent) -> String { "\(target.name) \(event.dedupeKey)" }
+
+    /// The dedupe key of an entry of `sent`: what follows its last space (a target's name may hold
+    /// spaces; a dedupe key, made of a workspace name and stable words, holds none).
+    static func dedupeKey(ofEntry entry: String) -> String {
+        entry.lastIndex(of: " ").map { String(entry[entry.index(after: $0)...]) } ?? entry
+    }
+
     /// Whether the last reconcile left the workspace failing or blocked.
     public var troubled: Bool {
         active.contains { $0.contains("/\(NotifyTarget.Event.applyFailed.rawValue)") || $0.contains("/blocked") }
@@ -125,7 +134,7 @@ public struct NotifyLedger: Sendable, Codable, Equatable {
         var due: [(NotifyTarget, ServeEvent)] = []
         for event in events {
             for target in targets where target.wants(event.event, workspace: event.workspace) {
-                let id = "\(target.name) \(event.dedupeKey)"
+                let id = Self.entry(target, event)
                 if event.event != .recovered, let last = sent[id],
                     now.timeIntervalSince(last) < Timing.seconds(target.renotify)
                 {
@@ -136,7 +145,7 @@ public struct NotifyLedger: Sendable, Codable, Equatable {
             }
         }
         let keys = Set(events.filter { $0.event != .recovered }.map(\.dedupeKey))
-        sent = sent.filter { id, _ in keys.contains(String(id.split(separator: " ", maxSplits: 1).last ?? "")) }
+        sent = sent.filter { id, _ in keys.contains(Self.dedupeKey(ofEntry: id)) }
         active = keys.sorted()
         return due
     }

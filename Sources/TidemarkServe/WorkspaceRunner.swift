@@ -360,7 +360,7 @@ public final class WorkspaceRunner: Service, Sendable {
             return due
         }
         for (target, event) in due {
-            let id = "\(target.name) \(event.dedupeKey)"
+            let id = NotifyLedger.entry(target, event)
             notifier.send(event, to: target) { [self] in
                 current.withLock { $0.notifications?.sent[id] = nil }
             }

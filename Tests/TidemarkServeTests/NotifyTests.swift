@@ -161,6 +161,12 @@ final class WebhookReceiver: Sendable {
         #expect(recovered.map(\.1.event) == [.recovered])
         #expect(ledger.due(events(success), targets: [target], now: start.addingTimeInterval(3800)).isEmpty)
         #expect(ledger.due(events(blocked), targets: [target], now: start.addingTimeInterval(3900)).count == 1)
+        // A target whose name holds a space keeps its ledger all the same.
+        var spaced = target
+        spaced.name = "on call"
+        var named = NotifyLedger()
+        #expect(named.due(events(blocked), targets: [spaced], now: start).count == 1)
+        #expect(named.due(events(blocked), targets: [spaced], now: start.addingTimeInterval(600)).isEmpty)
         // A target that does not want the event, or the workspace, hears nothing.
         target.events = [.applyFailed]
         var other = NotifyLedger()
