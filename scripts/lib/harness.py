@@ -41,11 +41,7 @@ class Emulator:
         return self
 
     def __exit__(self, *exc):
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        stop_process(self.process, 10)
         self.log.close()
         os.unlink(self.log.name)
 
@@ -75,6 +71,17 @@ class Emulator:
 
     def traffic(self):
         return self.admin("GET", "traffic")
+
+
+def stop_process(process, seconds):
+    """SIGTERM to `process` if it still runs, SIGKILL after `seconds`; waits for it either way."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(seconds)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def token(i, prefix="bench"):

@@ -39,7 +39,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from harness import Emulator, make_project, tidemark, token  # noqa: E402
+from harness import Emulator, make_project, stop_process, tidemark, token  # noqa: E402
 
 PROJECT = "resilience"
 
@@ -454,12 +454,7 @@ class Serve:
         return json.loads(self.get("/status"))["workspaces"][0]
 
     def stop(self):
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(40)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        stop_process(self.process, 40)
         self.log.close()
         os.unlink(self.log.name)
 
@@ -500,11 +495,7 @@ class Prometheus:
         raise RuntimeError("Prometheus: '%s' never as expected; last answer %s" % (expression, last))
 
     def stop(self):
-        self.process.terminate()
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        stop_process(self.process, 20)
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
