@@ -14,6 +14,8 @@ final class WorkspaceFleet: Service, Sendable {
 
     private struct Member: Sendable {
         var entry: String?
+        /// Its state and workspace, as shown: the store its claims and records live in.
+        var state: String
         var runner: WorkspaceRunner
         var update: @Sendable (Serve.Planned) -> Void
     }
@@ -34,7 +36,9 @@ final class WorkspaceFleet: Service, Sendable {
         members = Mutex(
             planned.map { workspace in
                 let made = make(workspace)
-                return Member(entry: workspace.entry, runner: made.runner, update: made.update)
+                return Member(
+                    entry: workspace.entry, state: workspace.runtime.stateDisplay, runner: made.runner,
+                    update: made.update)
             })
         (started, continuation) = AsyncStream.makeStream(of: WorkspaceRunner.self)
         for member in members.withLock({ $0 }) { continuation.yield(member.runner) }
@@ -53,18 +57,25 @@ final class WorkspaceFleet: Service, Sendable {
 
     /// Reloaded settings (`why`: what asked for it): `planned` is what tidemark.yaml lists now.
     func reload(_ planned: [Serve.Planned], because why: String) {
+        // A workspace whose state moved (another store or workspace name) is a new one: its runner's
+        // claims and records live in the store it was made with.
+        func same(_ member: Member, _ workspace: Serve.Planned) -> Bool {
+            member.entry == workspace.entry && member.state == workspace.runtime.stateDisplay
+        }
         let (added, kept, removed) = members.withLock { members -> ([Member], [(Member, Serve.Planned)], [Member]) in
-            let removed = members.filter { member in !planned.contains { $0.entry == member.entry } }
+            let removed = members.filter { member in !planned.contains { same(member, $0) } }
             var kept: [(Member, Serve.Planned)] = []
             var added: [Member] = []
             var next: [Member] = []
             for workspace in planned {
-                if let member = members.first(where: { $0.entry == workspace.entry }) {
+                if let member = members.first(where: { same($0, workspace) }) {
                     kept.append((member, workspace))
                     next.append(member)
                 } else {
                     let made = make(workspace)
-                    let member = Member(entry: workspace.entry, runner: made.runner, update: made.update)
+                    let member = Member(
+                        entry: workspace.entry, state: workspace.runtime.stateDisplay, runner: made.runner,
+                        update: made.update)
                     added.append(member)
                     next.append(member)
                 }
@@ -76,11 +87,13 @@ final class WorkspaceFleet: Service, Sendable {
         for member in removed {
             member.runner.retire()
             log(
-                "workspace=\(member.runner.name) is no longer listed in tidemark.yaml: this replica stops reconciling it after its current round and gives its claim up"
+                "workspace=\(member.runner.name) is no longer listed in tidemark.yaml\(planned.contains { $0.entry == member.entry } ? " with this state" : ""): this replica stops reconciling it after its current round and gives its claim up"
             )
         }
         for member in added {
-            log("workspace=\(member.runner.name) is new in tidemark.yaml: this replica reconciles it when it owns it")
+            log(
+                "workspace=\(member.runner.name) is new in tidemark.yaml: this replica reconciles it when it owns it"
+            )
             continuation.yield(member.runner)
         }
         log(

@@ -289,6 +289,21 @@ import FoundationNetworking
         try cli.write("tidemark.yaml", settings(["beta"], interval: "1h"))
         try await waitUntil("alpha removed") { $0.keys.sorted() == ["beta"] }
         #expect(serve.logText.contains("workspace=alpha is no longer listed"), "\(serve.logText)")
+
+        // beta's state moves to another file: a runner of its own claims it there.
+        try cli.write(
+            "tidemark.yaml",
+            "project: serve-test\nserve:\n  interval: 1h\n  workspaces:\n    - {name: beta, manifests: beta, state: moved.db}\n"
+        )
+        try await waitUntil("beta reconciled in moved.db") {
+            ($0["beta"]?["state"] as? String)?.contains("moved.db") == true
+                && $0["beta"]?["phase"] as? String == "ready"
+        }
+        #expect(serve.logText.contains("workspace=beta is no longer listed in tidemark.yaml with this state"))
+        let moved = try cli.run(["status", "beta", "--format", "json"])
+        let json = try JSONSerialization.jsonObject(with: Data(moved.stdout.utf8)) as? [String: Any]
+        let owner = ((json?["workspaces"] as? [[String: Any]])?.first)?["owner"]
+        #expect(owner is String, "the runner claims beta in moved.db: \(moved.stdout) \(moved.stderr)")
         let (status, _) = serve.terminate()
         #expect(status == 0)
     }
