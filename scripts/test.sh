@@ -55,7 +55,8 @@ TIDEMARK_BIN="$BIN" python3 Tests/compat/test_firestore_example.py
 # The GitHub recipe's jobs run step by step against the emulator, with a fake gh (Tests/recipes/).
 TIDEMARK_BIN="$BIN" python3 Tests/recipes/test_github_workflow.py
 # Faults, 20 SIGKILLs with resume and concurrent applies against the emulator (scripts/resilience.sh), and
-# two `tidemark serve` replicas on PostgreSQL, scraped by Prometheus, whose owner is SIGKILLed mid-apply.
+# two `tidemark serve` replicas on PostgreSQL, scraped by Prometheus, whose owner is SIGKILLed mid-apply,
+# and two replicas spreading four workspaces (the survivor of a SIGKILL takes them all back).
 python3 scripts/resilience/run.py "$BIN" --quick
 # What tidemark says while things go wrong: a closed port, an unknown host, a silent server, error
 # pages, the state server stopped mid-apply; each ends in under 30 s naming the cause and the setting.

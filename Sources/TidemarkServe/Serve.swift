@@ -118,8 +118,11 @@ public struct Serve: Sendable {
         let log: @Sendable (String) -> Void = { logger.info("\($0)") }
         let metrics = ServeMetrics()
         let notifier = Notifier(targets: targets, timing: options.timing, metrics: metrics, log: log)
+        let balance = WorkspaceRunner.Ownership.balance(
+            replica: options.replica, duration: options.claimDuration, poll: options.poll, timing: options.timing)
         let fleet = WorkspaceFleet(
-            planned, make: { makeRunner($0, metrics: metrics, notifier: notifier, log: log) }, log: log)
+            planned, make: { makeRunner($0, metrics: metrics, notifier: notifier, balance: balance, log: log) },
+            log: log)
         for workspace in planned { sayIfSQLite(workspace, log: log) }
         let load = self.load
         let readiness = ReadinessChecker(
@@ -179,7 +182,8 @@ public struct Serve: Sendable {
 
     /// A runner for `workspace`, its metrics declared.
     private func makeRunner(
-        _ workspace: Planned, metrics: ServeMetrics, notifier: Notifier, log: @escaping @Sendable (String) -> Void
+        _ workspace: Planned, metrics: ServeMetrics, notifier: Notifier, balance: ReplicaBalance,
+        log: @escaping @Sendable (String) -> Void
     ) -> (WorkspaceRunner, update: @Sendable (Planned) -> Void) {
         let load = self.load
         let options = self.options
@@ -200,7 +204,7 @@ public struct Serve: Sendable {
             status: status, reconciler: reconciler,
             ownership: .init(
                 records: workspace.runtime.stateStore(), replica: options.replica, duration: options.claimDuration,
-                poll: options.poll),
+                poll: options.poll, balance: balance),
             metrics: metrics, notifier: notifier, log: log)
         return (
             runner,

@@ -42,6 +42,28 @@ public final class ServeMetrics: Sendable {
         gauge("tidemark_fcm_quota_per_second", workspace, Self.quotaHelp).set(to: quota)
         _ = gauge("tidemark_last_success_timestamp_seconds", workspace, Self.lastSuccessHelp)
         _ = gauge("tidemark_managed_memberships", workspace, Self.managedHelp)
+        _ = handovers(workspace)
+    }
+
+    /// Records that this replica handed the workspace over to one that owns fewer.
+    public func handover(workspace: String) {
+        handovers(workspace).increment()
+    }
+
+    /// Records how many replicas this one sees running its workspaces (itself included).
+    public func replicas(_ count: Int) {
+        registry.makeGauge(
+            name: "tidemark_serve_replicas",
+            help: "Replicas this one sees running its workspaces, itself included (presences renewed with each claim)."
+        ).set(to: Double(count))
+    }
+
+    private func handovers(_ workspace: String) -> Counter {
+        registry.makeCounter(
+            name: "tidemark_workspace_handovers_total", labels: [("workspace", workspace)],
+            help:
+                "Times this replica handed the workspace over, between two reconciles, to a replica that owned fewer workspaces."
+        )
     }
 
     /// Records one reconcile's result.

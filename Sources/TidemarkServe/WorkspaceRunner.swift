@@ -42,6 +42,9 @@ public struct WorkspaceStatus: Sendable, Codable, Equatable {
     public var reconcileRequestedBy: String?
     /// The notifications sent for ongoing problems, and when (nil until an event was raised).
     public var notifications: NotifyLedger?
+    /// The replica this one handed the workspace over to, to spread the workspaces (the last status
+    /// it published says so); the new owner goes on with its schedule.
+    public var handedOverTo: String?
 }
 
 /// Reconciles one workspace while this replica owns it, as a service of `serve`'s service group.
@@ -66,20 +69,39 @@ public final class WorkspaceRunner: Service, Sendable {
         public var duration: Duration = .seconds(30)
         /// How often the claim is renewed and requests are read, between reconciles.
         public var poll: Duration = .seconds(2)
+        /// How this replica spreads its workspaces with the others (one for all the runners of a
+        /// `serve`); nil: one of the runner's own, which sees this workspace only.
+        public var balance: ReplicaBalance?
 
-        /// Ownership through `records` for `replica`.
+        /// Ownership through `records` for `replica`, spread with the other replicas through `balance`.
         public init(
-            records: any StateStore, replica: String, duration: Duration = .seconds(30), poll: Duration = .seconds(2)
+            records: any StateStore, replica: String, duration: Duration = .seconds(30), poll: Duration = .seconds(2),
+            balance: ReplicaBalance? = nil
         ) {
             self.records = records
             self.replica = replica
             self.duration = duration
             self.poll = poll
+            self.balance = balance
+        }
+
+        /// A balance for `replica` with the grace and cooldown that fit a claim of `duration` renewed
+        /// every `poll`: a free workspace waits for the replica with the fewest at most three polls (and
+        /// at least a third of a claim), and handovers are a third of a claim apart.
+        public static func balance(
+            replica: String, duration: Duration, poll: Duration, timing: Timing
+        ) -> ReplicaBalance {
+            ReplicaBalance(
+                replica: replica, grace: max(poll * 3, duration / 3), cooldown: max(poll * 3, duration / 3),
+                now: timing.now)
         }
     }
 
     /// The workspace's name.
     public let name: String
+    /// The workspace as the balance knows it: its state and name.
+    private let key: String
+    private let balance: ReplicaBalance
     /// The reconciler (replaced when the settings are reloaded) and whether the runner is to stop
     /// after its current round (its workspace left tidemark.yaml).
     private let live: Mutex<(reconciler: Reconciler, retired: Bool)>
@@ -100,8 +122,14 @@ public final class WorkspaceRunner: Service, Sendable {
         notifier: Notifier? = nil, log: @escaping @Sendable (String) -> Void
     ) {
         self.name = status.workspace
+        self.key = "\(status.state) \(status.workspace)"
         self.live = Mutex((reconciler, false))
         self.ownership = ownership
+        self.balance =
+            ownership.balance
+            ?? Ownership.balance(
+                replica: ownership.replica, duration: ownership.duration, poll: ownership.poll,
+                timing: reconciler.timing)
         self.metrics = metrics
         self.notifier = notifier
         self.log = log
@@ -146,19 +174,25 @@ public final class WorkspaceRunner: Service, Sendable {
             let settings = reconciler.settings
             let record: ServeRecord
             do {
-                // A claim is made (or renewed) every third of its duration; in between, the record is
-                // only read (people's requests; a claim given up, which a standby replica takes at once).
-                var read: ServeRecord?
-                if let claimed = claimedAt, timing.now() - claimed < ownership.duration / 3 {
-                    read = try await ownership.records.serveRecord()
-                }
-                if let read, owned || read.owner != nil {
-                    record = read
+                // The claim (or, standing by, the presence) is renewed every third of its duration; in
+                // between, the record is only read (people's requests; a claim given up). A free
+                // workspace is taken when the balance says this replica should have it.
+                let (replica, duration) = (ownership.replica, ownership.duration)
+                var seen: ServeRecord
+                if let claimed = claimedAt, timing.now() - claimed < duration / 3 {
+                    seen = try await ownership.records.serveRecord()
                 } else {
-                    let (replica, duration) = (ownership.replica, ownership.duration)
-                    record = try await ownership.records.claimOwnership(replica, for: duration)
+                    seen = try await ownership.records.claimOwnership(replica, for: duration, take: false)
                     claimedAt = timing.now()
                 }
+                balance.observe(key, seen)
+                if seen.owner == nil, balance.shouldTake(key) {
+                    seen = try await ownership.records.claimOwnership(replica, for: duration, take: true)
+                    claimedAt = timing.now()
+                    balance.observe(key, seen)
+                }
+                record = seen
+                metrics.replicas(balance.replicas.count)
                 lastProblem = nil
             } catch {
                 // The records live in the state store: unreachable, nothing can be reconciled either.
@@ -177,10 +211,17 @@ public final class WorkspaceRunner: Service, Sendable {
                 continue
             }
             guard record.owner == ownership.replica else {
-                if owned || current.withLock({ $0.phase != "standby" }) {
-                    log(
-                        "workspace=\(name) standby: replica \(record.owner ?? "?") owns it; this replica takes it over when that one stops renewing its claim"
-                    )
+                let standing = current.withLock { ($0.phase, $0.replica) }
+                if owned || standing.0 != "standby" || standing.1 != (record.owner ?? "-") {
+                    if let owner = record.owner {
+                        log(
+                            "workspace=\(name) standby: replica \(owner) owns it; this replica takes it over when that one stops renewing its claim"
+                        )
+                    } else {
+                        log(
+                            "workspace=\(name) standby: free, left to a replica that owns fewer workspaces; this replica takes it if none has within \(ServeSettings.describe(balance.grace))"
+                        )
+                    }
                 }
                 owned = false
                 metrics.leader(workspace: name, false)
@@ -194,9 +235,6 @@ public final class WorkspaceRunner: Service, Sendable {
             }
             if !owned {
                 owned = true
-                log(
-                    "workspace=\(name) owned by this replica (\(ownership.replica), claim \(record.ownerFence)); reconciling now"
-                )
                 metrics.leader(workspace: name, true)
                 // What the previous owner sent stays sent: an ongoing problem is not told twice.
                 let previous = record.status.flatMap {
@@ -204,6 +242,7 @@ public final class WorkspaceRunner: Service, Sendable {
                 }
                 current.withLock {
                     $0.replica = ownership.replica
+                    $0.handedOverTo = nil
                     if let ledger = previous?.notifications { $0.notifications = ledger }
                 }
                 // Another replica may have published since this one last did.
@@ -211,8 +250,30 @@ public final class WorkspaceRunner: Service, Sendable {
                 nextRun = nil
                 // A request made before this replica owned the workspace is served by the reconcile at once.
                 handledRequest = record.reconcileRequestedAt
+                if let previous, let from = previous.handedOverTo.map({ _ in previous.replica }) {
+                    // Handed over between two reconciles: nothing was left half-done, so the schedule
+                    // goes on where the previous owner left it, and so does what the status says of it;
+                    // a request it had not acted on yet is served at once.
+                    nextRun = carryOver(previous)
+                    failures = previous.consecutiveFailures
+                    handledRequest = previous.reconcileRequestedAt
+                    let next = previous.nextRunAt.map { ISO8601DateFormatter().string(from: $0) } ?? "now"
+                    log(
+                        "workspace=\(name) handed over to this replica (\(ownership.replica), claim \(record.ownerFence)) by replica \(from); next reconcile as scheduled: \(nextRun == nil ? "now" : next)"
+                    )
+                } else {
+                    log(
+                        "workspace=\(name) owned by this replica (\(ownership.replica), claim \(record.ownerFence)); reconciling now"
+                    )
+                }
             }
             let suspended = settings.suspend || record.suspended
+            // Between two reconciles (or suspended), a workspace may go to a replica that owns fewer.
+            if nextRun != nil || suspended, let target = balance.handOverTarget(key) {
+                await handOver(to: target)
+                owned = false
+                continue
+            }
             let wasSuspended = current.withLock { status -> Bool in
                 let was = status.suspended
                 status.suspended = suspended
@@ -289,13 +350,55 @@ public final class WorkspaceRunner: Service, Sendable {
             notify(result)
             await publish()
         }
+        balance.forget(key)
+        let replica = ownership.replica
         if owned {
             current.withLock { $0.phase = "stopped" }
             await publish()
-            let replica = ownership.replica
             try? await ownership.records.releaseOwnership(replica)
             log("workspace=\(name) released by this replica")
+        } else {
+            // Standing by: its presence ends, so the others share the workspaces without it at once.
+            try? await ownership.records.releaseOwnership(replica)
         }
+    }
+
+    /// Gives the workspace up to `target.to`, which owns fewer (this replica stays a candidate): the
+    /// status says so and keeps the schedule for the next owner.
+    private func handOver(to target: (to: String, mine: Int, theirs: Int)) async {
+        current.withLock { $0.handedOverTo = target.to }
+        await publish()
+        do {
+            try await ownership.records.releaseOwnership(ownership.replica, leaving: false)
+        } catch {
+            // The claim lapses on its own; the workspace is taken when it does.
+            log("workspace=\(name) cannot give its claim up: \(Reconciler.plain(Failure(error).message))")
+        }
+        metrics.leader(workspace: name, false)
+        metrics.handover(workspace: name)
+        current.withLock {
+            $0.phase = "standby"
+            $0.nextRunAt = nil
+        }
+        log(
+            "workspace=\(name) handed over to spread the workspaces: this replica owned \(target.mine), replica \(target.to) owns \(target.theirs); it reconciles it from now on"
+        )
+    }
+
+    /// Takes on what the status `previous` said of the workspace before it was handed over: its last
+    /// reconcile and when the next one is due. Returns when that is, on the monotonic clock.
+    private func carryOver(_ previous: WorkspaceStatus) -> Duration? {
+        current.withLock { status in
+            status.last = previous.last
+            status.lastSuccessAt = previous.lastSuccessAt
+            status.consecutiveFailures = previous.consecutiveFailures
+            status.ready = previous.ready
+            status.phase = previous.last.map { Self.phase($0.outcome) } ?? status.phase
+            status.nextRunAt = previous.nextRunAt
+        }
+        guard let next = previous.nextRunAt else { return nil }
+        let seconds = next.timeIntervalSince(timing.wallClock())
+        return seconds > 0 ? timing.now() + .milliseconds(Int64(seconds * 1000)) : nil
     }
 
     /// The phase a reconcile's outcome leaves.

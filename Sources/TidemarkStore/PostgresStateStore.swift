@@ -18,7 +18,7 @@ import Glibc
 /// session state (no advisory locks, no `SET`), so it works through PgBouncer in transaction pooling.
 public final class PostgresStateStore: ServeRecordKeeping {
     /// The schema this tidemark writes; a database at a newer version is refused.
-    public static let schemaVersion = 6
+    public static let schemaVersion = 7
 
     /// The server and database.
     public let url: PostgresURL
@@ -712,15 +712,18 @@ public final class PostgresStateStore: ServeRecordKeeping {
     // MARK: - serve's records
 
     /// A row of `tidemark_serve` and the server's clock: workspace, owner, owner_expires, owner_fence,
-    /// suspended, suspended_by, reconcile_at, reconcile_by, status, status_at, now.
-    typealias ServeRow = (String, String?, Int64, Int64, Bool, String?, Int64, String?, ByteBuffer?, Int64, Int64)
+    /// suspended, suspended_by, reconcile_at, reconcile_by, status, status_at, replicas, now.
+    typealias ServeRow = (
+        String, String?, Int64, Int64, Bool, String?, Int64, String?, ByteBuffer?, Int64, String, Int64
+    )
 
     private static let serveColumns =
-        "workspace, owner, owner_expires, owner_fence, suspended, suspended_by, reconcile_at, reconcile_by, status, status_at"
+        "workspace, owner, owner_expires, owner_fence, suspended, suspended_by, reconcile_at, reconcile_by, status, status_at, replicas"
 
     private func serveRecord(_ row: PostgresRow) throws -> (ServeRecord, now: Date) {
         let (
-            workspace, owner, expires, fence, suspended, suspendedBy, reconcileAt, reconcileBy, status, statusAt, now
+            workspace, owner, expires, fence, suspended, suspendedBy, reconcileAt, reconcileBy, status, statusAt,
+            replicas, now
         ) =
             try decode(row, ServeRow.self, table: "tidemark_serve")
         var record = ServeRecord(workspace: workspace)
@@ -733,6 +736,7 @@ public final class PostgresStateStore: ServeRecordKeeping {
         record.reconcileRequestedBy = reconcileBy
         record.status = status.map { Data($0.readableBytesView) }
         record.statusAt = ServeRecord.date(millis: statusAt)
+        record.replicas = ServeRecord.replicas(text: replicas)
         return (record, ServeRecord.date(millis: now) ?? Date())
     }
 
@@ -783,7 +787,8 @@ public final class PostgresStateStore: ServeRecordKeeping {
                 UPDATE tidemark_serve SET owner = \(record.owner), owner_expires = \(ServeRecord.millis(record.ownerExpires)),
                     owner_fence = \(record.ownerFence), suspended = \(record.suspended), suspended_by = \(record.suspendedBy),
                     reconcile_at = \(ServeRecord.millis(record.reconcileRequestedAt)), reconcile_by = \(record.reconcileRequestedBy),
-                    status = \(status), status_at = \(ServeRecord.millis(record.statusAt))
+                    status = \(status), status_at = \(ServeRecord.millis(record.statusAt)),
+                    replicas = \(ServeRecord.replicasText(record.replicas))
                 WHERE workspace = \(self.workspace)
                 """)
             return (record, result)
@@ -977,6 +982,10 @@ public final class PostgresStateStore: ServeRecordKeeping {
                 owner_fence BIGINT NOT NULL DEFAULT 0, suspended BOOLEAN NOT NULL DEFAULT false, suspended_by TEXT,
                 reconcile_at BIGINT NOT NULL DEFAULT 0, reconcile_by TEXT, status BYTEA, status_at BIGINT NOT NULL DEFAULT 0)
             """
+        ],
+        [
+            // 7: the replicas that run each workspace and when their presence ends, to spread workspaces.
+            "ALTER TABLE tidemark_serve ADD COLUMN replicas TEXT NOT NULL DEFAULT ''"
         ],
     ]
 

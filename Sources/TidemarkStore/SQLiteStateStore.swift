@@ -887,8 +887,16 @@ public final class SQLiteStateStore: ServeRecordKeeping {
         CREATE TABLE IF NOT EXISTS tidemark_serve (workspace TEXT PRIMARY KEY, owner TEXT,
             owner_expires INTEGER NOT NULL DEFAULT 0, owner_fence INTEGER NOT NULL DEFAULT 0,
             suspended INTEGER NOT NULL DEFAULT 0, suspended_by TEXT, reconcile_at INTEGER NOT NULL DEFAULT 0,
-            reconcile_by TEXT, status BLOB, status_at INTEGER NOT NULL DEFAULT 0)
+            reconcile_by TEXT, status BLOB, status_at INTEGER NOT NULL DEFAULT 0, replicas TEXT NOT NULL DEFAULT '')
         """
+
+    /// Makes the table, or adds what a file written by an older tidemark lacks (the replicas' presences).
+    private static func makeServeTable(_ db: Database) throws {
+        try db.execute(sql: serveTable)
+        if try !db.columns(in: "tidemark_serve").contains(where: { $0.name == "replicas" }) {
+            try db.execute(sql: "ALTER TABLE tidemark_serve ADD COLUMN replicas TEXT NOT NULL DEFAULT ''")
+        }
+    }
 
     private static func serveRecord(_ row: Row) -> ServeRecord {
         var record = ServeRecord(workspace: row["workspace"])
@@ -901,6 +909,7 @@ public final class SQLiteStateStore: ServeRecordKeeping {
         record.reconcileRequestedBy = row["reconcile_by"]
         record.status = row["status"]
         record.statusAt = ServeRecord.date(millis: row["status_at"])
+        record.replicas = ServeRecord.replicas(text: row["replicas"] ?? "")
         return record
     }
 
@@ -937,7 +946,7 @@ public final class SQLiteStateStore: ServeRecordKeeping {
         let workspace = self.workspace
         return try await running {
             try await queue.write { db in
-                try db.execute(sql: Self.serveTable)
+                try Self.makeServeTable(db)
                 var record =
                     try Row.fetchOne(
                         db, sql: "SELECT * FROM tidemark_serve WHERE workspace = ?", arguments: [workspace]
@@ -947,15 +956,15 @@ public final class SQLiteStateStore: ServeRecordKeeping {
                 try db.execute(
                     sql: """
                         INSERT OR REPLACE INTO tidemark_serve (workspace, owner, owner_expires, owner_fence, suspended,
-                            suspended_by, reconcile_at, reconcile_by, status, status_at)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                            suspended_by, reconcile_at, reconcile_by, status, status_at, replicas)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                         """,
                     arguments: [
                         workspace, record.owner, ServeRecord.millis(record.ownerExpires), record.ownerFence,
                         record.suspended,
                         record.suspendedBy, ServeRecord.millis(record.reconcileRequestedAt),
                         record.reconcileRequestedBy,
-                        record.status, ServeRecord.millis(record.statusAt),
+                        record.status, ServeRecord.millis(record.statusAt), ServeRecord.replicasText(record.replicas),
                     ])
                 return (record, result)
             }

@@ -548,6 +548,7 @@ public enum StateStoreConformance {
             await unsupported { _ = try await store.serveRecords() }
             await unsupported { _ = try await store.claimOwnership("a", for: .seconds(30)) }
             await unsupported { try await store.releaseOwnership("a") }
+            await unsupported { _ = try await store.claimOwnership("a", for: .seconds(30), take: false) }
             await unsupported { try await store.requestControl(.suspend, by: "alice") }
             await unsupported { try await store.publishStatus(Data("{}".utf8), replica: "a") }
             return
@@ -580,6 +581,27 @@ public enum StateStoreConformance {
         try await Task.sleep(for: .milliseconds(150))
         let afterExpiry = try await store.claimOwnership("replica-a", for: .seconds(3600))
         #expect(afterExpiry.owner == "replica-a" && afterExpiry.ownerFence == 3)
+        // Presences: a replica standing by is recorded without taking the workspace; a handover ends the
+        // claim and keeps the presence; a replica that leaves ends both; an ended presence is dropped.
+        let standby = try await store.claimOwnership("replica-c", for: .seconds(3600), take: false)
+        #expect(standby.owner == "replica-a" && standby.liveReplicas(at: Date()) == ["replica-a", "replica-c"])
+        let kept = try await store.claimOwnership("replica-a", for: .seconds(3600), take: false)
+        #expect(kept.owner == "replica-a" && kept.ownerFence == 3)
+        try await store.releaseOwnership("replica-a", leaving: false)
+        let handedOver = try await store.serveRecord()
+        #expect(handedOver.owner == nil && handedOver.liveReplicas(at: Date()) == ["replica-a", "replica-c"])
+        let notTaken = try await store.claimOwnership("replica-a", for: .seconds(3600), take: false)
+        #expect(notTaken.owner == nil)
+        let takenOver = try await store.claimOwnership("replica-c", for: .seconds(3600), take: true)
+        #expect(takenOver.owner == "replica-c" && takenOver.ownerFence == 4)
+        _ = try await store.claimOwnership("replica-d", for: .milliseconds(50), take: false)
+        try await store.releaseOwnership("replica-a")
+        try await Task.sleep(for: .milliseconds(150))
+        let left = try await store.claimOwnership("replica-c", for: .seconds(3600), take: false)
+        #expect(left.owner == "replica-c" && left.liveReplicas(at: Date()) == ["replica-c"])
+        #expect(try await store.serveRecord().replicas.keys.sorted() == ["replica-c"])
+        try await store.releaseOwnership("replica-c")
+        _ = try await store.claimOwnership("replica-a", for: .seconds(3600))
         // Other workspaces of the same database may have records too.
         let mine = try await store.serveRecords().filter { $0.workspace == empty.workspace }
         #expect(mine.map(\.owner) == ["replica-a"])

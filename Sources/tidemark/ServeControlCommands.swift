@@ -92,7 +92,7 @@ struct StatusCommand: AsyncParsableCommand {
         let objects: [[String: Any]] = entries.map { runtime, record in
             var object: [String: Any] = [
                 "workspace": record.workspace, "state": runtime.stateDisplay, "suspended": record.suspended,
-                "owner": record.liveOwner(at: now) ?? NSNull(),
+                "owner": record.liveOwner(at: now) ?? NSNull(), "replicas": record.liveReplicas(at: now),
             ]
             let iso = ISO8601DateFormatter()
             if let by = record.suspendedBy { object["suspended_by"] = by }
@@ -120,14 +120,23 @@ struct StatusCommand: AsyncParsableCommand {
         if owner == nil, status != nil { phase += " (as last published)" }
         lines.append("\(record.workspace): \(phase)")
         lines.append("  state: \(runtime.stateDisplay)")
+        let replicas = record.liveReplicas(at: now)
         if let owner {
             lines.append("  owner: replica \(owner)")
+        } else if let status, let to = status.handedOverTo, replicas.contains(to) {
+            lines.append(
+                "  owner: none for a moment; replica \(status.replica) handed it over to replica \(to), which owns fewer workspaces"
+            )
         } else if let previous = record.owner, let expires = record.ownerExpires {
             lines.append(
                 "  owner: none; replica \(previous)'s claim lapsed \(relative(expires)) (it stopped, or no 'tidemark serve' reaches this state)"
             )
         } else {
             lines.append("  owner: none; no 'tidemark serve' has reconciled it from this state")
+        }
+        let standing = replicas.filter { $0 != owner }
+        if !standing.isEmpty {
+            lines.append("  standing by: " + standing.map { "replica \($0)" }.joined(separator: ", "))
         }
         if record.suspended {
             lines.append("  suspended by \(record.suspendedBy ?? "someone"); 'tidemark resume' lifts it")

@@ -223,6 +223,12 @@ import FoundationNetworking
         let workspaces = (json?["workspaces"] as? [[String: Any]]) ?? []
         #expect(workspaces.map { $0["workspace"] as? String } == ["alpha", "beta"])
         #expect(workspaces.allSatisfy { $0["owner"] is String }, "\(status.stdout)")
+        // The one replica is present in each workspace's record, as its owner.
+        #expect(
+            workspaces.allSatisfy { ($0["replicas"] as? [String]) == [$0["owner"] as? String ?? "?"] },
+            "\(status.stdout)")
+        let text = try cli.run(["status", "alpha"])
+        #expect(text.stdout.contains("owner: replica ") && !text.stdout.contains("standing by"), "\(text.stdout)")
         #expect(!serve.logText.contains("cannot claim"), "\(serve.logText)")
         let unknown = try cli.run(["suspend", "gamma"])
         #expect(unknown.status != 0 && unknown.stderr.contains("lists no workspace 'gamma'"), "\(unknown.stderr)")

@@ -136,6 +136,77 @@ struct ServeWorkspacesTests {
         _ = try? await b.value
     }
 
+    /// Two replicas running four workspaces spread them: the first, alone, takes all four; the second,
+    /// started later, gets two by handovers between reconciles (it goes on with the schedule the first
+    /// left, without a reconcile at once), and no more move; when it stops, the first takes them back.
+    @Test
+    func replicasSpreadTheWorkspacesTheyShare() async throws {
+        let projects = try (0..<4).map { _ in try ServeProject() }
+        defer { for project in projects { project.remove() } }
+        for project in projects { try project.writeDevices([1, 2, 3]) }
+        let stores = (0..<4).map { InMemoryStateStore(workspace: "w\($0)") }
+        let lines = Mutex<[String]>([])
+        func replica(_ name: String) throws -> [WorkspaceRunner] {
+            let balance = ReplicaBalance(
+                replica: name, grace: .seconds(1), cooldown: .milliseconds(300), now: Timing.live.now)
+            return try projects.indices.map { index in
+                var settings = ServeSettings()
+                settings.interval = .seconds(3600)
+                var status = Serve.initialStatus(try projects[index].runtime(), settings: settings)
+                status.workspace = "w\(index)"
+                return WorkspaceRunner(
+                    status: status, reconciler: projects[index].reconciler { $0.interval = .seconds(3600) },
+                    ownership: .init(
+                        records: stores[index], replica: name, duration: .seconds(3600), poll: .milliseconds(50),
+                        balance: balance),
+                    metrics: ServeMetrics(), log: { line in lines.withLock { $0.append("\(name): \(line)") } })
+            }
+        }
+        func owners() async throws -> [String?] {
+            var owners: [String?] = []
+            for store in stores { owners.append(try await store.serveRecord().owner) }
+            return owners
+        }
+        let owned = Mutex<[String?]>([])
+        func story() -> String {
+            "owners: \(owned.withLock { $0 })\n" + lines.withLock { $0.joined(separator: "\n") }
+        }
+        func waitForOwners(_ condition: @escaping ([String?]) -> Bool) async throws {
+            let end = ContinuousClock.now + .seconds(120)
+            while true {
+                let now = try await owners()
+                owned.withLock { $0 = now }
+                if condition(now) { return }
+                guard ContinuousClock.now < end else {
+                    Issue.record("owners never settled\n\(story())")
+                    return
+                }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
+        let first = try replica("replica-a")
+        let a = first.map { runner in Task { try await runner.run() } }
+        try await waitUntil(story) { first.allSatisfy { $0.status.phase == "ready" } }
+        try await waitForOwners { $0.allSatisfy { $0 == "replica-a" } }
+        let second = try replica("replica-b")
+        let b = second.map { runner in Task { try await runner.run() } }
+        try await waitForOwners { $0.filter { $0 == "replica-b" }.count == 2 && !$0.contains(nil) }
+        try await Task.sleep(for: .seconds(1))
+        try await waitForOwners { $0.filter { $0 == "replica-b" }.count == 2 && !$0.contains(nil) }
+        let said = lines.withLock { $0 }
+        #expect(said.filter { $0.hasPrefix("replica-a: ") && $0.contains("handed over") }.count == 2, "\(story())")
+        #expect(!said.contains { $0.hasPrefix("replica-b: reconcile ") }, "\(story())")
+        for runner in second where runner.status.replica == "replica-b" && runner.status.phase != "standby" {
+            #expect(runner.status.phase == "ready" && runner.status.last != nil && runner.status.nextRunAt != nil)
+        }
+        for task in b { task.cancel() }
+        for task in b { _ = try? await task.value }
+        try await waitForOwners { $0.allSatisfy { $0 == "replica-a" } }
+        #expect(try await stores[0].serveRecord().replicas.keys.sorted() == ["replica-a"])
+        for task in a { task.cancel() }
+        for task in a { _ = try? await task.value }
+    }
+
     private func waitUntil(
         _ story: () -> String = { "" }, seconds: Double = 120,
         sourceLocation: Testing.SourceLocation = #_sourceLocation,

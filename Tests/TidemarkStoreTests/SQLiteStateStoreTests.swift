@@ -284,6 +284,36 @@ import TidemarkTesting
         }
         #expect(version == "2")
     }
+
+    /// A file whose `serve` records were written before replicas recorded their presence keeps its
+    /// owner and status, and takes presences from its next write on.
+    @Test func serveRecordsWrittenBeforePresencesAreKept() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tm-format-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let path = dir.appendingPathComponent("state.db").path
+        let queue = try DatabaseQueue(path: path)
+        try await queue.write { db in
+            try db.execute(
+                sql: """
+                    PRAGMA application_id = \(SQLiteStateStore.applicationID);
+                    CREATE TABLE tidemark_serve (workspace TEXT PRIMARY KEY, owner TEXT,
+                        owner_expires INTEGER NOT NULL DEFAULT 0, owner_fence INTEGER NOT NULL DEFAULT 0,
+                        suspended INTEGER NOT NULL DEFAULT 0, suspended_by TEXT, reconcile_at INTEGER NOT NULL DEFAULT 0,
+                        reconcile_by TEXT, status BLOB, status_at INTEGER NOT NULL DEFAULT 0);
+                    INSERT INTO tidemark_serve (workspace, owner, owner_expires, owner_fence, status)
+                        VALUES ('default', 'replica-a', 99999999999999, 4, x'7B7D');
+                    """)
+        }
+        try queue.close()
+        let store = SQLiteStateStore(path: path)
+        let old = try await store.serveRecord()
+        #expect(
+            old.owner == "replica-a" && old.ownerFence == 4 && old.status == Data("{}".utf8) && old.replicas.isEmpty)
+        let standby = try await store.claimOwnership("replica-b", for: .seconds(3600), take: true)
+        #expect(standby.owner == "replica-a" && standby.liveReplicas(at: Date()) == ["replica-b"])
+        #expect(try await SQLiteStateStore(path: path).serveRecord().replicas.keys.sorted() == ["replica-b"])
+    }
 }
 
 /// Workspaces share one SQLite file: each with its own tables, lineage, serial, journal and lock.

@@ -18,6 +18,10 @@ and what it found, and the script exits 1 if any finds a lost or extra membershi
              takes the workspace over within the claim's expiry, finishes from the journal, sends no
              journaled change again, and the end state is exact; a row inserted into the PostgreSQL
              inventory table is then subscribed within an interval and one reconcile.
+  serve-spread (needs TIDEMARK_TEST_POSTGRES_URL) two `tidemark serve` replicas and four workspaces on
+             PostgreSQL state: the first, alone, owns all four; the second, started later, gets two by
+             handovers between reconciles (no reconcile at once); SIGKILLed, its two go back to the first
+             within the claim's expiry and the grace, and every workspace ends exact.
 """
 
 import argparse
@@ -453,6 +457,12 @@ class Serve:
     def status(self):
         return json.loads(self.get("/status"))["workspaces"][0]
 
+    def owned(self):
+        """The workspaces this replica owns now, by its /status."""
+        status = json.loads(self.get("/status"))
+        return sorted(w["workspace"] for w in status["workspaces"]
+                      if w["phase"] not in ("standby", "stopped") and w["replica"] == status["replica"])
+
     def stop(self):
         stop_process(self.process, 40)
         self.log.close()
@@ -616,12 +626,78 @@ def serve_takeover(binary, url, devices=600, topics=30):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def serve_spread(binary, url, workspaces=4, devices=40):
+    """Two serve replicas share four workspaces: two each by handovers; the survivor of a SIGKILL takes all."""
+    work = tempfile.mkdtemp(prefix="tm-spread-")
+    names = ["spread-%d-%d" % (os.getpid(), i) for i in range(workspaces)]
+    replicas = []
+    try:
+        with Emulator(binary, PROJECT, "--auto-register") as emulator:
+            os.makedirs(os.path.join(work, "manifests"))
+            entries = []
+            for name in names:
+                directory = os.path.join(work, "manifests", name)
+                os.makedirs(directory)
+                with open(os.path.join(directory, "topics.yaml"), "w") as f:
+                    f.write("inventory:\n  devices:\n")
+                    for i in range(devices):
+                        f.write("    - {id: %s-d%d, token: '%s', labels: {fleet: all}}\n"
+                                % (name, i, token(i, prefix=name.replace("-", ""))))
+                    f.write("topics:\n  - name: %s\n    members: [{selector: {fleet: all}}]\n" % name)
+                entries.append("    - {name: %s, manifests: manifests/%s}\n" % (name, name))
+            with open(os.path.join(work, "tidemark.yaml"), "w") as f:
+                f.write("project: %s\nbackend: emulator\nstate: %s\n"
+                        "serve:\n  interval: 10m\n  workspaces:\n%s" % (PROJECT, url, "".join(entries)))
+            env = emulator.env
+            print("serve-spread: two replicas, %d workspaces on PostgreSQL state" % workspaces, flush=True)
+            first = Serve(binary, work, env, "a")
+            replicas.append(first)
+
+            def settle(check, seconds=60):
+                deadline = time.monotonic() + seconds
+                while time.monotonic() < deadline:
+                    owned = [r.owned() if r.process.poll() is None else [] for r in replicas]
+                    if check(owned):
+                        return owned
+                    time.sleep(0.2)
+                return None
+
+            alone = settle(lambda owned: owned[0] == sorted(names))
+            second = Serve(binary, work, env, "b")
+            replicas.append(second)
+            started = time.monotonic()
+            spread = settle(lambda owned: len(owned[0]) == 2 and len(owned[1]) == 2)
+            took = time.monotonic() - started
+            time.sleep(8)
+            stable = settle(lambda owned: owned == spread, seconds=1)
+            handed = len(re.findall(r"handed over to this replica", second.text()))
+            reconciled = len(re.findall(r"reconcile workspace=", second.text()))
+            print("  alone, replica a owned %s; with replica b, %s after %.1f s (%d handovers, %d reconciles "
+                  "by b at once), %s 8 s later" % (
+                      "all %d" % workspaces if alone else "NOT ALL", "2 and 2" if spread else "NEVER 2 and 2", took,
+                      handed, reconciled, "unchanged" if stable else "CHANGED"), flush=True)
+            second.process.send_signal(signal.SIGKILL)
+            second.process.wait()
+            killed = time.monotonic()
+            back = settle(lambda owned: owned[0] == sorted(names), seconds=60)
+            back_after = time.monotonic() - killed
+            exact = all(len(emulator.subscribers(name)) == devices for name in names)
+            print("  replica b SIGKILLed: replica a owned all %d again after %.1f s (claims last 6 s); every "
+                  "workspace's topic %s" % (workspaces, back_after, "exact" if exact else "NOT EXACT"), flush=True)
+            return (alone is not None and spread is not None and stable is not None and handed == 2
+                    and reconciled == 0 and back is not None and back_after <= 6 + 6 + 4 and exact)
+    finally:
+        for replica in replicas:
+            replica.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("binary")
     parser.add_argument("checks", nargs="*",
                         default=["faults", "kills", "revert", "narrow", "concurrent", "shared-quota",
-                                 "serve-takeover"])
+                                 "serve-takeover", "serve-spread"])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="smaller fault run, for the test suite")
     args = parser.parse_args()
@@ -643,9 +719,9 @@ def main():
                 results["narrow/postgres"] = narrow(args.binary, "iid", state_url=url, rounds=1 if args.quick else 3)
         elif check == "concurrent":
             results["concurrent"] = concurrent(args.binary)
-        elif check in ("shared-quota", "serve-takeover"):
+        elif check in ("shared-quota", "serve-takeover", "serve-spread"):
             url = os.environ.get("TIDEMARK_TEST_POSTGRES_URL")
-            run = shared_quota if check == "shared-quota" else serve_takeover
+            run = {"shared-quota": shared_quota, "serve-takeover": serve_takeover, "serve-spread": serve_spread}[check]
             if url:
                 results[check] = run(args.binary, url)
             elif os.environ.get("TIDEMARK_REQUIRE_POSTGRES"):

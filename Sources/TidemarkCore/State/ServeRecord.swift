@@ -28,6 +28,10 @@ public struct ServeRecord: Sendable, Equatable {
     public var status: Data?
     /// When it was published.
     public var statusAt: Date?
+    /// The replicas that run the workspace (its owner and those standing by), each with when its
+    /// presence ends unless renewed: how replicas learn of each other, to spread their workspaces.
+    /// A write drops the entries that ended by the store's clock.
+    public var replicas: [String: Date] = [:]
 
     /// The record of a workspace nothing was recorded for yet.
     public init(workspace: String) { self.workspace = workspace }
@@ -41,6 +45,11 @@ public struct ServeRecord: Sendable, Equatable {
     public func liveOwner(at now: Date) -> String? {
         guard let owner, let ownerExpires, ownerExpires > now else { return nil }
         return owner
+    }
+
+    /// The replicas whose presence is live at `now` (the owner among them while it renews), by name.
+    public func liveReplicas(at now: Date) -> [String] {
+        replicas.filter { $0.value > now }.keys.sorted()
     }
 }
 
@@ -67,15 +76,28 @@ extension StateStore {
         throw Self.serveUnsupported(location)
     }
 
-    /// Claims the workspace for `replica` for `duration` when nobody else's claim is live (or renews
-    /// `replica`'s own); returns the record after the claim: `replica` owns it when `isOwned(by:)` says so.
-    public func claimOwnership(_ replica: String, for duration: Duration) async throws -> ServeRecord {
+    /// Records `replica`'s presence for `duration` and, when `take`, claims the workspace for it unless
+    /// another replica's claim is live (or renews `replica`'s own); returns the record after it:
+    /// `replica` owns it when `isOwned(by:)` says so.
+    public func claimOwnership(_ replica: String, for duration: Duration, take: Bool) async throws -> ServeRecord {
         throw Self.serveUnsupported(location)
     }
 
-    /// Gives up `replica`'s claim (a replica that stops), so another takes the workspace at once.
-    public func releaseOwnership(_ replica: String) async throws {
+    /// Gives up `replica`'s claim; `leaving` (a replica that stops) ends its presence too, so the others
+    /// share the workspaces without it at once; otherwise it stays a candidate (a handover).
+    public func releaseOwnership(_ replica: String, leaving: Bool) async throws {
         throw Self.serveUnsupported(location)
+    }
+
+    /// Claims the workspace for `replica` for `duration` when nobody else's claim is live (or renews
+    /// `replica`'s own), recording its presence; returns the record after the claim.
+    public func claimOwnership(_ replica: String, for duration: Duration) async throws -> ServeRecord {
+        try await claimOwnership(replica, for: duration, take: true)
+    }
+
+    /// Gives up `replica`'s claim and presence (a replica that stops), so another takes the workspace at once.
+    public func releaseOwnership(_ replica: String) async throws {
+        try await releaseOwnership(replica, leaving: true)
     }
 
     /// Records `control`, asked by `by` (a person and a host): taken without the state lock, and acted
@@ -111,23 +133,58 @@ extension ServeRecord {
         millis > 0 ? Date(timeIntervalSince1970: TimeInterval(millis) / 1000) : nil
     }
 
-    /// Claims the workspace for `replica` until `expires` unless another replica's claim is live at
-    /// `now`; a new owner (or one whose claim had lapsed) bumps the fence. Returns whether `replica`
-    /// owns it now. Every store applies this rule in a transaction of its own.
-    public mutating func claim(_ replica: String, until expires: Date, now: Date) -> Bool {
+    /// Records `replica`'s presence until `expires` (dropping the presences and the claim that ended
+    /// by `now`) and, when `take`, claims the workspace for it until `expires` unless another
+    /// replica's claim is live; a new owner (or one whose claim had lapsed) bumps the fence. A replica
+    /// that owns the workspace renews its claim whatever `take` says. Returns whether `replica` owns it
+    /// now. Every store applies this rule in a transaction of its own.
+    @discardableResult
+    public mutating func claim(_ replica: String, until expires: Date, now: Date, take: Bool = true) -> Bool {
+        replicas = replicas.filter { $0.value > now }
+        replicas[replica] = expires
         let live = liveOwner(at: now)
+        if live == nil, owner != nil {
+            owner = nil
+            ownerExpires = nil
+        }
         if let live, live != replica { return false }
+        guard live == replica || take else { return false }
         if live == nil { ownerFence += 1 }
         owner = replica
         ownerExpires = expires
         return true
     }
 
-    /// Ends `replica`'s claim (nothing when another replica owns the workspace).
-    public mutating func release(_ replica: String) {
+    /// Ends `replica`'s claim (nothing when another replica owns the workspace); `leaving` ends its
+    /// presence too.
+    public mutating func release(_ replica: String, leaving: Bool = true) {
+        if leaving { replicas[replica] = nil }
         guard owner == replica else { return }
         owner = nil
         ownerExpires = nil
+    }
+
+    /// `replicas` as the stores keep it: JSON of each replica's presence end in milliseconds.
+    public static func replicasText(_ replicas: [String: Date]) -> String {
+        guard !replicas.isEmpty else { return "" }
+        let ends = replicas.mapValues { millis($0) }
+        let data = (try? JSONSerialization.data(withJSONObject: ends, options: [.sortedKeys])) ?? Data()
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// Reads what `replicasText` wrote (nothing for an empty or unreadable text: presences are
+    /// renewed every few seconds, so one lost is soon back).
+    public static func replicas(text: String) -> [String: Date] {
+        guard !text.isEmpty,
+            let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any]
+        else { return [:] }
+        var replicas: [String: Date] = [:]
+        for (replica, value) in object {
+            if let millis = (value as? NSNumber)?.int64Value, let date = date(millis: millis) {
+                replicas[replica] = date
+            }
+        }
+        return replicas
     }
 
     /// Records `control` asked by `by` at `now`.
@@ -155,16 +212,17 @@ public protocol ServeRecordKeeping: StateStore {
 }
 
 extension ServeRecordKeeping {
-    /// Claims the workspace (`ServeRecord.claim`) by the store's clock.
-    public func claimOwnership(_ replica: String, for duration: Duration) async throws -> ServeRecord {
+    /// Records `replica`'s presence and, when `take`, claims the workspace (`ServeRecord.claim`), by
+    /// the store's clock.
+    public func claimOwnership(_ replica: String, for duration: Duration, take: Bool) async throws -> ServeRecord {
         try await updateServeRecord { record, now in
-            _ = record.claim(replica, until: now.addingTimeInterval(Timing.seconds(duration)), now: now)
+            record.claim(replica, until: now.addingTimeInterval(Timing.seconds(duration)), now: now, take: take)
         }.0
     }
 
-    /// Ends `replica`'s claim.
-    public func releaseOwnership(_ replica: String) async throws {
-        _ = try await updateServeRecord { record, _ in record.release(replica) }
+    /// Ends `replica`'s claim, and its presence when `leaving`.
+    public func releaseOwnership(_ replica: String, leaving: Bool) async throws {
+        _ = try await updateServeRecord { record, _ in record.release(replica, leaving: leaving) }
     }
 
     /// Records `control` (`ServeRecord.record`) by the store's clock.

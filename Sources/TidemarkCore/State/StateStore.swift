@@ -55,12 +55,13 @@ public protocol StateStore: Sendable {
     /// Every workspace's record for `serve` in this store, by name.
     func serveRecords() async throws -> [ServeRecord]
 
-    /// Claims the workspace for `replica` for `duration` unless another replica's claim is live;
-    /// renews `replica`'s own. Returns the record after the claim.
-    func claimOwnership(_ replica: String, for duration: Duration) async throws -> ServeRecord
+    /// Records `replica`'s presence for `duration` and, when `take`, claims the workspace for it unless
+    /// another replica's claim is live; renews `replica`'s own claim. Returns the record after it.
+    func claimOwnership(_ replica: String, for duration: Duration, take: Bool) async throws -> ServeRecord
 
-    /// Gives up `replica`'s claim, so another replica takes the workspace at once.
-    func releaseOwnership(_ replica: String) async throws
+    /// Gives up `replica`'s claim, so another replica takes the workspace at once; `leaving` ends its
+    /// presence too (a replica that stops), otherwise it stays a candidate (a handover).
+    func releaseOwnership(_ replica: String, leaving: Bool) async throws
 
     /// Records what a person asks of the workspace; returns the record after it.
     @discardableResult
