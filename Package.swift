@@ -82,7 +82,10 @@ let package = Package(
         // (stores, sources, backends) built from them through registries.
         .target(
             name: "TidemarkRuntime",
-            dependencies: ["TidemarkCore", "TidemarkEmulator", "TidemarkStore", "TidemarkFCM", "TidemarkAuth"]
+            dependencies: [
+                "TidemarkCore", "TidemarkEmulator", "TidemarkStore", "TidemarkFCM", "TidemarkAuth",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
         ),
         // `tidemark serve`: the reconcile loop as a service, its metrics, health endpoints and status.
         .target(

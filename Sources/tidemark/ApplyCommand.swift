@@ -103,7 +103,8 @@ struct ApplyCommand: AsyncParsableCommand {
             (
                 plan: try readPlan(
                     $0, limit: runtime.settings.limits.planBytes,
-                    operations: runtime.settings.limits.planOperations), file: $0
+                    operations: runtime.settings.limits.planOperations, key: try runtime.planKey()
+                ).plan, file: $0
             )
         }
         PhaseTrace.mark("saved plan read")

@@ -181,6 +181,8 @@ enum EmbeddedFiles {
         #                                      (Cloud SQL, Supabase, RDS: see docs/state.md), for apply and drift
         #   secrets.TIDEMARK_STATE_URL_READONLY the same database through a role that can only SELECT: what
         #                                      pull-request plans read (plans never write state)
+        #   secrets.TIDEMARK_PLAN_KEY          base64 of 32 random bytes (openssl rand -base64 32): seals the saved
+        #                                      plan, so the artifact holds no registration token in the clear
         #   vars.TIDEMARK_WORKSPACE            the state workspace of this project and environment (default: default)
         #   vars.TIDEMARK_RELEASES_URL         where tidemark's release binaries are downloaded from (default: the
         #                                      project's GitHub releases); each is checked against its SHA-256
@@ -221,6 +223,7 @@ enum EmbeddedFiles {
               cancel-in-progress: true
             env:
               TIDEMARK_STATE_URL: ${{ secrets.TIDEMARK_STATE_URL_READONLY }}
+              TIDEMARK_PLAN_KEY: ${{ secrets.TIDEMARK_PLAN_KEY }}
               FORK: ${{ github.event.pull_request.head.repo.full_name != github.repository }}
             steps:
               - uses: actions/checkout@v4
@@ -308,6 +311,7 @@ enum EmbeddedFiles {
             environment: fcm-production
             env:
               TIDEMARK_STATE_URL: ${{ secrets.TIDEMARK_STATE_URL }}
+              TIDEMARK_PLAN_KEY: ${{ secrets.TIDEMARK_PLAN_KEY }}
             steps:
               - uses: actions/checkout@v4
               - uses: google-github-actions/auth@v2  # sets GOOGLE_APPLICATION_CREDENTIALS
@@ -504,6 +508,8 @@ enum EmbeddedFiles {
         #                           (Cloud SQL, Supabase, RDS: see docs/state.md), for apply and drift
         #   TIDEMARK_STATE_URL_READONLY (masked) the same database through a role that can only SELECT: what
         #                           merge-request plans read (plans never write state)
+        #   TIDEMARK_PLAN_KEY       (masked) base64 of 32 random bytes (openssl rand -base64 32): seals the
+        #                           saved plan, so the artifact holds no registration token in the clear
         #   TIDEMARK_WORKSPACE      the state workspace of this project and environment (default: default)
         #   GITLAB_API_TOKEN        a project access token (scope: api) to post notes and read artifacts
         #   TIDEMARK_DRIFT_REFRESH  set to "all" on a weekly schedule: only a full read closes the drift issue

@@ -135,11 +135,11 @@ struct InitCommand: ParsableCommand {
         switch ci {
         case .github:
             lines.append(
-                "The GitHub workflow needs the secrets FCM_SERVICE_ACCOUNT, TIDEMARK_STATE_URL and TIDEMARK_STATE_URL_READONLY and an 'fcm-production' environment: see the comment at its top and docs/ci.md."
+                "The GitHub workflow needs the secrets FCM_SERVICE_ACCOUNT, TIDEMARK_STATE_URL, TIDEMARK_STATE_URL_READONLY and TIDEMARK_PLAN_KEY and an 'fcm-production' environment: see the comment at its top and docs/ci.md."
             )
         case .gitlab:
             lines.append(
-                "The GitLab pipeline needs the CI/CD variables listed at its top (FCM_SERVICE_ACCOUNT, TIDEMARK_STATE_URL, GITLAB_API_TOKEN, …): see docs/ci.md."
+                "The GitLab pipeline needs the CI/CD variables listed at its top (FCM_SERVICE_ACCOUNT, TIDEMARK_STATE_URL, TIDEMARK_PLAN_KEY, GITLAB_API_TOKEN, …): see docs/ci.md."
             )
         case .none:
             lines.append(

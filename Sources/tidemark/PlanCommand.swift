@@ -24,7 +24,9 @@ struct PlanCommand: AsyncParsableCommand {
 
     @Option(
         name: .long,
-        help: ArgumentHelp("Save the plan as JSON, to apply exactly with 'tidemark apply FILE'.", valueName: "FILE"))
+        help: ArgumentHelp(
+            "Save the plan as JSON, to apply exactly with 'tidemark apply FILE'; with TIDEMARK_PLAN_KEY set, its registration tokens are sealed (AES-256-GCM).",
+            valueName: "FILE"))
     var out: String?
 
     @Flag(help: "Exit 2 when the plan has changes, 0 when it has none, 1 on error.")
@@ -52,6 +54,7 @@ struct PlanCommand: AsyncParsableCommand {
 
     private func plan(_ runtime: Runtime) async throws {
         if let out { try Self.checkOverwritable(out) }
+        let key = out == nil ? nil : try runtime.planKey()
         var request = PlanRequest(
             policy: try reading.policy(runtime.settings), targets: try planning.selection.targets(),
             maxUnsubscribes: try planning.limit() ?? runtime.settings.maxUnsubscribes)
@@ -64,7 +67,16 @@ struct PlanCommand: AsyncParsableCommand {
         PhaseTrace.mark("plan made")
         let refused = plan.diagnostics.hasErrors
         if let out, !refused {
-            try writeAtomically(jsonFile(plan.summarized()), to: out, mode: 0o600)
+            if let key {
+                try writeAtomically(SealedPlan.seal(plan.summarized(), key: key), to: out, mode: 0o600)
+            } else {
+                try writeAtomically(jsonFile(plan.summarized()), to: out, mode: 0o600)
+                if plan.hasChanges || !plan.observations.isEmpty {
+                    Terminal.err(
+                        "warning: \(out) holds registration tokens in the clear (anyone who can read the file can message those devices); set \(PlanKey.variable) to base64 of 32 random bytes ('openssl rand -base64 32', kept as a CI secret) to seal saved plans, as the CI recipes do.\n"
+                    )
+                }
+            }
             PhaseTrace.mark("plan saved")
         }
         try runtime.output(
@@ -85,7 +97,8 @@ struct PlanCommand: AsyncParsableCommand {
     /// `--out` replaces an older plan, never a manifest or any other file.
     static func checkOverwritable(_ path: String) throws {
         guard FileManager.default.fileExists(atPath: path) else { return }
-        guard let data = FileManager.default.contents(atPath: path), (try? Plan.decodeSaved(data, file: path)) != nil
+        guard let data = FileManager.default.contents(atPath: path),
+            SealedPlan.isSealed(data) || (try? Plan.decodeSaved(data, file: path)) != nil
         else {
             throw CLIError(
                 "\(path) exists and is not a tidemark plan; --out replaces only an older plan. Choose another file, such as plan.json."

@@ -64,31 +64,34 @@ extension Runtime {
         }
     }
 
-    func renderer(_ inventory: Inventory?) -> PlanRenderer {
-        PlanRenderer(showTokens: showTokens, width: Terminal.width, deviceName: deviceNamer(inventory))
+    func renderer(_ inventory: Inventory?, tokensRedacted: Bool = false) -> PlanRenderer {
+        PlanRenderer(
+            showTokens: showTokens, width: Terminal.width,
+            deviceName: deviceNamer(inventory, tokensRedacted: tokensRedacted))
     }
 
-    /// Names a token's device for human output, when the inventory knows it.
-    func deviceNamer(_ inventory: Inventory?) -> @Sendable (String) -> String? {
-        if let inventory { return inventory.deviceNamer }
-        return { _ in nil }
+    /// Names a token's device for human output, when the inventory knows it; `tokensRedacted`: the
+    /// plan's tokens are redacted already (a sealed plan read without its key).
+    func deviceNamer(_ inventory: Inventory?, tokensRedacted: Bool = false) -> @Sendable (String) -> String? {
+        guard let inventory else { return { _ in nil } }
+        return tokensRedacted ? inventory.redactedDeviceNamer : inventory.deviceNamer
     }
 
     /// Renders `plan` in `format` on standard output; a failed write is an error, never a silent success.
     /// `planFile` is named in markdown as where the full plan is.
     func output(
         _ plan: Plan, format: OutputFormat, inventory: Inventory?, partsDir: String? = nil,
-        planFile: String? = nil
+        planFile: String? = nil, tokensRedacted: Bool = false
     ) throws {
         switch format {
         case .text:
-            let text = renderer(inventory).render(plan)
+            let text = renderer(inventory, tokensRedacted: tokensRedacted).render(plan)
             try Terminal.write(Terminal.colour ? Terminal.coloured(text) : text)
         case .markdown:
             var markdown = MarkdownPlanRenderer(
                 showTokens: showTokens,
                 fullPlanHint: planFile.map { "`\($0)` (`tidemark show \($0) --format json`)" },
-                deviceName: deviceNamer(inventory))
+                deviceName: deviceNamer(inventory, tokensRedacted: tokensRedacted))
             markdown.planFile = planFile
             markdown.context = planContext
             try writeMarkdown(markdown.render(plan), partsDir: partsDir)

@@ -19,21 +19,29 @@ struct ShowCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let runtime = try Runtime(global)
-            let plan = try readPlan(
+            let opened = try readPlan(
                 planFile, limit: runtime.settings.limits.planBytes,
-                operations: runtime.settings.limits.planOperations)
+                operations: runtime.settings.limits.planOperations, key: try runtime.planKey(), requireWhole: false)
+            if let why = opened.closedBecause {
+                Terminal.err("Showing \(planFile) without its registration tokens: \(why).\n")
+            }
+            let plan = opened.plan
             // Device ids from the inventory when the manifests can be read; the plan shows without them otherwise.
             let loaded = render.format == .json ? nil : await runtime.loadManifests()
             let inventory = loaded.flatMap { $0.diagnostics.hasErrors ? nil : $0.inventory }
             try runtime.output(
                 plan, format: render.format, inventory: inventory, partsDir: render.partsDir,
-                planFile: planFile)
+                planFile: planFile, tokensRedacted: !opened.whole)
         }
     }
 }
 
-/// Reads and checks a saved plan file.
-func readPlan(_ path: String, limit: Int, operations: Int = InputLimits().planOperations) throws -> Plan {
+/// Reads and checks a saved plan file: a sealed one is opened with `key` (TIDEMARK_PLAN_KEY), or,
+/// unless `requireWhole`, read without its tokens when it cannot be.
+func readPlan(
+    _ path: String, limit: Int, operations: Int = InputLimits().planOperations, key: PlanKey? = nil,
+    requireWhole: Bool = true
+) throws -> SealedPlan.Opened {
     let data: Data
     do {
         data = try InputFile.read(path, atMost: limit, setting: "plan_bytes")
@@ -41,8 +49,8 @@ func readPlan(_ path: String, limit: Int, operations: Int = InputLimits().planOp
         throw CLIError("cannot read the plan file \(path): \(error.problem).")
     }
     do {
-        return try Plan.decodeSaved(data, file: path, maxOperations: operations)
-    } catch {
+        return try SealedPlan.read(data, file: path, key: key, requireWhole: requireWhole, maxOperations: operations)
+    } catch let error as SavedPlanError {
         throw CLIError(error.description)
     }
 }

@@ -17,6 +17,7 @@ TIDEMARK_TEST_POSTGRES_URL puts state in PostgreSQL, as the recipe recommends, e
 
 import functools
 import hashlib
+import base64
 import json
 import os
 import platform
@@ -112,7 +113,8 @@ class Hub:
         with open(emulator.key) as f:
             key = f.read()
         self.secrets = {"FCM_SERVICE_ACCOUNT": key, "TIDEMARK_STATE_URL": state_url,
-                        "TIDEMARK_STATE_URL_READONLY": state_url}
+                        "TIDEMARK_STATE_URL_READONLY": state_url,
+                        "TIDEMARK_PLAN_KEY": base64.b64encode(os.urandom(32)).decode()}
         self.vars = {"TIDEMARK_WORKSPACE": "recipe-" + uuid.uuid4().hex[:8]}
         self.run_id = 0
         self.jobs = []
@@ -278,6 +280,19 @@ class GitHubRecipeTest(unittest.TestCase):
         self.assertEqual(body.count("<details><summary>Previous plan</summary>"), 1)
         for job in hub.jobs[-3:]:
             self.assertNotIn("GOOGLE_APPLICATION_CREDENTIALS", job.env, "pull-request jobs hold no key")
+
+        # The saved plan, uploaded as an artifact, is sealed: no registration token in the clear.
+        tokens = []
+        with open(os.path.join(hub.repo, "manifests", "inventory", "devices.csv")) as f:
+            tokens = [line.split(",")[1] for line in f.read().splitlines()[1:]]
+        artifacts = os.path.join(hub.root, "artifacts")
+        saved = [os.path.join(d, n) for d, _, names in os.walk(artifacts) for n in names if n == "plan.json"]
+        self.assertTrue(saved, "the plan job uploads the saved plan")
+        for path in saved:
+            with open(path) as f:
+                text = f.read()
+            self.assertIn('"tidemark_sealed_plan"', text)
+            self.assertEqual([t for t in tokens if t in text], [], "tokens in the clear in " + path)
 
         # Merged: the apply job fetches the reviewed plan of a2 and applies it.
         statuses = hub.merge(7, "a2", "m1")

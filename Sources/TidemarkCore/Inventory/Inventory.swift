@@ -224,4 +224,13 @@ extension Inventory {
         let inventory = self
         return { token in inventory.index(ofToken: token).map { "device \(inventory.deviceIDs[$0])" } }
     }
+
+    /// Names the device of a token as `Redaction.redact` shows it (a sealed plan read without its key).
+    public var redactedDeviceNamer: @Sendable (String) -> String? {
+        var devices: [String: String] = [:]
+        devices.reserveCapacity(tokens.count)
+        for (index, token) in tokens.enumerated() { devices[Redaction.redact(token)] = deviceIDs[index] }
+        let named = devices
+        return { redacted in named[redacted].map { "device \($0)" } }
+    }
 }

@@ -194,6 +194,13 @@ public struct Observations: Sendable, Codable, Equatable {
         public var subscribed: [String]
         /// Tokens state showed subscribed that are no longer.
         public var unsubscribed: [String]
+
+        /// `topic`'s memberships seen `subscribed` and `unsubscribed` against state.
+        public init(topic: String, subscribed: [String], unsubscribed: [String]) {
+            self.topic = topic
+            self.subscribed = subscribed
+            self.unsubscribed = unsubscribed
+        }
     }
 
     /// A group whose existence differs from what state knows.
@@ -202,6 +209,12 @@ public struct Observations: Sendable, Codable, Equatable {
         public var group: String
         /// The key found, or nil when the group no longer exists.
         public var key: String?
+
+        /// `group` found with `key` (nil: gone).
+        public init(group: String, key: String?) {
+            self.group = group
+            self.key = key
+        }
     }
 
     /// When the refresh ran (seconds since 1970); nil for a plan made with `--no-refresh`.

@@ -4,8 +4,10 @@ import Foundation
 ///
 /// Enough to tell tokens apart and find one in an inventory, not enough to send to the device.
 public enum Redaction {
-    /// `…`, the token's last five characters, `#` and six hex digits of a hash of the whole token.
+    /// `…`, the token's last five characters, `#` and six hex digits of a hash of the whole token. A
+    /// token already redacted stays as it is (a sealed plan's readable part renders as the plan does).
     public static func redact(_ token: String) -> String {
+        if isRedacted(token) { return token }
         var hash: UInt32 = 2_166_136_261
         for byte in token.utf8 {
             hash = (hash ^ UInt32(byte)) &* 16_777_619
@@ -13,6 +15,13 @@ public enum Redaction {
         let hex = String(hash, radix: 16)
         let padded = String(repeating: "0", count: max(0, 8 - hex.count)) + hex
         return "…\(token.suffix(5))#\(padded.prefix(6))"
+    }
+
+    /// Whether `text` is what `redact` makes: `…`, five characters, `#` and six hex digits.
+    public static func isRedacted(_ text: String) -> Bool {
+        let characters = Array(text)
+        guard characters.count == 13, characters[0] == "…", characters[6] == "#" else { return false }
+        return characters[7...].allSatisfy(\.isHexDigit)
     }
 }
 
