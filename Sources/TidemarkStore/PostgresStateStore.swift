@@ -795,6 +795,18 @@ public final class PostgresStateStore: ServeRecordKeeping {
         }
     }
 
+    /// The workspaces of the database, by name.
+    public func workspaces() async throws -> [String] {
+        try await ensureSchema()
+        return try await link.transaction(readOnly: true) { c in
+            var names: [String] = []
+            for try await row in try await c.query("SELECT name FROM tidemark_workspaces ORDER BY name") {
+                names.append(try self.decode(row, String.self, table: "tidemark_workspaces"))
+            }
+            return names
+        }
+    }
+
     /// This workspace's record; an empty one when nothing was recorded.
     public func serveRecord() async throws -> ServeRecord {
         try await ensureSchema()

@@ -981,6 +981,34 @@ public final class SQLiteStateStore: ServeRecordKeeping {
         }
     }
 
+    /// The workspaces of the file, from their tables' names: `meta` is `default`'s, `NAME:meta` another's
+    /// (an upper-case letter written as '^' and the letter).
+    public func workspaces() async throws -> [String] {
+        guard let queue = try open(create: false) else { return [] }
+        return try await running {
+            try await queue.read { db in
+                let names = try String.fetchAll(
+                    db,
+                    sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND (name = 'meta' OR name LIKE '%:meta')"
+                )
+                return names.map { name -> String in
+                    guard name != "meta" else { return "default" }
+                    var workspace = ""
+                    var upper = false
+                    for character in name.dropLast(":meta".count) {
+                        if character == "^" {
+                            upper = true
+                        } else {
+                            workspace += upper ? character.uppercased() : String(character)
+                            upper = false
+                        }
+                    }
+                    return workspace
+                }.sorted()
+            }
+        }
+    }
+
     /// This workspace's record; an empty one when nothing was recorded.
     public func serveRecord() async throws -> ServeRecord {
         try await readServeRecords("SELECT * FROM tidemark_serve WHERE workspace = ?", [workspace]).first

@@ -185,6 +185,9 @@ public actor InMemoryStateStore: ServeRecordKeeping {
         func release() async { await store.release(id) }
     }
 
+    /// Its one workspace, once saved.
+    public func workspaces() async throws -> [String] { stored == nil ? [] : [record.workspace] }
+
     // MARK: - serve's records
 
     /// The workspace's record.

@@ -611,18 +611,26 @@ public enum StateStoreConformance {
 
     /// Two workspaces of one store (`dev`, `prod`, made by `workspace`): separate lineage, serial and
     /// state, and a lock each, so holding one never blocks the other (a second `dev` is refused).
-    public static func workspacesAreIndependent(_ workspace: (String) throws -> any StateStore) async throws {
+    /// `named` gives the name the store keeps for a workspace (a shared test database prefixes them).
+    public static func workspacesAreIndependent(
+        named: (String) -> String = { $0 }, _ workspace: (String) throws -> any StateStore
+    ) async throws {
         let dev = try workspace("dev")
         let prod = try workspace("prod")
         var state = sample(tokens: 20)
         try await dev.save(&state, writeAll(state), at: 1)
         try await dev.save(&state, StateWrite(), at: 2)
         #expect(try await prod.load() == nil)
+        // Listed once saved, by either store of the file or database.
+        let listed = try await prod.workspaces()
+        #expect(listed.contains(named("dev")) && !listed.contains(named("prod")))
         var other = State(lineage: "other-lineage", serial: 0)
         other.intern(Fixtures.token(99))
         try await prod.save(&other, StateWrite(), at: 3)
         #expect(try await dev.load()?.serial == 2)
         #expect(try await prod.load()?.lineage == "other-lineage")
+        let both = try await dev.workspaces().filter { [named("dev"), named("prod")].contains($0) }
+        #expect(both == [named("dev"), named("prod")])
         let lease = try await dev.lock(holder)
         let second = try await prod.lock(holder)
         await #expect { _ = try await workspace("dev").lock(holder) } throws: {

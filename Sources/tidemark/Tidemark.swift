@@ -19,7 +19,8 @@ struct Tidemark: AsyncParsableCommand {
         subcommands: [
             ValidateCommand.self, PlanCommand.self, ApplyCommand.self, DriftCommand.self, ShowCommand.self,
             DeviceCommand.self,
-            ImportCommand.self, AudienceCommand.self, FmtCommand.self, StateCommand.self, EmulatorCommand.self,
+            ImportCommand.self, AudienceCommand.self, FmtCommand.self, StateCommand.self, WorkspaceCommand.self,
+            EmulatorCommand.self,
             GroupsCommand.self, InitCommand.self, SchemaCommand.self, ServeCommand.self, StatusCommand.self,
             ReconcileCommand.self, SuspendCommand.self, ResumeCommand.self,
         ]

@@ -34,6 +34,14 @@ import Testing
         // Another workspace of the same database has no state of its own.
         let other = try cli.run(["drift", "--workspace", ws + "-other"], environment: env)
         #expect(other.status == 1)
+        // `workspace list` names this one, current, with its size and last apply.
+        let list = try cli.run(["workspace", "list", "--workspace", ws, "--format", "json"], environment: env)
+        let listed = try #require(try JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [String: Any])
+        let mine = (listed["workspaces"] as? [[String: Any]])?.first { $0["name"] as? String == ws }
+        #expect(mine?["current"] as? Bool == true && (mine?["tokens"] as? Int ?? 0) > 0, "\(list.stdout)")
+        #expect((mine?["last_apply"] as? [String: Any])?["status"] as? String == "finished", "\(list.stdout)")
+        #expect(
+            !((listed["workspaces"] as? [[String: Any]]) ?? []).contains { $0["name"] as? String == ws + "-other" })
         // --state wins over TIDEMARK_STATE_URL: a SQLite file here has no state.
         let local = try cli.run(["plan", "--state", "local.db", "--detailed-exitcode"], environment: env)
         #expect(local.status == 2)

@@ -46,7 +46,7 @@ enum TestPostgres {
     @Test func workspacesAreIndependent() async throws {
         let name = "ws-\(UUID().uuidString.prefix(8))"
         let made = Mutex<[PostgresStateStore]>([])
-        try await StateStoreConformance.workspacesAreIndependent { workspace in
+        try await StateStoreConformance.workspacesAreIndependent(named: { name + "-" + $0 }) { workspace in
             let store = try TestPostgres.store(name + "-" + workspace)
             made.withLock { $0.append(store) }
             return store

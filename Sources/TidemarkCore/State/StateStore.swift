@@ -31,6 +31,10 @@ public protocol StateStore: Sendable {
     @discardableResult
     func trimHistory(keep: Int) async throws -> Int
 
+    /// The workspaces the store's file or database holds state for, by name, sorted (`tidemark
+    /// workspace list`); this store's own among them once it was saved.
+    func workspaces() async throws -> [String]
+
     /// Takes the store's exclusive lock for `holder`, or throws `StateStoreError` `.locked` naming
     /// whoever holds it. The lock lasts until the lease is released (or its process ends).
     func lock(_ holder: LockHolder) async throws -> any StateLease
@@ -104,6 +108,12 @@ extension StateStore {
         throw StateStoreError(
             .unsupported, path: location,
             "cannot trim its apply history ('history_keep'); use SQLite or PostgreSQL state")
+    }
+
+    /// Refused: a store that does not say which workspaces it holds.
+    public func workspaces() async throws -> [String] {
+        throw StateStoreError(
+            .unsupported, path: location, "cannot list its workspaces; use SQLite or PostgreSQL state")
     }
 
     /// A store whose lock ends with its process, unless it says otherwise.
