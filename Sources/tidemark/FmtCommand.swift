@@ -11,7 +11,8 @@ struct FmtCommand: AsyncParsableCommand {
             Every *.yaml / *.yml file in the manifests directory is rewritten in place (atomically) \
             when it is not canonical. Comments, blank lines, quoting and short [flow] lists are kept; \
             the result is checked to mean exactly what the file meant. With --check nothing is written: \
-            the files that need formatting are listed and the exit code is 1, for CI.
+            the files that need formatting are listed and the exit code is 1, for CI. With --diff each \
+            change is shown as a unified diff (with --check, instead of being written).
             """
     )
 
@@ -19,6 +20,9 @@ struct FmtCommand: AsyncParsableCommand {
 
     @Flag(help: "Write nothing; list files that are not canonical and exit 1 if there are any.")
     var check = false
+
+    @Flag(help: "Show each change as a unified diff (written too, unless --check).")
+    var diff = false
 
     func run() async throws {
         try await runReportingErrors {
@@ -47,6 +51,10 @@ struct FmtCommand: AsyncParsableCommand {
                     problems += diagnostics
                 case .formatted(let formatted) where formatted != text:
                     changed.append(display)
+                    if diff {
+                        try Terminal.write(
+                            UnifiedDiff.render(text, formatted, oldName: display, newName: "\(display) (formatted)"))
+                    }
                     if !check {
                         let mode =
                             ((try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? Int)
@@ -59,13 +67,15 @@ struct FmtCommand: AsyncParsableCommand {
             }
             for diagnostic in problems { Terminal.err(diagnostic.description) }
             if check {
-                for file in changed { try Terminal.write("\(file)\n") }
+                if !diff { for file in changed { try Terminal.write("\(file)\n") } }
                 if !changed.isEmpty {
                     Terminal.err(
                         "\(changed.count) file\(changed.count == 1 ? " is" : "s are") not formatted; run 'tidemark fmt' and commit the result."
                     )
                     throw ExitCode.failure
                 }
+            } else if diff {
+                if !changed.isEmpty { Terminal.err("Formatted \(PlanRenderer.counted(changed.count, "file")).\n") }
             } else {
                 for file in changed { try Terminal.write("formatted \(file)\n") }
             }

@@ -29,7 +29,8 @@ struct InitCommand: ParsableCommand {
             written beside it), an example inventory in manifests/inventory/devices.csv and, with --ci, \
             the pipeline for GitHub Actions or GitLab CI. Nothing that exists is overwritten: when any \
             of these files exists, nothing at all is written. The project plans and applies at once \
-            against the embedded backend; replace the example devices with yours before using FCM.
+            against the embedded backend; replace the example devices with yours before using FCM. \
+            In a project that has a tidemark.yaml already, --ci adds only the pipeline.
             """
     )
 
@@ -55,14 +56,18 @@ struct InitCommand: ParsableCommand {
         }
     }
 
-    /// The files init writes, by path relative to the project directory, in the order written.
-    func files() -> [(path: String, text: String)] {
-        var files: [(String, String)] = [
-            ("tidemark.yaml", Self.settings(project: project)),
-            ("manifests/tidemark-manifest.schema.json", EmbeddedFiles["schema/tidemark-manifest.schema.json"]),
-            ("manifests/topics.yaml", Self.manifest),
-            ("manifests/inventory/devices.csv", Self.inventory),
-        ]
+    /// The files init writes, by path relative to the project directory, in the order written; with
+    /// `pipelineOnly` (a project that exists), the pipeline's alone.
+    func files(pipelineOnly: Bool = false) -> [(path: String, text: String)] {
+        var files: [(String, String)] =
+            pipelineOnly
+            ? []
+            : [
+                ("tidemark.yaml", Self.settings(project: project)),
+                ("manifests/tidemark-manifest.schema.json", EmbeddedFiles["schema/tidemark-manifest.schema.json"]),
+                ("manifests/topics.yaml", Self.manifest),
+                ("manifests/inventory/devices.csv", Self.inventory),
+            ]
         switch ci {
         case .github:
             files.append((".github/workflows/tidemark.yml", EmbeddedFiles["examples/github/tidemark.yml"]))
@@ -79,12 +84,70 @@ struct InitCommand: ParsableCommand {
         return files
     }
 
+    /// Writes the pipeline's files into the project at `root`, never over one that exists.
+    private func addPipeline(_ root: URL) throws {
+        let fileManager = FileManager.default
+        let written = files(pipelineOnly: true)
+        let existing = written.map(\.path).filter {
+            fileManager.fileExists(atPath: root.appendingPathComponent($0).path)
+        }
+        guard existing.isEmpty else {
+            Terminal.err(
+                "error: tidemark init never overwrites a file, and \(existing.joined(separator: ", ")) \(existing.count == 1 ? "exists" : "exist") in \(directory). Nothing was written; compare with 'tidemark init --ci \(ci.rawValue) -C NEW-DIR' and merge by hand."
+            )
+            throw ExitCode.failure
+        }
+        var done: [String] = []
+        for (path, text) in written {
+            let url = root.appendingPathComponent(path)
+            do {
+                try fileManager.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+                try Data(text.utf8).write(to: url, options: .withoutOverwriting)
+            } catch {
+                Terminal.err(
+                    "error: writing \(path) in \(directory) failed (\(ErrorText.describe(error)))\(done.isEmpty ? "" : "; written before it: \(done.joined(separator: ", "))")."
+                )
+                throw ExitCode.failure
+            }
+            done.append(path)
+        }
+        var lines = [
+            "Added the \(ci == .github ? "GitHub Actions" : "GitLab CI") pipeline to the tidemark project in \(directory):"
+        ]
+        lines += done.map { "  \($0)" }
+        lines.append("")
+        lines.append(Self.pipelineNeeds(ci))
+        try Terminal.write(lines.joined(separator: "\n") + "\n")
+    }
+
+    /// What the pipeline needs before it runs, as init says it.
+    static func pipelineNeeds(_ ci: CI) -> String {
+        switch ci {
+        case .github:
+            "The GitHub workflow needs the secrets FCM_SERVICE_ACCOUNT, TIDEMARK_STATE_URL, TIDEMARK_STATE_URL_READONLY and TIDEMARK_PLAN_KEY and an 'fcm-production' environment: see the comment at its top and docs/ci.md."
+        case .gitlab:
+            "The GitLab pipeline needs the CI/CD variables listed at its top (FCM_SERVICE_ACCOUNT, TIDEMARK_STATE_URL, TIDEMARK_PLAN_KEY, GITLAB_API_TOKEN, …): see docs/ci.md."
+        case .none:
+            "For pipelines, run 'tidemark init --ci github' or '--ci gitlab' in the project, or see docs/ci.md."
+        }
+    }
+
     func run() throws {
         let root = URL(fileURLWithPath: directory)
         let fileManager = FileManager.default
+        // In a project that exists, --ci adds the pipeline and touches nothing else.
+        let pipelineOnly =
+            ci != .none && fileManager.fileExists(atPath: root.appendingPathComponent("tidemark.yaml").path)
+        if pipelineOnly { return try addPipeline(root) }
         var written = files()
         let existing = written.map(\.path).filter {
             fileManager.fileExists(atPath: root.appendingPathComponent($0).path)
+        }
+        if existing.contains("tidemark.yaml") {
+            Terminal.err(
+                "error: \(directory) is a tidemark project already (tidemark.yaml exists); nothing was written. To add a pipeline to it, run 'tidemark init --ci github' or '--ci gitlab'."
+            )
+            throw ExitCode.failure
         }
         guard existing.isEmpty else {
             Terminal.err(
@@ -132,20 +195,7 @@ struct InitCommand: ParsableCommand {
         lines.append(
             "Then replace manifests/inventory/devices.csv with your devices (or read them from PostgreSQL or a command: docs/inventory.md), and plan against FCM with --backend fcm and a service account key in GOOGLE_APPLICATION_CREDENTIALS."
         )
-        switch ci {
-        case .github:
-            lines.append(
-                "The GitHub workflow needs the secrets FCM_SERVICE_ACCOUNT, TIDEMARK_STATE_URL, TIDEMARK_STATE_URL_READONLY and TIDEMARK_PLAN_KEY and an 'fcm-production' environment: see the comment at its top and docs/ci.md."
-            )
-        case .gitlab:
-            lines.append(
-                "The GitLab pipeline needs the CI/CD variables listed at its top (FCM_SERVICE_ACCOUNT, TIDEMARK_STATE_URL, TIDEMARK_PLAN_KEY, GITLAB_API_TOKEN, …): see docs/ci.md."
-            )
-        case .none:
-            lines.append(
-                "For pipelines, run 'tidemark init --ci github' or '--ci gitlab' in an empty directory and copy the files over, or see docs/ci.md."
-            )
-        }
+        lines.append(Self.pipelineNeeds(ci))
         if let ignoreHint { lines.append(ignoreHint) }
         try Terminal.write(lines.joined(separator: "\n") + "\n")
     }

@@ -689,13 +689,21 @@ import Yams
         #expect(plan.status == 2 && plan.stdout.hasPrefix("Plan: 2 topics change: +5 subscriptions"), "\(plan.stdout)")
         #expect(try cli.run(["apply", "--auto-approve"]).status == 0)
 
-        // Again: every file exists, so nothing is written, not even the ones that would be new.
+        // Again, in the project: --ci adds only the pipeline, and touches nothing else.
         try "project: mine-edited\n".write(
             to: cli.project.appendingPathComponent("tidemark.yaml"), atomically: true, encoding: .utf8)
         let again = try cli.run(["init", "--ci", "gitlab"])
-        #expect(again.status == 1)
-        #expect(again.stderr.contains("never overwrites a file") && again.stderr.contains("tidemark.yaml"))
-        #expect(!FileManager.default.fileExists(atPath: cli.project.appendingPathComponent(".gitlab-ci.yml").path))
+        #expect(again.status == 0 && again.stdout.contains("Added the GitLab CI pipeline"), "\(again.stderr)")
+        #expect(
+            try read(cli.project.appendingPathComponent(".gitlab-ci.yml"))
+                == read(root.appendingPathComponent("examples/gitlab/.gitlab-ci.yml")))
+        #expect(try read(cli.project.appendingPathComponent("tidemark.yaml")) == "project: mine-edited\n")
+        // A pipeline that exists is never overwritten; nor is a project started twice.
+        let twice = try cli.run(["init", "--ci", "github"])
+        #expect(twice.status == 1 && twice.stderr.contains("never overwrites a file"), "\(twice.stderr)")
+        #expect(twice.stderr.contains(".github/workflows/tidemark.yml"))
+        let bare = try cli.run(["init"])
+        #expect(bare.status == 1 && bare.stderr.contains("is a tidemark project already"), "\(bare.stderr)")
         #expect(try read(cli.project.appendingPathComponent("tidemark.yaml")) == "project: mine-edited\n")
 
         let gitlab = cli.project.appendingPathComponent("other")
@@ -790,6 +798,15 @@ import Yams
         let check = try cli.run(["fmt", "--check"])
         #expect(check.status == 1)
         #expect(check.stdout == "manifests/messy.yaml\n")
+        // --diff with --check: the change as a unified diff, nothing written.
+        let diff = try cli.run(["fmt", "--check", "--diff"])
+        #expect(diff.status == 1, "\(diff.stderr)")
+        #expect(
+            diff.stdout.hasPrefix("--- manifests/messy.yaml\n+++ manifests/messy.yaml (formatted)\n@@ -1,"),
+            "\(diff.stdout)")
+        #expect(diff.stdout.contains("\n-groups:\n") && diff.stdout.contains("\n+groups:\n"), "\(diff.stdout)")
+        #expect(diff.stdout.contains("\n+  - name: messy-topic\n"), "\(diff.stdout)")
+        #expect(try cli.run(["fmt", "--check"]).stdout == "manifests/messy.yaml\n")
         #expect(try cli.run(["fmt"]).stdout == "formatted manifests/messy.yaml\n")
         let formatted = try String(
             contentsOf: cli.project.appendingPathComponent("manifests/messy.yaml"), encoding: .utf8)
@@ -864,6 +881,15 @@ import Yams
         #expect(try cli.run(["apply", "--auto-approve"]).status == 0)
         let view = try cli.run(["device", "dev-00001"])
         #expect(view.status == 0, "\(view.stderr)")
+        // The start of one device's id names it; the start of several lists them.
+        let prefix = try cli.run(["device", "dev-0300"])
+        #expect(prefix.status == 0 && prefix.stdout.contains("dev-03000"), "\(prefix.stdout)\(prefix.stderr)")
+        let several = try cli.run(["device", "dev-0299"])
+        #expect(
+            several.status != 0 && several.stderr.contains("'dev-0299' begins 10 device ids: dev-02990, dev-02991")
+                && several.stderr.contains("dev-02999; give more of the id"), "\(several.stderr)")
+        let many = try cli.run(["device", "dev-029"])
+        #expect(many.status != 0 && many.stderr.contains("begins more than 10 device ids"), "\(many.stderr)")
         #expect(view.stdout.contains("scores-dublin-harps (additive): desired: yes, observed: yes"), "\(view.stdout)")
         #expect(view.stdout.contains("selector {team: dublin-harps} at manifests/scores.yaml:"))
         let csvPath = cli.project.appendingPathComponent("manifests/inventory/devices.csv")

@@ -53,7 +53,20 @@ public struct DeviceWorkflow: Sendable {
     /// The workflow over `parts`.
     public init(_ parts: WorkflowParts) { self.parts = parts }
 
-    /// The device whose id or token is `query`, with its memberships.
+    /// How many matching device ids an ambiguous prefix lists.
+    public static let listedMatches = 10
+
+    /// The device ids of the inventory and state that begin with `prefix`, sorted, without repeats
+    /// (at most one past `listedMatches`, enough to say there are more).
+    static func devices(beginning prefix: String, inventory: [String], state: [String]) -> [String] {
+        guard !prefix.isEmpty else { return [] }
+        var found = Set<String>()
+        for id in inventory where id.hasPrefix(prefix) { found.insert(id) }
+        for id in state where !id.isEmpty && id.hasPrefix(prefix) { found.insert(id) }
+        return Array(found.sorted().prefix(listedMatches + 1))
+    }
+
+    /// The device whose id or token is `query` (or whose id alone begins with `query`), with its memberships.
     public func run(_ query: String) async throws -> DeviceView {
         var (state, loaded, read) = try await WorkflowParts.loadStateAndRead(
             manifests: parts.manifests, store: parts.store)
@@ -71,7 +84,16 @@ public struct DeviceWorkflow: Sendable {
             // A device the inventory no longer lists: its last token state knows.
             (device, token) = (query, state.tokens[UInt32(index)])
         } else {
-            throw WorkflowError.unknownDevice(query)
+            // The start of a device id, when it names one device.
+            let matches = Self.devices(beginning: query, inventory: inventory.deviceIDs, state: state.deviceIDs)
+            guard let only = matches.first else { throw WorkflowError.unknownDevice(query) }
+            guard matches.count == 1 else { throw WorkflowError.ambiguousDevice(query, matches: matches) }
+            if let i = inventory.index(ofDevice: only) {
+                (device, token) = (only, inventory.tokens[i])
+            } else {
+                let index = state.deviceIDs.lastIndex(of: only)!
+                (device, token) = (only, state.tokens[UInt32(index)])
+            }
         }
         let id = state.intern(token)
         let entries = state.interning { read.entries(naming: id, table: &$0) }

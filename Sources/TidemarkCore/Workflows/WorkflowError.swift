@@ -15,6 +15,7 @@ public struct WorkflowError: TidemarkError {
         case noState(location: String)
         case stateOfAnotherBackend(location: String, state: BackendIdentity, now: BackendIdentity)
         case unknownDevice(String)
+        case ambiguousDevice(String, matches: [String])
         case nothingToRead(command: String)
         case nothingToExport
         case inventoryShrank([ShrinkGuard.Shrink])
@@ -48,6 +49,10 @@ public struct WorkflowError: TidemarkError {
     }
     /// `tidemark device` for an id or token neither the inventory nor state knows.
     public static func unknownDevice(_ query: String) -> Self { Self(.unknownDevice(query)) }
+    /// `tidemark device` for a prefix of several device ids (`matches`: the first few, sorted).
+    public static func ambiguousDevice(_ query: String, matches: [String]) -> Self {
+        Self(.ambiguousDevice(query, matches: matches))
+    }
     /// A command that must read FCM was told to read nothing (`--refresh none`).
     public static func nothingToRead(command: String) -> Self { Self(.nothingToRead(command: command)) }
     /// `groups export` with no group declared, remembered or named.
@@ -74,6 +79,7 @@ public struct WorkflowError: TidemarkError {
         case .noState: "no_state"
         case .stateOfAnotherBackend: "state_of_another_backend"
         case .unknownDevice: "unknown_device"
+        case .ambiguousDevice: "ambiguous_device"
         case .nothingToRead: "nothing_to_read"
         case .nothingToExport: "nothing_to_export"
         case .inventoryShrank: "inventory_shrank"
@@ -130,7 +136,9 @@ public struct WorkflowError: TidemarkError {
         case .noState(let location):
             "there is no state at \(location) yet, so there is nothing to compare FCM with. Run 'tidemark apply' (or 'tidemark import' to adopt what exists) first."
         case .unknownDevice(let query):
-            "neither the inventory nor state knows a device or token '\(query.count > 40 ? Redaction.redact(query) : query)'; give a device id from the inventory or a full registration token."
+            "neither the inventory nor state knows a device or token '\(query.count > 40 ? Redaction.redact(query) : query)', nor a device id that begins with it; give a device id from the inventory (or its start) or a full registration token."
+        case .ambiguousDevice(let query, let matches):
+            "'\(query)' begins \(matches.count > DeviceWorkflow.listedMatches ? "more than \(DeviceWorkflow.listedMatches)" : "\(matches.count)") device ids: \(matches.prefix(DeviceWorkflow.listedMatches).joined(separator: ", "))\(matches.count > DeviceWorkflow.listedMatches ? ", …" : ""); give more of the id."
         case .nothingToExport:
             "no device group is declared in the manifests, remembered in state or named on the command line; there is nothing to export."
         case .nothingToRead(let command):
