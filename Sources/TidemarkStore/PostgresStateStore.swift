@@ -807,6 +807,24 @@ public final class PostgresStateStore: ServeRecordKeeping {
         }
     }
 
+    /// Deletes this workspace's rows from every table, in one transaction checked against this store's
+    /// lease (fencing); the lease row goes last, with the transaction.
+    public func deleteWorkspace() async throws {
+        let fence = held.withLock { $0 }
+        try await ensureSchema()
+        try await link.transaction { c in
+            try await self.checkLease(c, held: fence)
+            for table in [
+                "tidemark_tokens", "tidemark_topics", "tidemark_groups", "tidemark_row_versions", "tidemark_applies",
+                "tidemark_apply_operations", "tidemark_apply_progress", "tidemark_serve", "tidemark_lease_breaks",
+                "tidemark_leases",
+            ] {
+                try await c.run("DELETE FROM \(unescaped: table) WHERE workspace = \(self.workspace)")
+            }
+            try await c.run("DELETE FROM tidemark_workspaces WHERE name = \(self.workspace)")
+        }
+    }
+
     /// This workspace's record; an empty one when nothing was recorded.
     public func serveRecord() async throws -> ServeRecord {
         try await ensureSchema()

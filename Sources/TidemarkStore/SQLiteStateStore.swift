@@ -1009,6 +1009,25 @@ public final class SQLiteStateStore: ServeRecordKeeping {
         }
     }
 
+    /// Drops this workspace's tables and its `serve` record, in one transaction.
+    public func deleteWorkspace() async throws {
+        guard let queue = try open(create: false) else { return }
+        let (t, workspace) = (self.t, self.workspace)
+        try await running {
+            try await queue.write { db in
+                for base in [
+                    "meta", "tokens", "topics", "groups", "applies", "apply_operations", "apply_progress",
+                    "row_versions",
+                ] where try db.tableExists(t.raw(base)) {
+                    try db.execute(sql: "DROP TABLE \(t.quoted(base))")
+                }
+                if try db.tableExists("tidemark_serve") {
+                    try db.execute(sql: "DELETE FROM tidemark_serve WHERE workspace = ?", arguments: [workspace])
+                }
+            }
+        }
+    }
+
     /// This workspace's record; an empty one when nothing was recorded.
     public func serveRecord() async throws -> ServeRecord {
         try await readServeRecords("SELECT * FROM tidemark_serve WHERE workspace = ?", [workspace]).first

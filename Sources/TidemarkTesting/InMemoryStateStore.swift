@@ -185,6 +185,13 @@ public actor InMemoryStateStore: ServeRecordKeeping {
         func release() async { await store.release(id) }
     }
 
+    /// Forgets the state, its journal and its `serve` record.
+    public func deleteWorkspace() async throws {
+        stored = nil
+        journal = []
+        record = ServeRecord(workspace: record.workspace)
+    }
+
     /// Its one workspace, once saved.
     public func workspaces() async throws -> [String] { stored == nil ? [] : [record.workspace] }
 

@@ -631,6 +631,17 @@ public enum StateStoreConformance {
         #expect(try await prod.load()?.lineage == "other-lineage")
         let both = try await dev.workspaces().filter { [named("dev"), named("prod")].contains($0) }
         #expect(both == [named("dev"), named("prod")])
+        // Deleting one, under its lock, leaves the other whole.
+        let deleting = try await dev.lock(holder)
+        try await dev.deleteWorkspace()
+        await deleting.release()
+        #expect(try await dev.load() == nil)
+        #expect(try await dev.applies(limit: 10).isEmpty)
+        #expect(try await prod.load()?.lineage == "other-lineage")
+        #expect(try await prod.workspaces().filter { [named("dev"), named("prod")].contains($0) } == [named("prod")])
+        var again = sample(tokens: 10)
+        try await dev.save(&again, writeAll(again), at: 9)
+        #expect(try await dev.load()?.serial == 1)
         let lease = try await dev.lock(holder)
         let second = try await prod.lock(holder)
         await #expect { _ = try await workspace("dev").lock(holder) } throws: {

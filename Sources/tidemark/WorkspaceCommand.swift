@@ -8,7 +8,7 @@ struct WorkspaceCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "workspace",
         abstract: "The workspaces of the state's file or database: one per project and environment.",
-        subcommands: [WorkspaceListCommand.self]
+        subcommands: [WorkspaceListCommand.self, WorkspaceDeleteCommand.self]
     )
 }
 
@@ -66,6 +66,41 @@ struct WorkspaceListCommand: AsyncParsableCommand {
                 }.joined(separator: "  ")
             }
             try Terminal.write("Workspaces in \(runtime.stateDisplay):\n" + lines.joined(separator: "\n") + "\n")
+        }
+    }
+}
+
+struct WorkspaceDeleteCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "delete",
+        abstract: "Delete a workspace from the state: its state, journal and history. Sends nothing to FCM.",
+        discussion: """
+            Takes the workspace's lock, then deletes everything tidemark keeps for it in the state's file \
+            or database; other workspaces stay as they are. Refused while the workspace manages any \
+            membership: FCM would keep them with nothing left to clean them up. Remove them from its \
+            manifests and apply first, or pass --force to forget them (FCM keeps them as they are).
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: ArgumentHelp("The workspace to delete.", valueName: "WORKSPACE"))
+    var workspace: String
+
+    @Flag(help: "Delete a workspace that still manages memberships (they stay in FCM, unmanaged).")
+    var force = false
+
+    func run() async throws {
+        try await runReportingErrors {
+            let runtime = try Runtime(global)
+            let deleted = try await runtime.deleteWorkspace(workspace, force: force)
+            var line =
+                "Deleted workspace '\(deleted.name)' from \(runtime.stateDisplay): its state (serial \(deleted.serial), \(PlanRenderer.counted(deleted.tokens, "token"))), journal and history. Nothing was sent to FCM"
+            if deleted.memberships > 0 {
+                line +=
+                    "; the \(PlanRenderer.counted(deleted.memberships, "membership")) it managed stay in FCM, unmanaged"
+            }
+            try Terminal.write(line + ".\n")
         }
     }
 }

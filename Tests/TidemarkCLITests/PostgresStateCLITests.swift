@@ -42,6 +42,14 @@ import Testing
         #expect((mine?["last_apply"] as? [String: Any])?["status"] as? String == "finished", "\(list.stdout)")
         #expect(
             !((listed["workspaces"] as? [[String: Any]]) ?? []).contains { $0["name"] as? String == ws + "-other" })
+        // Deleted (it manages memberships: only with --force), it is gone from the database's list.
+        #expect(try cli.run(["workspace", "delete", ws], environment: env).status == 1)
+        let deleted = try cli.run(["workspace", "delete", ws, "--force"], environment: env)
+        #expect(deleted.status == 0 && deleted.stdout.contains("Deleted workspace '\(ws)'"), "\(deleted.stderr)")
+        let after = try cli.run(["workspace", "list", "--format", "json"], environment: env)
+        #expect(!after.stdout.contains("\"\(ws)\""), "\(after.stdout)")
+        let replan = try cli.run(["plan", "--workspace", ws, "--detailed-exitcode"], environment: env)
+        #expect(replan.status == 2, "a deleted workspace plans from nothing: \(replan.stdout)\(replan.stderr)")
         // --state wins over TIDEMARK_STATE_URL: a SQLite file here has no state.
         let local = try cli.run(["plan", "--state", "local.db", "--detailed-exitcode"], environment: env)
         #expect(local.status == 2)

@@ -26,5 +26,22 @@ struct WorkspaceCLITests {
         #expect(Set(workspaces.map { $0["memberships"] as? Int }).count == 1, "the same demo in both")
         let help = try cli.run(["workspace", "list", "--help"])
         #expect(help.status == 0 && help.stdout.contains("the current one marked"))
+
+        // Delete: refused while it manages memberships, done with --force; the other workspace stays.
+        let refused = try cli.run(["workspace", "delete", "Staging-EU"])
+        #expect(refused.status == 1 && refused.stderr.contains("workspace 'Staging-EU' manages 11,085 memberships"))
+        #expect(refused.stderr.contains("Nothing was deleted"), "\(refused.stderr)")
+        let unknown = try cli.run(["workspace", "delete", "nowhere"])
+        #expect(unknown.status == 1 && unknown.stderr.contains("no workspace 'nowhere'"), "\(unknown.stderr)")
+        let bad = try cli.run(["workspace", "delete", "no/such"])
+        #expect(bad.status != 0 && bad.stderr.contains("WORKSPACE must be 1 to 100 letters"), "\(bad.stderr)")
+        let deleted = try cli.run(["workspace", "delete", "Staging-EU", "--force"])
+        #expect(deleted.status == 0 && deleted.stdout.contains("Deleted workspace 'Staging-EU'"), "\(deleted.stderr)")
+        #expect(deleted.stdout.contains("the 11,085 memberships it managed stay in FCM, unmanaged"))
+        let after = try cli.run(["workspace", "list", "--format", "json"])
+        let left = try #require(try JSONSerialization.jsonObject(with: Data(after.stdout.utf8)) as? [String: Any])
+        #expect((left["workspaces"] as? [[String: Any]])?.map { $0["name"] as? String } == ["default"])
+        let plan = try cli.run(["plan", "--detailed-exitcode"])
+        #expect(plan.status == 0, "the default workspace is untouched: \(plan.stdout)\(plan.stderr)")
     }
 }

@@ -35,6 +35,11 @@ public protocol StateStore: Sendable {
     /// workspace list`); this store's own among them once it was saved.
     func workspaces() async throws -> [String]
 
+    /// Deletes this workspace's state, journal, history and `serve` records, in one transaction, under
+    /// the lock its caller holds (`tidemark workspace delete`); other workspaces stay as they are.
+    /// Sends nothing anywhere: what FCM holds stays.
+    func deleteWorkspace() async throws
+
     /// Takes the store's exclusive lock for `holder`, or throws `StateStoreError` `.locked` naming
     /// whoever holds it. The lock lasts until the lease is released (or its process ends).
     func lock(_ holder: LockHolder) async throws -> any StateLease
@@ -114,6 +119,12 @@ extension StateStore {
     public func workspaces() async throws -> [String] {
         throw StateStoreError(
             .unsupported, path: location, "cannot list its workspaces; use SQLite or PostgreSQL state")
+    }
+
+    /// Refused: a store that does not say how to delete a workspace keeps it.
+    public func deleteWorkspace() async throws {
+        throw StateStoreError(
+            .unsupported, path: location, "cannot delete a workspace; use SQLite or PostgreSQL state")
     }
 
     /// A store whose lock ends with its process, unless it says otherwise.
