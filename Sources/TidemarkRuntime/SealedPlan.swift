@@ -56,6 +56,9 @@ public enum SealedPlan {
     /// Bound to the ciphertext with the key's id: a seal made for another purpose does not open here.
     static let context = "tidemark sealed plan 1"
 
+    /// The data a seal is bound to (authenticated, not encrypted), the same when sealing and opening.
+    static func boundData(_ key: PlanKey) -> Data { Data((context + key.id).utf8) }
+
     /// What reading a plan file gave.
     public struct Opened: Sendable {
         /// The plan: whole when it was not sealed or was opened; otherwise its readable part, tokens redacted.
@@ -78,7 +81,7 @@ public enum SealedPlan {
     /// The file `plan` is saved as, sealed with `key`.
     public static func seal(_ plan: Plan, key: PlanKey) throws -> Data {
         let whole = try Plan.encoder(pretty: false).encode(plan)
-        let box = try AES.GCM.seal(whole, using: key.key, authenticating: Data((context + key.id).utf8))
+        let box = try AES.GCM.seal(whole, using: key.key, authenticating: boundData(key))
         guard let combined = box.combined else { throw RuntimeError("cannot seal the plan: AES-GCM gave no output.") }
         let envelope = Envelope(
             tidemarkSealedPlan: 1, cipher: "AES-256-GCM", keyId: key.id, plan: plan.redacted,
@@ -129,7 +132,7 @@ public enum SealedPlan {
         let whole: Data
         do {
             let box = try AES.GCM.SealedBox(combined: Data(base64Encoded: envelope.sealed) ?? Data())
-            whole = try AES.GCM.open(box, using: key.key, authenticating: Data((context + key.id).utf8))
+            whole = try AES.GCM.open(box, using: key.key, authenticating: boundData(key))
         } catch {
             throw RuntimeError(
                 "\(file)'s seal does not verify: the file was edited or damaged after 'tidemark plan --out' sealed it. Apply only plans as tidemark wrote them; make a new plan."

@@ -250,7 +250,7 @@ public final class WorkspaceRunner: Service, Sendable {
                 nextRun = nil
                 // A request made before this replica owned the workspace is served by the reconcile at once.
                 handledRequest = record.reconcileRequestedAt
-                if let previous, let from = previous.handedOverTo.map({ _ in previous.replica }) {
+                if let previous, previous.handedOverTo != nil {
                     // Handed over between two reconciles: nothing was left half-done, so the schedule
                     // goes on where the previous owner left it, and so does what the status says of it;
                     // a request it had not acted on yet is served at once.
@@ -259,7 +259,7 @@ public final class WorkspaceRunner: Service, Sendable {
                     handledRequest = previous.reconcileRequestedAt
                     let next = previous.nextRunAt.map { ISO8601DateFormatter().string(from: $0) } ?? "now"
                     log(
-                        "workspace=\(name) handed over to this replica (\(ownership.replica), claim \(record.ownerFence)) by replica \(from); next reconcile as scheduled: \(nextRun == nil ? "now" : next)"
+                        "workspace=\(name) handed over to this replica (\(ownership.replica), claim \(record.ownerFence)) by replica \(previous.replica); next reconcile as scheduled: \(nextRun == nil ? "now" : next)"
                     )
                 } else {
                     log(
@@ -351,16 +351,13 @@ public final class WorkspaceRunner: Service, Sendable {
             await publish()
         }
         balance.forget(key)
-        let replica = ownership.replica
         if owned {
             current.withLock { $0.phase = "stopped" }
             await publish()
-            try? await ownership.records.releaseOwnership(replica)
-            log("workspace=\(name) released by this replica")
-        } else {
-            // Standing by: its presence ends, so the others share the workspaces without it at once.
-            try? await ownership.records.releaseOwnership(replica)
         }
+        // The claim (when owned) and the presence end, so the others share the workspaces without it at once.
+        try? await ownership.records.releaseOwnership(ownership.replica)
+        if owned { log("workspace=\(name) released by this replica") }
     }
 
     /// Gives the workspace up to `target.to`, which owns fewer (this replica stays a candidate): the

@@ -829,7 +829,7 @@ public final class SQLiteStateStore: ServeRecordKeeping {
         return queue
     }
 
-    /// Every table an older file of one workspace can have, in the order they are copied.
+    /// Every table of one workspace (and of an older file of one workspace), in the order they are copied.
     static let tableNames = [
         "meta", "tokens", "topics", "groups", "applies", "apply_operations", "apply_progress", "row_versions",
     ]
@@ -1015,10 +1015,7 @@ public final class SQLiteStateStore: ServeRecordKeeping {
         let (t, workspace) = (self.t, self.workspace)
         try await running {
             try await queue.write { db in
-                for base in [
-                    "meta", "tokens", "topics", "groups", "applies", "apply_operations", "apply_progress",
-                    "row_versions",
-                ] where try db.tableExists(t.raw(base)) {
+                for base in Self.tableNames where try db.tableExists(t.raw(base)) {
                     try db.execute(sql: "DROP TABLE \(t.quoted(base))")
                 }
                 if try db.tableExists("tidemark_serve") {

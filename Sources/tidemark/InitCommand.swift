@@ -93,24 +93,11 @@ struct InitCommand: ParsableCommand {
         }
         guard existing.isEmpty else {
             Terminal.err(
-                "error: tidemark init never overwrites a file, and \(existing.joined(separator: ", ")) \(existing.count == 1 ? "exists" : "exist") in \(directory). Nothing was written; compare with 'tidemark init --ci \(ci.rawValue) -C NEW-DIR' and merge by hand."
+                "error: tidemark init never overwrites a file, and \(existing.count == 1 ? "this one exists" : "these exist") in \(directory): \(existing.joined(separator: ", ")). Nothing was written; compare with 'tidemark init --ci \(ci.rawValue) -C NEW-DIR' and merge by hand."
             )
             throw ExitCode.failure
         }
-        var done: [String] = []
-        for (path, text) in written {
-            let url = root.appendingPathComponent(path)
-            do {
-                try fileManager.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
-                try Data(text.utf8).write(to: url, options: .withoutOverwriting)
-            } catch {
-                Terminal.err(
-                    "error: writing \(path) in \(directory) failed (\(ErrorText.describe(error)))\(done.isEmpty ? "" : "; written before it: \(done.joined(separator: ", "))")."
-                )
-                throw ExitCode.failure
-            }
-            done.append(path)
-        }
+        let done = try write(written, into: root)
         var lines = [
             "Added the \(ci == .github ? "GitHub Actions" : "GitLab CI") pipeline to the tidemark project in \(directory):"
         ]
@@ -118,6 +105,27 @@ struct InitCommand: ParsableCommand {
         lines.append("")
         lines.append(Self.pipelineNeeds(ci))
         try Terminal.write(lines.joined(separator: "\n") + "\n")
+    }
+
+    /// Writes `files` under `root` in order, never over a file (one may appear after the check);
+    /// returns their paths. A failed write is said with the files written before it.
+    private func write(_ files: [(path: String, text: String)], into root: URL) throws -> [String] {
+        var done: [String] = []
+        do {
+            for (path, text) in files {
+                let url = root.appendingPathComponent(path)
+                try FileManager.default.createDirectory(
+                    at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+                try Data(text.utf8).write(to: url, options: .withoutOverwriting)
+                done.append(path)
+            }
+        } catch {
+            Terminal.err(
+                "error: writing \(files[done.count].path) in \(directory) failed (\(ErrorText.describe(error)))\(done.isEmpty ? "" : "; written before it: \(done.joined(separator: ", "))")."
+            )
+            throw ExitCode.failure
+        }
+        return done
     }
 
     /// What the pipeline needs before it runs, as init says it.
@@ -168,21 +176,7 @@ struct InitCommand: ParsableCommand {
                     "Add \(missing.map { "'\($0)/'" }.joined(separator: " and ")) to .gitignore: .tidemark/ holds local state and the embedded backend's data, .emulator/ the emulator's data and private key (emulator serve --data .emulator)."
             }
         }
-        var done: [String] = []
-        do {
-            for (path, text) in written {
-                let url = root.appendingPathComponent(path)
-                try fileManager.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
-                // Never over a file that appeared since the check.
-                try Data(text.utf8).write(to: url, options: .withoutOverwriting)
-                done.append(path)
-            }
-        } catch {
-            Terminal.err(
-                "error: writing \(written[done.count].path) in \(directory) failed (\(ErrorText.describe(error)))\(done.isEmpty ? "" : "; written before it: \(done.joined(separator: ", "))")."
-            )
-            throw ExitCode.failure
-        }
+        let done = try write(written, into: root)
         var lines = ["Started a tidemark project in \(directory):"]
         lines += done.map { "  \($0)" }
         lines.append("")

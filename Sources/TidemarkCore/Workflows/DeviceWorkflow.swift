@@ -72,29 +72,26 @@ public struct DeviceWorkflow: Sendable {
             manifests: parts.manifests, store: parts.store)
         try parts.stopOnErrors(loaded)
         let inventory = loaded.inventory
-        var device: String?
-        var token: String
-        if let i = inventory.index(ofDevice: query) {
-            (device, token) = (query, inventory.tokens[i])
-        } else if let i = inventory.index(ofToken: query) {
-            (device, token) = (inventory.deviceIDs[i], query)
-        } else if let id = state.tokens.id(query) {
-            (device, token) = (state.deviceID(of: id), query)
-        } else if let index = state.deviceIDs.lastIndex(of: query) {
+        /// The device and token `query` names exactly, if any.
+        func exactly(_ query: String) -> (device: String?, token: String)? {
+            if let i = inventory.index(ofDevice: query) { return (query, inventory.tokens[i]) }
+            if let i = inventory.index(ofToken: query) { return (inventory.deviceIDs[i], query) }
+            if let id = state.tokens.id(query) { return (state.deviceID(of: id), query) }
             // A device the inventory no longer lists: its last token state knows.
-            (device, token) = (query, state.tokens[UInt32(index)])
+            if let index = state.deviceIDs.lastIndex(of: query) { return (query, state.tokens[UInt32(index)]) }
+            return nil
+        }
+        let found: (device: String?, token: String)
+        if let exact = exactly(query) {
+            found = exact
         } else {
             // The start of a device id, when it names one device.
             let matches = Self.devices(beginning: query, inventory: inventory.deviceIDs, state: state.deviceIDs)
-            guard let only = matches.first else { throw WorkflowError.unknownDevice(query) }
-            guard matches.count == 1 else { throw WorkflowError.ambiguousDevice(query, matches: matches) }
-            if let i = inventory.index(ofDevice: only) {
-                (device, token) = (only, inventory.tokens[i])
-            } else {
-                let index = state.deviceIDs.lastIndex(of: only)!
-                (device, token) = (only, state.tokens[UInt32(index)])
-            }
+            guard matches.count <= 1 else { throw WorkflowError.ambiguousDevice(query, matches: matches) }
+            guard let only = matches.first, let named = exactly(only) else { throw WorkflowError.unknownDevice(query) }
+            found = named
         }
+        let (device, token) = found
         let id = state.intern(token)
         let entries = state.interning { read.entries(naming: id, table: &$0) }
         var next: [String: String] = [:]
