@@ -10,13 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 devices="${1:-1000000}"
 runs="${2:-3}"
-# TIDEMARK_SCRATCH: a build directory of its own (say .build-release), so a release build never
-# waits for the debug one.
-scratch="${TIDEMARK_SCRATCH:-.build}"
 bash scripts/deps.sh
-swift build -c release --scratch-path "$scratch" --product tidemark >/dev/null
-swift build -c release --scratch-path "$scratch" --product tidemark-bench >/dev/null
-bin="$(swift build -c release --scratch-path "$scratch" --show-bin-path)"
+# TIDEMARK_SCRATCH: a build directory of its own (say .build-release); see scripts/lib/release-build.sh.
+bin="$(bash scripts/lib/release-build.sh tidemark tidemark-bench)"
 work="$(mktemp -d /tmp/tidemark-bench-inventory-XXXXXX)"
 pg="$(mktemp -d /tmp/tidemark-bench-pg-XXXXXX)"
 trap 'bash scripts/postgres.sh stop "$pg"; rm -rf "$work"' EXIT

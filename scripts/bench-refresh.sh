@@ -7,7 +7,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
-SCRATCH="${TIDEMARK_SCRATCH:-.build}"
-swift build -c release --scratch-path "$SCRATCH" --product tidemark >/dev/null
-BIN="$(swift build -c release --scratch-path "$SCRATCH" --show-bin-path)/tidemark"
+BIN="$(bash scripts/lib/release-build.sh tidemark)/tidemark"
 exec python3 scripts/bench/refresh.py "$BIN" "$@"

@@ -12,12 +12,8 @@ cd "$(dirname "$0")/.."
 devices="${1:-1000000}"
 apply_devices="${2:-20000}"
 quota="${3:-3000}"
-# TIDEMARK_SCRATCH: a build directory of its own (say .build-release), so a release build never
-# waits for the debug one.
-scratch="${TIDEMARK_SCRATCH:-.build}"
-swift build -c release --scratch-path "$scratch" --product tidemark >/dev/null
-swift build -c release --scratch-path "$scratch" --product tidemark-bench >/dev/null
-bin="$(swift build -c release --scratch-path "$scratch" --show-bin-path)"
+# TIDEMARK_SCRATCH: a build directory of its own (say .build-release); see scripts/lib/release-build.sh.
+bin="$(bash scripts/lib/release-build.sh tidemark tidemark-bench)"
 work="$(mktemp -d /tmp/tidemark-bench-state-XXXXXX)"
 pg="$(mktemp -d /tmp/tidemark-bench-pg-XXXXXX)"
 trap 'bash scripts/postgres.sh stop "$pg"; rm -rf "$work"' EXIT
