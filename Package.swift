@@ -104,10 +104,14 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The commit and build date `tidemark version` prints, written before each build by the plugin
+        // (only the executable depends on it, so a new commit recompiles one small target).
+        .target(name: "TidemarkBuildInfo", plugins: ["BuildInfoPlugin"]),
+        .plugin(name: "BuildInfoPlugin", capability: .buildTool()),
         .executableTarget(
             name: "tidemark",
             dependencies: [
-                "TidemarkCore", "TidemarkRuntime", "TidemarkEmulator", "TidemarkServe",
+                "TidemarkCore", "TidemarkRuntime", "TidemarkEmulator", "TidemarkServe", "TidemarkBuildInfo",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),

@@ -80,7 +80,8 @@ mount -t proc proc "$ROOTFS/proc" 2>/dev/null || true
 run() { chroot "$ROOTFS" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root "$@"; }
 version="$(run "/opt/$NAME/tidemark" --version)"
 echo "In the bare root: tidemark --version → $version" >&2
-[ "$version" = "$VERSION" ] || { echo "error: expected version $VERSION, got '$version'" >&2; exit 1; }
+[ "${version%% *}" = "$VERSION" ] || { echo "error: expected version $VERSION, got '$version'" >&2; exit 1; }
+case "$version" in *"(commit unknown,"*) echo "error: the release binary does not know its commit: '$version'" >&2; exit 1 ;; esac
 run sh -c "mkdir -p /tmp/demo && cp -r /opt/demo-manifests /tmp/demo/manifests && cd /tmp/demo && /opt/$NAME/tidemark plan --detailed-exitcode > plan.txt; echo \$? > status"
 status="$(cat "$ROOTFS/tmp/demo/status")"
 head -n 1 "$ROOTFS/tmp/demo/plan.txt" >&2

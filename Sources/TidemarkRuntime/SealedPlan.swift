@@ -55,6 +55,8 @@ public enum SealedPlan {
     static let marker = "tidemark_sealed_plan"
     /// Bound to the ciphertext with the key's id: a seal made for another purpose does not open here.
     static let context = "tidemark sealed plan 1"
+    /// The version of the sealed format this tidemark writes and reads.
+    package static let formatVersion = 1
 
     /// The data a seal is bound to (authenticated, not encrypted), the same when sealing and opening.
     static func boundData(_ key: PlanKey) -> Data { Data((context + key.id).utf8) }
@@ -84,7 +86,7 @@ public enum SealedPlan {
         let box = try AES.GCM.seal(whole, using: key.key, authenticating: boundData(key))
         guard let combined = box.combined else { throw RuntimeError("cannot seal the plan: AES-GCM gave no output.") }
         let envelope = Envelope(
-            tidemarkSealedPlan: 1, cipher: "AES-256-GCM", keyId: key.id, plan: plan.redacted,
+            tidemarkSealedPlan: formatVersion, cipher: "AES-256-GCM", keyId: key.id, plan: plan.redacted,
             sealed: combined.base64EncodedString())
         var data = try Plan.encoder().encode(envelope)
         data.append(UInt8(ascii: "\n"))
@@ -111,7 +113,7 @@ public enum SealedPlan {
                 "\(file) is not a valid sealed tidemark plan (\(ErrorText.describe(error))); make a new plan with 'tidemark plan --out'."
             )
         }
-        guard envelope.tidemarkSealedPlan == 1, envelope.cipher == "AES-256-GCM" else {
+        guard envelope.tidemarkSealedPlan == formatVersion, envelope.cipher == "AES-256-GCM" else {
             throw RuntimeError(
                 "\(file) is sealed in a way this tidemark does not read (version \(envelope.tidemarkSealedPlan), \(envelope.cipher)); upgrade tidemark."
             )

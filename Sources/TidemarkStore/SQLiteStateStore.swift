@@ -20,7 +20,7 @@ public final class SQLiteStateStore: ServeRecordKeeping {
     static let applicationID: Int32 = 0x5444_4D4B
     /// 2: groups carry audience, exported and exported_at (a file of format 1 is brought up to 2 by
     /// its first write; a tidemark that reads only 1 refuses it rather than lose audiences).
-    static let formatVersion = 2
+    package static let formatVersion = 2
 
     /// The database file.
     public let path: String

@@ -15,14 +15,14 @@ struct Tidemark: AsyncParsableCommand {
             (only with --detailed-exitcode), 64 a command line tidemark does not understand (an unknown \
             flag, a missing argument), 130/143 when SIGINT/SIGTERM stopped a command (an apply resumes; a plan or drift changed nothing).
             """,
-        version: Runtime.version,
+        version: versionReport.line,
         subcommands: [
             ValidateCommand.self, PlanCommand.self, ApplyCommand.self, DriftCommand.self, ShowCommand.self,
             DeviceCommand.self,
             ImportCommand.self, AudienceCommand.self, FmtCommand.self, StateCommand.self, WorkspaceCommand.self,
             EmulatorCommand.self,
             GroupsCommand.self, InitCommand.self, SchemaCommand.self, ServeCommand.self, StatusCommand.self,
-            ReconcileCommand.self, SuspendCommand.self, ResumeCommand.self,
+            ReconcileCommand.self, SuspendCommand.self, ResumeCommand.self, VersionCommand.self,
         ]
     )
 

@@ -260,7 +260,7 @@ class GitHubRecipeTest(unittest.TestCase):
         version = self.version()
         self.assertIn("/good/v%s/tidemark-%s-linux-" % (version, version), downloads)
         self.assertIn(".tar.gz.sha256", downloads)
-        self.assertEqual(hub.jobs[-3].log[0][2].strip().splitlines()[-1], version, "the release binary ran")
+        self.assertEqual(hub.jobs[-3].log[0][2].strip().splitlines()[-1].split()[0], version, "the release binary ran")
         comments = hub.gh()["comments"]["7"]
         self.assertEqual(len(comments), 1)
         self.assertTrue(comments[0]["body"].startswith("<!-- tidemark-plan workspace="), comments[0]["body"][:200])
@@ -389,7 +389,7 @@ class GitLabInstallTest(unittest.TestCase):
             good = tempfile.mkdtemp(prefix="tm-gitlab-")
             result = self.run_install(releases.base + "/good", good)
             self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
-            self.assertEqual(result.stdout.strip().splitlines()[-1], version)
+            self.assertEqual(result.stdout.strip().splitlines()[-1].split()[0], version)
             tampered = tempfile.mkdtemp(prefix="tm-gitlab-")
             result = self.run_install(releases.base + "/tampered", tampered)
             self.assertNotEqual(result.returncode, 0)
