@@ -93,6 +93,16 @@ extension Runtime {
         }
     }
 
+    /// Forgets `addresses` in state, sending nothing to FCM, under the state lock (a dry run takes none
+    /// and writes nothing).
+    public func releaseFromState(_ addresses: [StateAddress], dryRun: Bool) async throws -> StateRemoveOutcome {
+        let workflow = StateRemoveWorkflow(store: stateStore(), timing: timing)
+        if dryRun { return try await workflow.run(addresses, dryRun: true) }
+        return try await stateStore().withLock(lockHolder("tidemark state rm")) {
+            try await workflow.run(addresses)
+        }
+    }
+
     /// Copies this run's state to `target` (`rule` says what the target may hold already).
     public func copyState(to target: any StateStore, _ rule: StateCopyWorkflow.Rule) async throws -> State {
         try await StateCopyWorkflow(from: stateStore(), to: target, timing: timing).run(

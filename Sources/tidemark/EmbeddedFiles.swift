@@ -42,9 +42,29 @@ enum EmbeddedFiles {
               "description": "Named sets of devices that tidemark keeps in state, with no FCM object behind them: what replaces a device group after FCM turns them down (the app sends to each token). See docs/migrating.md.",
               "type": "array",
               "items": {"$ref": "#/definitions/audience"}
+            },
+            "removed": {
+              "description": "Topics, device groups and audiences leaving management. With 'unsubscribe: false' the entry is released: nothing is sent to FCM, its memberships stay as they are, and state forgets it (a manifest that declares it again adopts what FCM holds). With 'unsubscribe: true' tidemark removes the memberships it made, as deleting it from the manifests does. See docs/manifests.md.",
+              "type": "array",
+              "items": {"$ref": "#/definitions/removed"}
             }
           },
           "definitions": {
+            "removed": {
+              "type": "object",
+              "additionalProperties": false,
+              "required": ["unsubscribe"],
+              "oneOf": [{"required": ["topic"]}, {"required": ["group"]}, {"required": ["audience"]}],
+              "properties": {
+                "topic": {"description": "The topic's name.", "type": "string", "minLength": 1},
+                "group": {"description": "The device group's notification_key_name.", "type": "string", "minLength": 1},
+                "audience": {"description": "The audience's name.", "type": "string", "minLength": 1},
+                "unsubscribe": {
+                  "description": "false: release it (nothing is sent; state forgets it). true: remove the memberships tidemark made.",
+                  "type": "boolean"
+                }
+              }
+            },
             "inventoryFile": {
               "oneOf": [
                 {"type": "string", "pattern": "\\.(csv|jsonl|ndjson)(\\.gz)?$"},

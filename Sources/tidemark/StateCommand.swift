@@ -11,6 +11,7 @@ struct StateCommand: AsyncParsableCommand {
         subcommands: [
             StateListCommand.self, StateShowCommand.self, StateLockCommand.self, StateForceUnlockCommand.self,
             StatePullCommand.self, StatePushCommand.self, StateMigrateCommand.self, StatePruneCommand.self,
+            StateRemoveCommand.self,
         ]
     )
 }
@@ -254,6 +255,77 @@ struct StateShowCommand: AsyncParsableCommand {
             } else {
                 throw CLIError(
                     "state has no \(kind ?? "topic or group") named '\(bare)'; 'tidemark state list' shows what it has."
+                )
+            }
+            try Terminal.write(lines.joined(separator: "\n") + "\n")
+        }
+    }
+}
+
+struct StateRemoveCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rm",
+        abstract: "Stop managing topics, device groups or audiences, leaving them as they are in FCM.",
+        discussion: """
+            ADDRESS is topic:NAME, group:NAME or audience:NAME, with the exact name ('tidemark state list' \
+            shows them). State forgets each one at once, under the state lock, and nothing is sent to FCM: \
+            its memberships stay, and no later plan removes or re-asserts them. A protected topic can be \
+            released too, since releasing sends nothing. If the manifests still declare it, the next apply \
+            adopts it again (it records the memberships FCM holds and sends nothing for them): delete the \
+            declaration too, or list it under 'removed:' with 'unsubscribe: false', which does the same \
+            through a reviewed plan. Refused while an apply is unfinished, and when any address names what \
+            state does not hold (nothing is changed then).
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: ArgumentHelp("What to release: topic:NAME, group:NAME or audience:NAME.", valueName: "ADDRESS"))
+    var addresses: [String]
+
+    @Flag(help: "Say what would be released; write nothing.")
+    var dryRun = false
+
+    @OptionGroup var output: DataFormatOption
+
+    /// `--format json`: what was (or would be) released.
+    struct Report: Encodable {
+        var dryRun: Bool
+        var released: [ReleasedEntry]
+        var serial: Int?
+        var state: String
+    }
+
+    func validate() throws {
+        if addresses.isEmpty { throw ValidationError("name at least one ADDRESS, such as topic:weather.") }
+    }
+
+    func run() async throws {
+        try await runReportingErrors {
+            let parsed = try addresses.map { text throws(WorkflowError) in try StateAddress(parsing: text) }
+            let runtime = try Runtime(global)
+            let outcome = try await runtime.releaseFromState(parsed, dryRun: dryRun)
+            if output.json {
+                try Terminal.writeJSON(
+                    Report(
+                        dryRun: dryRun, released: outcome.released, serial: outcome.serial,
+                        state: runtime.stateDisplay))
+                return
+            }
+            var lines: [String] = []
+            for entry in outcome.released {
+                let kept =
+                    entry.address.hasPrefix("topic:")
+                    ? "its \(PlanRenderer.counted(entry.observed, "known subscriber")) stay\(entry.observed == 1 ? "s" : "") subscribed"
+                    : "its \(PlanRenderer.counted(entry.managed, "member")) stay\(entry.managed == 1 ? "s" : "") as \(entry.managed == 1 ? "it is" : "they are")"
+                lines.append(
+                    "\(dryRun ? "Would release" : "Released") \(entry.address): \(kept) in FCM; nothing was sent.")
+            }
+            if dryRun {
+                lines.append("Nothing was written; run without --dry-run to release.")
+            } else {
+                lines.append(
+                    "State \(runtime.stateDisplay) is at serial \(outcome.serial.map(String.init) ?? "?"). If the manifests still declare any of these, the next apply adopts it again: delete the declaration too."
                 )
             }
             try Terminal.write(lines.joined(separator: "\n") + "\n")

@@ -19,7 +19,7 @@ import Testing
         case .inventoryFile:
             let choices = try #require((definitions["inventoryFile"] as? [String: Any])?["oneOf"] as? [[String: Any]])
             return try #require(choices.first { $0["type"] as? String == "object" })
-        case .device, .topic, .group, .audience, .member:
+        case .device, .topic, .group, .audience, .member, .removed:
             return try #require(definitions[node.rawValue] as? [String: Any])
         }
     }
@@ -52,6 +52,9 @@ import Testing
     /// The formatter writes every node's keys in the schema's order.
     @Test func formatterOrdersKeysAsTheSchema() throws {
         let text = """
+            removed:
+              - unsubscribe: false
+                topic: old
             audiences:
               - members: [{devices: [d1]}]
                 retire_group_key: true
@@ -99,6 +102,8 @@ import Testing
             groupKeys.sorted { groupPart.range(of: "\($0):")!.lowerBound < groupPart.range(of: "\($1):")!.lowerBound }
                 == ManifestSchema.keys(.group))
         #expect(order(["id", "token", "labels"]) == ManifestSchema.keys(.device))
+        let removedPart = String(output[output.range(of: "removed:")!.lowerBound...])
+        #expect(removedPart.range(of: "topic:")!.lowerBound < removedPart.range(of: "unsubscribe:")!.lowerBound)
         #expect(order(["path", "format"]) == ManifestSchema.keys(.inventoryFile))
     }
 }

@@ -235,8 +235,9 @@ extension Backend {
     /// Not counted: a backend without its own retries repeats nothing.
     public func retryCount() -> Int? { nil }
 
-    /// One call per operation: what the embedded engine and a batch API need.
-    public func requests(for operations: [PlannedOperation]) -> Int { operations.count }
+    /// One call per operation that reaches FCM (state-only steps send nothing): what the embedded
+    /// engine and a batch API need.
+    public func requests(for operations: [PlannedOperation]) -> Int { operations.count { !$0.kind.isStateOnly } }
 
     /// A batch API: each operation is journaled whole.
     public var journalStep: Int? { nil }

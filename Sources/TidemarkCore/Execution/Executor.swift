@@ -178,6 +178,8 @@ public struct Executor: Sendable {
         progress?(tracker.snapshot)
         let unsubscribes = pending.filter { operations[$0].kind == .unsubscribe }.map { [$0] }
         let subscribes = pending.filter { operations[$0].kind == .subscribe }.map { [$0] }
+        // A topic's state-only steps (adoptions, a release) after its batches; nothing is sent for them.
+        let topicSteps = pending.filter { operations[$0].kind.isTopicStep }.map { [$0] }
         var groupSequences: [String: [Int]] = [:]
         var groupOrder: [String] = []
         for index in pending where operations[index].kind.isGroup {
@@ -185,7 +187,8 @@ public struct Executor: Sendable {
             if groupSequences[name] == nil { groupOrder.append(name) }
             groupSequences[name, default: []].append(index)
         }
-        for phase in [unsubscribes, subscribes, groupOrder.map { groupSequences[$0]! }] where !phase.isEmpty {
+        for phase in [unsubscribes, subscribes, topicSteps, groupOrder.map { groupSequences[$0]! }]
+        where !phase.isEmpty {
             try await runPhase(phase, operations, tokensDone: tokensDone, groupKeys: groupKeys, &report, &tracker)
         }
         if let requestsBefore, let after = backend.requestCount() { report.requests = after - requestsBefore }
@@ -232,7 +235,7 @@ public struct Executor: Sendable {
             var key = groupKeys[operations[sequence[0]].target]
             for index in sequence {
                 let op = operations[index]
-                if op.kind.isGroup {
+                if op.kind.isGroup || op.kind.isStateOnly {
                     let result = try await performGroup(op, key: key)
                     key = result.groupKey ?? key
                     try await recorder.recorded(
@@ -346,8 +349,9 @@ public struct Executor: Sendable {
         switch op.kind {
         case .subscribe, .unsubscribe:
             preconditionFailure("topic changes run through change(_:_:)")
-        case .audienceSet, .audienceDelete, .audienceUnlink:
-            // An audience lives in state only: recording the step is the whole of it.
+        case .audienceSet, .audienceDelete, .audienceUnlink, .topicAdopt, .topicRelease, .groupRelease:
+            // An audience lives in state only, and adopting or releasing sends nothing: recording the
+            // step is the whole of it.
             return (op.tokens.map { _ in .ok }, nil, 0)
         case .groupCreate:
             do {

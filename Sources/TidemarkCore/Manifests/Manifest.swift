@@ -154,6 +154,8 @@ public struct ManifestSet: Sendable {
     public var inventoryFiles: [InventoryFileSpec] = []
     /// Devices declared inline in the manifests.
     public var devices: [DeviceSpec] = []
+    /// Topics, groups and audiences leaving management (`removed:`), in order.
+    public var removed: [RemovedSpec] = []
     /// The manifest files read, relative to the manifests directory, in order.
     public var files: [String] = []
 
@@ -173,4 +175,28 @@ public struct InventoryFileSpec: Sendable {
         self.path = path
         self.format = format
     }
+}
+
+/// A `removed:` entry: a topic, device group or audience leaving management.
+public struct RemovedSpec: Sendable {
+    /// What it names: a topic, a device group or an audience.
+    public var kind: StateAddress.Kind
+    /// Its name, where written.
+    public var name: Located<String>
+    /// `unsubscribe: true` removes the memberships tidemark made, as deleting the entry from the
+    /// manifests does; `false` releases it: nothing is sent to FCM and state forgets it.
+    public var unsubscribe: Bool
+    /// Where the entry starts.
+    public var location: SourceLocation
+
+    /// The entry for `kind` `name`.
+    public init(kind: StateAddress.Kind, name: Located<String>, unsubscribe: Bool, location: SourceLocation) {
+        self.kind = kind
+        self.name = name
+        self.unsubscribe = unsubscribe
+        self.location = location
+    }
+
+    /// `topic:NAME`, `group:NAME` or `audience:NAME`.
+    public var address: StateAddress { StateAddress(kind, name.value) }
 }

@@ -10,6 +10,7 @@ public struct ManifestDecoder {
     static let groupKeys = ManifestSchema.keys(.group)
     static let audienceKeys = ManifestSchema.keys(.audience)
     static let memberKeys = ManifestSchema.keys(.member)
+    static let removedKeys = ManifestSchema.keys(.removed)
 
     /// A decoder.
     public init() {}
@@ -37,6 +38,10 @@ public struct ManifestDecoder {
             case "audiences":
                 for item in doc.sequence(value, "'audiences'") ?? [] {
                     if let audience = decodeAudience(item, &doc) { set.audiences.append(audience) }
+                }
+            case "removed":
+                for item in doc.sequence(value, "'removed'") ?? [] {
+                    if let entry = decodeRemoved(item, &doc) { set.removed.append(entry) }
                 }
             default: break
             }
@@ -235,6 +240,31 @@ public struct ManifestDecoder {
             return nil
         }
         return audience
+    }
+
+    /// `{topic: NAME, unsubscribe: false}`, or `group:` or `audience:` instead of `topic:`.
+    private func decodeRemoved(_ node: Node, _ doc: inout YAMLDocument) -> RemovedSpec? {
+        guard let pairs = doc.mapping(node, "a 'removed' entry", allowed: Self.removedKeys) else { return nil }
+        let named = pairs.filter { StateAddress.Kind(rawValue: $0.key) != nil }
+        guard named.count == 1, let (key, _, value) = named.first, let kind = StateAddress.Kind(rawValue: key) else {
+            doc.error(
+                named.isEmpty
+                    ? "a 'removed' entry names what leaves management: 'topic: NAME', 'group: NAME' or 'audience: NAME'."
+                    : "a 'removed' entry names one thing; this one names \(named.map(\.key).joined(separator: " and ")): write one entry each.",
+                node)
+            return nil
+        }
+        guard let name = doc.string(value, "'\(key)'") else { return nil }
+        guard let unsubscribePair = pairs.first(where: { $0.key == "unsubscribe" }) else {
+            doc.error(
+                "the 'removed' entry for \(key) '\(name.escapedOnOneLine)' needs 'unsubscribe': false releases it (nothing is sent to FCM, its memberships stay, state forgets it); true removes the memberships tidemark made.",
+                node)
+            return nil
+        }
+        guard let unsubscribe = doc.bool(unsubscribePair.value, "'unsubscribe'") else { return nil }
+        return RemovedSpec(
+            kind: kind, name: Located(name, at: doc.location(value)), unsubscribe: unsubscribe,
+            location: doc.location(node))
     }
 
     private func decodeMembers(_ node: Node, owner: String, _ doc: inout YAMLDocument) -> [MemberRef] {

@@ -79,6 +79,7 @@ public struct ManifestFormatter: Sendable {
             case .group: .group
             case .audience: .audience
             case .member: .member
+            case .removed: .removed
             default: nil
             }
         switch node {
@@ -105,8 +106,8 @@ public struct ManifestFormatter: Sendable {
 
     /// Where a node sits in the manifest schema, which decides key order and list sorting.
     enum Context: Equatable {
-        case root, inventory, inventoryFile, device, labels, topic, group, audience, member, selector, sortedList,
-            plain
+        case root, inventory, inventoryFile, device, labels, topic, group, audience, member, removed, selector,
+            sortedList, plain
 
         func child(key: String) -> Context {
             switch (self, key) {
@@ -114,6 +115,7 @@ public struct ManifestFormatter: Sendable {
             case (.root, "topics"): .topic  // the items of the list
             case (.root, "groups"): .group
             case (.root, "audiences"): .audience
+            case (.root, "removed"): .removed
             case (.inventory, "files"): .inventoryFile
             case (.inventory, "devices"): .device
             case (.device, "labels"): .labels
@@ -137,6 +139,7 @@ public struct ManifestFormatter: Sendable {
             case .group: order = ManifestSchema.keys(.group)
             case .audience: order = ManifestSchema.keys(.audience)
             case .member: order = ManifestSchema.keys(.member)
+            case .removed: order = ManifestSchema.keys(.removed)
             case .labels, .selector, .sortedList: return nil  // alphabetical
             case .plain: return 0
             }

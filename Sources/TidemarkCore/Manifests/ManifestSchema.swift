@@ -3,13 +3,13 @@
 public enum ManifestSchema {
     /// The kinds of mapping a manifest has.
     public enum Node: String, Sendable, CaseIterable {
-        case root, inventory, inventoryFile, device, topic, group, audience, member
+        case root, inventory, inventoryFile, device, topic, group, audience, member, removed
     }
 
     /// The keys a node may have, in canonical order.
     public static func keys(_ node: Node) -> [String] {
         switch node {
-        case .root: ["inventory", "topics", "groups", "audiences"]
+        case .root: ["inventory", "topics", "groups", "audiences", "removed"]
         case .inventory: ["files", "devices"]
         case .inventoryFile: ["path", "format"]
         case .device: ["id", "token", "labels"]
@@ -18,6 +18,7 @@ public enum ManifestSchema {
         case .group: ["notification_key_name", "description", "protect", "members"]
         case .audience: ["name", "description", "protect", "retire_group_key", "members"]
         case .member: ["token", "tokens", "device", "devices", "selector", "file"]
+        case .removed: ["topic", "group", "audience", "unsubscribe"]
         }
     }
 
@@ -29,6 +30,7 @@ public enum ManifestSchema {
         case .topic: ["name"]
         case .group: ["notification_key_name"]
         case .audience: ["name"]
+        case .removed: ["unsubscribe"]
         default: []
         }
     }

@@ -79,6 +79,20 @@ public struct DesiredGroup: Sendable {
     }
 }
 
+/// A `removed:` entry with `unsubscribe: false`: what it releases, and where it was written.
+public struct DesiredRelease: Sendable, Equatable {
+    /// The topic, group or audience released.
+    public var address: StateAddress
+    /// Where the entry is; nil for releases made in code.
+    public var location: SourceLocation?
+
+    /// A release of `address`.
+    public init(_ address: StateAddress, at location: SourceLocation? = nil) {
+        self.address = address
+        self.location = location
+    }
+}
+
 /// Everything the manifests declare, resolved against the inventory; ids are in the shared `TokenTable`.
 public struct DesiredState: Sendable {
     /// Sorted by name.
@@ -90,6 +104,9 @@ public struct DesiredState: Sendable {
     public var audiences: [DesiredGroup]
     /// Tokens of the inventory and tokens named directly by manifests.
     public var knownTokens: TokenSet
+    /// What `removed:` entries release with `unsubscribe: false`: state forgets them and nothing is
+    /// sent to FCM (an entry with `unsubscribe: true` means what deleting the declaration means).
+    public var released: [DesiredRelease] = []
 
     /// The desired state; topics, groups and audiences are kept sorted by name.
     public init(
@@ -153,6 +170,10 @@ extension DesiredState {
             let line = "group\u{0}\(group.name)\u{0}\(group.protect)\u{0}\(hasher.combine(group.members))"
             result[State.versionKey(.group, group.name)] = SHA256Digest.hex(Data(line.utf8))
         }
+        for address in released.map(\.address) {
+            let key = State.versionKey(address.kind == .topic ? .topic : .group, address.name)
+            result[key] = SHA256Digest.hex(Data("released\u{0}\(address)".utf8))
+        }
         for audience in audiences {
             let line =
                 "audience\u{0}\(audience.name)\u{0}\(audience.protect)\u{0}\(audience.retireGroupKey)\u{0}\(hasher.combine(audience.members))"
@@ -180,6 +201,8 @@ extension DesiredState {
             digest.update("\(key)\u{0}\(value)\n")
         }
         digest.update("known\u{0}\(known)\n")
+        // Only when there are any, so that manifests without 'removed:' keep the digests they had.
+        for address in released.map(\.address.description).sorted() { digest.update("released\u{0}\(address)\n") }
         return (digest.finalize(), entries)
     }
 }

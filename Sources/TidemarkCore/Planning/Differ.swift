@@ -44,6 +44,8 @@ public struct Differ: Sendable {
         var removesPerToken: [TokenSet] = []
         var declared = Set<String>()
         var respected = 0
+        var steps: [PlannedOperation] = []
+        let released = Set(desired.released.map(\.address))
 
         for spec in desired.topics {
             declared.insert(spec.name)
@@ -98,19 +100,41 @@ public struct Differ: Sendable {
                     "\(PlanRenderer.counted(deadDeclared.count, "declared token")) \(deadDeclared.count == 1 ? "is" : "are") unregistered in FCM and \(deadDeclared.count == 1 ? "is" : "are") skipped"
                 )
             }
+            // Declared members FCM already holds, in a topic tidemark manages nothing of yet (new to
+            // state, or declared again after a release): recorded as tidemark's own, nothing is sent.
+            let adopt = current.managed.isEmpty ? live.intersection(current.observed) : TokenSet()
+            if !adopt.isEmpty {
+                notes.append(
+                    "\(PlanRenderer.counted(adopt.count, "membership")) FCM already holds \(adopt.count == 1 ? "becomes" : "become") tidemark's own (adopted); nothing is sent for \(adopt.count == 1 ? "it" : "them")"
+                )
+            }
             unsubscribes += batches(.unsubscribe, spec.name, remove, state.tokens.table)
             subscribes += batches(.subscribe, spec.name, add, state.tokens.table)
+            steps += batches(.topicAdopt, spec.name, adopt, state.tokens.table)
             addsPerToken.append((spec.name, add))
             removesPerToken.append(remove)
-            if !add.isEmpty || !remove.isEmpty || !deadDeclared.isEmpty {
-                topicChanges.append(
-                    TopicChange(
-                        topic: spec.name, mode: spec.mode, subscribe: add.count,
-                        unsubscribe: remove.count, removedFromManifests: false, notes: notes))
+            if !add.isEmpty || !remove.isEmpty || !deadDeclared.isEmpty || !adopt.isEmpty {
+                var change = TopicChange(
+                    topic: spec.name, mode: spec.mode, subscribe: add.count,
+                    unsubscribe: remove.count, removedFromManifests: false, notes: notes)
+                if !adopt.isEmpty { change.adopted = adopt.count }
+                topicChanges.append(change)
             }
         }
         for name in state.topics.keys.sorted() where !declared.contains(name) && targets.coversTopic(name) {
             let current = state.topics[name]!
+            // Released: nothing is sent, protected or not; state forgets the topic. A topic state only
+            // saw (a refresh notes every topic a registration is in) is not managed: nothing to release.
+            let managedByTidemark = !current.managed.isEmpty || current.protect || current.mode == .authoritative
+            if released.contains(StateAddress(.topic, name)), managedByTidemark {
+                steps.append(PlannedOperation(kind: .topicRelease, target: name, tokens: []))
+                var change = TopicChange(
+                    topic: name, mode: current.mode, subscribe: 0, unsubscribe: 0, removedFromManifests: true,
+                    notes: [Self.releaseNote(subscribers: current.observed.count, managed: current.managed.count)])
+                change.released = true
+                topicChanges.append(change)
+                continue
+            }
             let remove = current.managed.intersection(current.observed).subtracting(state.dead)
             guard !remove.isEmpty else { continue }
             if current.protect {
@@ -125,8 +149,11 @@ public struct Differ: Sendable {
                 TopicChange(
                     topic: name, mode: current.mode, subscribe: 0, unsubscribe: remove.count,
                     removedFromManifests: true,
-                    notes: ["no longer in the manifests: tidemark removes the memberships it made"]))
+                    notes: [
+                        "no longer in the manifests: tidemark removes the memberships it made. To stop managing it and leave everyone subscribed, list it under 'removed:' as {topic: \(name), unsubscribe: false} (or run 'tidemark state rm topic:\(name)')"
+                    ]))
         }
+        diagnostics += releaseWarnings(desired: desired, state: state, declared: declared)
         diagnostics += checkTopicCap(state: state, adds: addsPerToken, removes: removesPerToken)
         let (groupOps, groupChanges, groupDiagnostics) = diffGroups(desired: desired, state: state, targets: targets)
         diagnostics += groupDiagnostics
@@ -134,9 +161,71 @@ public struct Differ: Sendable {
             desired: desired, state: state, targets: targets)
         diagnostics += audienceDiagnostics
         return Result(
-            operations: unsubscribes + subscribes + groupOps + audienceOps, topics: topicChanges,
+            operations: unsubscribes + subscribes + steps + groupOps + audienceOps, topics: topicChanges,
             groups: groupChanges + audienceChanges,
             diagnostics: diagnostics, optedOut: respected)
+    }
+
+    /// What a released topic's plan says: nothing sent, who stays subscribed.
+    static func releaseNote(subscribers: Int, managed: Int) -> String {
+        let made = managed == 0 ? "" : " (\(PlanRenderer.formatCount(managed)) of them made or adopted by tidemark)"
+        return
+            "released (removed: with unsubscribe: false): nothing is sent to FCM; its \(PlanRenderer.counted(subscribers, "known subscriber")) stay\(subscribers == 1 ? "s" : "") subscribed\(made), and state forgets the topic"
+    }
+
+    /// A `removed:` entry that releases nothing state holds is harmless once applied (the entry may
+    /// stay), but one that misses by a letter or by its kind while the plan removes the entry it
+    /// meant would unsubscribe what the author meant to keep: that is said.
+    func releaseWarnings(desired: DesiredState, state: State, declared: Set<String>) -> [Diagnostic] {
+        let audiences = Set(desired.audiences.map(\.name))
+        let groups = Set(desired.groups.map(\.name))
+        var warnings: [Diagnostic] = []
+        for release in desired.released {
+            let address = release.address
+            let name = address.name
+            switch address.kind {
+            case .topic:
+                guard state.topics[name] == nil else { continue }
+                if let group = state.groups[name] {
+                    warnings.append(
+                        .warning(
+                            "'removed:' names \(address), which state does not hold; state holds '\(name)' as \(group.audience ? "an audience" : "a device group"): write '\(group.audience ? "audience" : "group"): \(name)'.",
+                            at: release.location))
+                } else if let closest = nearest(
+                    name, in: state.topics.keys.filter { !declared.contains($0) }.sorted())
+                {
+                    warnings.append(
+                        .warning(
+                            "'removed:' names \(address), which state does not hold, so it releases nothing; did you mean topic:\(closest), which leaves the manifests in this plan?",
+                            at: release.location))
+                }
+            case .group, .audience:
+                let wantsAudience = address.kind == .audience
+                if let group = state.groups[name] {
+                    guard group.audience != wantsAudience else { continue }
+                    warnings.append(
+                        .warning(
+                            "'removed:' names \(address), but state holds '\(name)' as \(group.audience ? "an audience" : "a device group"): write '\(group.audience ? "audience" : "group"): \(name)', or it is not released.",
+                            at: release.location))
+                } else if let closest = nearest(
+                    name,
+                    in: state.groups.filter {
+                        $0.value.audience == wantsAudience && !groups.contains($0.key) && !audiences.contains($0.key)
+                    }.keys.sorted())
+                {
+                    warnings.append(
+                        .warning(
+                            "'removed:' names \(address), which state does not hold, so it releases nothing; did you mean \(address.kind.rawValue):\(closest), which leaves the manifests in this plan?",
+                            at: release.location))
+                } else if state.topics[name] != nil {
+                    warnings.append(
+                        .warning(
+                            "'removed:' names \(address), which state does not hold; state holds '\(name)' as a topic: write 'topic: \(name)'.",
+                            at: release.location))
+                }
+            }
+        }
+        return warnings
     }
 
     /// Splits `ids` into requests of at most `batchSize` tokens, sorted so plans are stable across machines.
@@ -229,8 +318,19 @@ public struct Differ: Sendable {
             changes.append(
                 GroupChange(group: spec.name, action: .update, add: add.count, remove: remove.count, notes: []))
         }
+        let released = Set(desired.released.map(\.address))
         for name in state.groups.keys.sorted() where !declared.contains(name) && targets.coversGroup(name) {
             let current = state.groups[name]!
+            if !current.audience, released.contains(StateAddress(.group, name)) {
+                operations.append(PlannedOperation(kind: .groupRelease, target: name, tokens: []))
+                changes.append(
+                    GroupChange(
+                        group: name, action: .release, add: 0, remove: 0,
+                        notes: [
+                            "released: nothing is sent to FCM; the group keeps its \(PlanRenderer.counted(current.members.count, "member")) tidemark knows, and state forgets it"
+                        ]))
+                continue
+            }
             guard !current.audience, current.key != nil, !current.members.isEmpty else { continue }
             if current.protect {
                 diagnostics.append(
@@ -245,7 +345,9 @@ public struct Differ: Sendable {
             changes.append(
                 GroupChange(
                     group: name, action: .delete, add: 0, remove: current.members.count,
-                    notes: ["no longer in the manifests: all members are removed, which deletes the group in FCM"]))
+                    notes: [
+                        "no longer in the manifests: all members are removed, which deletes the group in FCM. To stop managing it and keep it, list it under 'removed:' as {group: \(name), unsubscribe: false} (or run 'tidemark state rm group:\(name)')"
+                    ]))
         }
         return (operations, changes, diagnostics)
     }
@@ -365,6 +467,20 @@ public struct Differ: Sendable {
         where !declared.contains(name) && !declaredGroups.contains(name) && targets.coversGroup(name) {
             let current = state.groups[name]!
             guard current.audience else { continue }
+            if desired.released.contains(where: { $0.address == StateAddress(.audience, name) }) {
+                operations.append(PlannedOperation(kind: .groupRelease, target: name, tokens: []))
+                let group =
+                    current.key != nil && !groupsTurnedDown
+                    ? "; the FCM group it was converted from is left as it is" : ""
+                changes.append(
+                    GroupChange(
+                        group: name, action: .release, add: 0, remove: 0,
+                        notes: [
+                            "released: state forgets it and its \(PlanRenderer.counted(current.members.count, "member"))\(group)"
+                        ],
+                        audience: true))
+                continue
+            }
             if current.protect {
                 diagnostics.append(
                     .error(

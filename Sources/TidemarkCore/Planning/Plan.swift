@@ -16,13 +16,32 @@ public struct PlannedOperation: Sendable, Codable, Equatable {
         /// State only: the FCM group the audience was converted from is forgotten (FCM turned
         /// device groups down, so it no longer exists).
         case audienceUnlink = "audience_unlink"
+        /// State only: these memberships, which FCM already holds, become tidemark's own (a topic new
+        /// to state, or declared again after it was released).
+        case topicAdopt = "topic_adopt"
+        /// State only: the topic is released (`removed:` with `unsubscribe: false`): state forgets it
+        /// and its memberships stay as they are in FCM.
+        case topicRelease = "topic_release"
+        /// State only: the device group or audience is released: state forgets it, FCM keeps it.
+        case groupRelease = "group_release"
 
-        /// Runs in its group's sequence (device-group calls and the state-only audience steps).
-        public var isGroup: Bool { isGroupCall || isStateOnly }
+        /// Runs in its group's sequence (device-group calls and the state-only group and audience steps).
+        public var isGroup: Bool { isGroupCall || (isStateOnly && !isTopicStep) }
         /// A call to FCM's device-group API.
         public var isGroupCall: Bool { self == .groupCreate || self == .groupAdd || self == .groupRemove }
-        /// Changes only tidemark's state: an audience has no FCM object behind it.
-        public var isStateOnly: Bool { self == .audienceSet || self == .audienceDelete || self == .audienceUnlink }
+        /// Changes only tidemark's state, nothing is sent to FCM: an audience has no FCM object behind
+        /// it, an adoption records what FCM holds, a release forgets.
+        public var isStateOnly: Bool {
+            switch self {
+            case .audienceSet, .audienceDelete, .audienceUnlink, .topicAdopt, .topicRelease, .groupRelease: true
+            case .subscribe, .unsubscribe, .groupCreate, .groupAdd, .groupRemove: false
+            }
+        }
+        /// A state-only step of a topic (an adoption or a release).
+        public var isTopicStep: Bool { self == .topicAdopt || self == .topicRelease }
+        /// Says something of FCM's registrations that applying a saved plan reads again: every call to
+        /// FCM, and an adoption (FCM holds these memberships).
+        public var readsRegistrations: Bool { !isStateOnly || self == .topicAdopt }
         /// The changes that undo this one for the same token and target.
         public var opposites: [Kind] {
             switch self {
@@ -30,7 +49,7 @@ public struct PlannedOperation: Sendable, Codable, Equatable {
             case .unsubscribe: [.subscribe]
             case .groupCreate, .groupAdd: [.groupRemove]
             case .groupRemove: [.groupCreate, .groupAdd]
-            case .audienceSet, .audienceDelete, .audienceUnlink: []
+            case .audienceSet, .audienceDelete, .audienceUnlink, .topicAdopt, .topicRelease, .groupRelease: []
             }
         }
     }
@@ -78,6 +97,12 @@ public struct TopicChange: Sendable, Codable, Equatable {
     public var protected: Bool? = nil
     /// The topic's own `max_unsubscribes`, as written, when the manifests set one.
     public var maxUnsubscribes: String? = nil
+    /// Memberships FCM already holds that the plan records as tidemark's own, sending nothing
+    /// (absent when none).
+    public var adopted: Int? = nil
+    /// The topic is released (`removed:` with `unsubscribe: false`): nothing is sent and state forgets
+    /// it (absent otherwise).
+    public var released: Bool? = nil
 
     /// The share of its known subscribers past which removals from a topic are called out as
     /// destructive when the manifests set no `max_unsubscribes` for it.
@@ -158,6 +183,8 @@ public struct GroupChange: Sendable, Codable, Equatable {
         case convert
         /// The FCM group behind an audience is deleted (`retire_group_key: true`).
         case retire
+        /// Released (`removed:` with `unsubscribe: false`): state forgets it; FCM keeps the group.
+        case release
     }
 
     /// The group's (or audience's) name.
@@ -447,7 +474,7 @@ public struct Plan: Sendable, Codable {
         }
         var first: [Key: Int] = [:]
         var batches: [Key: (operations: Int, tokens: Int)] = [:]
-        for (index, op) in operations.enumerated() where !op.kind.isGroup {
+        for (index, op) in operations.enumerated() where !op.kind.isGroup && !op.kind.isStateOnly {
             let key = Key(kind: op.kind, target: op.target)
             if first[key] == nil { first[key] = index }
             batches[key, default: (0, 0)].operations += 1
@@ -459,14 +486,14 @@ public struct Plan: Sendable, Codable {
         }
         var tokens: [Int: [String]] = [:]
         var seen: [Int: Set<String>] = [:]
-        for op in operations where !op.kind.isGroup {
+        for op in operations where !op.kind.isGroup && !op.kind.isStateOnly {
             let at = first[Key(kind: op.kind, target: op.target)]!
             for token in op.tokens where seen[at, default: []].insert(token).inserted {
                 tokens[at, default: []].append(token)
             }
         }
         return operations.enumerated().flatMap { index, op -> [PlannedOperation] in
-            if op.kind.isGroup { return [op] }
+            if op.kind.isGroup || op.kind.isStateOnly { return [op] }
             guard let merged = tokens[index] else { return [] }
             return stride(from: 0, to: merged.count, by: size).map {
                 PlannedOperation(

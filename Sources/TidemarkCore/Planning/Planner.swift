@@ -122,7 +122,7 @@ public struct Planner: Sendable {
             switch op.kind {
             case .unsubscribe, .groupRemove: for token in op.tokens { unsubscribes[token, default: 0] += 1 }
             case .subscribe, .groupAdd, .groupCreate: for token in op.tokens { subscribes[token, default: 0] += 1 }
-            case .audienceSet, .audienceDelete, .audienceUnlink: break
+            case .audienceSet, .audienceDelete, .audienceUnlink, .topicAdopt, .topicRelease, .groupRelease: break
             }
         }
         var candidates = Set(unsubscribes.keys)

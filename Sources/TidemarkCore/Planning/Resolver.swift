@@ -129,9 +129,45 @@ public struct Resolver {
         }
         diagnostics += checkTopicsPerToken(topics, table: table)
         let known = TokenSet(context.deviceTokenIDs).union(TokenSet(context.namedTokens))
-        return (
-            DesiredState(topics: topics, groups: groups, audiences: audiences, knownTokens: known), diagnostics
-        )
+        var desired = DesiredState(topics: topics, groups: groups, audiences: audiences, knownTokens: known)
+        let released = releases(declared: [.topic: seenTopics, .group: seenGroups, .audience: seenAudiences])
+        desired.released = released.addresses
+        diagnostics += released.diagnostics
+        return (desired, diagnostics)
+    }
+
+    /// The `removed:` entries that release (`unsubscribe: false`), refusing an entry that names what
+    /// the manifests still declare, and a name listed twice. An entry with `unsubscribe: true` keeps
+    /// the meaning of deleting the declaration: tidemark removes what it made.
+    private func releases(
+        declared: [StateAddress.Kind: [String: SourceLocation]]
+    ) -> (addresses: [DesiredRelease], diagnostics: [Diagnostic]) {
+        var result: (addresses: [DesiredRelease], diagnostics: [Diagnostic]) = ([], [])
+        var seen: [StateAddress: SourceLocation] = [:]
+        for entry in manifests.removed {
+            let address = entry.address
+            if let first = seen[address] {
+                result.diagnostics.append(
+                    .error(
+                        "\(address) is listed under 'removed' twice: here and at \(first); keep one entry.",
+                        at: entry.location))
+                continue
+            }
+            seen[address] = entry.location
+            // A group and an audience share a name space in state: either declaration keeps it managed.
+            let kinds: [StateAddress.Kind] = entry.kind == .topic ? [.topic] : [.group, .audience]
+            if let kind = kinds.first(where: { declared[$0]?[entry.name.value] != nil }),
+                let at = declared[kind]?[entry.name.value]
+            {
+                result.diagnostics.append(
+                    .error(
+                        "\(address) is listed under 'removed' but \(kind == .group ? "'groups:'" : kind == .audience ? "'audiences:'" : "'topics:'") still declares '\(entry.name.value)' (at \(at)); delete the declaration to let it go, or this entry to keep managing it.",
+                        at: entry.location))
+                continue
+            }
+            if !entry.unsubscribe { result.addresses.append(DesiredRelease(address, at: entry.location)) }
+        }
+        return result
     }
 
     private func checkTopicsPerToken(_ topics: [DesiredTopic], table: some TokenInterning) -> [Diagnostic] {

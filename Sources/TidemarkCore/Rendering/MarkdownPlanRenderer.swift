@@ -93,7 +93,11 @@ public struct MarkdownPlanRenderer: Sendable {
             var rows: [String] = []
             for change in plan.topics {
                 var mode = change.mode.rawValue
-                if change.removedFromManifests { mode += ", removed" }
+                if change.released == true {
+                    mode += ", released"
+                } else if change.removedFromManifests {
+                    mode += ", removed"
+                }
                 if let previous = change.previousMode { mode = "**\(previous.rawValue) → \(change.mode.rawValue)**" }
                 var why = (change.reasons ?? []).map(Self.reason)
                 if let previous = change.previousMode {
@@ -250,7 +254,7 @@ public struct MarkdownPlanRenderer: Sendable {
     /// deadline ends (a device-group call; a topic change sent through the iid transport).
     static func commentWarnings(_ plan: Plan) -> [Diagnostic] {
         let touchesGroups = plan.operations.contains { $0.kind.isGroupCall }
-        let sendsTopics = plan.operations.contains { !$0.kind.isGroup }
+        let sendsTopics = plan.operations.contains { !$0.kind.isGroup && !$0.kind.isStateOnly }
         return plan.diagnostics.filter { diagnostic in
             guard diagnostic.severity == .warning else { return false }
             switch diagnostic.code {

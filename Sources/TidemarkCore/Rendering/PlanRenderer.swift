@@ -219,6 +219,7 @@ public struct PlanRenderer: Sendable {
 
     /// A topic's symbol: `+` new (no known subscriber before), `-` leaving the manifests, `~` changed.
     public static func symbol(_ change: TopicChange) -> String {
+        if change.released == true { return "=" }
         if change.removedFromManifests { return "-" }
         if let before = change.before { return before == 0 && change.previousMode == nil ? "+" : "~" }
         // A plan from before sizes were recorded: a topic that only gains members may be new.
@@ -231,6 +232,7 @@ public struct PlanRenderer: Sendable {
         case .create: "+"
         case .delete, .retire: "-"
         case .update, .adopt, .convert: "~"
+        case .release: "="
         }
     }
 
@@ -243,6 +245,7 @@ public struct PlanRenderer: Sendable {
         if used.contains("+") { meanings.append("+ new (no known member before)") }
         if used.contains("~") { meanings.append("~ changes") }
         if used.contains("-") { meanings.append("- leaves the manifests (tidemark removes the members it added)") }
+        if used.contains("=") { meanings.append("= released (left as it is in FCM; state forgets it)") }
         let review = flagged ? "; ! calls for a careful review" : ""
         return "Symbols: \(meanings.joined(separator: ", ")); under each, + joins and − leaves\(review)."
     }

@@ -408,6 +408,19 @@ extension State {
             groups[operation.target] = nil
         case .audienceUnlink:
             groups[operation.target]?.key = nil
+        case .topicAdopt:
+            var topic = topics[operation.target] ?? TopicState()
+            let adopted = TokenSet(ids)
+            topic.observed.formUnion(adopted)
+            topic.managed.formUnion(adopted)
+            topic.optedOut.subtract(adopted)
+            topics[operation.target] = topic
+            changedTopics.insert(operation.target)
+        case .topicRelease:
+            topics[operation.target] = nil
+            changedTopics.insert(operation.target)
+        case .groupRelease:
+            groups[operation.target] = nil
         }
         return changedTopics
     }

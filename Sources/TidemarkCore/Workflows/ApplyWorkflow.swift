@@ -496,7 +496,9 @@ public struct ApplyWorkflow: Sendable {
                     case .unsubscribe: !subscribed && id != nil
                     case .groupCreate, .groupAdd, .audienceSet: member
                     case .groupRemove: !member && id != nil
-                    case .audienceDelete, .audienceUnlink: false
+                    // Recording what FCM holds as tidemark's own is harmless where FCM holds it.
+                    case .topicAdopt: subscribed
+                    case .audienceDelete, .audienceUnlink, .topicRelease, .groupRelease: false
                     }
                 if !alreadyTrue { unexpected.append(Triple(kind: op.kind, target: op.target, token: token)) }
             }
@@ -526,7 +528,11 @@ public struct ApplyWorkflow: Sendable {
         for op in plan.operations where unknownTarget == nil {
             let known: Bool
             let kind: String
-            if op.kind.isStateOnly {
+            if op.kind.isTopicStep {
+                (known, kind) = (topics.contains(op.target), "a topic")
+            } else if op.kind == .groupRelease {
+                (known, kind) = (state.groups.keys.contains(op.target), "a device group or audience")
+            } else if op.kind.isStateOnly {
                 (known, kind) = (audiences.contains(op.target), "an audience")
             } else if op.kind.isGroupCall {
                 (known, kind) = (groups.contains(op.target), "a device group")
@@ -583,13 +589,13 @@ public struct ApplyWorkflow: Sendable {
         let expected = triples(now)
         let planned = triples(plan)
         var unexplained = Set<String>()
-        for op in plan.operations where !op.kind.isStateOnly {
+        for op in plan.operations where op.kind.readsRegistrations {
             for token in op.tokens where !expected.contains(Triple(kind: op.kind, target: op.target, token: token)) {
                 unexplained.insert(token)
             }
         }
         var omitted: [String] = []
-        for op in now.operations where !op.kind.isStateOnly {
+        for op in now.operations where op.kind.readsRegistrations {
             for token in op.tokens
             where !planned.contains(Triple(kind: op.kind, target: op.target, token: token))
                 && unexplained.insert(token).inserted
@@ -609,11 +615,12 @@ public struct ApplyWorkflow: Sendable {
     }
 
     /// The registrations a saved plan changes, each once, in the plan's order: what applying it reads
-    /// again (audience steps change state only, and need no read).
+    /// again (audience steps and releases change state only, and need no read; an adoption says FCM
+    /// holds a membership, which is read).
     static func registrationsRead(_ plan: Plan) -> [String] {
         var seen = Set<String>()
         var tokens: [String] = []
-        for op in plan.operations where !op.kind.isStateOnly {
+        for op in plan.operations where op.kind.readsRegistrations {
             for token in op.tokens where seen.insert(token).inserted { tokens.append(token) }
         }
         return tokens

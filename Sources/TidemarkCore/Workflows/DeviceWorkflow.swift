@@ -101,7 +101,7 @@ public struct DeviceWorkflow: Sendable {
             switch op.kind {
             case .audienceSet where !op.tokens.contains(token):
                 if member { next[key] = "apply removes it from the audience" }
-            case .audienceDelete, .audienceUnlink:
+            case .audienceDelete, .audienceUnlink, .topicRelease, .groupRelease:
                 break
             case _ where !op.tokens.contains(token):
                 break
@@ -111,6 +111,7 @@ public struct DeviceWorkflow: Sendable {
             case .groupAdd: next[key] = "apply adds it"
             case .groupRemove: next[key] = "apply removes it"
             case .audienceSet: if !member { next[key] = "apply adds it to the audience" }
+            case .topicAdopt: next[key] = "apply records its membership, which FCM already holds, as tidemark's own"
             }
         }
         let index = inventory.index(ofToken: token)

@@ -19,6 +19,8 @@ public struct WorkflowError: TidemarkError {
         case nothingToRead(command: String)
         case nothingToExport
         case inventoryShrank([ShrinkGuard.Shrink])
+        case badAddress(String)
+        case notInState([(address: String, hint: String)], location: String)
     }
 
     private let code: Code
@@ -59,6 +61,12 @@ public struct WorkflowError: TidemarkError {
     public static let nothingToExport = Self(.nothingToExport)
     /// Inventory sources that read far fewer devices than the last apply recorded (`ShrinkGuard`).
     public static func inventoryShrank(_ shrinks: [ShrinkGuard.Shrink]) -> Self { Self(.inventoryShrank(shrinks)) }
+    /// `state rm` given something that is not `topic:NAME`, `group:NAME` or `audience:NAME`.
+    public static func badAddress(_ text: String) -> Self { Self(.badAddress(text)) }
+    /// `state rm` naming what state does not hold: each address with a hint of what it does hold.
+    public static func notInState(_ misses: [(address: String, hint: String)], location: String) -> Self {
+        Self(.notInState(misses, location: location))
+    }
 
     /// Whether `value` is a workflow error of the same kind as `pattern` (payloads aside), so that
     /// `catch WorkflowError.unfinishedApply` reads as it would for an enum.
@@ -83,6 +91,8 @@ public struct WorkflowError: TidemarkError {
         case .nothingToRead: "nothing_to_read"
         case .nothingToExport: "nothing_to_export"
         case .inventoryShrank: "inventory_shrank"
+        case .badAddress: "bad_address"
+        case .notInState: "not_in_state"
         }
     }
 
@@ -128,6 +138,11 @@ public struct WorkflowError: TidemarkError {
             message
         case .inventoryShrank(let shrinks):
             ShrinkGuard.message(shrinks)
+        case .badAddress(let text):
+            "'\(text.escapedOnOneLine)' is not an address: write topic:NAME, group:NAME or audience:NAME, with the exact name ('tidemark state list' shows them)."
+        case .notInState(let misses, let location):
+            misses.map { "the state \(location) holds no \($0.address)\($0.hint)" }.joined(separator: "; ")
+                + ". Nothing was changed; 'tidemark state list' shows what it holds."
         case .selectorsMatchNothing(let misses):
             misses.map { miss in
                 "--target/--exclude '\(miss.selector)' matches no topic or group of the manifests or state"
