@@ -28,7 +28,14 @@ bad = [
     {"groups": [{"notification_key_name": "g", "members": [{"device": str(i)} for i in range(21)]}]},
     {"inventory": {"devices": [{"id": "x"}]}},
     {"topcs": []},
+    {"removed": [{"topic": "a"}]},
+    {"removed": [{"topic": "a", "group": "b", "unsubscribe": False}]},
+    {"removed": [{"unsubscribe": False}]},
 ]
+good = [{"removed": [{"topic": "a", "unsubscribe": False}, {"audience": "b", "unsubscribe": True}]}]
+for document in good:
+    for error in validator.iter_errors(document):
+        print(f"schema refused a good manifest {document}: {error.message}"); failures += 1
 for document in bad:
     if validator.is_valid(document):
         print(f"schema accepted a bad manifest: {document}"); failures += 1

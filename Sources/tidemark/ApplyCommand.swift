@@ -207,6 +207,8 @@ struct ApplyCommand: AsyncParsableCommand {
             var unsubscribed: Int
             var groupCalls: Int
             var audiences: Int
+            var adopted: Int
+            var released: Int
             var requests: Int
             var retries: Int
             var seconds: Double
@@ -217,6 +219,8 @@ struct ApplyCommand: AsyncParsableCommand {
                 unsubscribed = summary.unsubscribed
                 groupCalls = summary.groupCalls
                 audiences = summary.audiences
+                adopted = summary.adopted
+                released = summary.released
                 requests = summary.requests
                 retries = summary.retries
                 seconds = (summary.seconds * 1000).rounded() / 1000
@@ -284,7 +288,7 @@ struct ApplyCommand: AsyncParsableCommand {
 
     /// "+12 subscribed, −3 unsubscribed, 0 group calls; 4 requests in 0.2 s".
     static func describe(_ summary: ApplySummary) -> String {
-        "+\(PlanRenderer.formatCount(summary.subscribed)) subscribed, −\(PlanRenderer.formatCount(summary.unsubscribed)) unsubscribed, \(PlanRenderer.counted(summary.groupCalls, "group call"))\(summary.audiences > 0 ? ", \(PlanRenderer.counted(summary.audiences, "audience")) written in state" : ""); \(PlanRenderer.counted(summary.requests, "request"))\(summary.retries > 0 ? " (\(PlanRenderer.formatCount(summary.retries)) of them retries)" : "") in \(String(format: "%.1f", summary.seconds)) s"
+        "+\(PlanRenderer.formatCount(summary.subscribed)) subscribed, −\(PlanRenderer.formatCount(summary.unsubscribed)) unsubscribed, \(PlanRenderer.counted(summary.groupCalls, "group call"))\(summary.audiences > 0 ? ", \(PlanRenderer.counted(summary.audiences, "audience")) written in state" : "")\(summary.adopted > 0 ? ", \(PlanRenderer.counted(summary.adopted, "membership")) adopted" : "")\(summary.released > 0 ? ", \(PlanRenderer.formatCount(summary.released)) released" : ""); \(PlanRenderer.counted(summary.requests, "request"))\(summary.retries > 0 ? " (\(PlanRenderer.formatCount(summary.retries)) of them retries)" : "") in \(String(format: "%.1f", summary.seconds)) s"
     }
 
     /// The summary line of an apply, and a warning per kind of failure.

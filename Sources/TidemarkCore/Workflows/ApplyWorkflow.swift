@@ -59,6 +59,10 @@ public struct ApplySummary: Sendable {
     public var groupCalls: Int
     /// Audiences written in state (no call to FCM).
     public var audiences: Int = 0
+    /// Memberships FCM already held that became tidemark's own (nothing sent).
+    public var adopted: Int = 0
+    /// Topics, device groups and audiences released: forgotten by state, left as they are in FCM.
+    public var released: Int = 0
     /// Requests sent to FCM.
     public var requests: Int
     /// Of the requests, those that repeated an earlier one.
@@ -687,9 +691,16 @@ public struct ApplyWorkflow: Sendable {
             groupCalls: remaining.filter { plan.operations[$0].kind.isGroupCall }.count, requests: report.requests,
             retries: report.retries,
             seconds: seconds, failures: failures)
+        let audienceSteps: Set<PlannedOperation.Kind> = [.audienceSet, .audienceDelete, .audienceUnlink]
         summary.audiences =
-            Set(remaining.filter { plan.operations[$0].kind.isStateOnly }.map { plan.operations[$0].target })
+            Set(
+                remaining.filter { audienceSteps.contains(plan.operations[$0].kind) }.map { plan.operations[$0].target }
+            )
             .count
+        summary.adopted = remaining.filter { plan.operations[$0].kind == .topicAdopt }.reduce(0) {
+            $0 + plan.operations[$1].tokens.count
+        }
+        summary.released = remaining.count { [.topicRelease, .groupRelease].contains(plan.operations[$0].kind) }
         return summary
     }
 }
