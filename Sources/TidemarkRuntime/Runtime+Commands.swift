@@ -103,6 +103,28 @@ extension Runtime {
         }
     }
 
+    /// Moves `address` from this run's state to `target`'s (another workspace or store), or finishes
+    /// the interrupted move of it, under both states' locks; sends nothing to FCM.
+    public func moveInState(_ address: StateAddress, to target: Runtime) async throws -> StateMoveOutcome {
+        guard stateDisplay != target.stateDisplay else {
+            throw RuntimeError(
+                "\(address) is already in \(stateDisplay); give another workspace (--to-workspace) or store (--to-state)."
+            )
+        }
+        let (source, destination) = (stateStore(), target.stateStore())
+        let workflow = StateMoveWorkflow(
+            source: source, target: destination, sourceName: stateDisplay, targetName: target.stateDisplay,
+            timing: timing, tidemarkVersion: Runtime.version)
+        let holder = lockHolder("tidemark state mv")
+        // Both locks in one order whatever the direction: two moves the other way round never each
+        // hold one lock and wait for the other.
+        let (first, second) =
+            stateDisplay < target.stateDisplay ? (source, destination) : (destination, source)
+        return try await first.withLock(holder) {
+            try await second.withLock(holder) { try await workflow.run(address) }
+        }
+    }
+
     /// Copies this run's state to `target` (`rule` says what the target may hold already).
     public func copyState(to target: any StateStore, _ rule: StateCopyWorkflow.Rule) async throws -> State {
         try await StateCopyWorkflow(from: stateStore(), to: target, timing: timing).run(

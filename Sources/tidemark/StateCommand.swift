@@ -11,7 +11,7 @@ struct StateCommand: AsyncParsableCommand {
         subcommands: [
             StateListCommand.self, StateShowCommand.self, StateLockCommand.self, StateForceUnlockCommand.self,
             StatePullCommand.self, StatePushCommand.self, StateMigrateCommand.self, StatePruneCommand.self,
-            StateRemoveCommand.self,
+            StateRemoveCommand.self, StateMoveCommand.self,
         ]
     )
 }
@@ -329,6 +329,79 @@ struct StateRemoveCommand: AsyncParsableCommand {
                 )
             }
             try Terminal.write(lines.joined(separator: "\n") + "\n")
+        }
+    }
+}
+
+struct StateMoveCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "mv",
+        abstract: "Move a topic, device group or audience to another workspace or store, sending nothing to FCM.",
+        discussion: """
+            ADDRESS is topic:NAME, group:NAME or audience:NAME. The entry moves with its memberships and \
+            its tokens (when each was last seen, its device, when it left) into the workspace \
+            --to-workspace of the same store, or of the store --to-state (a SQLite path or a postgres:// \
+            URL); the target must not hold it already, and must belong to the same FCM project. Both \
+            states' locks are held. Each side journals the move, so a run stopped at any moment (a kill, \
+            a lost connection) leaves both states saying so: until the same 'tidemark state mv' is run \
+            again, which finishes it, both refuse other commands, and the entry is never acted on in two \
+            places. Afterwards, declare it in the target's manifests and delete it from the source's \
+            (or the next plans there adopt it back or remove it). The apply history stays with the \
+            workspace where each apply ran.
+            """
+    )
+
+    @OptionGroup var global: GlobalOptions
+
+    @Argument(help: ArgumentHelp("What to move: topic:NAME, group:NAME or audience:NAME.", valueName: "ADDRESS"))
+    var address: String
+
+    @Option(help: ArgumentHelp("The workspace to move it to.", valueName: "NAME"))
+    var toWorkspace: String
+
+    @Option(
+        help: ArgumentHelp(
+            "The store to move it to: a SQLite path or a postgres:// URL (default: the same store).",
+            valueName: "PATH|URL"))
+    var toState: String?
+
+    @OptionGroup var output: DataFormatOption
+
+    /// `--format json`: what moved, between which states.
+    struct Report: Encodable {
+        var moved: ReleasedEntry
+        var from: String
+        var to: String
+        var resumed: Bool
+        var sourceSerial: Int
+        var targetSerial: Int
+    }
+
+    func run() async throws {
+        try await runReportingErrors {
+            let parsed = try StateAddress(parsing: address)
+            let runtime = try Runtime(global)
+            var targetOptions = global
+            if let toState { targetOptions.state = toState }
+            targetOptions.workspace = toWorkspace
+            let target = try Runtime(targetOptions)
+            let outcome = try await runtime.moveInState(parsed, to: target)
+            if output.json {
+                try Terminal.writeJSON(
+                    Report(
+                        moved: outcome.moved, from: runtime.stateDisplay, to: target.stateDisplay,
+                        resumed: outcome.resumed, sourceSerial: outcome.serials.source,
+                        targetSerial: outcome.serials.target))
+                return
+            }
+            let what =
+                outcome.moved.address.hasPrefix("topic:")
+                ? PlanRenderer.counted(outcome.moved.managed, "managed membership")
+                    + " (\(PlanRenderer.formatCount(outcome.moved.observed)) known subscribers)"
+                : PlanRenderer.counted(outcome.moved.managed, "member")
+            try Terminal.write(
+                "\(outcome.resumed ? "Finished the interrupted move of" : "Moved") \(outcome.moved.address) with \(what) from \(runtime.stateDisplay) (serial \(outcome.serials.source)) to \(target.stateDisplay) (serial \(outcome.serials.target)); nothing was sent to FCM. Declare it in the target's manifests and delete it from the source's before their next apply.\n"
+            )
         }
     }
 }

@@ -54,6 +54,55 @@ enum TestPostgres {
         for store in made.withLock({ $0 }) { await store.close() }
     }
 
+    /// Two workspaces of one database written in one transaction (`state mv` within it): both land, or
+    /// neither does when one of them may not be written (another run holds its lease).
+    @Test func twoWorkspacesOfOneDatabaseAreWrittenTogetherOrNotAtAll() async throws {
+        let name = "together-\(UUID().uuidString.prefix(8))"
+        let a = try TestPostgres.store(name + "-a", lease: .seconds(3600))
+        let b = try TestPostgres.store(name + "-b", lease: .seconds(3600))
+        let otherRunner = try TestPostgres.store(name + "-b", lease: .seconds(3600))
+        var first = StateStoreConformance.sample(tokens: 10)
+        try await a.save(&first, StateStoreConformance.writeAll(first), at: 1)
+        var second = StateStoreConformance.sample(tokens: 10, lineage: "b-lineage")
+        try await b.save(&second, StateStoreConformance.writeAll(second), at: 1)
+        let topic = try #require(first.topics.keys.sorted().first)
+        // Moved: gone from a, in b, one transaction.
+        var (from, to) = (first, second)
+        _ = to.receive(StateAddress(.topic, topic), from: from)
+        _ = from.release(StateAddress(.topic, topic))
+        var writeFrom = StateWrite()
+        writeFrom.includeTopicsAndGroups(before: first, after: from)
+        var writeTo = StateWrite()
+        writeTo.includeTopicsAndGroups(before: second, after: to)
+        writeTo.allTokens = true
+        let serials = try await a.saveTogether(&from, writeFrom, with: b, &to, writeTo, at: 2)
+        #expect(serials == (first.serial + 1, second.serial + 1))
+        #expect(try await a.load()?.topics[topic] == nil)
+        #expect(try await b.load()?.topics[topic] != nil)
+        // Another run holds b's lease: nothing is written in either workspace.
+        let lease = try await otherRunner.lock(StateStoreConformance.holder)
+        var again = from
+        again.setTopic("extra", TopicState())
+        var writeExtra = StateWrite()
+        writeExtra.topics = ["extra"]
+        var other = to
+        await #expect(throws: StateStoreError.self) {
+            _ = try await a.saveTogether(&again, writeExtra, with: b, &other, StateWrite(), at: 3)
+        }
+        let unchanged = try #require(try await a.load())
+        #expect(unchanged.topics["extra"] == nil && unchanged.serial == from.serial)
+        await lease.release()
+        // Not one database (or a SQLite file): refused as unsupported, nothing written.
+        let path = NSTemporaryDirectory() + "/together-\(UUID().uuidString).db"
+        let file = SQLiteStateStore(path: path, location: path)
+        await #expect {
+            _ = try await a.saveTogether(&again, writeExtra, with: file, &other, StateWrite(), at: 4)
+        } throws: {
+            ($0 as? StateStoreError)?.code == .unsupported
+        }
+        for store in [a, b, otherRunner] { await store.close() }
+    }
+
     /// Fencing: once a lease is broken (or expires), its holder can no longer write, even though it
     /// still believes it holds the lock.
     @Test func aBrokenLeaseCannotWrite() async throws {

@@ -124,9 +124,8 @@ public struct Differ: Sendable {
         for name in state.topics.keys.sorted() where !declared.contains(name) && targets.coversTopic(name) {
             let current = state.topics[name]!
             // Released: nothing is sent, protected or not; state forgets the topic. A topic state only
-            // saw (a refresh notes every topic a registration is in) is not managed: nothing to release.
-            let managedByTidemark = !current.managed.isEmpty || current.protect || current.mode == .authoritative
-            if released.contains(StateAddress(.topic, name)), managedByTidemark {
+            // saw is not managed: there is nothing to release.
+            if released.contains(StateAddress(.topic, name)), current.isManaged {
                 steps.append(PlannedOperation(kind: .topicRelease, target: name, tokens: []))
                 var change = TopicChange(
                     topic: name, mode: current.mode, subscribe: 0, unsubscribe: 0, removedFromManifests: true,

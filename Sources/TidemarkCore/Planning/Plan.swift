@@ -397,6 +397,9 @@ public struct Plan: Sendable, Codable {
     /// Requests the plan's refresh sent to FCM to read registrations and groups, when the backend
     /// counts them (absent otherwise).
     public var reads: Int? = nil
+    /// A `tidemark state mv` journaled as an apply with no call to FCM: the move it is part of (absent
+    /// for every plan `plan` makes). No apply runs it; the same `state mv` finishes it.
+    public var move: StateMoveRecord? = nil
     /// The counts a script needs, set by `summarized()` where a plan is written as JSON (standard
     /// output, a saved plan); informational, recomputed rather than trusted.
     public var summary: PlanSummary? = nil

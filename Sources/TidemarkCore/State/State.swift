@@ -14,6 +14,11 @@ public struct TopicState: Sendable, Equatable {
     /// with `opt_outs: respect` leaves them alone.
     public var optedOut: TokenSet
 
+    /// Whether tidemark manages the topic: it made or adopted memberships there, or an apply recorded
+    /// it as protected or authoritative. A topic state only saw (a refresh notes every topic a
+    /// registration is in) is not managed.
+    public var isManaged: Bool { !managed.isEmpty || protect || mode == .authoritative }
+
     /// A topic's state; empty sets by default.
     public init(
         mode: TopicMode = .additive, protect: Bool = false, managed: TokenSet = TokenSet(),

@@ -40,6 +40,14 @@ public protocol StateStore: Sendable {
     /// Sends nothing anywhere: what FCM holds stays.
     func deleteWorkspace() async throws
 
+    /// Writes `write` of `state` here and `otherWrite` of `otherState` into `other` in one
+    /// transaction, when the two are workspaces of one database (`tidemark state mv` within it);
+    /// returns both serials. Throws `StateStoreError` `.unsupported` when they are not.
+    func saveTogether(
+        _ state: inout State, _ write: StateWrite, with other: any StateStore, _ otherState: inout State,
+        _ otherWrite: StateWrite, at now: Int64
+    ) async throws -> (Int, Int)
+
     /// Takes the store's exclusive lock for `holder`, or throws `StateStoreError` `.locked` naming
     /// whoever holds it. The lock lasts until the lease is released (or its process ends).
     func lock(_ holder: LockHolder) async throws -> any StateLease
@@ -108,6 +116,14 @@ public struct LeaseRecord: Sendable, Equatable {
 }
 
 extension StateStore {
+    /// Refused: two stores are written together only within one database that says how.
+    public func saveTogether(
+        _ state: inout State, _ write: StateWrite, with other: any StateStore, _ otherState: inout State,
+        _ otherWrite: StateWrite, at now: Int64
+    ) async throws -> (Int, Int) {
+        throw StateStoreError(.unsupported, path: location, "writes with another store only within one database")
+    }
+
     /// Refused: a store that does not say how to trim its history keeps it whole.
     public func trimHistory(keep: Int) async throws -> Int {
         throw StateStoreError(

@@ -151,6 +151,8 @@ public struct ApplyWorkflow: Sendable {
         if request.refreshOnly { return try await refreshOnly(request) }
         var resumed: ApplySummary?
         if let unfinished = try await parts.store.unfinishedApply() {
+            // A state mv is finished by the same state mv, never resumed or abandoned as an apply.
+            if let move = unfinished.plan.move { throw WorkflowError.interruptedMove(move) }
             switch try await resume(unfinished, request, writer: writer) {
             case .finishedSavedPlan(let summary): return ApplyOutcome(resumed: summary, result: .resumedOnly)
             case .finished(let summary):
@@ -719,7 +721,9 @@ extension ApplyWorkflow {
     /// `apply --refresh-only`: reads per the refresh policy and records what it saw, changing nothing
     /// in FCM. Refused while an apply is unfinished (its journal decides what state holds).
     func refreshOnly(_ request: ApplyRequest) async throws -> ApplyOutcome {
-        if try await parts.store.unfinishedApply() != nil { throw WorkflowError.unfinishedApply }
+        if let pending = try await parts.store.unfinishedApply() {
+            throw WorkflowError.unfinished(pending, at: parts.store.location)
+        }
         let outcome = try await PlanWorkflow(parts).run(request.planning)
         let coverage =
             outcome.plan.coverage

@@ -29,7 +29,9 @@ public struct ImportWorkflow: Sendable {
 
     /// Adopts what FCM holds for `targets`; a dry run reports it and writes nothing.
     public func run(targets: Targets = .all, dryRun: Bool = false) async throws -> ImportOutcome {
-        if try await parts.store.unfinishedApply() != nil { throw WorkflowError.unfinishedApply }
+        if let pending = try await parts.store.unfinishedApply() {
+            throw WorkflowError.unfinished(pending, at: parts.store.location)
+        }
         var (state, loaded) = try await parts.loadStateAndManifests()
         try parts.stopOnErrors(loaded)
         try PlanWorkflow.checkSelectors(targets, state: state, loaded: loaded)

@@ -150,7 +150,9 @@ public struct PlanWorkflow: Sendable {
             }
             plan.sweptMatching = run.sampled.map { state.tokens[$0] }.filter { !differed.contains($0) }
         }
-        if let unfinished = try await parts.store.unfinishedApply() {
+        if let unfinished = try await parts.store.unfinishedApply(), let move = unfinished.plan.move {
+            plan.diagnostics.append(.warning(WorkflowError.interruptedMove(move).description))
+        } else if let unfinished = try await parts.store.unfinishedApply() {
             let started = ISO8601DateFormatter().string(from: unfinished.startedAt)
             plan.diagnostics.append(
                 .warning(

@@ -42,7 +42,9 @@ public struct PruneWorkflow: Sendable {
 
     /// Forgets what left at least `retention` seconds ago, in one save (none with `dryRun`).
     public func run(retention: Int64, dryRun: Bool = false) async throws -> PruneOutcome {
-        if try await store.unfinishedApply() != nil { throw WorkflowError.unfinishedApply }
+        if let pending = try await store.unfinishedApply() {
+            throw WorkflowError.unfinished(pending, at: store.location)
+        }
         let (state, loaded) = try await WorkflowParts.loadStateAndManifests(manifests: manifests, store: store)
         try WorkflowParts.stopOnErrors(loaded, output: output)
         guard !state.lineage.isEmpty else {

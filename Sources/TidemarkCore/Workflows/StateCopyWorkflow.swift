@@ -43,6 +43,7 @@ public struct StateCopyWorkflow: Sendable {
                     throw Refusal(description: "there is no state at \(source.location) to copy.")
                 }
                 if let unfinished = try await source.unfinishedApply() {
+                    if let move = unfinished.plan.move { throw WorkflowError.interruptedMove(move) }
                     throw Refusal(
                         description:
                             "\(source.location) has an unfinished apply (\(unfinished.id.prefix(8))); run 'tidemark apply' to finish it (or abandon it) before copying the state."

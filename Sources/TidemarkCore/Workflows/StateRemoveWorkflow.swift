@@ -81,7 +81,9 @@ public struct StateRemoveWorkflow: Sendable {
 
     /// Forgets `addresses` in one save (none with `dryRun`); each address once.
     public func run(_ addresses: [StateAddress], dryRun: Bool = false) async throws -> StateRemoveOutcome {
-        if try await store.unfinishedApply() != nil { throw WorkflowError.unfinishedApply }
+        if let pending = try await store.unfinishedApply() {
+            throw WorkflowError.unfinished(pending, at: store.location)
+        }
         var state = try await store.load() ?? State()
         let before = state
         var released: [ReleasedEntry] = []

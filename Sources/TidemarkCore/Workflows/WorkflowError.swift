@@ -20,6 +20,8 @@ public struct WorkflowError: TidemarkError {
         case nothingToExport
         case inventoryShrank([ShrinkGuard.Shrink])
         case badAddress(String)
+        case interruptedMove(StateMoveRecord)
+        case targetHolds(String, location: String, undone: Bool)
         case notInState([(address: String, hint: String)], location: String)
     }
 
@@ -61,6 +63,18 @@ public struct WorkflowError: TidemarkError {
     public static let nothingToExport = Self(.nothingToExport)
     /// Inventory sources that read far fewer devices than the last apply recorded (`ShrinkGuard`).
     public static func inventoryShrank(_ shrinks: [ShrinkGuard.Shrink]) -> Self { Self(.inventoryShrank(shrinks)) }
+    /// A `state mv` was interrupted: the same command finishes it; until then the state refuses others.
+    public static func interruptedMove(_ move: StateMoveRecord) -> Self { Self(.interruptedMove(move)) }
+    /// `state mv` into a state that already holds the entry (`undone`: an interrupted move was undone).
+    public static func targetHolds(_ address: String, location: String, undone: Bool = false) -> Self {
+        Self(.targetHolds(address, location: location, undone: undone))
+    }
+    /// What a journaled, unfinished run at `location` means for a command that must not act past it:
+    /// an interrupted `state mv` (finished by the same command) or an interrupted apply.
+    public static func unfinished(_ pending: UnfinishedApply, at location: String) -> Self {
+        if let move = pending.plan.move { return .interruptedMove(move) }
+        return .unfinishedApply
+    }
     /// `state rm` given something that is not `topic:NAME`, `group:NAME` or `audience:NAME`.
     public static func badAddress(_ text: String) -> Self { Self(.badAddress(text)) }
     /// `state rm` naming what state does not hold: each address with a hint of what it does hold.
@@ -92,6 +106,8 @@ public struct WorkflowError: TidemarkError {
         case .nothingToExport: "nothing_to_export"
         case .inventoryShrank: "inventory_shrank"
         case .badAddress: "bad_address"
+        case .interruptedMove: "interrupted_move"
+        case .targetHolds: "target_holds"
         case .notInState: "not_in_state"
         }
     }
@@ -138,6 +154,12 @@ public struct WorkflowError: TidemarkError {
             message
         case .inventoryShrank(let shrinks):
             ShrinkGuard.message(shrinks)
+        case .interruptedMove(let move):
+            "a 'tidemark state mv \(move.address)' from \(move.from) to \(move.to) was interrupted; run the same 'tidemark state mv' again to finish it. Until then both states refuse other commands, so that \(move.address) is never acted on in two places."
+        case .targetHolds(let address, let location, let undone):
+            undone
+                ? "\(location) came to hold \(address) of its own while the move waited to be finished, so the move was undone: \(address) stays where it was. Release it in \(location) first ('tidemark state rm') to move it there."
+                : "\(location) already holds \(address); nothing was moved. Release it there first ('tidemark state rm \(address)'), or move it to another workspace."
         case .badAddress(let text):
             "'\(text.escapedOnOneLine)' is not an address: write topic:NAME, group:NAME or audience:NAME, with the exact name ('tidemark state list' shows them)."
         case .notInState(let misses, let location):
