@@ -163,7 +163,7 @@ let package = Package(
             name: "TidemarkCLITests",
             dependencies: [
                 "tidemark", "TidemarkCore", "TidemarkStore", "TidemarkAuth", "TidemarkTesting",
-                .product(name: "Yams", package: "Yams"),
+                .product(name: "Yams", package: "Yams"), .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
     ],

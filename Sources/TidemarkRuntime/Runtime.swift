@@ -10,6 +10,17 @@ public struct Runtime: Sendable {
     /// tidemark's version, recorded in state and shown by `--version`.
     public static let version = "0.1.0"
 
+    /// The environment variables the inventory sources of the project at `root` read their database
+    /// URLs from (`url_env` of each PostgreSQL source in tidemark.yaml), in the file's order; what
+    /// `tidemark init --ci` passes from CI secrets.
+    public static func inventoryVariables(root: String, directory: String) throws -> [String] {
+        var names: [String] = []
+        for source in try ProjectFile.read(root: root, directory: directory).inventory {
+            if case .postgres(let urlEnv, _, _) = source.kind, !names.contains(urlEnv) { names.append(urlEnv) }
+        }
+        return names
+    }
+
     /// Every setting of the run, decided.
     public let resolved: ResolvedSettings
     /// The one clock and random source of this run.

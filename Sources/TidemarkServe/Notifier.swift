@@ -101,6 +101,25 @@ public struct ServeEvent: Sendable, Codable, Equatable {
     }
 }
 
+extension ServeEvent {
+    /// An event as a pipeline reports it (`tidemark notify`): its dedupe key is the workspace, the
+    /// event and the reason, as `serve`'s are.
+    public init(
+        event: NotifyTarget.Event, workspace: String, reason: String?, summary: String, counts: [String: Int] = [:],
+        commit: String?, replica: String, occurredAt: Date
+    ) {
+        self.event = event
+        self.workspace = workspace
+        dedupeKey = ([workspace, event.rawValue] + [reason].compactMap { $0 }).joined(separator: "/")
+        self.reason = reason
+        self.summary = summary
+        self.counts = counts
+        self.commit = commit
+        self.replica = replica
+        self.occurredAt = occurredAt
+    }
+}
+
 /// What `serve` remembers of the notifications it sent for one workspace (published with its status,
 /// so that a replica taking the workspace over does not send them again).
 public struct NotifyLedger: Sendable, Codable, Equatable {
@@ -257,6 +276,61 @@ public final class Notifier: Service, Sendable {
         return (try? encoder.encode(event)) ?? Data("{}".utf8)
     }
 
+    /// POSTs `event`, signed under `secret`, to `url`: up to `attempts` tries, 1 s, 2 s, 4 s… (at most
+    /// 60 s) apart, each within `requestTimeout`; any 2xx answer delivers it. Returns the attempt that
+    /// delivered it, or the last problem. Stops early when the process is shutting down.
+    static func post(
+        _ event: ServeEvent, id: String, url: String, secret: SymmetricKey, attempts: Int, requestTimeout: Duration,
+        timing: Timing
+    ) async -> (deliveredAt: Int?, problem: String) {
+        let body = Self.body(event)
+        var wait = Duration.seconds(1)
+        var problem = ""
+        for attempt in 1...max(1, attempts) {
+            if attempt > 1 {
+                do {
+                    try await timing.sleep(wait)
+                } catch {
+                    break
+                }
+                if Task.isShuttingDownGracefully { break }
+                wait = min(wait * 2, .seconds(60))
+            }
+            let timestamp = timing.unixTime()
+            var request = HTTPClientRequest(url: url)
+            request.method = .POST
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.headers.add(name: "User-Agent", value: "tidemark/\(Runtime.version)")
+            request.headers.add(name: "X-Tidemark-Event", value: event.event.rawValue)
+            request.headers.add(name: "X-Tidemark-Delivery", value: id)
+            request.headers.add(name: "X-Tidemark-Timestamp", value: String(timestamp))
+            request.headers.add(
+                name: "X-Tidemark-Signature", value: Self.signature(body: body, timestamp: timestamp, secret: secret))
+            request.body = .bytes(ByteBuffer(data: body))
+            do {
+                let seconds = Int64(Timing.seconds(requestTimeout).rounded(.up))
+                let response = try await HTTPClient.shared.execute(request, timeout: .seconds(seconds))
+                _ = try? await response.body.collect(upTo: 64 * 1024)
+                if (200..<300).contains(response.status.code) { return (attempt, "") }
+                problem = "the webhook answered \(response.status.code)"
+            } catch {
+                problem = "\(error)"
+            }
+        }
+        return (nil, problem)
+    }
+
+    /// Sends one event outside `serve` (`tidemark notify`, for a pipeline's failed job), with the same
+    /// body, headers and signature; nil when delivered, else why not.
+    public static func sendOne(
+        _ event: ServeEvent, url: String, secret: String, attempts: Int = 3, timing: Timing = .live
+    ) async -> String? {
+        let outcome = await post(
+            event, id: UUID().uuidString, url: url, secret: SymmetricKey(data: Data(secret.utf8)), attempts: attempts,
+            requestTimeout: .seconds(10), timing: timing)
+        return outcome.deliveredAt == nil ? outcome.problem : nil
+    }
+
     /// Delivers what is queued, each delivery beside the others, until the service group shuts down.
     public func run() async throws {
         try await withGracefulShutdownHandler {
@@ -273,47 +347,17 @@ public final class Notifier: Service, Sendable {
     private func deliver(_ delivery: Delivery) async {
         let name = delivery.target.settings.name
         let event = delivery.event.event.rawValue
-        let body = Self.body(delivery.event)
-        var wait = Duration.seconds(1)
-        var problem = ""
-        for attempt in 1...attempts {
-            if attempt > 1 {
-                do {
-                    try await timing.sleep(wait)
-                } catch {
-                    break
-                }
-                if Task.isShuttingDownGracefully { break }
-                wait = min(wait * 2, .seconds(60))
-            }
-            let timestamp = timing.unixTime()
-            var request = HTTPClientRequest(url: delivery.target.url)
-            request.method = .POST
-            request.headers.add(name: "Content-Type", value: "application/json")
-            request.headers.add(name: "User-Agent", value: "tidemark/\(Runtime.version)")
-            request.headers.add(name: "X-Tidemark-Event", value: event)
-            request.headers.add(name: "X-Tidemark-Delivery", value: delivery.id)
-            request.headers.add(name: "X-Tidemark-Timestamp", value: String(timestamp))
-            request.headers.add(
-                name: "X-Tidemark-Signature",
-                value: Self.signature(body: body, timestamp: timestamp, secret: delivery.target.secret))
-            request.body = .bytes(ByteBuffer(data: body))
-            do {
-                let seconds = Int64(Timing.seconds(requestTimeout).rounded(.up))
-                let response = try await HTTPClient.shared.execute(request, timeout: .seconds(seconds))
-                _ = try? await response.body.collect(upTo: 64 * 1024)
-                if (200..<300).contains(response.status.code) {
-                    metrics.notification(target: name, event: event, delivered: true)
-                    log(
-                        "notify target=\(name) event=\(event) workspace=\(delivery.event.workspace) delivered (attempt \(attempt))"
-                    )
-                    return
-                }
-                problem = "the webhook answered \(response.status.code)"
-            } catch {
-                problem = "\(error)"
-            }
+        let outcome = await Self.post(
+            delivery.event, id: delivery.id, url: delivery.target.url, secret: delivery.target.secret,
+            attempts: attempts, requestTimeout: requestTimeout, timing: timing)
+        if let attempt = outcome.deliveredAt {
+            metrics.notification(target: name, event: event, delivered: true)
+            log(
+                "notify target=\(name) event=\(event) workspace=\(delivery.event.workspace) delivered (attempt \(attempt))"
+            )
+            return
         }
+        let problem = outcome.problem
         metrics.notification(target: name, event: event, delivered: false)
         log(
             "notify target=\(name) event=\(event) workspace=\(delivery.event.workspace) not delivered after \(attempts) attempts (\(problem)); the next reconcile raises it again. Check the address in serve.notify '\(name)' (\(delivery.target.settings.location))."

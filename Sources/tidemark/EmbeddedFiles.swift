@@ -193,10 +193,13 @@ enum EmbeddedFiles {
         # in place on every push, and is what reviewers approve), apply exactly that saved plan on merge, and
         # find and correct drift every night within safety rails.
         #
-        # Copy to .github/workflows/tidemark.yml. Secrets and variables it needs:
-        #   secrets.FCM_SERVICE_ACCOUNT        the service account's JSON key (role: Firebase Cloud Messaging
-        #                                      Admin). Only the apply and drift jobs receive it, through the
-        #                                      fcm-production environment: pull-request jobs never see it.
+        # Copy to .github/workflows/tidemark.yml. No service-account key: the apply and drift jobs sign in to
+        # Google Cloud with GitHub's OIDC token through workload identity federation (docs/ci.md sets up the
+        # pool, the provider and the one role). Secrets and variables it needs:
+        #   vars.GCP_WORKLOAD_IDENTITY_PROVIDER projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/github
+        #   vars.GCP_SERVICE_ACCOUNT           the service account the jobs act as (role: Firebase Cloud Messaging
+        #                                      Admin); only the apply and drift jobs may mint its tokens
+        #                                      (id-token: write, and the provider's attribute condition)
         #   secrets.TIDEMARK_STATE_URL         the PostgreSQL state, postgres://USER:PASSWORD@HOST:5432/DB?sslmode=verify-full
         #                                      (Cloud SQL, Supabase, RDS: see docs/state.md), for apply and drift
         #   secrets.TIDEMARK_STATE_URL_READONLY the same database through a role that can only SELECT: what
@@ -208,6 +211,13 @@ enum EmbeddedFiles {
         #                                      project's GitHub releases); each is checked against its SHA-256
         #   vars.TIDEMARK_DRIFT_CORRECTION     apply (default), drift-only or report: what the nightly job does about drift
         #   vars.TIDEMARK_MAX_UNSUBSCRIBES     the nightly apply's safety rail (default 2%): past it nothing is corrected
+        #   secrets.TIDEMARK_WEBHOOK_URL       optional: where a failed apply or drift job is told, with the body and
+        #   secrets.TIDEMARK_WEBHOOK_SECRET    HMAC signature of `tidemark serve`'s events (tidemark notify)
+        #   secrets.TIDEMARK_INVENTORY_URL     when the inventory is a PostgreSQL source: the variable its url_env names
+        #                                      in tidemark.yaml ('tidemark init --ci github' writes your own names);
+        #                                      the plan job gets a read-only role's URL (docs/ci.md)
+        # Two environments: fcm-production for the apply of what was reviewed (required reviewers may guard it)
+        # and fcm-drift for the scheduled job, which no one is there to approve.
         # Pull requests from forks get no secrets: they validate and plan from the manifests alone, and the
         # job summary says so. See docs/ci.md for how the pieces fit together.
         name: tidemark
@@ -223,11 +233,8 @@ enum EmbeddedFiles {
             - cron: "17 3 * * 0"    # Sundays, every registration
           workflow_dispatch: {}
 
-        permissions:
-          contents: read
-          pull-requests: write
-          issues: write
-          actions: read
+        # Nothing by default: each job asks for what it uses.
+        permissions: {}
 
         env:
           TIDEMARK_REF: v0.1.0
@@ -237,6 +244,10 @@ enum EmbeddedFiles {
           plan:
             if: github.event_name == 'pull_request'
             runs-on: ubuntu-latest
+            timeout-minutes: 20
+            permissions:
+              contents: read
+              pull-requests: write  # the plan comment
             # Plans read state and never write it, so they may run side by side; a newer push cancels an older plan.
             concurrency:
               group: tidemark-plan-${{ github.event.pull_request.number }}
@@ -244,9 +255,10 @@ enum EmbeddedFiles {
             env:
               TIDEMARK_STATE_URL: ${{ secrets.TIDEMARK_STATE_URL_READONLY }}
               TIDEMARK_PLAN_KEY: ${{ secrets.TIDEMARK_PLAN_KEY }}
+              TIDEMARK_INVENTORY_URL: ${{ secrets.TIDEMARK_INVENTORY_URL_READONLY }}
               FORK: ${{ github.event.pull_request.head.repo.full_name != github.repository }}
             steps:
-              - uses: actions/checkout@v4
+              - uses: actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2
               - name: Install tidemark
                 uses: ./.github/actions/install-tidemark
                 with:
@@ -314,7 +326,7 @@ enum EmbeddedFiles {
                   cat plan-comment/part-1.md >> "$GITHUB_STEP_SUMMARY"
               - name: Keep the saved plan for the merge (also when it has no changes)
                 if: env.FORK != 'true' && (steps.plan.outputs.exitcode == '0' || steps.plan.outputs.exitcode == '2')
-                uses: actions/upload-artifact@v4
+                uses: actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02 # v4.6.2
                 with:
                   name: tidemark-plan-${{ github.event.pull_request.head.sha }}
                   path: plan.json
@@ -326,40 +338,83 @@ enum EmbeddedFiles {
           apply:
             if: github.event_name == 'push'
             runs-on: ubuntu-latest
+            # Up to an hour waiting for another apply's lease, then the apply itself.
+            timeout-minutes: 120
+            permissions:
+              contents: read
+              actions: read  # download the plan artifact of the pull request's run
+              pull-requests: read  # find the pull request this commit merged
+              id-token: write  # GitHub's OIDC token, exchanged for Google credentials (no key)
             # No concurrency group: GitHub cancels a pending run when a newer one queues in the same group, and a
             # merged change must never be dropped. Applies take turns on tidemark's lease in state instead.
             environment: fcm-production
             env:
               TIDEMARK_STATE_URL: ${{ secrets.TIDEMARK_STATE_URL }}
               TIDEMARK_PLAN_KEY: ${{ secrets.TIDEMARK_PLAN_KEY }}
+              TIDEMARK_INVENTORY_URL: ${{ secrets.TIDEMARK_INVENTORY_URL }}
             steps:
-              - uses: actions/checkout@v4
-              - uses: google-github-actions/auth@v2  # sets GOOGLE_APPLICATION_CREDENTIALS
+              - uses: actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2
+              - uses: google-github-actions/auth@71f986410dfbc7added4569d411d040a91dc6935 # v2.1.8  # sets GOOGLE_APPLICATION_CREDENTIALS
                 with:
-                  credentials_json: ${{ secrets.FCM_SERVICE_ACCOUNT }}
+                  workload_identity_provider: ${{ vars.GCP_WORKLOAD_IDENTITY_PROVIDER }}
+                  service_account: ${{ vars.GCP_SERVICE_ACCOUNT }}
+                  # Only where workload identity federation cannot be set up, a key instead (docs/ci.md):
+                  # credentials_json: ${{ secrets.FCM_SERVICE_ACCOUNT }}
               - name: Install tidemark
                 uses: ./.github/actions/install-tidemark
                 with:
                   releases-url: ${{ vars.TIDEMARK_RELEASES_URL }}
               - name: Fetch the plan reviewed on the pull request
+                id: reviewed
                 env:
                   GH_TOKEN: ${{ github.token }}
                 run: |
-                  head=$(gh api "repos/${{ github.repository }}/commits/${{ github.sha }}/pulls" --jq '.[0].head.sha')
+                  head=$(gh api "repos/${{ github.repository }}/commits/${{ github.sha }}/pulls" --jq '.[0].head.sha // empty')
+                  if [ -z "$head" ] || [ "$head" = "null" ]; then
+                    # Pushed to main directly: no pull request reviewed a plan of it.
+                    echo "::notice::${{ github.sha }} reached main without a pull request; applying a fresh plan of it."
+                    echo "found=false" >> "$GITHUB_OUTPUT"
+                    exit 0
+                  fi
                   run=$(gh run list --workflow tidemark.yml --commit "$head" --event pull_request --status success \
                     --json databaseId --jq '.[0].databaseId')
                   gh run download "$run" --name "tidemark-plan-$head" --dir reviewed
+                  echo "found=true" >> "$GITHUB_OUTPUT"
               - name: Apply the reviewed plan
+                if: steps.reviewed.outputs.found == 'true'
                 # A plan with no changes is a clean no-op. Refused with exit 1 when stale (state or manifests
                 # moved since review): re-run the plan. Waits up to an hour for another apply's lease.
                 run: tidemark apply reviewed/plan.json --backend fcm --workspace "$TIDEMARK_WORKSPACE" --lock-timeout 3600
+              - name: Apply a fresh plan (a direct push, which no pull request reviewed)
+                if: steps.reviewed.outputs.found == 'false'
+                run: |
+                  tidemark plan --backend fcm --workspace "$TIDEMARK_WORKSPACE" --out fresh.json --format markdown \
+                    > fresh.md
+                  cat fresh.md >> "$GITHUB_STEP_SUMMARY"
+                  tidemark apply fresh.json --backend fcm --workspace "$TIDEMARK_WORKSPACE" --lock-timeout 3600
+              - name: Tell someone the apply failed
+                if: failure()
+                env:
+                  TIDEMARK_WEBHOOK_URL: ${{ secrets.TIDEMARK_WEBHOOK_URL }}
+                  TIDEMARK_WEBHOOK_SECRET: ${{ secrets.TIDEMARK_WEBHOOK_SECRET }}
+                  RUN: ${{ github.server_url }}/${{ github.repository }}/actions/runs/${{ github.run_id }}
+                run: |
+                  tidemark notify apply_failed --if-configured --workspace "$TIDEMARK_WORKSPACE" --reason ci_apply \
+                    --summary "The apply of $GITHUB_SHA in workspace $TIDEMARK_WORKSPACE failed; its log is run $RUN."
 
           drift:
             if: github.event_name == 'schedule' || github.event_name == 'workflow_dispatch'
             runs-on: ubuntu-latest
-            environment: fcm-production
+            timeout-minutes: 120
+            permissions:
+              contents: read
+              issues: write  # one issue while drift lasts
+              id-token: write  # keyless sign-in, as the apply job
+            # Its own environment: required reviewers on fcm-production would hold every scheduled run.
+            environment: fcm-drift
             env:
               TIDEMARK_STATE_URL: ${{ secrets.TIDEMARK_STATE_URL }}
+              TIDEMARK_INVENTORY_URL: ${{ secrets.TIDEMARK_INVENTORY_URL }}
               # Nightly a sample (the registrations a plan would change and the sweep's slice); on Sundays and
               # when run by hand, every registration: only a full read may close the drift issue.
               REFRESH: ${{ (github.event_name == 'workflow_dispatch' || github.event.schedule == '17 3 * * 0') && 'all' || 'sample' }}
@@ -371,10 +426,11 @@ enum EmbeddedFiles {
               # The safety rail: past it the scheduled apply corrects nothing, fails and says why in the issue.
               MAX_UNSUBSCRIBES: ${{ vars.TIDEMARK_MAX_UNSUBSCRIBES || '2%' }}
             steps:
-              - uses: actions/checkout@v4
-              - uses: google-github-actions/auth@v2
+              - uses: actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2
+              - uses: google-github-actions/auth@71f986410dfbc7added4569d411d040a91dc6935 # v2.1.8
                 with:
-                  credentials_json: ${{ secrets.FCM_SERVICE_ACCOUNT }}
+                  workload_identity_provider: ${{ vars.GCP_WORKLOAD_IDENTITY_PROVIDER }}
+                  service_account: ${{ vars.GCP_SERVICE_ACCOUNT }}
               - name: Install tidemark
                 uses: ./.github/actions/install-tidemark
                 with:
@@ -448,6 +504,15 @@ enum EmbeddedFiles {
               - name: Fail when the check or the correction failed
                 if: steps.drift.outputs.exitcode == '1' || (steps.correct.outputs.exitcode != '' && steps.correct.outputs.exitcode != '0')
                 run: exit 1
+              - name: Tell someone the drift job failed
+                if: failure()
+                env:
+                  TIDEMARK_WEBHOOK_URL: ${{ secrets.TIDEMARK_WEBHOOK_URL }}
+                  TIDEMARK_WEBHOOK_SECRET: ${{ secrets.TIDEMARK_WEBHOOK_SECRET }}
+                  RUN: ${{ github.server_url }}/${{ github.repository }}/actions/runs/${{ github.run_id }}
+                run: |
+                  tidemark notify apply_failed --if-configured --workspace "$TIDEMARK_WORKSPACE" --reason ci_drift \
+                    --summary "The scheduled drift job of workspace $TIDEMARK_WORKSPACE failed (drift exit ${{ steps.drift.outputs.exitcode }}, correction exit ${{ steps.correct.outputs.exitcode }}); its log is run $RUN."
         """#,
         "examples/github/actions/install-tidemark/action.yml": #"""
         # Installs tidemark: downloads the release binary for the version asked (default $TIDEMARK_REF),
@@ -495,11 +560,15 @@ enum EmbeddedFiles {
                   echo "installed=" >> "$GITHUB_OUTPUT"
                 fi
             - if: steps.download.outputs.installed != 'release'
-              uses: swift-actions/setup-swift@v2
-              with:
-                swift-version: "6.0"
+              # GitHub's Ubuntu runners carry a Swift toolchain; a runner without Swift 6 stops here, saying so.
+              shell: bash
+              run: |
+                if ! swift --version 2>/dev/null | grep -Eq 'Swift version (6|[7-9])\.'; then
+                  echo "::error::No release binary for this version, and no Swift 6 toolchain on this runner to build one; install Swift 6 (swift.org) or use a released version."
+                  exit 1
+                fi
             - if: steps.download.outputs.installed != 'release'
-              uses: actions/cache@v4
+              uses: actions/cache@5a3ec84eff668545956fd18022155c47e93e2684 # v4.2.3
               with:
                 path: ~/.tidemark-bin
                 key: tidemark-${{ inputs.version || env.TIDEMARK_REF }}-${{ runner.os }}-${{ runner.arch }}
@@ -521,9 +590,13 @@ enum EmbeddedFiles {
         # plan is the review), apply exactly that saved plan when it is merged, and find and correct drift on
         # a pipeline schedule.
         #
-        # Copy to .gitlab-ci.yml. CI/CD variables it needs:
-        #   FCM_SERVICE_ACCOUNT     (type File, protected) the service account's JSON key: only the apply and
-        #                           drift jobs, on the protected default branch and schedules, receive it
+        # Copy to .gitlab-ci.yml. No service-account key: the apply and drift jobs sign in to Google Cloud with
+        # a GitLab ID token (id_tokens) through workload identity federation (docs/ci.md sets up the pool,
+        # the provider and the one role). CI/CD variables it needs:
+        #   GCP_WORKLOAD_IDENTITY_PROVIDER projects/NUMBER/locations/global/workloadIdentityPools/POOL/providers/gitlab
+        #   GCP_SERVICE_ACCOUNT     the service account the jobs act as (role: Firebase Cloud Messaging Admin);
+        #                           the provider's attribute condition admits only the protected default branch
+        #                           and schedules
         #   TIDEMARK_STATE_URL      (masked, protected) the PostgreSQL state, postgres://USER:PASSWORD@HOST:5432/DB?sslmode=verify-full
         #                           (Cloud SQL, Supabase, RDS: see docs/state.md), for apply and drift
         #   TIDEMARK_STATE_URL_READONLY (masked) the same database through a role that can only SELECT: what
@@ -535,6 +608,11 @@ enum EmbeddedFiles {
         #   TIDEMARK_DRIFT_REFRESH  set to "all" on a weekly schedule: only a full read closes the drift issue
         #   TIDEMARK_DRIFT_CORRECTION apply (default), drift-only or report: what the scheduled job does about drift
         #   TIDEMARK_MAX_UNSUBSCRIBES the scheduled apply's safety rail (default 2%): past it nothing is corrected
+        #   TIDEMARK_WEBHOOK_URL, TIDEMARK_WEBHOOK_SECRET (masked, protected; optional) where a failed apply or
+        #                           drift job is told, signed as `tidemark serve` signs its events (tidemark notify)
+        #   TIDEMARK_INVENTORY_URL  (masked, protected) when the inventory is a PostgreSQL source: the variable
+        #                           its url_env names in tidemark.yaml ('tidemark init --ci gitlab' writes yours);
+        #                           TIDEMARK_INVENTORY_URL_READONLY for merge-request plans
         # Merge requests from forks get no protected variables: they plan from the manifests alone and say so.
         # See docs/ci.md.
 
@@ -551,7 +629,10 @@ enum EmbeddedFiles {
         # Only when no release exists for that ref is it built from source, which needs an image with Swift
         # (set the job's image to swift:6.0-jammy); the result is cached per ref.
         .install-tidemark: &install-tidemark
-          - apt-get update -qq && apt-get install -y -qq curl ca-certificates jq > /dev/null
+          # curl and jq from Debian, their packages kept in the cache with the binary: later jobs and pipelines
+          # install from it without downloading again.
+          - mkdir -p .apt-cache/partial
+          - apt-get update -qq && apt-get install -y -qq -o dir::cache::archives="$PWD/.apt-cache" curl ca-certificates jq > /dev/null
           - |
             tag="v${TIDEMARK_REF#v}"
             case "$(uname -m)" in x86_64|amd64) arch=x86_64 ;; aarch64|arm64) arch=aarch64 ;; *) arch="$(uname -m)" ;; esac
@@ -580,11 +661,44 @@ enum EmbeddedFiles {
           image: debian:bookworm-slim
           cache:
             key: tidemark-${TIDEMARK_REF}
-            paths: [.tidemark-bin/]
+            paths: [.tidemark-bin/, .apt-cache/]
           before_script: *install-tidemark
+
+        # Keyless: the job's ID token, exchanged at Google's STS for the service account's credentials, in an
+        # external_account file (no key is stored anywhere). Only the jobs that reach FCM use it.
+        .keyless:
+          id_tokens:
+            GCP_ID_TOKEN:
+              aud: https://iam.googleapis.com/$GCP_WORKLOAD_IDENTITY_PROVIDER
+          before_script:
+            - *install-tidemark
+            - printf '%s' "$GCP_ID_TOKEN" > "$CI_BUILDS_DIR/gcp-id-token"
+            - |
+              jq -n --arg audience "//iam.googleapis.com/$GCP_WORKLOAD_IDENTITY_PROVIDER" \
+                --arg token "$CI_BUILDS_DIR/gcp-id-token" --arg account "$GCP_SERVICE_ACCOUNT" '{
+                  type: "external_account", audience: $audience,
+                  subject_token_type: "urn:ietf:params:oauth:token-type:jwt",
+                  token_url: "https://sts.googleapis.com/v1/token", credential_source: {file: $token},
+                  service_account_impersonation_url:
+                    ("https://iamcredentials.googleapis.com/v1/projects/-/serviceAccounts/" + $account + ":generateAccessToken")
+                }' > "$CI_BUILDS_DIR/gcp-credentials.json"
+            - export GOOGLE_APPLICATION_CREDENTIALS="$CI_BUILDS_DIR/gcp-credentials.json"
+            # Only where workload identity federation cannot be set up, a key instead (docs/ci.md):
+            # - export GOOGLE_APPLICATION_CREDENTIALS="$FCM_SERVICE_ACCOUNT"   (a File variable, protected)
+
+        # A failed apply or drift job tells the webhook, when one is set.
+        .notify-failure: &notify-failure
+          - |
+            # after_script runs in a shell of its own: the installed binary is put on the PATH again.
+            for dir in "$PWD"/.tidemark-bin/*/; do PATH="$dir:$PATH"; done
+            if [ "$CI_JOB_STATUS" = "failed" ] && command -v tidemark > /dev/null; then
+              tidemark notify apply_failed --if-configured --workspace "$TIDEMARK_WORKSPACE" --reason "ci_$CI_JOB_NAME" \
+                --summary "The $CI_JOB_NAME job of $CI_COMMIT_SHORT_SHA in workspace $TIDEMARK_WORKSPACE failed; its log is $CI_JOB_URL." || true
+            fi
 
         check:
           stage: check
+          timeout: 15m
           rules:
             - if: $CI_PIPELINE_SOURCE == "merge_request_event"
           script:
@@ -593,12 +707,14 @@ enum EmbeddedFiles {
 
         plan:
           stage: plan
+          timeout: 20m
           rules:
             - if: $CI_PIPELINE_SOURCE == "merge_request_event"
           interruptible: true  # a newer push may cancel an older plan
           # No FCM key here: the plan reads state only (--no-refresh), through a read-only role.
           variables:
             TIDEMARK_STATE_URL: $TIDEMARK_STATE_URL_READONLY
+            TIDEMARK_INVENTORY_URL: $TIDEMARK_INVENTORY_URL_READONLY
           script:
             - |
               if [ -z "$TIDEMARK_STATE_URL" ]; then
@@ -654,31 +770,46 @@ enum EmbeddedFiles {
 
         apply:
           stage: apply
+          extends: .keyless
+          timeout: 2h  # up to an hour waiting for another apply's lease, then the apply
           rules:
             - if: $CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH && $CI_PIPELINE_SOURCE == "push"
           resource_group: tidemark-state  # queues applies (never cancels one); tidemark's lease also waits
           environment: fcm-production
-          variables:
-            GOOGLE_APPLICATION_CREDENTIALS: $FCM_SERVICE_ACCOUNT
           script:
             # The merge request this commit merged, its last pipeline, and that pipeline's plan job.
             - api="$CI_API_V4_URL/projects/$CI_PROJECT_ID"
             - 'auth="PRIVATE-TOKEN: $GITLAB_API_TOKEN"'  # quoted: unquoted, ": " makes YAML read a mapping
-            - mr=$(curl -sSf -H "$auth" "$api/repository/commits/$CI_COMMIT_SHA/merge_requests" | jq -r '.[0].iid')
-            - pipeline=$(curl -sSf -H "$auth" "$api/merge_requests/$mr/pipelines" | jq -r '.[0].id')
-            - job=$(curl -sSf -H "$auth" "$api/pipelines/$pipeline/jobs?scope=success" | jq -r '.[] | select(.name == "plan") | .id')
-            - curl -sSf -H "$auth" -o reviewed-plan.json "$api/jobs/$job/artifacts/plan.json"
+            - mr=$(curl -sSf -H "$auth" "$api/repository/commits/$CI_COMMIT_SHA/merge_requests" | jq -r '.[0].iid // empty')
+            - |
+              if [ -n "$mr" ]; then
+                pipeline=$(curl -sSf -H "$auth" "$api/merge_requests/$mr/pipelines" | jq -r '.[0].id')
+                job=$(curl -sSf -H "$auth" "$api/pipelines/$pipeline/jobs?scope=success" | jq -r '.[] | select(.name == "plan") | .id')
+                curl -sSf -H "$auth" -o reviewed-plan.json "$api/jobs/$job/artifacts/plan.json"
+              fi
             # A plan without changes is a clean no-op. Refused with exit 1 when stale (state or manifests moved
             # since review): re-run the plan.
-            - tidemark apply reviewed-plan.json --backend fcm --workspace "$TIDEMARK_WORKSPACE" --lock-timeout 3600
+            - |
+              if [ -s reviewed-plan.json ]; then
+                tidemark apply reviewed-plan.json --backend fcm --workspace "$TIDEMARK_WORKSPACE" --lock-timeout 3600
+              else
+                # Pushed to the default branch without a merge request: no reviewed plan; apply a fresh one.
+                echo "$CI_COMMIT_SHA reached $CI_DEFAULT_BRANCH without a merge request; applying a fresh plan of it."
+                tidemark plan --backend fcm --workspace "$TIDEMARK_WORKSPACE" --out fresh.json
+                tidemark apply fresh.json --backend fcm --workspace "$TIDEMARK_WORKSPACE" --lock-timeout 3600
+              fi
+          after_script: *notify-failure
 
         drift:
           stage: drift
+          extends: .keyless
+          timeout: 2h
           rules:
             - if: $CI_PIPELINE_SOURCE == "schedule"
           resource_group: tidemark-state
-          variables:
-            GOOGLE_APPLICATION_CREDENTIALS: $FCM_SERVICE_ACCOUNT
+          # Its own environment: protection rules on fcm-production would hold every scheduled run.
+          environment: fcm-drift
+          after_script: *notify-failure
           script:
             - refresh="${TIDEMARK_DRIFT_REFRESH:-sample}"
             # apply (default): main's reviewed manifests, correcting drift and taking in inventory churn;

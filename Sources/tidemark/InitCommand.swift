@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import TidemarkCore
+import TidemarkRuntime
 
 /// `tidemark schema`: the JSON Schema of manifests, for editors and CI.
 struct SchemaCommand: ParsableCommand {
@@ -58,7 +59,8 @@ struct InitCommand: ParsableCommand {
 
     /// The files init writes, by path relative to the project directory, in the order written; with
     /// `pipelineOnly` (a project that exists), the pipeline's alone.
-    func files(pipelineOnly: Bool = false) -> [(path: String, text: String)] {
+    func files(pipelineOnly: Bool = false, inventoryVariables: [String] = []) -> [(path: String, text: String)] {
+        let recipe = { (path: String) in Self.pipeline(EmbeddedFiles[path], inventoryVariables: inventoryVariables) }
         var files: [(String, String)] =
             pipelineOnly
             ? []
@@ -70,24 +72,44 @@ struct InitCommand: ParsableCommand {
             ]
         switch ci {
         case .github:
-            files.append((".github/workflows/tidemark.yml", EmbeddedFiles["examples/github/tidemark.yml"]))
+            files.append((".github/workflows/tidemark.yml", recipe("examples/github/tidemark.yml")))
             files.append(
                 (
                     ".github/actions/install-tidemark/action.yml",
                     EmbeddedFiles["examples/github/actions/install-tidemark/action.yml"]
                 ))
         case .gitlab:
-            files.append((".gitlab-ci.yml", EmbeddedFiles["examples/gitlab/.gitlab-ci.yml"]))
+            files.append((".gitlab-ci.yml", recipe("examples/gitlab/.gitlab-ci.yml")))
         case .none:
             break
         }
         return files
     }
 
+    /// A recipe with its inventory variable (`TIDEMARK_INVENTORY_URL`) named as the project's
+    /// PostgreSQL sources name theirs (`url_env` in tidemark.yaml): each line that passes it becomes
+    /// one line per variable. Unchanged when the project has no such source.
+    static func pipeline(_ text: String, inventoryVariables: [String]) -> String {
+        guard !inventoryVariables.isEmpty else { return text }
+        var lines: [String] = []
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init) {
+            let live = !line.trimmingCharacters(in: .whitespaces).hasPrefix("#")
+            guard live, line.contains("TIDEMARK_INVENTORY_URL") else {
+                lines.append(line)
+                continue
+            }
+            for variable in inventoryVariables {
+                lines.append(line.replacingOccurrences(of: "TIDEMARK_INVENTORY_URL", with: variable))
+            }
+        }
+        return lines.joined(separator: "\n")
+    }
+
     /// Writes the pipeline's files into the project at `root`, never over one that exists.
     private func addPipeline(_ root: URL) throws {
         let fileManager = FileManager.default
-        let written = files(pipelineOnly: true)
+        let variables = try Runtime.inventoryVariables(root: root.path, directory: directory)
+        let written = files(pipelineOnly: true, inventoryVariables: variables)
         let existing = written.map(\.path).filter {
             fileManager.fileExists(atPath: root.appendingPathComponent($0).path)
         }
@@ -104,6 +126,11 @@ struct InitCommand: ParsableCommand {
         lines += done.map { "  \($0)" }
         lines.append("")
         lines.append(Self.pipelineNeeds(ci))
+        if !variables.isEmpty {
+            lines.append(
+                "Its jobs pass the inventory's \(variables.joined(separator: ", ")) from CI secrets of the same names (plan jobs the _READONLY one: a role that can only SELECT); see 'An inventory in a private database' in docs/ci.md."
+            )
+        }
         try Terminal.write(lines.joined(separator: "\n") + "\n")
     }
 
@@ -132,9 +159,9 @@ struct InitCommand: ParsableCommand {
     static func pipelineNeeds(_ ci: CI) -> String {
         switch ci {
         case .github:
-            "The GitHub workflow needs the secrets FCM_SERVICE_ACCOUNT, TIDEMARK_STATE_URL, TIDEMARK_STATE_URL_READONLY and TIDEMARK_PLAN_KEY and an 'fcm-production' environment: see the comment at its top and docs/ci.md."
+            "The GitHub workflow signs in without a key (workload identity federation): it needs the variables GCP_WORKLOAD_IDENTITY_PROVIDER and GCP_SERVICE_ACCOUNT, the secrets TIDEMARK_STATE_URL, TIDEMARK_STATE_URL_READONLY and TIDEMARK_PLAN_KEY, and the environments 'fcm-production' and 'fcm-drift': see the comment at its top and 'Keyless sign-in' in docs/ci.md."
         case .gitlab:
-            "The GitLab pipeline needs the CI/CD variables listed at its top (FCM_SERVICE_ACCOUNT, TIDEMARK_STATE_URL, TIDEMARK_PLAN_KEY, GITLAB_API_TOKEN, …): see docs/ci.md."
+            "The GitLab pipeline signs in without a key (id_tokens and workload identity federation): it needs the CI/CD variables listed at its top (GCP_WORKLOAD_IDENTITY_PROVIDER, GCP_SERVICE_ACCOUNT, TIDEMARK_STATE_URL, TIDEMARK_PLAN_KEY, GITLAB_API_TOKEN, …): see 'Keyless sign-in' in docs/ci.md."
         case .none:
             "For pipelines, run 'tidemark init --ci github' or '--ci gitlab' in the project, or see docs/ci.md."
         }

@@ -114,7 +114,7 @@ def tidemark(binary, directory, args, env, check=True, timeout=None):
     return proc.returncode, proc.stdout, proc.stderr
 
 
-APPLY_LINE = re.compile(r"Apply complete: \+([\d,]+) subscribed, −([\d,]+) unsubscribed, ([\d,]+) group calls?; "
+APPLY_LINE = re.compile(r"Apply complete: \+([\d,]+) subscribed, −([\d,]+) unsubscribed, ([\d,]+) group calls?(?:, [^;]*)?; "
                         r"([\d,]+) requests? in ([\d.]+) s")
 
 

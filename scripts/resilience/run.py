@@ -18,6 +18,9 @@ and what it found, and the script exits 1 if any finds a lost or extra membershi
              takes the workspace over within the claim's expiry, finishes from the journal, sends no
              journaled change again, and the end state is exact; a row inserted into the PostgreSQL
              inventory table is then subscribed within an interval and one reconcile.
+  state-mv   `tidemark state mv` SIGKILLed at random moments between two workspaces of a SQLite file
+             (and from SQLite to PostgreSQL when a server is given) and run again: the topic is always in
+             exactly one state, nothing is sent to FCM, and the next plans on both sides show no changes.
   serve-spread (needs TIDEMARK_TEST_POSTGRES_URL) two `tidemark serve` replicas and four workspaces on
              PostgreSQL state: the first, alone, owns all four; the second, started later, gets two by
              handovers between reconciles (no reconcile at once); SIGKILLed, its two go back to the first
@@ -692,12 +695,100 @@ def serve_spread(binary, url, workspaces=4, devices=40):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def state_mv(binary, url=None, rounds=12, devices=200, topics=3, seed=23):
+    """`tidemark state mv` SIGKILLed at random moments while a topic goes back and forth between two
+    states, and run again each time: the topic is always in exactly one of them (never lost, never in
+    two), nothing is sent to FCM, and the next plans on both sides show no changes."""
+    rng = random.Random(seed)
+    work = tempfile.mkdtemp(prefix="tm-mv-")
+    try:
+        with Emulator(binary, PROJECT, "--record-changes") as emulator:
+            emulator.register(make_project(work, PROJECT, devices, topics, "v1"))
+            tidemark(binary, work, ["apply", "--auto-approve"], emulator.env)
+            here = ["--state", os.path.join(work, ".tidemark", "state.db"), "--workspace", "default"]
+            there = ["--state", url, "--workspace", "mv-" + os.path.basename(work)[6:].lower()] if url else \
+                ["--state", os.path.join(work, ".tidemark", "state.db"), "--workspace", "moved"]
+            where = "PostgreSQL" if url else "another workspace of the file"
+            print("state-mv: topic bench-0 (%d subscribers) moved between SQLite and %s %d times, each run "
+                  "SIGKILLed at a random moment and run again" % (devices, where, rounds), flush=True)
+            sent = emulator.traffic()["tokens_changed"]
+
+            def holders():
+                found = []
+                for side in (here, there):
+                    status, out, _ = tidemark(binary, work, ["state", "list", "--format", "json"] + side,
+                                              emulator.env, check=False)
+                    topics_ = json.loads(out)["topics"] if status == 0 else []
+                    found.append(any(t["name"] == "bench-0" and t["managed"] > 0 for t in topics_))
+                return found
+
+            def move(source, target):
+                to = ["--to-state", target[1], "--to-workspace", target[3]]
+                return [binary, "state", "mv", "topic:bench-0"] + source + to + ["-C", work]
+
+            # One run unkilled, to know how long a move lives.
+            started = time.monotonic()
+            subprocess.run(move(here, there), env=emulator.env, capture_output=True, check=True)
+            span = time.monotonic() - started
+            side = 1
+            interrupted = finished = 0
+            for _ in range(rounds):
+                source, target = (there, here) if side == 1 else (here, there)
+                process = subprocess.Popen(move(source, target), env=emulator.env, stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE, text=True)
+                time.sleep(rng.uniform(0.0, span))
+                killed = process.poll() is None
+                if killed:
+                    process.send_signal(signal.SIGKILL)
+                process.communicate()
+                again = subprocess.run(move(source, target), env=emulator.env, capture_output=True, text=True)
+                if "interrupted" in again.stderr:
+                    print("  a command other than the same state mv was asked to finish it:\n" + again.stderr)
+                    return False
+                if again.stdout.startswith("Finished the interrupted move"):
+                    finished += 1
+                interrupted += killed
+                held = holders()
+                if held.count(True) != 1:
+                    print("  after a kill the topic is held by %d states (here, there) = %s\n%s%s" % (
+                        held.count(True), held, again.stdout, again.stderr))
+                    return False
+                side = 0 if held[0] else 1
+            # The topic ends where the manifests say: only there; the rest stays here.
+            if side == 0:
+                subprocess.run(move(here, there), env=emulator.env, capture_output=True, check=True)
+            manifests = os.path.join(work, "manifests")
+            theirs = os.path.join(work, "theirs")
+            os.makedirs(theirs)
+            shutil.copy(os.path.join(manifests, "devices.csv"), theirs)
+            with open(os.path.join(manifests, "topics.yaml")) as f:
+                text = f.read()
+            head, rest = text.split("  - name: bench-1", 1)
+            with open(os.path.join(theirs, "topics.yaml"), "w") as f:
+                f.write(head)
+            with open(os.path.join(manifests, "topics.yaml"), "w") as f:
+                f.write(head.split("topics:")[0] + "topics:\n  - name: bench-1" + rest)
+            here_plan, _, _ = tidemark(binary, work, ["plan", "--detailed-exitcode", "--refresh", "all"] + here,
+                                       emulator.env, check=False)
+            there_plan, out, err = tidemark(binary, work, ["plan", "--detailed-exitcode", "--refresh", "all",
+                                                           "--manifests", theirs] + there, emulator.env, check=False)
+            extra = emulator.traffic()["tokens_changed"] - sent
+            print("  %d runs killed before they ended, %d of them finished by the next run; the topic was in "
+                  "exactly one state after each; %d changes sent to FCM; next plans exit %d (here) and %d (there)"
+                  % (interrupted, finished, extra, here_plan, there_plan))
+            if there_plan != 0:
+                print(out + err)
+            return extra == 0 and here_plan == 0 and there_plan == 0 and interrupted > 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("binary")
     parser.add_argument("checks", nargs="*",
                         default=["faults", "kills", "revert", "narrow", "concurrent", "shared-quota",
-                                 "serve-takeover", "serve-spread"])
+                                 "serve-takeover", "serve-spread", "state-mv"])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="smaller fault run, for the test suite")
     args = parser.parse_args()
@@ -719,6 +810,11 @@ def main():
                 results["narrow/postgres"] = narrow(args.binary, "iid", state_url=url, rounds=1 if args.quick else 3)
         elif check == "concurrent":
             results["concurrent"] = concurrent(args.binary)
+        elif check == "state-mv":
+            results["state-mv/sqlite"] = state_mv(args.binary)
+            url = os.environ.get("TIDEMARK_TEST_POSTGRES_URL")
+            if url:
+                results["state-mv/postgres"] = state_mv(args.binary, url=url)
         elif check in ("shared-quota", "serve-takeover", "serve-spread"):
             url = os.environ.get("TIDEMARK_TEST_POSTGRES_URL")
             run = {"shared-quota": shared_quota, "serve-takeover": serve_takeover, "serve-spread": serve_spread}[check]
