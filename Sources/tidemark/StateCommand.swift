@@ -342,10 +342,11 @@ struct StateMoveCommand: AsyncParsableCommand {
             its tokens (when each was last seen, its device, when it left) into the workspace \
             --to-workspace of the same store, or of the store --to-state (a SQLite path or a postgres:// \
             URL); the target must not hold it already, and must belong to the same FCM project. Both \
-            states' locks are held. Each side journals the move, so a run stopped at any moment (a kill, \
-            a lost connection) leaves both states saying so: until the same 'tidemark state mv' is run \
-            again, which finishes it, both refuse other commands, and the entry is never acted on in two \
-            places. Afterwards, declare it in the target's manifests and delete it from the source's \
+            states' locks are held. Within one PostgreSQL database the move is one transaction; between \
+            stores each side journals it, so a run stopped at any moment (a kill, a lost connection) \
+            leaves both states saying so: until the same 'tidemark state mv' is run again, which finishes \
+            it, both refuse other commands, and the entry is never acted on in two places. Afterwards, \
+            declare it in the target's manifests and delete it from the source's \
             (or the next plans there adopt it back or remove it). The apply history stays with the \
             workspace where each apply ran.
             """
