@@ -152,7 +152,14 @@ public struct Runtime: Sendable {
         func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
         return PlanContext(
             workspace: resolved.workspace, environment: value("TIDEMARK_ENVIRONMENT"),
-            commit: value("TIDEMARK_COMMIT") ?? value("CI_COMMIT_SHA") ?? value("GITHUB_SHA"))
+            commit: Self.ciCommit(in: environment))
+    }
+
+    /// The commit a CI job runs on: `TIDEMARK_COMMIT`, else GitLab's `CI_COMMIT_SHA` or GitHub's
+    /// `GITHUB_SHA` (an empty variable counts as unset).
+    public static func ciCommit(in environment: [String: String]) -> String? {
+        func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
+        return value("TIDEMARK_COMMIT") ?? value("CI_COMMIT_SHA") ?? value("GITHUB_SHA")
     }
     /// The backend this run talks to.
     public var backendKind: BackendKind { resolved.backend }

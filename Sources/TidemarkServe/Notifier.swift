@@ -40,8 +40,7 @@ public struct ServeEvent: Sendable, Codable, Equatable {
             -> ServeEvent
         {
             ServeEvent(
-                event: kind, workspace: workspace,
-                dedupeKey: ([workspace, kind.rawValue] + [detail].compactMap { $0 }).joined(separator: "/"),
+                event: kind, workspace: workspace, detail: detail,
                 reason: kind == .applyFailed || kind == .blocked ? result.reason : detail, summary: summary,
                 counts: counts, commit: result.commit, replica: replica, occurredAt: result.finishedAt)
         }
@@ -102,15 +101,16 @@ public struct ServeEvent: Sendable, Codable, Equatable {
 }
 
 extension ServeEvent {
-    /// An event as a pipeline reports it (`tidemark notify`): its dedupe key is the workspace, the
-    /// event and the reason, as `serve`'s are.
-    public init(
-        event: NotifyTarget.Event, workspace: String, reason: String?, summary: String, counts: [String: Int] = [:],
-        commit: String?, replica: String, occurredAt: Date
+    /// An event whose dedupe key is the workspace, the event and `detail` (a reason, or the drift's
+    /// kinds): what stays the same for as long as the problem does. `serve` and `tidemark notify`
+    /// make theirs here.
+    init(
+        event: NotifyTarget.Event, workspace: String, detail: String?, reason: String?, summary: String,
+        counts: [String: Int] = [:], commit: String?, replica: String, occurredAt: Date
     ) {
         self.event = event
         self.workspace = workspace
-        dedupeKey = ([workspace, event.rawValue] + [reason].compactMap { $0 }).joined(separator: "/")
+        dedupeKey = ([workspace, event.rawValue] + [detail].compactMap { $0 }).joined(separator: "/")
         self.reason = reason
         self.summary = summary
         self.counts = counts
@@ -320,15 +320,39 @@ public final class Notifier: Service, Sendable {
         return (nil, problem)
     }
 
-    /// Sends one event outside `serve` (`tidemark notify`, for a pipeline's failed job), with the same
-    /// body, headers and signature; nil when delivered, else why not.
-    public static func sendOne(
-        _ event: ServeEvent, url: String, secret: String, attempts: Int = 3, timing: Timing = .live
-    ) async -> String? {
+    /// `tidemark notify`: one event from a pipeline (a failed job), with `serve`'s body, headers and
+    /// signature, to the address in the variable `urlEnv` of `environment` under the secret in
+    /// `secretEnv`; three tries. Returns false, sending nothing, when `urlEnv` is unset and
+    /// `ifConfigured`; throws when it is unset otherwise, when either is wrong, or when no try delivered.
+    public static func notifyFromPipeline(
+        _ kind: NotifyTarget.Event, workspace: String, reason: String?, summary: String, commit: String?,
+        urlEnv: String, secretEnv: String, ifConfigured: Bool,
+        environment: [String: String] = ProcessInfo.processInfo.environment, timing: Timing = .live
+    ) async throws -> Bool {
+        func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
+        guard let url = value(urlEnv) else {
+            if ifConfigured { return false }
+            throw RuntimeError("\(urlEnv) is not set: it holds the webhook's address.")
+        }
+        if let problem = NotifyTarget.urlProblem(url) { throw RuntimeError("the address in \(urlEnv) \(problem).") }
+        guard let secret = value(secretEnv) else {
+            throw RuntimeError("\(secretEnv) is not set: it holds the secret the event is signed with.")
+        }
+        let event = ServeEvent(
+            event: kind, workspace: workspace, detail: reason, reason: reason, summary: summary,
+            commit: commit ?? Runtime.ciCommit(in: environment),
+            replica: value("GITHUB_WORKFLOW").map { "github:\($0)" } ?? value("CI_JOB_NAME").map { "gitlab:\($0)" }
+                ?? ProcessInfo.processInfo.hostName,
+            occurredAt: timing.wallClock())
         let outcome = await post(
-            event, id: UUID().uuidString, url: url, secret: SymmetricKey(data: Data(secret.utf8)), attempts: attempts,
+            event, id: UUID().uuidString, url: url, secret: SymmetricKey(data: Data(secret.utf8)), attempts: 3,
             requestTimeout: .seconds(10), timing: timing)
-        return outcome.deliveredAt == nil ? outcome.problem : nil
+        guard outcome.deliveredAt != nil else {
+            throw RuntimeError(
+                "the \(kind.rawValue) event was not delivered after 3 tries (\(outcome.problem)); check the address in \(urlEnv)."
+            )
+        }
+        return true
     }
 
     /// Delivers what is queued, each delivery beside the others, until the service group shuts down.

@@ -54,31 +54,13 @@ struct NotifyCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let environment = ProcessInfo.processInfo.environment
-            func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
-            guard let url = value(urlEnv) else {
-                if ifConfigured {
-                    try Terminal.write("No webhook: \(urlEnv) is not set, so nothing was sent.\n")
-                    return
-                }
-                throw CLIError("\(urlEnv) is not set: it holds the webhook's address.")
-            }
-            if let problem = NotifyTarget.urlProblem(url) { throw CLIError("the address in \(urlEnv) \(problem).") }
-            guard let secret = value(secretEnv) else {
-                throw CLIError("\(secretEnv) is not set: it holds the secret the event is signed with.")
-            }
-            let host = ProcessInfo.processInfo.hostName
-            let sent = ServeEvent(
-                event: NotifyTarget.Event(rawValue: event)!, workspace: workspace, reason: reason, summary: summary,
-                commit: commit ?? value("TIDEMARK_COMMIT") ?? value("GITHUB_SHA") ?? value("CI_COMMIT_SHA"),
-                replica: value("GITHUB_WORKFLOW").map { "github:\($0)" } ?? value("CI_JOB_NAME").map { "gitlab:\($0)" }
-                    ?? host,
-                occurredAt: Date())
-            if let problem = await Notifier.sendOne(sent, url: url, secret: secret) {
-                throw CLIError(
-                    "the \(event) event was not delivered after 3 tries (\(problem)); check the address in \(urlEnv).")
-            }
-            try Terminal.write("Sent \(event) for workspace '\(workspace)' to the webhook in \(urlEnv).\n")
+            let sent = try await Notifier.notifyFromPipeline(
+                NotifyTarget.Event(rawValue: event)!, workspace: workspace, reason: reason, summary: summary,
+                commit: commit, urlEnv: urlEnv, secretEnv: secretEnv, ifConfigured: ifConfigured)
+            try Terminal.write(
+                sent
+                    ? "Sent \(event) for workspace '\(workspace)' to the webhook in \(urlEnv).\n"
+                    : "No webhook: \(urlEnv) is not set, so nothing was sent.\n")
         }
     }
 }

@@ -108,6 +108,9 @@ public struct DesiredState: Sendable {
     /// sent to FCM (an entry with `unsubscribe: true` means what deleting the declaration means).
     public var released: [DesiredRelease] = []
 
+    /// Whether a `removed:` entry releases `address` (there are a handful at most: a scan).
+    public func releases(_ address: StateAddress) -> Bool { released.contains { $0.address == address } }
+
     /// The desired state; topics, groups and audiences are kept sorted by name.
     public init(
         topics: [DesiredTopic], groups: [DesiredGroup], audiences: [DesiredGroup] = [], knownTokens: TokenSet

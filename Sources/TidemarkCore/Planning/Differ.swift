@@ -45,7 +45,6 @@ public struct Differ: Sendable {
         var declared = Set<String>()
         var respected = 0
         var steps: [PlannedOperation] = []
-        let released = Set(desired.released.map(\.address))
 
         for spec in desired.topics {
             declared.insert(spec.name)
@@ -125,7 +124,7 @@ public struct Differ: Sendable {
             let current = state.topics[name]!
             // Released: nothing is sent, protected or not; state forgets the topic. A topic state only
             // saw is not managed: there is nothing to release.
-            if released.contains(StateAddress(.topic, name)), current.isManaged {
+            if desired.releases(StateAddress(.topic, name)), current.isManaged {
                 steps.append(PlannedOperation(kind: .topicRelease, target: name, tokens: []))
                 var change = TopicChange(
                     topic: name, mode: current.mode, subscribe: 0, unsubscribe: 0, removedFromManifests: true,
@@ -317,10 +316,9 @@ public struct Differ: Sendable {
             changes.append(
                 GroupChange(group: spec.name, action: .update, add: add.count, remove: remove.count, notes: []))
         }
-        let released = Set(desired.released.map(\.address))
         for name in state.groups.keys.sorted() where !declared.contains(name) && targets.coversGroup(name) {
             let current = state.groups[name]!
-            if !current.audience, released.contains(StateAddress(.group, name)) {
+            if !current.audience, desired.releases(StateAddress(.group, name)) {
                 operations.append(PlannedOperation(kind: .groupRelease, target: name, tokens: []))
                 changes.append(
                     GroupChange(
@@ -466,7 +464,7 @@ public struct Differ: Sendable {
         where !declared.contains(name) && !declaredGroups.contains(name) && targets.coversGroup(name) {
             let current = state.groups[name]!
             guard current.audience else { continue }
-            if desired.released.contains(where: { $0.address == StateAddress(.audience, name) }) {
+            if desired.releases(StateAddress(.audience, name)) {
                 operations.append(PlannedOperation(kind: .groupRelease, target: name, tokens: []))
                 let group =
                     current.key != nil && !groupsTurnedDown

@@ -358,7 +358,8 @@ extension State {
         var changedTopics: Set<String> = []
         let ids = operation.tokens.map { tokens.intern($0) }
         switch operation.kind {
-        case .subscribe, .unsubscribe:
+        // An adoption records what FCM holds as a subscribe records what it made (its outcomes are all ok).
+        case .subscribe, .unsubscribe, .topicAdopt:
             var succeeded: [UInt32] = []
             var gone: [UInt32] = []
             for (id, outcome) in zip(ids, outcomes) {
@@ -371,7 +372,7 @@ extension State {
             }
             var topic = topics[operation.target] ?? TopicState()
             let done = TokenSet(succeeded)
-            if operation.kind == .subscribe {
+            if operation.kind != .unsubscribe {
                 topic.observed.formUnion(done)
                 topic.managed.formUnion(done)
                 topic.optedOut.subtract(done)
@@ -413,14 +414,6 @@ extension State {
             groups[operation.target] = nil
         case .audienceUnlink:
             groups[operation.target]?.key = nil
-        case .topicAdopt:
-            var topic = topics[operation.target] ?? TopicState()
-            let adopted = TokenSet(ids)
-            topic.observed.formUnion(adopted)
-            topic.managed.formUnion(adopted)
-            topic.optedOut.subtract(adopted)
-            topics[operation.target] = topic
-            changedTopics.insert(operation.target)
         case .topicRelease:
             topics[operation.target] = nil
             changedTopics.insert(operation.target)

@@ -100,8 +100,12 @@ public struct StateMoveWorkflow: Sendable {
         var to = try await target.load() ?? State()
         let id = sourcePending?.id ?? targetPending?.id ?? timing.uuid()
         let resumed = sourcePending != nil || targetPending != nil
-        let record = { (side: StateMoveRecord.Side) in
-            StateMoveRecord(id: id, address: address.description, side: side, from: sourceName, to: targetName)
+        // The source's FCM project (checked against the target's below); what a new target state takes.
+        let backend = from.backend ?? to.backend ?? BackendIdentity(kind: .embedded, project: "unknown")
+        let journal = { (side: StateMoveRecord.Side, state: State) in
+            plan(
+                StateMoveRecord(id: id, address: address.description, side: side, from: sourceName, to: targetName),
+                address, state: state, backend: backend)
         }
 
         // The order of the writes decides what a pending journal means: the source journals first and
@@ -121,9 +125,17 @@ public struct StateMoveWorkflow: Sendable {
             if let a = from.backend, let b = to.backend, a != b {
                 throw WorkflowError.stateOfAnotherBackend(location: targetName, state: b, now: a)
             }
-            if let done = try await moveInOneTransaction(address, from: from, to: to) { return done }
+            // Two workspaces of one database: both writes in one transaction, with no journal.
+            var (taken, takenWrite) = taking(address, from: from, into: to, backend: backend)
+            var (left, leftWrite, entry) = lettingGo(address, from: from)
+            do {
+                let serials = try await source.saveTogether(
+                    &left, leftWrite, with: target, &taken, takenWrite, at: timing.unixTime())
+                let moved = entry ?? ReleasedEntry(address: address.description, managed: 0, observed: 0)
+                return StateMoveOutcome(moved: moved, resumed: false, serials: serials)
+            } catch let error as StateStoreError where error.code == .unsupported {}
             var write = StateWrite()
-            write.beginApply = (id, plan(record(.source), state: from))
+            write.beginApply = (id, journal(.source, from))
             try await source.save(&from, write, at: timing.unixTime())
             try await afterWrite(1)
         }
@@ -136,23 +148,18 @@ public struct StateMoveWorkflow: Sendable {
                 try await source.save(&from, write, at: timing.unixTime())
                 throw WorkflowError.targetHolds(address.description, location: targetName, undone: true)
             }
-            let backend = from.backend ?? to.backend ?? BackendIdentity(kind: .embedded, project: "unknown")
-            to.claim(backend: backend, lineage: timing.uuid())
-            let before = to
-            let tokens = to.receive(address, from: from)
-            var write = StateWrite()
-            write.includeTopicsAndGroups(before: before, after: to)
-            write.tokens = tokens
-            write.beginApply = (id, plan(record(.target), state: to))
+            var write: StateWrite
+            (to, write) = taking(address, from: from, into: to, backend: backend)
+            write.beginApply = (id, journal(.target, to))
             try await target.save(&to, write, at: timing.unixTime())
             try await afterWrite(2)
         }
         var moved = to.entry(address)
         if step <= 3 {
-            let before = from
-            if case .released(let entry) = from.release(address) { moved = entry }
-            var write = StateWrite()
-            write.includeTopicsAndGroups(before: before, after: from)
+            var write: StateWrite
+            let entry: ReleasedEntry?
+            (from, write, entry) = lettingGo(address, from: from)
+            moved = entry ?? moved
             write.finishApply = (id, .finished)
             try await source.save(&from, write, at: timing.unixTime())
             try await afterWrite(3)
@@ -165,41 +172,37 @@ public struct StateMoveWorkflow: Sendable {
         return StateMoveOutcome(moved: entry, resumed: resumed, serials: (from.serial, to.serial))
     }
 
-    /// Two workspaces of one database: the target takes the entry and the source lets it go in one
-    /// transaction, with no journal. nil when the stores cannot write together.
-    private func moveInOneTransaction(
-        _ address: StateAddress, from: State, to: State
-    ) async throws -> StateMoveOutcome? {
-        var (from, to) = (from, to)
-        let (sourceBefore, targetBefore) = (from, to)
-        to.claim(backend: from.backend ?? BackendIdentity(kind: .embedded, project: "unknown"), lineage: timing.uuid())
-        var targetWrite = StateWrite()
-        targetWrite.tokens = to.receive(address, from: from)
-        targetWrite.includeTopicsAndGroups(before: targetBefore, after: to)
-        guard case .released(let entry) = from.release(address) else { return nil }
-        var sourceWrite = StateWrite()
-        sourceWrite.includeTopicsAndGroups(before: sourceBefore, after: from)
-        do {
-            let serials = try await source.saveTogether(
-                &from, sourceWrite, with: target, &to, targetWrite, at: timing.unixTime())
-            return StateMoveOutcome(moved: entry, resumed: false, serials: serials)
-        } catch let error as StateStoreError where error.code == .unsupported {
-            return nil
-        }
+    /// `state` once it has taken the entry at `address` from `source`, and the write that saves that.
+    private func taking(
+        _ address: StateAddress, from source: State, into state: State, backend: BackendIdentity
+    ) -> (State, StateWrite) {
+        var next = state
+        next.claim(backend: backend, lineage: timing.uuid())
+        var write = StateWrite()
+        write.tokens = next.receive(address, from: source)
+        write.includeTopicsAndGroups(before: state, after: next)
+        return (next, write)
     }
 
-    /// The journal entry of one side: a plan with no call to FCM, carrying the move.
-    private func plan(_ move: StateMoveRecord, state: State) -> Plan {
-        let address = try? StateAddress(parsing: move.address)
-        let kind: PlannedOperation.Kind = address?.kind == .topic ? .topicRelease : .groupRelease
+    /// `state` once it has let the entry at `address` go, the write that saves that, and what it held.
+    private func lettingGo(_ address: StateAddress, from state: State) -> (State, StateWrite, ReleasedEntry?) {
+        var next = state
+        let entry: ReleasedEntry? = if case .released(let entry) = next.release(address) { entry } else { nil }
+        var write = StateWrite()
+        write.includeTopicsAndGroups(before: state, after: next)
+        return (next, write, entry)
+    }
+
+    /// The journal entry of one side: a plan with no call to FCM, carrying the move (the source's
+    /// names the release it is about to make).
+    private func plan(
+        _ move: StateMoveRecord, _ address: StateAddress, state: State, backend: BackendIdentity
+    ) -> Plan {
+        let kind: PlannedOperation.Kind = address.kind == .topic ? .topicRelease : .groupRelease
         var plan = Plan(
             tidemarkVersion: tidemarkVersion, createdAt: timing.wallClock(), lineage: state.lineage,
-            serial: state.serial, manifestsDigest: "state-mv",
-            backend: state.backend
-                ?? BackendIdentity(kind: .embedded, project: "unknown"),
-            refreshed: false,
-            operations: move.side == .source
-                ? [PlannedOperation(kind: kind, target: address?.name ?? "", tokens: [])] : [],
+            serial: state.serial, manifestsDigest: "state-mv", backend: state.backend ?? backend, refreshed: false,
+            operations: move.side == .source ? [PlannedOperation(kind: kind, target: address.name, tokens: [])] : [],
             topics: [], groups: [], diagnostics: [], observations: Observations())
         plan.move = move
         return plan
@@ -215,17 +218,6 @@ extension State {
         case .group: groups[address.name].map { !$0.audience } ?? false
         case .audience: groups[address.name]?.audience ?? false
         }
-    }
-
-    /// What state holds at `address`, counted as `state rm` counts it.
-    func entry(_ address: StateAddress) -> ReleasedEntry? {
-        guard holds(address) else { return nil }
-        if address.kind == .topic, let topic = topics[address.name] {
-            return ReleasedEntry(
-                address: address.description, managed: topic.managed.count, observed: topic.observed.count)
-        }
-        let members = groups[address.name]?.members.count ?? 0
-        return ReleasedEntry(address: address.description, managed: members, observed: members)
     }
 
     /// Takes the entry at `address` as `source` holds it, interning its tokens with what `source`

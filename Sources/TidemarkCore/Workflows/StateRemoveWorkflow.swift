@@ -113,37 +113,35 @@ extension State {
         case missing(hint: String)
     }
 
-    /// Forgets the topic, device group or audience at `address`, leaving FCM as it is.
-    public mutating func release(_ address: StateAddress) -> ReleaseResult {
-        let name = address.name
+    /// What state keeps at `address` (a topic a refresh only saw included), counted as `state rm` and
+    /// `state mv` report it; nil when it keeps nothing there.
+    func entry(_ address: StateAddress) -> ReleasedEntry? {
+        let name = address.description
         switch address.kind {
         case .topic:
-            guard let topic = topics[name] else { return .missing(hint: hint(for: address)) }
-            setTopic(name, nil)
-            return .released(
-                ReleasedEntry(
-                    address: address.description, managed: topic.managed.count, observed: topic.observed.count))
-        case .group, .audience:
-            guard let group = groups[name], group.audience == (address.kind == .audience) else {
-                return .missing(hint: hint(for: address))
+            return topics[address.name].map {
+                ReleasedEntry(address: name, managed: $0.managed.count, observed: $0.observed.count)
             }
-            setGroup(name, nil)
-            return .released(
-                ReleasedEntry(address: address.description, managed: group.members.count, observed: group.members.count)
-            )
+        case .group, .audience:
+            guard let group = groups[address.name], group.audience == (address.kind == .audience) else { return nil }
+            return ReleasedEntry(address: name, managed: group.members.count, observed: group.members.count)
         }
+    }
+
+    /// Forgets the topic, device group or audience at `address`, leaving FCM as it is.
+    public mutating func release(_ address: StateAddress) -> ReleaseResult {
+        guard let entry = entry(address) else { return .missing(hint: hint(for: address)) }
+        if address.kind == .topic { setTopic(address.name, nil) } else { setGroup(address.name, nil) }
+        return .released(entry)
     }
 
     /// " (state holds it as audience:NAME)", " (closest: topic:weather)", or "".
     private func hint(for address: StateAddress) -> String {
         let name = address.name
-        if address.kind != .topic, let group = groups[name] {
+        if let group = groups[name] {
             return " (state holds it as \(group.audience ? "audience" : "group"):\(name))"
         }
         if address.kind != .topic, topics[name] != nil { return " (state holds it as topic:\(name))" }
-        if address.kind == .topic, let group = groups[name] {
-            return " (state holds it as \(group.audience ? "audience" : "group"):\(name))"
-        }
         let candidates: [String] =
             switch address.kind {
             case .topic: topics.keys.sorted()
