@@ -4,8 +4,10 @@ import TidemarkCore
 /// Reads a project's `tidemark.yaml` (absent: the defaults) and the inventory file it names.
 enum ProjectFile {
     /// tidemark.yaml of the project at `root` (`directory` as the user named it), with `inventory:
-    /// FILE` read in; `sourceKinds` are the source keys registered beyond tidemark's own. Throws the file's diagnostics, or a `RuntimeError` naming what cannot be read.
-    static func read(root: String, directory: String, sourceKinds: [String] = []) throws -> ProjectSettings {
+    /// FILE` read in; `sourceKinds` are the kinds of source its `inventory:` may declare. Throws the file's diagnostics, or a `RuntimeError` naming what cannot be read.
+    static func read(
+        root: String, directory: String, sourceKinds: [SourceKind] = SourceKind.builtIn
+    ) throws -> ProjectSettings {
         let settingsFile = (root as NSString).appendingPathComponent("tidemark.yaml")
         let settingsDisplay = ResolvedSettings.display(directory, "tidemark.yaml")
         var settings: ProjectSettings
@@ -32,7 +34,7 @@ enum ProjectFile {
     /// The sources of a file tidemark.yaml names; like tidemark.yaml it must be protected in review, so
     /// it may not live in the manifests directory (where every pull request edits files).
     static func readInventoryFile(
-        _ file: String, root: String, directory: String, at location: SourceLocation?, sourceKinds: [String]
+        _ file: String, root: String, directory: String, at location: SourceLocation?, sourceKinds: [SourceKind]
     ) throws -> [ConfiguredSource] {
         let path = ResolvedSettings.absolute(file, in: root)
         let display = ResolvedSettings.display(directory, file)

@@ -70,56 +70,69 @@ public struct InventorySourceContext: Sendable {
 }
 
 /// Inventory sources by their key in tidemark.yaml's `inventory:` (`postgres`, `exec`): each entry
-/// builds the source from its declaration.
+/// decodes the settings under its key (its `SourceKind`) and builds the source from them.
 public struct InventorySourceRegistry: Sendable {
     /// Builds the source `spec` declares.
     public typealias Builder = @Sendable (ConfiguredSource, InventorySourceContext) -> any InventorySource
 
-    private var byKey: [String: Builder] = [:]
+    private var entries: [String: (kind: SourceKind, build: Builder)] = [:]
+    /// The keys in the order they were first registered (how messages list the kinds).
+    private var order: [String] = []
 
     /// An empty registry.
     public init() {}
 
-    /// Builds sources declared with `key` by `build` (replacing any earlier entry).
-    public mutating func register(key: String, _ build: @escaping Builder) { byKey[key] = build }
+    /// Decodes sources declared with `kind`'s key as `kind` says and builds them with `build`
+    /// (replacing any earlier entry for the key).
+    public mutating func register(_ kind: SourceKind, _ build: @escaping Builder) {
+        if entries[kind.key] == nil { order.append(kind.key) }
+        entries[kind.key] = (kind, build)
+    }
+
+    /// Builds sources of `kind`, whose settings decode as `Settings`, with `build`.
+    public mutating func register<Settings: SourceSettings>(
+        _ kind: SourceKind, as _: Settings.Type,
+        _ build: @escaping @Sendable (Settings, ConfiguredSource, InventorySourceContext) -> any InventorySource
+    ) {
+        register(kind) { spec, context in
+            guard let settings = spec.settings(as: Settings.self) else {
+                preconditionFailure("the '\(kind.key)' entry was given a '\(spec.key)' source")
+            }
+            return build(settings, spec, context)
+        }
+    }
 
     /// The keys registered, sorted.
-    public var keys: [String] { byKey.keys.sorted() }
+    public var keys: [String] { entries.keys.sorted() }
 
-    /// The keys registered beyond the kinds tidemark.yaml's decoder knows itself (`postgres`, `exec`):
-    /// their settings are decoded as a mapping of strings (`ConfiguredSource.Kind.custom`).
-    public var customKinds: [String] { keys.filter { !ConfiguredSource.builtInKinds.contains($0) } }
+    /// The kinds registered, in the order of registration: what tidemark.yaml's `inventory:` may declare.
+    public var kinds: [SourceKind] { order.compactMap { entries[$0]?.kind } }
 
     /// The source `spec` declares; nil when no entry builds its kind.
     public func make(_ spec: ConfiguredSource, _ context: InventorySourceContext) -> (any InventorySource)? {
-        byKey[spec.kind.key].map { $0(spec, context) }
+        entries[spec.key].map { $0.build(spec, context) }
     }
 
     /// A query on the app's PostgreSQL (`postgres:`) and a program's output (`exec:`).
     public static let standard: InventorySourceRegistry = {
         var registry = InventorySourceRegistry()
-        registry.register(key: "postgres") { spec, context in
-            guard case .postgres(let urlEnv, let query, let labels) = spec.kind else {
-                preconditionFailure("the postgres entry built a \(spec.kind.key) source")
-            }
+        registry.register(.postgres, as: PostgresSourceSettings.self) { settings, spec, context in
             var source = PostgresInventorySource(
-                name: spec.name, url: context.environment[urlEnv], urlEnv: urlEnv, query: query, labels: labels,
-                exclusion: spec.exclusion(at: context.now), declaredAt: spec.location)
+                name: spec.name, url: context.environment[settings.urlEnv], urlEnv: settings.urlEnv,
+                query: settings.query, labels: settings.labels, exclusion: spec.exclusion(at: context.now),
+                declaredAt: spec.location)
             source.allowEmpty = spec.allowEmpty
             source.onDead = spec.onDead
             source.hookDirectory = context.directory
             return source
         }
-        registry.register(key: "exec") { spec, context in
-            guard case .exec(let command, let format, let timeout) = spec.kind else {
-                preconditionFailure("the exec entry built a \(spec.kind.key) source")
-            }
+        registry.register(.exec, as: ExecSourceSettings.self) { settings, spec, context in
             var source = CommandInventorySource(
                 name: spec.name,
                 runner: ProcessRunner(
-                    command: command, directory: context.directory, timeout: timeout,
+                    command: settings.command, directory: context.directory, timeout: settings.timeout,
                     maxOutput: context.limits.inventoryBytes),
-                format: format, exclusion: spec.exclusion(at: context.now), declaredAt: spec.location)
+                format: settings.format, exclusion: spec.exclusion(at: context.now), declaredAt: spec.location)
             source.allowEmpty = spec.allowEmpty
             source.onDead = spec.onDead
             return source

@@ -13,10 +13,13 @@ public struct Runtime: Sendable {
     /// The environment variables the inventory sources of the project at `root` read their database
     /// URLs from (`url_env` of each PostgreSQL source in tidemark.yaml), in the file's order; what
     /// `tidemark init --ci` passes from CI secrets.
-    public static func inventoryVariables(root: String, directory: String) throws -> [String] {
+    public static func inventoryVariables(
+        root: String, directory: String, registries: Registries = .standard
+    ) throws -> [String] {
         var names: [String] = []
-        for source in try ProjectFile.read(root: root, directory: directory).inventory {
-            if case .postgres(let urlEnv, _, _) = source.kind, !names.contains(urlEnv) { names.append(urlEnv) }
+        let file = try ProjectFile.read(root: root, directory: directory, sourceKinds: registries.sources.kinds)
+        for name in file.inventory.flatMap(\.settings.environmentNames) where !names.contains(name) {
+            names.append(name)
         }
         return names
     }
@@ -42,9 +45,9 @@ public struct Runtime: Sendable {
                 "the state \(resolved.stateDisplay) is a URL tidemark has no store for; 'state' takes a SQLite file path or a URL of \(registries.stores.schemes.map { "\($0)://" }.joined(separator: ", ")) (flag --state, TIDEMARK_STATE_URL, or 'state' in tidemark.yaml)."
             )
         }
-        for source in resolved.project.inventory where !registries.sources.keys.contains(source.kind.key) {
+        for source in resolved.project.inventory where !registries.sources.keys.contains(source.key) {
             throw RuntimeError(
-                "\(source.location): inventory source '\(source.name)' is of a kind this tidemark cannot read ('\(source.kind.key)'); it reads \(registries.sources.keys.joined(separator: ", "))."
+                "\(source.location): inventory source '\(source.name)' is of a kind this tidemark cannot read ('\(source.key)'); it reads \(registries.sources.keys.joined(separator: ", "))."
             )
         }
         self.resolved = resolved
@@ -75,7 +78,7 @@ public struct Runtime: Sendable {
                 "project directory '\(flags.directory)' does not exist; pass an existing directory to -C.")
         }
         var file = try ProjectFile.read(
-            root: root, directory: flags.directory, sourceKinds: registries.sources.customKinds)
+            root: root, directory: flags.directory, sourceKinds: registries.sources.kinds)
         var flags = flags
         var environment = environment
         if let serveWorkspace {
@@ -214,7 +217,7 @@ public struct Runtime: Sendable {
             directory: root, environment: resolved.environment, now: timing.wallClock(), limits: settings.limits)
         return settings.inventory.map { spec in
             guard let source = registries.sources.make(spec, context) else {
-                preconditionFailure("init checked that a registered source takes '\(spec.kind.key)'")
+                preconditionFailure("init checked that a registered source takes '\(spec.key)'")
             }
             return source
         }

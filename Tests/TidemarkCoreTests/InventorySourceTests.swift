@@ -199,8 +199,8 @@ import TidemarkTesting
         let db = try #require(settings.inventory.first)
         #expect(db.name == "app-db")
         #expect(
-            db.kind
-                == .postgres(
+            db.settings(as: PostgresSourceSettings.self)
+                == PostgresSourceSettings(
                     urlEnv: "APP_DATABASE_URL", query: "select device_id, token, platform from fcm_tokens where active",
                     labels: ["platform"]))
         #expect(db.onDead == .sql("update fcm_tokens set active = false where token = $1"))
@@ -209,7 +209,9 @@ import TidemarkTesting
         let exec = settings.inventory[1]
         #expect(exec.name == "exec run_query.py")
         #expect(
-            exec.kind == .exec(command: ["python3", "examples/firestore/run_query.py"], format: .jsonl, timeout: 120))
+            exec.settings(as: ExecSourceSettings.self)
+                == ExecSourceSettings(
+                    command: ["python3", "examples/firestore/run_query.py"], format: .jsonl, timeout: 120))
         #expect(exec.onDead == .exec(["python3", "examples/firestore/mark_dead.py"]))
     }
 

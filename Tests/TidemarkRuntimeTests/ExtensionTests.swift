@@ -69,9 +69,8 @@ extension Registries {
             guard case .url(_, let url) = resolved.state else { preconditionFailure("a memory:// URL") }
             return NamedMemoryStore(url: url, workspace: resolved.workspace)
         }
-        registries.sources.register(key: "lines") { spec, _ in
-            guard case .custom(_, let settings) = spec.kind else { preconditionFailure("a lines source") }
-            return LinesInventorySource(name: spec.name, text: settings["devices"] ?? "")
+        registries.sources.register(.strings("lines"), as: StringSourceSettings.self) { settings, spec, _ in
+            LinesInventorySource(name: spec.name, text: settings.values["devices"] ?? "")
         }
         return registries
     }

@@ -5,30 +5,10 @@ import Yams
 /// (and the `on_dead` hooks that write back) are honoured only there, never in a manifest, so a pull
 /// request that edits manifests cannot make CI run a statement or a program.
 public struct ConfiguredSource: Sendable, Equatable {
-    /// What the source reads, with the settings of its kind.
-    public enum Kind: Sendable, Equatable {
-        /// A query on the app's own token table; the URL comes from the environment variable `urlEnv`.
-        case postgres(urlEnv: String, query: String, labels: [String]?)
-        /// A program that prints devices on stdout (`format`), stopped after `timeout` seconds.
-        case exec(command: [String], format: InventoryFormat, timeout: Double)
-        /// A kind a front end registered (`sourceKinds` when decoding): its key, and its settings, each
-        /// a string, for the registry's entry to check and build from.
-        case custom(key: String, settings: [String: String])
-
-        /// The key that declares this kind in tidemark.yaml.
-        public var key: String {
-            switch self {
-            case .postgres: "postgres"
-            case .exec: "exec"
-            case .custom(let key, _): key
-            }
-        }
-    }
-
     /// How messages name the source (`name:`, or a default from its kind).
     public var name: String
-    /// What it reads, and how.
-    public var kind: Kind
+    /// What it reads, and how: the settings its kind decoded.
+    public var settings: any SourceSettings
     /// Where dead tokens are reported back to (apply only).
     public var onDead: DeadTokenHook?
     /// Devices left out by policy (`exclude_if: {last_seen_older_than: 270d}`).
@@ -41,30 +21,40 @@ public struct ConfiguredSource: Sendable, Equatable {
     /// `max_shrink`: the share of its devices this source may lose between applies (nil: the default).
     public var maxShrink: Double?
 
-    /// A source named `name` of `kind`, declared at `location`.
+    /// A source named `name` reading with `settings`, declared at `location`.
     public init(
-        name: String, kind: Kind, onDead: DeadTokenHook? = nil, exclusion: ExclusionRule? = nil,
+        name: String, settings: any SourceSettings, onDead: DeadTokenHook? = nil, exclusion: ExclusionRule? = nil,
         location: SourceLocation
     ) {
         self.name = name
-        self.kind = kind
+        self.settings = settings
         self.onDead = onDead
         self.exclusion = exclusion
         self.location = location
     }
 
-    /// The kinds the decoder knows itself; others are registered by a front end (`Kind.custom`).
-    public static let builtInKinds = ["postgres", "exec"]
+    /// The key that declares its kind.
+    public var key: String { settings.key }
 
-    /// The keys of one `inventory:` item in tidemark.yaml.
-    public static let keys = ["name", "postgres", "exec", "on_dead", "exclude_if", "allow_empty", "max_shrink"]
-    static let postgresKeys = ["url_env", "query", "labels"]
-    static let execKeys = ["command", "format", "timeout"]
+    /// Its settings as `type`, the type its kind decodes; nil for another kind.
+    public func settings<Settings: SourceSettings>(as type: Settings.Type) -> Settings? {
+        settings as? Settings
+    }
+
+    /// The keys of one `inventory:` item in tidemark.yaml besides the kinds' own.
+    public static let keys = ["name", "on_dead", "exclude_if", "allow_empty", "max_shrink"]
     /// How a configured source names itself in messages and as the place of its devices.
     public static func display(_ name: String) -> String { "inventory source '\(name)'" }
 
-    /// The longest a command may run (`exec.timeout`) when not said.
-    public static let defaultTimeout = 300.0
+    /// The longest a command may run (`exec.timeout`, `on_dead: {exec: …}`) when not said.
+    public static let defaultTimeout = ExecSourceSettings.defaultTimeout
+
+    /// Equal when every field is, the settings of the same kind with equal values.
+    public static func == (lhs: ConfiguredSource, rhs: ConfiguredSource) -> Bool {
+        lhs.name == rhs.name && lhs.settings.isSame(as: rhs.settings) && lhs.onDead == rhs.onDead
+            && lhs.exclusion == rhs.exclusion && lhs.location == rhs.location && lhs.allowEmpty == rhs.allowEmpty
+            && lhs.maxShrink == rhs.maxShrink
+    }
 }
 
 /// How an apply tells a source which of its tokens FCM reported dead.
@@ -215,12 +205,11 @@ public struct ExclusionRule: Sendable, Equatable {
 }
 
 extension ConfiguredSource {
-    /// Decodes tidemark.yaml's `inventory:` list.
-    /// `sourceKinds`: keys of kinds registered beyond `postgres` and `exec`.
-    static func decodeList(_ node: Node, _ doc: inout YAMLDocument, sourceKinds: [String] = []) -> [ConfiguredSource] {
+    /// Decodes tidemark.yaml's `inventory:` list, each item's kind one of `kinds`.
+    static func decodeList(_ node: Node, _ doc: inout YAMLDocument, kinds: [SourceKind]) -> [ConfiguredSource] {
         var sources: [ConfiguredSource] = []
         for item in doc.sequence(node, "'inventory' in tidemark.yaml") ?? [] {
-            guard let source = decode(item, &doc, sourceKinds: sourceKinds) else { continue }
+            guard let source = decode(item, &doc, kinds: kinds) else { continue }
             if sources.contains(where: { $0.name == source.name }) {
                 doc.error(
                     "two inventory sources are named '\(source.name)'; give each its own 'name:'.", item)
@@ -231,10 +220,10 @@ extension ConfiguredSource {
         return sources
     }
 
-    static func decode(_ node: Node, _ doc: inout YAMLDocument, sourceKinds: [String] = []) -> ConfiguredSource? {
-        guard let pairs = doc.mapping(node, "an inventory source", allowed: keys + sourceKinds) else { return nil }
+    static func decode(_ node: Node, _ doc: inout YAMLDocument, kinds: [SourceKind]) -> ConfiguredSource? {
+        guard let pairs = doc.mapping(node, "an inventory source", allowed: keys + kinds.map(\.key)) else { return nil }
         var name: String?
-        var kind: Kind?
+        var settings: (any SourceSettings)?
         var onDead: DeadTokenHook?
         var exclusion: ExclusionRule?
         var allowEmpty = false
@@ -248,161 +237,83 @@ extension ConfiguredSource {
                 allowEmpty = doc.bool(value, "'allow_empty'") ?? false
             case "max_shrink":
                 maxShrink = doc.share(value, "'max_shrink'", meaning: ShrinkGuard.meaning("the source"))
-            case "postgres":
-                guard let fields = doc.mapping(value, "'postgres'", allowed: postgresKeys) else {
-                    failed = true
-                    continue
-                }
-                var urlEnv: String?
-                var query: String?
-                var labels: [String]?
-                for (field, _, v) in fields {
-                    switch field {
-                    case "url_env":
-                        urlEnv = doc.string(v, "'postgres.url_env'")
-                        if let env = urlEnv, env.contains("://") {
-                            doc.error(
-                                "'postgres.url_env' names an environment variable that holds the URL (such as APP_DATABASE_URL), not the URL itself; keep credentials out of tidemark.yaml.",
-                                v)
-                            urlEnv = nil
-                        }
-                    case "query": query = doc.string(v, "'postgres.query'")
-                    default: labels = doc.strings(v, "'postgres.labels'")?.map(\.0)
-                    }
-                }
-                guard let urlEnv, let query else {
-                    if !doc.diagnostics.hasErrors {
-                        doc.error("'postgres' needs 'url_env' (the variable holding the URL) and 'query'.", value)
-                    }
-                    failed = true
-                    continue
-                }
-                kind = .postgres(urlEnv: urlEnv, query: query, labels: labels)
-            case "exec":
-                guard let fields = doc.mapping(value, "'exec'", allowed: execKeys) else {
-                    failed = true
-                    continue
-                }
-                var command: [String]?
-                var format = InventoryFormat.jsonl
-                var timeout = defaultTimeout
-                for (field, _, v) in fields {
-                    switch field {
-                    case "command":
-                        guard case .sequence = v else {
-                            doc.error(
-                                "'exec.command' must be a list of words such as [python3, scripts/devices.py]; tidemark runs no shell.",
-                                v)
-                            continue
-                        }
-                        command = doc.strings(v, "'exec.command'")?.map(\.0)
-                    case "format":
-                        let text = doc.string(v, "'exec.format'") ?? ""
-                        if let known = InventoryFormat(rawValue: text) {
-                            format = known
-                        } else {
-                            doc.error("unknown format '\(text)'; use \(InventoryFormat.choices).", v)
-                        }
-                    default:
-                        let text = doc.string(v, "'exec.timeout'") ?? ""
-                        if let seconds = ExclusionRule.seconds(text) ?? Int64(text) {
-                            timeout = Double(seconds)
-                        } else {
-                            doc.error("'exec.timeout' must be a duration such as 60s or 5m, not '\(text)'.", v)
-                        }
-                    }
-                }
-                guard let command, !command.isEmpty else {
-                    if !doc.diagnostics.hasErrors { doc.error("'exec' needs a 'command' list.", value) }
-                    failed = true
-                    continue
-                }
-                kind = .exec(command: command, format: format, timeout: timeout)
-            case let custom where sourceKinds.contains(custom):
-                guard case .mapping(let mapping) = value else {
-                    doc.error("'\(custom)' must be a mapping of settings, not \(YAMLDocument.kind(value)).", value)
-                    failed = true
-                    continue
-                }
-                var settings: [String: String] = [:]
-                for (keyNode, field) in mapping {
-                    guard case .scalar(let word) = keyNode, let text = doc.string(field, "'\(custom).\(word.string)'")
-                    else {
-                        failed = true
-                        continue
-                    }
-                    settings[word.string] = text
-                }
-                kind = .custom(key: custom, settings: settings)
             case "on_dead":
-                if case .mapping = value {
-                    for (_, _, v) in doc.mapping(value, "'on_dead'", allowed: ["exec"]) ?? [] {
-                        guard case .sequence = v, let words = doc.strings(v, "'on_dead.exec'")?.map(\.0),
-                            !words.isEmpty
-                        else {
-                            doc.error("'on_dead.exec' must be a list of words such as [python3, mark_dead.py].", v)
-                            continue
-                        }
-                        onDead = .exec(words)
-                    }
-                } else if let statement = doc.string(value, "'on_dead'") {
-                    guard statement.contains("$1") else {
-                        doc.error(
-                            "'on_dead' must use $1 for the token, such as \"update fcm_tokens set active = false where token = $1\".",
-                            value)
-                        continue
-                    }
-                    onDead = .sql(statement)
-                }
+                onDead = decodeHook(value, &doc)
+            case "exclude_if":
+                exclusion = decodeExclusion(value, &doc)
             default:
-                for (field, _, v) in doc.mapping(value, "'exclude_if'", allowed: ["last_seen_older_than", "column"])
-                    ?? []
-                {
-                    let text = doc.string(v, "'exclude_if.\(field)'") ?? ""
-                    if field == "column" {
-                        exclusion = ExclusionRule(
-                            column: text, maxAge: exclusion?.maxAge ?? 0, text: exclusion?.text ?? "")
-                    } else if let seconds = ExclusionRule.seconds(text) {
-                        exclusion = ExclusionRule(
-                            column: exclusion?.column ?? "last_seen", maxAge: seconds, text: text)
-                    } else {
-                        doc.error(
-                            "'exclude_if.last_seen_older_than' must be a duration such as 270d or 12w, not '\(text)'.",
-                            v)
-                    }
+                // A kind's key (the mapping allowed no other).
+                guard let kind = kinds.first(where: { $0.key == key }), let decoded = kind.decode(value, &doc) else {
+                    failed = true
+                    continue
                 }
-                if let rule = exclusion, rule.maxAge == 0 {
-                    doc.error("'exclude_if' needs 'last_seen_older_than', such as 270d.", value)
-                    exclusion = nil
-                }
+                settings = decoded
             }
         }
         if failed { return nil }
-        guard let kind else {
-            let kinds = (builtInKinds + sourceKinds).map { "'\($0)'" }
-            doc.error(
-                "an inventory source in tidemark.yaml needs \(kinds.dropLast().joined(separator: ", ")) or \(kinds.last!).",
-                node)
+        guard let settings else {
+            let kinds = kinds.map { "'\($0.key)'" }
+            let choices =
+                kinds.count > 1 ? "\(kinds.dropLast().joined(separator: ", ")) or \(kinds.last!)" : kinds.joined()
+            doc.error("an inventory source in tidemark.yaml needs \(choices).", node)
             return nil
         }
-        if case .sql = onDead, case .exec = kind {
+        if case .sql = onDead, !settings.runsSQL {
             doc.error(
-                "'on_dead' as SQL needs a 'postgres' source; an 'exec' source reports dead tokens with on_dead: {exec: [...]}.",
+                "'on_dead' as SQL needs a 'postgres' source; an '\(settings.key)' source reports dead tokens with on_dead: {exec: [...]}.",
                 node)
             return nil
-        }
-        let fallback: String
-        switch kind {
-        case .postgres(let env, _, _): fallback = "postgres \(env)"
-        case .exec(let command, _, _):
-            // The script rather than its interpreter: [python3, scripts/devices.py] is "exec devices.py".
-            fallback = "exec \(((command.last { $0.contains("/") } ?? command[0]) as NSString).lastPathComponent)"
-        case .custom(let key, _): fallback = key
         }
         var source = ConfiguredSource(
-            name: name ?? fallback, kind: kind, onDead: onDead, exclusion: exclusion, location: doc.location(node))
+            name: name ?? settings.defaultName, settings: settings, onDead: onDead, exclusion: exclusion,
+            location: doc.location(node))
         source.allowEmpty = allowEmpty
         source.maxShrink = maxShrink
         return source
+    }
+
+    /// `on_dead`: a statement using `$1`, or `{exec: [words]}`.
+    private static func decodeHook(_ value: Node, _ doc: inout YAMLDocument) -> DeadTokenHook? {
+        if case .mapping = value {
+            var hook: DeadTokenHook?
+            for (_, _, v) in doc.mapping(value, "'on_dead'", allowed: ["exec"]) ?? [] {
+                guard case .sequence = v, let words = doc.strings(v, "'on_dead.exec'")?.map(\.0), !words.isEmpty
+                else {
+                    doc.error("'on_dead.exec' must be a list of words such as [python3, mark_dead.py].", v)
+                    continue
+                }
+                hook = .exec(words)
+            }
+            return hook
+        }
+        guard let statement = doc.string(value, "'on_dead'") else { return nil }
+        guard statement.contains("$1") else {
+            doc.error(
+                "'on_dead' must use $1 for the token, such as \"update fcm_tokens set active = false where token = $1\".",
+                value)
+            return nil
+        }
+        return .sql(statement)
+    }
+
+    /// `exclude_if: {last_seen_older_than: 270d, column: …}`.
+    private static func decodeExclusion(_ value: Node, _ doc: inout YAMLDocument) -> ExclusionRule? {
+        var exclusion: ExclusionRule?
+        for (field, _, v) in doc.mapping(value, "'exclude_if'", allowed: ["last_seen_older_than", "column"]) ?? [] {
+            let text = doc.string(v, "'exclude_if.\(field)'") ?? ""
+            if field == "column" {
+                exclusion = ExclusionRule(column: text, maxAge: exclusion?.maxAge ?? 0, text: exclusion?.text ?? "")
+            } else if let seconds = ExclusionRule.seconds(text) {
+                exclusion = ExclusionRule(column: exclusion?.column ?? "last_seen", maxAge: seconds, text: text)
+            } else {
+                doc.error(
+                    "'exclude_if.last_seen_older_than' must be a duration such as 270d or 12w, not '\(text)'.", v)
+            }
+        }
+        if let rule = exclusion, rule.maxAge == 0 {
+            doc.error("'exclude_if' needs 'last_seen_older_than', such as 270d.", value)
+            return nil
+        }
+        return exclusion
     }
 }

@@ -85,7 +85,7 @@ public struct ProjectSettings: Sendable, Equatable {
     /// Decodes a file of inventory sources that tidemark.yaml names (`inventory: ops/inventory.yaml`):
     /// the same list as tidemark.yaml's `inventory:`, at the top level or under an `inventory:` key.
     public static func decodeInventoryFile(
-        _ text: String, file: String, sourceKinds: [String] = []
+        _ text: String, file: String, sourceKinds: [SourceKind] = SourceKind.builtIn
     ) -> ([ConfiguredSource], [Diagnostic]) {
         var doc = YAMLDocument(file: file)
         guard let root = doc.compose(text) else { return ([], doc.diagnostics) }
@@ -95,7 +95,7 @@ public struct ProjectSettings: Sendable, Equatable {
             else { return ([], doc.diagnostics) }
             list = first.value
         }
-        let sources = ConfiguredSource.decodeList(list, &doc, sourceKinds: sourceKinds)
+        let sources = ConfiguredSource.decodeList(list, &doc, kinds: sourceKinds)
         return (sources, doc.diagnostics)
     }
 
@@ -122,7 +122,7 @@ public struct ProjectSettings: Sendable, Equatable {
 
     /// Decodes the project file's text; problems come back as diagnostics.
     public static func decode(
-        _ text: String, file: String, sourceKinds: [String] = []
+        _ text: String, file: String, sourceKinds: [SourceKind] = SourceKind.builtIn
     ) -> (ProjectSettings, [Diagnostic]) {
         var doc = YAMLDocument(file: file)
         var settings = ProjectSettings()
@@ -158,7 +158,7 @@ public struct ProjectSettings: Sendable, Equatable {
                     settings.inventoryFile = scalar.string
                     settings.inventoryFileLocation = doc.location(value)
                 } else {
-                    settings.inventory = ConfiguredSource.decodeList(value, &doc, sourceKinds: sourceKinds)
+                    settings.inventory = ConfiguredSource.decodeList(value, &doc, kinds: sourceKinds)
                 }
                 continue
             case "refresh":
