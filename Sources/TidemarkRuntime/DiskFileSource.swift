@@ -8,10 +8,10 @@ public struct DiskFileSource: FileSource {
     /// How the root is shown in messages (as the user named it).
     public let displayRoot: String
     /// Where files may be read from (the project directory); nil reads anywhere (`fmt` of named files).
-    public var confinement: InputFile.Confinement?
+    package var confinement: InputFile.Confinement?
 
     /// The disk under `root`, shown as `displayRoot`, read only within `confinement` when given.
-    public init(root: String, displayRoot: String, confinement: InputFile.Confinement? = nil) {
+    package init(root: String, displayRoot: String, confinement: InputFile.Confinement? = nil) {
         self.root = root
         self.displayRoot = displayRoot
         self.confinement = confinement

@@ -198,7 +198,7 @@ public struct Runtime: Sendable {
 
     /// Where manifests, token files and inventories may be read from: the project directory, and the
     /// manifests directory when --manifests or tidemark.yaml puts it elsewhere.
-    public var confinement: InputFile.Confinement {
+    package var confinement: InputFile.Confinement {
         let directory = resolved.flags.directory
         return InputFile.Confinement([root, manifestsPath], display: directory == "." ? "'.'" : directory)
     }

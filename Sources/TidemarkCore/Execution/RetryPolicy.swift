@@ -45,7 +45,7 @@ public struct RetryPolicy: Sendable, Equatable {
     }
 
     /// Whether an HTTP status is worth trying again: 408, 429, 500, 502, 503, 504.
-    public static func isRetryable(status: Int) -> Bool { [408, 429, 500, 502, 503, 504].contains(status) }
+    package static func isRetryable(status: Int) -> Bool { [408, 429, 500, 502, 503, 504].contains(status) }
 
     /// The decision after the `attempt`-th failure (1-based), with `elapsed` already spent on this call.
     public func decide(

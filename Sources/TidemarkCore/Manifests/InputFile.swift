@@ -86,11 +86,11 @@ public struct InputFileError: TidemarkError, Equatable {
 
 /// Reads whole files with the checks every input needs: it exists, is a regular file (a FIFO would
 /// block forever), is readable, and is no larger than a limit.
-public enum InputFile {
+package enum InputFile {
     /// The bytes of `path`; `setting` names the limit in tidemark.yaml, for the message. With `within`,
     /// the file must be inside one of those directories (real paths, symlinks resolved) once opened: the
     /// check is made on the file actually opened, so no symlink swapped in between can lead elsewhere.
-    public static func read(
+    package static func read(
         _ path: String, atMost limit: Int, setting: String? = nil, within roots: Confinement? = nil
     ) throws(InputFileError) -> Data {
         // O_NONBLOCK: opening a FIFO with no writer must not hang; it is refused below.
@@ -139,14 +139,14 @@ public enum InputFile {
 
     /// The directories files may be read from: the project's, and the manifests directory when the
     /// command line puts it elsewhere. Held as real paths (symlinks resolved).
-    public struct Confinement: Sendable, CustomStringConvertible {
+    package struct Confinement: Sendable, CustomStringConvertible {
         /// The allowed directories, as real paths.
-        public let roots: [String]
+        package let roots: [String]
         /// How the project directory is named in messages.
-        public let display: String
+        package let display: String
 
         /// `directories` as they are on disk; one that does not exist (yet) is kept as given.
-        public init(_ directories: [String], display: String) {
+        package init(_ directories: [String], display: String) {
             var roots: [String] = []
             for directory in directories.map({ InputFile.realPath($0) ?? $0 }) where !roots.contains(directory) {
                 // A directory inside one already allowed adds nothing.
@@ -157,18 +157,18 @@ public enum InputFile {
         }
 
         /// Whether the real path `real` is inside one of the roots.
-        public func contains(_ real: String) -> Bool {
+        package func contains(_ real: String) -> Bool {
             roots.contains { root in real == root || real.hasPrefix(root == "/" ? "/" : root + "/") }
         }
 
         /// How messages name the allowed directories.
-        public var description: String {
+        package var description: String {
             "the project directory \(display)" + (roots.count > 1 ? " and the manifests directory" : "")
         }
     }
 
     /// The UTF-8 byte order mark some editors and spreadsheet exports put first; never part of a value.
-    public static let utf8BOM: [UInt8] = [0xEF, 0xBB, 0xBF]
+    package static let utf8BOM: [UInt8] = [0xEF, 0xBB, 0xBF]
 
     /// The real path of an open file, as the kernel knows it.
     static func openedPath(_ fd: Int32) -> String? {
@@ -179,7 +179,7 @@ public enum InputFile {
     }
 
     /// `path` with every symlink resolved, or nil when it does not exist.
-    public static func realPath(_ path: String) -> String? {
+    package static func realPath(_ path: String) -> String? {
         guard let resolved = realpath(path, nil) else { return nil }
         defer { free(resolved) }
         return String(cString: resolved)
