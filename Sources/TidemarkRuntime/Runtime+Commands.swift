@@ -164,3 +164,31 @@ extension Runtime {
         try await AudienceWorkflow(manifests: manifestSource(), store: stateStore(), output: output).load()
     }
 }
+
+extension Runtime {
+    /// The SQL that makes `table` notify the `listen` channel of the PostgreSQL inventory source
+    /// `name` in tidemark.yaml with the device id (`idColumn`) of every row inserted, updated or
+    /// deleted (`tidemark inventory triggers`). Reads tidemark.yaml only; connects to no database.
+    public func changeTriggers(source name: String, table: String, idColumn: String) throws -> String {
+        let sources = resolved.project.inventory
+        guard let source = sources.first(where: { $0.name == name }) else {
+            let names = sources.map { "'\($0.name)'" }.joined(separator: ", ")
+            let closest = nearest(name, in: sources.map(\.name)).map { " (did you mean '\($0)'?)" } ?? ""
+            throw RuntimeError(
+                sources.isEmpty
+                    ? "tidemark.yaml declares no inventory source; 'inventory:' with a 'postgres:' source comes first."
+                    : "tidemark.yaml declares no inventory source '\(name)'\(closest); it declares \(names).")
+        }
+        guard let settings = source.settings(as: PostgresSourceSettings.self) else {
+            throw RuntimeError(
+                "\(source.location): inventory source '\(name)' reads with '\(source.key)', not 'postgres'; triggers watch the table of a 'postgres' source."
+            )
+        }
+        guard let channel = settings.listen else {
+            throw RuntimeError(
+                "\(source.location): inventory source '\(name)' has no 'listen' channel; add 'listen: tidemark_devices' (any channel name) under its 'postgres:', then print the triggers that notify it."
+            )
+        }
+        return try PostgresChangeTriggers.sql(source: name, channel: channel, table: table, idColumn: idColumn)
+    }
+}

@@ -196,6 +196,11 @@ public struct Runtime: Sendable {
             namespace: LockHolder.currentNamespace)
     }
 
+    /// Who asks `serve` for something (suspend, resume), as its record keeps it: the user and the host.
+    public var requester: String {
+        "\(resolved.environment["USER"] ?? String(getuid())) on \(ProcessInfo.processInfo.hostName)"
+    }
+
     /// Where manifests, token files and inventories may be read from: the project directory, and the
     /// manifests directory when --manifests or tidemark.yaml puts it elsewhere.
     package var confinement: InputFile.Confinement {

@@ -123,7 +123,10 @@ public struct Serve: Sendable {
         let fleet = WorkspaceFleet(
             planned, make: { makeRunner($0, metrics: metrics, notifier: notifier, balance: balance, log: log) },
             log: log)
-        for workspace in planned { sayIfSQLite(workspace, log: log) }
+        for workspace in planned {
+            sayIfSQLite(workspace, log: log)
+            sayIfFollowingChanges(workspace, log: log)
+        }
         let load = self.load
         let readiness = ReadinessChecker(
             load: { try fleet.entries.map { try load($0, nil) } }, interval: options.readinessInterval,
@@ -133,7 +136,10 @@ public struct Serve: Sendable {
             interval: options.poll, timing: options.timing, log: log
         ) { why in
             let (planned, targets) = try planWorkspaces()
-            for workspace in planned where fleet.runner(workspace.entry) == nil { sayIfSQLite(workspace, log: log) }
+            for workspace in planned where fleet.runner(workspace.entry) == nil {
+                sayIfSQLite(workspace, log: log)
+                sayIfFollowingChanges(workspace, log: log)
+            }
             notifier.update(targets)
             fleet.reload(planned, because: why)
         }
@@ -222,6 +228,20 @@ public struct Serve: Sendable {
                 "workspace=\(workspace.runtime.workspaceName) keeps its state in SQLite (\(workspace.runtime.stateDisplay)): one replica reconciles it, on this machine; run several replicas only with PostgreSQL state"
             )
         }
+    }
+
+    /// Says once that the sources declaring how to follow their changes (`changes`, `listen`) are read
+    /// in full at every reconcile all the same: this tidemark checks those settings but does not yet
+    /// reconcile from the changes alone.
+    private func sayIfFollowingChanges(_ workspace: Planned, log: @Sendable (String) -> Void) {
+        let following = workspace.runtime.resolved.project.inventory.filter {
+            $0.settings(as: PostgresSourceSettings.self)?.followsChanges == true
+        }
+        guard !following.isEmpty else { return }
+        let names = following.map { "'\($0.name)'" }.joined(separator: ", ")
+        log(
+            "workspace=\(workspace.runtime.workspaceName) inventory \(following.count == 1 ? "source" : "sources") \(names) \(following.count == 1 ? "declares" : "declare") 'changes'/'listen': this tidemark reads \(following.count == 1 ? "it" : "them") in full at every reconcile (every \(ServeSettings.describe(workspace.settings.interval))) and does not yet reconcile from the changes alone"
+        )
     }
 
     /// The status before the first reconcile.

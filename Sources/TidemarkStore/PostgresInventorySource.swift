@@ -63,18 +63,33 @@ public struct PostgresInventorySource: DeadTokenSink {
     }
 
     /// The query without a trailing semicolon, ready to follow `DECLARE … CURSOR FOR`.
-    var cursorQuery: String {
-        var text = query.trimmingCharacters(in: .whitespacesAndNewlines)
-        while text.hasSuffix(";") { text = String(text.dropLast()).trimmingCharacters(in: .whitespacesAndNewlines) }
-        return text
-    }
+    var cursorQuery: String { Self.trimmed(query) }
 
     /// Runs the query through a cursor and adds every row; `DeviceDigest` of the rows is the snapshot.
     public func load(into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
+        try await load(filter: nil, into: &builder)
+    }
+
+    /// Adds the current rows of the devices `ids` only: the source's query with its rows filtered by
+    /// device id (`device_id`, or `id`), so a device the query no longer returns (deleted, marked
+    /// inactive) is not added. What a change read of `changes` or `listen` follows.
+    public func load(devices ids: [String], into builder: inout InventoryBuilder) async throws -> InventorySnapshot {
+        guard !ids.isEmpty else { return InventorySnapshot(identity: DeviceDigest().hex, rows: 0, excluded: 0) }
+        do {
+            return try await load(filter: ("device_id", ids), into: &builder)
+        } catch let error as InventorySourceError where error.description.contains("tidemark_rows.device_id") {
+            // The query names its device column `id`, as a whole read accepts too.
+            return try await load(filter: ("id", ids), into: &builder)
+        }
+    }
+
+    private func load(
+        filter: (column: String, ids: [String])?, into builder: inout InventoryBuilder
+    ) async throws -> InventorySnapshot {
         let (connection, parsed) = try await PostgresURL.connect(
             url, urlEnv: urlEnv, what: nil, id: 1, logger: Self.logger)
         do {
-            let snapshot = try await read(connection, limit: parsed.timeout, into: &builder)
+            let snapshot = try await read(connection, limit: parsed.timeout, filter: filter, into: &builder)
             try await connection.close()
             return snapshot
         } catch {
@@ -82,6 +97,89 @@ public struct PostgresInventorySource: DeadTokenSink {
             if let known = error as? InventorySourceError { throw known }
             throw InventorySourceError("the query failed on \(parsed.display): \(PostgresURL.explain(error))")
         }
+    }
+
+    /// The largest value of `changes.cursor` the changes query returns now, as PostgreSQL writes it
+    /// (nil when it returns no row): where following the changes starts after a whole read.
+    public func currentCursor(_ changes: PostgresSourceSettings.Changes) async throws -> String? {
+        let sql =
+            "SELECT max(tidemark_changes.\(changes.cursor))::text FROM (\(Self.trimmed(changes.query))) tidemark_changes"
+        let rows = try await run(sql, binds: PostgresBindings(), what: "the changes query")
+        return try rows.first.flatMap { row in try row.first.flatMap { try Self.text($0) } }
+    }
+
+    /// The devices whose rows changed after `cursor` (nil: from the start), in the cursor's order, at
+    /// most `limit` rows, and the cursor after the last of them (`cursor` again when none changed).
+    public func changedDevices(
+        _ changes: PostgresSourceSettings.Changes, after cursor: String?, limit: Int
+    ) async throws -> (ids: [String], cursor: String?) {
+        var binds = PostgresBindings()
+        var filter = ""
+        if let cursor {
+            // Untyped, so the server reads it as the cursor column's own type.
+            binds.append(UntypedText(cursor))
+            filter = "WHERE tidemark_changes.\(changes.cursor) > $1"
+        }
+        let sql = """
+            SELECT tidemark_changes.*, tidemark_changes.\(changes.cursor)::text AS tidemark_cursor \
+            FROM (\(Self.trimmed(changes.query))) tidemark_changes \(filter) \
+            ORDER BY tidemark_changes.\(changes.cursor) LIMIT \(limit)
+            """
+        var ids: [String] = []
+        var last = cursor
+        for row in try await run(sql, binds: binds, what: "the changes query") {
+            var id: String?
+            var value: String?
+            for cell in row {
+                switch cell.columnName {
+                case "device_id": id = try Self.text(cell)
+                case "id" where id == nil: id = try Self.text(cell)
+                case "tidemark_cursor": value = try Self.text(cell)
+                default: break
+                }
+            }
+            guard let id, !id.isEmpty else {
+                throw InventorySourceError(
+                    "the changes query returns a row without a 'device_id' (or 'id'); return the changed device's id (select device_id, \(changes.cursor) …). Fix 'postgres.changes.query' in tidemark.yaml."
+                )
+            }
+            guard let value else {
+                throw InventorySourceError(
+                    "the changes query returns a row whose cursor column '\(changes.cursor)' is null; every changed row needs one. Fix 'postgres.changes' in tidemark.yaml."
+                )
+            }
+            ids.append(id)
+            last = value
+        }
+        return (ids, last)
+    }
+
+    /// Runs one read-only statement on a connection of its own and returns its rows.
+    private func run(_ sql: String, binds: PostgresBindings, what: String) async throws -> [PostgresRow] {
+        let (connection, parsed) = try await PostgresURL.connect(
+            url, urlEnv: urlEnv, what: nil, id: 1, logger: Self.logger)
+        do {
+            let rows = try await PostgresURL.bounded(connection, parsed.timeout) {
+                try await connection.query("BEGIN READ ONLY", logger: Self.logger).collect()
+                let rows = try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: Self.logger)
+                    .collect()
+                try await connection.query("COMMIT", logger: Self.logger).collect()
+                return rows
+            }
+            try await connection.close()
+            return rows
+        } catch {
+            try? await connection.close()
+            if let known = error as? InventorySourceError { throw known }
+            throw InventorySourceError("\(what) failed on \(parsed.display): \(PostgresURL.explain(error))")
+        }
+    }
+
+    /// `query` without surrounding space or a trailing semicolon, ready to be a subquery.
+    static func trimmed(_ query: String) -> String {
+        var text = query.trimmingCharacters(in: .whitespacesAndNewlines)
+        while text.hasSuffix(";") { text = String(text.dropLast()).trimmingCharacters(in: .whitespacesAndNewlines) }
+        return text
     }
 
     /// Which column is which, from the first row.
@@ -97,16 +195,25 @@ public struct PostgresInventorySource: DeadTokenSink {
 
     /// Reads the query's rows through a cursor, each statement and page within `limit`.
     private func read(
-        _ c: PostgresConnection, limit: Duration, into builder: inout InventoryBuilder
+        _ c: PostgresConnection, limit: Duration, filter: (column: String, ids: [String])?,
+        into builder: inout InventoryBuilder
     ) async throws -> InventorySnapshot {
-        let cursorQuery = cursorQuery
+        var bindings = PostgresBindings()
+        if let filter { bindings.append(filter.ids) }
+        let binds = bindings
+        let cursorQuery =
+            filter.map {
+                "SELECT * FROM (\(self.cursorQuery)) tidemark_rows WHERE tidemark_rows.\($0.column)::text = ANY($1)"
+            } ?? self.cursorQuery
         // Read-only: even a query with a side effect cannot write; plan jobs should also use a read-only role.
         // The planner's estimate sizes the inventory's tables once, instead of growing them page by page.
         let estimate = try await PostgresURL.bounded(c, limit) {
             try await c.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: Self.logger).collect()
-            let estimate = try await Self.estimatedRows(c, cursorQuery)
+            let estimate = filter == nil ? try await Self.estimatedRows(c, cursorQuery) : nil
             try await c.query(
-                "DECLARE tidemark_inventory NO SCROLL CURSOR FOR \(unescaped: cursorQuery)", logger: Self.logger
+                PostgresQuery(
+                    unsafeSQL: "DECLARE tidemark_inventory NO SCROLL CURSOR FOR \(cursorQuery)", binds: binds),
+                logger: Self.logger
             ).collect()
             return estimate
         }
@@ -194,7 +301,9 @@ public struct PostgresInventorySource: DeadTokenSink {
                 }
             }
         }
-        if number == 0, !allowEmpty { throw InventorySourceError.empty("the query returned no rows") }
+        if number == 0, !allowEmpty, filter == nil {
+            throw InventorySourceError.empty("the query returned no rows")
+        }
         try await c.query("CLOSE tidemark_inventory", logger: Self.logger).collect()
         try await c.query("COMMIT", logger: Self.logger).collect()
         return InventorySnapshot(
@@ -285,5 +394,22 @@ public struct PostgresInventorySource: DeadTokenSink {
                 "column '\(cell.columnName)' could not be read (\(cell.dataType)); cast it in the query (\(cell.columnName)::text)."
             )
         }
+    }
+}
+
+/// Text sent without a type, so the server gives it the type its place in the statement needs (a
+/// cursor value compared with a `timestamptz` or a `bigint` column).
+struct UntypedText: PostgresNonThrowingEncodable {
+    var text: String
+
+    init(_ text: String) { self.text = text }
+
+    static var psqlType: PostgresDataType { .null }
+    static var psqlFormat: PostgresFormat { .text }
+
+    func encode<JSONEncoder: PostgresJSONEncoder>(
+        into byteBuffer: inout ByteBuffer, context: PostgresEncodingContext<JSONEncoder>
+    ) {
+        byteBuffer.writeString(text)
     }
 }

@@ -32,13 +32,7 @@ struct ServedWorkspaces {
     /// workspace's runtime and its record after the request.
     func request(_ control: ServeControl, _ name: String) async throws -> (Runtime, ServeRecord) {
         let runtime = try runtimes(name)[0]
-        return (runtime, try await runtime.stateStore().requestControl(control, by: Self.requester))
-    }
-
-    /// Who asks, as the record keeps it: the user and the host.
-    static var requester: String {
-        let environment = ProcessEnvironment.variables
-        return "\(environment["USER"] ?? String(getuid())) on \(ProcessInfo.processInfo.hostName)"
+        return (runtime, try await runtime.stateStore().requestControl(control, by: runtime.requester))
     }
 }
 

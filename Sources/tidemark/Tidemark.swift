@@ -22,7 +22,8 @@ struct Tidemark: AsyncParsableCommand {
             ImportCommand.self, AudienceCommand.self, FmtCommand.self, StateCommand.self, WorkspaceCommand.self,
             EmulatorCommand.self,
             GroupsCommand.self, InitCommand.self, SchemaCommand.self, ServeCommand.self, StatusCommand.self,
-            ReconcileCommand.self, SuspendCommand.self, ResumeCommand.self, NotifyCommand.self, VersionCommand.self,
+            ReconcileCommand.self, SuspendCommand.self, ResumeCommand.self, NotifyCommand.self, InventoryCommand.self,
+            VersionCommand.self,
         ]
     )
 

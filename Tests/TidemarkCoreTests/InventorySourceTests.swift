@@ -235,11 +235,59 @@ import TidemarkTesting
             "duration such as 270d"
         ),
         ("inventory:\n  - exec: {command: [x]}\n    querry: y\n", "unknown key 'querry'"),
+        ("inventory:\n  - postgres: {url_env: X, query: q, resync: 1h}\n", "add 'changes' or 'listen'"),
+        (
+            "inventory:\n  - postgres: {url_env: X, query: q, listen: Tidemark-Devices}\n",
+            "'postgres.listen' must be a channel"
+        ),
+        (
+            "inventory:\n  - postgres: {url_env: X, query: q, listen: d, resync: often}\n",
+            "'postgres.resync' must be a duration"
+        ),
+        ("inventory:\n  - postgres: {url_env: X, query: q, changes: {query: c}}\n", "needs 'query' (the changed rows"),
+        (
+            "inventory:\n  - postgres: {url_env: X, query: q, changes: {query: c, cursor: 'updated at'}}\n",
+            "'postgres.changes.cursor' must name one column"
+        ),
+        ("inventory:\n  - postgres: {url_env: X, query: q, changes: {query: c, cursr: u}}\n", "did you mean 'cursor'"),
     ])
     func refusesWhatIsWrong(_ text: String, _ expected: String) {
         let (_, diagnostics) = ProjectSettings.decode(text, file: "tidemark.yaml")
         let messages = diagnostics.map(\.description)
         #expect(messages.contains { $0.hasPrefix("tidemark.yaml:") && $0.contains(expected) }, "\(messages)")
+    }
+
+    /// A source that follows its changes: the changes query and its cursor, the channel, and how often
+    /// it is read in full (an hour unless said).
+    @Test func decodesHowASourceFollowsItsChanges() throws {
+        let (settings, diagnostics) = ProjectSettings.decode(
+            """
+            inventory:
+              - name: app-db
+                postgres:
+                  url_env: APP_DATABASE_URL
+                  query: select device_id, token, platform from fcm_tokens where active
+                  changes:
+                    query: select device_id, updated_at from fcm_tokens
+                    cursor: updated_at
+                  listen: tidemark_devices
+                  resync: 30m
+              - name: listening
+                postgres: {url_env: APP_DATABASE_URL, query: 'select device_id, token from t', listen: t_changes}
+              - name: whole
+                postgres: {url_env: APP_DATABASE_URL, query: 'select device_id, token from t'}
+            """, file: "tidemark.yaml")
+        #expect(diagnostics.isEmpty, "\(diagnostics)")
+        let first = try #require(settings.inventory.first?.settings(as: PostgresSourceSettings.self))
+        #expect(
+            first.changes
+                == PostgresSourceSettings.Changes(
+                    query: "select device_id, updated_at from fcm_tokens", cursor: "updated_at"))
+        #expect(first.listen == "tidemark_devices" && first.resync == 1800 && first.followsChanges)
+        let listening = try #require(settings.inventory[1].settings(as: PostgresSourceSettings.self))
+        #expect(listening.changes == nil && listening.listen == "t_changes" && listening.resync == 3600)
+        let whole = try #require(settings.inventory[2].settings(as: PostgresSourceSettings.self))
+        #expect(!whole.followsChanges && whole.resync == nil)
     }
 
     /// A pull request that edits manifests cannot make CI run SQL or a command.

@@ -141,7 +141,7 @@ func levenshtein(_ a: String, _ b: String) -> Int {
 }
 
 /// The candidate closest to `word`, if it is close enough to be a likely typo.
-func nearest(_ word: String, in candidates: some Sequence<String>) -> String? {
+package func nearest(_ word: String, in candidates: some Sequence<String>) -> String? {
     var best: (String, Int)?
     for candidate in candidates {
         let distance = levenshtein(word.lowercased(), candidate.lowercased())
