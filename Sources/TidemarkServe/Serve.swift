@@ -211,12 +211,12 @@ public struct Serve: Sendable {
             ownership: .init(
                 records: workspace.runtime.stateStore(), replica: options.replica, duration: options.claimDuration,
                 poll: options.poll, balance: balance),
-            metrics: metrics, notifier: notifier, log: log)
+            metrics: metrics, notifier: notifier, followed: FollowedSource.of(workspace.runtime), log: log)
         return (
             runner,
             { workspace in
                 let (status, reconciler) = parts(workspace)
-                runner.update(reconciler, status: status)
+                runner.update(reconciler, status: status, followed: FollowedSource.of(workspace.runtime))
             }
         )
     }
@@ -230,17 +230,21 @@ public struct Serve: Sendable {
         }
     }
 
-    /// Says once that the sources declaring how to follow their changes (`changes`, `listen`) are read
-    /// in full at every reconcile all the same: this tidemark checks those settings but does not yet
-    /// reconcile from the changes alone.
+    /// Says once which sources' changes wake the workspace's reconciles, and that those reconciles
+    /// still read the inventory in full.
     private func sayIfFollowingChanges(_ workspace: Planned, log: @Sendable (String) -> Void) {
-        let following = workspace.runtime.resolved.project.inventory.filter {
-            $0.settings(as: PostgresSourceSettings.self)?.followsChanges == true
-        }
+        let following = FollowedSource.of(workspace.runtime)
         guard !following.isEmpty else { return }
-        let names = following.map { "'\($0.name)'" }.joined(separator: ", ")
+        let described = following.map { source in
+            var ways: [String] = []
+            if let changes = source.settings.changes {
+                ways.append("rows past its cursor '\(changes.cursor)' every 1 s")
+            }
+            if let channel = source.settings.listen { ways.append("LISTEN '\(channel)'") }
+            return "'\(source.name)' (\(ways.joined(separator: ", ")))"
+        }.joined(separator: ", ")
         log(
-            "workspace=\(workspace.runtime.workspaceName) inventory \(following.count == 1 ? "source" : "sources") \(names) \(following.count == 1 ? "declares" : "declare") 'changes'/'listen': this tidemark reads \(following.count == 1 ? "it" : "them") in full at every reconcile (every \(ServeSettings.describe(workspace.settings.interval))) and does not yet reconcile from the changes alone"
+            "workspace=\(workspace.runtime.workspaceName) follows the changes of inventory \(following.count == 1 ? "source" : "sources") \(described): each change starts a reconcile at once, which reads the inventory in full (planning from the changed devices alone is not built yet)"
         )
     }
 

@@ -39,6 +39,7 @@ public final class ServeMetrics: Sendable {
         gauge("tidemark_workspace_suspended", workspace, Self.suspendedHelp).set(to: settings.suspend ? 1 : 0)
         gauge("tidemark_workspace_leader", workspace, Self.leaderHelp).set(to: 0)
         gauge("tidemark_changes_waiting", workspace, Self.waitingHelp).set(to: 0)
+        gauge("tidemark_inventory_changes_waiting", workspace, Self.inventoryWaitingHelp).set(to: 0)
         gauge("tidemark_fcm_quota_per_second", workspace, Self.quotaHelp).set(to: quota)
         _ = gauge("tidemark_last_success_timestamp_seconds", workspace, Self.lastSuccessHelp)
         _ = gauge("tidemark_managed_memberships", workspace, Self.managedHelp)
@@ -98,6 +99,20 @@ public final class ServeMetrics: Sendable {
         }
     }
 
+    /// Records how many device changes the inventory reported that no reconcile has started on yet.
+    public func inventoryChangesWaiting(workspace: String, _ count: Int) {
+        gauge("tidemark_inventory_changes_waiting", workspace, Self.inventoryWaitingHelp).set(to: Double(count))
+    }
+
+    /// Records that a source's changes could not be trusted and it is read in full.
+    public func inventoryFullRead(workspace: String, source: String) {
+        registry.makeCounter(
+            name: "tidemark_inventory_full_reads_total", labels: [("workspace", workspace), ("source", source)],
+            help:
+                "Times a source's changes could not be trusted (a lost LISTEN connection, a cursor that went backwards, a truncated table, changes unreadable for a while) and the next reconcile read it in full because of it."
+        ).increment()
+    }
+
     /// Records that the workspace is suspended or resumed.
     public func suspended(workspace: String, _ suspended: Bool) {
         gauge("tidemark_workspace_suspended", workspace, Self.suspendedHelp).set(to: suspended ? 1 : 0)
@@ -131,6 +146,8 @@ public final class ServeMetrics: Sendable {
     static let suspendedHelp = "1 while the workspace is suspended (nothing is reconciled)."
     static let leaderHelp = "1 on the replica that reconciles the workspace."
     static let waitingHelp = "Changes planned but not applied (on_change: plan, or a blocked plan)."
+    static let inventoryWaitingHelp =
+        "Device changes the inventory reported (rows past a source's cursor, notifications on its channel) that no reconcile has started on yet."
     static let managedHelp =
         "Memberships tidemark manages in the workspace after its last reconcile: topic members and device-group or audience members."
     static let quotaHelp = "The FCM write quota tidemark keeps to, in changes per second."

@@ -113,14 +113,33 @@ public final class WorkspaceRunner: Service, Sendable {
     private let current: Mutex<WorkspaceStatus>
     /// The status as last published.
     private let published = Mutex<Data?>(nil)
+    /// Whether this replica owns the workspace now (what the change follower asks).
+    private let owning = Mutex(false)
+    /// The sources whose changes wake the reconcile (replaced when the settings are reloaded).
+    private let followed: Mutex<[FollowedSource]>
+    /// What the inventory said changed since the last reconcile started.
+    private let woken = Mutex(Woken())
+
+    /// Changes the inventory reported that no reconcile has started on yet.
+    struct Woken: Sendable {
+        /// Changed devices, as reported (a device reported twice counts twice).
+        var devices = 0
+        /// The sources to read in full, and why.
+        var fullReads: [String: String] = [:]
+        /// Sources whose devices changed.
+        var sources: Set<String> = []
+
+        var isEmpty: Bool { devices == 0 && fullReads.isEmpty }
+    }
 
     /// A runner for the workspace `status` describes, reconciling with `reconciler` while it owns the
     /// workspace through `ownership`; it waits, draws its jitter and stamps its times by the
     /// reconciler's `timing`; the events its reconciles raise go to `notifier`.
     public init(
         status: WorkspaceStatus, reconciler: Reconciler, ownership: Ownership, metrics: ServeMetrics,
-        notifier: Notifier? = nil, log: @escaping @Sendable (String) -> Void
+        notifier: Notifier? = nil, followed: [FollowedSource] = [], log: @escaping @Sendable (String) -> Void
     ) {
+        self.followed = Mutex(followed)
         self.name = status.workspace
         self.key = "\(status.state) \(status.workspace)"
         self.live = Mutex((reconciler, false))
@@ -143,8 +162,9 @@ public final class WorkspaceRunner: Service, Sendable {
 
     /// Reloaded settings: the next round reconciles with `reconciler`, and the status shows the
     /// settings, manifests and backend of `status` (a reconcile in flight finishes as it began).
-    public func update(_ reconciler: Reconciler, status: WorkspaceStatus) {
+    public func update(_ reconciler: Reconciler, status: WorkspaceStatus, followed: [FollowedSource] = []) {
         live.withLock { $0.reconciler = reconciler }
+        self.followed.withLock { $0 = followed }
         current.withLock {
             $0.settings = status.settings
             $0.manifests = status.manifests
@@ -160,8 +180,54 @@ public final class WorkspaceRunner: Service, Sendable {
 
     private var retired: Bool { live.withLock { $0.retired } }
 
-    /// Reconciles while it owns the workspace, until the service group shuts down.
+    /// Reconciles while it owns the workspace, until the service group shuts down; meanwhile the
+    /// changes of the sources that follow them wake it between scheduled reconciles.
     public func run() async throws {
+        let follower = ChangeFollower(workspace: name, poll: .seconds(1), timing: timing, log: log)
+        try await withThrowingDiscardingTaskGroup { group in
+            group.addTask {
+                await follower.run(
+                    sources: { self.followed.withLock { $0 } }, active: { self.owning.withLock { $0 } },
+                    wake: { self.wake($0) })
+            }
+            try await reconcileWhileOwned()
+            group.cancelAll()
+        }
+    }
+
+    /// Notes what the inventory said changed; the runner reconciles at once if it is waiting.
+    func wake(_ change: InventoryChange) {
+        let waiting = woken.withLock { woken -> Int in
+            switch change {
+            case .devices(let source, let count):
+                woken.devices += count
+                woken.sources.insert(source)
+            case .fullRead(let source, let why):
+                woken.fullReads[source] = why
+                metrics.inventoryFullRead(workspace: name, source: source)
+            }
+            return woken.devices
+        }
+        metrics.inventoryChangesWaiting(workspace: name, waiting)
+    }
+
+    /// What woke the runner since the last reconcile started, emptied.
+    private func takeWoken() -> Woken {
+        let taken = woken.withLock { woken in
+            defer { woken = Woken() }
+            return woken
+        }
+        metrics.inventoryChangesWaiting(workspace: name, 0)
+        return taken
+    }
+
+    /// Records whether this replica owns the workspace: in its metrics, and for the change follower.
+    private func lead(_ leader: Bool) {
+        owning.withLock { $0 = leader }
+        metrics.leader(workspace: name, leader)
+    }
+
+    private func reconcileWhileOwned() async throws {
         var generator = timing.generator
         var owned = false
         var failures = 0
@@ -169,7 +235,7 @@ public final class WorkspaceRunner: Service, Sendable {
         var handledRequest: Date?
         var lastProblem: String?
         var claimedAt: Duration?
-        defer { metrics.leader(workspace: name, false) }
+        defer { lead(false) }
         while !Task.isShuttingDownGracefully, !Task.isCancelled, !retired {
             let settings = reconciler.settings
             let record: ServeRecord
@@ -202,7 +268,7 @@ public final class WorkspaceRunner: Service, Sendable {
                     lastProblem = message
                 }
                 owned = false
-                metrics.leader(workspace: name, false)
+                lead(false)
                 current.withLock {
                     $0.phase = "failing"
                     $0.ready = false
@@ -224,7 +290,7 @@ public final class WorkspaceRunner: Service, Sendable {
                     }
                 }
                 owned = false
-                metrics.leader(workspace: name, false)
+                lead(false)
                 current.withLock {
                     $0.phase = "standby"
                     $0.replica = record.owner ?? "-"
@@ -235,7 +301,7 @@ public final class WorkspaceRunner: Service, Sendable {
             }
             if !owned {
                 owned = true
-                metrics.leader(workspace: name, true)
+                lead(true)
                 // What the previous owner sent stays sent: an ongoing problem is not told twice.
                 let previous = record.status.flatMap {
                     try? WorkspaceStatus.decoder.decode(WorkspaceStatus.self, from: $0)
@@ -287,6 +353,8 @@ public final class WorkspaceRunner: Service, Sendable {
                 )
             }
             if suspended {
+                // Changes while suspended are not followed one by one: resuming reconciles at once.
+                if !takeWoken().isEmpty { nextRun = nil }
                 current.withLock {
                     $0.phase = "suspended"
                     $0.nextRunAt = nil
@@ -301,6 +369,11 @@ public final class WorkspaceRunner: Service, Sendable {
                 requested = true
                 log("workspace=\(name) reconcile requested\(record.reconcileRequestedBy.map { " by \($0)" } ?? "")")
             }
+            let woke = takeWoken()
+            if !woke.isEmpty {
+                requested = true
+                log("workspace=\(name) reconcile started by the inventory: \(Self.describe(woke))")
+            }
             if let due = nextRun, timing.now() < due, !requested {
                 // Resumed: the phase the last reconcile left.
                 current.withLock { status in
@@ -309,7 +382,9 @@ public final class WorkspaceRunner: Service, Sendable {
                     }
                 }
                 await publish()
-                await pause(min(ownership.poll, due - timing.now()))
+                await ServeWait.pause(min(ownership.poll, due - timing.now()), timing: timing) {
+                    self.woken.withLock { !$0.isEmpty }
+                }
                 continue
             }
             current.withLock {
@@ -371,7 +446,7 @@ public final class WorkspaceRunner: Service, Sendable {
             // The claim lapses on its own; the workspace is taken when it does.
             log("workspace=\(name) cannot give its claim up: \(Reconciler.plain(Failure(error).message))")
         }
-        metrics.leader(workspace: name, false)
+        lead(false)
         metrics.handover(workspace: name)
         current.withLock {
             $0.phase = "standby"
@@ -483,6 +558,19 @@ public final class WorkspaceRunner: Service, Sendable {
         await ServeWait.pause(duration, timing: timing)
     }
 
+    /// What the inventory said, for the log: "3 devices changed in 'app-db'; 'events' read in full: …".
+    static func describe(_ woke: Woken) -> String {
+        var parts: [String] = []
+        if woke.devices > 0 {
+            let sources = woke.sources.sorted().map { "'\($0)'" }.joined(separator: ", ")
+            parts.append("\(PlanRenderer.counted(woke.devices, "device change")) in \(sources)")
+        }
+        for (source, why) in woke.fullReads.sorted(by: { $0.key < $1.key }) {
+            parts.append("'\(source)' read in full: \(why)")
+        }
+        return parts.joined(separator: "; ") + " (the reconcile reads the inventory in full)"
+    }
+
     /// The log line of a reconcile: `workspace=… result=… seconds=… reason=… next=…: summary`.
     static func line(workspace: String, _ result: ReconcileResult, next: Duration) -> String {
         var fields = [
@@ -520,9 +608,11 @@ enum ServeWait {
     /// Waits `duration`, or less when the service group shuts down, in steps of at most a quarter of
     /// a second that look at the shutdown in between (a runner waits this way every poll, so nothing
     /// is set up and torn down around each wait).
-    static func pause(_ duration: Duration, timing: Timing) async {
+    static func pause(
+        _ duration: Duration, timing: Timing, until done: @Sendable () -> Bool = { false }
+    ) async {
         let end = timing.now() + duration
-        while !Task.isShuttingDownGracefully, !Task.isCancelled {
+        while !Task.isShuttingDownGracefully, !Task.isCancelled, !done() {
             let left = end - timing.now()
             guard left > .zero else { return }
             try? await timing.sleep(min(left, .milliseconds(250)))

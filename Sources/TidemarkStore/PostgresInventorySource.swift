@@ -154,6 +154,42 @@ public struct PostgresInventorySource: DeadTokenSink {
         return (ids, last)
     }
 
+    /// Whether the changes query's cursor now stops before `cursor` (a restored table, a reset sequence,
+    /// an emptied table): changes at or below `cursor` would never be read, so a whole read is due.
+    public func cursorWentBack(_ changes: PostgresSourceSettings.Changes, from cursor: String) async throws -> Bool {
+        var binds = PostgresBindings()
+        binds.append(UntypedText(cursor))
+        let sql = """
+            SELECT coalesce(max(tidemark_changes.\(changes.cursor)) < $1, true) \
+            FROM (\(Self.trimmed(changes.query))) tidemark_changes
+            """
+        let rows = try await run(sql, binds: binds, what: "the changes query")
+        return try rows.first.flatMap { row in try row.first.flatMap { try Self.text($0) } } == "true"
+    }
+
+    /// Opens a connection of its own that listens on `channel` and gives `consume` the notifications;
+    /// the connection is closed when `consume` returns or throws, or the task is cancelled. Throws
+    /// when the connection cannot be made or is lost (the sequence then ends with the error).
+    public func listen(
+        on channel: String, _ consume: @Sendable (PostgresNotificationSequence) async throws -> Void
+    ) async throws {
+        let (connection, parsed) = try await PostgresURL.connect(
+            url, urlEnv: urlEnv, what: nil, id: 2, logger: Self.logger)
+        do {
+            try await withTaskCancellationHandler {
+                try await connection.listen(on: channel) { notifications in try await consume(notifications) }
+            } onCancel: {
+                let closing: EventLoopFuture<Void> = connection.close()
+                _ = closing
+            }
+            try? await connection.close()
+        } catch {
+            try? await connection.close()
+            if Task.isCancelled || error is CancellationError { return }
+            throw InventorySourceError("LISTEN \(channel) on \(parsed.display): \(PostgresURL.explain(error))")
+        }
+    }
+
     /// Runs one read-only statement on a connection of its own and returns its rows.
     private func run(_ sql: String, binds: PostgresBindings, what: String) async throws -> [PostgresRow] {
         let (connection, parsed) = try await PostgresURL.connect(

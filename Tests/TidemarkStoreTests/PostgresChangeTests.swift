@@ -67,7 +67,7 @@ import TidemarkTesting
         try await TestPostgres.execute([
             "CREATE SEQUENCE \(table)_version",
             "CREATE TABLE \(table) (id text primary key, token text, platform text, version bigint not null default nextval('\(table)_version'))",
-            "INSERT INTO \(table) (id, token, platform) SELECT 'd' || n, 'tok-' || n || '-\(String(repeating: "x", count: 150))', 'ios' FROM generate_series(1, 12) n",
+            "INSERT INTO \(table) (id, token, platform) VALUES \((1...12).map { "('d\($0)', '\(Fixtures.token($0))', 'ios')" }.joined(separator: ", "))",
         ])
         let source = PostgresInventorySource(
             name: "app-db", url: TestPostgres.url, query: "select id, token, platform from \(table)")

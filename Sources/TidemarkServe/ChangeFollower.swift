@@ -1,0 +1,209 @@
+import Foundation
+import PostgresNIO
+import Synchronization
+import TidemarkCore
+import TidemarkRuntime
+import TidemarkStore
+
+/// A PostgreSQL inventory source whose changes `serve` follows (`changes`, `listen` under its
+/// `postgres:`), as tidemark.yaml declares it now.
+public struct FollowedSource: Sendable, Equatable {
+    /// The source's name in tidemark.yaml.
+    public var name: String
+    /// How it follows its changes.
+    public var settings: PostgresSourceSettings
+    /// The database URL its `url_env` held (nil: not set).
+    var url: String?
+
+    /// The source that reads it.
+    var source: PostgresInventorySource {
+        PostgresInventorySource(name: name, url: url, urlEnv: settings.urlEnv, query: settings.query)
+    }
+
+    /// The sources of `runtime`'s tidemark.yaml that follow their changes.
+    public static func of(_ runtime: Runtime) -> [FollowedSource] {
+        runtime.resolved.project.inventory.compactMap { spec in
+            guard let settings = spec.settings(as: PostgresSourceSettings.self), settings.followsChanges else {
+                return nil
+            }
+            return FollowedSource(
+                name: spec.name, settings: settings, url: runtime.resolved.environment[settings.urlEnv])
+        }
+    }
+}
+
+/// What the inventory told a workspace between two reconciles.
+public enum InventoryChange: Sendable, Equatable {
+    /// Devices of the source changed (rows past the cursor, or notified on its channel).
+    case devices(source: String, count: Int)
+    /// What the changes say cannot be trusted; the source must be read in full (`why` says so).
+    case fullRead(source: String, why: String)
+}
+
+/// Follows the changes of a workspace's PostgreSQL sources while its replica owns the workspace:
+/// the rows past each source's cursor every `poll`, and the notifications on its `listen` channel.
+/// Each change wakes the workspace's reconcile at once. What it cannot follow it never leaves
+/// silent: a lost `LISTEN` connection, a cursor that went backwards, a changes query that failed and
+/// then recovered each ask for a full read and say why in the log.
+struct ChangeFollower: Sendable {
+    /// The workspace, for the log.
+    var workspace: String
+    /// How often the changes query runs.
+    var poll: Duration
+    /// The most changed rows read at once.
+    var batch = 10_000
+    /// The clock it waits by.
+    var timing: Timing
+    /// The log.
+    var log: @Sendable (String) -> Void
+
+    /// Follows the sources `sources` names (asked again every poll: reloaded settings start over)
+    /// while `active` (this replica owns the workspace), telling `wake` of each change, until cancelled.
+    func run(
+        sources: @escaping @Sendable () -> [FollowedSource], active: @escaping @Sendable () -> Bool,
+        wake: @escaping @Sendable (InventoryChange) -> Void
+    ) async {
+        while !Task.isCancelled, !Task.isShuttingDownGracefully {
+            let followed = sources()
+            await withDiscardingTaskGroup { group in
+                for source in followed {
+                    if source.settings.changes != nil {
+                        group.addTask { await followCursor(source, active: active, wake: wake) }
+                    }
+                    if let channel = source.settings.listen {
+                        group.addTask { await listen(source, channel: channel, active: active, wake: wake) }
+                    }
+                }
+                while !Task.isCancelled, !Task.isShuttingDownGracefully, sources() == followed {
+                    await ServeWait.pause(poll, timing: timing)
+                }
+                group.cancelAll()
+            }
+        }
+    }
+
+    /// Reads the rows past the cursor every poll. The cursor starts at the source's largest value
+    /// when the replica starts owning the workspace (its first reconcile reads everything anyway).
+    func followCursor(
+        _ followed: FollowedSource, active: @Sendable () -> Bool, wake: @Sendable (InventoryChange) -> Void
+    ) async {
+        guard let changes = followed.settings.changes else { return }
+        let source = followed.source
+        var cursor: String?
+        var started = false
+        var failing: String?
+        while !Task.isCancelled, !Task.isShuttingDownGracefully {
+            guard active() else {
+                started = false
+                await ServeWait.pause(poll, timing: timing)
+                continue
+            }
+            do {
+                if !started {
+                    cursor = try await source.currentCursor(changes)
+                    started = true
+                } else {
+                    let read = try await source.changedDevices(changes, after: cursor, limit: batch)
+                    if !read.ids.isEmpty {
+                        cursor = read.cursor
+                        wake(.devices(source: followed.name, count: read.ids.count))
+                        if read.ids.count == batch { continue }
+                    } else if let last = cursor, try await source.cursorWentBack(changes, from: last) {
+                        let why =
+                            "its cursor '\(changes.cursor)' went backwards (the largest value is now below \(last): a restored or emptied table, a reset sequence)"
+                        log(
+                            "workspace=\(workspace) inventory source '\(followed.name)': \(why); reading it in full and following from its new end"
+                        )
+                        cursor = try await source.currentCursor(changes)
+                        wake(.fullRead(source: followed.name, why: why))
+                    }
+                }
+                if let problem = failing {
+                    failing = nil
+                    let why = "its changes could not be read for a while (\(problem))"
+                    log(
+                        "workspace=\(workspace) inventory source '\(followed.name)': its changes can be read again; reading it in full, as changes may have been missed"
+                    )
+                    wake(.fullRead(source: followed.name, why: why))
+                }
+            } catch {
+                let message = Reconciler.plain(Failure(error).message)
+                if failing != message {
+                    log(
+                        "workspace=\(workspace) inventory source '\(followed.name)': its changes cannot be read: \(message); check 'postgres.changes' and \(followed.settings.urlEnv). Reconciles still read it in full on their schedule"
+                    )
+                    failing = message
+                }
+            }
+            await ServeWait.pause(poll, timing: timing)
+        }
+    }
+
+    /// Listens on the source's channel; a notification names a changed device (an empty one, a
+    /// truncated table). A lost connection is made again, and the source read in full, as
+    /// notifications sent while nobody listened are lost.
+    func listen(
+        _ followed: FollowedSource, channel: String, active: @escaping @Sendable () -> Bool,
+        wake: @escaping @Sendable (InventoryChange) -> Void
+    ) async {
+        let source = followed.source
+        var lost: String?
+        var backoff = Duration.seconds(1)
+        let workspace = self.workspace
+        let log = self.log
+        while !Task.isCancelled, !Task.isShuttingDownGracefully {
+            guard active() else {
+                lost = nil
+                await ServeWait.pause(poll, timing: timing)
+                continue
+            }
+            var problem: String
+            let connected = Flag()
+            do {
+                let wasLost = lost
+                try await source.listen(on: channel) { notifications in
+                    connected.set()
+                    if let wasLost {
+                        log(
+                            "workspace=\(workspace) inventory source '\(followed.name)': listening on '\(channel)' again; reading it in full, as notifications sent while the connection was down are lost"
+                        )
+                        wake(.fullRead(source: followed.name, why: "its LISTEN connection was lost (\(wasLost))"))
+                    }
+                    for try await notification in notifications {
+                        if notification.payload.isEmpty {
+                            wake(.fullRead(source: followed.name, why: "its table was truncated"))
+                        } else {
+                            wake(.devices(source: followed.name, count: 1))
+                        }
+                        if !active() { return }
+                    }
+                }
+                if Task.isCancelled || Task.isShuttingDownGracefully { return }
+                if !active() { continue }
+                problem = "the server ended the connection"
+            } catch {
+                problem = Reconciler.plain(Failure(error).message)
+            }
+            if connected.isSet { lost = nil }
+            if lost == nil {
+                log(
+                    "workspace=\(workspace) inventory source '\(followed.name)': the LISTEN connection on '\(channel)' was lost: \(problem); connecting again, then reading the source in full"
+                )
+                backoff = .seconds(1)
+            }
+            lost = problem
+            await ServeWait.pause(backoff, timing: timing)
+            backoff = min(backoff * 2, .seconds(30))
+        }
+    }
+}
+
+/// A flag one task sets and another reads.
+final class Flag: Sendable {
+    private let value = Mutex(false)
+
+    /// Sets it.
+    func set() { value.withLock { $0 = true } }
+    /// Whether it was set.
+    var isSet: Bool { value.withLock { $0 } }
+}

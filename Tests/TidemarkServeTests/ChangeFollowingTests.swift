@@ -1,0 +1,166 @@
+import Foundation
+import Synchronization
+import Testing
+import TidemarkCore
+import TidemarkRuntime
+import TidemarkServe
+import TidemarkTesting
+
+/// The PostgreSQL server of the tests (the test command starts one).
+enum FollowPostgres {
+    static let url = ProcessInfo.processInfo.environment["TIDEMARK_TEST_POSTGRES_URL"]
+    static let enabled =
+        url != nil || ProcessInfo.processInfo.environment["TIDEMARK_REQUIRE_POSTGRES"] != nil
+        || ProcessInfo.processInfo.environment["CI"] != nil
+}
+
+/// `serve` following a PostgreSQL source's changes on a real server: an insert, an update that moves
+/// a device between selectors and a hard delete each start a reconcile at once (the interval is an
+/// hour), a dropped LISTEN connection and a cursor that went backwards fall back to a full read and say so.
+@Suite(.enabled(if: FollowPostgres.enabled)) struct ChangeFollowingTests {
+    static var url: String? { FollowPostgres.url }
+
+    /// Runs SQL with psql, as a team would; returns what it printed.
+    @discardableResult
+    static func psql(_ sql: String) throws -> String {
+        let url = try #require(Self.url, "no PostgreSQL server for the tests: run them with scripts/test.sh")
+        let candidates =
+            ["/usr/bin/psql"]
+            + ((try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []).sorted().reversed()
+            .map { "/usr/lib/postgresql/\($0)/bin/psql" }
+        let psql = try #require(candidates.first { FileManager.default.isExecutableFile(atPath: $0) })
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: psql)
+        process.arguments = [url, "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1"]
+        let input = Pipe()
+        let output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+        input.fileHandleForWriting.write(Data(sql.utf8))
+        try input.fileHandleForWriting.close()
+        let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "psql failed on: \(sql)")
+        return printed
+    }
+
+    static func insert(_ ids: [Int], platform: String, into table: String) -> String {
+        let rows = ids.map { "('d\($0)', '\(Fixtures.token($0))', '\(platform)')" }.joined(separator: ", ")
+        return "INSERT INTO \(table) (device_id, token, platform) VALUES \(rows);"
+    }
+
+    @Test func insertsUpdatesAndHardDeletesReachFCMInSecondsAndLostChangesAreReadInFull() async throws {
+        let table = "serve_tokens_\(UUID().uuidString.prefix(8).lowercased())"
+        let channel = "ch_\(table)"
+        try Self.psql(
+            """
+            CREATE TABLE \(table) (device_id text primary key, token text not null, platform text not null,
+              updated_at timestamptz not null default clock_timestamp());
+            CREATE FUNCTION \(table)_touch() RETURNS trigger LANGUAGE plpgsql AS $$
+              BEGIN NEW.updated_at := clock_timestamp(); RETURN NEW; END $$;
+            CREATE TRIGGER \(table)_touch BEFORE UPDATE ON \(table) FOR EACH ROW
+              WHEN (OLD.updated_at = NEW.updated_at) EXECUTE FUNCTION \(table)_touch();
+            \(Self.insert([0, 1], platform: "ios", into: table))
+            """)
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("tm-follow-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        try FileManager.default.createDirectory(
+            at: root.appendingPathComponent("manifests"), withIntermediateDirectories: true)
+        try """
+        project: tidemark-follow-test
+        refresh: none
+        inventory:
+          - name: app-db
+            postgres:
+              url_env: APP_DATABASE_URL
+              query: select device_id, token, platform from \(table)
+              changes: {query: 'select device_id, updated_at from \(table)', cursor: updated_at}
+              listen: \(channel)
+            allow_empty: true
+        """.write(to: root.appendingPathComponent("tidemark.yaml"), atomically: true, encoding: .utf8)
+        try """
+        topics:
+          - name: ios-users
+            members:
+              - selector: {platform: ios}
+        """.write(to: root.appendingPathComponent("manifests/topics.yaml"), atomically: true, encoding: .utf8)
+        var given = RuntimeFlags()
+        given.directory = root.path
+        let flags = given
+        let environment = ["APP_DATABASE_URL": try #require(Self.url)]
+        let runtime = try Runtime.load(flags, environment: environment)
+        try Self.psql(
+            try runtime.changeTriggers(source: "app-db", table: table, idColumn: "device_id"))
+
+        let lines = Mutex<[String]>([])
+        var settings = ServeSettings()
+        settings.interval = .seconds(3600)
+        let metrics = ServeMetrics()
+        let runner = WorkspaceRunner(
+            status: Serve.initialStatus(runtime, settings: settings),
+            reconciler: Reconciler(
+                load: { _ in try Runtime.load(flags, environment: environment) }, settings: settings),
+            ownership: .init(
+                records: InMemoryStateStore(workspace: "default"), replica: "r1", poll: .milliseconds(100)),
+            metrics: metrics, followed: FollowedSource.of(runtime),
+            log: { line in lines.withLock { $0.append(line) } })
+        let running = Task { try await runner.run() }
+        defer { running.cancel() }
+
+        func members() async throws -> Set<Int> {
+            let tokens = (0..<6).map { Fixtures.token($0) }
+            let statuses = try await runtime.withBackend(output: SilentOutput()) { try await $0.refresh(tokens) }
+            return Set(
+                statuses.enumerated().compactMap { index, status in
+                    if case .active(let topics) = status, topics.contains("ios-users") { return index }
+                    return nil
+                })
+        }
+        func waitFor(_ expected: Set<Int>, _ what: String) async throws -> Double {
+            let start = ContinuousClock.now
+            while ContinuousClock.now - start < .seconds(30) {
+                if try await members() == expected { return Timing.seconds(ContinuousClock.now - start) }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            Issue.record("\(what): ios-users holds \(try await members().sorted()), not \(expected.sorted())")
+            return 30
+        }
+        func logged(_ text: String) async throws {
+            let start = ContinuousClock.now
+            while ContinuousClock.now - start < .seconds(30) {
+                if lines.withLock({ $0.contains { $0.contains(text) } }) { return }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            Issue.record("never logged '\(text)': \(lines.withLock { $0 })")
+        }
+
+        _ = try await waitFor([0, 1], "the first reconcile")
+        try await Task.sleep(for: .milliseconds(500))  // the follower's cursor and LISTEN are in place
+
+        try Self.psql(Self.insert([2], platform: "ios", into: table))
+        #expect(try await waitFor([0, 1, 2], "an insert") < 10)
+        try Self.psql("UPDATE \(table) SET platform = 'android' WHERE device_id = 'd1';")
+        #expect(try await waitFor([0, 2], "an update moving d1 out of the selector") < 10)
+        try Self.psql("DELETE FROM \(table) WHERE device_id = 'd0';")
+        #expect(try await waitFor([2], "a hard delete") < 10)
+        try await logged("reconcile started by the inventory")
+
+        // The LISTEN connection dropped: said, made again, and the source read in full.
+        try Self.psql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query ILIKE 'LISTEN%\(channel)%';")
+        try await logged("the LISTEN connection on '\(channel)' was lost")
+        try await logged("listening on '\(channel)' again; reading it in full")
+        // The cursor moved backwards: said, and read in full from the new end.
+        try Self.psql("ALTER TABLE \(table) DISABLE TRIGGER USER; UPDATE \(table) SET updated_at = '2001-01-01';")
+        try await logged("its cursor 'updated_at' went backwards")
+        try Self.psql(
+            "ALTER TABLE \(table) ENABLE TRIGGER USER; \(Self.insert([3], platform: "ios", into: table))")
+        #expect(try await waitFor([2, 3], "an insert after the cursor went back") < 10)
+        let exposition = String(decoding: metrics.exposition(), as: UTF8.self)
+        #expect(exposition.contains(#"tidemark_inventory_full_reads_total{workspace="default",source="app-db"}"#))
+        #expect(exposition.contains(#"tidemark_inventory_changes_waiting{workspace="default"} 0"#))
+        running.cancel()
+        _ = try? await running.value
+    }
+}
