@@ -43,6 +43,7 @@ public enum PostgresChangeTriggers {
             -- Install once, as the table's owner, for example: psql "$URL" -v ON_ERROR_STOP=1 -f triggers.sql
             -- Running it again replaces the function and the triggers.
             BEGIN;
+            SET LOCAL client_min_messages = warning;
 
             CREATE OR REPLACE FUNCTION \(qualified)() RETURNS trigger
             LANGUAGE plpgsql AS $tidemark$

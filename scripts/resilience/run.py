@@ -783,12 +783,125 @@ def state_mv(binary, url=None, rounds=12, devices=200, topics=3, seed=23):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def serve_changes(binary, url, rounds=20, kills=4, devices=50, seed=29):
+    """`tidemark serve` following a PostgreSQL table (changes and LISTEN) with an interval of an hour:
+    each insert, update and delete reaches the emulator within seconds; serve SIGKILLed right after a
+    change and started again loses nothing and leaves nothing to do."""
+    rng = random.Random(seed)
+    work = tempfile.mkdtemp(prefix="tm-changes-")
+    table = "changes_devices_%d" % os.getpid()
+    channel = "tidemark_%s" % table
+    process = None
+    log = None
+    try:
+        with Emulator(binary, PROJECT, "--auto-register") as emulator:
+            psql(url, "CREATE TABLE %s (device_id TEXT PRIMARY KEY, token TEXT NOT NULL, cohort TEXT NOT NULL, "
+                      "updated_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())" % table)
+            rows = ", ".join("('d%d', '%s', 'fresh')" % (i, token(i, prefix="chg")) for i in range(devices))
+            psql(url, "INSERT INTO %s (device_id, token, cohort) VALUES %s" % (table, rows))
+            os.makedirs(os.path.join(work, "manifests"))
+            with open(os.path.join(work, "tidemark.yaml"), "w") as f:
+                f.write("project: %s\nbackend: emulator\nrefresh: none\nserve: {interval: 1h}\n"
+                        "inventory:\n  - name: app\n    postgres:\n      url_env: CHANGES_INVENTORY_URL\n"
+                        "      query: SELECT device_id, token, cohort FROM %s\n"
+                        "      changes: {query: 'SELECT device_id, updated_at FROM %s', cursor: updated_at}\n"
+                        "      listen: %s\n    allow_empty: true\n" % (PROJECT, table, table, channel))
+            with open(os.path.join(work, "manifests", "topics.yaml"), "w") as f:
+                f.write("topics:\n  - name: fresh\n    members: [{selector: {cohort: fresh}}]\n")
+            env = dict(emulator.env, CHANGES_INVENTORY_URL=url)
+            _, sql, _ = tidemark(binary, work, ["inventory", "triggers", "app", "--table", table,
+                                                "--id-column", "device_id"], env)
+            subprocess.run(["psql", url, "-q", "-v", "ON_ERROR_STOP=1"], input=sql, text=True, check=True)
+            log = tempfile.NamedTemporaryFile("w+", prefix="tm-serve-changes-", suffix=".log", delete=False)
+
+            def start():
+                return subprocess.Popen([binary, "serve", "-C", work, "--listen", "127.0.0.1:0"], env=env,
+                                        stdout=log, stderr=subprocess.STDOUT)
+
+            def members():
+                return set(s.get("token") if isinstance(s, dict) else s for s in emulator.subscribers("fresh"))
+
+            def wanted():
+                return set(t for (t,) in psql(url, "SELECT token FROM %s WHERE cohort = 'fresh'" % table))
+
+            def wait_exact(seconds=30):
+                deadline = time.monotonic() + seconds
+                while time.monotonic() < deadline:
+                    if members() == wanted():
+                        return True
+                    time.sleep(0.02)
+                return False
+
+            print("serve-changes: a PostgreSQL table followed by changes and LISTEN, interval 1h; %d single-row "
+                  "changes, then %d SIGKILLs right after a change" % (rounds, kills), flush=True)
+            process = start()
+            first = wait_exact(60)
+            time.sleep(1.5)  # the follower's cursor and LISTEN are in place after the first reconcile
+            latencies = []
+            next_id = devices
+            for round in range(rounds):
+                kind = round % 3
+                if kind == 0:
+                    psql(url, "INSERT INTO %s (device_id, token, cohort) VALUES ('d%d', '%s', 'fresh')"
+                              % (table, next_id, token(next_id, prefix="chg")))
+                    next_id += 1
+                else:
+                    # A device that is there: every change moves the topic's membership.
+                    victim = rng.choice(sorted(d for (d,) in psql(url, "SELECT device_id FROM %s" % table)))
+                    if kind == 1:
+                        psql(url, "UPDATE %s SET cohort = CASE cohort WHEN 'fresh' THEN 'stale' ELSE 'fresh' END, "
+                                  "updated_at = clock_timestamp() WHERE device_id = '%s'" % (table, victim))
+                    else:
+                        psql(url, "DELETE FROM %s WHERE device_id = '%s'" % (table, victim))
+                committed = time.monotonic()
+                latencies.append(time.monotonic() - committed if wait_exact(30) else float("inf"))
+            latencies.sort()
+            median = latencies[len(latencies) // 2]
+            p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+            print("  %d changes (inserts, label updates, hard deletes) reached the emulator: median %.2f s, "
+                  "p99 %.2f s, worst %.2f s (each reconcile still reads and plans in full)"
+                  % (len(latencies), median, p99, latencies[-1]), flush=True)
+            killed_ok = 0
+            for _ in range(kills):
+                psql(url, "INSERT INTO %s (device_id, token, cohort) VALUES ('d%d', '%s', 'fresh')"
+                          % (table, next_id, token(next_id, prefix="chg")))
+                next_id += 1
+                time.sleep(rng.uniform(0, 0.4))
+                process.send_signal(signal.SIGKILL)
+                process.wait()
+                process = start()
+                if wait_exact(60):
+                    killed_ok += 1
+            stop_process(process, 40)
+            process = None
+            code, out, err = tidemark(binary, work, ["plan", "--detailed-exitcode"], env, check=False)
+            text = open(log.name).read()
+            woke = len(re.findall(r"reconcile started by the inventory", text))
+            print("  SIGKILLed %d times right after a change: %d of %d ended exact after the restart; the next "
+                  "plan exits %d; %d reconciles were started by the inventory" % (kills, killed_ok, kills, code, woke),
+                  flush=True)
+            if code != 0:
+                print(out + err)
+            return first and p99 <= 5 and killed_ok == kills and code == 0 and woke >= rounds
+    finally:
+        if process is not None:
+            stop_process(process, 10)
+        if log is not None:
+            log.close()
+            os.unlink(log.name)
+        try:
+            psql(url, "DROP TABLE IF EXISTS %s CASCADE" % table)
+        except subprocess.CalledProcessError:
+            pass
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("binary")
     parser.add_argument("checks", nargs="*",
                         default=["faults", "kills", "revert", "narrow", "concurrent", "shared-quota",
-                                 "serve-takeover", "serve-spread", "state-mv"])
+                                 "serve-takeover", "serve-spread", "state-mv", "serve-changes"])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="smaller fault run, for the test suite")
     args = parser.parse_args()
@@ -815,9 +928,10 @@ def main():
             url = os.environ.get("TIDEMARK_TEST_POSTGRES_URL")
             if url:
                 results["state-mv/postgres"] = state_mv(args.binary, url=url)
-        elif check in ("shared-quota", "serve-takeover", "serve-spread"):
+        elif check in ("shared-quota", "serve-takeover", "serve-spread", "serve-changes"):
             url = os.environ.get("TIDEMARK_TEST_POSTGRES_URL")
-            run = {"shared-quota": shared_quota, "serve-takeover": serve_takeover, "serve-spread": serve_spread}[check]
+            run = {"shared-quota": shared_quota, "serve-takeover": serve_takeover, "serve-spread": serve_spread,
+                   "serve-changes": serve_changes}[check]
             if url:
                 results[check] = run(args.binary, url)
             elif os.environ.get("TIDEMARK_REQUIRE_POSTGRES"):
