@@ -74,9 +74,8 @@ extension Runtime {
         options.groupExport = settings.groupExport
         let rate = resolved.writeRate
         // With PostgreSQL state, every runner applying to this FCM project draws from one bucket there.
-        let ledger = resolved.postgres.map {
-            PostgresQuotaLedger(url: $0, key: "\(backendKind.rawValue):\(endpoints.fcm):\(settings.project)")
-        }
+        let ledger = stateStore().quotaLedger(
+            key: "\(backendKind.rawValue):\(endpoints.fcm):\(settings.project)")
         options.limiter = RateLimiter(
             rate: rate, burst: ResolvedSettings.writeBurst(rate), timing: timing, ledger: ledger)
         if let reads = resolved.readRate {

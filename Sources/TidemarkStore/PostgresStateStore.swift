@@ -570,6 +570,9 @@ public final class PostgresStateStore: ServeRecordKeeping {
     /// A lease with a heartbeat: it expires unless renewed, and `forceUnlock` breaks it.
     public var lockKind: StateLockKind { .lease }
 
+    /// One bucket in this database for every run applying to the FCM project `key` names.
+    public func quotaLedger(key: String) -> (any QuotaLedger)? { PostgresQuotaLedger(url: url, key: key) }
+
     /// The lease held now, with its id, or nil.
     public func lease() async throws -> LeaseRecord? {
         try await ensureSchema()

@@ -61,6 +61,10 @@ public protocol StateStore: Sendable {
     /// The lease held now, or nil when none is (always nil for a lock that ends with its process).
     func lease() async throws -> LeaseRecord?
 
+    /// A bucket of FCM's per-project write quota that every run on this store shares, under `key`
+    /// (the FCM project); nil for a store that runners do not share (each run keeps its own rate).
+    func quotaLedger(key: String) -> (any QuotaLedger)?
+
     /// Breaks the lease whose id starts with `prefix`, recording `holder` as who broke it; returns the
     /// holder it broke, or nil when no lease is held. Throws `StateStoreError` `.unsupported` for a store
     /// whose lock ends with its process: there is nothing to break.
@@ -148,6 +152,9 @@ extension StateStore {
 
     /// No lease: the lock ends with its process.
     public func lease() async throws -> LeaseRecord? { nil }
+
+    /// None: a store no other runner shares keeps no shared quota.
+    public func quotaLedger(key: String) -> (any QuotaLedger)? { nil }
 
     /// Refused: a lock that ends with its process cannot be broken.
     public func forceUnlock(_ prefix: String, by holder: LockHolder) async throws -> LockHolder? {
