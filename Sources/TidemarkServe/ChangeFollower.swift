@@ -88,12 +88,16 @@ struct ChangeFollower: Sendable {
         _ followed: FollowedSource, active: @Sendable () -> Bool, wake: @Sendable (InventoryChange) -> Void
     ) async {
         guard let changes = followed.settings.changes else { return }
-        let source = followed.source
+        // One connection, kept: a poll is one query.
+        let source = PostgresChangeReader(followed.source)
         var cursor: String?
         var started = false
         var failing: String?
+        // Whether the cursor went backwards is asked every tenth poll that found nothing.
+        var quiet = 0
         while !Task.isCancelled, !Task.isShuttingDownGracefully {
             guard active() else {
+                if started { await source.close() }
                 started = false
                 await ServeWait.pause(poll, timing: timing)
                 continue
@@ -104,11 +108,12 @@ struct ChangeFollower: Sendable {
                     started = true
                 } else {
                     let read = try await source.changedDevices(changes, after: cursor, limit: batch)
+                    quiet = read.ids.isEmpty ? quiet + 1 : 0
                     if !read.ids.isEmpty {
                         cursor = read.cursor
                         wake(.devices(source: followed.name, count: read.ids.count))
                         if read.ids.count == batch { continue }
-                    } else if let last = cursor, try await source.cursorWentBack(changes, from: last) {
+                    } else if quiet % 10 == 0, let last = cursor, try await source.cursorWentBack(changes, from: last) {
                         let why =
                             "its cursor '\(changes.cursor)' went backwards (the largest value is now below \(last): a restored or emptied table, a reset sequence)"
                         log(
@@ -137,6 +142,7 @@ struct ChangeFollower: Sendable {
             }
             await ServeWait.pause(poll, timing: timing)
         }
+        await source.close()
     }
 
     /// Listens on the source's channel; a notification names a changed device (an empty one, a

@@ -99,72 +99,22 @@ public struct PostgresInventorySource: DeadTokenSink {
         }
     }
 
-    /// The largest value of `changes.cursor` the changes query returns now, as PostgreSQL writes it
-    /// (nil when it returns no row): where following the changes starts after a whole read.
+    /// The largest value of `changes.cursor` the changes query returns now (nil when it returns no
+    /// row), on a connection of its own; `PostgresChangeReader` keeps one for a follower.
     public func currentCursor(_ changes: PostgresSourceSettings.Changes) async throws -> String? {
-        let sql =
-            "SELECT max(tidemark_changes.\(changes.cursor))::text FROM (\(Self.trimmed(changes.query))) tidemark_changes"
-        let rows = try await run(sql, binds: PostgresBindings(), what: "the changes query")
-        return try rows.first.flatMap { row in try row.first.flatMap { try Self.text($0) } }
+        try await PostgresChangeReader(self).once { try await $0.currentCursor(changes) }
     }
 
-    /// The devices whose rows changed after `cursor` (nil: from the start), in the cursor's order, at
-    /// most `limit` rows, and the cursor after the last of them (`cursor` again when none changed).
+    /// The devices whose rows changed after `cursor`, at most `limit` (see `PostgresChangeReader`).
     public func changedDevices(
         _ changes: PostgresSourceSettings.Changes, after cursor: String?, limit: Int
     ) async throws -> (ids: [String], cursor: String?) {
-        var binds = PostgresBindings()
-        var filter = ""
-        if let cursor {
-            // Untyped, so the server reads it as the cursor column's own type.
-            binds.append(UntypedText(cursor))
-            filter = "WHERE tidemark_changes.\(changes.cursor) > $1"
-        }
-        let sql = """
-            SELECT tidemark_changes.*, tidemark_changes.\(changes.cursor)::text AS tidemark_cursor \
-            FROM (\(Self.trimmed(changes.query))) tidemark_changes \(filter) \
-            ORDER BY tidemark_changes.\(changes.cursor) LIMIT \(limit)
-            """
-        var ids: [String] = []
-        var last = cursor
-        for row in try await run(sql, binds: binds, what: "the changes query") {
-            var id: String?
-            var value: String?
-            for cell in row {
-                switch cell.columnName {
-                case "device_id": id = try Self.text(cell)
-                case "id" where id == nil: id = try Self.text(cell)
-                case "tidemark_cursor": value = try Self.text(cell)
-                default: break
-                }
-            }
-            guard let id, !id.isEmpty else {
-                throw InventorySourceError(
-                    "the changes query returns a row without a 'device_id' (or 'id'); return the changed device's id (select device_id, \(changes.cursor) …). Fix 'postgres.changes.query' in tidemark.yaml."
-                )
-            }
-            guard let value else {
-                throw InventorySourceError(
-                    "the changes query returns a row whose cursor column '\(changes.cursor)' is null; every changed row needs one. Fix 'postgres.changes' in tidemark.yaml."
-                )
-            }
-            ids.append(id)
-            last = value
-        }
-        return (ids, last)
+        try await PostgresChangeReader(self).once { try await $0.changedDevices(changes, after: cursor, limit: limit) }
     }
 
-    /// Whether the changes query's cursor now stops before `cursor` (a restored table, a reset sequence,
-    /// an emptied table): changes at or below `cursor` would never be read, so a whole read is due.
+    /// Whether the changes query's cursor now stops before `cursor` (see `PostgresChangeReader`).
     public func cursorWentBack(_ changes: PostgresSourceSettings.Changes, from cursor: String) async throws -> Bool {
-        var binds = PostgresBindings()
-        binds.append(UntypedText(cursor))
-        let sql = """
-            SELECT coalesce(max(tidemark_changes.\(changes.cursor)) < $1, true) \
-            FROM (\(Self.trimmed(changes.query))) tidemark_changes
-            """
-        let rows = try await run(sql, binds: binds, what: "the changes query")
-        return try rows.first.flatMap { row in try row.first.flatMap { try Self.text($0) } } == "true"
+        try await PostgresChangeReader(self).once { try await $0.cursorWentBack(changes, from: cursor) }
     }
 
     /// Opens a connection of its own that listens on `channel` and gives `consume` the notifications;
@@ -187,27 +137,6 @@ public struct PostgresInventorySource: DeadTokenSink {
             try? await connection.close()
             if Task.isCancelled || error is CancellationError { return }
             throw InventorySourceError("LISTEN \(channel) on \(parsed.display): \(PostgresURL.explain(error))")
-        }
-    }
-
-    /// Runs one read-only statement on a connection of its own and returns its rows.
-    private func run(_ sql: String, binds: PostgresBindings, what: String) async throws -> [PostgresRow] {
-        let (connection, parsed) = try await PostgresURL.connect(
-            url, urlEnv: urlEnv, what: nil, id: 1, logger: Self.logger)
-        do {
-            let rows = try await PostgresURL.bounded(connection, parsed.timeout) {
-                try await connection.query("BEGIN READ ONLY", logger: Self.logger).collect()
-                let rows = try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: Self.logger)
-                    .collect()
-                try await connection.query("COMMIT", logger: Self.logger).collect()
-                return rows
-            }
-            try await connection.close()
-            return rows
-        } catch {
-            try? await connection.close()
-            if let known = error as? InventorySourceError { throw known }
-            throw InventorySourceError("\(what) failed on \(parsed.display): \(PostgresURL.explain(error))")
         }
     }
 

@@ -1,0 +1,297 @@
+"""Change-driven reconcile at scale (issue 34), release build, against the HTTP emulator.
+
+A PostgreSQL inventory table (its own server, started here) of DEVICES devices in 40 cohorts and
+TOPICS topics, each taking one cohort (TOPICS / 40 topics a device: 5 with 200 topics, about
+5,000,000 memberships at a million), converged through the emulator's admin API and
+`tidemark import` into PostgreSQL state; then `tidemark serve` with an interval of an hour, following
+the table through `changes` and `listen` at a write quota of QPS:
+
+1. latency: CHANGES single-row changes (inserts and cohort updates), one every EVERY seconds: the
+   time from each commit to the device's topics in the emulator being exactly the declared ones;
+2. idle: serve's CPU over IDLE seconds with nothing changing;
+3. memory: serve's resident memory after each phase, and over SOAK seconds of SOAK_RATE changes a
+   second (the growth between the first and last minute);
+4. burst: BURST rows' cohort changed in one statement: how long until every one is applied, against
+   the quota (each device leaves TOPICS/40 topics and joins as many);
+5. divergences: what serve's resyncs counted (tidemark_resync_divergences_total), when it has them.
+
+Each figure is printed with its target. Each reconcile of today's serve reads the inventory and
+plans in full; the log's reconcile durations are printed as that cost.
+
+usage: python3 scripts/bench/changes.py BINARY [--devices 1000000] [--topics 200] [--changes 200]
+           [--every 2] [--idle 300] [--soak 0] [--soak-rate 10] [--burst 100000] [--qps 3000]
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+from harness import Emulator, stop_process, tidemark  # noqa: E402
+
+PROJECT = "bench-changes"
+COHORTS = 40
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def token_sql(expression):
+    """SQL for the harness's token of the integer `expression` (harness.token(i, prefix="chg"))."""
+    return "'chg' || lpad((%s)::text, 7, '0') || ':APA91b' || repeat('T', 140)" % expression
+
+
+def token(i):
+    return "chg%07d:APA91b%s" % (i, "T" * 140)
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Postgres:
+    """A PostgreSQL server of its own (scripts/postgres.sh), in a temporary directory."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="tm-bench-pg-")
+        out = subprocess.run(["bash", os.path.join(ROOT, "scripts", "postgres.sh"), "start", self.dir],
+                             check=True, capture_output=True, text=True).stdout
+        self.url = out.strip().splitlines()[-1]
+
+    def sql(self, statement):
+        out = subprocess.run(["psql", self.url, "-qAt", "-v", "ON_ERROR_STOP=1", "-c", statement], check=True,
+                             capture_output=True, text=True).stdout
+        return [line for line in out.splitlines() if line]
+
+    def stop(self):
+        subprocess.run(["bash", os.path.join(ROOT, "scripts", "postgres.sh"), "stop", self.dir],
+                       capture_output=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def percentile(values, share):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * share))] if ordered else float("nan")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("binary")
+    parser.add_argument("--devices", type=int, default=1_000_000)
+    parser.add_argument("--topics", type=int, default=200)
+    parser.add_argument("--changes", type=int, default=200)
+    parser.add_argument("--every", type=float, default=2.0)
+    parser.add_argument("--idle", type=int, default=300)
+    parser.add_argument("--soak", type=int, default=0, help="seconds of --soak-rate changes a second (30 min: 1800)")
+    parser.add_argument("--soak-rate", type=float, default=10.0)
+    parser.add_argument("--burst", type=int, default=100_000)
+    parser.add_argument("--qps", type=int, default=3000)
+    args = parser.parse_args()
+    per_device = max(1, args.topics // COHORTS)
+
+    work = tempfile.mkdtemp(prefix="tm-bench-changes-")
+    postgres = Postgres()
+    serve = None
+    log_path = os.path.join(work, "serve.log")
+    results = []
+
+    def report(name, value, target, ok):
+        results.append((name, value, target, ok))
+        print("  %-44s %-22s target %-14s %s" % (name, value, target, "met" if ok else "MISSED"), flush=True)
+
+    try:
+        with Emulator(args.binary, PROJECT, "--auto-register", "--rate-limit", str(args.qps)) as emulator:
+            print("change-driven reconcile: %d devices, %d topics (%d a device, %d memberships), inventory and "
+                  "state in PostgreSQL, quota %d/s, release build" % (
+                      args.devices, args.topics, per_device, args.devices * per_device, args.qps), flush=True)
+            started = time.monotonic()
+            postgres.sql("CREATE TABLE app_devices (device_id text PRIMARY KEY, token text NOT NULL, "
+                         "platform text NOT NULL, cohort int NOT NULL, "
+                         "updated_at timestamptz NOT NULL DEFAULT clock_timestamp())")
+            postgres.sql("INSERT INTO app_devices (device_id, token, platform, cohort) SELECT 'd' || i, %s, "
+                         "CASE WHEN i %% 3 = 0 THEN 'ios' ELSE 'android' END, i %% %d "
+                         "FROM generate_series(0, %d) i" % (token_sql("i"), COHORTS, args.devices - 1))
+            postgres.sql("CREATE INDEX app_devices_updated ON app_devices (updated_at)")
+            postgres.sql("ANALYZE app_devices")
+            os.makedirs(os.path.join(work, "manifests"))
+            with open(os.path.join(work, "tidemark.yaml"), "w") as f:
+                f.write("project: %s\nbackend: emulator\nrefresh: none\nqps: %d\nstate: %s\n"
+                        "serve: {interval: 1h}\n"
+                        "inventory:\n  - name: app\n    postgres:\n      url_env: BENCH_INVENTORY_URL\n"
+                        "      query: SELECT device_id, token, platform, cohort FROM app_devices\n"
+                        "      changes: {query: 'SELECT device_id, updated_at FROM app_devices', cursor: updated_at}\n"
+                        "      listen: bench_devices\n" % (PROJECT, args.qps, postgres.url))
+            with open(os.path.join(work, "manifests", "topics.yaml"), "w") as f:
+                f.write("topics:\n")
+                for t in range(args.topics):
+                    f.write("  - name: bench-%d\n    members: [{selector: {cohort: '%d'}}]\n" % (t, t % COHORTS))
+            env = dict(emulator.env, BENCH_INVENTORY_URL=postgres.url)
+            _, triggers, _ = tidemark(args.binary, work, ["inventory", "triggers", "app", "--table", "app_devices",
+                                                           "--id-column", "device_id"], env)
+            subprocess.run(["psql", postgres.url, "-q", "-v", "ON_ERROR_STOP=1"], input=triggers, text=True,
+                           check=True)
+            # Converged fast: subscribed through the admin API, then adopted into state by import.
+            emulator.admin("PUT", "config", {"rate_limit": {"per_second": 0}})
+            for t in range(args.topics):
+                cohort = t % COHORTS
+                members = [token(i) for i in range(cohort, args.devices, COHORTS)]
+                for start in range(0, len(members), 50_000):
+                    emulator.project_admin("POST", "topics/bench-%d/subscribers" % t,
+                                           {"tokens": members[start:start + 50_000]})
+            tidemark(args.binary, work, ["import"], env)
+            emulator.admin("PUT", "config", {"rate_limit": {"per_second": args.qps}})
+            code, out, err = tidemark(args.binary, work, ["plan", "--detailed-exitcode"], env, check=False)
+            print("set up in %.0f s; the first plan exits %d (0: converged)" % (time.monotonic() - started, code),
+                  flush=True)
+
+            log = open(log_path, "w")
+            serve = subprocess.Popen([args.binary, "serve", "-C", work, "--listen", "127.0.0.1:0"], env=env,
+                                     stdout=log, stderr=subprocess.STDOUT)
+
+            def text():
+                with open(log_path) as f:
+                    return f.read()
+
+            def reconciles():
+                return [float(s) for s in re.findall(r"reconcile workspace=\S+ result=\S+ seconds=([\d.]+)", text())]
+
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline and not reconciles():
+                if serve.poll() is not None:
+                    raise RuntimeError("serve exited:\n" + text()[-3000:])
+                time.sleep(0.2)
+            first = reconciles()
+            print("serve's first reconcile (a full read and plan): %.2f s; resident memory %.0f MiB" % (
+                first[0] if first else float("nan"), rss_mib(serve.pid)), flush=True)
+            time.sleep(2)
+
+            def topics_of(i):
+                try:
+                    answer = emulator.project_admin("GET", "registrations/%s" % urllib.parse.quote(token(i)))
+                except urllib.error.HTTPError:
+                    return None
+                return set(answer.get("topics", []))
+
+            def wanted(cohort):
+                return set("bench-%d" % t for t in range(args.topics) if t % COHORTS == cohort)
+
+            # 1. latency
+            latencies = []
+            next_id = args.devices
+            memory = []
+            for n in range(args.changes):
+                tick = time.monotonic()
+                if n % 2 == 0:
+                    device, cohort = next_id, n % COHORTS
+                    next_id += 1
+                    postgres.sql("INSERT INTO app_devices (device_id, token, platform, cohort) VALUES "
+                                 "('d%d', %s, 'ios', %d)" % (device, token_sql(str(device)), cohort))
+                else:
+                    device = (n * 7919) % args.devices
+                    cohort = (device % COHORTS + 1 + n) % COHORTS
+                    postgres.sql("UPDATE app_devices SET cohort = %d, updated_at = clock_timestamp() "
+                                 "WHERE device_id = 'd%d'" % (cohort, device))
+                committed = time.monotonic()
+                expected = wanted(cohort)
+                while time.monotonic() - committed < 60 and topics_of(device) != expected:
+                    time.sleep(0.01)
+                latencies.append(time.monotonic() - committed)
+                memory.append(rss_mib(serve.pid))
+                time.sleep(max(0.0, args.every - (time.monotonic() - tick)))
+            cycles = reconciles()[1:]
+            print("latency phase: %d changes, %d reconciles (each a full read and plan: median %.2f s, max %.2f s)" % (
+                len(latencies), len(cycles), percentile(cycles, 0.5), max(cycles) if cycles else float("nan")),
+                flush=True)
+            report("commit to FCM, median", "%.2f s" % percentile(latencies, 0.5), "<= 1 s",
+                   percentile(latencies, 0.5) <= 1)
+            report("commit to FCM, p99", "%.2f s" % percentile(latencies, 0.99), "<= 3 s",
+                   percentile(latencies, 0.99) <= 3)
+
+            # 2. idle
+            time.sleep(5)
+            before, wall = cpu_seconds(serve.pid), time.monotonic()
+            time.sleep(args.idle)
+            idle = (cpu_seconds(serve.pid) - before) / (time.monotonic() - wall)
+            report("idle CPU over %d s" % args.idle, "%.2f%% of a core" % (100 * idle), "<= 1%", idle <= 0.01)
+
+            # 3. memory, and the soak
+            memory.append(rss_mib(serve.pid))
+            soak_first, soak_last = [], []
+            if args.soak:
+                end = time.monotonic() + args.soak
+                n = 0
+                while time.monotonic() < end:
+                    device = (n * 104_729) % args.devices
+                    postgres.sql("UPDATE app_devices SET cohort = (cohort + 1) %% %d, updated_at = clock_timestamp() "
+                                 "WHERE device_id = 'd%d'" % (COHORTS, device))
+                    n += 1
+                    left = end - time.monotonic()
+                    sample = rss_mib(serve.pid)
+                    (soak_first if args.soak - left < 60 else soak_last if left < 60 else memory).append(sample)
+                    time.sleep(1 / args.soak_rate)
+                growth = max(soak_last or [0]) - max(soak_first or [0])
+                report("memory growth over the soak", "%+.0f MiB" % growth, "none", growth <= 50)
+            peak = max(memory + soak_first + soak_last)
+            report("resident memory between resyncs", "%.0f MiB" % peak, "<= 1536 MiB", peak <= 1536)
+
+            # 4. burst
+            burst = min(args.burst, args.devices)
+            traffic_before = emulator.traffic().get("tokens_changed", 0)
+            postgres.sql("UPDATE app_devices SET cohort = (cohort + 1) %% %d, updated_at = clock_timestamp() "
+                         "WHERE device_id IN (SELECT 'd' || i FROM generate_series(0, %d) i)" % (COHORTS, burst - 1))
+            committed = time.monotonic()
+            changes = burst * per_device * 2
+            samples = [(i * 7) % burst for i in range(20)] + [burst - 1]
+            while time.monotonic() - committed < 3600:
+                if all(topics_of(i) == wanted((i + 1) % COHORTS) for i in samples):
+                    code, _, _ = tidemark(args.binary, work, ["plan", "--detailed-exitcode"], env, check=False)
+                    if code == 0:
+                        break
+                time.sleep(1)
+            drained = time.monotonic() - committed
+            changed = emulator.traffic().get("tokens_changed", 0) - traffic_before
+            rate = changes / drained
+            report("burst of %d rows (%d changes)" % (burst, changes), "%.0f s, %.0f/s" % (drained, rate),
+                   ">= %d/s" % int(0.95 * args.qps), rate >= 0.95 * args.qps)
+            print("  (the emulator counted %d tokens changed; the drain time includes checking it with a plan)"
+                  % changed, flush=True)
+
+            # 5. divergences
+            with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % re.search(
+                    r"listening on http://127\.0\.0\.1:(\d+)", text()).group(1), timeout=10) as response:
+                metrics = response.read().decode()
+            divergences = re.findall(r"^tidemark_resync_divergences_total\{[^}]*\} (\S+)", metrics, re.M)
+            if divergences:
+                total = sum(float(v) for v in divergences)
+                report("resync divergences", "%d" % total, "0", total == 0)
+            else:
+                print("  resync divergences: not counted (this serve reads in full at every reconcile: no resync)",
+                      flush=True)
+        print()
+        missed = [r for r in results if not r[3]]
+        print("%d of %d targets met" % (len(results) - len(missed), len(results)))
+    finally:
+        if serve is not None:
+            stop_process(serve, 30)
+        postgres.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
