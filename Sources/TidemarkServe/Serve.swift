@@ -270,6 +270,11 @@ public struct Serve: Sendable {
             }.joined(separator: "; ")
             status.settings["heal_outside_windows"] = String(settings.healOutsideWindows)
         }
+        let followed = FollowedSource.of(runtime)
+        if !followed.isEmpty {
+            status.settings["follows_changes"] = followed.map(\.name).joined(separator: ", ")
+            status.inventoryChangesWaiting = 0
+        }
         return status
     }
 }

@@ -45,6 +45,9 @@ public struct WorkspaceStatus: Sendable, Codable, Equatable {
     /// The replica this one handed the workspace over to, to spread the workspaces (the last status
     /// it published says so); the new owner goes on with its schedule.
     public var handedOverTo: String?
+    /// Device changes the inventory reported that no reconcile has started on yet (nil: no source
+    /// of the workspace follows its changes).
+    public var inventoryChangesWaiting: Int?
 }
 
 /// Reconciles one workspace while this replica owns it, as a service of `serve`'s service group.
@@ -170,6 +173,11 @@ public final class WorkspaceRunner: Service, Sendable {
             $0.manifests = status.manifests
             $0.backend = status.backend
             $0.state = status.state
+            if followed.isEmpty {
+                $0.inventoryChangesWaiting = nil
+            } else if $0.inventoryChangesWaiting == nil {
+                $0.inventoryChangesWaiting = 0
+            }
         }
     }
 
@@ -195,8 +203,9 @@ public final class WorkspaceRunner: Service, Sendable {
         }
     }
 
-    /// Notes what the inventory said changed; the runner reconciles at once if it is waiting.
-    func wake(_ change: InventoryChange) {
+    /// Notes what the inventory said changed; the runner reconciles at once if it is waiting (not
+    /// while it waits to retry a failure: the retry reads the changes).
+    public func wake(_ change: InventoryChange) {
         let waiting = woken.withLock { woken -> Int in
             switch change {
             case .devices(let source, let count):
@@ -208,6 +217,7 @@ public final class WorkspaceRunner: Service, Sendable {
             }
             return woken.devices
         }
+        current.withLock { $0.inventoryChangesWaiting = waiting }
         metrics.inventoryChangesWaiting(workspace: name, waiting)
     }
 
@@ -217,6 +227,7 @@ public final class WorkspaceRunner: Service, Sendable {
             defer { woken = Woken() }
             return woken
         }
+        current.withLock { if $0.inventoryChangesWaiting != nil { $0.inventoryChangesWaiting = 0 } }
         metrics.inventoryChangesWaiting(workspace: name, 0)
         return taken
     }
@@ -369,7 +380,10 @@ public final class WorkspaceRunner: Service, Sendable {
                 requested = true
                 log("workspace=\(name) reconcile requested\(record.reconcileRequestedBy.map { " by \($0)" } ?? "")")
             }
-            let woke = takeWoken()
+            // After a failure the retry wait holds for changes too (they are read by that retry);
+            // otherwise a change starts a reconcile at once.
+            let retrying = failures > 0 && nextRun.map { timing.now() < $0 } == true
+            let woke = retrying ? Woken() : takeWoken()
             if !woke.isEmpty {
                 requested = true
                 log("workspace=\(name) reconcile started by the inventory: \(Self.describe(woke))")
@@ -383,7 +397,7 @@ public final class WorkspaceRunner: Service, Sendable {
                 }
                 await publish()
                 await ServeWait.pause(min(ownership.poll, due - timing.now()), timing: timing) {
-                    self.woken.withLock { !$0.isEmpty }
+                    !retrying && self.woken.withLock { !$0.isEmpty }
                 }
                 continue
             }

@@ -160,6 +160,62 @@ enum FollowPostgres {
         let exposition = String(decoding: metrics.exposition(), as: UTF8.self)
         #expect(exposition.contains(#"tidemark_inventory_full_reads_total{workspace="default",source="app-db"}"#))
         #expect(exposition.contains(#"tidemark_inventory_changes_waiting{workspace="default"} 0"#))
+        #expect(runner.status.inventoryChangesWaiting == 0 && runner.status.settings["follows_changes"] == "app-db")
+        running.cancel()
+        _ = try? await running.value
+    }
+}
+
+/// How a change wakes the runner, without a database: at once after a success, not before the retry
+/// after a failure.
+@Suite struct ChangeWakeTests {
+    @Test func aChangeStartsAReconcileAtOnceButWaitsForTheRetryAfterAFailure() async throws {
+        let project = try ServeProject()
+        defer { project.remove() }
+        try project.writeDevices([0, 1])
+        let flags = project.flags
+        let failing = Mutex(false)
+        let reconciles = Mutex<[String]>([])
+        var settings = ServeSettings()
+        settings.interval = .seconds(3600)
+        settings.retryInterval = .seconds(3600)
+        let runner = WorkspaceRunner(
+            status: Serve.initialStatus(try project.runtime(), settings: settings),
+            reconciler: Reconciler(
+                load: { _ in
+                    if failing.withLock({ $0 }) { throw RuntimeError("the test's reconcile fails on purpose.") }
+                    return try Runtime.load(flags, environment: [:])
+                }, settings: settings),
+            ownership: .init(records: InMemoryStateStore(workspace: "default"), replica: "r1", poll: .milliseconds(50)),
+            metrics: ServeMetrics(), log: { line in reconciles.withLock { $0.append(line) } })
+        let running = Task { try await runner.run() }
+        defer { running.cancel() }
+        func count() -> Int { reconciles.withLock { $0.count { $0.hasPrefix("reconcile workspace=") } } }
+        func settle(_ expected: Int) async throws {
+            let start = ContinuousClock.now
+            while count() < expected, ContinuousClock.now - start < .seconds(30) {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
+        try await settle(1)
+        #expect(count() == 1, "the first reconcile")
+        try project.writeDevices([0, 1, 2])
+        runner.wake(.devices(source: "app-db", count: 1))
+        try await settle(2)
+        #expect(count() == 2 && runner.status.last?.subscribed == 1, "a change starts one at once")
+        #expect(
+            reconciles.withLock {
+                $0.contains { $0.contains("reconcile started by the inventory: 1 device change in 'app-db'") }
+            })
+
+        failing.withLock { $0 = true }
+        runner.wake(.fullRead(source: "app-db", why: "its table was truncated"))
+        try await settle(3)
+        #expect(count() == 3 && runner.status.last?.outcome == .failure)
+        runner.wake(.devices(source: "app-db", count: 5))
+        try await Task.sleep(for: .milliseconds(800))
+        #expect(count() == 3, "the retry wait (an hour) holds: no reconcile per change while failing")
+        #expect(runner.status.inventoryChangesWaiting == 5, "the changes wait for the retry, counted")
         running.cancel()
         _ = try? await running.value
     }
