@@ -20,7 +20,9 @@ struct ServeCommand: AsyncParsableCommand {
             rails as 'tidemark apply --auto-approve'. tidemark.yaml, the manifests and the inventory \
             are read again for every reconcile; serve's own settings (the workspaces, schedules, \
             windows, sources, webhooks) reload on SIGHUP and when tidemark.yaml changes, without a \
-            restart. A flag given here wins over every workspace's own setting.
+            restart. A flag given here wins over every workspace's own setting. A PostgreSQL \
+            inventory source with 'changes' or 'listen' under its 'postgres:' is followed between \
+            reconciles, and a change starts one at once (docs/serve.md).
 
             Several replicas may run: each workspace is reconciled by the one replica that owns it \
             (a claim in its state store, renewed every 2 s and lost 30 s after a replica stops \
