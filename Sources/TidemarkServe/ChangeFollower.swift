@@ -46,10 +46,13 @@ public enum InventoryChange: Sendable, Equatable {
 /// silent: a lost `LISTEN` connection, a cursor that went backwards, a changes query that failed and
 /// then recovered each ask for a full read and say why in the log.
 struct ChangeFollower: Sendable {
+    /// How often `serve` runs each source's changes query.
+    static let poll = Duration.seconds(1)
+
     /// The workspace, for the log.
     var workspace: String
     /// How often the changes query runs.
-    var poll: Duration
+    var poll = ChangeFollower.poll
     /// The most changed rows read at once.
     var batch = 10_000
     /// The clock it waits by.

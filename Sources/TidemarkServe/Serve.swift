@@ -238,7 +238,8 @@ public struct Serve: Sendable {
         let described = following.map { source in
             var ways: [String] = []
             if let changes = source.settings.changes {
-                ways.append("rows past its cursor '\(changes.cursor)' every 1 s")
+                ways.append(
+                    "rows past its cursor '\(changes.cursor)' every \(ServeSettings.describe(ChangeFollower.poll))")
             }
             if let channel = source.settings.listen { ways.append("LISTEN '\(channel)'") }
             return "'\(source.name)' (\(ways.joined(separator: ", ")))"

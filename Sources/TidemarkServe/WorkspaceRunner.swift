@@ -191,7 +191,7 @@ public final class WorkspaceRunner: Service, Sendable {
     /// Reconciles while it owns the workspace, until the service group shuts down; meanwhile the
     /// changes of the sources that follow them wake it between scheduled reconciles.
     public func run() async throws {
-        let follower = ChangeFollower(workspace: name, poll: .seconds(1), timing: timing, log: log)
+        let follower = ChangeFollower(workspace: name, timing: timing, log: log)
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask {
                 await follower.run(
