@@ -38,6 +38,9 @@ public enum InventoryChange: Sendable, Equatable {
     case devices(source: String, count: Int)
     /// What the changes say cannot be trusted; the source must be read in full (`why` says so).
     case fullRead(source: String, why: String)
+    /// A watched input changed: a manifest or inventory file (by size or modification time), or what
+    /// an `exec` source's command prints; the next reconcile reads it (`why` says what changed).
+    case reread(source: String, why: String)
 }
 
 /// Follows the changes of a workspace's PostgreSQL sources while its replica owns the workspace:
@@ -63,12 +66,20 @@ struct ChangeFollower: Sendable {
     /// Follows the sources `sources` names (asked again every poll: reloaded settings start over)
     /// while `active` (this replica owns the workspace), telling `wake` of each change, until cancelled.
     func run(
-        sources: @escaping @Sendable () -> [FollowedSource], active: @escaping @Sendable () -> Bool,
-        wake: @escaping @Sendable (InventoryChange) -> Void
+        sources: @escaping @Sendable () -> [FollowedSource],
+        inputs: @escaping @Sendable () -> WatchedInputs = { WatchedInputs() },
+        active: @escaping @Sendable () -> Bool, wake: @escaping @Sendable (InventoryChange) -> Void
     ) async {
         while !Task.isCancelled, !Task.isShuttingDownGracefully {
             let followed = sources()
+            let watched = inputs()
             await withDiscardingTaskGroup { group in
+                if let directory = watched.manifests {
+                    group.addTask { await watchFiles(directory, active: active, wake: wake) }
+                }
+                for command in watched.commands {
+                    group.addTask { await watchCommand(command, active: active, wake: wake) }
+                }
                 for source in followed {
                     if source.settings.changes != nil {
                         group.addTask { await followCursor(source, active: active, wake: wake) }
@@ -77,7 +88,7 @@ struct ChangeFollower: Sendable {
                         group.addTask { await listen(source, channel: channel, active: active, wake: wake) }
                     }
                 }
-                while !Task.isCancelled, !Task.isShuttingDownGracefully, sources() == followed {
+                while !Task.isCancelled, !Task.isShuttingDownGracefully, sources() == followed, inputs() == watched {
                     await ServeWait.pause(poll, timing: timing)
                 }
                 group.cancelAll()

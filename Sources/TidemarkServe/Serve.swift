@@ -211,12 +211,15 @@ public struct Serve: Sendable {
             ownership: .init(
                 records: workspace.runtime.stateStore(), replica: options.replica, duration: options.claimDuration,
                 poll: options.poll, balance: balance),
-            metrics: metrics, notifier: notifier, followed: FollowedSource.of(workspace.runtime), log: log)
+            metrics: metrics, notifier: notifier, followed: FollowedSource.of(workspace.runtime),
+            watched: WatchedInputs.of(workspace.runtime, git: workspace.source != nil), log: log)
         return (
             runner,
             { workspace in
                 let (status, reconciler) = parts(workspace)
-                runner.update(reconciler, status: status, followed: FollowedSource.of(workspace.runtime))
+                runner.update(
+                    reconciler, status: status, followed: FollowedSource.of(workspace.runtime),
+                    watched: WatchedInputs.of(workspace.runtime, git: workspace.source != nil))
             }
         )
     }
@@ -233,6 +236,23 @@ public struct Serve: Sendable {
     /// Says once which sources' changes wake the workspace's reconciles, and that those reconciles
     /// still read the inventory in full.
     private func sayIfFollowingChanges(_ workspace: Planned, log: @Sendable (String) -> Void) {
+        let watched = WatchedInputs.of(workspace.runtime, git: workspace.source != nil)
+        if !watched.isEmpty {
+            var things: [String] = []
+            if let directory = watched.manifests {
+                things.append(
+                    "the files of its manifests directory \(directory) (size and modification time, every \(ServeSettings.describe(ChangeFollower.poll)))"
+                )
+            }
+            for command in watched.commands {
+                things.append(
+                    "what the command of inventory source '\(command.name)' prints (every \(ServeSettings.describe(command.interval)))"
+                )
+            }
+            log(
+                "workspace=\(workspace.runtime.workspaceName) watches \(things.joined(separator: " and ")): a change starts a reconcile at once"
+            )
+        }
         let following = FollowedSource.of(workspace.runtime)
         guard !following.isEmpty else { return }
         let described = following.map { source in

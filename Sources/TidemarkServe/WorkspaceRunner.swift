@@ -120,6 +120,8 @@ public final class WorkspaceRunner: Service, Sendable {
     private let owning = Mutex(false)
     /// The sources whose changes wake the reconcile (replaced when the settings are reloaded).
     private let followed: Mutex<[FollowedSource]>
+    /// The files and commands whose changes wake the reconcile (replaced when the settings are reloaded).
+    private let watched: Mutex<WatchedInputs>
     /// What the inventory said changed since the last reconcile started.
     private let woken = Mutex(Woken())
 
@@ -131,8 +133,10 @@ public final class WorkspaceRunner: Service, Sendable {
         var fullReads: [String: String] = [:]
         /// Sources whose devices changed.
         var sources: Set<String> = []
+        /// Watched inputs that changed (manifests, inventory files, commands), and what changed.
+        var rereads: [String: String] = [:]
 
-        var isEmpty: Bool { devices == 0 && fullReads.isEmpty }
+        var isEmpty: Bool { devices == 0 && fullReads.isEmpty && rereads.isEmpty }
     }
 
     /// A runner for the workspace `status` describes, reconciling with `reconciler` while it owns the
@@ -140,9 +144,11 @@ public final class WorkspaceRunner: Service, Sendable {
     /// reconciler's `timing`; the events its reconciles raise go to `notifier`.
     public init(
         status: WorkspaceStatus, reconciler: Reconciler, ownership: Ownership, metrics: ServeMetrics,
-        notifier: Notifier? = nil, followed: [FollowedSource] = [], log: @escaping @Sendable (String) -> Void
+        notifier: Notifier? = nil, followed: [FollowedSource] = [], watched: WatchedInputs = WatchedInputs(),
+        log: @escaping @Sendable (String) -> Void
     ) {
         self.followed = Mutex(followed)
+        self.watched = Mutex(watched)
         self.name = status.workspace
         self.key = "\(status.state) \(status.workspace)"
         self.live = Mutex((reconciler, false))
@@ -165,9 +171,13 @@ public final class WorkspaceRunner: Service, Sendable {
 
     /// Reloaded settings: the next round reconciles with `reconciler`, and the status shows the
     /// settings, manifests and backend of `status` (a reconcile in flight finishes as it began).
-    public func update(_ reconciler: Reconciler, status: WorkspaceStatus, followed: [FollowedSource] = []) {
+    public func update(
+        _ reconciler: Reconciler, status: WorkspaceStatus, followed: [FollowedSource] = [],
+        watched: WatchedInputs = WatchedInputs()
+    ) {
         live.withLock { $0.reconciler = reconciler }
         self.followed.withLock { $0 = followed }
+        self.watched.withLock { $0 = watched }
         current.withLock {
             $0.settings = status.settings
             $0.manifests = status.manifests
@@ -195,8 +205,8 @@ public final class WorkspaceRunner: Service, Sendable {
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask {
                 await follower.run(
-                    sources: { self.followed.withLock { $0 } }, active: { self.owning.withLock { $0 } },
-                    wake: { self.wake($0) })
+                    sources: { self.followed.withLock { $0 } }, inputs: { self.watched.withLock { $0 } },
+                    active: { self.owning.withLock { $0 } }, wake: { self.wake($0) })
             }
             try await reconcileWhileOwned()
             group.cancelAll()
@@ -214,6 +224,8 @@ public final class WorkspaceRunner: Service, Sendable {
             case .fullRead(let source, let why):
                 woken.fullReads[source] = why
                 metrics.inventoryFullRead(workspace: name, source: source)
+            case .reread(let source, let why):
+                woken.rereads[source] = why
             }
             return woken.devices
         }
@@ -582,7 +594,11 @@ public final class WorkspaceRunner: Service, Sendable {
         for (source, why) in woke.fullReads.sorted(by: { $0.key < $1.key }) {
             parts.append("'\(source)' read in full: \(why)")
         }
-        return parts.joined(separator: "; ") + " (the reconcile reads the inventory in full)"
+        for (source, why) in woke.rereads.sorted(by: { $0.key < $1.key }) {
+            parts.append("\(source == "manifests" || source == "inventory files" ? source : "'\(source)'"): \(why)")
+        }
+        let reading = woke.devices > 0 || !woke.fullReads.isEmpty ? "the inventory" : "the manifests and inventory"
+        return parts.joined(separator: "; ") + " (the reconcile reads \(reading) in full)"
     }
 
     /// The log line of a reconcile: `workspace=… result=… seconds=… reason=… next=…: summary`.

@@ -192,6 +192,7 @@ import TidemarkTesting
                   command: [python3, examples/firestore/run_query.py]
                   format: jsonl
                   timeout: 2m
+                  interval: 30s
                 on_dead: {exec: [python3, examples/firestore/mark_dead.py]}
             """, file: "tidemark.yaml")
         #expect(diagnostics.isEmpty, "\(diagnostics)")
@@ -211,7 +212,8 @@ import TidemarkTesting
         #expect(
             exec.settings(as: ExecSourceSettings.self)
                 == ExecSourceSettings(
-                    command: ["python3", "examples/firestore/run_query.py"], format: .jsonl, timeout: 120))
+                    command: ["python3", "examples/firestore/run_query.py"], format: .jsonl, timeout: 120,
+                    interval: .seconds(30)))
         #expect(exec.onDead == .exec(["python3", "examples/firestore/mark_dead.py"]))
     }
 
@@ -220,6 +222,7 @@ import TidemarkTesting
         ("inventory:\n  - postgres: {query: x}\n", "needs 'url_env'"),
         ("inventory:\n  - exec: {command: python3 x.py}\n", "tidemark runs no shell"),
         ("inventory:\n  - exec: {command: [x], timeout: soon}\n", "'exec.timeout' must be a duration"),
+        ("inventory:\n  - exec: {command: [x], interval: often}\n", "'exec.interval' must be a duration"),
         ("inventory:\n  - exec: {command: [x]}\n    on_dead: update t set a = 1\n", "must use $1"),
         (
             "inventory:\n  - exec: {command: [x]}\n    on_dead: update t set a = 1 where t = $1\n",

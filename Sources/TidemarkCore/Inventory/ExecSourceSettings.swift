@@ -7,7 +7,7 @@ public struct ExecSourceSettings: SourceSettings, Equatable {
     /// The key that declares the kind.
     public static let key = "exec"
     /// The keys of its mapping.
-    static let keys = ["command", "format", "timeout"]
+    static let keys = ["command", "format", "timeout", "interval"]
     /// The longest a command may run (`exec.timeout`) when not said.
     public static let defaultTimeout = 300.0
 
@@ -17,12 +17,19 @@ public struct ExecSourceSettings: SourceSettings, Equatable {
     public var format: InventoryFormat
     /// Seconds after which it is stopped.
     public var timeout: Double
+    /// `exec.interval`: how often `serve` runs the command between reconciles to see whether what it
+    /// prints changed (a change starts a reconcile at once); nil: it is run by reconciles only.
+    public var interval: Duration?
 
     /// Settings running `command`.
-    public init(command: [String], format: InventoryFormat = .jsonl, timeout: Double = defaultTimeout) {
+    public init(
+        command: [String], format: InventoryFormat = .jsonl, timeout: Double = defaultTimeout,
+        interval: Duration? = nil
+    ) {
         self.command = command
         self.format = format
         self.timeout = timeout
+        self.interval = interval
     }
 
     /// `exec`.
@@ -38,6 +45,7 @@ public struct ExecSourceSettings: SourceSettings, Equatable {
         var command: [String]?
         var format = InventoryFormat.jsonl
         var timeout = defaultTimeout
+        var interval: Duration?
         for (field, _, value) in fields {
             switch field {
             case "command":
@@ -55,6 +63,15 @@ public struct ExecSourceSettings: SourceSettings, Equatable {
                 } else {
                     doc.error("unknown format '\(text)'; use \(InventoryFormat.choices).", value)
                 }
+            case "interval":
+                let text = doc.string(value, "'exec.interval'") ?? ""
+                if let seconds = ExclusionRule.seconds(text) {
+                    interval = .seconds(seconds)
+                } else {
+                    doc.error(
+                        "'exec.interval' must be a duration such as 30s or 5m (how often serve runs the command to see whether it changed), not '\(text)'.",
+                        value)
+                }
             default:
                 let text = doc.string(value, "'exec.timeout'") ?? ""
                 if let seconds = ExclusionRule.seconds(text) ?? Int64(text) {
@@ -68,6 +85,6 @@ public struct ExecSourceSettings: SourceSettings, Equatable {
             if !doc.diagnostics.hasErrors { doc.error("'exec' needs a 'command' list.", node) }
             return nil
         }
-        return ExecSourceSettings(command: command, format: format, timeout: timeout)
+        return ExecSourceSettings(command: command, format: format, timeout: timeout, interval: interval)
     }
 }

@@ -136,7 +136,7 @@ public struct ManifestLoader: ManifestSource {
     }
 
     /// Whether an inventory path is a glob (`*`, `?` or `[…]`).
-    static func isGlob(_ path: String) -> Bool { path.contains { "*?[".contains($0) } }
+    package static func isGlob(_ path: String) -> Bool { path.contains { "*?[".contains($0) } }
 
     /// A glob such as `exports/devices-*.csv` as the files it matches, sorted (relative to the manifests
     /// directory; `*` does not cross '/'); a glob that matches nothing is an error, never an empty inventory.

@@ -1,0 +1,238 @@
+import Foundation
+import TidemarkCore
+import TidemarkRuntime
+import TidemarkStore
+
+/// What `serve` watches between reconciles besides PostgreSQL changes: the files of a manifests
+/// directory (manifests and the inventory files in it or named by it, by size and modification time)
+/// and the programs of `exec` sources that set an `interval` (by what they print).
+public struct WatchedInputs: Sendable, Equatable {
+    /// The manifests directory; nil when the manifests come from git (a new commit is fetched on the
+    /// schedule, and its inventory files with it).
+    public var manifests: String?
+    /// The `exec` sources run on their interval.
+    public var commands: [WatchedCommand] = []
+
+    /// Nothing watched.
+    public init(manifests: String? = nil, commands: [WatchedCommand] = []) {
+        self.manifests = manifests
+        self.commands = commands
+    }
+
+    /// Whether anything is watched.
+    public var isEmpty: Bool { manifests == nil && commands.isEmpty }
+
+    /// What `runtime`'s workspace watches: its manifests directory unless they come from `git`, and
+    /// its `exec` sources with an `interval`.
+    public static func of(_ runtime: Runtime, git: Bool) -> WatchedInputs {
+        let commands = runtime.settings.inventory.compactMap { spec -> WatchedCommand? in
+            guard let settings = spec.settings(as: ExecSourceSettings.self), let interval = settings.interval else {
+                return nil
+            }
+            return WatchedCommand(
+                name: spec.name, interval: interval,
+                runner: ProcessRunner(
+                    command: settings.command, directory: runtime.root, timeout: settings.timeout,
+                    maxOutput: runtime.settings.limits.inventoryBytes))
+        }
+        return WatchedInputs(manifests: git ? nil : runtime.manifestsPath, commands: commands)
+    }
+}
+
+/// An `exec` source whose program `serve` runs every `interval`.
+public struct WatchedCommand: Sendable, Equatable {
+    /// The source's name in tidemark.yaml.
+    public var name: String
+    /// How often it is run.
+    public var interval: Duration
+    /// How it is run, as a reconcile runs it.
+    var runner: ProcessRunner
+
+    /// Equal when they run the same program the same way on the same interval.
+    public static func == (lhs: WatchedCommand, rhs: WatchedCommand) -> Bool {
+        lhs.name == rhs.name && lhs.interval == rhs.interval && lhs.runner.command == rhs.runner.command
+            && lhs.runner.directory == rhs.runner.directory && lhs.runner.timeout == rhs.runner.timeout
+            && lhs.runner.maxOutput == rhs.runner.maxOutput
+    }
+}
+
+/// A file as `stat` sees it: a change of any of these is a change of the file.
+struct FileStamp: Sendable, Equatable {
+    var size: Int64
+    var modified: Int64
+    var inode: UInt64
+}
+
+/// The stamps of a manifests directory's files and of the inventory files its manifests name
+/// outside it.
+struct DirectoryStamps: Sendable, Equatable {
+    /// By path relative to the directory (or absolute, for files named outside it); a missing file has none.
+    var files: [String: FileStamp] = [:]
+    /// The directory holds more files than are watched.
+    var truncated = false
+
+    /// The most files of a manifests directory that are watched.
+    static let limit = 10_000
+
+    /// The stamps now of the files under `directory` (hidden ones and `.git` left out) and of `extra`.
+    static func read(_ directory: String, extra: [String]) -> DirectoryStamps {
+        var result = DirectoryStamps()
+        let manager = FileManager.default
+        if let walk = manager.enumerator(
+            at: URL(fileURLWithPath: directory), includingPropertiesForKeys: nil, options: [.skipsHiddenFiles])
+        {
+            let base = URL(fileURLWithPath: directory).standardizedFileURL.path
+            for case let url as URL in walk {
+                guard let stamp = stamp(url.path), stamp.isFile else { continue }
+                if result.files.count >= limit {
+                    result.truncated = true
+                    break
+                }
+                let path = url.standardizedFileURL.path
+                let relative = path.hasPrefix(base + "/") ? String(path.dropFirst(base.count + 1)) : path
+                result.files[relative] = stamp.file
+            }
+        }
+        for path in extra { if let stamp = stamp(path), stamp.isFile { result.files[path] = stamp.file } }
+        return result
+    }
+
+    private static func stamp(_ path: String) -> (file: FileStamp, isFile: Bool)? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        let modified = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+        let isFile = (info.st_mode & S_IFMT) == S_IFREG
+        return (FileStamp(size: Int64(info.st_size), modified: modified, inode: UInt64(info.st_ino)), isFile)
+    }
+
+    /// The files that differ between `self` and `other` (added, removed or changed), sorted.
+    func changed(from other: DirectoryStamps) -> [String] {
+        Set(files.keys).union(other.files.keys).filter { files[$0] != other.files[$0] }.sorted()
+    }
+
+    /// Whether `path` (as the stamps name it) is a manifest file.
+    static func isManifest(_ path: String) -> Bool { path.hasSuffix(".yaml") || path.hasSuffix(".yml") }
+
+    /// The inventory files the manifests of `directory` name outside it (absolute paths): globs match
+    /// inside the directory only, so those are walked already.
+    static func namedOutside(_ directory: String, manifests: [String]) -> [String] {
+        let base = URL(fileURLWithPath: directory).standardizedFileURL.path
+        var set = ManifestSet()
+        let decoder = ManifestDecoder()
+        for name in manifests {
+            guard let data = FileManager.default.contents(atPath: base + "/" + name),
+                let text = String(data: data, encoding: .utf8)
+            else { continue }
+            _ = decoder.decode(text, file: name, into: &set)
+        }
+        var paths: [String] = []
+        for spec in set.inventoryFiles where !ManifestLoader.isGlob(spec.path.value) {
+            let value = spec.path.value
+            let url = value.hasPrefix("/") ? URL(fileURLWithPath: value) : URL(fileURLWithPath: base + "/" + value)
+            let path = url.standardizedFileURL.path
+            if !path.hasPrefix(base + "/") { paths.append(path) }
+        }
+        return Array(Set(paths)).sorted()
+    }
+}
+
+extension ChangeFollower {
+    /// Stats the manifests directory's files every poll; files that changed and then held still for a
+    /// poll (a file being written is not read half-way) start a reconcile. What the directory holds
+    /// when the replica starts owning the workspace is the baseline (its first reconcile reads it).
+    func watchFiles(
+        _ directory: String, active: @Sendable () -> Bool, wake: @Sendable (InventoryChange) -> Void
+    ) async {
+        var baseline: DirectoryStamps?
+        var previous: DirectoryStamps?
+        var extra: [String] = []
+        var saidTruncated = false
+        while !Task.isCancelled, !Task.isShuttingDownGracefully {
+            guard active() else {
+                baseline = nil
+                previous = nil
+                await ServeWait.pause(poll, timing: timing)
+                continue
+            }
+            var now = DirectoryStamps.read(directory, extra: extra)
+            if now.truncated, !saidTruncated {
+                saidTruncated = true
+                log(
+                    "workspace=\(workspace) the manifests directory \(directory) holds more than \(DirectoryStamps.limit) files: only the first are watched for changes; the rest are read by reconciles on their schedule"
+                )
+            }
+            guard let base = baseline else {
+                extra = DirectoryStamps.namedOutside(
+                    directory, manifests: now.files.keys.filter(DirectoryStamps.isManifest).sorted())
+                now = DirectoryStamps.read(directory, extra: extra)
+                baseline = now
+                previous = now
+                await ServeWait.pause(poll, timing: timing)
+                continue
+            }
+            let changed = now.changed(from: base)
+            if !changed.isEmpty, now == previous {
+                // Held still for a poll: read it.
+                if changed.contains(where: DirectoryStamps.isManifest) {
+                    extra = DirectoryStamps.namedOutside(
+                        directory, manifests: now.files.keys.filter(DirectoryStamps.isManifest).sorted())
+                    now = DirectoryStamps.read(directory, extra: extra)
+                }
+                baseline = now
+                let shown = changed.prefix(3).map { "'\($0)'" }.joined(separator: ", ")
+                let more = changed.count > 3 ? " and \(changed.count - 3) more" : ""
+                let manifests = changed.contains(where: DirectoryStamps.isManifest)
+                wake(
+                    .reread(
+                        source: manifests ? "manifests" : "inventory files",
+                        why: "\(shown)\(more) changed (size or modification time)"))
+            }
+            previous = now
+            await ServeWait.pause(poll, timing: timing)
+        }
+    }
+
+    /// Runs an `exec` source's program every `interval` while the replica owns the workspace; when
+    /// what it prints changed, a reconcile starts (and reads it again, as every reconcile does).
+    func watchCommand(
+        _ command: WatchedCommand, active: @Sendable () -> Bool, wake: @Sendable (InventoryChange) -> Void
+    ) async {
+        var last: String?
+        var failing: String?
+        while !Task.isCancelled, !Task.isShuttingDownGracefully {
+            guard active() else {
+                last = nil
+                await ServeWait.pause(poll, timing: timing)
+                continue
+            }
+            do {
+                let result = try await command.runner.run()
+                guard result.status == 0 else {
+                    throw InventorySourceError(
+                        "'\(command.runner.display)' exited with status \(result.status)\(result.stderr.isEmpty ? "" : "; its stderr ended with: \(ProcessRunner.oneLine(result.stderr))")"
+                    )
+                }
+                let digest = SHA256Digest.hex(result.stdout)
+                if failing != nil {
+                    failing = nil
+                    log(
+                        "workspace=\(workspace) inventory source '\(command.name)': its command runs again; watching what it prints every \(ServeSettings.describe(command.interval))"
+                    )
+                }
+                if let previous = last, previous != digest {
+                    wake(.reread(source: command.name, why: "what its command prints changed"))
+                }
+                last = digest
+            } catch {
+                let message = Reconciler.plain(Failure(error).message)
+                if failing != message {
+                    log(
+                        "workspace=\(workspace) inventory source '\(command.name)': its command failed: \(message); check 'exec.command'. Reconciles still run it on their schedule"
+                    )
+                    failing = message
+                }
+            }
+            await ServeWait.pause(command.interval, timing: timing)
+        }
+    }
+}
