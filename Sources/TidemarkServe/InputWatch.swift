@@ -74,7 +74,8 @@ struct DirectoryStamps: Sendable, Equatable {
     /// The most files of a manifests directory that are watched.
     static let limit = 10_000
 
-    /// The stamps now of the files under `directory` (hidden ones and `.git` left out) and of `extra`.
+    /// The stamps now of the manifests and inventory files under `directory` (by suffix; hidden ones
+    /// and `.git` left out) and of `extra`.
     static func read(_ directory: String, extra: [String]) -> DirectoryStamps {
         var result = DirectoryStamps()
         let manager = FileManager.default
@@ -83,7 +84,11 @@ struct DirectoryStamps: Sendable, Equatable {
         {
             let base = URL(fileURLWithPath: directory).standardizedFileURL.path
             for case let url as URL in walk {
-                guard let stamp = stamp(url.path), stamp.isFile else { continue }
+                // What a reconcile reads from the directory: manifests and inventory files, not a state
+                // database or anything else kept beside them.
+                guard isManifest(url.path) || InventoryFormat(suffixOf: url.path) != nil,
+                    let stamp = stamp(url.path), stamp.isFile
+                else { continue }
                 if result.files.count >= limit {
                     result.truncated = true
                     break

@@ -126,11 +126,13 @@ import TidemarkTesting
             to: root.appendingPathComponent("data/devices.csv"), atomically: true, encoding: .utf8)
         let outside = DirectoryStamps.namedOutside(manifests.path, manifests: ["inventory.yaml"])
         #expect(outside == [root.appendingPathComponent("data/devices.csv").standardizedFileURL.path])
+        try "state".write(to: manifests.appendingPathComponent("state.db"), atomically: true, encoding: .utf8)
         let before = DirectoryStamps.read(manifests.path, extra: outside)
         #expect(before.files.keys.sorted() == [outside[0], "inventory.yaml"])
         try "device_id,token\nd1,x\n".write(
             to: root.appendingPathComponent("data/devices.csv"), atomically: true, encoding: .utf8)
         try "x".write(to: manifests.appendingPathComponent("local.csv"), atomically: true, encoding: .utf8)
+        try "changed".write(to: manifests.appendingPathComponent("state.db"), atomically: true, encoding: .utf8)
         let after = DirectoryStamps.read(manifests.path, extra: outside)
         #expect(after.changed(from: before) == [outside[0], "local.csv"])
     }
