@@ -98,16 +98,24 @@ import TidemarkTesting
                 command, active: { true }, wake: { change in woken.withLock { $0.append(change) } })
         }
         defer { watching.cancel() }
-        try await Task.sleep(for: .milliseconds(500))
+        /// Waits up to 20 s (a loaded machine starts programs slowly) for `condition`.
+        func until(_ condition: () -> Bool) async throws {
+            let start = ContinuousClock.now
+            while !condition(), ContinuousClock.now - start < .seconds(20) {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
+        try await until { lines.withLock { $0.contains { $0.contains("its command failed") } } }
+        try await Task.sleep(for: .milliseconds(400))
         #expect(
             lines.withLock { $0.count { $0.contains("its command failed") } } == 1,
             "said once: \(lines.withLock { $0 })")
         try "a\n".write(to: output, atomically: true, encoding: .utf8)
-        try await Task.sleep(for: .milliseconds(500))
+        try await until { lines.withLock { $0.contains { $0.contains("its command runs again") } } }
         #expect(lines.withLock { $0.contains { $0.contains("its command runs again") } })
         #expect(woken.withLock { $0.isEmpty }, "the first output it prints is its baseline")
         try "b\n".write(to: output, atomically: true, encoding: .utf8)
-        try await Task.sleep(for: .milliseconds(500))
+        try await until { !woken.withLock { $0.isEmpty } }
         #expect(woken.withLock { $0 } == [.reread(source: "cmd", why: "what its command prints changed")])
         watching.cancel()
         await watching.value

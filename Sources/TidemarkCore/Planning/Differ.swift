@@ -35,7 +35,12 @@ public struct Differ: Sendable {
     }
 
     /// Only topics and groups `targets` covers are diffed; the others are left as they are.
-    public func diff(desired: DesiredState, state: State, targets: Targets = .all) -> Result {
+    ///
+    /// With `scope` (the tokens of the devices that changed since a full plan found nothing to do),
+    /// only those tokens' topic memberships are diffed: the operations are the full diff's that touch
+    /// them, and the rails that look at a whole topic (emptying it) still see the whole topic. Groups
+    /// and audiences are not diffed; the caller plans in full when a change touches one.
+    public func diff(desired: DesiredState, state: State, targets: Targets = .all, scope: TokenSet? = nil) -> Result {
         var unsubscribes: [PlannedOperation] = []
         var subscribes: [PlannedOperation] = []
         var topicChanges: [TopicChange] = []
@@ -49,8 +54,10 @@ public struct Differ: Sendable {
         for spec in desired.topics {
             declared.insert(spec.name)
             guard targets.coversTopic(spec.name) else { continue }
-            let current = state.topics[spec.name] ?? TopicState()
-            let live = spec.members.subtracting(state.dead)
+            let whole = state.topics[spec.name] ?? TopicState()
+            let current = scope.map { whole.restricted(to: $0) } ?? whole
+            let members = scope.map { spec.members.intersection($0) } ?? spec.members
+            let live = members.subtracting(state.dead)
             var notes: [String] = []
             // Devices that unsubscribed themselves in the app: a user's choice, left alone when respected.
             let optedOut = live.intersection(current.optedOut).subtracting(current.observed)
@@ -67,16 +74,16 @@ public struct Differ: Sendable {
             let remove: TokenSet
             switch spec.mode {
             case .additive:
-                remove = current.managed.subtracting(spec.members).intersection(current.observed).subtracting(
+                remove = current.managed.subtracting(members).intersection(current.observed).subtracting(
                     state.dead)
             case .authoritative:
-                remove = current.observed.subtracting(spec.members).subtracting(state.dead)
+                remove = current.observed.subtracting(members).subtracting(state.dead)
                 notes.append(
                     "authoritative over devices tidemark knows; devices it has never seen are not visible to FCM reads and are not touched"
                 )
             }
-            if !remove.isEmpty, !current.observed.isEmpty,
-                current.observed.union(add).subtracting(remove).subtracting(state.dead).isEmpty
+            if !remove.isEmpty, !whole.observed.isEmpty,
+                whole.observed.union(add).subtracting(remove).subtracting(state.dead).isEmpty
             {
                 let count = "\(remove.count) known subscriber\(remove.count == 1 ? "" : "s")"
                 if spec.protect {
@@ -93,7 +100,7 @@ public struct Differ: Sendable {
                         ).coded("rail.allow_empty"))
                 }
             }
-            let deadDeclared = spec.members.intersection(state.dead)
+            let deadDeclared = members.intersection(state.dead)
             if !deadDeclared.isEmpty {
                 notes.append(
                     "\(PlanRenderer.counted(deadDeclared.count, "declared token")) \(deadDeclared.count == 1 ? "is" : "are") unregistered in FCM and \(deadDeclared.count == 1 ? "is" : "are") skipped"
@@ -101,7 +108,7 @@ public struct Differ: Sendable {
             }
             // Declared members FCM already holds, in a topic tidemark manages nothing of yet (new to
             // state, or declared again after a release): recorded as tidemark's own, nothing is sent.
-            let adopt = current.managed.isEmpty ? live.intersection(current.observed) : TokenSet()
+            let adopt = whole.managed.isEmpty ? live.intersection(current.observed) : TokenSet()
             if !adopt.isEmpty {
                 notes.append(
                     "\(PlanRenderer.counted(adopt.count, "membership")) FCM already holds \(adopt.count == 1 ? "becomes" : "become") tidemark's own (adopted); nothing is sent for \(adopt.count == 1 ? "it" : "them")"
@@ -121,7 +128,7 @@ public struct Differ: Sendable {
             }
         }
         for name in state.topics.keys.sorted() where !declared.contains(name) && targets.coversTopic(name) {
-            let current = state.topics[name]!
+            let current = scope.map { state.topics[name]!.restricted(to: $0) } ?? state.topics[name]!
             // Released: nothing is sent, protected or not; state forgets the topic. A topic state only
             // saw is not managed: there is nothing to release.
             if desired.releases(StateAddress(.topic, name)), current.isManaged {
@@ -151,8 +158,13 @@ public struct Differ: Sendable {
                         "no longer in the manifests: tidemark removes the memberships it made. To stop managing it and leave everyone subscribed, list it under 'removed:' as {topic: \(name), unsubscribe: false} (or run 'tidemark state rm topic:\(name)')"
                     ]))
         }
+        diagnostics += checkTopicCap(state: state, adds: addsPerToken, removes: removesPerToken, scope: scope)
+        if scope != nil {
+            return Result(
+                operations: unsubscribes + subscribes + steps, topics: topicChanges, groups: [],
+                diagnostics: diagnostics, optedOut: respected)
+        }
         diagnostics += releaseWarnings(desired: desired, state: state, declared: declared)
-        diagnostics += checkTopicCap(state: state, adds: addsPerToken, removes: removesPerToken)
         let (groupOps, groupChanges, groupDiagnostics) = diffGroups(desired: desired, state: state, targets: targets)
         diagnostics += groupDiagnostics
         let (audienceOps, audienceChanges, audienceDiagnostics) = diffAudiences(
@@ -241,23 +253,38 @@ public struct Differ: Sendable {
     }
 
     /// Every device must stay within FCM's 2000 topics after the plan: observed − removed + added.
-    func checkTopicCap(state: State, adds: [(topic: String, ids: TokenSet)], removes: [TokenSet]) -> [Diagnostic] {
-        // One count per token of the registry, which every set's ids index.
-        var counts = state.observedTopicCounts().map { Int32($0) }
-        for set in removes { for id in set { counts[Int(id)] -= 1 } }
-        for entry in adds { for id in entry.ids { counts[Int(id)] += 1 } }
-        var diagnostics: [Diagnostic] = []
-        var over = 0
-        for (id, count) in counts.enumerated() where Int(count) > maxTopicsPerToken {
-            over += 1
-            if over <= 10 {
-                diagnostics.append(
-                    .error(
-                        "token \(Redaction.redact(state.tokens[UInt32(id)])) would hold \(count) topics after this plan (FCM allows \(maxTopicsPerToken)); it is subscribed to topics tidemark does not manage. Remove it from some topics first."
-                    ))
+    /// With `scope`, only its tokens are counted (the sets are all within it).
+    func checkTopicCap(
+        state: State, adds: [(topic: String, ids: TokenSet)], removes: [TokenSet], scope: TokenSet? = nil
+    ) -> [Diagnostic] {
+        var over: [(id: UInt32, count: Int32)] = []
+        if let scope {
+            var counts: [UInt32: Int32] = [:]
+            for id in scope { counts[id] = Int32(state.topics.values.count { $0.observed.contains(id) }) }
+            for set in removes { for id in set { counts[id, default: 0] -= 1 } }
+            for entry in adds { for id in entry.ids { counts[id, default: 0] += 1 } }
+            over = counts.filter { Int($0.value) > maxTopicsPerToken }.map { ($0.key, $0.value) }.sorted {
+                $0.id < $1.id
+            }
+        } else {
+            // One count per token of the registry, which every set's ids index.
+            var counts = state.observedTopicCounts().map { Int32($0) }
+            for set in removes { for id in set { counts[Int(id)] -= 1 } }
+            for entry in adds { for id in entry.ids { counts[Int(id)] += 1 } }
+            for (id, count) in counts.enumerated() where Int(count) > maxTopicsPerToken {
+                over.append((UInt32(id), count))
             }
         }
-        if over > 10 { diagnostics.append(.error("\(over - 10) more tokens would pass \(maxTopicsPerToken) topics.")) }
+        var diagnostics: [Diagnostic] = []
+        for (id, count) in over.prefix(10) {
+            diagnostics.append(
+                .error(
+                    "token \(Redaction.redact(state.tokens[id])) would hold \(count) topics after this plan (FCM allows \(maxTopicsPerToken)); it is subscribed to topics tidemark does not manage. Remove it from some topics first."
+                ))
+        }
+        if over.count > 10 {
+            diagnostics.append(.error("\(over.count - 10) more tokens would pass \(maxTopicsPerToken) topics."))
+        }
         return diagnostics
     }
 

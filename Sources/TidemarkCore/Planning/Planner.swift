@@ -15,14 +15,15 @@ public struct Planner: Sendable {
 
     /// `state` must share its token table with `loaded` (the manifests were resolved into `state.tokens`).
     /// A partial plan (`targets`) diffs only what it covers; `maxUnsubscribes` turns a plan past that
-    /// blast radius into an error.
+    /// blast radius into an error. With `scope`, only those tokens' topic memberships are diffed (see
+    /// `Differ.diff`).
     public func plan(
         loaded: LoadedManifests, state: State, refresh: RefreshResult?, backend: BackendIdentity,
-        now: Date, targets: Targets = .all, maxUnsubscribes: UnsubscribeLimit? = nil
+        now: Date, targets: Targets = .all, maxUnsubscribes: UnsubscribeLimit? = nil, scope: TokenSet? = nil
     ) -> Plan {
         var working = state
         let observations = refresh.map { working.recordRefresh($0) } ?? Observations()
-        let result = differ.diff(desired: loaded.desired, state: working, targets: targets)
+        let result = differ.diff(desired: loaded.desired, state: working, targets: targets, scope: scope)
         var diagnostics = loaded.diagnostics.filter { $0.severity != .error } + result.diagnostics
         if !observations.dead.isEmpty {
             let names = observations.dead.prefix(5).map { describe($0, loaded.inventory) }.joined(separator: ", ")

@@ -14,6 +14,13 @@ public struct TopicState: Sendable, Equatable {
     /// with `opt_outs: respect` leaves them alone.
     public var optedOut: TokenSet
 
+    /// The same topic with its sets cut down to the tokens of `scope`.
+    public func restricted(to scope: TokenSet) -> TopicState {
+        TopicState(
+            mode: mode, protect: protect, managed: managed.intersection(scope), observed: observed.intersection(scope),
+            optedOut: optedOut.intersection(scope))
+    }
+
     /// Whether tidemark manages the topic: it made or adopted memberships there, or an apply recorded
     /// it as protected or authoritative. A topic state only saw (a refresh notes every topic a
     /// registration is in) is not managed.

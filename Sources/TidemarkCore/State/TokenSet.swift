@@ -78,9 +78,41 @@ public struct TokenSet: Sendable, Equatable, Sequence {
         return TokenSet(sorted: result)
     }
 
-    /// The ids in both sets.
+    /// The ids in both sets. When one set is far smaller than the other (the devices of a change
+    /// against a topic), each of its ids is looked up instead of merging the two.
     public func intersection(_ other: TokenSet) -> TokenSet {
-        TokenSet(sorted: Self.intersection(ids, other.ids))
+        if ids.count > 32 * other.ids.count { return TokenSet(sorted: other.ids.filter { contains($0) }) }
+        if other.ids.count > 32 * ids.count { return TokenSet(sorted: ids.filter { other.contains($0) }) }
+        return TokenSet(sorted: Self.intersection(ids, other.ids))
+    }
+
+    /// This set with the ids of `removing` taken out and those of `adding` put in. A few ids are
+    /// moved in place (a binary search each); many are merged.
+    public func replacing(_ removing: TokenSet, with adding: TokenSet) -> TokenSet {
+        guard 32 * (removing.count + adding.count) < ids.count else {
+            return subtracting(removing).union(adding)
+        }
+        var result = ids
+        for id in removing {
+            let at = Self.position(of: id, in: result)
+            if at < result.count, result[at] == id { result.remove(at: at) }
+        }
+        for id in adding {
+            let at = Self.position(of: id, in: result)
+            if at == result.count || result[at] != id { result.insert(id, at: at) }
+        }
+        return TokenSet(sorted: result)
+    }
+
+    /// Where `id` is, or would be inserted, in the ascending `ids`.
+    private static func position(of id: UInt32, in ids: [UInt32]) -> Int {
+        var low = 0
+        var high = ids.count
+        while low < high {
+            let mid = (low + high) / 2
+            if ids[mid] < id { low = mid + 1 } else { high = mid }
+        }
+        return low
     }
 
     /// The values in both of two ascending arrays, ascending (one merge pass).
