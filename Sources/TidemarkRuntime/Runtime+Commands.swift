@@ -43,6 +43,31 @@ extension Runtime {
         }
     }
 
+    /// Applies a batch of changed devices planned by `WarmPlan.planChanges` under the state lock
+    /// (`ApplyWorkflow.applyChanges`).
+    public func applyChanges(_ change: ChangePlan, output: any WorkflowOutput) async throws -> ChangeApplied {
+        let store = stateStore()
+        return try await withBackend(output: output) { backend in
+            try await store.withLock(
+                lockHolder("tidemark serve (changed devices)"), waiting: 0, timing: .live, gate: leaseGate
+            ) {
+                try await ApplyWorkflow(parts(backend, output: output)).applyChanges(change)
+            }
+        }
+    }
+
+    /// Reads the devices `ids` of the configured PostgreSQL source `name` through its own query, as a
+    /// whole read sees them (its labels and `exclude_if`): the devices listed among them, and the
+    /// problems a whole read would report of their rows. Nil when `name` is no PostgreSQL source.
+    public func readDevices(_ ids: [String], of name: String) async throws -> (Inventory, [Diagnostic])? {
+        guard let index = settings.inventory.firstIndex(where: { $0.name == name }),
+            let source = configuredSources()[index] as? PostgresInventorySource
+        else { return nil }
+        var builder = InventoryBuilder(deviceLimit: settings.limits.devices)
+        _ = try await source.load(devices: ids, into: &builder)
+        return (builder.inventory, builder.allDiagnostics)
+    }
+
     /// Compares what FCM holds with state, as `policy` reads it; changes neither.
     public func drift(
         _ policy: RefreshPolicy, output: any WorkflowOutput, acceptDead: Bool = false

@@ -34,13 +34,48 @@ public struct FollowedSource: Sendable, Equatable {
 
 /// What the inventory told a workspace between two reconciles.
 public enum InventoryChange: Sendable, Equatable {
-    /// Devices of the source changed (rows past the cursor, or notified on its channel).
-    case devices(source: String, count: Int)
+    /// Devices of the source changed (rows past the cursor, or notified on its channel), by id.
+    case devices(source: String, ids: [String])
     /// What the changes say cannot be trusted; the source must be read in full (`why` says so).
     case fullRead(source: String, why: String)
     /// A watched input changed: a manifest or inventory file (by size or modification time), or what
     /// an `exec` source's command prints; the next reconcile reads it (`why` says what changed).
     case reread(source: String, why: String)
+}
+
+/// What the inventory said changed since the last reconcile started.
+public struct PendingChanges: Sendable, Equatable {
+    /// Changed devices, by source: a device changed again before a reconcile took it is one change
+    /// (the later supersedes the earlier: the batch reads the device as it is then).
+    public var devices: [String: Set<String>] = [:]
+    /// The sources to read in full, and why.
+    public var fullReads: [String: String] = [:]
+    /// Watched inputs that changed (manifests, inventory files, commands), and what changed.
+    public var rereads: [String: String] = [:]
+
+    /// Nothing changed.
+    public init() {}
+
+    /// Whether nothing changed.
+    public var isEmpty: Bool { devices.isEmpty && fullReads.isEmpty && rereads.isEmpty }
+    /// The changed devices, each once.
+    public var deviceCount: Int { devices.values.reduce(0) { $0 + $1.count } }
+    /// The devices of one source, when they are all that changed: a batch planned on its own.
+    public var batch: (source: String, ids: [String])? {
+        guard fullReads.isEmpty, rereads.isEmpty, devices.count == 1, let (source, ids) = devices.first else {
+            return nil
+        }
+        return (source, ids.sorted())
+    }
+
+    /// Adds what `change` says.
+    public mutating func add(_ change: InventoryChange) {
+        switch change {
+        case .devices(let source, let ids): devices[source, default: []].formUnion(ids)
+        case .fullRead(let source, let why): fullReads[source] = why
+        case .reread(let source, let why): rereads[source] = why
+        }
+    }
 }
 
 /// Follows the changes of a workspace's PostgreSQL sources while its replica owns the workspace:
@@ -125,7 +160,7 @@ struct ChangeFollower: Sendable {
                     quiet = read.ids.isEmpty ? quiet + 1 : 0
                     if !read.ids.isEmpty {
                         cursor = read.cursor
-                        wake(.devices(source: followed.name, count: read.ids.count))
+                        wake(.devices(source: followed.name, ids: read.ids))
                         if read.ids.count == batch { continue }
                     } else if quiet % 10 == 0, let last = cursor, try await source.cursorWentBack(changes, from: last) {
                         let why =
@@ -193,7 +228,7 @@ struct ChangeFollower: Sendable {
                         if notification.payload.isEmpty {
                             wake(.fullRead(source: followed.name, why: "its table was truncated"))
                         } else {
-                            wake(.devices(source: followed.name, count: 1))
+                            wake(.devices(source: followed.name, ids: [notification.payload]))
                         }
                         if !active() { return }
                     }

@@ -50,6 +50,12 @@ public struct ReconcileResult: Sendable, Codable, Equatable {
     public var managedMemberships: Int? = nil
     /// The manifests' commit, when they come from git.
     public var commit: String? = nil
+    /// A batch of changed devices planned on their own (not a whole reconcile): how many devices.
+    public var changedDevices: Int? = nil
+    /// A whole reconcile after batches: devices whose memberships the batches had not brought to
+    /// what the whole read says (a defect, or a change the cursor passed over); this reconcile
+    /// corrected them.
+    public var divergences: Int? = nil
     /// FCM deadlines the plan warned of (device groups, the Instance ID API), unless acknowledged.
     public var deadlines: [Notice] = []
 
@@ -81,6 +87,16 @@ public struct ReconcileResult: Sendable, Codable, Equatable {
         switch outcome {
         case .success:
             var parts: [String] = []
+            if let changedDevices {
+                parts.append("\(PlanRenderer.counted(changedDevices, "changed device")) planned on their own")
+            }
+            if let divergences {
+                parts.append(
+                    divergences == 0
+                        ? "resync matched the batches"
+                        : "resync: \(PlanRenderer.counted(divergences, "device")) the changes had not brought, corrected"
+                )
+            }
             if subscribed + unsubscribed + groupCalls > 0 {
                 parts.append(
                     "applied \(PlanRenderer.counted(subscribed, "subscription")), \(PlanRenderer.counted(unsubscribed, "unsubscription"))"

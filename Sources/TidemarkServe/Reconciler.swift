@@ -26,6 +26,12 @@ public struct Reconciler: Sendable {
     public var log: @Sendable (String) -> Void
     /// The clock a reconcile is stamped and timed by.
     public var timing: Timing
+    /// Whether the workspace follows its inventory's changes: a whole reconcile then keeps what it
+    /// read in memory (`WarmPlan`), and a batch of changed devices is planned from it on its own.
+    public var followsChanges = false
+    /// What the last whole reconcile left for the batches; shared by the copies of this reconciler,
+    /// and new with every reconciler (settings reloaded start from a whole reconcile).
+    let warm = WarmCache()
 
     /// A reconciler that builds its runtime with `load` and acts as `settings` allow.
     public init(
@@ -40,11 +46,20 @@ public struct Reconciler: Sendable {
     }
 
     /// Runs one reconcile; never throws: an error is a `failure` result naming its reason, a rail's
-    /// refusal a `blocked` one.
-    public func reconcile() async -> ReconcileResult {
+    /// refusal a `blocked` one. When `changes` are changed devices of one source only and the last
+    /// whole reconcile left its reading in memory, those devices are planned on their own; otherwise,
+    /// and whenever a batch cannot be (the log says why), the whole inventory is.
+    public func reconcile(changes: PendingChanges = PendingChanges()) async -> ReconcileResult {
+        if let batch = changes.batch, let result = await reconcileBatch(batch) { return result }
+        return await reconcileWhole(changes: changes)
+    }
+
+    private func reconcileWhole(changes: PendingChanges) async -> ReconcileResult {
         let start = timing.now()
         let output = CollectingOutput(log: log)
         var result = ReconcileResult(outcome: .success, startedAt: timing.wallClock(), seconds: 0)
+        // What the batches since the last whole reconcile built, compared with this whole read.
+        let previous = warm.take()
         do {
             var manifests: String?
             if let source {
@@ -53,7 +68,30 @@ public struct Reconciler: Sendable {
                 manifests = fetched.directory
             }
             let runtime = try load(manifests)
-            try await run(runtime, output: output, into: &result)
+            let settled = try await run(runtime, output: output, into: &result)
+            if followsChanges, let settled {
+                if let previous, previous.filesDigest == settled.loaded.filesDigest, changes.fullReads.isEmpty,
+                    changes.rereads.isEmpty
+                {
+                    let pending = Set(changes.devices.values.flatMap { $0 })
+                    let diverged = Self.divergences(
+                        previous.plan, settled.loaded, table: settled.state.tokens.table, pending: pending)
+                    result.divergences = diverged.count
+                    if !diverged.isEmpty {
+                        let named = diverged.prefix(10).joined(separator: ", ")
+                        log(
+                            "workspace=\(runtime.workspaceName) resync: \(PlanRenderer.counted(diverged.count, "device")) (\(named)\(diverged.count > 10 ? ", …" : "")) had memberships the batches of changed devices had not brought to what the whole read says; this reconcile corrected them. A change the cursor passed over (a late commit) or a defect: please report it with this line"
+                        )
+                    }
+                }
+                warm.put(
+                    WarmCache.Entry(
+                        plan: WarmPlan(
+                            loaded: settled.loaded, state: settled.state, files: runtime.manifestSource().files,
+                            tokenFileBytes: runtime.settings.limits.tokenFileBytes,
+                            shrinkGuard: runtime.resolved.shrinkGuard),
+                        manifests: manifests, filesDigest: settled.loaded.filesDigest))
+            }
         } catch {
             let failure = Failure(error)
             let rails = output.rails
@@ -98,8 +136,120 @@ public struct Reconciler: Sendable {
         return settings
     }
 
-    private func run(_ runtime: Runtime, output: CollectingOutput, into result: inout ReconcileResult) async throws {
+    /// Plans and applies the batch's devices on their own, from what the last whole reconcile left;
+    /// nil when they must be planned with the whole inventory (logged, with why).
+    private func reconcileBatch(_ batch: (source: String, ids: [String])) async -> ReconcileResult? {
+        guard var entry = warm.take() else { return nil }
+        let start = timing.now()
+        var result = ReconcileResult(outcome: .success, startedAt: timing.wallClock(), seconds: 0)
         let settings = effectiveSettings(at: timing.wallClock(), into: &result)
+        // Outside the sync windows, or with on_change: plan, the whole reconcile says what waits.
+        guard settings.onChange == .apply else { return nil }
+        let output = CollectingOutput(log: log)
+        var name = "-"
+        do {
+            let runtime = try load(entry.manifests)
+            name = runtime.workspaceName
+            guard let (rows, problems) = try await runtime.readDevices(batch.ids, of: batch.source) else {
+                throw PlanInFull("'\(batch.source)' is not a PostgreSQL source of tidemark.yaml")
+            }
+            if let problem = problems.first(where: { $0.severity == .error }) {
+                throw PlanInFull("a changed row has a problem: \(problem.description)")
+            }
+            guard let backend = entry.plan.state.backend else { throw PlanInFull("state records no backend yet") }
+            let planner = Planner(
+                differ: Differ(groupsTurnedDown: runtime.deadlines.groupsTurnedDown), tidemarkVersion: Runtime.version)
+            let change = try entry.plan.planChanges(
+                devices: batch.ids, rows: rows, source: ConfiguredSource.display(batch.source), planner: planner,
+                backend: backend, now: timing.wallClock(),
+                maxUnsubscribes: settings.maxUnsubscribes ?? runtime.settings.maxUnsubscribes)
+            if change.plan.diagnostics.hasErrors {
+                let first = change.plan.diagnostics.first { $0.severity == .error }
+                throw PlanInFull("its plan is refused (\(first.map { Self.plain($0.message) } ?? "an error"))")
+            }
+            let applied = try await runtime.applyChanges(change, output: output)
+            result.changedDevices = batch.ids.count
+            result.managedMemberships = applied.state.managedMemberships
+            if let summary = applied.summary {
+                result.subscribed = summary.subscribed
+                result.unsubscribed = summary.unsubscribed
+                result.writeRequests = summary.requests
+                if summary.hasUnexpectedFailures {
+                    // State holds what was done; the next reconcile reads everything and tries the rest.
+                    let failures = summary.failures.filter { !$0.error.meansUnregistered }
+                    result.outcome = .failure
+                    result.reason = "token_failures"
+                    result.message =
+                        "\(PlanRenderer.counted(failures.count, "token change")) failed (\(Set(failures.map { $0.error.code.rawValue }).sorted().joined(separator: ", "))); the next reconcile tries them again."
+                    result.seconds = Timing.seconds(timing.now() - start)
+                    return result
+                }
+            }
+            entry.plan.commit(change, state: applied.state)
+            warm.put(entry)
+            if !applied.dead.isEmpty {
+                let report = try await runtime.writeBackDead(applied.dead, to: nil)
+                if !report.failures.isEmpty {
+                    log("reporting dead tokens failed: \(report.failures.joined(separator: "; "))")
+                }
+            }
+        } catch let full as PlanInFull {
+            log(
+                "workspace=\(name) \(PlanRenderer.counted(batch.ids.count, "changed device")) of '\(batch.source)' planned with the whole inventory: \(full.description)"
+            )
+            return nil
+        } catch {
+            let message = Self.plain(Failure(error).message)
+            if Task.isShuttingDownGracefully || Task.isCancelled {
+                result.outcome = .failure
+                result.reason = Failure(error).reason
+                result.message = message
+                result.seconds = Timing.seconds(timing.now() - start)
+                return result
+            }
+            log(
+                "workspace=\(name) a batch of \(PlanRenderer.counted(batch.ids.count, "changed device")) failed (\(message)); planning with the whole inventory"
+            )
+            return nil
+        }
+        result.seconds = Timing.seconds(timing.now() - start)
+        return result
+    }
+
+    /// The devices of `loaded` (a whole read, resolved into `table`) whose topic memberships differ
+    /// from what `warm` (the batches since the last whole read) built, leaving out `pending` (changes
+    /// not yet planned); sorted. Only topics whose digests differ are compared token by token.
+    static func divergences(
+        _ warm: WarmPlan, _ loaded: LoadedManifests, table: TokenTable, pending: Set<String>
+    )
+        -> [String]
+    {
+        let warmTable = warm.state.tokens.table
+        let built = warm.desired.digests(tokens: warmTable).entries
+        let before = Dictionary(warm.desired.topics.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        var devices = Set<String>()
+        for topic in loaded.desired.topics {
+            let key = State.versionKey(.topic, topic.name)
+            guard built[key] != loaded.entryDigests[key] else { continue }
+            let was = Set((before[topic.name]?.members ?? TokenSet()).map { warmTable[$0] })
+            let now = Set(topic.members.map { table[$0] })
+            for token in was.symmetricDifference(now) {
+                let device =
+                    loaded.inventory.index(ofToken: token).map { loaded.inventory.deviceIDs[$0] }
+                    ?? warm.device(holding: token) ?? "token \(Redaction.redact(token))"
+                if !pending.contains(device) { devices.insert(device) }
+            }
+        }
+        return devices.sorted()
+    }
+
+    /// Runs the whole reconcile; returns what its apply settled, when a whole plan was carried out
+    /// (what a `WarmPlan` starts from).
+    private func run(
+        _ runtime: Runtime, output: CollectingOutput, into result: inout ReconcileResult
+    ) async throws -> ApplyOutcome.Settled? {
+        let settings = effectiveSettings(at: timing.wallClock(), into: &result)
+        var settled: ApplyOutcome.Settled?
         let policy = runtime.settings.refresh
         let limit = settings.maxUnsubscribes ?? runtime.settings.maxUnsubscribes
         let readsFCM = policy.mode != .none
@@ -118,7 +268,7 @@ public struct Reconciler: Sendable {
         case .apply:
             var planning = PlanRequest(policy: policy, maxUnsubscribes: limit)
             if settings.drift != .heal { planning.refresh.mode = .none }
-            try await apply(runtime, planning, output: output, into: &result)
+            settled = try await apply(runtime, planning, output: output, into: &result)
             result.driftHealed = settings.drift == .heal && result.driftFound > 0
         case .plan:
             if settings.drift == .heal, result.driftFound > 0 {
@@ -134,11 +284,13 @@ public struct Reconciler: Sendable {
             result.changesWaiting = planned.plan.operations.count
             if planned.plan.diagnostics.hasErrors { throw WorkflowError.planHasErrors }
         }
+        return settled
     }
 
+    @discardableResult
     private func apply(
         _ runtime: Runtime, _ planning: PlanRequest, output: CollectingOutput, into result: inout ReconcileResult
-    ) async throws {
+    ) async throws -> ApplyOutcome.Settled? {
         let settings = self.settings
         var request = ApplyRequest(
             planning: planning, approve: { _ in .approved },
@@ -182,7 +334,33 @@ public struct Reconciler: Sendable {
                 log("reporting dead tokens failed: \(report.failures.joined(separator: "; "))")
             }
         }
+        return outcome.settled
     }
+}
+
+/// What the last whole reconcile left in memory for the batches of changed devices.
+final class WarmCache: Sendable {
+    /// A whole reading and where its manifests were.
+    struct Entry: Sendable {
+        /// The manifests, inventory, desired state and state, as the batches since have left them.
+        var plan: WarmPlan
+        /// The manifests directory of a git checkout; nil for the project's own.
+        var manifests: String?
+        /// The manifest files' digest when read (a resync compares only readings of the same files).
+        var filesDigest: String
+    }
+
+    private let entry = Mutex<Entry?>(nil)
+
+    /// Takes the entry out (a batch puts it back once applied; a failed one leaves none).
+    func take() -> Entry? {
+        entry.withLock { taken in
+            defer { taken = nil }
+            return taken
+        }
+    }
+    /// Puts an entry in.
+    func put(_ new: Entry) { entry.withLock { $0 = new } }
 }
 
 /// A reconcile that finished with something only `serve` words: tokens FCM would not change.

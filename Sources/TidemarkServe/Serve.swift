@@ -200,9 +200,10 @@ public struct Serve: Sendable {
             let entry = workspace.entry
             var status = Self.initialStatus(workspace.runtime, settings: workspace.settings)
             if let source = workspace.source { status.manifests = source.display }
-            let reconciler = Reconciler(
+            var reconciler = Reconciler(
                 load: { try load(entry, $0) }, settings: workspace.settings, source: workspace.source, log: log,
                 timing: options.timing)
+            reconciler.followsChanges = !FollowedSource.of(workspace.runtime).isEmpty
             return (status, reconciler)
         }
         let (status, reconciler) = parts(workspace)
@@ -265,7 +266,7 @@ public struct Serve: Sendable {
             return "'\(source.name)' (\(ways.joined(separator: ", ")))"
         }.joined(separator: ", ")
         log(
-            "workspace=\(workspace.runtime.workspaceName) follows the changes of inventory \(following.count == 1 ? "source" : "sources") \(described): each change starts a reconcile at once, which reads the inventory in full (planning from the changed devices alone is not built yet)"
+            "workspace=\(workspace.runtime.workspaceName) follows the changes of inventory \(following.count == 1 ? "source" : "sources") \(described): each change starts a reconcile at once, which plans the changed devices on their own from what the last whole reconcile read (kept in memory), and reads everything again every resync (\(ServeSettings.describe(.seconds(following.compactMap(\.settings.resync).min() ?? PostgresSourceSettings.defaultResync))))"
         )
     }
 

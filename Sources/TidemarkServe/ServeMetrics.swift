@@ -44,6 +44,24 @@ public final class ServeMetrics: Sendable {
         _ = gauge("tidemark_last_success_timestamp_seconds", workspace, Self.lastSuccessHelp)
         _ = gauge("tidemark_managed_memberships", workspace, Self.managedHelp)
         _ = handovers(workspace)
+        _ = changeBatches(workspace)
+        _ = divergences(workspace)
+    }
+
+    private func changeBatches(_ workspace: String) -> Counter {
+        registry.makeCounter(
+            name: "tidemark_change_batches_total", labels: [("workspace", workspace)],
+            help:
+                "Reconciles that planned a batch of changed devices on their own (from what the last whole reconcile left in memory), not the whole inventory."
+        )
+    }
+
+    private func divergences(_ workspace: String) -> Counter {
+        registry.makeCounter(
+            name: "tidemark_resync_divergences_total", labels: [("workspace", workspace)],
+            help:
+                "Devices a whole reconcile (the resync) found whose memberships the batches of changed devices had not brought to what the whole read says; each was corrected by it. Anything but 0 is a defect or a change the cursor passed over: see the log."
+        )
     }
 
     /// Records that this replica handed the workspace over to one that owns fewer.
@@ -75,6 +93,8 @@ public final class ServeMetrics: Sendable {
             help: "How long a reconcile took, by workspace and result."
         ).record(.milliseconds(Int64(result.seconds * 1000)))
         reconcileTotal(workspace, result.outcome).increment()
+        if result.changedDevices != nil { changeBatches(workspace).increment() }
+        if let found = result.divergences, found > 0 { divergences(workspace).increment(by: Int64(found)) }
         gauge("tidemark_workspace_ready", workspace, Self.readyHelp).set(to: result.outcome == .success ? 1 : 0)
         if result.outcome == .success {
             gauge("tidemark_last_success_timestamp_seconds", workspace, Self.lastSuccessHelp).set(

@@ -123,21 +123,7 @@ public final class WorkspaceRunner: Service, Sendable {
     /// The files and commands whose changes wake the reconcile (replaced when the settings are reloaded).
     private let watched: Mutex<WatchedInputs>
     /// What the inventory said changed since the last reconcile started.
-    private let woken = Mutex(Woken())
-
-    /// Changes the inventory reported that no reconcile has started on yet.
-    struct Woken: Sendable {
-        /// Changed devices, as reported (a device reported twice counts twice).
-        var devices = 0
-        /// The sources to read in full, and why.
-        var fullReads: [String: String] = [:]
-        /// Sources whose devices changed.
-        var sources: Set<String> = []
-        /// Watched inputs that changed (manifests, inventory files, commands), and what changed.
-        var rereads: [String: String] = [:]
-
-        var isEmpty: Bool { devices == 0 && fullReads.isEmpty && rereads.isEmpty }
-    }
+    private let woken = Mutex(PendingChanges())
 
     /// A runner for the workspace `status` describes, reconciling with `reconciler` while it owns the
     /// workspace through `ownership`; it waits, draws its jitter and stamps its times by the
@@ -217,26 +203,18 @@ public final class WorkspaceRunner: Service, Sendable {
     /// while it waits to retry a failure: the retry reads the changes).
     public func wake(_ change: InventoryChange) {
         let waiting = woken.withLock { woken -> Int in
-            switch change {
-            case .devices(let source, let count):
-                woken.devices += count
-                woken.sources.insert(source)
-            case .fullRead(let source, let why):
-                woken.fullReads[source] = why
-                metrics.inventoryFullRead(workspace: name, source: source)
-            case .reread(let source, let why):
-                woken.rereads[source] = why
-            }
-            return woken.devices
+            if case .fullRead(let source, _) = change { metrics.inventoryFullRead(workspace: name, source: source) }
+            woken.add(change)
+            return woken.deviceCount
         }
         current.withLock { $0.inventoryChangesWaiting = waiting }
         metrics.inventoryChangesWaiting(workspace: name, waiting)
     }
 
     /// What woke the runner since the last reconcile started, emptied.
-    private func takeWoken() -> Woken {
+    private func takeWoken() -> PendingChanges {
         let taken = woken.withLock { woken in
-            defer { woken = Woken() }
+            defer { woken = PendingChanges() }
             return woken
         }
         current.withLock { if $0.inventoryChangesWaiting != nil { $0.inventoryChangesWaiting = 0 } }
@@ -395,7 +373,7 @@ public final class WorkspaceRunner: Service, Sendable {
             // After a failure the retry wait holds for changes too (they are read by that retry);
             // otherwise a change starts a reconcile at once.
             let retrying = failures > 0 && nextRun.map { timing.now() < $0 } == true
-            let woke = retrying ? Woken() : takeWoken()
+            let woke = retrying ? PendingChanges() : takeWoken()
             if !woke.isEmpty {
                 requested = true
                 log("workspace=\(name) reconcile started by the inventory: \(Self.describe(woke))")
@@ -421,7 +399,7 @@ public final class WorkspaceRunner: Service, Sendable {
                 }
             }
             await publish()
-            let result = await reconcileHoldingClaim()
+            let result = await reconcileHoldingClaim(woke)
             if Task.isShuttingDownGracefully, result.outcome != .success {
                 // Stopped between journal steps by the shutdown: not a failure of the workspace.
                 current.withLock { $0.phase = "stopped" }
@@ -432,7 +410,25 @@ public final class WorkspaceRunner: Service, Sendable {
             }
             metrics.record(workspace: name, result)
             failures = result.outcome == .failure ? failures + 1 : 0
+            if result.changedDevices != nil, result.outcome == .success, let due = nextRun {
+                // A batch of changed devices leaves the schedule of whole reconciles (the resync) as it was.
+                current.withLock { status in
+                    status.last = result
+                    status.ready = true
+                    status.phase = Self.phase(result.outcome)
+                    status.consecutiveFailures = 0
+                    status.lastSuccessAt = result.finishedAt
+                }
+                log(Self.line(workspace: name, result, next: max(.zero, due - timing.now())))
+                notify(result)
+                await publish()
+                continue
+            }
             var wait = settings.wait(afterFailures: failures)
+            if failures == 0, let resync = followed.withLock({ $0.compactMap(\.settings.resync).min() }) {
+                // A workspace that follows its changes reads everything again at least every 'resync'.
+                wait = min(wait, .seconds(resync))
+            }
             let jitterMilliseconds = Int64(Timing.seconds(settings.jitter) * 1000)
             if jitterMilliseconds > 0 {
                 wait += .milliseconds(Int64.random(in: 0...jitterMilliseconds, using: &generator))
@@ -509,7 +505,7 @@ public final class WorkspaceRunner: Service, Sendable {
     }
 
     /// One reconcile, with a heartbeat beside it renewing the claim every third of its duration.
-    private func reconcileHoldingClaim() async -> ReconcileResult {
+    private func reconcileHoldingClaim(_ changes: PendingChanges) async -> ReconcileResult {
         let ownership = self.ownership
         let timing = self.timing
         let name = self.name
@@ -535,7 +531,9 @@ public final class WorkspaceRunner: Service, Sendable {
             }
             let reconciler = self.reconciler
             // On threads of its own, so the health endpoints never wait for a thread behind it.
-            group.addTask(executorPreference: ReconcileExecutor.shared) { await reconciler.reconcile() }
+            group.addTask(executorPreference: ReconcileExecutor.shared) {
+                await reconciler.reconcile(changes: changes)
+            }
             var outcome: ReconcileResult?
             for await result in group {
                 if let result {
@@ -585,11 +583,11 @@ public final class WorkspaceRunner: Service, Sendable {
     }
 
     /// What the inventory said, for the log: "3 devices changed in 'app-db'; 'events' read in full: …".
-    static func describe(_ woke: Woken) -> String {
+    static func describe(_ woke: PendingChanges) -> String {
         var parts: [String] = []
-        if woke.devices > 0 {
-            let sources = woke.sources.sorted().map { "'\($0)'" }.joined(separator: ", ")
-            parts.append("\(PlanRenderer.counted(woke.devices, "device change")) in \(sources)")
+        if woke.deviceCount > 0 {
+            let sources = woke.devices.keys.sorted().map { "'\($0)'" }.joined(separator: ", ")
+            parts.append("\(PlanRenderer.counted(woke.deviceCount, "device change")) in \(sources)")
         }
         for (source, why) in woke.fullReads.sorted(by: { $0.key < $1.key }) {
             parts.append("'\(source)' read in full: \(why)")
@@ -597,8 +595,7 @@ public final class WorkspaceRunner: Service, Sendable {
         for (source, why) in woke.rereads.sorted(by: { $0.key < $1.key }) {
             parts.append("\(source == "manifests" || source == "inventory files" ? source : "'\(source)'"): \(why)")
         }
-        let reading = woke.devices > 0 || !woke.fullReads.isEmpty ? "the inventory" : "the manifests and inventory"
-        return parts.joined(separator: "; ") + " (the reconcile reads \(reading) in full)"
+        return parts.joined(separator: "; ")
     }
 
     /// The log line of a reconcile: `workspace=… result=… seconds=… reason=… next=…: summary`.

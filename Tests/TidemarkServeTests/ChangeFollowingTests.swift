@@ -95,12 +95,17 @@ enum FollowPostgres {
 
         let lines = Mutex<[String]>([])
         var settings = ServeSettings()
-        settings.interval = .seconds(3600)
+        // The whole reconcile (the resync) every 4 s; the changes in between are planned on their own.
+        settings.interval = .seconds(4)
         let metrics = ServeMetrics()
+        metrics.declare(workspace: "default", settings: settings, quota: 3000)
+        var reconciler = Reconciler(
+            load: { _ in try Runtime.load(flags, environment: environment) }, settings: settings,
+            log: { line in lines.withLock { $0.append(line) } })
+        reconciler.followsChanges = true
         let runner = WorkspaceRunner(
             status: Serve.initialStatus(runtime, settings: settings),
-            reconciler: Reconciler(
-                load: { _ in try Runtime.load(flags, environment: environment) }, settings: settings),
+            reconciler: reconciler,
             ownership: .init(
                 records: InMemoryStateStore(workspace: "default"), replica: "r1", poll: .milliseconds(100)),
             metrics: metrics, followed: FollowedSource.of(runtime),
@@ -145,6 +150,8 @@ enum FollowPostgres {
         try Self.psql("DELETE FROM \(table) WHERE device_id = 'd0';")
         #expect(try await waitFor([2], "a hard delete") < 10)
         try await logged("reconcile started by the inventory")
+        try await logged("1 changed device planned on their own")
+        try await logged("resync matched the batches")
 
         // The LISTEN connection dropped: said, made again, and the source read in full.
         try Self.psql(
@@ -157,7 +164,22 @@ enum FollowPostgres {
         try Self.psql(
             "ALTER TABLE \(table) ENABLE TRIGGER USER; \(Self.insert([3], platform: "ios", into: table))")
         #expect(try await waitFor([2, 3], "an insert after the cursor went back") < 10)
+        #expect(
+            !String(decoding: metrics.exposition(), as: UTF8.self).contains(
+                #"tidemark_change_batches_total{workspace="default"} 0"#), "batches were planned")
+        #expect(
+            String(decoding: metrics.exposition(), as: UTF8.self).contains(
+                #"tidemark_resync_divergences_total{workspace="default"} 0"#), "no divergence so far")
+
+        // Try to make it lie: a change nobody announces (triggers off, the cursor column untouched) is
+        // found by the next resync, said with the device, counted, and corrected.
+        try Self.psql(
+            "ALTER TABLE \(table) DISABLE TRIGGER USER; UPDATE \(table) SET platform = 'ios' WHERE device_id = 'd1'; ALTER TABLE \(table) ENABLE TRIGGER USER;"
+        )
+        #expect(try await waitFor([1, 2, 3], "a silent change, found by the resync") < 15)
+        try await logged("(d1) had memberships the batches of changed devices had not brought")
         let exposition = String(decoding: metrics.exposition(), as: UTF8.self)
+        #expect(exposition.contains(#"tidemark_resync_divergences_total{workspace="default"} 1"#), "\(exposition)")
         #expect(exposition.contains(#"tidemark_inventory_full_reads_total{workspace="default",source="app-db"}"#))
         #expect(exposition.contains(#"tidemark_inventory_changes_waiting{workspace="default"} 0"#))
         #expect(runner.status.inventoryChangesWaiting == 0 && runner.status.settings["follows_changes"] == "app-db")
@@ -200,7 +222,7 @@ enum FollowPostgres {
         try await settle(1)
         #expect(count() == 1, "the first reconcile")
         try project.writeDevices([0, 1, 2])
-        runner.wake(.devices(source: "app-db", count: 1))
+        runner.wake(.devices(source: "app-db", ids: ["d2"]))
         try await settle(2)
         #expect(count() == 2 && runner.status.last?.subscribed == 1, "a change starts one at once")
         #expect(
@@ -212,7 +234,7 @@ enum FollowPostgres {
         runner.wake(.fullRead(source: "app-db", why: "its table was truncated"))
         try await settle(3)
         #expect(count() == 3 && runner.status.last?.outcome == .failure)
-        runner.wake(.devices(source: "app-db", count: 5))
+        runner.wake(.devices(source: "app-db", ids: ["d3", "d4", "d5", "d6", "d7"]))
         try await Task.sleep(for: .milliseconds(800))
         #expect(count() == 3, "the retry wait (an hour) holds: no reconcile per change while failing")
         #expect(runner.status.inventoryChangesWaiting == 5, "the changes wait for the retry, counted")

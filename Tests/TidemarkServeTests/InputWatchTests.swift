@@ -61,7 +61,6 @@ import TidemarkTesting
             lines.withLock {
                 $0.contains {
                     $0.contains("reconcile started by the inventory: manifests: 'topics.yaml' changed")
-                        && $0.contains("reads the manifests and inventory in full")
                 }
             }, "\(lines.withLock { $0 })")
 

@@ -110,13 +110,22 @@ public struct PlanInFull: Error, Sendable, Equatable, CustomStringConvertible {
 
 extension WarmPlan {
     /// Plans the changes of `devices` (ids), of which `rows` holds those the inventory lists now, with
-    /// their tokens and labels (a device of `devices` that `rows` lacks has left). Throws `PlanInFull`
-    /// when the batch must be planned in full.
+    /// their tokens and labels (a device of `devices` that `rows` lacks has left), read from the
+    /// inventory source that `source` names as the place of its devices (nil: not checked). Throws
+    /// `PlanInFull` when the batch must be planned in full.
     public func planChanges(
-        devices ids: [String], rows: Inventory, planner: Planner, backend: BackendIdentity, now: Date,
-        maxUnsubscribes: UnsubscribeLimit? = nil
+        devices ids: [String], rows: Inventory, source: String? = nil, planner: Planner, backend: BackendIdentity,
+        now: Date, maxUnsubscribes: UnsubscribeLimit? = nil
     ) throws(PlanInFull) -> ChangePlan {
         let changed = Set(ids)
+        if let source {
+            // A device another source lists would be a duplicate id in a whole read.
+            for id in ids where tokenOf[id] == nil {
+                guard let index = inventory.index(ofDevice: id) else { continue }
+                let place = inventory.location(ofDevice: index).file
+                if place != source { throw PlanInFull("device '\(id)' is listed by \(place)") }
+            }
+        }
         if let named = changed.intersection(namedDevices).sorted().first {
             throw PlanInFull("device '\(named)' is named by id in a manifest's device list")
         }

@@ -109,6 +109,18 @@ public struct ApplyOutcome: Sendable {
     public var pruned: PruneOutcome? = nil
     /// The memberships state holds after this apply, when it planned (`State.managedMemberships`).
     public var managedMemberships: Int? = nil
+    /// What a fresh, whole plan (no targets, not drift-only, not a saved plan) left when it was carried
+    /// out without an unexpected failure: the manifests as read and state as saved. `serve` plans the
+    /// next changed devices from it (`WarmPlan`).
+    public var settled: Settled? = nil
+
+    /// The manifests a whole plan was made from, and state after it was carried out.
+    public struct Settled: Sendable {
+        /// The manifests and inventory, resolved into `state`'s token table.
+        public var loaded: LoadedManifests
+        /// State as the apply saved it.
+        public var state: State
+    }
 
     /// Whether a token failed, in either apply, for a reason other than being unregistered.
     public var hasUnexpectedFailures: Bool {
@@ -227,6 +239,9 @@ public struct ApplyWorkflow: Sendable {
                 resumed: resumed, result: .nothingToDo(savedPlan: request.savedPlan != nil),
                 dead: DeadDevice.collect(state: state, inventory: loaded.inventory))
             outcome.managedMemberships = state.managedMemberships
+            if Self.isWhole(request), resumed?.hasUnexpectedFailures != true {
+                outcome.settled = ApplyOutcome.Settled(loaded: loaded, state: state)
+            }
             return outcome
         }
         state.claim(backend: plan.backend, lineage: parts.timing.uuid())
@@ -250,7 +265,15 @@ public struct ApplyWorkflow: Sendable {
                 retention: retention, minimum: max(PruneWorkflow.automaticMinimum, final.tokens.count / 10))
             if pruned.serial != nil { outcome.pruned = pruned }
         }
+        if outcome.pruned == nil, Self.isWhole(request), !outcome.hasUnexpectedFailures {
+            outcome.settled = ApplyOutcome.Settled(loaded: loaded, state: final)
+        }
         return outcome
+    }
+
+    /// A fresh plan of everything: no saved plan, targets or drift-only.
+    static func isWhole(_ request: ApplyRequest) -> Bool {
+        request.savedPlan == nil && !request.planning.driftOnly && !request.planning.targets.isPartial
     }
 
     enum Resumption {
