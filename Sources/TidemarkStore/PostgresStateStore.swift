@@ -62,6 +62,19 @@ public final class PostgresStateStore: ServeRecordKeeping {
 
     // MARK: - Reading
 
+    /// The workspace's lineage and serial alone (one row); nil when it has no state.
+    public func revision() async throws -> StateRevision? {
+        try await ensureSchema()
+        return try await link.transaction(readOnly: true) { c -> StateRevision? in
+            guard
+                let row = try await c.first(
+                    "SELECT lineage, serial FROM tidemark_workspaces WHERE name = \(self.workspace)")
+            else { return nil }
+            let (lineage, serial) = try self.decode(row, (String, Int64).self, table: "tidemark_workspaces")
+            return StateRevision(lineage: lineage, serial: Int(serial))
+        }
+    }
+
     /// The workspace's state, read in one read-only transaction; nil when it has none.
     public func load() async throws -> State? {
         try await ensureSchema()

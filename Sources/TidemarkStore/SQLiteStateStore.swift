@@ -323,6 +323,19 @@ public final class SQLiteStateStore: ServeRecordKeeping {
 
     // MARK: - Reading
 
+    /// The lineage and serial alone; nil when the file or its workspace has no state.
+    public func revision() async throws -> StateRevision? {
+        guard let queue = try open(create: false) else { return nil }
+        return try await running {
+            try await queue.read { db -> StateRevision? in
+                guard try hasWorkspace(db) else { return nil }
+                try verifyWorkspace(db)
+                let lineage = try String.fetchOne(db, sql: "SELECT value FROM \(t.meta) WHERE key = 'lineage'") ?? ""
+                return StateRevision(lineage: lineage, serial: try storedSerial(db, location: location))
+            }
+        }
+    }
+
     /// The whole state.
     public func load() async throws -> State? {
         guard let queue = try open(create: false) else { return nil }

@@ -169,6 +169,7 @@ public enum StateStoreConformance {
 
     static func startsEmpty(_ store: any StateStore) async throws {
         #expect(try await store.load() == nil)
+        #expect(try await store.revision() == nil)
         #expect(try await store.unfinishedApply() == nil)
         #expect(try await store.applies(limit: 10).isEmpty)
         #expect(try await store.lockHolder() == nil)
@@ -240,6 +241,7 @@ public enum StateStoreConformance {
         }
         let loaded = try #require(try await store.load())
         #expect(loaded.serial == 4 && loaded.lineage == lineage, "the lineage never changes")
+        #expect(try await store.revision() == StateRevision(lineage: lineage, serial: 4), "read alone, the same")
         // A stale copy saving again still bumps from what is stored.
         var stale = sample(tokens: 10)
         stale.saved(serial: 1, versionKeys: [])

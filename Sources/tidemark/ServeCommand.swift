@@ -22,7 +22,9 @@ struct ServeCommand: AsyncParsableCommand {
             windows, sources, webhooks) reload on SIGHUP and when tidemark.yaml changes, without a \
             restart. A flag given here wins over every workspace's own setting. A PostgreSQL \
             inventory source with 'changes' or 'listen' under its 'postgres:' is followed between \
-            reconciles, and a change starts one at once (docs/serve.md).
+            reconciles: a change starts one at once that plans the changed devices on their own, \
+            and everything is read again at least every 'resync'. The manifests directory's files \
+            and 'exec' sources with an 'interval' are watched too (docs/serve.md).
 
             Several replicas may run: each workspace is reconciled by the one replica that owns it \
             (a claim in its state store, renewed every 2 s and lost 30 s after a replica stops \

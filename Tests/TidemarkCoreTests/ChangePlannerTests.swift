@@ -190,6 +190,22 @@ import TidemarkTesting
         #expect(
             await reason(["d7": Device(token: 8, kind: "a", lang: "de")])
                 == "the selector of topic 'b-german-or-c' (member entry 1) would match no device")
+        // Another run writes state after the batch was planned: the batch is refused, nothing sent.
+        var moved = devices
+        moved["d3"] = Device(token: 3, kind: "b", lang: "de")
+        let change = try warm.planChanges(
+            devices: ["d3"], rows: await Self.rows(["d3": moved["d3"]!]), planner: parts.planner(),
+            backend: backend.identity, now: clock.timing.wallClock())
+        #expect(change.plan.hasChanges)
+        var other = devices
+        other["d5"] = Device(token: 5, kind: "c", lang: "en")
+        let otherParts = WorkflowParts(
+            manifests: Self.files(other), store: store, backend: backend, timing: clock.timing,
+            output: SilentOutput(), tidemarkVersion: "0.1.0")
+        _ = try await ApplyWorkflow(otherParts).run(ApplyRequest())
+        let requestsBefore = backend.requestCount()
+        await #expect(throws: ChangeApplyError.self) { try await ApplyWorkflow(otherParts).applyChanges(change) }
+        #expect(backend.requestCount() == requestsBefore, "nothing was sent")
         // Devices leaving one batch at a time count against max_shrink since the last full read.
         let guarded = WarmPlan(
             loaded: loaded, state: state, files: Self.files(devices).files,

@@ -19,6 +19,10 @@ public protocol StateStore: Sendable {
     @discardableResult
     func save(_ state: inout State, _ write: StateWrite, at now: Int64) async throws -> Int
 
+    /// The lineage and serial of the stored state (nil when none was saved): what a state kept in
+    /// memory is checked against before it is written again (another run may have written since).
+    func revision() async throws -> StateRevision?
+
     /// The newest apply that started and did not finish, with the operations it finished.
     func unfinishedApply() async throws -> UnfinishedApply?
 
@@ -119,7 +123,33 @@ public struct LeaseRecord: Sendable, Equatable {
     }
 }
 
+/// Which save of which state a store holds.
+public struct StateRevision: Sendable, Equatable, CustomStringConvertible {
+    /// The state's lineage.
+    public var lineage: String
+    /// Its serial: one more with every save.
+    public var serial: Int
+
+    /// The revision `serial` of `lineage`.
+    public init(lineage: String, serial: Int) {
+        self.lineage = lineage
+        self.serial = serial
+    }
+
+    /// The revision of `state`.
+    public init(of state: State) { self.init(lineage: state.lineage, serial: state.serial) }
+
+    /// "serial 12 of lineage 3f2a…".
+    public var description: String { "serial \(serial) of lineage \(lineage.prefix(8))" }
+}
+
 extension StateStore {
+    /// The revision of the whole state, loaded: right for any store, and what a store that can read
+    /// it alone does faster.
+    public func revision() async throws -> StateRevision? {
+        try await load().map { StateRevision(of: $0) }
+    }
+
     /// Refused: two stores are written together only within one database that says how.
     public func saveTogether(
         _ state: inout State, _ write: StateWrite, with other: any StateStore, _ otherState: inout State,

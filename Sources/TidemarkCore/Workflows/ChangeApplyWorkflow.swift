@@ -27,6 +27,13 @@ extension ApplyWorkflow {
     }
 
     private func applyingChanges(_ change: ChangePlan, writer: JournalWriter) async throws -> ChangeApplied {
+        // Under the lock: the state the batch was planned from must be the stored one (another run
+        // may have applied since), and nothing may be unfinished (the next whole apply settles it).
+        let planned = StateRevision(of: change.state)
+        if let stored = try await parts.store.revision(), stored != planned {
+            throw ChangeApplyError.stateMoved(stored: stored, planned: planned)
+        }
+        if try await parts.store.unfinishedApply() != nil { throw ChangeApplyError.unfinishedApply }
         let plan = change.plan
         if plan.diagnostics.hasErrors {
             parts.output.emit(.diagnostics(plan.diagnostics))
@@ -56,5 +63,30 @@ extension ApplyWorkflow {
         let final = await session.state
         return ChangeApplied(
             summary: summary, state: final, dead: DeadDevice.collect(state: final, inventory: inventory))
+    }
+}
+
+/// Why a batch of changed devices was not applied: the whole reconcile that follows deals with it.
+public enum ChangeApplyError: TidemarkError, Equatable {
+    /// Another run wrote state since the batch's state was read.
+    case stateMoved(stored: StateRevision, planned: StateRevision)
+    /// An apply was interrupted; a whole apply finishes or abandons it first.
+    case unfinishedApply
+
+    /// A short reason.
+    public var reason: String {
+        switch self {
+        case .stateMoved: "state_moved"
+        case .unfinishedApply: "unfinished_apply"
+        }
+    }
+
+    /// What happened.
+    public var description: String {
+        switch self {
+        case .stateMoved(let stored, let planned):
+            "state was written by another run since the batch was planned (the store holds \(stored), the batch was planned from \(planned))"
+        case .unfinishedApply: "an interrupted apply must be finished or abandoned first"
+        }
     }
 }
