@@ -49,12 +49,19 @@ public struct Reconciler: Sendable {
     /// refusal a `blocked` one. When `changes` are changed devices of one source only and the last
     /// whole reconcile left its reading in memory, those devices are planned on their own; otherwise,
     /// and whenever a batch cannot be (the log says why), the whole inventory is.
-    public func reconcile(changes: PendingChanges = PendingChanges()) async -> ReconcileResult {
+    ///
+    /// `arriving` says which devices were reported changed since `changes` were taken: a resync leaves
+    /// them out of its comparison (their change may have been in the whole read before it was reported).
+    public func reconcile(
+        changes: PendingChanges = PendingChanges(), arriving: @escaping @Sendable () -> Set<String> = { [] }
+    ) async -> ReconcileResult {
         if let batch = changes.batch, let result = await reconcileBatch(batch) { return result }
-        return await reconcileWhole(changes: changes)
+        return await reconcileWhole(changes: changes, arriving: arriving)
     }
 
-    private func reconcileWhole(changes: PendingChanges) async -> ReconcileResult {
+    private func reconcileWhole(
+        changes: PendingChanges, arriving: @Sendable () -> Set<String>
+    ) async -> ReconcileResult {
         let start = timing.now()
         let output = CollectingOutput(log: log)
         var result = ReconcileResult(outcome: .success, startedAt: timing.wallClock(), seconds: 0)
@@ -74,8 +81,16 @@ public struct Reconciler: Sendable {
                     changes.rereads.isEmpty
                 {
                     let pending = Set(changes.devices.values.flatMap { $0 })
-                    let diverged = Self.divergences(
+                    var diverged = Self.divergences(
                         previous.plan, settled.loaded, table: settled.state.tokens.table, pending: pending)
+                    if !diverged.isEmpty {
+                        // A change committed just before the whole read may be reported only now: wait
+                        // until the follower polled once since the read began, and leave those out.
+                        let settledBy = start + ChangeFollower.poll + .milliseconds(500)
+                        if timing.now() < settledBy { try? await timing.sleep(settledBy - timing.now()) }
+                        let reported = arriving()
+                        diverged.removeAll { reported.contains($0) }
+                    }
                     result.divergences = diverged.count
                     if !diverged.isEmpty {
                         let named = diverged.prefix(10).joined(separator: ", ")

@@ -532,7 +532,9 @@ public final class WorkspaceRunner: Service, Sendable {
             let reconciler = self.reconciler
             // On threads of its own, so the health endpoints never wait for a thread behind it.
             group.addTask(executorPreference: ReconcileExecutor.shared) {
-                await reconciler.reconcile(changes: changes)
+                await reconciler.reconcile(changes: changes) {
+                    self.woken.withLock { Set($0.devices.values.flatMap { $0 }) }
+                }
             }
             var outcome: ReconcileResult?
             for await result in group {
