@@ -17,6 +17,13 @@ import FoundationNetworking
         let process: Process
         let base: String
         private let log: LogBuffer
+        /// A session of its own: the shared one is shared by every test of the suite running at once,
+        /// and its few connections per host made a /status poll wait for seconds under the whole suite.
+        private let session: URLSession = {
+            let configuration = URLSessionConfiguration.ephemeral
+            configuration.timeoutIntervalForRequest = 10
+            return URLSession(configuration: configuration)
+        }()
 
         final class LogBuffer: Sendable {
             let text = Mutex("")
@@ -56,7 +63,7 @@ import FoundationNetworking
         }
 
         func get(_ path: String) async throws -> (Int, String) {
-            let (data, response) = try await URLSession.shared.data(from: URL(string: base + path)!)
+            let (data, response) = try await session.data(from: URL(string: base + path)!)
             return ((response as! HTTPURLResponse).statusCode, String(decoding: data, as: UTF8.self))
         }
 
