@@ -75,7 +75,7 @@ import FoundationNetworking
 
         /// Waits until `/status` satisfies `condition` (at most `seconds`).
         func waitFor(
-            _ what: String, seconds: Double = 30, _ condition: ([String: Any]) -> Bool
+            _ what: String, seconds: Double = 90, _ condition: ([String: Any]) -> Bool
         ) async throws -> [String: Any] {
             let deadline = Date().addingTimeInterval(seconds)
             var last: [String: Any] = [:]
@@ -187,7 +187,7 @@ import FoundationNetworking
 
         // A broken tidemark.yaml: /readyz says so, naming the file and line.
         try cli.write("tidemark.yaml", "project: serve-test\nbackend: emulator\nrefresh: sometimes\n")
-        let deadline = Date().addingTimeInterval(30)
+        let deadline = Date().addingTimeInterval(90)
         var unready = (0, "")
         while Date() < deadline {
             unready = try await serve.get("/readyz")
@@ -276,7 +276,7 @@ import FoundationNetworking
             return Dictionary(uniqueKeysWithValues: list.map { ($0["workspace"] as? String ?? "?", $0) })
         }
         func waitUntil(_ what: String, _ condition: ([String: [String: Any]]) -> Bool) async throws {
-            let deadline = Date().addingTimeInterval(30)
+            let deadline = Date().addingTimeInterval(90)
             var last: [String: [String: Any]] = [:]
             while Date() < deadline {
                 last = try await workspaces()
@@ -296,7 +296,7 @@ import FoundationNetworking
             "\(serve.logText)")
 
         try cli.write("tidemark.yaml", "project: serve-test\nserve:\n  interval: soon\n")
-        let deadline = Date().addingTimeInterval(30)
+        let deadline = Date().addingTimeInterval(90)
         while Date() < deadline, !serve.logText.contains("tidemark.yaml changed, but the settings do not load") {
             try await Task.sleep(for: .milliseconds(200))
         }
@@ -305,7 +305,7 @@ import FoundationNetworking
 
         // SIGHUP reloads (the broken file is still there: it says so, and serve goes on).
         kill(serve.process.processIdentifier, SIGHUP)
-        let hup = Date().addingTimeInterval(30)
+        let hup = Date().addingTimeInterval(90)
         while Date() < hup, !serve.logText.contains("SIGHUP received, but the settings do not load") {
             try await Task.sleep(for: .milliseconds(200))
         }
