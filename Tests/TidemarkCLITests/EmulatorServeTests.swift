@@ -13,6 +13,13 @@ import FoundationNetworking
         let process: Process
         let base: String
         let keyFile: String
+        /// A session of its own: the shared one is shared by every test running at once, and under the
+        /// whole parallel suite its few connections per host made a poll wait past an apply's end.
+        let session: URLSession = {
+            let configuration = URLSessionConfiguration.ephemeral
+            configuration.timeoutIntervalForRequest = 30
+            return URLSession(configuration: configuration)
+        }()
 
         static func start(_ cli: CLIRunner, data: String?, extra: [String] = []) throws -> Server {
             var arguments = ["emulator", "serve", "--port", "0"]
@@ -58,7 +65,7 @@ import FoundationNetworking
             request.httpMethod = method
             for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
             request.httpBody = body
-            let (data, response) = try await URLSession.shared.data(for: request)
+            let (data, response) = try await session.data(for: request)
             let json = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
             return ((response as! HTTPURLResponse).statusCode, json)
         }
@@ -162,7 +169,7 @@ import FoundationNetworking
         var request = URLRequest(
             url: URL(string: server.base + "/v1/projects/serve-test/registrations/x/topicSubscriptions")!)
         for (name, value) in auth { request.setValue(value, forHTTPHeaderField: name) }
-        let (_, response) = try await URLSession.shared.data(for: request)
+        let (_, response) = try await server.session.data(for: request)
         let http = try #require(response as? HTTPURLResponse)
         #expect(http.statusCode == 429)
         #expect(http.value(forHTTPHeaderField: "Retry-After") == "1")
