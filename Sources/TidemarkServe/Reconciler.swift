@@ -191,11 +191,10 @@ public struct Reconciler: Sendable {
                 result.writeRequests = summary.requests
                 if summary.hasUnexpectedFailures {
                     // State holds what was done; the next reconcile reads everything and tries the rest.
-                    let failures = summary.failures.filter { !$0.error.meansUnregistered }
+                    let error = ReconcileError.tokenFailures(summary.failures)
                     result.outcome = .failure
-                    result.reason = "token_failures"
-                    result.message =
-                        "\(PlanRenderer.counted(failures.count, "token change")) failed (\(Set(failures.map { $0.error.code.rawValue }).sorted().joined(separator: ", "))); the next reconcile tries them again."
+                    result.reason = error.reason
+                    result.message = error.description
                     result.seconds = Timing.seconds(timing.now() - start)
                     return result
                 }
@@ -335,13 +334,8 @@ public struct Reconciler: Sendable {
             result.writeRequests += summary.requests
         }
         if outcome.hasUnexpectedFailures {
-            let failures = [outcome.resumed, outcome.applied].compactMap { $0 }.flatMap(\.failures)
-                .filter { !$0.error.meansUnregistered }
-            throw ReconcileError(
-                reason: "token_failures",
-                description:
-                    "\(PlanRenderer.counted(failures.count, "token change")) failed (\(Set(failures.map { $0.error.code.rawValue }).sorted().joined(separator: ", "))); the next reconcile tries them again."
-            )
+            throw ReconcileError.tokenFailures(
+                [outcome.resumed, outcome.applied].compactMap { $0 }.flatMap(\.failures))
         }
         if !outcome.dead.isEmpty {
             let report = try await runtime.writeBackDead(outcome.dead, to: nil)
@@ -382,6 +376,17 @@ final class WarmCache: Sendable {
 struct ReconcileError: TidemarkError {
     var reason: String
     var description: String
+
+    /// Tokens FCM would not change for a reason other than being unregistered, of `failures`.
+    static func tokenFailures(_ failures: [TokenFailure]) -> ReconcileError {
+        let failed = failures.filter { !$0.error.meansUnregistered }
+        let codes = Set(failed.map { $0.error.code.rawValue }).sorted().joined(separator: ", ")
+        return ReconcileError(
+            reason: "token_failures",
+            description:
+                "\(PlanRenderer.counted(failed.count, "token change")) failed (\(codes)); the next reconcile tries them again."
+        )
+    }
 }
 
 extension ApplyOutcome {
