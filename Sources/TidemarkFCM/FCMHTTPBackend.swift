@@ -300,11 +300,12 @@ public struct FCMHTTPBackend: Backend {
             if changes > 0, let limiter = options.limiter {
                 try await limiter.acquire(options.quotaUnit == .tokens ? Double(changes) : 1)
             }
-            // After the wait for quota, right before the request leaves.
+            let bearer = try await credentials.token()
+            // After the waits for quota and for a token, right before the request leaves.
             if method != .GET { try await options.gate?.check() }
             var request = HTTPClientRequest(url: url)
             request.method = method
-            request.headers.add(name: "Authorization", value: "Bearer \(try await credentials.token())")
+            request.headers.add(name: "Authorization", value: "Bearer \(bearer)")
             if iidHeaders || groupHeaders { request.headers.add(name: "access_token_auth", value: "true") }
             if groupHeaders { request.headers.add(name: "project_id", value: options.senderID ?? project) }
             if let body {

@@ -1203,24 +1203,8 @@ final class PostgresLease: StateLease {
     let fence: Int64
 
     func ensureHeld() async throws {
-        let now = ContinuousClock.now
-        switch standing.next(at: now) {
-        case .held: return
-        case .lost(let error): throw error
-        case .confirm:
-            let sent = ContinuousClock.now
-            switch await store.checkHeld(id, fence: fence) {
-            case .held(let remaining): standing.confirmed(at: sent, remaining: remaining)
-            case .lost(let why):
-                let error = store.lostLease(why)
-                standing.lose(error)
-                throw error
-            case .unreachable(let error):
-                standing.checked(at: sent)
-                // Nobody can take the lease before it expires on the server, which is no sooner than this.
-                if ContinuousClock.now >= standing.validUntil { throw error }
-            }
-        }
+        let (store, id, fence) = (store, id, fence)
+        try await standing.ensure(ask: { await store.checkHeld(id, fence: fence) }, lost: store.lostLease)
     }
 
     func release() async {
@@ -1278,6 +1262,40 @@ final class LeaseStanding: Sendable {
     }
 
     var validUntil: ContinuousClock.Instant { fields.withLock { $0.validUntil } }
+
+    /// Returns when a request may go (the lease is surely held), asking the server through `ask`
+    /// when `next` says to; throws when the lease is lost (`lost` words why) or, past its bound, the
+    /// server cannot be asked.
+    func ensure(
+        ask: () async -> PostgresStateStore.LeaseCheck, lost: (String) -> StateStoreError
+    ) async throws {
+        while true {
+            switch next(at: ContinuousClock.now) {
+            case .held: return
+            case .lost(let error): throw error
+            case .confirm:
+                let sent = ContinuousClock.now
+                switch await ask() {
+                case .held(let remaining):
+                    confirmed(at: sent, remaining: remaining)
+                    // The answer vouches for the lease until `sent + remaining`, no longer. One that
+                    // arrives after that (this process was paused, or the link stalled, while it
+                    // travelled) proves nothing now: the server is asked again, and a lease taken over
+                    // meanwhile is found lost before anything is sent.
+                    if ContinuousClock.now < validUntil { return }
+                case .lost(let why):
+                    let error = lost(why)
+                    lose(error)
+                    throw error
+                case .unreachable(let error):
+                    checked(at: sent)
+                    // Nobody can take the lease before it expires on the server, which is no sooner than this.
+                    if ContinuousClock.now >= validUntil { throw error }
+                    return
+                }
+            }
+        }
+    }
 
     var lost: StateStoreError? { fields.withLock { $0.lost } }
 

@@ -282,4 +282,37 @@ final class SilentListener: Sendable {
         standing.lose(StateStoreError(.leaseLost, path: "p", "lost"))
         #expect(kind(standing.next(at: later)) == "lost", "a lost lease stays lost")
     }
+
+    /// The server's answer vouches for the lease from when it was asked: one that arrives after the
+    /// time it vouches for (the holder paused, SIGSTOP, while it travelled; the lease taken over
+    /// meanwhile) lets no request go: the server is asked again, and says the lease is lost.
+    @Test func anAnswerThatArrivesAfterTheTimeItVouchesForIsAskedAgain() async throws {
+        let lost = { (why: String) in StateStoreError(.leaseLost, path: "p", "lost: \(why)") }
+        let late = LeaseStanding(duration: .seconds(3), validUntil: .now)
+        let asked = Mutex(0)
+        await #expect {
+            try await late.ensure(
+                ask: {
+                    let n = asked.withLock {
+                        $0 += 1
+                        return $0
+                    }
+                    guard n == 1 else { return .lost("taken over") }
+                    // 'held for 400 ms more' (300 ms of which are the margin), arriving 300 ms later.
+                    try? await Task.sleep(for: .milliseconds(300))
+                    return .held(remaining: .milliseconds(400))
+                }, lost: lost)
+        } throws: { ($0 as? StateStoreError)?.description.contains("taken over") == true }
+        #expect(asked.withLock { $0 } == 2)
+
+        // An answer in time lets the request go, after one question.
+        let prompt = LeaseStanding(duration: .seconds(3), validUntil: .now)
+        let once = Mutex(0)
+        try await prompt.ensure(
+            ask: {
+                once.withLock { $0 += 1 }
+                return .held(remaining: .seconds(3))
+            }, lost: lost)
+        #expect(once.withLock { $0 } == 1)
+    }
 }
