@@ -91,7 +91,7 @@ let package = Package(
         .target(
             name: "TidemarkServe",
             dependencies: [
-                "TidemarkCore", "TidemarkRuntime", "TidemarkStore", "CShims",
+                "TidemarkCore", "TidemarkRuntime", "TidemarkStore", "TidemarkFCM", "CShims",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),

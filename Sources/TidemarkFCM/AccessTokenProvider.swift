@@ -76,6 +76,8 @@ public actor AccessTokenProvider {
     private let policy: RetryPolicy
     private let narrator: RetryNarrator?
     private var cached: (token: String, expires: Date)?
+    /// Where tokens outlive this provider (the process's other backends), when it shares one.
+    private let cache: AccessTokenCache?
     /// Whether a fetch is in flight, and who waits for its answer: callers share one fetch.
     private var fetching = false
     private var waitingForFetch: [CheckedContinuation<Result<String, any Error>, Never>] = []
@@ -84,16 +86,19 @@ public actor AccessTokenProvider {
     private var answered = false
 
     /// `policy` retries the token endpoints' 5xx, 429 and network failures, as for FCM's own calls.
-    /// Retries that last more than a few seconds are said through `narrator`.
+    /// Retries that last more than a few seconds are said through `narrator`. With `cache`, a token
+    /// another provider of the process fetched for the same credentials is used, and one fetched
+    /// here is kept there.
     public init(
         credentials: GoogleCredentials, routes: HTTPRoutes, timing: Timing = .live, policy: RetryPolicy = RetryPolicy(),
-        narrator: RetryNarrator? = nil
+        narrator: RetryNarrator? = nil, cache: AccessTokenCache? = nil
     ) {
         self.credentials = credentials
         self.routes = routes
         self.timing = timing
         self.policy = policy
         self.narrator = narrator
+        self.cache = cache
     }
 
     /// A service account's tokens, straight through `client`.
@@ -105,7 +110,12 @@ public actor AccessTokenProvider {
     /// A valid access token, fetching a new one when the cached one is within a minute of expiring.
     public func token() async throws -> String {
         while true {
-            if let cached, cached.expires.timeIntervalSince(timing.wallClock()) > 60 { return cached.token }
+            let margin = timing.wallClock().addingTimeInterval(60)
+            if let cached, cached.expires > margin { return cached.token }
+            if let shared = cache?.token(for: credentials, validAfter: margin) {
+                cached = shared
+                return shared.token
+            }
             if fetching {
                 // The fetch in flight answers for everyone, failure included; only a fetch whose caller
                 // was cancelled leaves its waiters to fetch again.
@@ -117,7 +127,10 @@ public actor AccessTokenProvider {
             let answer: Result<(String, Date), any Error>
             do { answer = .success(try await fetchRetrying()) } catch { answer = .failure(error) }
             fetching = false
-            if case .success(let fetched) = answer { cached = fetched }
+            if case .success(let fetched) = answer {
+                cached = fetched
+                cache?.keep(fetched.0, expires: fetched.1, for: credentials, now: timing.wallClock())
+            }
             let waiting = waitingForFetch
             waitingForFetch = []
             for waiter in waiting { waiter.resume(returning: answer.map(\.0)) }
@@ -125,8 +138,12 @@ public actor AccessTokenProvider {
         }
     }
 
-    /// Forgets the cached token (after a 401, say), so the next call fetches a new one.
-    public func invalidate() { cached = nil }
+    /// Forgets the cached token (after a 401, say), here and in the shared cache, so the next call
+    /// fetches a new one.
+    public func invalidate() {
+        if let token = cached?.token { cache?.forget(token, of: credentials) }
+        cached = nil
+    }
 
     /// A failure of a token endpoint that trying again may fix.
     private struct Transient: Error {

@@ -6,7 +6,7 @@ import TidemarkCore
 /// a service-account key file, an `external_account` file (workload identity federation, what
 /// GitHub's and GitLab's OIDC flows produce: no key to leak), or the metadata server of the
 /// Google Cloud machine it runs on.
-public enum GoogleCredentials: Sendable {
+public enum GoogleCredentials: Sendable, Equatable {
     case serviceAccount(ServiceAccountKey)
     case externalAccount(ExternalAccount)
     case metadataServer(MetadataServer)

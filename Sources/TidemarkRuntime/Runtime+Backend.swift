@@ -89,7 +89,7 @@ extension Runtime {
         return FCMHTTPBackend(
             kind: backendKind, project: settings.project, endpoints: endpoints, routes: routes,
             credentials: AccessTokenProvider(
-                credentials: credentials, routes: routes, timing: timing, narrator: narrator),
+                credentials: credentials, routes: routes, timing: timing, narrator: narrator, cache: accessTokens),
             options: options
         )
     }

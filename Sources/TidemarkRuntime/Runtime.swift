@@ -1,5 +1,6 @@
 import Foundation
 import TidemarkCore
+import TidemarkFCM
 import TidemarkStore
 
 /// One run's composition root: the settings it resolved, and the parts built from them (the state
@@ -32,6 +33,9 @@ public struct Runtime: Sendable {
     public let leaseGate = LeaseGate()
     /// Where stores and sources come from.
     public let registries: Registries
+    /// Access tokens shared with the process's other runtimes (`serve` builds one per reconcile and
+    /// per batch of changed devices): nil, and each backend fetches its own.
+    public var accessTokens: AccessTokenCache?
     /// The store this runtime opened: a PostgreSQL store's connection, and the lease its lock took,
     /// serve every part of the run.
     private let store: any StateStore

@@ -5,6 +5,7 @@ import NIOPosix
 import ServiceLifecycle
 import Synchronization
 import TidemarkCore
+import TidemarkFCM
 import TidemarkRuntime
 import UnixSignals
 
@@ -49,14 +50,22 @@ public struct Serve: Sendable {
     /// Where log lines go.
     public var logger: Logger
 
-    /// A `serve` with `options`, building its runtimes with `load` and logging to `logger`.
+    /// A `serve` with `options`, building its runtimes with `load` and logging to `logger`. Every
+    /// reconcile and every batch of changed devices builds its runtime; the access tokens their
+    /// backends fetch are shared (`AccessTokenCache`), so FCM's token endpoint is asked once an hour,
+    /// not once a batch.
     public init(
         options: Options,
         load: @escaping @Sendable (_ serveWorkspace: String?, _ manifests: String?) throws -> Runtime,
         logger: Logger
     ) {
         self.options = options
-        self.load = load
+        let tokens = AccessTokenCache()
+        self.load = { workspace, manifests in
+            var runtime = try load(workspace, manifests)
+            if runtime.accessTokens == nil { runtime.accessTokens = tokens }
+            return runtime
+        }
         self.logger = logger
     }
 

@@ -54,6 +54,53 @@ import TidemarkTesting
         }
     }
 
+    /// Providers sharing a cache (serve's runtimes, one per reconcile and per batch) fetch one token for
+    /// the same credentials, until it is within a minute of expiring or refused; other credentials,
+    /// and a provider without the cache, fetch their own.
+    @Test func providersSharingACacheFetchOneTokenForTheSameCredentials() async throws {
+        try await withEmulator { server, client in
+            server.emulator.authority.tokenLifetime = 90
+            let clock = ManualClock(epoch: Date())
+            let key = try ServiceAccountKey.load(path: server.keyFilePath)
+            var other = try ServiceAccountKey.generate(projectID: "fcm-test", accountName: "other", tokenURI: "")
+            other.tokenURI = key.tokenURI
+            try server.emulator.authority.trust(other)
+            let cache = AccessTokenCache()
+            func provider(_ key: ServiceAccountKey, shared: Bool = true) -> AccessTokenProvider {
+                AccessTokenProvider(
+                    credentials: .serviceAccount(key), routes: HTTPRoutes(direct: client), timing: clock.timing,
+                    cache: shared ? cache : nil)
+            }
+            func grants() -> Int { server.emulator.traffic.counters.tokenGrants }
+
+            let first = try await provider(key).token()
+            #expect(try await provider(key).token() == first)
+            #expect(try await provider(key).token() == first)
+            #expect(grants() == 1, "three providers, one exchange")
+            #expect(cache.count == 1)
+
+            let theirs = try await provider(other).token()
+            #expect(theirs != first && grants() == 2, "other credentials have a token of their own")
+            _ = try await provider(key, shared: false).token()
+            #expect(grants() == 3, "a provider without the cache fetches its own")
+
+            // Refused (a 401): the provider forgets it, and so does the cache; the next one fetches anew.
+            let refused = provider(key)
+            #expect(try await refused.token() == first)
+            await refused.invalidate()
+            let renewed = try await provider(key).token()
+            #expect(renewed != first && grants() == 4)
+            #expect(try await refused.token() == renewed, "the refused provider takes what the cache now holds")
+            #expect(try await provider(other).token() == theirs, "forgetting one token leaves the others")
+
+            // Within a minute of expiring, a kept token is not handed out.
+            clock.advance(.seconds(40))
+            let later = try await provider(key).token()
+            #expect(later != renewed && grants() == 5)
+            #expect(server.emulator.authority.authenticate(bearer: later) != .invalid)
+        }
+    }
+
     /// 5xx and network failures at the token endpoint are retried under the policy; a refusal of the key is not.
     @Test func theTokenEndpointIsRetried() async throws {
         try await withEmulator { server, client in

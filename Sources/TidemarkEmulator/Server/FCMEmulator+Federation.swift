@@ -49,6 +49,7 @@ extension FCMEmulator {
         let scopes = (form["scope"] ?? "").split(separator: " ").map(String.init)
         do {
             let (token, grant) = try authority.federate(subjectToken: subject, audience: audience, scopes: scopes)
+            traffic.count { $0.tokenGrants += 1 }
             let expiresIn = max(0, Int(grant.expires.timeIntervalSince(timing.wallClock()).rounded()))
             return .encoded(200, FCMWire.STSToken(accessToken: token, expiresIn: expiresIn))
         } catch let error as AuthError {
@@ -72,6 +73,7 @@ extension FCMEmulator {
         do {
             let (token, grant) = try authority.impersonate(
                 bearer: String(header.dropFirst("Bearer ".count)), serviceAccount: email, scopes: scopes)
+            traffic.count { $0.tokenGrants += 1 }
             return .encoded(
                 200, FCMWire.GeneratedAccessToken(accessToken: token, expireTime: RFC3339.timestamp(grant.expires)))
         } catch let error as AuthError {
@@ -99,6 +101,7 @@ extension FCMEmulator {
                 .split(separator: ",").map(String.init)
             do {
                 let (token, grant) = try authority.metadataToken(scopes: scopes)
+                traffic.count { $0.tokenGrants += 1 }
                 let expiresIn = max(0, Int(grant.expires.timeIntervalSince(timing.wallClock()).rounded()))
                 return .encoded(200, FCMWire.AccessToken(accessToken: token, expiresIn: expiresIn))
             } catch {

@@ -32,6 +32,7 @@ extension FCMEmulator {
         }
         do {
             let (token, grant) = try authority.exchange(assertion: assertion)
+            traffic.count { $0.tokenGrants += 1 }
             let expiresIn = max(0, Int(grant.expires.timeIntervalSince(timing.wallClock()).rounded()))
             return .encoded(200, FCMWire.AccessToken(accessToken: token, expiresIn: expiresIn))
         } catch let error as AuthError {

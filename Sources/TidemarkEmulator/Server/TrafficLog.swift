@@ -37,6 +37,9 @@ public final class TrafficLog: Sendable {
         public var faults = 0
         /// Subscription changes that reached the engine, in tokens.
         public var tokensChanged = 0
+        /// Access tokens granted by the token endpoints (OAuth2, STS, IAM credentials, the metadata
+        /// server): how often callers fetched one.
+        public var tokenGrants = 0
         /// When the first and the last of them arrived (Unix seconds): the window to measure a rate over.
         public var firstChangeAt: Double?
         /// When the last change arrived (Unix seconds).
@@ -50,6 +53,7 @@ public final class TrafficLog: Sendable {
             case rateLimited = "rate_limited"
             case faults
             case tokensChanged = "tokens_changed"
+            case tokenGrants = "token_grants"
             case firstChangeAt = "first_change_at"
             case lastChangeAt = "last_change_at"
         }
