@@ -147,6 +147,11 @@ import FoundationNetworking
             try await Task.sleep(for: .milliseconds(100))
         }
         #expect(try await Self.subscribers(server) == 4)
+        // The emulator has the subscription before the reconcile has saved state, counted it in the
+        // metrics and logged its line: wait for the line (the log is read from a pipe, later still).
+        while !serve.logText.contains("applied 1 subscription"), Date().timeIntervalSince(added) < 120 {
+            try await Task.sleep(for: .milliseconds(100))
+        }
         // Within an interval and a reconcile: the reconcile after the one that may have been reading
         // the manifests as they were written. Counted in reconciles rather than seconds, which the
         // whole suite running beside this test stretches (40 s once on a loaded 2-core machine, 10 s
@@ -173,6 +178,11 @@ import FoundationNetworking
         #expect(!metrics.contains("srv"), "no token in a label")
         let check = try Self.promtool(metrics)
         #expect(check.status == 0, "promtool check metrics: \(check.output)")
+
+        // Every reconcile builds its backend; the process fetched one access token for all of them.
+        let (_, traffic) = try await server.call("GET", "/emulator/v1/traffic")
+        #expect(reconciles() >= 2, "\(serve.logText)")
+        #expect(traffic["token_grants"] as? Int == 1, "\(reconciles()) reconciles: \(traffic)")
 
         // A manifest change past the rail is not applied; the workspace shows blocked, and says why.
         try cli.write("tidemark.yaml", "project: serve-test\nbackend: emulator\nrefresh: all\nmax_unsubscribes: 1\n")

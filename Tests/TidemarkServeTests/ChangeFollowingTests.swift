@@ -56,7 +56,7 @@ enum FollowPostgres {
         try Self.psql(
             """
             CREATE TABLE \(table) (device_id text primary key, token text not null, platform text not null,
-              updated_at timestamptz not null default clock_timestamp());
+              active boolean not null default true, updated_at timestamptz not null default clock_timestamp());
             CREATE FUNCTION \(table)_touch() RETURNS trigger LANGUAGE plpgsql AS $$
               BEGIN NEW.updated_at := clock_timestamp(); RETURN NEW; END $$;
             CREATE TRIGGER \(table)_touch BEFORE UPDATE ON \(table) FOR EACH ROW
@@ -74,7 +74,7 @@ enum FollowPostgres {
           - name: app-db
             postgres:
               url_env: APP_DATABASE_URL
-              query: select device_id, token, platform from \(table)
+              query: select device_id, token, platform from \(table) where active
               changes: {query: 'select device_id, updated_at from \(table)', cursor: updated_at}
               listen: \(channel)
             allow_empty: true
@@ -183,6 +183,33 @@ enum FollowPostgres {
         #expect(exposition.contains(#"tidemark_inventory_full_reads_total{workspace="default",source="app-db"}"#))
         #expect(exposition.contains(#"tidemark_inventory_changes_waiting{workspace="default"} 0"#))
         #expect(runner.status.inventoryChangesWaiting == 0 && runner.status.settings["follows_changes"] == "app-db")
+
+        // A rotated token and a soft delete (a row the source's query no longer selects) are planned
+        // on their own too, as a full plan would: the old token leaves, the new one joins; the
+        // inactive device leaves. The next resync finds nothing the batches missed.
+        func count(_ text: String) -> Int { lines.withLock { $0.filter { $0.contains(text) }.count } }
+        func nextResync(after seen: Int) async throws {
+            let start = ContinuousClock.now
+            while count("result=success") > 0, count("resync matched the batches") <= seen,
+                ContinuousClock.now - start < .seconds(30)
+            {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            #expect(count("resync matched the batches") > seen, "\(lines.withLock { $0 })")
+        }
+        // Right after a resync, so that both changes come before the next one (4 s) reads everything.
+        try await nextResync(after: count("resync matched the batches"))
+        let resyncsBefore = count("resync matched the batches")
+        try Self.psql("UPDATE \(table) SET token = '\(Fixtures.token(4))' WHERE device_id = 'd2';")
+        #expect(try await waitFor([1, 3, 4], "a rotated token") < 10)
+        try Self.psql("UPDATE \(table) SET active = false WHERE device_id = 'd3';")
+        #expect(try await waitFor([1, 4], "a soft delete") < 10)
+        try await logged("1 changed device planned on their own; applied 1 subscription, 1 unsubscription")
+        try await logged("1 changed device planned on their own; applied 0 subscriptions, 1 unsubscription")
+        try await nextResync(after: resyncsBefore)
+        #expect(
+            String(decoding: metrics.exposition(), as: UTF8.self).contains(
+                #"tidemark_resync_divergences_total{workspace="default"} 1"#), "only the silent change diverged")
         running.cancel()
         _ = try? await running.value
     }
