@@ -265,7 +265,14 @@ public struct Serve: Sendable {
         }
         let following = FollowedSource.of(workspace.runtime)
         guard !following.isEmpty else { return }
-        let described = following.map { source in
+        log(Self.followingLine(workspace: workspace.runtime.workspaceName, following))
+    }
+
+    /// The line that says how a workspace follows its sources' changes, naming each source, its cursor
+    /// and its channel.
+    static func followingLine(workspace: String, _ following: [FollowedSource]) -> String {
+        // Typed: with GRDB visible, an untyped closure's string literal can be taken for its `SQL`.
+        let described: [String] = following.map { (source: FollowedSource) -> String in
             var ways: [String] = []
             if let changes = source.settings.changes {
                 ways.append(
@@ -273,10 +280,10 @@ public struct Serve: Sendable {
             }
             if let channel = source.settings.listen { ways.append("LISTEN '\(channel)'") }
             return "'\(source.name)' (\(ways.joined(separator: ", ")))"
-        }.joined(separator: ", ")
-        log(
-            "workspace=\(workspace.runtime.workspaceName) follows the changes of inventory \(following.count == 1 ? "source" : "sources") \(described): each change starts a reconcile at once, which plans the changed devices on their own from what the last whole reconcile read (kept in memory), and reads everything again every resync (\(ServeSettings.describe(.seconds(following.compactMap(\.settings.resync).min() ?? PostgresSourceSettings.defaultResync))))"
-        )
+        }
+        let resync = following.compactMap(\.settings.resync).min() ?? PostgresSourceSettings.defaultResync
+        return
+            "workspace=\(workspace) follows the changes of inventory \(following.count == 1 ? "source" : "sources") \(described.joined(separator: ", ")): each change starts a reconcile at once, which plans the changed devices on their own from what the last whole reconcile read (kept in memory), and reads everything again every resync (\(ServeSettings.describe(.seconds(resync))))"
     }
 
     /// The status before the first reconcile.

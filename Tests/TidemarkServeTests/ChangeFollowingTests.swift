@@ -3,8 +3,9 @@ import Synchronization
 import Testing
 import TidemarkCore
 import TidemarkRuntime
-import TidemarkServe
 import TidemarkTesting
+
+@testable import TidemarkServe
 
 /// The PostgreSQL server of the tests (the test command starts one).
 enum FollowPostgres {
@@ -92,6 +93,14 @@ enum FollowPostgres {
         let runtime = try Runtime.load(flags, environment: environment)
         try Self.psql(
             try runtime.changeTriggers(source: "app-db", table: table, idColumn: "device_id"))
+
+        // The line serve starts with names the source, its cursor and its channel, in words.
+        let following = Serve.followingLine(workspace: "default", FollowedSource.of(runtime))
+        #expect(
+            following.contains(
+                "follows the changes of inventory source 'app-db' (rows past its cursor 'updated_at' every 1s, LISTEN '\(channel)')"
+            ), "\(following)")
+        #expect(!following.contains("GRDB"), "\(following)")
 
         let lines = Mutex<[String]>([])
         var settings = ServeSettings()
