@@ -68,6 +68,22 @@ public struct PendingChanges: Sendable, Equatable {
         return (source, ids.sorted())
     }
 
+    /// Takes what the next reconcile acts on, leaving the rest: when the changes are one source's
+    /// devices only (a batch) and more than `limit` of them, `limit` devices; otherwise everything.
+    public mutating func take(upTo limit: Int) -> PendingChanges {
+        guard limit > 0, fullReads.isEmpty, rereads.isEmpty, devices.count == 1, let (source, ids) = devices.first,
+            ids.count > limit
+        else {
+            defer { self = PendingChanges() }
+            return self
+        }
+        let taken = Set(ids.sorted().prefix(limit))
+        devices[source] = ids.subtracting(taken)
+        var batch = PendingChanges()
+        batch.devices[source] = taken
+        return batch
+    }
+
     /// Adds what `change` says.
     public mutating func add(_ change: InventoryChange) {
         switch change {

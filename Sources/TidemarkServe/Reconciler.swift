@@ -46,16 +46,18 @@ public struct Reconciler: Sendable {
     }
 
     /// Runs one reconcile; never throws: an error is a `failure` result naming its reason, a rail's
-    /// refusal a `blocked` one. When `changes` are changed devices of one source only and the last
-    /// whole reconcile left its reading in memory, those devices are planned on their own; otherwise,
-    /// and whenever a batch cannot be (the log says why), the whole inventory is.
+    /// refusal a `blocked` one. When `changes` are changed devices of one source only, the last
+    /// whole reconcile left its reading in memory and `whole` is false, those devices are planned on
+    /// their own; otherwise (a resync that is due passes `whole`), and whenever a batch cannot be (the
+    /// log says why), the whole inventory is.
     ///
     /// `arriving` says which devices were reported changed since `changes` were taken: a resync leaves
     /// them out of its comparison (their change may have been in the whole read before it was reported).
     public func reconcile(
-        changes: PendingChanges = PendingChanges(), arriving: @escaping @Sendable () -> Set<String> = { [] }
+        changes: PendingChanges = PendingChanges(), whole: Bool = false,
+        arriving: @escaping @Sendable () -> Set<String> = { [] }
     ) async -> ReconcileResult {
-        if let batch = changes.batch, let result = await reconcileBatch(batch) { return result }
+        if !whole, let batch = changes.batch, let result = await reconcileBatch(batch) { return result }
         return await reconcileWhole(changes: changes, arriving: arriving)
     }
 

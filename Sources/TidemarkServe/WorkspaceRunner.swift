@@ -211,14 +211,20 @@ public final class WorkspaceRunner: Service, Sendable {
         metrics.inventoryChangesWaiting(workspace: name, waiting)
     }
 
-    /// What woke the runner since the last reconcile started, emptied.
-    private func takeWoken() -> PendingChanges {
-        let taken = woken.withLock { woken in
-            defer { woken = PendingChanges() }
-            return woken
+    /// The most changed devices a batch takes: a burst (a migration touching 100,000 rows) is
+    /// drained in batches of this many, so that a batch's plan and journal, not the burst, set the
+    /// memory serve needs; each batch sends for tens of seconds at FCM's quota.
+    static let batchLimit = 10_000
+
+    /// What woke the runner since the last reconcile started, taken: everything, or with `limit` at
+    /// most that many changed devices of one source (the rest wait for the next batch).
+    private func takeWoken(limit: Int? = nil) -> PendingChanges {
+        let (taken, left) = woken.withLock { woken in
+            let taken = woken.take(upTo: limit ?? 0)
+            return (taken, woken.deviceCount)
         }
-        current.withLock { if $0.inventoryChangesWaiting != nil { $0.inventoryChangesWaiting = 0 } }
-        metrics.inventoryChangesWaiting(workspace: name, 0)
+        current.withLock { if $0.inventoryChangesWaiting != nil { $0.inventoryChangesWaiting = left } }
+        metrics.inventoryChangesWaiting(workspace: name, left)
         return taken
     }
 
@@ -373,10 +379,16 @@ public final class WorkspaceRunner: Service, Sendable {
             // After a failure the retry wait holds for changes too (they are read by that retry);
             // otherwise a change starts a reconcile at once.
             let retrying = failures > 0 && nextRun.map { timing.now() < $0 } == true
-            let woke = retrying ? PendingChanges() : takeWoken()
+            // A whole reconcile (the resync) that is due runs now, changes or not: under a steady
+            // stream of changes there is always a batch waiting, and the resync would never come.
+            let wholeDue = nextRun.map { timing.now() >= $0 } ?? true
+            let woke = retrying ? PendingChanges() : takeWoken(limit: wholeDue ? nil : Self.batchLimit)
             if !woke.isEmpty {
                 requested = true
-                log("workspace=\(name) reconcile started by the inventory: \(Self.describe(woke))")
+                let left = woken.withLock { $0.deviceCount }
+                log(
+                    "workspace=\(name) reconcile started by the inventory: \(Self.describe(woke))\(left > 0 ? " (\(PlanRenderer.counted(left, "more device change")) waiting for the next batch)" : "")"
+                )
             }
             if let due = nextRun, timing.now() < due, !requested {
                 // Resumed: the phase the last reconcile left.
@@ -399,7 +411,7 @@ public final class WorkspaceRunner: Service, Sendable {
                 }
             }
             await publish()
-            let result = await reconcileHoldingClaim(woke)
+            let result = await reconcileHoldingClaim(woke, whole: wholeDue)
             if Task.isShuttingDownGracefully, result.outcome != .success {
                 // Stopped between journal steps by the shutdown: not a failure of the workspace.
                 current.withLock { $0.phase = "stopped" }
@@ -505,7 +517,7 @@ public final class WorkspaceRunner: Service, Sendable {
     }
 
     /// One reconcile, with a heartbeat beside it renewing the claim every third of its duration.
-    private func reconcileHoldingClaim(_ changes: PendingChanges) async -> ReconcileResult {
+    private func reconcileHoldingClaim(_ changes: PendingChanges, whole: Bool) async -> ReconcileResult {
         let ownership = self.ownership
         let timing = self.timing
         let name = self.name
@@ -532,7 +544,7 @@ public final class WorkspaceRunner: Service, Sendable {
             let reconciler = self.reconciler
             // On threads of its own, so the health endpoints never wait for a thread behind it.
             group.addTask(executorPreference: ReconcileExecutor.shared) {
-                await reconciler.reconcile(changes: changes) {
+                await reconciler.reconcile(changes: changes, whole: whole) {
                     self.woken.withLock { Set($0.devices.values.flatMap { $0 }) }
                 }
             }

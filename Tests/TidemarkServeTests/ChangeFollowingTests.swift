@@ -216,6 +216,18 @@ enum FollowPostgres {
         try await logged("1 changed device planned on their own; applied 1 subscription, 1 unsubscription")
         try await logged("1 changed device planned on their own; applied 0 subscriptions, 1 unsubscription")
         try await nextResync(after: resyncsBefore)
+
+        // A steady stream of changes (one every 5 ms for about 10 s, each its own commit) always has a
+        // batch waiting; the resync (every 4 s) still comes when it is due, and matches.
+        let stormResyncs = count("resync matched the batches")
+        let stormStart = ContinuousClock.now
+        try Self.psql(
+            "DO $$ BEGIN FOR i IN 1..2000 LOOP UPDATE \(table) SET platform = platform WHERE device_id = 'd1'; COMMIT; PERFORM pg_sleep(0.005); END LOOP; END $$;"
+        )
+        let stormSeconds = Timing.seconds(ContinuousClock.now - stormStart)
+        #expect(
+            count("resync matched the batches") >= stormResyncs + 1,
+            "no resync in \(stormSeconds) s of changes: \(lines.withLock { $0.suffix(30) })")
         #expect(
             String(decoding: metrics.exposition(), as: UTF8.self).contains(
                 #"tidemark_resync_divergences_total{workspace="default"} 1"#), "only the silent change diverged")
@@ -276,5 +288,32 @@ enum FollowPostgres {
         #expect(runner.status.inventoryChangesWaiting == 5, "the changes wait for the retry, counted")
         running.cancel()
         _ = try? await running.value
+    }
+}
+
+/// What a reconcile takes of the changes that woke it.
+@Suite struct PendingChangesTests {
+    @Test func aDeviceChangedTwiceIsOneChangeAndABurstIsTakenInBatches() {
+        var pending = PendingChanges()
+        pending.add(.devices(source: "app-db", ids: ["d1", "d2", "d3"]))
+        pending.add(.devices(source: "app-db", ids: ["d3", "d4", "d5"]))
+        #expect(pending.deviceCount == 5, "d3 changed twice before a reconcile took it: one change")
+
+        let first = pending.take(upTo: 3)
+        #expect(first.batch?.source == "app-db" && first.batch?.ids == ["d1", "d2", "d3"])
+        #expect(pending.deviceCount == 2, "the rest wait for the next batch")
+        let second = pending.take(upTo: 3)
+        #expect(second.batch?.ids == ["d4", "d5"] && pending.isEmpty)
+
+        // Anything but one source's devices is taken whole (the whole reconcile reads it all).
+        pending.add(.devices(source: "app-db", ids: ["d1", "d2", "d3", "d4"]))
+        pending.add(.fullRead(source: "app-db", why: "its LISTEN connection was lost"))
+        let whole = pending.take(upTo: 2)
+        #expect(whole.deviceCount == 4 && whole.fullReads.count == 1 && pending.isEmpty)
+        pending.add(.devices(source: "app-db", ids: ["d1", "d2", "d3"]))
+        pending.add(.devices(source: "other-db", ids: ["e1"]))
+        #expect(pending.take(upTo: 2).deviceCount == 4 && pending.isEmpty, "two sources: no batch")
+        pending.add(.devices(source: "app-db", ids: ["d1", "d2", "d3"]))
+        #expect(pending.take(upTo: 0).deviceCount == 3 && pending.isEmpty, "no limit: everything")
     }
 }
