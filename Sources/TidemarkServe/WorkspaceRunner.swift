@@ -1,3 +1,4 @@
+import CShims
 import Foundation
 import ServiceLifecycle
 import Synchronization
@@ -213,8 +214,10 @@ public final class WorkspaceRunner: Service, Sendable {
 
     /// The most changed devices a batch takes: a burst (a migration touching 100,000 rows) is
     /// drained in batches of this many, so that a batch's plan and journal, not the burst, set the
-    /// memory serve needs; each batch sends for tens of seconds at FCM's quota.
-    static let batchLimit = 10_000
+    /// memory serve needs. Large, because each batch costs a few seconds besides its sends (at a
+    /// million devices, mostly saving the state of every topic it touched): at 10,000 devices that
+    /// was a tenth of a burst's time; at 50,000 (minutes of sends at FCM's quota) it is a few percent.
+    static let batchLimit = 50_000
 
     /// What woke the runner since the last reconcile started, taken: everything, or with `limit` at
     /// most that many changed devices of one source (the rest wait for the next batch).
@@ -421,6 +424,11 @@ public final class WorkspaceRunner: Service, Sendable {
                 break
             }
             metrics.record(workspace: name, result)
+            if (result.changedDevices ?? Self.batchLimit) >= Self.batchLimit / 10 {
+                // A whole reconcile (or a large batch) peaked; what it freed goes back to the system,
+                // so the resident size between resyncs is what the workspace keeps, not its last peak.
+                _ = tidemark_release_free_memory()
+            }
             failures = result.outcome == .failure ? failures + 1 : 0
             if result.changedDevices != nil, result.outcome == .success, let due = nextRun {
                 // A batch of changed devices leaves the schedule of whole reconciles (the resync) as it was.
