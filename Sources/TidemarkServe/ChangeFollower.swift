@@ -69,7 +69,8 @@ public struct PendingChanges: Sendable, Equatable {
     }
 
     /// Takes what the next reconcile acts on, leaving the rest: when the changes are one source's
-    /// devices only (a batch) and more than `limit` of them, `limit` devices; otherwise everything.
+    /// devices only (a batch) and more than `limit` of them, `limit` devices; otherwise (or with a
+    /// `limit` of 0) everything.
     public mutating func take(upTo limit: Int) -> PendingChanges {
         guard limit > 0, fullReads.isEmpty, rereads.isEmpty, devices.count == 1, let (source, ids) = devices.first,
             ids.count > limit

@@ -220,15 +220,15 @@ public final class WorkspaceRunner: Service, Sendable {
     static let batchLimit = 50_000
 
     /// What woke the runner since the last reconcile started, taken: everything, or with `limit` at
-    /// most that many changed devices of one source (the rest wait for the next batch).
-    private func takeWoken(limit: Int? = nil) -> PendingChanges {
+    /// most that many changed devices of one source (the rest wait for the next batch, `left`).
+    private func takeWoken(limit: Int? = nil) -> (taken: PendingChanges, left: Int) {
         let (taken, left) = woken.withLock { woken in
             let taken = woken.take(upTo: limit ?? 0)
             return (taken, woken.deviceCount)
         }
         current.withLock { if $0.inventoryChangesWaiting != nil { $0.inventoryChangesWaiting = left } }
         metrics.inventoryChangesWaiting(workspace: name, left)
-        return taken
+        return (taken, left)
     }
 
     /// Records whether this replica owns the workspace: in its metrics, and for the change follower.
@@ -364,7 +364,7 @@ public final class WorkspaceRunner: Service, Sendable {
             }
             if suspended {
                 // Changes while suspended are not followed one by one: resuming reconciles at once.
-                if !takeWoken().isEmpty { nextRun = nil }
+                if !takeWoken().taken.isEmpty { nextRun = nil }
                 current.withLock {
                     $0.phase = "suspended"
                     $0.nextRunAt = nil
@@ -385,10 +385,9 @@ public final class WorkspaceRunner: Service, Sendable {
             // A whole reconcile (the resync) that is due runs now, changes or not: under a steady
             // stream of changes there is always a batch waiting, and the resync would never come.
             let wholeDue = nextRun.map { timing.now() >= $0 } ?? true
-            let woke = retrying ? PendingChanges() : takeWoken(limit: wholeDue ? nil : Self.batchLimit)
+            let (woke, left) = retrying ? (PendingChanges(), 0) : takeWoken(limit: wholeDue ? nil : Self.batchLimit)
             if !woke.isEmpty {
                 requested = true
-                let left = woken.withLock { $0.deviceCount }
                 log(
                     "workspace=\(name) reconcile started by the inventory: \(Self.describe(woke))\(left > 0 ? " (\(PlanRenderer.counted(left, "more device change")) waiting for the next batch)" : "")"
                 )
@@ -424,11 +423,6 @@ public final class WorkspaceRunner: Service, Sendable {
                 break
             }
             metrics.record(workspace: name, result)
-            if (result.changedDevices ?? Self.batchLimit) >= Self.batchLimit / 10 {
-                // A whole reconcile (or a large batch) peaked; what it freed goes back to the system,
-                // so the resident size between resyncs is what the workspace keeps, not its last peak.
-                _ = tidemark_release_free_memory()
-            }
             failures = result.outcome == .failure ? failures + 1 : 0
             if result.changedDevices != nil, result.outcome == .success, let due = nextRun {
                 // A batch of changed devices leaves the schedule of whole reconciles (the resync) as it was.
@@ -552,9 +546,16 @@ public final class WorkspaceRunner: Service, Sendable {
             let reconciler = self.reconciler
             // On threads of its own, so the health endpoints never wait for a thread behind it.
             group.addTask(executorPreference: ReconcileExecutor.shared) {
-                await reconciler.reconcile(changes: changes, whole: whole) {
+                let result = await reconciler.reconcile(changes: changes, whole: whole) {
                     self.woken.withLock { Set($0.devices.values.flatMap { $0 }) }
                 }
+                if (result.changedDevices ?? Self.batchLimit) >= Self.batchLimit / 10 {
+                    // A whole reconcile (or a large batch) peaked; what it freed goes back to the
+                    // system, so the resident size between resyncs is what the workspace keeps, not its
+                    // last peak. Here, on the reconcile's threads: a trim of a large heap takes a while.
+                    _ = tidemark_release_free_memory()
+                }
+                return result
             }
             var outcome: ReconcileResult?
             for await result in group {
