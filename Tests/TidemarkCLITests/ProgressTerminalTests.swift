@@ -66,10 +66,17 @@ import Testing
             let gaps = zip(draws.dropFirst(), draws).map { $0 - $1 }
             #expect(gaps.allSatisfy { $0 < 1.5 }, "\(label): gaps \(gaps)")
         }
-        // The first refresh line comes within a second of the phase (which starts once the manifests
-        // and the inventory are read, well under a second for the demo).
-        let first = try #require(screen.draws(of: "Reading registrations from FCM").first)
-        #expect(first < 2.0, "first drawn at \(first) s")
+        // The first refresh line comes within a second of the phase. The phase's start is not seen from
+        // outside (it follows the process's start-up, which on a loaded CI machine took over 2 s), so
+        // this reads tidemark's own clock: the refresh counts from the phase's start, and a line drawn
+        // in its first second says it is still measuring the rate (after it: "1 s so far").
+        let refresh = "Reading registrations from FCM: 0/3,003 registrations (0%)"
+        let drawn = screen.text.components(separatedBy: "\u{1B}[K").filter { $0.contains("Reading registrations") }
+        let first = try #require(drawn.first, "\(screen.text.suffix(2000))")
+        #expect(first.contains(refresh + ", measuring the rate"), "first refresh line: \(first)")
+        // And from outside, with room for start-up on a loaded machine.
+        let firstAt = try #require(screen.draws(of: "Reading registrations from FCM").first)
+        #expect(firstAt < 6.0, "first drawn at \(firstAt) s")
         #expect(screen.text.contains("Applying: 11,085/11,085 tokens (100%)"))
         #expect(!screen.text.contains("ETA 0s\u{1B}"), "no bar that opens at the end")
     }

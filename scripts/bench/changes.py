@@ -23,7 +23,7 @@ cost before serve planned changed devices on their own).
 
 usage: python3 scripts/bench/changes.py BINARY [--devices 1000000] [--topics 200] [--changes 200]
            [--every 2] [--idle 300] [--soak 0] [--soak-rate 10] [--burst 100000] [--qps 3000]
-           [--resync 15m]
+           [--resync 15m] [--keep DIR]
 """
 
 import argparse
@@ -107,6 +107,7 @@ def main():
     parser.add_argument("--burst", type=int, default=100_000)
     parser.add_argument("--qps", type=int, default=3000)
     parser.add_argument("--resync", default="15m", help="postgres.resync of the followed source")
+    parser.add_argument("--keep", help="a directory that keeps serve's log and the memory samples (seconds, phase, MiB)")
     args = parser.parse_args()
     per_device = max(1, args.topics // COHORTS)
 
@@ -206,6 +207,9 @@ def main():
             def sample(phase):
                 poll_log()
                 samples.append((time.monotonic(), phase, rss_mib(serve.pid)))
+                if args.keep:
+                    with open(os.path.join(args.keep, "samples.tsv"), "a") as f:
+                        f.write("%.1f\t%s\t%.0f\n" % samples[-1])
 
             def resync_spans():
                 spans = []
@@ -366,6 +370,8 @@ def main():
         if serve is not None:
             stop_process(serve, 30)
         postgres.stop()
+        if args.keep and os.path.exists(log_path):
+            shutil.copy(log_path, os.path.join(args.keep, "serve.log"))
         shutil.rmtree(work, ignore_errors=True)
 
 
