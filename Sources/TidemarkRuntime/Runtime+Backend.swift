@@ -11,7 +11,8 @@ extension Runtime {
         DetachedBackend(identity: BackendIdentity(kind: backendKind, project: settings.project), transport: transport)
     }
 
-    /// Runs `body` with the configured backend; an HTTP backend's client lives exactly as long as `body`.
+    /// Runs `body` with the configured backend; an HTTP backend's client lives exactly as long as `body`,
+    /// unless it comes from the runtime's shared `httpClients`.
     /// Retries that last more than a few seconds are said to `output`.
     public func withBackend<T>(
         output: any WorkflowOutput = SilentOutput(), _ body: (any Backend) async throws -> T
@@ -19,6 +20,10 @@ extension Runtime {
         guard backendKind.isHTTP else { return try await body(try embeddedBackend()) }
         // HTTPS_PROXY / HTTP_PROXY / NO_PROXY decide, per URL, whether a request goes through a proxy.
         let proxies = try ProxySettings.from(resolved.environment)
+        // Shared clients (serve) outlive this backend: their pool closes them.
+        if let shared = httpClients?.routes(for: proxies) {
+            return try await body(try httpBackend(routes: shared, output: output))
+        }
         let routes = HTTPRoutes(settings: proxies, configuration: FCMHTTPBackend.clientConfiguration())
         do {
             let result = try await body(try httpBackend(routes: routes, output: output))

@@ -36,6 +36,9 @@ public struct Runtime: Sendable {
     /// Access tokens shared with the process's other runtimes (`serve` builds one per reconcile and
     /// per batch of changed devices): nil, and each backend fetches its own.
     public var accessTokens: AccessTokenCache?
+    /// HTTP clients shared with the process's other runtimes, their connections kept open between
+    /// backends (`serve`): nil, and each backend makes clients of its own and closes them after it.
+    public var httpClients: HTTPClientPool?
     /// The store this runtime opened: a PostgreSQL store's connection, and the lease its lock took,
     /// serve every part of the run.
     private let store: any StateStore

@@ -49,11 +49,14 @@ public struct Serve: Sendable {
     public var load: @Sendable (_ serveWorkspace: String?, _ manifests: String?) throws -> Runtime
     /// Where log lines go.
     public var logger: Logger
+    /// The HTTP clients every runtime `load` builds sends through; closed when `run` ends.
+    let httpClients: HTTPClientPool
 
     /// A `serve` with `options`, building its runtimes with `load` and logging to `logger`. Every
     /// reconcile and every batch of changed devices builds its runtime; the access tokens their
     /// backends fetch are shared (`AccessTokenCache`), so FCM's token endpoint is asked once an hour,
-    /// not once a batch.
+    /// not once a batch, and so are their HTTP clients (`HTTPClientPool`), so a batch sends on
+    /// connections already open.
     public init(
         options: Options,
         load: @escaping @Sendable (_ serveWorkspace: String?, _ manifests: String?) throws -> Runtime,
@@ -61,9 +64,12 @@ public struct Serve: Sendable {
     ) {
         self.options = options
         let tokens = AccessTokenCache()
+        let clients = HTTPClientPool()
+        self.httpClients = clients
         self.load = { workspace, manifests in
             var runtime = try load(workspace, manifests)
             if runtime.accessTokens == nil { runtime.accessTokens = tokens }
+            if runtime.httpClients == nil { runtime.httpClients = clients }
             return runtime
         }
         self.logger = logger
@@ -191,7 +197,13 @@ public struct Serve: Sendable {
             configuration: ServiceGroupConfiguration(
                 services: services, gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: Logger(label: "tidemark.serve.lifecycle", factory: { _ in SwiftLogNoOpLogHandler() })))
-        try await group.run()
+        do {
+            try await group.run()
+        } catch {
+            await httpClients.shutdown()
+            throw error
+        }
+        await httpClients.shutdown()
         logger.info("tidemark serve stopped")
     }
 

@@ -183,6 +183,19 @@ import FoundationNetworking
         let (_, traffic) = try await server.call("GET", "/emulator/v1/traffic")
         #expect(reconciles() >= 2, "\(serve.logText)")
         #expect(traffic["token_grants"] as? Int == 1, "\(reconciles()) reconciles: \(traffic)")
+        // And they send on the connections already open: three more reconciles, each reading every
+        // registration, open at most one more (a client of its own per backend opens one or more
+        // each time).
+        let opened = try #require(traffic["connections"] as? Int, "\(traffic)")
+        let seen = reconciles()
+        let waited = Date()
+        while reconciles() < seen + 3, Date().timeIntervalSince(waited) < 120 {
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let (_, later) = try await server.call("GET", "/emulator/v1/traffic")
+        let reopened = (later["connections"] as? Int ?? 0) - opened
+        #expect(
+            opened >= 1 && reopened <= 1, "\(reconciles() - seen) reconciles opened \(reopened) connections: \(later)")
 
         // A manifest change past the rail is not applied; the workspace shows blocked, and says why.
         try cli.write("tidemark.yaml", "project: serve-test\nbackend: emulator\nrefresh: all\nmax_unsubscribes: 1\n")

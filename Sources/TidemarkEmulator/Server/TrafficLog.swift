@@ -40,6 +40,10 @@ public final class TrafficLog: Sendable {
         /// Access tokens granted by the token endpoints (OAuth2, STS, IAM credentials, the metadata
         /// server): how often callers fetched one.
         public var tokenGrants = 0
+        /// TCP connections that carried requests to FCM's surfaces or the token endpoints (the admin
+        /// API's excluded), each counted once while it stays open: a client that keeps its
+        /// connections open between calls opens few.
+        public var connections = 0
         /// When the first and the last of them arrived (Unix seconds): the window to measure a rate over.
         public var firstChangeAt: Double?
         /// When the last change arrived (Unix seconds).
@@ -54,6 +58,7 @@ public final class TrafficLog: Sendable {
             case faults
             case tokensChanged = "tokens_changed"
             case tokenGrants = "token_grants"
+            case connections
             case firstChangeAt = "first_change_at"
             case lastChangeAt = "last_change_at"
         }
@@ -64,6 +69,7 @@ public final class TrafficLog: Sendable {
         var recording = false
         var changes: [Change] = []
         var sequence = 0
+        var open: Set<ObjectIdentifier> = []
     }
 
     private let inner = Mutex(Inner())
@@ -81,6 +87,20 @@ public final class TrafficLog: Sendable {
     }
 
     func count(_ update: (inout Counters) -> Void) { inner.withLock { update(&$0.counters) } }
+
+    /// Counts the connection `id` if it carries its first request; false when it was counted already.
+    func noteConnection(_ id: ObjectIdentifier) -> Bool {
+        inner.withLock { inner in
+            guard inner.open.insert(id).inserted else { return false }
+            inner.counters.connections += 1
+            return true
+        }
+    }
+
+    /// The connection `id` closed: an identifier used again later is a new connection.
+    func connectionClosed(_ id: ObjectIdentifier) {
+        _ = inner.withLock { $0.open.remove(id) }
+    }
 
     func recordChange(project: String, operation: String, topic: String, tokens: [String], api: String) {
         inner.withLock { inner in
@@ -107,6 +127,7 @@ public final class TrafficLog: Sendable {
         inner.withLock { inner in
             inner.counters = Counters()
             inner.changes = []
+            inner.open = []
         }
     }
 }
