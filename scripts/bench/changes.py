@@ -303,6 +303,16 @@ def main():
                        growth <= 50)
                 print("  (%d changes in the soak, %.1f a second; %d resyncs in it)" % (
                     n, n / args.soak, sum(1 for a, b in resync_spans() if start < a < end)), flush=True)
+                # Where memory settles after each whole reconcile: a step at each one (a heap left larger
+                # by the read) or growth between them (something kept per change) tell different stories.
+                settled = []
+                for a, b in resync_spans():
+                    if start < a < end:
+                        after = [rss for t, rss in soaked if b < t < min(b + 120, end)]
+                        if after:
+                            settled.append("%.0f" % max(after))
+                print("  (resident memory: %.0f MiB in the soak's first minute; in the 2 minutes after each "
+                      "resync in it: %s MiB)" % (max(first_minute or [0]), ", ".join(settled) or "none"), flush=True)
 
             # 4. burst
             burst = min(args.burst, args.devices)
