@@ -61,16 +61,18 @@ struct EmulatorResponder: HTTPResponder {
         // HTTPTypes carries HTTP/1's Host header as the request's authority, not as a field.
         if let authority = request.head.authority { headers["host"] = authority }
         let target = request.uri.query.map { "\(request.uri.path)?\($0)" } ?? request.uri.path
-        if !request.uri.path.hasPrefix("/emulator/") {
+        let wire = WireRequest(
+            method: request.method.rawValue, target: target, headers: headers,
+            body: Data(buffer: body))
+        // A connection is counted for the first request it carries that is not the admin API's (the
+        // emulator's own routing decides which is).
+        if FCMRoute(method: wire.method, segments: wire.segments) != .admin {
             let channel = context.channel
             let id = ObjectIdentifier(channel)
             if emulator.traffic.noteConnection(id) {
                 channel.closeFuture.whenComplete { [traffic = emulator.traffic] _ in traffic.connectionClosed(id) }
             }
         }
-        let wire = WireRequest(
-            method: request.method.rawValue, target: target, headers: headers,
-            body: Data(buffer: body))
         let answer = await emulator.handle(wire)
         if answer.dropConnection {
             try? await context.channel.close()
