@@ -77,7 +77,10 @@ public struct Reconciler: Sendable {
                 manifests = fetched.directory
             }
             let runtime = try load(manifests)
-            let settled = try await run(runtime, output: output, into: &result)
+            // The tokens this read finds unchanged keep the strings the last one made (see StringReuse).
+            let settled = try await StringReuse.$current.withValue(previous.map { StringReuse($0.plan.state.tokens) }) {
+                try await run(runtime, output: output, into: &result)
+            }
             if followsChanges, let settled {
                 if let previous, previous.filesDigest == settled.loaded.filesDigest, changes.fullReads.isEmpty,
                     changes.rereads.isEmpty

@@ -78,6 +78,8 @@ public final class PostgresStateStore: ServeRecordKeeping {
     /// The workspace's state, read in one read-only transaction; nil when it has none.
     public func load() async throws -> State? {
         try await ensureSchema()
+        // In `serve`'s whole reads, the tokens the last one kept are kept again rather than made anew.
+        let reuse = StringReuse.current
         return try await link.transaction(readOnly: true) { c -> State? in
             guard
                 let row = try await c.first(
@@ -99,12 +101,12 @@ public final class PostgresStateStore: ServeRecordKeeping {
             for try await row in tokens {
                 let (id, token, seen, isDead, device, left) = try self.decode(
                     row, (Int64, String, Int64, Bool, String, Int64).self, table: "tidemark_tokens")
-                deviceIDs.append(device)
+                deviceIDs.append(reuse?.deviceID(device, ofToken: Int(id)) ?? device)
                 leftAt.append(left)
                 guard Int(id) == tokenList.count else {
                     throw self.damaged("table 'tidemark_tokens': token ids are not dense at id \(id)")
                 }
-                tokenList.append(token)
+                tokenList.append(reuse?.token(token, id: Int(id)) ?? token)
                 seenAt.append(seen)
                 if isDead { dead.append(UInt32(id)) }
             }

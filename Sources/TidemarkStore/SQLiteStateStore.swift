@@ -339,6 +339,8 @@ public final class SQLiteStateStore: ServeRecordKeeping {
     /// The whole state.
     public func load() async throws -> State? {
         guard let queue = try open(create: false) else { return nil }
+        // In `serve`'s whole reads, the tokens the last one kept are kept again rather than made anew.
+        let reuse = StringReuse.current
         return try await running {
             try await queue.read { db -> State? in
                 guard try hasWorkspace(db) else { return nil }
@@ -352,7 +354,7 @@ public final class SQLiteStateStore: ServeRecordKeeping {
                     sql:
                         "SELECT id, token, seen_at, dead\(devices ? ", device_id, left_at" : "") FROM \(t.tokens) ORDER BY id"
                 )
-                let read = try readTokens(statement, count: count, devices: devices)
+                let read = try readTokens(statement, count: count, devices: devices, reuse: reuse)
                 let table: TokenRegistry
                 do {
                     table = try TokenRegistry(
@@ -436,7 +438,7 @@ public final class SQLiteStateStore: ServeRecordKeeping {
     /// GRDB's generic row decoding was a third of loading state. Ids must run 0, 1, 2, …; a cell of
     /// another type than tidemark writes there is damage, as `cell` reports it.
     private func readTokens(
-        _ statement: Statement, count: Int, devices: Bool
+        _ statement: Statement, count: Int, devices: Bool, reuse: StringReuse?
     ) throws -> (
         tokens: [String], seenAt: [Int64], dead: [UInt32], deviceIDs: [String], leftAt: [Int64]
     ) {
@@ -481,11 +483,13 @@ public final class SQLiteStateStore: ServeRecordKeeping {
             guard id == Int64(tokens.count) else {
                 throw StateStoreError(.damaged, path: location, "table 'tokens': token ids are not dense at id \(id)")
             }
-            tokens.append(try text(1))
+            let token = try text(1)
+            tokens.append(reuse?.token(token, id: Int(id)) ?? token)
             seenAt.append(try integer(2))
             if try integer(3) != 0 { dead.append(UInt32(id)) }
             if devices {
-                deviceIDs.append(try text(4))
+                let device = try text(4)
+                deviceIDs.append(reuse?.deviceID(device, ofToken: Int(id)) ?? device)
                 leftAt.append(try integer(5))
             }
         }

@@ -36,6 +36,7 @@ public enum InventorySourceConformance {
         case reportsDuplicatesNamingBothPlaces
         case refusesInvalidTokensAndKeepsTheRest
         case combinesWithOtherSources
+        case reusesTheStringsOfTheLastRead
 
         /// The check's name, as test reports show it.
         public var testDescription: String { rawValue }
@@ -53,6 +54,7 @@ public enum InventorySourceConformance {
         case .reportsDuplicatesNamingBothPlaces: try await reportsDuplicates(make)
         case .refusesInvalidTokensAndKeepsTheRest: try await refusesInvalidTokens(make)
         case .combinesWithOtherSources: try await combines(make)
+        case .reusesTheStringsOfTheLastRead: try await reusesTheStringsOfTheLastRead(make)
         }
     }
 
@@ -89,6 +91,42 @@ public enum InventorySourceConformance {
                 #expect(inventory.label(key, ofDevice: index) == device.labels[key], "label \(key) of \(device.id)")
             }
         }
+    }
+
+    /// A builder made inside `StringReuse.$current.withValue` keeps the strings it is given for the tokens it
+    /// reads with the same bytes, and for their device ids when state recorded the same device for them.
+    static func reusesTheStringsOfTheLastRead(_ make: Make) async throws {
+        let listed = (0..<40).map { i in
+            FixtureDevice(
+                id: "device-\(i)-with-a-long-stable-id", token: Fixtures.token(i, prefix: "inv"),
+                labels: ["platform": "ios"])
+        }
+        func anew(_ string: String) -> String { String(decoding: Array(string.utf8), as: UTF8.self) }
+        // What the last whole read kept: the first 30 tokens, with their devices but for token 5's.
+        var kept = TokenRegistry()
+        for device in listed.prefix(30) {
+            let id = kept.intern(anew(device.token))
+            kept.setDeviceID(id, device.id == listed[5].id ? "a-device-that-had-the-token-before" : anew(device.id))
+        }
+        let storage = StateStoreConformance.storage
+        var builder = StringReuse.$current.withValue(StringReuse(kept)) { InventoryBuilder() }
+        _ = try await load(try await make(listed), into: &builder)
+        let inventory = builder.inventory
+        #expect(builder.diagnostics.isEmpty && inventory.count == 40)
+        for (i, device) in listed.enumerated() {
+            let index = try #require(inventory.index(ofDevice: device.id))
+            #expect(inventory.tokens[index] == device.token && inventory.deviceIDs[index] == device.id)
+            let id = kept.id(device.token)
+            #expect(
+                (storage(inventory.tokens[index]) == id.flatMap { storage(kept[$0]) }) == (i < 30),
+                "the token of \(device.id) is the kept string exactly when one was kept")
+            #expect(
+                (storage(inventory.deviceIDs[index]) == id.flatMap { storage(kept.deviceIDs[Int($0)]) })
+                    == (i < 30 && i != 5), "the id of \(device.id) is the kept string when its token's device is")
+        }
+        var plain = InventoryBuilder()
+        _ = try await load(try await make(listed), into: &plain)
+        #expect(storage(plain.inventory.tokens[0]) != storage(kept[0]), "outside a whole read, nothing is reused")
     }
 
     static func loadsNothing(_ make: Make) async throws {

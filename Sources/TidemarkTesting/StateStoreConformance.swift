@@ -31,6 +31,7 @@ public enum StateStoreConformance {
         case journalsEveryTokenOfAPlan
         case leaseOperationsMatchTheLockKind
         case keepsServeRecords
+        case reusesTheStringsOfTheLastRead
 
         /// The check's name, as test reports show it.
         public var testDescription: String { rawValue }
@@ -56,6 +57,7 @@ public enum StateStoreConformance {
         case .journalsEveryTokenOfAPlan: try await journalsEveryTokenOfAPlan(store)
         case .leaseOperationsMatchTheLockKind: try await leaseOperationsMatchTheLockKind(store)
         case .keepsServeRecords: try await keepsServeRecords(store)
+        case .reusesTheStringsOfTheLastRead: try await reusesTheStringsOfTheLastRead(store)
         }
     }
 
@@ -137,6 +139,39 @@ public enum StateStoreConformance {
         #expect(again.deviceID(of: 1) == "device-1" && again.deviceID(of: new) == "device-500")
         #expect(again.leftAt[1] == 555 && again.leftAt[9] == 777)
         #expect(again.deviceID(of: 0) == "device-0")
+    }
+
+    /// Where the string's bytes are stored: the same address for two strings is one allocation. Only for
+    /// strings too long to be stored inline (over 15 bytes).
+    public static func storage(_ string: String) -> UnsafeRawPointer? {
+        string.utf8.withContiguousStorageIfAvailable { UnsafeRawPointer($0.baseAddress) } ?? nil
+    }
+
+    /// A load inside `StringReuse.$current.withValue` keeps the strings it is given for the tokens and
+    /// device ids that have the same bytes, and only those (`serve`'s whole reads; see `StringReuse`).
+    static func reusesTheStringsOfTheLastRead(_ store: any StateStore) async throws {
+        var state = sample(tokens: 30)
+        for i in 0..<30 { state.setDeviceID(UInt32(i), "device-\(i)-of-the-sample-state") }
+        try await store.save(&state, writeAll(state), at: 1000)
+        let first = try #require(try await store.load())
+        // The last read as `serve` keeps it, but for token 4 (rotated since) and the device of token 6.
+        var kept = TokenRegistry()
+        for i in 0..<30 {
+            let id = kept.intern(i == 4 ? token(1004) : first.tokens[UInt32(i)])
+            kept.setDeviceID(id, i == 6 ? "another-device-of-the-sample" : first.deviceIDs[i])
+        }
+        let again = try #require(
+            try await StringReuse.$current.withValue(StringReuse(kept)) { try await store.load() })
+        #expect(again.tokens.tokens == first.tokens.tokens && again.deviceIDs == first.deviceIDs)
+        for i in 0..<30 where i != 4 {
+            #expect(storage(again.tokens[UInt32(i)]) == storage(kept[UInt32(i)]), "token \(i) is the kept string")
+        }
+        #expect(again.tokens[4] == token(4), "a token the kept strings do not have is read as stored")
+        for i in 0..<30 where i != 6 {
+            #expect(
+                storage(again.deviceIDs[i]) == storage(kept.deviceIDs[i]), "device of token \(i) is the kept string")
+        }
+        #expect(again.deviceIDs[6] == "device-6-of-the-sample-state")
     }
 
     /// `state prune`: a rebuilt token table replaces the stored one, every set remapped, in one save.

@@ -71,7 +71,7 @@ public struct Inventory: Sendable {
     ) -> Conflict? {
         var slots: [(Int, String)] = []
         for (key, value) in labels { slots.append((labelSlot(key), value)) }
-        return add(id: id, token: token, slots: slots, source: source, line: line, column: column)
+        return add(id: id, token: token, slots: slots, source: source, line: line, column: column, reuse: nil)
     }
 
     /// The column of a label name, created when new; lets bulk loaders resolve names once per file.
@@ -86,15 +86,16 @@ public struct Inventory: Sendable {
         return k
     }
 
-    /// Adds a device with labels given by column (from `labelSlot`).
+    /// Adds a device with labels given by column (from `labelSlot`); its token and id are the strings
+    /// `reuse` keeps when it has the same.
     mutating func add(
         id: String, token: String, slots: some Sequence<(Int, String)>, source: UInt16, line: Int,
-        column: Int = 1
+        column: Int = 1, reuse: StringReuse?
     ) -> Conflict? {
         let conflict = StringIndex.withBytes(token) { bytes in
             append(
                 id: id, token: bytes, tokenHash: StringIndex.hash(bytes: bytes), made: { token }, source: source,
-                line: line, column: column)
+                line: line, column: column, reuse: reuse)
         }
         if conflict != nil { return conflict }
         for (slot, value) in slots where !value.isEmpty {
@@ -109,11 +110,13 @@ public struct Inventory: Sendable {
     /// with its field.
     mutating func add(
         id: String, token: UnsafeBufferPointer<UInt8>, tokenHash: UInt64?, row: UnsafeBufferPointer<UInt8>,
-        fields: [Range<Int>], labels: [(slot: Int, field: Int)], source: UInt16, line: Int, column: Int
+        fields: [Range<Int>], labels: [(slot: Int, field: Int)], source: UInt16, line: Int, column: Int,
+        reuse: StringReuse?
     ) -> Conflict? {
         if let conflict = append(
             id: id, token: token, tokenHash: tokenHash ?? StringIndex.hash(bytes: token),
-            made: { String(decoding: token, as: UTF8.self) }, source: source, line: line, column: column)
+            made: { String(decoding: token, as: UTF8.self) }, source: source, line: line, column: column,
+            reuse: reuse)
         {
             return conflict
         }
@@ -133,10 +136,10 @@ public struct Inventory: Sendable {
 
     /// Indexes and appends a device, without labels, unless its id or token is known (that conflict is
     /// returned). One probe each: the id's free slot is filled only once the token is known to be new.
-    /// `made` makes the token's string, only when the device is kept.
+    /// `made` makes the token's string, only when the device is kept and `reuse` has no string for it.
     private mutating func append(
         id: String, token: UnsafeBufferPointer<UInt8>, tokenHash: UInt64, made: () -> String, source: UInt16,
-        line: Int, column: Int
+        line: Int, column: Int, reuse: StringReuse?
     ) -> Conflict? {
         let index = deviceIDs.count
         let idSlot = indexByID.probe(id, in: deviceIDs)
@@ -145,8 +148,13 @@ public struct Inventory: Sendable {
         if case .found(let existing) = tokenSlot { return .duplicateToken(existing) }
         indexByToken.fill(tokenSlot, position: index)
         indexByID.fill(idSlot, position: index)
-        deviceIDs.append(id)
-        tokens.append(made())
+        if let reuse, let kept = reuse.token(bytes: token, hash: tokenHash) {
+            deviceIDs.append(reuse.deviceID(id, ofToken: kept.id))
+            tokens.append(kept.token)
+        } else {
+            deviceIDs.append(id)
+            tokens.append(made())
+        }
         sourceOfDevice.append(source)
         lineOfDevice.append(UInt32(line))
         columnOfDevice.append(UInt32(column))

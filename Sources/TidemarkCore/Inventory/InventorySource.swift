@@ -165,8 +165,16 @@ public struct InventoryBuilder: Sendable {
     /// Counts a row left out by policy.
     public mutating func countExcluded() { excluded += 1 }
 
-    /// A builder that refuses devices past `deviceLimit`.
-    public init(deviceLimit: Int = .max) { self.deviceLimit = deviceLimit }
+    /// The strings of the last whole read that the devices added reuse (`StringReuse.current` when the
+    /// builder was made).
+    let reuse: StringReuse?
+
+    /// A builder that refuses devices past `deviceLimit`; its devices keep the strings
+    /// `StringReuse.current` has for their tokens.
+    public init(deviceLimit: Int = .max) {
+        self.deviceLimit = deviceLimit
+        self.reuse = StringReuse.current
+    }
 
     /// The diagnostics, with a line for each kind of problem past `sameKindLimit` counting the rest,
     /// and a last line counting those past `diagnosticLimit`.
@@ -291,8 +299,7 @@ public struct InventoryBuilder: Sendable {
         }
         let conflict = inventory.add(
             id: deviceID, token: token, tokenHash: tokenHash, row: row, fields: fields, labels: labels,
-            source: source.index, line: line,
-            column: column)
+            source: source.index, line: line, column: column, reuse: reuse)
         guard let conflict else { return true }
         reportConflict(conflict, id: deviceID, at: SourceLocation(file: source.file, line: line, column: column))
         return false
@@ -338,7 +345,7 @@ public struct InventoryBuilder: Sendable {
         }
         guard
             let conflict = inventory.add(
-                id: id, token: token, slots: slots, source: source.index, line: line, column: column)
+                id: id, token: token, slots: slots, source: source.index, line: line, column: column, reuse: reuse)
         else { return true }
         reportConflict(conflict, id: id, at: location)
         return false

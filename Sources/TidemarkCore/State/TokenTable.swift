@@ -62,6 +62,11 @@ public struct TokenTable: Sendable {
     /// The id of `token`, or nil when it is not interned.
     public func id(_ token: String) -> UInt32? { index.find(token, in: tokens).map { UInt32($0) } }
 
+    /// The id of the token with these bytes (hashed as `StringIndex.hash(bytes:)`); nil when none is.
+    func find(bytes: UnsafeBufferPointer<UInt8>, hash: UInt64) -> Int? {
+        index.find(bytes: bytes, hash: hash, in: tokens)
+    }
+
     /// The token with `id`.
     public subscript(id: UInt32) -> String { tokens[Int(id)] }
 }
