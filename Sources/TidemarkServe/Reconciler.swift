@@ -109,7 +109,7 @@ public struct Reconciler: Sendable {
                         plan: WarmPlan(
                             loaded: settled.loaded, state: settled.state, files: runtime.manifestSource().files,
                             tokenFileBytes: runtime.settings.limits.tokenFileBytes,
-                            shrinkGuard: runtime.resolved.shrinkGuard),
+                            shrinkGuard: runtime.resolved.shrinkGuard, sharingTokens: previous == nil),
                         manifests: manifests, filesDigest: settled.loaded.filesDigest))
             }
         } catch {

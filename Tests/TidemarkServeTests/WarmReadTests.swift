@@ -45,4 +45,24 @@ import TidemarkTesting
             }
         }
     }
+
+    /// The first reading after a start (state stored, nothing to reuse) holds one string per token too:
+    /// the inventory's tokens become state's.
+    @Test func theFirstReadingHoldsOneStringPerToken() async throws {
+        let project = try ServeProject()
+        defer { project.remove() }
+        try project.writeDevices([0, 1, 2])
+        #expect(await project.reconciler().reconcile().outcome == .success, "state is stored")
+        var restarted = project.reconciler()
+        restarted.followsChanges = true
+        let first = await restarted.reconcile()
+        #expect(first.outcome == .success && first.subscribed == 0, "\(first)")
+        let entry = try #require(restarted.warm.take())
+        let storage = StateStoreConformance.storage
+        for i in 0..<3 {
+            let device = try #require(entry.plan.inventory.index(ofDevice: "d\(i)"))
+            let id = try #require(entry.plan.state.tokens.id(Fixtures.token(i)))
+            #expect(storage(entry.plan.inventory.tokens[device]) == storage(entry.plan.state.tokens[id]))
+        }
+    }
 }

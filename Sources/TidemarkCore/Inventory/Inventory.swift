@@ -162,6 +162,14 @@ public struct Inventory: Sendable {
         return nil
     }
 
+    /// Makes each token the string `table` holds with the same bytes, where it has one: a reading kept
+    /// in memory then holds one string per token, not one in state and another here.
+    mutating func shareTokens(with table: TokenTable) {
+        for i in tokens.indices {
+            if let id = table.id(tokens[i]) { tokens[i] = table[id] }
+        }
+    }
+
     /// Starts loading the index slots a later `add` of this id and token probes first.
     /// Returns the token's hash, for that `add`.
     func prefetch(id: UnsafeBufferPointer<UInt8>, token: UnsafeBufferPointer<UInt8>) -> UInt64 {

@@ -39,17 +39,21 @@ public struct WarmPlan: Sendable {
     public private(set) var listed: Int
 
     /// What `loaded` (a full read, resolved into `state`'s token table) and `state` (after an apply
-    /// that left nothing to do) hold; token files are read from `files`.
+    /// that left nothing to do) hold; token files are read from `files`. With `sharingTokens`, the
+    /// inventory's tokens become state's strings (a read that did not reuse the last one's; see
+    /// `StringReuse`), so that the reading holds one string per token.
     public init(
         loaded: LoadedManifests, state: State, files: any FileSource, tokenFileBytes: Int,
-        shrinkGuard: ShrinkGuard? = nil
+        shrinkGuard: ShrinkGuard? = nil, sharingTokens: Bool = false
     ) {
         self.shrinkGuard = shrinkGuard
         self.listed = loaded.inventory.count
         self.manifests = loaded.manifests
         self.files = files
         self.tokenFileBytes = tokenFileBytes
-        self.inventory = loaded.inventory
+        var inventory = loaded.inventory
+        if sharingTokens { inventory.shareTokens(with: state.tokens.table) }
+        self.inventory = inventory
         self.desired = loaded.desired
         self.state = state
         self.digest = loaded.digest
