@@ -26,7 +26,7 @@ public struct StringReuse: Sendable {
     public func token(_ token: String, id: Int) -> String {
         if id >= 0, id < registry.count {
             let kept = registry.table.tokens[id]
-            if kept == token { return kept }
+            if Self.same(kept, token) { return kept }
         }
         return self.token(token)
     }
@@ -46,6 +46,12 @@ public struct StringReuse: Sendable {
     public func deviceID(_ deviceID: String, ofToken id: Int) -> String {
         guard id >= 0, id < registry.count else { return deviceID }
         let kept = registry.deviceIDs[id]
-        return kept == deviceID ? kept : deviceID
+        return Self.same(kept, deviceID) ? kept : deviceID
+    }
+
+    /// Whether the two strings are the same bytes (`==` also equates other spellings of the same text,
+    /// such as a letter with its accent composed or apart, which an id or token must not be taken for).
+    static func same(_ a: String, _ b: String) -> Bool {
+        StringIndex.withBytes(b) { StringIndex.equal(a, $0) }
     }
 }
