@@ -162,12 +162,10 @@ public struct Inventory: Sendable {
         return nil
     }
 
-    /// Makes each token the string `table` holds with the same bytes, where it has one: a reading kept
+    /// Makes each token the string `reuse` keeps with the same bytes, where it keeps one: a reading kept
     /// in memory then holds one string per token, not one in state and another here.
-    mutating func shareTokens(with table: TokenTable) {
-        for i in tokens.indices {
-            if let id = table.id(tokens[i]) { tokens[i] = table[id] }
-        }
+    mutating func shareTokens(with reuse: StringReuse) {
+        for i in tokens.indices { tokens[i] = reuse.token(tokens[i]) }
     }
 
     /// Starts loading the index slots a later `add` of this id and token probes first.

@@ -52,7 +52,7 @@ public struct WarmPlan: Sendable {
         self.files = files
         self.tokenFileBytes = tokenFileBytes
         var inventory = loaded.inventory
-        if sharingTokens { inventory.shareTokens(with: state.tokens.table) }
+        if sharingTokens { inventory.shareTokens(with: StringReuse(state.tokens)) }
         self.inventory = inventory
         self.desired = loaded.desired
         self.state = state
