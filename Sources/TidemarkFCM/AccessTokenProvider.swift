@@ -238,8 +238,8 @@ public actor AccessTokenProvider {
         return "the credentials"
     }
 
-    /// A URL without its query (which may carry tokens), for messages.
-    static func endpoint(_ url: String) -> String { String(url.prefix { $0 != "?" }) }
+    /// A URL as messages show it: no password, token or query value (`URLRedaction.display`).
+    static func endpoint(_ url: String) -> String { URLRedaction.display(url) }
 
     /// `application/x-www-form-urlencoded`.
     static func form(_ fields: [(String, String)]) -> String {
@@ -266,10 +266,9 @@ public actor AccessTokenProvider {
         return "HTTP \(status)"
     }
 
-    /// The values of `url`'s query: a subject token URL may carry a secret there.
-    static func queryValues(_ url: String) -> [String] {
-        URLComponents(string: url)?.queryItems?.compactMap(\.value) ?? []
-    }
+    /// What `url` carries that must not be printed (a password, query values), for hiding it where an
+    /// endpoint quotes its request back.
+    static func queryValues(_ url: String) -> [String] { URLRedaction.secrets(in: url) }
 
     // MARK: Service account
 
@@ -290,12 +289,13 @@ public actor AccessTokenProvider {
         let (status, data) = try await send(request, what: "The token endpoint of \(key.clientEmail)")
         guard status == 200, let granted = FCMWire.decode(FCMWire.AccessToken.self, from: data) else {
             let refusal = FCMWire.decode(FCMWire.OAuthError.self, from: data)
-            let code = refusal.map { QuotedAnswer.safe($0.error, hiding: [assertion]) } ?? "HTTP \(status)"
-            let detail = QuotedAnswer.safe(refusal?.errorDescription ?? "", hiding: [assertion])
+            let hidden = [assertion] + Self.queryValues(key.tokenURI)
+            let code = refusal.map { QuotedAnswer.safe($0.error, hiding: hidden) } ?? "HTTP \(status)"
+            let detail = QuotedAnswer.safe(refusal?.errorDescription ?? "", hiding: hidden)
             let hint =
                 code == "invalid_grant"
                 ? "the key may be revoked or deleted, or this machine's clock is off; create a new key for \(key.clientEmail)"
-                : "check the key file and the token_uri \(key.tokenURI)"
+                : "check the key file and the token_uri \(Self.endpoint(key.tokenURI))"
             throw CredentialError(
                 "The token endpoint refused \(key.clientEmail): \(code)\(detail.isEmpty ? "" : " (\(detail))"); \(hint)."
             )
@@ -366,7 +366,7 @@ public actor AccessTokenProvider {
         let (status, data) = try await send(exchange, what: "The Security Token Service")
         guard status == 200, let federated = FCMWire.decode(FCMWire.STSToken.self, from: data) else {
             throw CredentialError(
-                "The Security Token Service at \(Self.endpoint(account.tokenURL)) refused the subject token for \(account.audience): \(Self.refusal(data, status: status, hiding: [subject])); check the workload identity pool's provider (its issuer, allowed audiences and attribute condition) against the CI's token."
+                "The Security Token Service at \(Self.endpoint(account.tokenURL)) refused the subject token for \(account.audience): \(Self.refusal(data, status: status, hiding: [subject] + Self.queryValues(account.tokenURL))); check the workload identity pool's provider (its issuer, allowed audiences and attribute condition) against the CI's token."
             )
         }
         let federatedExpiry = issuedAt.addingTimeInterval(TimeInterval(federated.expiresIn ?? 3599))

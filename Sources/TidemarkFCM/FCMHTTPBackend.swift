@@ -415,7 +415,9 @@ public struct FCMHTTPBackend: Backend {
     }
 
     /// The base URL a request goes to (FCM's, or the Instance ID API's).
-    func base(of url: String) -> String { url.hasPrefix(endpoints.iid + "/iid/") ? endpoints.iid : endpoints.fcm }
+    func base(of url: String) -> String {
+        URLRedaction.display(url.hasPrefix(endpoints.iid + "/iid/") ? endpoints.iid : endpoints.fcm)
+    }
 
     /// The setting that chose where `url` goes, with its value, for messages.
     func setting(for url: String) -> String {
@@ -445,7 +447,7 @@ public struct FCMHTTPBackend: Backend {
 
     /// URLs carry registration tokens; errors show them redacted.
     static func redact(_ url: String) -> String {
-        url.split(separator: "/", omittingEmptySubsequences: false).map { part in
+        URLRedaction.display(url).split(separator: "/", omittingEmptySubsequences: false).map { part in
             guard part.count > 40 else { return part }
             // The token as the plan and state show it: its fingerprint is of the token, not of its
             // percent-encoded form in the path.

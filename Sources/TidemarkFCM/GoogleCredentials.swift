@@ -144,7 +144,8 @@ public struct ExternalAccount: Sendable, Equatable {
             guard let parsed = URLComponents(string: value), parsed.scheme == "https" || parsed.scheme == "http",
                 parsed.host != nil
             else {
-                throw CredentialError("\(name) in \(path) is not a URL: \(value)")
+                throw CredentialError(
+                    "\(name) in \(path) is not a URL: \(URLRedaction.display(value).escapedOnOneLine)")
             }
         }
         return ExternalAccount(

@@ -190,4 +190,35 @@ import TidemarkTesting
         #expect(AccessTokenProvider.refusal(long, status: 400).count <= QuotedAnswer.limit + 1)
         #expect(QuotedAnswer.safe("line\nnext\u{1B}[31m") == "line\\nnext\\u{1B}[31m")
     }
+
+    /// A token_uri with a password in its user information or a secret in its query: no message shows
+    /// either, whether the endpoint cannot be reached or it quotes the request back.
+    @Test func aTokenURIsCredentialsAreNeverPrinted() async throws {
+        let client = HTTPClient(eventLoopGroupProvider: .singleton)
+        var key = try ServiceAccountKey.generate(projectID: "fcm-test", accountName: "ci", tokenURI: "")
+        key.tokenURI = "http://robot:PASSWORD-hunter2@127.0.0.1:1/token?sig=QUERYSECRET42&x=1"
+        do {
+            _ = try await AccessTokenProvider(key: key, client: client).token()
+            Issue.record("a closed port gives no token")
+        } catch let error as CredentialError {
+            #expect(error.message.contains("http://robot:***@127.0.0.1:1/token?sig=***&x=***"), "\(error.message)")
+            for secret in ["PASSWORD-hunter2", "QUERYSECRET42"] {
+                #expect(!error.message.contains(secret), "\(error.message)")
+            }
+        }
+        try await client.shutdown()
+        try await withEmulator { server, client in
+            var echoed = try ServiceAccountKey.load(path: server.keyFilePath)
+            echoed.tokenURI += "?sig=QUERYSECRET42"
+            server.emulator.control.echoTokenRequests(true)
+            do {
+                _ = try await AccessTokenProvider(key: echoed, client: client).token()
+                Issue.record("an echoing refusal gives no token")
+            } catch let error as CredentialError {
+                #expect(error.message.contains("invalid_request"), "\(error.message)")
+                #expect(!error.message.contains("QUERYSECRET42"), "\(error.message)")
+            }
+            server.emulator.control.echoTokenRequests(false)
+        }
+    }
 }

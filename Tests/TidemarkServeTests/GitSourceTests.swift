@@ -93,7 +93,7 @@ struct ManifestRepository {
         }
         #expect(
             ServeSection.GitSource.redact("https://ci:s3cret@git.example.com/acme/x.git")
-                == "https://***@git.example.com/acme/x.git")
+                == "https://ci:***@git.example.com/acme/x.git")
         #expect(ServeSection.GitSource.redact("git@github.com:acme/x.git") == "git@github.com:acme/x.git")
     }
 
@@ -162,7 +162,8 @@ struct ManifestRepository {
         let closed = await reconcile(ServeSection.GitSource(url: secret, location: location))
         #expect(closed.outcome == .failure && closed.reason == "source_unavailable", "\(closed)")
         #expect(
-            closed.message?.contains("https://***@127.0.0.1:1/acme/manifests.git") == true, "\(closed.message ?? "")")
+            closed.message?.contains("https://ci:***@127.0.0.1:1/acme/manifests.git") == true, "\(closed.message ?? "")"
+        )
         #expect(closed.message?.contains("s3cret") == false, "\(closed.message ?? "")")
         #expect(closed.message?.contains("tidemark.yaml:3") == true)
     }

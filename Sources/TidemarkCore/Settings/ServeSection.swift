@@ -45,15 +45,8 @@ public struct ServeSection: Sendable, Equatable {
         /// The URL as messages show it: without a password or token written into it.
         public var displayURL: String { GitSource.redact(url) }
 
-        /// `url` with the user information of an `https://user:secret@host/…` URL dropped.
-        public static func redact(_ url: String) -> String {
-            guard let scheme = url.range(of: "://"), let at = url[scheme.upperBound...].firstIndex(of: "@") else {
-                return url
-            }
-            let host = url[scheme.upperBound...]
-            if let slash = host.firstIndex(of: "/"), slash < at { return url }
-            return String(url[..<scheme.upperBound]) + "***@" + String(url[url.index(after: at)...])
-        }
+        /// `url` as messages show it (`URLRedaction.display`): no password, token or query value.
+        public static func redact(_ url: String) -> String { URLRedaction.display(url) }
 
         /// The keys `source:` may hold.
         public static let keys = ["git", "branch", "path"]

@@ -36,7 +36,7 @@ public enum QuotedAnswer {
     /// escaped, and cut to `limit` characters.
     public static func safe(_ text: String, hiding secrets: [String] = []) -> String {
         var out = text
-        for secret in secrets where secret.count >= 8 {
+        for secret in secrets where secret.count >= 4 {
             out = out.replacingOccurrences(of: secret, with: "[redacted]")
             var allowed = CharacterSet.alphanumerics
             allowed.insert(charactersIn: "-._~")
@@ -62,5 +62,85 @@ public enum QuotedAnswer {
         guard let regex = try? NSRegularExpression(pattern: pattern) else { return text }
         return regex.stringByReplacingMatches(
             in: text, range: NSRange(text.startIndex..., in: text), withTemplate: template)
+    }
+}
+
+/// The one way tidemark prints a URL it was given: a key file's `token_uri`, an external account's
+/// subject token URL, a git repository, a database, FCM's or a webhook's address.
+///
+/// A URL may carry a credential in its user information (`https://user:PASSWORD@host/…`, or a token as
+/// the user name) or in its query (`?sig=…`); neither is printed. The scheme, host, port, path and the
+/// query's parameter names stay, so a message still says where tidemark went.
+public enum URLRedaction {
+    /// What stands in for a hidden part.
+    public static let mask = "***"
+
+    /// `url` with the password of its user information hidden (or the whole user information, when it
+    /// is one word: a token as user name), every query value hidden and any fragment dropped. Text that
+    /// is not a URL with `://` keeps everything but a query's values.
+    public static func display(_ url: String) -> String {
+        var rest = Substring(url)
+        var out = ""
+        if let scheme = rest.range(of: "://") {
+            out += rest[..<scheme.upperBound]
+            rest = rest[scheme.upperBound...]
+            let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? rest.endIndex
+            let authority = rest[..<authorityEnd]
+            if let at = authority.lastIndex(of: "@") {
+                let userinfo = authority[..<at]
+                if let colon = userinfo.firstIndex(of: ":") {
+                    out += userinfo[..<colon] + ":" + mask
+                } else {
+                    out += mask
+                }
+                out += authority[at...]
+            } else {
+                out += authority
+            }
+            rest = rest[authorityEnd...]
+        }
+        if let hash = rest.firstIndex(of: "#") { rest = rest[..<hash] }
+        guard let question = rest.firstIndex(of: "?") else { return out + rest }
+        out += rest[..<question]
+        let query = rest[rest.index(after: question)...]
+        guard !query.isEmpty else { return out }
+        let items = query.split(separator: "&", omittingEmptySubsequences: false).map { item -> String in
+            guard let equals = item.firstIndex(of: "=") else { return item.isEmpty ? "" : mask }
+            return item[..<equals] + "=" + mask
+        }
+        return out + "?" + items.joined(separator: "&")
+    }
+
+    /// The parts of `url` that `display` hides (a password, a user name that is a token, query values),
+    /// as written and percent-decoded, for hiding them again where a server quotes its request back.
+    public static func secrets(in url: String) -> [String] {
+        var found: [String] = []
+        var rest = Substring(url)
+        if let scheme = rest.range(of: "://") {
+            rest = rest[scheme.upperBound...]
+            let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? rest.endIndex
+            let authority = rest[..<authorityEnd]
+            if let at = authority.lastIndex(of: "@") {
+                let userinfo = authority[..<at]
+                if let colon = userinfo.firstIndex(of: ":") {
+                    found.append(String(userinfo[userinfo.index(after: colon)...]))
+                } else {
+                    found.append(String(userinfo))
+                }
+            }
+            rest = rest[authorityEnd...]
+        }
+        if let hash = rest.firstIndex(of: "#") {
+            found.append(String(rest[rest.index(after: hash)...]))
+            rest = rest[..<hash]
+        }
+        if let question = rest.firstIndex(of: "?") {
+            for item in rest[rest.index(after: question)...].split(separator: "&") {
+                let value = item.firstIndex(of: "=").map { item[item.index(after: $0)...] } ?? item
+                found.append(String(value))
+            }
+        }
+        let decoded = found.compactMap { $0.removingPercentEncoding }
+        return Array(Set((found + decoded).filter { !$0.isEmpty }))
     }
 }

@@ -12,10 +12,15 @@ extension FCMEmulator {
             return response
         }
         if control.echoesTokenRequests {
+            // As a careless endpoint does: the query and the body, quoted back.
             let body = String(decoding: request.body, as: UTF8.self)
+            let query = request.query.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
             return .encoded(
                 400,
-                FCMWire.OAuthError(error: "invalid_request", errorDescription: "Bad request: \(body)"))
+                FCMWire.OAuthError(
+                    error: "invalid_request",
+                    errorDescription: "Bad request: \(query.isEmpty ? "" : "?\(query.joined(separator: "&")) ")\(body)")
+            )
         }
         let form = formFields(request)
         let grantType = form["grant_type"] ?? ""
