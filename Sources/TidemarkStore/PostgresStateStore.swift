@@ -110,6 +110,11 @@ public final class PostgresStateStore: ServeRecordKeeping {
                 seenAt.append(seen)
                 if isDead { dead.append(UInt32(id)) }
             }
+            if let (id, problem) = TokenRegistry.firstMalformed(tokenList) {
+                throw self.damaged(
+                    "table 'tidemark_tokens': id \(id) is not a registration token (\(problem)); the row was edited or damaged, so nothing is planned from it. Restore the workspace from a backup ('tidemark state push' of a good copy), or start over with 'tidemark import'"
+                )
+            }
             let table: TokenRegistry
             do {
                 table = try TokenRegistry(tokens: tokenList, seenAt: seenAt, deviceIDs: deviceIDs, leftAt: leftAt)
@@ -1395,12 +1400,12 @@ actor PostgresLink {
             }
             committed()
             return result
-        } catch is PostgresURL.NoAnswer {
+        } catch let late as PostgresURL.NoAnswer {
             connection = nil
-            throw StateStoreError(
-                .io, path: location,
-                "PostgreSQL did not answer within \(limit.components.seconds) s (the server is down or overloaded, or the connection was lost), so the connection was dropped. Check the server; the URL's timeout parameter sets this limit"
-            )
+            throw StateStoreError(.io, path: location, "PostgreSQL: \(late.words)")
+        } catch let ended as PostgresURL.ConnectionEnded {
+            connection = nil
+            throw StateStoreError(.io, path: location, "PostgreSQL: \(ended.words)")
         } catch {
             if base.isClosed { connection = nil }
             if let known = error as? StateStoreError { throw known }
@@ -1444,7 +1449,7 @@ actor PostgresLink {
         let opened: PostgresConnection?
         do {
             opened = try await TimeLimit.race(limit) {
-                try await PostgresConnection.connect(configuration: configuration, id: 1, logger: Self.logger)
+                try await PostgresConnector.connect(self.url, configuration: configuration, id: 1, logger: Self.logger)
             } late: { connection in
                 try? await connection.close()
             }

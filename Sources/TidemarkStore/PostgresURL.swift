@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOCore
 import NIOSSL
 import PostgresNIO
 import TidemarkCore
@@ -109,21 +110,15 @@ public struct PostgresURL: Sendable, Equatable {
     /// The URL as messages show it: never the password.
     public var display: String { "postgres://\(user)@\(host.contains(":") ? "[\(host)]" : host):\(port)/\(database)" }
 
-    /// `text` with any password replaced, for messages about a URL that did not parse.
-    public static func redact(_ text: String) -> String {
-        guard let at = text.lastIndex(of: "@"), let scheme = text.range(of: "://") else { return text }
-        let credentials = text[scheme.upperBound..<at]
-        guard let colon = credentials.firstIndex(of: ":") else { return text }
-        return String(text[..<colon]) + ":***" + String(text[at...])
-    }
+    /// `text` with any password replaced, for messages about a URL that did not parse
+    /// (`URLRedaction.display`).
+    public static func redact(_ text: String) -> String { URLRedaction.display(text) }
 
     /// A PostgreSQL error as one line: the server's message, or why the server cannot be reached. The
     /// state store, inventory sources and `on_dead` hooks all say it this way.
     public static func explain(_ error: any Error) -> String {
-        if let late = error as? NoAnswer {
-            return
-                "the server did not answer within \(late.seconds) s, so the connection was dropped (the server is down or overloaded, or the connection was lost); the URL's timeout parameter sets this limit"
-        }
+        if let late = error as? NoAnswer { return late.words }
+        if let ended = error as? ConnectionEnded { return ended.words }
         guard let error = error as? PSQLError else { return ErrorText.describe(error) }
         if let message = error.serverInfo?[.message] {
             let state = error.serverInfo?[.sqlState].map { " (SQLSTATE \($0))" } ?? ""
@@ -179,7 +174,7 @@ public struct PostgresURL: Sendable, Equatable {
         do {
             let configuration = try parsed.configuration()
             let opened = try await TimeLimit.race(parsed.connectTimeout) {
-                try await PostgresConnection.connect(configuration: configuration, id: id, logger: logger)
+                try await PostgresConnector.connect(parsed, configuration: configuration, id: id, logger: logger)
             } late: { connection in
                 try? await connection.close()
             }
@@ -190,25 +185,83 @@ public struct PostgresURL: Sendable, Equatable {
         }
     }
 
-    /// A server that did not answer within a timeout.
+    /// A server that did not answer within a timeout. `pausedFor`: the timer itself fired that much
+    /// late, so tidemark (not the server) was stopped or starved for that long (SIGSTOP, a frozen VM,
+    /// a CPU limit) and the server may well be healthy.
     struct NoAnswer: Error {
         var seconds: Int64
+        var pausedFor: Int64? = nil
+
+        /// What happened, from tidemark's side.
+        var words: String {
+            if let pausedFor {
+                return
+                    "no answer within \(seconds) s, but tidemark itself was stopped or starved for about \(pausedFor) s of that (the timer fired late: a SIGSTOP, a frozen VM or a CPU limit), so the server may be fine; the connection was dropped and the next query opens a new one"
+            }
+            return
+                "the server did not answer within \(seconds) s on a connection that stayed open, so the connection was dropped (the server is overloaded or hung, or the network drops packets in silence); the URL's timeout parameter sets this limit"
+        }
+    }
+
+    /// The connection ended under a query: the server closed it (a failover, a pooler restart,
+    /// `idle_session_timeout`, `pg_terminate_backend`) and the driver did not fail the query itself.
+    struct ConnectionEnded: Error {
+        var words: String {
+            "the server closed the connection while a query was waiting (a failover or restart, a pooler's restart, idle_session_timeout or pg_terminate_backend); the next query opens a new one"
+        }
     }
 
     /// Runs `work` (queries on `connection`) within `limit`. Past it the connection is closed, which
     /// fails the query still waiting, and `NoAnswer` is thrown: a server killed mid-read or a
-    /// connection lost in silence ends the command instead of hanging it.
+    /// connection lost in silence ends the command instead of hanging it. A connection the server
+    /// closes is noticed at once: the driver fails the query with the server's message, and when it
+    /// does not (a query written after the close waits in the driver for ever), `ConnectionEnded` is
+    /// thrown within a second.
     static func bounded<T: Sendable>(
         _ connection: PostgresConnection, _ limit: Duration, _ work: @Sendable @escaping () async throws -> T
     ) async throws -> T {
+        let started = ContinuousClock.now
         // Raced, not awaited to its end: a query on a dropped connection can wait in the driver for ever.
         let outcome = try await TimeLimit.race(limit) { () async -> Result<T, any Error> in
-            do { return .success(try await work()) } catch { return .failure(error) }
+            await withTaskGroup(of: Result<T, any Error>?.self) { group in
+                group.addTask {
+                    do { return .success(try await work()) } catch { return .failure(error) }
+                }
+                group.addTask {
+                    // Wakes only while a query is outstanding, twice a second; cancelled with it.
+                    var closedSince: ContinuousClock.Instant?
+                    while !Task.isCancelled {
+                        try? await Task.sleep(for: .milliseconds(500))
+                        guard connection.isClosed else { continue }
+                        // The driver usually fails the query itself, with the server's own message:
+                        // that answer is waited for a moment before this one is given.
+                        if let since = closedSince, ContinuousClock.now - since >= .milliseconds(500) {
+                            return .failure(ConnectionEnded())
+                        }
+                        closedSince = closedSince ?? ContinuousClock.now
+                    }
+                    return nil
+                }
+                defer { group.cancelAll() }
+                while let next = await group.next() {
+                    if let next { return next }
+                }
+                return .failure(CancellationError())
+            }
         }
         // Closed without waiting for the close to finish: the event loop carries it out.
         if case .none = outcome { _ = connection.close() as EventLoopFuture<Void> }
-        guard let outcome else { throw NoAnswer(seconds: limit.components.seconds) }
+        guard let outcome else {
+            let late = ContinuousClock.now - started - limit
+            let paused = late > .seconds(5) && late > limit / 5 ? late.components.seconds : nil
+            throw NoAnswer(seconds: limit.components.seconds, pausedFor: paused)
+        }
         return try outcome.get()
+    }
+
+    /// Whether `host` is an IPv4 or IPv6 address rather than a name (TLS names only a host name).
+    var hostIsAddress: Bool {
+        (try? SocketAddress(ipAddress: host, port: port)) != nil
     }
 
     /// The connection configuration, with TLS as `sslmode` asks.

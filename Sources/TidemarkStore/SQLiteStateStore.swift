@@ -355,6 +355,12 @@ public final class SQLiteStateStore: ServeRecordKeeping {
                         "SELECT id, token, seen_at, dead\(devices ? ", device_id, left_at" : "") FROM \(t.tokens) ORDER BY id"
                 )
                 let read = try readTokens(statement, count: count, devices: devices, reuse: reuse)
+                if let (id, problem) = TokenRegistry.firstMalformed(read.tokens) {
+                    throw StateStoreError(
+                        .damaged, path: location,
+                        "table 'tokens': id \(id) is not a registration token (\(problem)); the file was edited or damaged, so nothing is planned from it. Restore it from a backup ('tidemark state push' of a good copy), or start over with 'tidemark import'"
+                    )
+                }
                 let table: TokenRegistry
                 do {
                     table = try TokenRegistry(

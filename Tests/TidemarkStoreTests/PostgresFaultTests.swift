@@ -73,6 +73,55 @@ import Glibc
         await second.close()
     }
 
+    /// The app's database ends the connection in the middle of a large inventory read (a failover, a
+    /// PgBouncer restart, `idle_session_timeout`; here `pg_terminate_backend`), many times: each read
+    /// fails with one line naming the source and what happened, and the process lives on. (PostgresNIO
+    /// trapped in its row stream when SwiftNIO drained the socket at the end of the stream, unless
+    /// `ReadCompleteGuard` sits next to the socket.)
+    @Test func aConnectionEndedMidReadIsAnErrorNotACrash() async throws {
+        let url = try #require(TestPostgres.url)
+        let table = "tm_drop_\(UUID().uuidString.prefix(8).lowercased())"
+        // 200,000 devices of about 230 bytes: about 46 MB, many read cycles per page.
+        try await TestPostgres.execute([
+            "CREATE TABLE \(table) (n int primary key, device_id text, token text, platform text)",
+            "INSERT INTO \(table) SELECT n, 'device-' || n, 't' || lpad(n::text, 7, '0') || ':APA91b' || repeat('x', 200), 'ios' FROM generate_series(1, 200000) AS n",
+        ])
+        var source = PostgresInventorySource(
+            name: "app-db", url: url, query: "select device_id, token, platform from \(table) order by n")
+        source.pageSize = 50_000
+        let reading = source
+        var ended = 0
+        for round in 0..<12 {
+            let read = Task { () -> String? in
+                var builder = InventoryBuilder()
+                do {
+                    _ = try await reading.load(into: &builder)
+                    return nil
+                } catch {
+                    return "\(error)"
+                }
+            }
+            // The backend that holds the table (its cursor's lock) is ended part-way through the read.
+            try await Task.sleep(for: .milliseconds(40 + 35 * round))
+            try await TestPostgres.execute([
+                "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE relation = '\(table)'::regclass AND pid <> pg_backend_pid()"
+            ])
+            guard let message = await read.value else { continue }
+            ended += 1
+            #expect(message.contains("127.0.0.1"), "round \(round) names the database: \(message)")
+            #expect(
+                message.contains("terminating connection") || message.contains("closed the connection"),
+                "round \(round): \(message)")
+            #expect(!message.contains("APA91b") && !message.contains("DataRow"), "round \(round): \(message)")
+        }
+        #expect(ended >= 4, "the reads were ended part-way \(ended) times of 12; the check needs more")
+        // And the next read, on a new connection, reads every device.
+        var builder = InventoryBuilder()
+        _ = try await source.load(into: &builder)
+        #expect(builder.inventory.count == 200_000)
+        try await TestPostgres.execute(["DROP TABLE \(table)"])
+    }
+
     /// A dropped connection (pg_terminate_backend, a server restart) neither ends the lease's renewals
     /// for good nor wedges the store: a renewal on the dropped connection fails as unreachable (the
     /// heartbeat tries again two seconds later, where it used to stop), the next one reconnects and

@@ -61,6 +61,16 @@ public struct TokenRegistry: Sendable, TokenInterning {
         fillColumns()
     }
 
+    /// The first of `tokens` (by id) that is not a registration ID FCM could have issued, and why:
+    /// a store holding one was edited or damaged, and nothing may be planned from it (a malformed
+    /// token read as a device's would be planned as a rotation).
+    public static func firstMalformed(_ tokens: [String]) -> (id: Int, problem: String)? {
+        for (id, token) in tokens.enumerated() {
+            if let problem = FCMLimits.tokenProblem(token) { return (id, problem) }
+        }
+        return nil
+    }
+
     /// A token that appears twice in what a store holds.
     public struct RepeatedToken: Error, Sendable {
         /// The id of the second appearance.
