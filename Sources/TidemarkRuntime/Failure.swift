@@ -15,7 +15,7 @@ public struct Failure: Sendable, Equatable {
         switch error {
         case let error as DiagnosticsError:
             reason = error.reason
-            lines = error.diagnostics.map(\.description)
+            lines = error.diagnostics.condensed().map(\.description)
         case let error as WorkflowError where error.errorCount != nil:
             // The manifests' diagnostics were reported as the workflow found them; this is the count.
             reason = error.reason

@@ -99,8 +99,25 @@ public struct ServeStatus: Sendable, Codable, Equatable {
 struct HealthResponder: HTTPResponder {
     typealias Context = BasicRequestContext
     let endpoints: HealthEndpoints
+    /// Listening on loopback: only loopback host names are answered (`LoopbackHost`), so that a web
+    /// page cannot read `/status` through DNS rebinding. On any other address (a pod's, where probes
+    /// and Prometheus name the pod's IP or a Service) every host name is answered.
+    var loopbackOnly = false
+
+    /// How long a connection may stay without a complete request, and how many may be open at once.
+    static let idleTimeout: TimeAmount = .seconds(10)
+    static let maxConnections = 64
 
     func respond(to request: Request, context: Context) async throws -> Response {
+        if loopbackOnly, let host = request.head.authority, !LoopbackHost.accepts(host) {
+            return Response(
+                status: .forbidden, headers: [.contentType: "text/plain; charset=utf-8"],
+                body: .init(
+                    byteBuffer: ByteBuffer(
+                        string:
+                            "tidemark serve listens on loopback and answers only to 127.0.0.1, localhost and [::1]\n"
+                    )))
+        }
         guard request.method == .get || request.method == .head else {
             return Response(status: .methodNotAllowed, headers: [.allow: "GET, HEAD"])
         }

@@ -444,14 +444,16 @@ final class CollectingOutput: WorkflowOutput {
             $0.planReads += plan.reads ?? 0
             $0.add(plan.diagnostics)
         }
-        for diagnostic in plan.diagnostics where diagnostic.severity == .error { log(diagnostic.description) }
+        for diagnostic in plan.diagnostics.filter({ $0.severity == .error }).condensed() {
+            log(diagnostic.description)
+        }
     }
 
     func emit(_ event: WorkflowEvent) {
         switch event {
         case .diagnostics(let diagnostics):
             collected.withLock { $0.add(diagnostics) }
-            for diagnostic in diagnostics { log(diagnostic.description) }
+            for diagnostic in diagnostics.condensed() { log(diagnostic.description) }
         case .retrying(let notice):
             log(
                 "\(notice.call) is being retried (attempt \(notice.attempt), \(Int(notice.waited)) s so far): \(notice.cause); check \(notice.setting)"

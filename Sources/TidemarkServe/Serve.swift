@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import Logging
 import NIOPosix
 import ServiceLifecycle
@@ -173,9 +174,14 @@ public struct Serve: Sendable {
             return
                 "'\(workspace.runtime.workspaceName)' every \(ServeSettings.describe(settings.interval)) (drift: \(settings.drift.rawValue), on_change: \(settings.onChange.rawValue)\(settings.suspend ? ", suspended" : ""))"
         }.joined(separator: ", ")
+        // A connection that sends no complete request within the idle timeout (a slowloris, a probe
+        // left open) is closed, and at most `maxConnections` are open at once.
         let app = Application(
-            responder: HealthResponder(endpoints: endpoints),
-            configuration: .init(address: .hostname(host, port: port), serverName: "tidemark-serve"),
+            responder: HealthResponder(endpoints: endpoints, loopbackOnly: LoopbackHost.isLoopback(host)),
+            server: .http1(configuration: .init(idleTimeout: HealthResponder.idleTimeout)),
+            configuration: .init(
+                address: .hostname(host, port: port), serverName: "tidemark-serve",
+                availableConnectionsDelegate: MaximumAvailableConnections(HealthResponder.maxConnections)),
             onServerRunning: { channel in
                 let bound = channel.localAddress?.port ?? port
                 logger.info(

@@ -102,6 +102,11 @@ struct EmulatorServeCommand: AsyncParsableCommand {
             throw ValidationError("--host must be a loopback address (127.0.0.1 or ::1), not '\(host)'.")
         }
         guard (0...65535).contains(port) else { throw ValidationError("--port must be between 0 and 65535.") }
+        // The project is part of every path and of the key file's name: the same rule as tidemark.yaml.
+        if let problem = ProjectSettings.projectIDProblem(project) {
+            throw ValidationError(
+                "--project '\(project.escapedOnOneLine)' is not a Google Cloud project id: it \(problem).")
+        }
         guard RateLimitSettings.Unit(rawValue: rateLimitUnit) != nil else {
             throw ValidationError("--rate-limit-unit must be tokens or requests, not '\(rateLimitUnit)'.")
         }

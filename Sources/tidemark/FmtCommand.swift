@@ -65,7 +65,7 @@ struct FmtCommand: AsyncParsableCommand {
                     break
                 }
             }
-            for diagnostic in problems { Terminal.err(diagnostic.description) }
+            for diagnostic in problems.condensed() { Terminal.err(diagnostic.description) }
             if check {
                 if !diff { for file in changed { try Terminal.write("\(file)\n") } }
                 if !changed.isEmpty {

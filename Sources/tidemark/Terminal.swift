@@ -133,7 +133,7 @@ final class TerminalOutput: WorkflowOutput {
         case .phaseEnded(let phase): progress.end(phase)
         case .diagnostics(let diagnostics):
             progress.clearForNotice()
-            for diagnostic in diagnostics { Terminal.err(diagnostic.description) }
+            for diagnostic in diagnostics.condensed() { Terminal.err(diagnostic.description) }
         case .refreshProgress(let done, let total):
             progress.update(done: done, total: total)
         case .refreshed(let registrations, let seconds):

@@ -108,7 +108,7 @@ func end(with status: ExitStatus) throws {
 
 /// Prints diagnostics and stops with exit 1 when any is an error.
 func reportDiagnostics(_ diagnostics: [Diagnostic]) throws {
-    for diagnostic in diagnostics { Terminal.err(diagnostic.description) }
+    for diagnostic in diagnostics.condensed() { Terminal.err(diagnostic.description) }
     let errors = diagnostics.errorCount
     if errors > 0 {
         Terminal.err(WorkflowError.invalidManifests(errorCount: errors).description)

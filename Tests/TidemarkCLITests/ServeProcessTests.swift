@@ -170,6 +170,23 @@ import FoundationNetworking
         #expect(readyz == 200, "\(readyBody)")
         #expect(readyBody.contains("[+]settings ok") && readyBody.contains("[+]state ok"), "\(readyBody)")
 
+        // The health port on loopback: only loopback host names (DNS rebinding), and a connection that
+        // sends no complete request (a slowloris) is closed after the idle timeout.
+        let port = try #require(Int(serve.base.split(separator: ":").last ?? ""))
+        for (host, status) in [
+            ("127.0.0.1", "200"), ("localhost:\(port)", "200"), ("evil.example", "403"), ("[127.0.0.1]", "403"),
+            ("127.0.0.1.evil.example", "403"),
+        ] {
+            let answer = RawHTTP.exchange(
+                port: port, "GET /livez HTTP/1.1\r\nHost: \(host)\r\nConnection: close\r\n\r\n")
+            #expect(answer.hasPrefix("HTTP/1.1 \(status)"), "Host \(host): \(answer)")
+        }
+        let slow = Date()
+        let dripped = RawHTTP.exchange(
+            port: port, "GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a", waitSeconds: 40)
+        let held = Date().timeIntervalSince(slow)
+        #expect(dripped.isEmpty && held < 30, "a request never finished was held \(held) s: \(dripped)")
+
         let (metricsStatus, metrics) = try await serve.get("/metrics")
         #expect(metricsStatus == 200)
         #expect(metrics.contains(#"tidemark_reconcile_total{workspace="default",result="success"}"#), "\(metrics)")
@@ -461,5 +478,37 @@ import FoundationNetworking
         let data = output.fileHandleForReading.readAll()
         process.waitUntilExit()
         return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+}
+
+/// HTTP/1.1 by hand on a loopback socket: what a hostile client sends, byte for byte.
+enum RawHTTP {
+    /// Sends `request` to 127.0.0.1:`port` and returns what comes back until the server closes the
+    /// connection (or `waitSeconds` pass).
+    static func exchange(port: Int, _ request: String, waitSeconds: Int = 10) -> String {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return "no socket" }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else { return "no connection" }
+        var timeout = timeval(tv_sec: waitSeconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        _ = request.withCString { send(fd, $0, strlen($0), 0) }
+        var received = [UInt8]()
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            if n <= 0 { break }
+            received += buffer[0..<n]
+        }
+        return String(decoding: received, as: UTF8.self)
     }
 }

@@ -77,7 +77,11 @@ import TidemarkCore
     @Test func foreignHostHeadersAreRefused() async throws {
         let h = try EmulatorHarness()
         let token = try await h.accessToken()
-        for host in ["evil.example", "evil.example:9099", "127.0.0.1.evil.example", "[::2]:9099", "", "a:b:c"] {
+        for host in [
+            "evil.example", "evil.example:9099", "127.0.0.1.evil.example", "[::2]:9099", "", "a:b:c",
+            // Exactly the names documented: brackets hold an IPv6 address, a port is ASCII digits.
+            "[127.0.0.1]", "[127.0.0.1]:9099", "[localhost]", "127.0.0.1:\u{0663}", "127.0.0.1:999999",
+        ] {
             for (method, path) in [("POST", "/emulator/v1/reset"), ("GET", EmulatorHarness.v1Path("a:APA91b"))] {
                 var headers = h.bearer(token)
                 headers["Host"] = host

@@ -19,6 +19,14 @@ public struct UnregisteredAnswers: Sendable, Equatable {
     /// FCM's documented answers: `NOT_FOUND` and `UNREGISTERED` (v1), `NOT_FOUND` (IID).
     public static let `default` = UnregisteredAnswers()
 
+    /// The answers a v1 call can carry (reference §1.2): google.rpc.Code names and FcmError codes.
+    public static let documentedV1Codes: Set<String> = [
+        "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+        "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+        "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED", "UNSPECIFIED_ERROR", "UNREGISTERED",
+        "SENDER_ID_MISMATCH", "QUOTA_EXCEEDED", "THIRD_PARTY_AUTH_ERROR",
+    ]
+
     /// Per-token IID codes FCM documents (reference §1.3): they fail that token and the run goes on.
     public static let documentedIIDCodes: Set<String> = [
         "NOT_FOUND", "INVALID_ARGUMENT", "INTERNAL", "TOO_MANY_TOPICS", "RESOURCE_EXHAUSTED", "PERMISSION_DENIED",

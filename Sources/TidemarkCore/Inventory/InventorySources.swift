@@ -59,8 +59,14 @@ public struct FileInventorySource: InventorySource {
         PhaseTrace.mark("inventory \(path): read \(data.count) bytes")
         let display = files.displayPath(path)
         // gzip by name or by content: a .csv.gz export, or a compressed file someone named .csv.
+        var decompressed = false
         if path.hasSuffix(".gz") || Gzip.isCompressed(data) {
             data = try Gzip.decompress(data, atMost: maxBytes, setting: "inventory_bytes")
+            decompressed = true
+        }
+        // Another encoding, an archive or a binary file is named for what it is, not quoted byte by byte.
+        if let problem = InputFile.notTextProblem(data, decompressed: decompressed) {
+            throw problem
         }
         let before = builder.inventory.count
         // The file's digest (its identity in a saved plan) is taken beside the parse, on the other core.

@@ -60,6 +60,8 @@ public struct InputFileError: TidemarkError, Equatable {
     /// What kind of problem it is, for callers that act on it (a missing file may be optional).
     public enum Kind: Sendable, Equatable {
         case notFound, isDirectory, notRegular, permissionDenied, tooLarge, outsideProject, io
+        /// Not UTF-8 text: another encoding, an archive, a compressed or a binary file.
+        case notText
     }
 
     /// What kind of problem it is.
@@ -77,6 +79,7 @@ public struct InputFileError: TidemarkError, Equatable {
         case .tooLarge: "input_too_large"
         case .outsideProject: "input_outside_project"
         case .io: "input_unreadable"
+        case .notText: "input_not_text"
         }
     }
 
@@ -165,6 +168,77 @@ package enum InputFile {
         package var description: String {
             "the project directory \(display)" + (roots.count > 1 ? " and the manifests directory" : "")
         }
+    }
+
+    /// Why `data` is not the UTF-8 text an inventory or token file holds, naming what it is instead
+    /// (another encoding, an archive, a compressed or a binary file), or nil. `decompressed`: `data`
+    /// came out of gzip already. Looks at the first 64 KiB only: a file that starts as text is read as
+    /// text, and its rows say what is wrong further on.
+    package static func notTextProblem(_ data: Data, decompressed: Bool = false) -> InputFileError? {
+        let head = [UInt8](data.prefix(64 << 10))
+        func starts(_ magic: [UInt8]) -> Bool { head.starts(with: magic) }
+        let problem: String? =
+            if starts([0xFF, 0xFE, 0, 0]) || starts([0, 0, 0xFE, 0xFF]) {
+                "it is UTF-32 text; save it as UTF-8"
+            } else if starts([0xFF, 0xFE]) || starts([0xFE, 0xFF]) || Self.looksUTF16(head) {
+                "it is UTF-16 text (as Excel's 'Unicode Text' and PowerShell's redirection write); save or export it as UTF-8"
+            } else if starts([0x1F, 0x8B]) {
+                decompressed
+                    ? "it is compressed twice (a gzip inside a gzip); compress the export once"
+                    : "it is gzip-compressed; name it with .gz at the end"
+            } else if starts([0x50, 0x4B, 0x03, 0x04]) || starts([0x50, 0x4B, 0x05, 0x06]) {
+                "it is a ZIP archive (a spreadsheet such as .xlsx, or a .zip); export the sheet as CSV, or unpack it"
+            } else if starts([0x28, 0xB5, 0x2F, 0xFD]) {
+                "it is zstd-compressed; tidemark reads plain or gzip files"
+            } else if starts([0x42, 0x5A, 0x68]) {
+                "it is bzip2-compressed; tidemark reads plain or gzip files"
+            } else if starts([0xFD, 0x37, 0x7A, 0x58, 0x5A, 0x00]) {
+                "it is xz-compressed; tidemark reads plain or gzip files"
+            } else if let offset = head.firstIndex(of: 0) {
+                "it is a binary file, not text (a NUL byte at offset \(offset))"
+            } else if let offset = Self.firstInvalidUTF8(head, complete: head.count == data.count) {
+                "it is not UTF-8 text (byte 0x\(String(head[offset], radix: 16, uppercase: true)) at offset \(offset)); save it as UTF-8"
+            } else {
+                nil
+            }
+        return problem.map { InputFileError(kind: .notText, problem: $0) }
+    }
+
+    /// UTF-16 without a byte order mark: in its first characters every other byte is zero (ASCII text).
+    static func looksUTF16(_ head: [UInt8]) -> Bool {
+        let sample = head.prefix(64)
+        guard sample.count >= 8 else { return false }
+        let even = stride(from: 0, to: sample.count - 1, by: 2).map { sample[sample.startIndex + $0] }
+        let odd = stride(from: 1, to: sample.count, by: 2).map { sample[sample.startIndex + $0] }
+        return (even.allSatisfy { $0 == 0 } && !odd.contains(0)) || (odd.allSatisfy { $0 == 0 } && !even.contains(0))
+    }
+
+    /// The offset of the first byte that breaks UTF-8 in `bytes`, or nil; when the bytes are cut from a
+    /// longer file (`complete` false), a sequence cut at the end is not counted.
+    static func firstInvalidUTF8(_ bytes: [UInt8], complete: Bool) -> Int? {
+        var i = 0
+        while i < bytes.count {
+            let byte = bytes[i]
+            let length: Int
+            switch byte {
+            case 0x00...0x7F:
+                i += 1
+                continue
+            case 0xC2...0xDF: length = 2
+            case 0xE0...0xEF: length = 3
+            case 0xF0...0xF4: length = 4
+            default: return i
+            }
+            if i + length > bytes.count { return complete ? i : nil }
+            for k in 1..<length where bytes[i + k] & 0xC0 != 0x80 { return i }
+            // Overlong and surrogate forms.
+            if byte == 0xE0, bytes[i + 1] < 0xA0 { return i }
+            if byte == 0xED, bytes[i + 1] > 0x9F { return i }
+            if byte == 0xF0, bytes[i + 1] < 0x90 { return i }
+            if byte == 0xF4, bytes[i + 1] > 0x8F { return i }
+            i += length
+        }
+        return nil
     }
 
     /// The UTF-8 byte order mark some editors and spreadsheet exports put first; never part of a value.

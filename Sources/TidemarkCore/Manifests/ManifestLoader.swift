@@ -127,8 +127,20 @@ public struct ManifestLoader: ManifestSource {
     {
         var sources: [(any InventorySource, SourceLocation?)] = []
         if !manifests.devices.isEmpty { sources.append((InlineInventorySource(manifests.devices), nil)) }
+        // A file two declarations name (a glob and a name, two manifests) is read once: read twice, each
+        // of its rows would be a duplicate of itself.
+        var named: [String: SourceLocation] = [:]
         for spec in manifests.inventoryFiles {
             for file in expand(spec, &diagnostics) {
+                let key = files.displayPath((file.path.value as NSString).standardizingPath)
+                if let first = named[key] {
+                    diagnostics.append(
+                        .warning(
+                            "inventory file '\(file.path.value)' is also named at \(first); it is read once.",
+                            at: file.path.location))
+                    continue
+                }
+                named[key] = file.path.location
                 if let source = fileSource(file, &diagnostics) { sources.append(source) }
             }
         }

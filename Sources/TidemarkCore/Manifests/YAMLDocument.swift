@@ -6,9 +6,22 @@ import Yams
 /// `nil`, so one run shows everything a user has to fix.
 struct YAMLDocument {
     let file: String
-    var diagnostics: [Diagnostic] = []
+    var diagnostics: [Diagnostic] = [] {
+        // Counted as they come (diagnostics are only appended): decoders ask after every topic, and
+        // counting the whole list each time made a manifest of 100,000 bad names quadratic.
+        didSet {
+            if diagnostics.count < counted {
+                counted = 0
+                errorCount = 0
+            }
+            for diagnostic in diagnostics[counted...] where diagnostic.severity == .error { errorCount += 1 }
+            counted = diagnostics.count
+        }
+    }
     /// The errors reported so far.
-    var errorCount: Int { diagnostics.count { $0.severity == .error } }
+    private(set) var errorCount = 0
+    /// How many of `diagnostics` `errorCount` has counted.
+    private var counted = 0
 
     init(file: String) { self.file = file }
 
@@ -27,6 +40,7 @@ struct YAMLDocument {
                 diagnostics.append(.error(problem.message, at: location(problem.node)))
                 return nil
             }
+            reportTags(root)
             return root
         } catch let error as YamlError {
             diagnostics.append(Self.diagnostic(for: error, file: file))
@@ -64,6 +78,61 @@ struct YAMLDocument {
         }
         return nil
     }
+
+    /// The tags a value may carry: none, YAML's non-specific `!`, and the standard tag of its own kind
+    /// (`!!str` on a scalar, `!!map`, `!!seq`), which change nothing.
+    static func tagIsPlain(_ node: Node) -> Bool {
+        let (tag, own): (String, Tag.Name) =
+            switch node {
+            case .scalar(let scalar): (scalar.tag.description, .str)
+            case .mapping(let mapping): (mapping.tag.description, .map)
+            case .sequence(let sequence): (sequence.tag.description, .seq)
+            case .alias: ("", .str)
+            }
+        return tag.isEmpty || tag == "!" || tag == own.rawValue
+    }
+
+    /// Reports every value and key that carries a tag (`!custom`, `!!int`, `!!binary`, on a scalar,
+    /// a mapping, a list or a key): other YAML readers would read it otherwise, and tidemark would
+    /// silently ignore it. One error per tag, wherever it is; the walk visits each node once.
+    mutating func reportTags(_ root: Node) {
+        var stack: [Node] = [root]
+        var reported = 0
+        while let node = stack.popLast() {
+            if !Self.tagIsPlain(node) {
+                reported += 1
+                if reported <= Self.repeatLimit {
+                    let tag: String =
+                        switch node {
+                        case .scalar(let scalar): scalar.tag.description
+                        case .mapping(let mapping): mapping.tag.description
+                        case .sequence(let sequence): sequence.tag.description
+                        case .alias: ""
+                        }
+                    error(
+                        "\(Self.kind(node)) carries the YAML tag '\(tag.escapedOnOneLine)'; tidemark files use no tags, so write the value without it.",
+                        node)
+                }
+            }
+            switch node {
+            case .mapping(let mapping):
+                for (key, value) in mapping { stack += [value, key] }
+            case .sequence(let sequence):
+                stack += sequence.reversed()
+            case .scalar, .alias:
+                break
+            }
+        }
+        if reported > Self.repeatLimit {
+            diagnostics.append(
+                .error(
+                    "\(reported - Self.repeatLimit) more values carry YAML tags (\(reported) in all); only the first \(Self.repeatLimit) are listed.",
+                    at: location(root)))
+        }
+    }
+
+    /// The most diagnostics of one kind a file lists; the rest are counted in one line.
+    static let repeatLimit = 20
 
     static func diagnostic(for error: YamlError, file: String) -> Diagnostic {
         switch error {
@@ -163,12 +232,8 @@ struct YAMLDocument {
             return nil
         }
         let explicit = scalar.tag.description
-        if !["", "!", Tag.Name.str.rawValue].contains(explicit) {
-            error(
-                "\(what) carries the YAML tag '\(explicit.escapingControlCharacters)'; tidemark files use no tags, so write the value without it.",
-                node)
-            return nil
-        }
+        // Reported once, where the document was composed (`reportTags`).
+        if !Self.tagIsPlain(node) { return nil }
         if explicit.isEmpty, resolved == .float,
             [".nan", ".inf", "+.inf", "-.inf"].contains(scalar.string.lowercased())
         {

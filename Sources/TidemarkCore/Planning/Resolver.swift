@@ -48,12 +48,12 @@ public struct Resolver {
             }
             seenTopics[name] = spec.name.location
             var parts: [TokenSet] = []
-            let errorsBefore = diagnostics.count { $0.severity == .error }
+            let diagnosticsBefore = diagnostics.count
             let members = context.resolve(
                 spec.members, owner: "topic '\(name)'", table: &table, &diagnostics, parts: &parts)
             // An entry that could not be read (a file refused, a misspelt key) was reported: an empty
             // result then says nothing about what the author meant, and "allow_empty" is no advice.
-            let unread = spec.incomplete || diagnostics.count { $0.severity == .error } > errorsBefore
+            let unread = spec.incomplete || diagnostics[diagnosticsBefore...].contains { $0.severity == .error }
             // Each entry's own devices, to say why a device joins (kept only when there are several).
             let entries = zip(spec.members, parts).map { MemberEntry(ref: $0, ids: spec.members.count > 1 ? $1 : nil) }
             if members.isEmpty, !spec.allowEmpty, !unread {
@@ -80,9 +80,9 @@ public struct Resolver {
                 continue
             }
             seenGroups[name] = spec.name.location
-            let errorsBefore = diagnostics.count { $0.severity == .error }
+            let diagnosticsBefore = diagnostics.count
             let members = context.resolve(spec.members, owner: "group '\(name)'", table: &table, &diagnostics)
-            let unread = spec.incomplete || diagnostics.count { $0.severity == .error } > errorsBefore
+            let unread = spec.incomplete || diagnostics[diagnosticsBefore...].contains { $0.severity == .error }
             if members.count > FCMLimits.maxGroupMembers {
                 diagnostics.append(
                     .error(
@@ -366,18 +366,40 @@ public struct Resolver {
                             at: path.location))
                     return TokenSet()
                 }
+                // Another encoding, an archive or a binary file is named for what it is, once.
+                if let problem = InputFile.notTextProblem(data) {
+                    diagnostics.append(
+                        .error(
+                            "cannot read token file '\(path.value)' named by \(owner): \(problem.problem); a token file is UTF-8 text, one registration token per line.",
+                            at: path.location))
+                    tokenFiles[path.value] = []
+                    return TokenSet()
+                }
                 var tokens: [String] = []
+                var bad = 0
+                let display = files.displayPath(path.value)
                 // Lines by bytes, so CRLF line endings (a "\r\n" is one Character) end lines too.
                 TokenFileLines.each(data) { line, text in
                     if text.isEmpty || text.hasPrefix("#") { return }
                     if let problem = FCMLimits.tokenProblem(text) {
-                        diagnostics.append(
-                            .error(
-                                "line is not a registration token: \(problem).",
-                                at: SourceLocation(file: files.displayPath(path.value), line: line, column: 1)))
+                        bad += 1
+                        // The first lines of a kind are listed; the rest are counted (a file of a
+                        // million bad lines is one screen, not a million lines).
+                        if bad <= YAMLDocument.repeatLimit {
+                            diagnostics.append(
+                                .error(
+                                    "line is not a registration token: \(problem).",
+                                    at: SourceLocation(file: display, line: line, column: 1)))
+                        }
                         return
                     }
                     tokens.append(text)
+                }
+                if bad > YAMLDocument.repeatLimit {
+                    diagnostics.append(
+                        .error(
+                            "\(bad - YAMLDocument.repeatLimit) more lines are not registration tokens (\(bad) in all); only the first \(YAMLDocument.repeatLimit) are listed.",
+                            at: SourceLocation(file: display, line: 1, column: 1)))
                 }
                 tokenFiles[path.value] = tokens
             }

@@ -94,6 +94,12 @@ extension Plan {
                     "\(file) was edited or damaged after it was made: its operations no longer match the digest it was saved with. Apply only plans as 'tidemark plan --out' wrote them; make a new plan."
             )
         }
+        if let problem = plan.shapeProblem {
+            throw SavedPlanError(
+                description:
+                    "\(file) is not a plan tidemark could have written: \(problem). Apply only plans as 'tidemark plan --out' wrote them; make a new plan."
+            )
+        }
         do {
             _ = try plan.selection
         } catch {

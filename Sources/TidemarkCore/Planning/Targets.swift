@@ -32,6 +32,24 @@ public struct Targets: Sendable, Equatable {
                 throw TargetError(
                     "'\(text)' is not a selector: give a name or glob, e.g. topic:weather-* or group:user-*.")
             }
+            // A glob that no topic or group name could match is a mistake (or a forged plan), not a
+            // selection: the same name rules as the manifests, plus '*' and '?'.
+            if pattern.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
+                || pattern.utf8.count > FCMLimits.maxTopicNameLength
+            {
+                throw TargetError(
+                    "'\(text.count > 80 ? String(text.prefix(80)) + "…" : text)' is not a selector: \(pattern.utf8.count > FCMLimits.maxTopicNameLength ? "it is longer than any topic or group name" : "it has a control character (a newline, a tab)")."
+                        .escapedOnOneLine)
+            }
+            if kind == .topic,
+                let bad = pattern.unicodeScalars.first(where: {
+                    !FCMLimits.isTopicCharacter($0) && $0 != "*" && $0 != "?"
+                })
+            {
+                throw TargetError(
+                    "'\(text.escapedOnOneLine)' is not a selector: '\(bad.escaped(asASCII: true))' cannot appear in a topic name (letters, digits and - _ . ~ %; '*' and '?' match)."
+                )
+            }
             self.kind = kind
             self.pattern = String(pattern)
         }

@@ -234,7 +234,21 @@ public struct ProjectSettings: Sendable, Equatable {
                 continue
             case "unregistered":
                 for (surface, _, list) in doc.mapping(value, "'unregistered'", allowed: ["v1", "iid"]) ?? [] {
-                    let codes = Set((doc.strings(list, "'unregistered.\(surface)'") ?? []).map(\.0))
+                    // A code FCM never sends (a typo, a lower-case name) would silently mark no token dead.
+                    let known =
+                        surface == "v1" ? UnregisteredAnswers.documentedV1Codes : UnregisteredAnswers.documentedIIDCodes
+                    var codes = Set<String>()
+                    for (code, node) in doc.strings(list, "'unregistered.\(surface)'") ?? [] {
+                        guard known.contains(code) else {
+                            let hint =
+                                nearest(code.uppercased(), in: known.sorted()).map { "did you mean '\($0)'? " } ?? ""
+                            doc.error(
+                                "'unregistered.\(surface)' lists '\(code.escapedOnOneLine)', an answer FCM does not send; \(hint)it takes \(known.sorted().joined(separator: ", ")).",
+                                node)
+                            continue
+                        }
+                        codes.insert(code)
+                    }
                     if surface == "v1" { settings.unregistered.v1 = codes } else { settings.unregistered.iid = codes }
                 }
                 continue

@@ -92,13 +92,90 @@ public struct DiagnosticsError: TidemarkError {
     /// An error carrying `diagnostics`.
     public init(_ diagnostics: [Diagnostic]) { self.diagnostics = diagnostics }
 
-    /// The diagnostics, one per line.
+    /// The diagnostics, one per line (each once, at most 20 of a kind: `condensed`).
     public var description: String {
-        diagnostics.map(\.description).joined(separator: "\n")
+        diagnostics.condensed().map(\.description).joined(separator: "\n")
+    }
+}
+
+/// Keys `condensed` groups diagnostics by.
+enum CondensedKey {
+    struct Seen: Hashable {
+        var severity: Diagnostic.Severity
+        var message: String
+        var location: SourceLocation?
+    }
+
+    struct Kind: Hashable {
+        var severity: Diagnostic.Severity
+        var template: String
     }
 }
 
 extension Array where Element == Diagnostic {
+    /// What a person reads: each diagnostic once (a value repeated through a YAML alias a thousand
+    /// times is one problem), and at most `limit` of a kind (the same message with other quoted
+    /// values), the rest counted in one line after them. Linear in the diagnostics.
+    public func condensed(limit: Int = 20) -> [Diagnostic] {
+        typealias Seen = CondensedKey.Seen
+        typealias Kind = CondensedKey.Kind
+        var seen = Set<Seen>()
+        var shown: [Kind: Int] = [:]
+        var firstOf: [Kind: Diagnostic] = [:]
+        var order: [Kind] = []
+        var out: [Diagnostic] = []
+        for diagnostic in self {
+            guard
+                seen.insert(
+                    Seen(severity: diagnostic.severity, message: diagnostic.message, location: diagnostic.location)
+                ).inserted
+            else { continue }
+            let kind = Kind(severity: diagnostic.severity, template: Self.template(diagnostic.message))
+            let count = shown[kind, default: 0] + 1
+            shown[kind] = count
+            if count == 1 {
+                order.append(kind)
+                firstOf[kind] = diagnostic
+            }
+            if count <= limit { out.append(diagnostic) }
+        }
+        for kind in order where shown[kind]! > limit {
+            let more = shown[kind]! - limit
+            let first = firstOf[kind]!
+            let note =
+                "\(more) more like '\(Self.shortened(first.message))' (\(shown[kind]!) in all); only the first \(limit) are listed."
+            out.append(kind.severity == .error ? .error(note) : .warning(note))
+        }
+        return out
+    }
+
+    /// `message` with its quoted values left out: messages of one kind share it.
+    static func template(_ message: String) -> String {
+        var out = ""
+        var quoted = false
+        var previous: Character = " "
+        for character in message {
+            if character == "'" {
+                // An apostrophe inside a word (don't) does not open a quote.
+                if quoted || !(previous.isLetter || previous.isNumber) {
+                    quoted.toggle()
+                    out.append("'")
+                } else if !quoted {
+                    out.append(character)
+                }
+            } else if !quoted {
+                out.append(character.isNumber ? "#" : character)
+            }
+            previous = character
+        }
+        return out
+    }
+
+    static func shortened(_ message: String) -> String {
+        let line = message.escapedOnOneLine
+        return line.count > 100 ? String(line.prefix(100)) + "…" : line
+    }
+
     /// Whether any is an error.
     public var hasErrors: Bool { contains { $0.severity == .error } }
     /// How many are errors.

@@ -150,6 +150,13 @@ public struct EmulatorServer: Sendable {
     /// Opens (or creates) the data directory, its SQLite store and its key file.
     /// `timing` is the one clock and random source of the whole emulator (engine, quota, tokens, keys).
     public init(options: Options, timing: Timing = .live) throws {
+        // The project names every path and the key file: the rule tidemark.yaml's 'project:' follows.
+        if let problem = ProjectSettings.projectIDProblem(options.project) {
+            throw OptionError(
+                description:
+                    "the emulator's project '\(options.project.escapedOnOneLine)' is not a Google Cloud project id: it \(problem)."
+            )
+        }
         self.options = options
         var engineConfiguration = FCMEngine.Configuration()
         engineConfiguration.autoRegister = options.autoRegister
@@ -228,5 +235,13 @@ public struct EmulatorServer: Sendable {
         if options.dataDirectory == nil {
             try? FileManager.default.removeItem(atPath: (keyFilePath as NSString).deletingLastPathComponent)
         }
+    }
+}
+
+extension EmulatorServer {
+    /// Options the emulator cannot start with.
+    public struct OptionError: Error, CustomStringConvertible {
+        /// What is wrong, naming the option.
+        public var description: String
     }
 }

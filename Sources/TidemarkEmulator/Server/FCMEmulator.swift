@@ -49,7 +49,7 @@ public struct FCMEmulator: Sendable {
 
     /// The host names the emulator answers to: it listens on loopback only, and a request naming any
     /// other host reached it through DNS rebinding (a web page's name resolved to 127.0.0.1).
-    public static let loopbackHosts: Set<String> = ["127.0.0.1", "localhost", "::1"]
+    public static let loopbackHosts: Set<String> = LoopbackHost.names
 
     /// Answers one request.
     public func handle(_ request: WireRequest) async -> WireResponse {
@@ -82,10 +82,8 @@ public struct FCMEmulator: Sendable {
     /// rebinding), and a request from a web page of another origin (`Origin`, or `Sec-Fetch-Site`
     /// cross-site). Clients that are not browsers (tidemark, the Admin SDKs, curl) send neither.
     func refuseForeignCaller(_ request: WireRequest) -> WireResponse? {
-        var host: Substring?
         if let header = request.headers["host"] {
-            host = Self.hostName(header)
-            guard let name = host, Self.loopbackHosts.contains(name.lowercased()) else {
+            guard LoopbackHost.accepts(header) else {
                 return .status(
                     403, "PERMISSION_DENIED",
                     "The emulator answers only to loopback host names (127.0.0.1, localhost, [::1]), not '\(header.prefix(100))'."
@@ -106,21 +104,6 @@ public struct FCMEmulator: Sendable {
             }
         }
         return nil
-    }
-
-    /// The host name of a `Host` header, without the port (and without the brackets of an IPv6 address).
-    static func hostName(_ header: String) -> Substring? {
-        let value = header.trimmingCharacters(in: .whitespaces)[...]
-        if value.hasPrefix("[") {
-            guard let close = value.firstIndex(of: "]") else { return nil }
-            let rest = value[value.index(after: close)...]
-            guard rest.isEmpty || (rest.hasPrefix(":") && rest.dropFirst().allSatisfy(\.isNumber)) else { return nil }
-            return value[value.index(after: value.startIndex)..<close]
-        }
-        let parts = value.split(separator: ":", omittingEmptySubsequences: false)
-        guard parts.count <= 2, let name = parts.first, !name.isEmpty else { return nil }
-        if parts.count == 2, parts[1].isEmpty || !parts[1].allSatisfy(\.isNumber) { return nil }
-        return name
     }
 
     /// A path no FCM API serves: Google's front end answers with an HTML page, not FCM's JSON, and so
