@@ -207,4 +207,129 @@ import TidemarkTesting
             check("saved plan", index, messages, started: started)
         }
     }
+
+    // MARK: - Generators of the third hostile round (issue 53)
+
+    /// Manifests built to flood: a topic repeated through one alias up to thousands of times, custom
+    /// tags on keys, mappings, lists and values, and up to 5,000 invalid names. Each is refused in a
+    /// bounded number of lines (each problem once, at most 20 of a kind), in bounded time.
+    @Test func aliasFloodsTagsAndErrorFloods() async {
+        var random = SeededGenerator(seed: Self.seed &+ 4)
+        let tags = ["!custom", "!!int", "!!binary", "!evil", "!!python/object", "!<tag:example.com,2000:x>"]
+        for index in 0..<max(20, Self.cases / 20) {
+            var text = "inventory:\n  devices:\n    - {id: d1, token: \"\(Self.token)\", labels: {team: a}}\n"
+            let kind = index % 3
+            switch kind {
+            case 0:
+                let copies = Int.random(in: 2...3000, using: &random)
+                text += "topics:\n  - &t {name: news, members: [{selector: {team: a}}]}\n"
+                text += String(repeating: "  - *t\n", count: copies)
+            case 1:
+                let tag = tags.randomElement(using: &random)!
+                let places = [
+                    "topics:\n  - \(tag) {name: news, members: [{selector: {team: a}}]}\n",
+                    "topics: \(tag)\n  - {name: news, members: [{selector: {team: a}}]}\n",
+                    "topics:\n  - {\(tag) name: news, members: [{selector: {team: a}}]}\n",
+                    "topics:\n  - {name: news, members: \(tag) [{selector: {team: a}}]}\n",
+                    "topics:\n  - {name: news, allow_empty: \(tag) true, members: [{selector: {team: a}}]}\n",
+                ]
+                text += places.randomElement(using: &random)!
+            default:
+                let count = Int.random(in: 100...5000, using: &random)
+                text += "topics:\n"
+                for n in 0..<count { text += "  - {name: \"bad name \(n)\", members: [{selector: {team: a}}]}\n" }
+            }
+            let started = ContinuousClock.now
+            var table = TokenTable()
+            let loaded = await ManifestLoader(files: InMemoryFileSource(["topics.yaml": text])).load(into: &table)
+            let shown = loaded.diagnostics.condensed()
+            check("flood \(kind)", index, shown.map(\.description), started: started)
+            #expect(loaded.diagnostics.hasErrors, "flood \(kind) case \(index) must be refused")
+            #expect(shown.count <= 60, "flood \(kind) case \(index) prints \(shown.count) lines")
+            if kind == 1 {
+                #expect(shown.contains { $0.message.contains("carries the YAML tag") }, "\(shown)")
+            }
+        }
+    }
+
+    /// An inventory in another encoding or format (UTF-16 and UTF-32 with and without a byte order
+    /// mark, gzip twice, a ZIP archive, zstd, binary, Latin-1) is refused in one line naming it.
+    @Test func encodings() async {
+        var random = SeededGenerator(seed: Self.seed &+ 5)
+        let text = Self.csv
+        let forms: [(String, Data, String)] = [
+            ("UTF-16LE with BOM", Data([0xFF, 0xFE]) + text.data(using: .utf16LittleEndian)!, "UTF-16"),
+            ("UTF-16BE with BOM", Data([0xFE, 0xFF]) + text.data(using: .utf16BigEndian)!, "UTF-16"),
+            ("UTF-16LE", text.data(using: .utf16LittleEndian)!, "UTF-16"),
+            ("UTF-32", Data([0xFF, 0xFE, 0, 0]) + text.data(using: .utf32LittleEndian)!, "UTF-32"),
+            ("gzip twice", Gzip.compress(Gzip.compress(Data(text.utf8))), "compressed twice"),
+            ("ZIP", Data([0x50, 0x4B, 0x03, 0x04]) + Data(text.utf8), "ZIP"),
+            ("zstd", Data([0x28, 0xB5, 0x2F, 0xFD]) + Data(text.utf8), "zstd"),
+            ("binary", Data(text.utf8) + Data([0, 1, 2, 0]), "binary"),
+            ("Latin-1", text.replacingOccurrences(of: "north", with: "nörth").data(using: .isoLatin1)!, "UTF-8"),
+        ]
+        for index in 0..<max(20, Self.cases / 20) {
+            let (name, data, says) = forms.randomElement(using: &random)!
+            let file = Bool.random(using: &random) ? "devices.csv" : "devices.csv.gz"
+            let bytes = file.hasSuffix(".gz") && !Gzip.isCompressed(data) ? Gzip.compress(data) : data
+            let manifest = "inventory:\n  files: [\(file)]\ntopics:\n  - {name: news, members: [{selector: {region: north}}]}\n"
+            let started = ContinuousClock.now
+            var table = TokenTable()
+            var source = InMemoryFileSource(["topics.yaml": manifest])
+            source.files[file] = bytes
+            let loaded = await ManifestLoader(files: source).load(into: &table)
+            let messages = loaded.diagnostics.condensed().map(\.description)
+            check("encoding \(name)", index, messages, started: started)
+            #expect(
+                messages.contains { $0.contains(file) && $0.contains(says) } && messages.count <= 3,
+                "\(name) as \(file): \(messages)")
+        }
+    }
+
+    /// Saved plans forged into shapes tidemark never writes (a batch past 1,000 tokens, a device-group
+    /// call past 20 members, a name FCM refuses, a token that is none, a selector no name can match),
+    /// with the digest recomputed as a careful forger would: each is refused before it is rendered.
+    @Test func forgedPlanShapes() throws {
+        var random = SeededGenerator(seed: Self.seed &+ 6)
+        let base = StateStoreConformance.plan(
+            [PlannedOperation(kind: .subscribe, target: "news", tokens: [Fixtures.token(0)])],
+            state: StateStoreConformance.sample(tokens: 10))
+        for index in 0..<max(20, Self.cases / 20) {
+            var plan = base
+            let kind = index % 6
+            switch kind {
+            case 0:
+                let count = Int.random(in: 1001...5000, using: &random)
+                plan.operations = [PlannedOperation(kind: .subscribe, target: "news", tokens: (0..<count).map { Fixtures.token($0) })]
+            case 1:
+                let count = Int.random(in: 21...200, using: &random)
+                plan.operations = [PlannedOperation(kind: .groupAdd, target: "pair", tokens: (0..<count).map { Fixtures.token($0) })]
+            case 2:
+                let bad = ["news flash", "/topics/news", "news\u{0}", String(repeating: "n", count: 901), ""]
+                plan.operations = [PlannedOperation(kind: .unsubscribe, target: bad.randomElement(using: &random)!, tokens: [Fixtures.token(1)])]
+            case 3:
+                let junk = ["abc", "", "a b", "x\u{1B}[2J", String(repeating: "A", count: 5000), "user@example.com"]
+                plan.operations = [PlannedOperation(kind: .subscribe, target: "news", tokens: [junk.randomElement(using: &random)!])]
+            case 4:
+                plan.targets = ["topic:news\nevil", "topic:a b", "topic:" + String(repeating: "x", count: 2000), "group:\u{7}"]
+                    .randomElement(using: &random).map { [$0] }!
+            default:
+                plan.operations = [PlannedOperation(kind: .subscribe, target: "news", tokens: [])]
+            }
+            plan.operationsDigestWhenMade = plan.operationsDigest
+            let data = try Plan.encoder().encode(plan)
+            let started = ContinuousClock.now
+            var messages: [String] = []
+            do {
+                let decoded = try Plan.decodeSaved(data, file: "plan.json")
+                Issue.record("forged plan \(kind) case \(index) was accepted: \(decoded.operations.first.map { "\($0.kind) \($0.tokens.count)" } ?? "")")
+            } catch {
+                messages.append(ErrorText.describe(error))
+            }
+            check("forged plan \(kind)", index, messages, started: started)
+            #expect(
+                messages.allSatisfy { $0.contains("could have written") || $0.contains("selector") },
+                "forged plan \(kind): \(messages)")
+        }
+    }
 }

@@ -122,6 +122,25 @@ import Glibc
         try await TestPostgres.execute(["DROP TABLE \(table)"])
     }
 
+    /// A workspace whose token table holds a value that is no registration token (edited by hand) is
+    /// named as damaged, with the store, the workspace, the table and the id; nothing is planned.
+    @Test func aMalformedTokenInTheStoreIsNamedNotPlanned() async throws {
+        let name = "malformed-\(UUID().uuidString.prefix(8))"
+        let store = try TestPostgres.store(name)
+        var state = StateStoreConformance.sample(tokens: 10)
+        _ = try await store.save(&state, StateStoreConformance.writeAll(state), at: 1)
+        try await store.execute(
+            "UPDATE tidemark_tokens SET token = 'not a token' WHERE workspace = '\(name)' AND id = 3")
+        await #expect {
+            _ = try await TestPostgres.store(name).load()
+        } throws: { error in
+            let e = error as? StateStoreError
+            return e?.code == .damaged && e!.description.contains("tidemark_tokens") && e!.description.contains("id 3")
+                && e!.description.contains(name) && !e!.description.contains("not a token")
+        }
+        await store.close()
+    }
+
     /// A dropped connection (pg_terminate_backend, a server restart) neither ends the lease's renewals
     /// for good nor wedges the store: a renewal on the dropped connection fails as unreachable (the
     /// heartbeat tries again two seconds later, where it used to stop), the next one reconnects and

@@ -108,6 +108,9 @@ import TidemarkTesting
         ("UPDATE tokens SET token = x'41424344' WHERE id = 1", "tokens", "load"),
         ("UPDATE tokens SET dead = 'yes' WHERE id = 3", "tokens", "load"),
         ("UPDATE tokens SET token = (SELECT token FROM tokens WHERE id = 0) WHERE id = 4", "tokens", "load"),
+        // A token that is none (edited by hand): named, not planned as a rotation of its device.
+        ("UPDATE tokens SET token = 'not a token' WHERE id = 5", "tokens", "load"),
+        ("UPDATE tokens SET token = 'abc' WHERE id = 6", "tokens", "load"),
         ("UPDATE topics SET mode = 'sometimes'", "topics", "load"),
         ("UPDATE topics SET managed = 'not a blob'", "topics", "load"),
         ("UPDATE groups SET protect = 'maybe'", "groups", "load"),
