@@ -40,16 +40,17 @@ def tok(i):
 
 
 class Case:
-    def __init__(self, name, files, command, expect, pattern=None, setup=None, stdin=None):
+    def __init__(self, name, files, command, expect, pattern=None, setup=None, absent=None, project_flag=True):
         self.name, self.files, self.command, self.expect = name, files, command, expect
-        self.pattern, self.setup = pattern, setup
+        self.pattern, self.setup, self.absent, self.project_flag = pattern, setup, absent, project_flag
 
 
 CASES = []
 
 
-def case(name, files, command, expect, pattern=None, setup=None):
-    CASES.append(Case(name, files, command, expect, pattern, setup))
+def case(name, files, command, expect, pattern=None, setup=None, absent=None, project_flag=True):
+    """`absent`: a pattern the output must not show (a duplicate, a secret); `project_flag`: pass -C."""
+    CASES.append(Case(name, files, command, expect, pattern, setup, absent, project_flag))
 
 
 SETTINGS = "project: tidemark-campaign\nbackend: embedded\n"
@@ -197,6 +198,73 @@ case("exec source whose grandchild holds its stdout",
      setup=lambda d: write(os.path.join(d, "export.csv"), "device_id,token,team\ns1,%s,a\n" % tok(1)))
 
 
+# --- Third round (issue 53) -----------------------------------------------------------------------
+case("validate of 100,000 invalid topic names", project(), ["validate"], "refused", r"more like",
+     setup=lambda d: write(os.path.join(d, "manifests/topics.yaml"), "topics:\n" + "".join(
+         '  - {name: "bad name %d!", members: [{selector: {team: a}}]}\n' % i for i in range(100_000))))
+case("a topic repeated through an alias 1,000 times",
+     project(topics="topics:\n  - &t {name: news, members: [{selector: {team: a}}]}\n" + "  - *t\n" * 1000),
+     ["validate"], "refused", r"defined twice")
+for label, topics in [
+    ("a YAML tag on a mapping", "topics:\n  - !evil {name: news, members: [{selector: {team: a}}]}\n"),
+    ("a YAML tag on a list", "topics: !evil\n  - {name: news, members: [{selector: {team: a}}]}\n"),
+    ("a YAML tag on a key", "topics:\n  - {!evil name: news, members: [{selector: {team: a}}]}\n"),
+    ("a YAML tag on a boolean", "topics:\n  - {name: news, allow_empty: !evil true, members: [{selector: {team: a}}]}\n"),
+]:
+    case(label, project(topics=topics), PLAN, "refused", r"YAML tag")
+case("an unknown value under unregistered:", project(settings=SETTINGS + "unregistered: {v1: [NOT_FUOND]}\n"),
+     PLAN, "refused", r"tidemark\.yaml:3.*NOT_FUOND")
+case("a state file holding a malformed token", project(), PLAN, "refused", r"not a registration token",
+     setup=lambda d: applied_then_edited(d, "UPDATE tokens SET token = 'not a token' WHERE id = 0"))
+case("emulator serve --project with path characters", project(), ["emulator", "serve", "--project", "../../etc"],
+     "refused", r"project", project_flag=False)
+case("saved plan with a batch of 1,001 tokens", project(), ["apply", "PLAN"], "refused", r"could have written",
+     setup=lambda d: write(os.path.join(d, "plan.json"), forged_plan(d, 0, batch=1001)))
+case("saved plan with a target pattern that is none", project(), ["show", "PLAN"], "refused", r"selector",
+     setup=lambda d: write(os.path.join(d, "plan.json"), forged_plan(d, 0, {"targets": ["topic:news\nevil"]})))
+case("saved plan with a token that is none", project(), ["show", "PLAN"], "refused", r"could have written",
+     setup=lambda d: write(os.path.join(d, "plan.json"), forged_plan(d, 0, batch=1, token="abc")))
+case("a UTF-16 CSV", project(), PLAN, "refused", r"UTF-16",
+     setup=lambda d: open(os.path.join(d, "manifests/devices.csv"), "wb").write(
+         ("device_id,token,team\nd1,%s,a\n" % TOKEN).encode("utf-16")))
+case("a gzip inside a gzip", project({"manifests/inv.yaml": "inventory:\n  files: [devices.csv.gz]\n"}), PLAN,
+     "refused", r"compressed twice",
+     setup=lambda d: open(os.path.join(d, "manifests/devices.csv.gz"), "wb").write(
+         gzip.compress(gzip.compress(("device_id,token,team\nd1,%s,a\n" % TOKEN).encode()))))
+case("a binary token file", project({"manifests/topics.yaml": "topics:\n  - name: news\n    members: [{file: tokens.txt}]\n"}),
+     PLAN, "refused", r"binary",
+     setup=lambda d: open(os.path.join(d, "manifests/tokens.txt"), "wb").write(bytes(range(256)) * 64))
+case("an inventory file named by two declarations",
+     project({"manifests/inv2.yaml": "inventory:\n  files: [\"dev*.csv\"]\n"}), PLAN, "accepted",
+     absent=r"duplicate")
+case("a token_uri with a password, unreachable", project(settings="project: tidemark-campaign\nbackend: fcm\n"
+                                                             "credentials: key.json\n"), PLAN, "refused",
+     r"robot:\*\*\*@127\.0\.0\.1:1", setup=lambda d: key_with_secret_uri(d))
+
+
+def applied_then_edited(directory, statement):
+    """Applies the project, then edits its SQLite state file as a person (or damage) would."""
+    import sqlite3
+    subprocess.run([BINARY, "apply", "--auto-approve", "-C", directory], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=True)
+    db = sqlite3.connect(os.path.join(directory, ".tidemark/state.db"))
+    db.execute(statement)
+    db.commit()
+    db.close()
+
+
+def key_with_secret_uri(directory):
+    """A service-account key file whose token_uri carries the campaign's secret as a password and a
+    query value, pointing at a closed port."""
+    key = subprocess.run(["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"],
+                         check=True, capture_output=True, text=True).stdout
+    write(os.path.join(directory, "key.json"), json.dumps({
+        "type": "service_account", "project_id": "tidemark-campaign", "private_key_id": "k1",
+        "private_key": key, "client_email": "ci@tidemark-campaign.iam.gserviceaccount.com",
+        "token_uri": "http://robot:%s@127.0.0.1:1/token?sig=%s" % (SECRET, SECRET)}))
+    os.chmod(os.path.join(directory, "key.json"), 0o600)
+
+
 # --- Helpers -------------------------------------------------------------------------------------
 def write(path, text):
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -214,15 +282,19 @@ def gzip_file(path, head, size, byte):
         f.write(compressor.flush())
 
 
-def forged_plan(directory, operations, edit=None):
+def forged_plan(directory, operations, edit=None, batch=None, token=None):
     """A plan tidemark made for `directory`, edited: `operations` one-token subscribes of tokens nobody
-    declared (with a digest recomputed, as a hostile editor would), and `edit`'s fields."""
+    declared, or one subscribe of `batch` tokens (each `token` when given) (with a digest recomputed,
+    as a hostile editor would), and `edit`'s fields."""
     subprocess.run([BINARY, "plan", "--out", os.path.join(directory, "made.json"), "-C", directory],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     with open(os.path.join(directory, "made.json")) as f:
         plan = json.load(f)
-    if operations:
+    if batch:
+        plan["operations"] = [{"kind": "subscribe", "target": "news", "tokens": [token or tok(i) for i in range(batch)]}]
+    elif operations:
         plan["operations"] = [{"kind": "subscribe", "target": "news", "tokens": [tok(i)]} for i in range(operations)]
+    if operations or batch:
         digest = hashlib.sha256()
         for op in plan["operations"]:
             digest.update(op["kind"].encode() + b"\0" + op["target"].encode())
@@ -234,10 +306,10 @@ def forged_plan(directory, operations, edit=None):
     return json.dumps(plan)
 
 
-def run(directory, command):
+def run(directory, command, project_flag=True):
     command = [os.path.join(directory, "plan.json") if c == "PLAN" else c for c in command]
     started = time.monotonic()
-    proc = subprocess.Popen([BINARY] + command + ["-C", directory], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen([BINARY] + command + (["-C", directory] if project_flag else []), cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, env=dict(os.environ, NO_COLOR="1"))
     chunks = {"out": b"", "err": b""}
 
@@ -288,7 +360,7 @@ for c in CASES:
                 finally:
                     os._exit(0)
             os.waitpid(child, 0)
-        code, output, seconds, rss = run(directory, c.command)
+        code, output, seconds, rss = run(directory, c.command, c.project_flag)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     problems = []
@@ -308,6 +380,11 @@ for c in CASES:
         problems.append("refused without naming the cause")
     if c.expect == "accepted" and code not in (0, 2):
         problems.append("wrongly refused")
+    if c.absent and re.search(c.absent, output):
+        problems.append("shows what it must not: " + re.search(c.absent, output).group(0))
+    # A refusal is read by a person: a thousand lines of one problem is a flood, not a message.
+    if c.expect == "refused" and len(output.splitlines()) > 100:
+        problems.append("flood of %d lines" % len(output.splitlines()))
     for p in problems:
         key = p.split(":")[0].split(" (")[0]
         counts[key] = counts.get(key, 0) + 1
@@ -318,6 +395,6 @@ for c in CASES:
 shutil.rmtree(outside, ignore_errors=True)
 print()
 kinds = ["crash", "hang", "blow-up", "read outside the project", "wrongly accepted", "wrongly refused",
-         "raw dump", "refused without naming the cause"]
+         "raw dump", "refused without naming the cause", "shows what it must not", "flood"]
 print("%d cases: %s" % (ran, ", ".join("%d %s" % (counts.get(k, 0), k) for k in kinds)))
 sys.exit(1 if failures else 0)
