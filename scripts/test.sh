@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 # jq: the CI recipes' shell steps use it, and the recipe test runs them.
 # prometheus: its promtool checks the exposition of `tidemark serve`'s /metrics, and a real Prometheus
 # scrapes two replicas in the takeover check. git: manifests fetched from a repository by serve.
-bash scripts/deps.sh jq prometheus git
+bash scripts/deps.sh jq prometheus git openssl
 # The schema check uses jsonschema and PyYAML; the emulator's compatibility test uses the
 # official firebase-admin SDK from PyPI, unmodified.
 # check-jsonschema ships GitHub's workflow and action schemas and GitLab CI's, for the recipes.

@@ -56,6 +56,13 @@ public struct CommandInventorySource: DeadTokenSink {
         if Gzip.isCompressed(output) {
             output = try Gzip.decompress(output, atMost: runner.maxOutput, setting: "inventory_bytes")
         }
+        if !allowEmpty, output.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) {
+            throw InventorySourceError.empty("'\(runner.display)' printed no devices (its output was empty)")
+        }
+        // Output in another encoding (PowerShell writes UTF-16) or binary is named for what it is.
+        if let problem = InputFile.notTextProblem(output) {
+            throw InventorySourceError("what '\(runner.display)' printed is not devices: \(problem.problem)")
+        }
         let file = ConfiguredSource.display(name)
         let before = (builder.inventory.count, builder.excluded, builder.diagnostics.count)
         switch format {

@@ -114,7 +114,8 @@ public actor PostgresChangeReader {
         } catch {
             await close()
             if let known = error as? InventorySourceError { throw known }
-            throw InventorySourceError("\(what) failed on \(parsed.display): \(PostgresURL.explain(error))")
+            throw InventorySourceError(
+                "\(what) failed on \(parsed.display): \(PostgresURL.explain(error))", kind: PostgresURL.kind(of: error))
         }
     }
 
@@ -131,7 +132,9 @@ public actor PostgresChangeReader {
             }
         } catch {
             try? await made.0.close()
-            throw InventorySourceError("the changes query failed on \(made.1.display): \(PostgresURL.explain(error))")
+            throw InventorySourceError(
+                "the changes query failed on \(made.1.display): \(PostgresURL.explain(error))",
+                kind: PostgresURL.kind(of: error))
         }
         connection = made
         return made

@@ -95,7 +95,9 @@ public struct PostgresInventorySource: DeadTokenSink {
         } catch {
             try? await connection.close()
             if let known = error as? InventorySourceError { throw known }
-            throw InventorySourceError("the query failed on \(parsed.display): \(PostgresURL.explain(error))")
+            throw InventorySourceError(
+                "the query failed on \(parsed.display): \(PostgresURL.explain(error))",
+                kind: PostgresURL.kind(of: error))
         }
     }
 

@@ -154,6 +154,22 @@ public struct PostgresURL: Sendable, Equatable {
         }
     }
 
+    /// What kind of inventory failure `error` is: a timeout, a server that cannot be reached or ended
+    /// the session, or anything else (a query the server refused).
+    static func kind(of error: any Error) -> InventorySourceError.Kind {
+        if error is NoAnswer { return .timedOut }
+        if error is ConnectionEnded { return .unreachable }
+        guard let error = error as? PSQLError else { return .failed }
+        if let state = error.serverInfo?[.sqlState] {
+            // Class 08: connection exception; 57: operator intervention (terminated, shutting down).
+            return state.hasPrefix("08") || state.hasPrefix("57") ? .unreachable : .failed
+        }
+        switch error.code {
+        case .serverClosedConnection, .uncleanShutdown, .connectionError, .clientClosedConnection: return .unreachable
+        default: return error.underlying == nil ? .failed : .unreachable
+        }
+    }
+
     /// Opens a connection for a source or hook whose URL comes from the environment variable `urlEnv`;
     /// every failure is one line starting with `what` (such as "on_dead of 'app-db'"), never the password.
     static func connect(
@@ -181,7 +197,9 @@ public struct PostgresURL: Sendable, Equatable {
             guard let opened else { throw NoAnswer(seconds: parsed.connectTimeout.components.seconds) }
             return (opened, parsed)
         } catch {
-            throw InventorySourceError("\(prefix)cannot connect to \(parsed.display): \(explain(error))")
+            throw InventorySourceError(
+                "\(prefix)cannot connect to \(parsed.display): \(explain(error))",
+                kind: error is NoAnswer ? .timedOut : .unreachable)
         }
     }
 

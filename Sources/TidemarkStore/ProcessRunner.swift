@@ -142,8 +142,8 @@ public struct ProcessRunner: Sendable {
         let tail = String(decoding: errors.suffix(4096), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         if exited.didTimeOut {
             throw InventorySourceError(
-                "'\(display)' did not finish within \(Self.seconds(timeout)) and was stopped; raise 'timeout' in tidemark.yaml or make it faster\(tail.isEmpty ? "" : ". Its stderr ended with: \(Self.oneLine(tail))")"
-            )
+                "'\(display)' did not finish within \(Self.seconds(timeout)) and was stopped; raise 'timeout' in tidemark.yaml or make it faster\(tail.isEmpty ? "" : ". Its stderr ended with: \(Self.oneLine(tail))")",
+                kind: .timedOut)
         }
         if overflow {
             throw InventorySourceError(

@@ -272,7 +272,8 @@ import TidemarkTesting
             let (name, data, says) = forms.randomElement(using: &random)!
             let file = Bool.random(using: &random) ? "devices.csv" : "devices.csv.gz"
             let bytes = file.hasSuffix(".gz") && !Gzip.isCompressed(data) ? Gzip.compress(data) : data
-            let manifest = "inventory:\n  files: [\(file)]\ntopics:\n  - {name: news, members: [{selector: {region: north}}]}\n"
+            let manifest =
+                "inventory:\n  files: [\(file)]\ntopics:\n  - {name: news, members: [{selector: {region: north}}]}\n"
             let started = ContinuousClock.now
             var table = TokenTable()
             var source = InMemoryFileSource(["topics.yaml": manifest])
@@ -300,19 +301,30 @@ import TidemarkTesting
             switch kind {
             case 0:
                 let count = Int.random(in: 1001...5000, using: &random)
-                plan.operations = [PlannedOperation(kind: .subscribe, target: "news", tokens: (0..<count).map { Fixtures.token($0) })]
+                plan.operations = [
+                    PlannedOperation(kind: .subscribe, target: "news", tokens: (0..<count).map { Fixtures.token($0) })
+                ]
             case 1:
                 let count = Int.random(in: 21...200, using: &random)
-                plan.operations = [PlannedOperation(kind: .groupAdd, target: "pair", tokens: (0..<count).map { Fixtures.token($0) })]
+                plan.operations = [
+                    PlannedOperation(kind: .groupAdd, target: "pair", tokens: (0..<count).map { Fixtures.token($0) })
+                ]
             case 2:
                 let bad = ["news flash", "/topics/news", "news\u{0}", String(repeating: "n", count: 901), ""]
-                plan.operations = [PlannedOperation(kind: .unsubscribe, target: bad.randomElement(using: &random)!, tokens: [Fixtures.token(1)])]
+                plan.operations = [
+                    PlannedOperation(
+                        kind: .unsubscribe, target: bad.randomElement(using: &random)!, tokens: [Fixtures.token(1)])
+                ]
             case 3:
                 let junk = ["abc", "", "a b", "x\u{1B}[2J", String(repeating: "A", count: 5000), "user@example.com"]
-                plan.operations = [PlannedOperation(kind: .subscribe, target: "news", tokens: [junk.randomElement(using: &random)!])]
+                plan.operations = [
+                    PlannedOperation(kind: .subscribe, target: "news", tokens: [junk.randomElement(using: &random)!])
+                ]
             case 4:
-                plan.targets = ["topic:news\nevil", "topic:a b", "topic:" + String(repeating: "x", count: 2000), "group:\u{7}"]
-                    .randomElement(using: &random).map { [$0] }!
+                plan.targets = [
+                    "topic:news\nevil", "topic:a b", "topic:" + String(repeating: "x", count: 2000), "group:\u{7}",
+                ]
+                .randomElement(using: &random).map { [$0] }!
             default:
                 plan.operations = [PlannedOperation(kind: .subscribe, target: "news", tokens: [])]
             }
@@ -322,7 +334,9 @@ import TidemarkTesting
             var messages: [String] = []
             do {
                 let decoded = try Plan.decodeSaved(data, file: "plan.json")
-                Issue.record("forged plan \(kind) case \(index) was accepted: \(decoded.operations.first.map { "\($0.kind) \($0.tokens.count)" } ?? "")")
+                Issue.record(
+                    "forged plan \(kind) case \(index) was accepted: \(decoded.operations.first.map { "\($0.kind) \($0.tokens.count)" } ?? "")"
+                )
             } catch {
                 messages.append(ErrorText.describe(error))
             }

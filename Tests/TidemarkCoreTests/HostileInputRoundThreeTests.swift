@@ -41,7 +41,10 @@ import TidemarkTesting
             file: "tidemark.yaml")
         let errors = diagnostics.filter { $0.severity == .error }
         #expect(errors.count == 3, "\(errors)")
-        #expect(errors.contains { $0.message.contains("'UNREGISTERD'") && $0.message.contains("did you mean 'UNREGISTERED'") })
+        #expect(
+            errors.contains {
+                $0.message.contains("'UNREGISTERD'") && $0.message.contains("did you mean 'UNREGISTERED'")
+            })
         #expect(errors.contains { $0.message.contains("'not_found'") && $0.location?.line == 3 })
         #expect(errors.contains { $0.message.contains("'GONE'") && $0.location?.line == 4 })
         #expect(settings.unregistered.v1 == ["NOT_FOUND"])
@@ -72,7 +75,8 @@ import TidemarkTesting
         let shown = flood.condensed()
         #expect(shown.filter { $0.message.contains("defined twice") }.count == 1)
         #expect(shown.filter { $0.message.hasPrefix("invalid topic name") }.count == 20)
-        #expect(shown.contains { $0.message.contains("980 more like") && $0.message.contains("1000 in all") }, "\(shown)")
+        #expect(
+            shown.contains { $0.message.contains("980 more like") && $0.message.contains("1000 in all") }, "\(shown)")
         #expect(shown.contains { $0.message == "don't worry" })
         #expect(shown.count == 23)
     }
@@ -82,7 +86,8 @@ import TidemarkTesting
     @Test func aFileNamedByTwoDeclarationsIsReadOnce() async {
         let files = InMemoryFileSource([
             "a.yaml": "inventory:\n  files: [devices.csv]\n",
-            "b.yaml": "inventory:\n  files: [\"dev*.csv\"]\ntopics:\n  - {name: news, members: [{selector: {team: a}}]}\n",
+            "b.yaml":
+                "inventory:\n  files: [\"dev*.csv\"]\ntopics:\n  - {name: news, members: [{selector: {team: a}}]}\n",
             "devices.csv": "device_id,token,team\nd1,\(Fixtures.token(1)),a\nd2,\(Fixtures.token(2)),a\n",
         ])
         var table = TokenTable()
@@ -96,7 +101,9 @@ import TidemarkTesting
 
     /// A selector no topic or group name could match is refused, for --target and in a saved plan alike.
     @Test func selectorsThatNoNameCanMatchAreRefused() {
-        for text in ["topic:a b", "topic:news\nevil", "group:\u{7}", "weather\t", "topic:" + String(repeating: "x", count: 1000)] {
+        for text in [
+            "topic:a b", "topic:news\nevil", "group:\u{7}", "weather\t", "topic:" + String(repeating: "x", count: 1000),
+        ] {
             #expect(throws: TargetError.self, "\(text.debugDescription)") { try Targets.Selector(parsing: text) }
         }
         for text in ["topic:weather-*", "group:user 42", "weather-??", "topic:a%2Fb~c.d_e"] {

@@ -143,7 +143,7 @@ import TidemarkTesting
         do {
             _ = try await project.plan()
             Issue.record("manifests with bad 'removed:' entries were planned")
-        } catch let error as WorkflowError where error.reason == "invalid_manifests" {}
+        } catch let error as WorkflowError where error.reason == "invalid_input" {}
         let messages = project.output.diagnostics.map(\.description)
         #expect(
             messages.contains { $0.contains("topic:everyone is listed under 'removed' but 'topics:' still declares") })

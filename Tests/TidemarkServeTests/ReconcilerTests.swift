@@ -211,6 +211,27 @@ struct ServeProject {
         #expect(failed.message?.contains("'refresh' must be touched, sample, all or none") == true)
     }
 
+    /// Each way an inventory source fails is a reason of its own (what webhooks dedupe, `/status` shows
+    /// and alerts route on), not the manifests' `invalid_input`.
+    @Test func anInventorySourceThatFailsHasAReasonOfItsOwn() async throws {
+        let project = try ServeProject()
+        defer { project.remove() }
+        try project.writeDevices([0])
+        for (command, extra, reason, says) in [
+            ("true", "", "inventory_empty", "printed no devices"),
+            ("sleep 30", "      timeout: 1s\n", "inventory_timeout", "did not finish within"),
+            ("exit 3", "", "inventory_failed", "exit"),
+        ] {
+            try project.writeSettings(
+                "project: tidemark-serve-test\nrefresh: all\ninventory:\n  - name: app\n    exec:\n      command: [sh, -c, \"\(command)\"]\n      format: csv\n\(extra)"
+            )
+            let failed = await project.reconciler().reconcile()
+            #expect(failed.outcome == .failure, "\(command): \(failed)")
+            #expect(failed.reason == reason, "\(command): \(failed)")
+            #expect(failed.message?.contains(says) == true, "\(command): \(failed.message ?? "")")
+        }
+    }
+
     @Test func theWaitDoublesAfterEachFailureUpToTheInterval() {
         var settings = ServeSettings()
         settings.interval = .seconds(300)

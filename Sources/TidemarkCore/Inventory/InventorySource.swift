@@ -374,20 +374,37 @@ public struct InventoryBuilder: Sendable {
 
 /// Why a source could not be read at all, in one line (the loader adds the source's name and place).
 public struct InventorySourceError: TidemarkError {
-    /// `inventory_failed`.
-    public var reason: String { "inventory_failed" }
+    /// What kind of failure: each has its own `reason`, which `serve`'s status, events and alerts use.
+    public enum Kind: String, Sendable, CaseIterable {
+        /// The source's server could not be reached, or ended the connection (`inventory_unreachable`).
+        case unreachable = "inventory_unreachable"
+        /// The source did not answer in time (`inventory_timeout`).
+        case timedOut = "inventory_timeout"
+        /// The source read no device and may not be empty (`inventory_empty`).
+        case empty = "inventory_empty"
+        /// Anything else: a query or command that failed, output that is not devices (`inventory_failed`).
+        case failed = "inventory_failed"
+    }
+
+    /// What kind of failure.
+    public var kind: Kind
+    /// `inventory_unreachable`, `inventory_timeout`, `inventory_empty` or `inventory_failed`.
+    public var reason: String { kind.rawValue }
 
     /// The reason, as a sentence.
     public var description: String
-    /// An error saying `description`.
-    public init(_ description: String) { self.description = description }
+    /// An error of `kind` saying `description`.
+    public init(_ description: String, kind: Kind = .failed) {
+        self.description = description
+        self.kind = kind
+    }
 
     /// A configured source read no device: refused, since a broken query or export would otherwise
     /// look like every device leaving.
     public static func empty(_ what: String) -> InventorySourceError {
         InventorySourceError(
-            "\(what); a source that reads nothing would make every device look gone (and its memberships removed). If it is meant to be empty, set 'allow_empty: true' on it in tidemark.yaml"
-        )
+            "\(what); a source that reads nothing would make every device look gone (and its memberships removed). If it is meant to be empty, set 'allow_empty: true' on it in tidemark.yaml",
+            kind: .empty)
     }
 }
 

@@ -22,6 +22,9 @@ public struct LoadedManifests: Sendable {
     public var entryDigests: [String: String]
     /// SHA-256 of the manifest files as read, names and bytes (`ReadManifests.filesDigest`).
     public var filesDigest = ""
+    /// The `reason` of the first configured inventory source that could not be read, nil when every
+    /// one was read (see `ReadManifests.inventoryFailure`).
+    public var inventoryFailure: String?
 }
 
 /// Reads all `*.yaml` / `*.yml` files of a manifests directory, merges them, loads the inventory and resolves members.
@@ -93,11 +96,17 @@ public struct ManifestLoader: ManifestSource {
         var builder = InventoryBuilder(deviceLimit: limits.devices)
         var snapshots: [String: InventorySnapshot] = [:]
         var inventoryFailed = false
+        var inventoryFailure: String?
         for (source, location) in inventorySources(manifests, &diagnostics) {
             do {
                 snapshots[source.name] = try await source.load(into: &builder)
             } catch {
                 inventoryFailed = true
+                // A configured source's own kind of failure; a file named in a manifest is input.
+                if location == nil, inventoryFailure == nil {
+                    inventoryFailure =
+                        (error as? any TidemarkError)?.reason ?? InventorySourceError.Kind.failed.rawValue
+                }
                 if let location {
                     diagnostics.append(
                         .error(
@@ -114,7 +123,8 @@ public struct ManifestLoader: ManifestSource {
         diagnostics += builder.allDiagnostics
         var read = ReadManifests(
             manifests: manifests, inventory: builder.inventory, diagnostics: diagnostics, snapshots: snapshots,
-            inventoryFailed: inventoryFailed, files: recording, tokenFileBytes: limits.tokenFileBytes)
+            inventoryFailed: inventoryFailed, inventoryFailure: inventoryFailure, files: recording,
+            tokenFileBytes: limits.tokenFileBytes)
         read.filesDigest = filesDigest.finalize()
         return read
     }
@@ -210,6 +220,10 @@ public struct ReadManifests: Sendable {
     /// A source could not be read at all: members resolved against what is missing would only add
     /// misleading errors (empty topics, unknown labels), so they are not reported.
     public var inventoryFailed = false
+    /// The `reason` of the first configured inventory source that could not be read
+    /// (`inventory_timeout`, `inventory_unreachable`, `inventory_empty`, `inventory_failed`), nil when
+    /// every one was read.
+    public var inventoryFailure: String?
     let files: any FileSource
     var tokenFileBytes = InputLimits().tokenFileBytes
     /// SHA-256 of the manifest files as read (their names, sizes and bytes): unlike the digest of what
@@ -232,6 +246,7 @@ public struct ReadManifests: Sendable {
             diagnostics: (diagnostics + (inventoryFailed ? [] : resolveDiagnostics)).sortedByLocation(),
             digest: digest, snapshots: snapshots, entryDigests: entries)
         loaded.filesDigest = filesDigest
+        loaded.inventoryFailure = inventoryFailure
         return loaded
     }
 }

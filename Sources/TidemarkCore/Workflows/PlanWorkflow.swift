@@ -243,6 +243,9 @@ extension WorkflowParts {
         let errors = loaded.diagnostics.filter { $0.severity == .error }
         guard !errors.isEmpty else { return }
         output.emit(.diagnostics(errors))
+        if let failure = loaded.inventoryFailure {
+            throw WorkflowError.inventoryFailed(reason: failure, errorCount: errors.count)
+        }
         throw WorkflowError.invalidManifests(errorCount: errors.count)
     }
 

@@ -6,6 +6,7 @@ import Foundation
 public struct WorkflowError: TidemarkError {
     private enum Code: Sendable {
         case invalidManifests(errorCount: Int)
+        case inventoryFailed(reason: String, errorCount: Int)
         case planHasErrors
         case confirmationUnavailable
         case stalePlan(StalePlan)
@@ -31,6 +32,11 @@ public struct WorkflowError: TidemarkError {
 
     /// The manifests have errors; they were reported through the output.
     public static func invalidManifests(errorCount: Int) -> Self { Self(.invalidManifests(errorCount: errorCount)) }
+    /// A configured inventory source could not be read (its `reason`: `inventory_timeout`,
+    /// `inventory_unreachable`, `inventory_empty`, `inventory_failed`); reported through the output.
+    public static func inventoryFailed(reason: String, errorCount: Int) -> Self {
+        Self(.inventoryFailed(reason: reason, errorCount: errorCount))
+    }
     /// The plan has errors (a refused blast radius, say); nothing was changed.
     public static let planHasErrors = Self(.planHasErrors)
     /// Apply needs a yes, and nobody can give one here.
@@ -88,10 +94,11 @@ public struct WorkflowError: TidemarkError {
         (value as? WorkflowError)?.reason == pattern.reason
     }
 
-    /// The stable name of the kind of failure: `invalid_manifests`, `stale_plan`, `inventory_shrank`….
+    /// The stable name of the kind of failure: `invalid_input`, `stale_plan`, `inventory_shrank`….
     public var reason: String {
         switch code {
-        case .invalidManifests: "invalid_manifests"
+        case .invalidManifests: "invalid_input"
+        case .inventoryFailed(let reason, _): reason
         case .planHasErrors: "plan_has_errors"
         case .confirmationUnavailable: "confirmation_unavailable"
         case .stalePlan: "stale_plan"
@@ -112,9 +119,12 @@ public struct WorkflowError: TidemarkError {
         }
     }
 
-    /// How many errors the manifests have, for `invalid_manifests`.
+    /// How many errors were reported, for `invalid_input` and an inventory source that failed.
     public var errorCount: Int? {
-        if case .invalidManifests(let count) = code { count } else { nil }
+        switch code {
+        case .invalidManifests(let count), .inventoryFailed(_, let count): count
+        default: nil
+        }
     }
 
     /// Why a saved plan was refused, for `stale_plan`.
@@ -142,6 +152,8 @@ public struct WorkflowError: TidemarkError {
         switch code {
         case .invalidManifests(let count):
             "\(count) error\(count == 1 ? "" : "s") found; nothing was planned or changed."
+        case .inventoryFailed(_, let count):
+            "an inventory source could not be read (\(count) error\(count == 1 ? "" : "s") above); nothing was planned or changed."
         case .planHasErrors:
             "the plan has errors (above); nothing was changed."
         case .confirmationUnavailable:
