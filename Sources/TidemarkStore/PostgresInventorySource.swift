@@ -342,6 +342,11 @@ public struct PostgresInventorySource: DeadTokenSink {
                 return String(try cell.decode(Double.self))
             case .numeric:
                 return try cell.decode(String.self)
+            case .bytea:
+                // Bytes, not text: read as text they would be whatever bytes happen to be printable.
+                throw InventorySourceError(
+                    "column '\(cell.columnName)' is bytea (bytes, not text); convert it in the query, such as convert_from(\(cell.columnName), 'UTF8') or encode(\(cell.columnName), 'hex')."
+                )
             default:
                 // An enum or citext arrives as its text; anything else is refused.
                 let text = String(buffer: bytes)

@@ -124,6 +124,23 @@ extension TestPostgres {
         var builder = InventoryBuilder()
         _ = try await good.load(into: &builder)
         #expect(builder.inventory.count == 3, "the table is still there")
+        // A bytea label is bytes, not text: refused naming the column and the conversion, never read
+        // as whatever its bytes spell.
+        let bytesTable = "tm_bytea_\(UUID().uuidString.prefix(8).lowercased())"
+        try await TestPostgres.execute([
+            "CREATE TABLE \(bytesTable) (device_id text, token text, platform bytea)",
+            "INSERT INTO \(bytesTable) VALUES ('d1', '\(Fixtures.token(1))', 'ios'::bytea)",
+        ])
+        let bytea = PostgresInventorySource(
+            name: "app-db", url: TestPostgres.url, query: "select device_id, token, platform from \(bytesTable)")
+        var byteaBuilder = InventoryBuilder()
+        _ = try? await bytea.load(into: &byteaBuilder)
+        let byteaMessages = byteaBuilder.diagnostics.map(\.description).joined(separator: "\n")
+        #expect(
+            byteaMessages.contains("'platform' is bytea") && byteaMessages.contains("convert_from"), "\(byteaMessages)")
+        #expect(byteaBuilder.inventory.count == 0)
+        try await TestPostgres.execute(["DROP TABLE \(bytesTable)"])
+
         // No URL in the environment, a bad URL, an unreachable server: the password never appears.
         source.labels = nil
         source.query = "select device_id, token from \(table) where false"
