@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NIOCore
+import NIOPosix
 import NIOSSL
 import PostgresNIO
 import TidemarkCore
@@ -119,6 +120,8 @@ public struct PostgresURL: Sendable, Equatable {
     public static func explain(_ error: any Error) -> String {
         if let late = error as? NoAnswer { return late.words }
         if let ended = error as? ConnectionEnded { return ended.words }
+        // Connecting on tidemark's own channel (PostgresConnector) fails with SwiftNIO's errors, unwrapped.
+        if Self.isSocketError(error) { return socketWords(error) }
         guard let error = error as? PSQLError else { return ErrorText.describe(error) }
         if let message = error.serverInfo?[.message] {
             let state = error.serverInfo?[.sqlState].map { " (SQLSTATE \($0))" } ?? ""
@@ -126,20 +129,7 @@ public struct PostgresURL: Sendable, Equatable {
         }
         if let underlying = error.underlying {
             if underlying is PSQLError { return explain(underlying) }
-            // The driver wraps socket errors in its own types, whose descriptions are Swift dumps; say
-            // what they mean instead.
-            let text = String(describing: underlying)
-            if text.localizedCaseInsensitiveContains("connection refused") {
-                return
-                    "cannot reach the server: the connection was refused (is it running, and are the host and port right?)"
-            }
-            if text.localizedCaseInsensitiveContains("timeout") || text.localizedCaseInsensitiveContains("timed out") {
-                return "cannot reach the server: connecting timed out; check the host, port and any firewall"
-            }
-            if text.contains("SingleConnectionFailure") || text.contains("Connection errors") {
-                return "cannot reach the server: the connection failed; check the host, port and sslmode"
-            }
-            return "cannot reach the server: \(ErrorText.describe(underlying)); check the host, port and sslmode"
+            return socketWords(underlying)
         }
         switch error.code {
         case .serverClosedConnection, .uncleanShutdown:
@@ -154,11 +144,48 @@ public struct PostgresURL: Sendable, Equatable {
         }
     }
 
+    /// Whether `error` is one of SwiftNIO's own (a connection or socket failure).
+    static func isSocketError(_ error: any Error) -> Bool {
+        error is NIOConnectionError || error is IOError || error is ChannelError
+    }
+
+    /// A socket failure in words: the driver and SwiftNIO describe theirs as Swift dumps.
+    static func socketWords(_ underlying: any Error) -> String {
+        let text = String(describing: underlying)
+        if text.localizedCaseInsensitiveContains("connection refused") {
+            return
+                "cannot reach the server: the connection was refused (is it running, and are the host and port right?)"
+        }
+        if text.localizedCaseInsensitiveContains("timeout") || text.localizedCaseInsensitiveContains("timed out") {
+            return "cannot reach the server: connecting timed out; check the host, port and any firewall"
+        }
+        // A socket call's own text (read(descriptor:pointer:size:) failed: Connection reset by peer)
+        // says what happened, in words.
+        if text.localizedCaseInsensitiveContains("connection reset") || text.contains("errno: 104") {
+            return
+                "the connection was reset (the server, a pooler or something between them ended it); the next query opens a new one"
+        }
+        if text.localizedCaseInsensitiveContains("broken pipe") || text.contains("errno: 32") {
+            return "the connection was closed while tidemark was writing to it; the next query opens a new one"
+        }
+        if text.localizedCaseInsensitiveContains("resolve") || text.contains("NXDOMAIN") || text.contains("getaddrinfo")
+        {
+            return "cannot reach the server: its host name could not be resolved; check the host"
+        }
+        if text.contains("(descriptor:") || text.contains("errno:") {
+            return "the connection failed at the socket; check the host, port and the network between"
+        }
+        if text.contains("SingleConnectionFailure") || text.contains("Connection errors") {
+            return "cannot reach the server: the connection failed; check the host, port and sslmode"
+        }
+        return "cannot reach the server: \(ErrorText.describe(underlying)); check the host, port and sslmode"
+    }
+
     /// What kind of inventory failure `error` is: a timeout, a server that cannot be reached or ended
     /// the session, or anything else (a query the server refused).
     static func kind(of error: any Error) -> InventorySourceError.Kind {
         if error is NoAnswer { return .timedOut }
-        if error is ConnectionEnded { return .unreachable }
+        if error is ConnectionEnded || isSocketError(error) { return .unreachable }
         guard let error = error as? PSQLError else { return .failed }
         if let state = error.serverInfo?[.sqlState] {
             // Class 08: connection exception; 57: operator intervention (terminated, shutting down).
