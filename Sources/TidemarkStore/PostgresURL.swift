@@ -237,6 +237,20 @@ public struct PostgresURL: Sendable, Equatable {
         var seconds: Int64
         var pausedFor: Int64? = nil
 
+        init(seconds: Int64, pausedFor: Int64? = nil) {
+            self.seconds = seconds
+            self.pausedFor = pausedFor
+        }
+
+        /// No answer within `limit`, noticed `elapsed` after the query was sent: a timer that fired
+        /// more than 5 s (and a fifth of the limit) late means this process was not running.
+        init(limit: Duration, elapsed: Duration) {
+            let late = elapsed - limit
+            self.init(
+                seconds: limit.components.seconds,
+                pausedFor: late > .seconds(5) && late > limit / 5 ? late.components.seconds : nil)
+        }
+
         /// What happened, from tidemark's side.
         var words: String {
             if let pausedFor {
@@ -296,11 +310,7 @@ public struct PostgresURL: Sendable, Equatable {
         }
         // Closed without waiting for the close to finish: the event loop carries it out.
         if case .none = outcome { _ = connection.close() as EventLoopFuture<Void> }
-        guard let outcome else {
-            let late = ContinuousClock.now - started - limit
-            let paused = late > .seconds(5) && late > limit / 5 ? late.components.seconds : nil
-            throw NoAnswer(seconds: limit.components.seconds, pausedFor: paused)
-        }
+        guard let outcome else { throw NoAnswer(limit: limit, elapsed: ContinuousClock.now - started) }
         return try outcome.get()
     }
 

@@ -157,10 +157,12 @@ import TidemarkTesting
     }
 
     @Test func unregisteredAnswersAndTheDeadGuardAreSettings() {
-        let text = "unregistered:\n  v1: [UNREGISTERED]\n  iid: [NOT_FOUND, GONE]\ndead_share: 5%\ndead_minimum: 10\n"
+        let text =
+            "unregistered:\n  v1: [UNREGISTERED]\n  iid: [NOT_FOUND, INVALID_ARGUMENT]\ndead_share: 5%\ndead_minimum: 10\n"
         let (settings, ok) = ProjectSettings.decode(text, file: "tidemark.yaml")
         #expect(ok.isEmpty, "\(ok)")
-        #expect(settings.unregistered == UnregisteredAnswers(v1: ["UNREGISTERED"], iid: ["NOT_FOUND", "GONE"]))
+        #expect(
+            settings.unregistered == UnregisteredAnswers(v1: ["UNREGISTERED"], iid: ["NOT_FOUND", "INVALID_ARGUMENT"]))
         #expect(settings.deadTokenGuard == DeadTokenGuard(share: 0.05, minimum: 10))
         #expect(ProjectSettings().unregistered == .default && ProjectSettings().deadTokenGuard == DeadTokenGuard())
         let (_, bad) = ProjectSettings.decode("dead_share: lots\nunregistered: {v2: []}\n", file: "tidemark.yaml")

@@ -106,7 +106,11 @@ import Glibc
             try await TestPostgres.execute([
                 "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE relation = '\(table)'::regclass AND pid <> pg_backend_pid()"
             ])
+            let ending = ContinuousClock.now
             guard let message = await read.value else { continue }
+            // Named within seconds, not after the URL's timeout (600 s here): a query written after
+            // the close waited in the driver until the timeout before ConnectionEnded.
+            #expect(ContinuousClock.now - ending < .seconds(30), "round \(round) waited for the timeout: \(message)")
             ended += 1
             #expect(message.contains("127.0.0.1"), "round \(round) names the database: \(message)")
             #expect(
@@ -120,6 +124,17 @@ import Glibc
         _ = try await source.load(into: &builder)
         #expect(builder.inventory.count == 200_000)
         try await TestPostgres.execute(["DROP TABLE \(table)"])
+    }
+
+    /// A query that got no answer says whose fault it may be: a timer that fired long after the limit
+    /// means tidemark itself was stopped (SIGSTOP, a frozen VM), not that the server is down.
+    @Test func aTimeoutThatFiredLateSaysTidemarkWasPaused() {
+        let onTime = PostgresURL.NoAnswer(limit: .seconds(30), elapsed: .milliseconds(30_200))
+        #expect(onTime.pausedFor == nil && onTime.words.contains("did not answer within 30 s"), "\(onTime.words)")
+        let paused = PostgresURL.NoAnswer(limit: .seconds(30), elapsed: .seconds(400))
+        #expect(paused.pausedFor == 370, "\(paused)")
+        #expect(paused.words.contains("tidemark itself was stopped or starved for about 370 s"), "\(paused.words)")
+        #expect(!paused.words.contains("overloaded"))
     }
 
     /// A workspace whose token table holds a value that is no registration token (edited by hand) is
