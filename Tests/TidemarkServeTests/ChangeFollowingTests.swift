@@ -173,6 +173,19 @@ enum FollowPostgres {
         try Self.psql(
             "ALTER TABLE \(table) ENABLE TRIGGER USER; \(Self.insert([3], platform: "ios", into: table))")
         #expect(try await waitFor([2, 3], "an insert after the cursor went back") < 10)
+        // The full read the backwards cursor asked for has run and ended: a change made before it would
+        // be read by it, not found by a resync (under a loaded suite it started after the insert's batch).
+        let readStart = ContinuousClock.now
+        while ContinuousClock.now - readStart < .seconds(30) {
+            let done = lines.withLock { lines -> Bool in
+                guard let asked = lines.lastIndex(where: { $0.contains("read in full: its cursor") }) else {
+                    return false
+                }
+                return lines[(asked + 1)...].contains { $0.contains("result=") }
+            }
+            if done { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
         #expect(
             !String(decoding: metrics.exposition(), as: UTF8.self).contains(
                 #"tidemark_change_batches_total{workspace="default"} 0"#), "batches were planned")
