@@ -36,7 +36,10 @@ import Testing
         #expect(other.status == 1)
         // `workspace list` names this one, current, with its size and last apply.
         let list = try cli.run(["workspace", "list", "--workspace", ws, "--format", "json"], environment: env)
-        let listed = try #require(try JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [String: Any])
+        #expect(list.status == 0, "workspace list: \(list.stderr)")
+        let listed = try #require(
+            try? JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [String: Any],
+            "workspace list printed no JSON: \(list.stdout)\(list.stderr)")
         let mine = (listed["workspaces"] as? [[String: Any]])?.first { $0["name"] as? String == ws }
         #expect(mine?["current"] as? Bool == true && (mine?["tokens"] as? Int ?? 0) > 0, "\(list.stdout)")
         #expect((mine?["last_apply"] as? [String: Any])?["status"] as? String == "finished", "\(list.stdout)")
