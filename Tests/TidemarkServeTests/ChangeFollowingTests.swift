@@ -200,7 +200,15 @@ enum FollowPostgres {
         )
         #expect(try await waitFor([1, 2, 3], "a silent change, found by the resync") < 15)
         try await logged("(d1) had memberships the batches of changed devices had not brought")
-        let exposition = String(decoding: metrics.exposition(), as: UTF8.self)
+        // The reconcile logs the divergence as it finds it and counts it when it ends: wait for that.
+        var exposition = String(decoding: metrics.exposition(), as: UTF8.self)
+        let countedStart = ContinuousClock.now
+        while !exposition.contains(#"tidemark_resync_divergences_total{workspace="default"} 1"#),
+            ContinuousClock.now - countedStart < .seconds(15)
+        {
+            try await Task.sleep(for: .milliseconds(50))
+            exposition = String(decoding: metrics.exposition(), as: UTF8.self)
+        }
         #expect(exposition.contains(#"tidemark_resync_divergences_total{workspace="default"} 1"#), "\(exposition)")
         #expect(exposition.contains(#"tidemark_inventory_full_reads_total{workspace="default",source="app-db"}"#))
         #expect(exposition.contains(#"tidemark_inventory_changes_waiting{workspace="default"} 0"#))
