@@ -115,29 +115,53 @@ struct ChangeFollower: Sendable {
     /// The log.
     var log: @Sendable (String) -> Void
 
-    /// Follows the sources `sources` names (asked again every poll: reloaded settings start over)
-    /// while `active` (this replica owns the workspace), telling `wake` of each change, until cancelled.
+    /// Follows the sources `sources` names and watches the inputs `inputs` names (asked again every
+    /// poll: reloaded settings start over) while this replica owns the workspace (`owning`), telling
+    /// `wake` of each change, until cancelled. Each time the replica starts owning it, `ready` is told
+    /// the ownership's generation once every watch has its starting point (a baseline of the files, a
+    /// command's first output, a cursor, a LISTEN connection): what changes after that is seen.
     func run(
         sources: @escaping @Sendable () -> [FollowedSource],
         inputs: @escaping @Sendable () -> WatchedInputs = { WatchedInputs() },
-        active: @escaping @Sendable () -> Bool, wake: @escaping @Sendable (InventoryChange) -> Void
+        owning: OwnershipSignal, wake: @escaping @Sendable (InventoryChange) -> Void,
+        ready: @escaping @Sendable (Int) -> Void = { _ in }
     ) async {
         while !Task.isCancelled, !Task.isShuttingDownGracefully {
             let followed = sources()
             let watched = inputs()
+            var names: [String] = []
+            if watched.manifests != nil { names.append("files") }
+            names += watched.commands.map { "command \($0.name)" }
+            for source in followed {
+                if source.settings.changes != nil { names.append("cursor \(source.name)") }
+                if source.settings.listen != nil { names.append("listen \(source.name)") }
+            }
+            let starts = WatchStarts(watches: Set(names), ready: ready)
             await withDiscardingTaskGroup { group in
                 if let directory = watched.manifests {
-                    group.addTask { await watchFiles(directory, active: active, wake: wake) }
+                    group.addTask {
+                        await watchFiles(directory, owning: owning, report: starts.reporter("files"), wake: wake)
+                    }
                 }
                 for command in watched.commands {
-                    group.addTask { await watchCommand(command, active: active, wake: wake) }
+                    group.addTask {
+                        await watchCommand(
+                            command, owning: owning, report: starts.reporter("command \(command.name)"), wake: wake)
+                    }
                 }
                 for source in followed {
                     if source.settings.changes != nil {
-                        group.addTask { await followCursor(source, active: active, wake: wake) }
+                        group.addTask {
+                            await followCursor(
+                                source, owning: owning, report: starts.reporter("cursor \(source.name)"), wake: wake)
+                        }
                     }
                     if let channel = source.settings.listen {
-                        group.addTask { await listen(source, channel: channel, active: active, wake: wake) }
+                        group.addTask {
+                            await listen(
+                                source, channel: channel, owning: owning,
+                                report: starts.reporter("listen \(source.name)"), wake: wake)
+                        }
                     }
                 }
                 while !Task.isCancelled, !Task.isShuttingDownGracefully, sources() == followed, inputs() == watched {
@@ -151,7 +175,8 @@ struct ChangeFollower: Sendable {
     /// Reads the rows past the cursor every poll. The cursor starts at the source's largest value
     /// when the replica starts owning the workspace (its first reconcile reads everything anyway).
     func followCursor(
-        _ followed: FollowedSource, active: @Sendable () -> Bool, wake: @Sendable (InventoryChange) -> Void
+        _ followed: FollowedSource, owning: OwnershipSignal, report: @Sendable (Int) -> Void,
+        wake: @Sendable (InventoryChange) -> Void
     ) async {
         guard let changes = followed.settings.changes else { return }
         // One connection, kept: a poll is one query.
@@ -161,17 +186,21 @@ struct ChangeFollower: Sendable {
         var failing: String?
         // Whether the cursor went backwards is asked every tenth poll that found nothing.
         var quiet = 0
+        var generation = owning.generation
         while !Task.isCancelled, !Task.isShuttingDownGracefully {
-            guard active() else {
+            guard owning.isOwning, owning.generation == generation || !started else {
                 if started { await source.close() }
                 started = false
-                await ServeWait.pause(poll, timing: timing)
+                await owning.waitUntilOwning()
+                generation = owning.generation
                 continue
             }
             do {
                 if !started {
+                    generation = owning.generation
                     cursor = try await source.currentCursor(changes)
                     started = true
+                    report(generation)
                 } else {
                     let read = try await source.changedDevices(changes, after: cursor, limit: batch)
                     quiet = read.ids.isEmpty ? quiet + 1 : 0
@@ -215,7 +244,7 @@ struct ChangeFollower: Sendable {
     /// truncated table). A lost connection is made again, and the source read in full, as
     /// notifications sent while nobody listened are lost.
     func listen(
-        _ followed: FollowedSource, channel: String, active: @escaping @Sendable () -> Bool,
+        _ followed: FollowedSource, channel: String, owning: OwnershipSignal, report: @escaping @Sendable (Int) -> Void,
         wake: @escaping @Sendable (InventoryChange) -> Void
     ) async {
         let source = followed.source
@@ -224,17 +253,19 @@ struct ChangeFollower: Sendable {
         let workspace = self.workspace
         let log = self.log
         while !Task.isCancelled, !Task.isShuttingDownGracefully {
-            guard active() else {
+            guard owning.isOwning else {
                 lost = nil
-                await ServeWait.pause(poll, timing: timing)
+                await owning.waitUntilOwning()
                 continue
             }
+            let generation = owning.generation
             var problem: String
             let connected = Flag()
             do {
                 let wasLost = lost
                 try await source.listen(on: channel) { notifications in
                     connected.set()
+                    report(generation)
                     if let wasLost {
                         log(
                             "workspace=\(workspace) inventory source '\(followed.name)': listening on '\(channel)' again; reading it in full, as notifications sent while the connection was down are lost"
@@ -247,11 +278,11 @@ struct ChangeFollower: Sendable {
                         } else {
                             wake(.devices(source: followed.name, ids: [notification.payload]))
                         }
-                        if !active() { return }
+                        if !owning.isOwning || owning.generation != generation { return }
                     }
                 }
                 if Task.isCancelled || Task.isShuttingDownGracefully { return }
-                if !active() { continue }
+                if !owning.isOwning || owning.generation != generation { continue }
                 problem = "the server ended the connection"
             } catch {
                 problem = Reconciler.plain(Failure(error).message)
@@ -266,6 +297,33 @@ struct ChangeFollower: Sendable {
             lost = problem
             await ServeWait.pause(backoff, timing: timing)
             backoff = min(backoff * 2, .seconds(30))
+        }
+    }
+}
+
+/// Collects, for each ownership generation, which watches have their starting point, and tells
+/// `ready` once all have.
+final class WatchStarts: Sendable {
+    private let watches: Set<String>
+    private let ready: @Sendable (Int) -> Void
+    private let started = Mutex<[Int: Set<String>]>([:])
+
+    /// Starts of `watches`, told to `ready` for the generations of `owning`.
+    init(watches: Set<String>, ready: @escaping @Sendable (Int) -> Void) {
+        self.watches = watches
+        self.ready = ready
+    }
+
+    /// What the watch `name` calls with the generation it started in.
+    func reporter(_ name: String) -> @Sendable (Int) -> Void {
+        { generation in
+            let all = self.started.withLock { started -> Bool in
+                started = started.filter { $0.key >= generation }
+                let before = started[generation, default: []]
+                started[generation, default: []].insert(name)
+                return before != self.watches && started[generation] == self.watches
+            }
+            if all { self.ready(generation) }
         }
     }
 }

@@ -146,17 +146,19 @@ extension ChangeFollower {
     /// poll (a file being written is not read half-way) start a reconcile. What the directory holds
     /// when the replica starts owning the workspace is the baseline (its first reconcile reads it).
     func watchFiles(
-        _ directory: String, active: @Sendable () -> Bool, wake: @Sendable (InventoryChange) -> Void
+        _ directory: String, owning: OwnershipSignal, report: @Sendable (Int) -> Void = { _ in },
+        wake: @Sendable (InventoryChange) -> Void
     ) async {
         var baseline: DirectoryStamps?
         var previous: DirectoryStamps?
         var extra: [String] = []
         var saidTruncated = false
+        var generation = owning.generation
         while !Task.isCancelled, !Task.isShuttingDownGracefully {
-            guard active() else {
+            guard owning.isOwning, owning.generation == generation || baseline == nil else {
                 baseline = nil
                 previous = nil
-                await ServeWait.pause(poll, timing: timing)
+                await owning.waitUntilOwning()
                 continue
             }
             var now = DirectoryStamps.read(directory, extra: extra)
@@ -172,6 +174,8 @@ extension ChangeFollower {
                 now = DirectoryStamps.read(directory, extra: extra)
                 baseline = now
                 previous = now
+                generation = owning.generation
+                report(generation)
                 await ServeWait.pause(poll, timing: timing)
                 continue
             }
@@ -200,16 +204,21 @@ extension ChangeFollower {
     /// Runs an `exec` source's program every `interval` while the replica owns the workspace; when
     /// what it prints changed, a reconcile starts (and reads it again, as every reconcile does).
     func watchCommand(
-        _ command: WatchedCommand, active: @Sendable () -> Bool, wake: @Sendable (InventoryChange) -> Void
+        _ command: WatchedCommand, owning: OwnershipSignal, report: @Sendable (Int) -> Void = { _ in },
+        wake: @Sendable (InventoryChange) -> Void
     ) async {
         var last: String?
         var failing: String?
+        var generation = owning.generation
+        var reported = false
         while !Task.isCancelled, !Task.isShuttingDownGracefully {
-            guard active() else {
+            guard owning.isOwning, owning.generation == generation || !reported else {
                 last = nil
-                await ServeWait.pause(poll, timing: timing)
+                reported = false
+                await owning.waitUntilOwning()
                 continue
             }
+            generation = owning.generation
             do {
                 let result = try await command.runner.run()
                 guard result.status == 0 else {
@@ -236,6 +245,11 @@ extension ChangeFollower {
                     )
                     failing = message
                 }
+            }
+            if !reported {
+                // Its first output (or failure) is the starting point.
+                reported = true
+                report(generation)
             }
             await ServeWait.pause(command.interval, timing: timing)
         }

@@ -31,7 +31,7 @@ public struct Serve: Sendable {
         public var claimDuration: Duration = .seconds(30)
         /// How often claims are renewed and people's requests read between reconciles.
         public var poll: Duration = .seconds(2)
-        /// This replica's name in claims and statuses (default `host/pid`).
+        /// This replica's name in claims and statuses (default `Serve.replica`, `host/pid#instance`).
         public var replica = Serve.replica
         /// How often `/readyz`'s checks run again.
         public var readinessInterval: Duration = .seconds(10)
@@ -80,8 +80,18 @@ public struct Serve: Sendable {
     /// the requests to FCM (whose work on a million changes would otherwise hold a probe up).
     static let endpointLoop = MultiThreadedEventLoopGroup(numberOfThreads: 1)
 
-    /// This process, as the status names it: `host/pid`.
-    public static var replica: String { "\(ProcessInfo.processInfo.hostName)/\(getpid())" }
+    /// This process, as claims, statuses and metrics name it: `host/pid#instance`. The instance (the
+    /// first eight characters of a random id drawn once per process, `LockHolder.currentInstance`)
+    /// tells apart replicas that share a host name and a PID: containers with host networking each
+    /// running tidemark as PID 1.
+    public static var replica: String {
+        replicaName(host: ProcessInfo.processInfo.hostName, pid: getpid(), instance: LockHolder.currentInstance)
+    }
+
+    /// The name of the replica on `host` with `pid` whose process drew `instance`.
+    public static func replicaName(host: String, pid: Int32, instance: String) -> String {
+        "\(host)/\(pid)#\(instance.prefix(8))"
+    }
 
     /// One workspace `serve` reconciles: its entry's name (nil for the project's own workspace), its
     /// runtime as loaded at start-up and its settings.
@@ -307,7 +317,7 @@ public struct Serve: Sendable {
     /// The status before the first reconcile.
     public static func initialStatus(_ runtime: Runtime, settings: ServeSettings) -> WorkspaceStatus {
         var status = WorkspaceStatus(
-            phase: settings.suspend ? "suspended" : "pending", ready: false, workspace: runtime.workspaceName,
+            phase: settings.suspend ? .suspended : .pending, ready: false, workspace: runtime.workspaceName,
             state: runtime.stateDisplay, manifests: runtime.manifestsDisplay,
             backend: "\(runtime.backendKind.rawValue) (project \(runtime.resolved.project.project))",
             settings: [

@@ -7,10 +7,8 @@ import TidemarkRuntime
 
 /// What `/status` and `tidemark status` say of one workspace.
 public struct WorkspaceStatus: Sendable, Codable, Equatable {
-    /// Where the workspace is: `pending` (before its first reconcile), `reconciling`, `ready` (the
-    /// last reconcile succeeded), `failing`, `blocked` (a rail refused the plan), `suspended`,
-    /// `standby` (another replica owns it) or `stopped`.
-    public var phase: String
+    /// Where the workspace is (`WorkspacePhase`).
+    public var phase: WorkspacePhase
     /// Whether the last reconcile succeeded.
     public var ready: Bool
     /// The workspace's name in state.
@@ -53,20 +51,22 @@ public struct WorkspaceStatus: Sendable, Codable, Equatable {
 
 /// Reconciles one workspace while this replica owns it, as a service of `serve`'s service group.
 ///
-/// Every `poll` it claims (or renews) the workspace in the state store: when another replica's claim
-/// is live it stands by; when it owns it, it acts on the requests people left there (suspend,
-/// resume, reconcile now), reconciles on its schedule (the first reconcile at start-up or at
-/// takeover, then every `interval` plus jitter, sooner after a failure) and publishes its status for
-/// `tidemark status`. During a reconcile a heartbeat renews the claim. Owning is not the state lock:
-/// the apply takes that only for each reconcile. A shutdown that comes during an apply stops it
-/// between journal steps, as it stops a CLI apply; then the claim is given up, so another replica
-/// takes the workspace at once.
+/// The workspace is a `WorkspaceMachine`; the runner drives it. Events arrive in one inbox: the
+/// machine's timer (record reads every `poll`, claim renewals, the schedule), what the watches report
+/// (changes, their starting point), reloaded settings, the end of a reconcile, a shutdown. The runner
+/// runs the effects the machine returns: it reads and claims the workspace's record (asking the
+/// balance whether to take a free workspace or hand this one over), starts reconciles on threads of
+/// their own (the inbox goes on meanwhile, so the claim is renewed during a reconcile), publishes
+/// the status for `tidemark status`, sends events. Nothing polls: a replica with nothing to do wakes
+/// for its timers only. Owning is not the state lock: the apply takes that only for each reconcile. A
+/// shutdown that comes during an apply stops it between journal steps, as it stops a CLI apply; then
+/// the claim is given up, so another replica takes the workspace at once.
 public final class WorkspaceRunner: Service, Sendable {
     /// How the runner keeps its claim and reads requests.
     public struct Ownership: Sendable {
         /// The store whose records say who owns the workspace (the workspace's state store).
         public var records: any StateStore
-        /// This replica's name (`host/pid`).
+        /// This replica's name (`Serve.replica`).
         public var replica: String
         /// How long a claim lasts unless renewed: a replica that dies loses its workspaces this long
         /// after its last renewal.
@@ -101,14 +101,35 @@ public final class WorkspaceRunner: Service, Sendable {
         }
     }
 
+    /// What arrives in the runner's inbox.
+    enum Message: Sendable {
+        /// An event for the machine.
+        case event(WorkspaceMachine.Event)
+        /// The watches reported changes (read from `woken` when taken).
+        case woke
+        /// The watches of the ownership `generation` have their starting point.
+        case watching(generation: Int)
+        /// A notification that failed every retry: forgotten, so the next reconcile raises it again.
+        case undelivered(String)
+        /// Settings reloaded.
+        case reload
+    }
+
+    /// What the watches reported since the last reconcile started, and whether the inbox was told.
+    private struct Woken {
+        var changes = PendingChanges()
+        var told = false
+    }
+
     /// The workspace's name.
     public let name: String
     /// The workspace as the balance knows it: its state and name.
     private let key: String
     private let balance: ReplicaBalance
-    /// The reconciler (replaced when the settings are reloaded) and whether the runner is to stop
-    /// after its current round (its workspace left tidemark.yaml).
-    private let live: Mutex<(reconciler: Reconciler, retired: Bool)>
+    /// The reconciler, the sources that follow their changes and the inputs watched (each replaced
+    /// when the settings are reloaded), and the status's view of the settings.
+    private let live:
+        Mutex<(reconciler: Reconciler, followed: [FollowedSource], watched: WatchedInputs, shown: WorkspaceStatus)>
     private var reconciler: Reconciler { live.withLock { $0.reconciler } }
     private let ownership: Ownership
     private let metrics: ServeMetrics
@@ -117,14 +138,12 @@ public final class WorkspaceRunner: Service, Sendable {
     private let current: Mutex<WorkspaceStatus>
     /// The status as last published.
     private let published = Mutex<Data?>(nil)
-    /// Whether this replica owns the workspace now (what the change follower asks).
-    private let owning = Mutex(false)
-    /// The sources whose changes wake the reconcile (replaced when the settings are reloaded).
-    private let followed: Mutex<[FollowedSource]>
-    /// The files and commands whose changes wake the reconcile (replaced when the settings are reloaded).
-    private let watched: Mutex<WatchedInputs>
+    /// Whether this replica owns the workspace now (what the watches wait for).
+    private let owning = OwnershipSignal()
     /// What the inventory said changed since the last reconcile started.
-    private let woken = Mutex(PendingChanges())
+    private let woken = Mutex(Woken())
+    private let messages: AsyncStream<Message>
+    private let inbox: AsyncStream<Message>.Continuation
 
     /// A runner for the workspace `status` describes, reconciling with `reconciler` while it owns the
     /// workspace through `ownership`; it waits, draws its jitter and stamps its times by the
@@ -134,11 +153,9 @@ public final class WorkspaceRunner: Service, Sendable {
         notifier: Notifier? = nil, followed: [FollowedSource] = [], watched: WatchedInputs = WatchedInputs(),
         log: @escaping @Sendable (String) -> Void
     ) {
-        self.followed = Mutex(followed)
-        self.watched = Mutex(watched)
         self.name = status.workspace
         self.key = "\(status.state) \(status.workspace)"
-        self.live = Mutex((reconciler, false))
+        self.live = Mutex((reconciler, followed, watched, status))
         self.ownership = ownership
         self.balance =
             ownership.balance
@@ -149,6 +166,7 @@ public final class WorkspaceRunner: Service, Sendable {
         self.notifier = notifier
         self.log = log
         self.current = Mutex(status)
+        (messages, inbox) = AsyncStream.makeStream(of: Message.self)
     }
 
     private var timing: Timing { reconciler.timing }
@@ -162,54 +180,47 @@ public final class WorkspaceRunner: Service, Sendable {
         _ reconciler: Reconciler, status: WorkspaceStatus, followed: [FollowedSource] = [],
         watched: WatchedInputs = WatchedInputs()
     ) {
-        live.withLock { $0.reconciler = reconciler }
-        self.followed.withLock { $0 = followed }
-        self.watched.withLock { $0 = watched }
-        current.withLock {
-            $0.settings = status.settings
-            $0.manifests = status.manifests
-            $0.backend = status.backend
-            $0.state = status.state
-            if followed.isEmpty {
-                $0.inventoryChangesWaiting = nil
-            } else if $0.inventoryChangesWaiting == nil {
-                $0.inventoryChangesWaiting = 0
-            }
-        }
+        live.withLock { $0 = (reconciler, followed, watched, status) }
+        inbox.yield(.reload)
     }
 
     /// Stops the runner after its current round (a reconcile in flight finishes); it gives its claim up.
     public func retire() {
-        live.withLock { $0.retired = true }
+        inbox.yield(.event(.stop))
     }
-
-    private var retired: Bool { live.withLock { $0.retired } }
 
     /// Reconciles while it owns the workspace, until the service group shuts down; meanwhile the
     /// changes of the sources that follow them wake it between scheduled reconciles.
     public func run() async throws {
         let follower = ChangeFollower(workspace: name, timing: timing, log: log)
-        try await withThrowingDiscardingTaskGroup { group in
+        let inbox = self.inbox
+        await withDiscardingTaskGroup { group in
             group.addTask {
                 await follower.run(
-                    sources: { self.followed.withLock { $0 } }, inputs: { self.watched.withLock { $0 } },
-                    active: { self.owning.withLock { $0 } }, wake: { self.wake($0) })
+                    sources: { self.live.withLock { $0.followed } }, inputs: { self.live.withLock { $0.watched } },
+                    owning: self.owning, wake: { self.wake($0) },
+                    ready: { inbox.yield(.watching(generation: $0)) })
             }
-            try await reconcileWhileOwned()
+            await withGracefulShutdownHandler {
+                await drive()
+            } onGracefulShutdown: {
+                inbox.yield(.event(.stop))
+            }
             group.cancelAll()
         }
     }
 
-    /// Notes what the inventory said changed; the runner reconciles at once if it is waiting (not
-    /// while it waits to retry a failure: the retry reads the changes).
+    /// Notes what the inventory said changed; the machine starts a reconcile at once if it is waiting
+    /// (not while it waits to retry a failure: the retry reads the changes).
     public func wake(_ change: InventoryChange) {
-        let waiting = woken.withLock { woken -> Int in
+        let (waiting, tell) = woken.withLock { woken -> (Int, Bool) in
             if case .fullRead(let source, _) = change { metrics.inventoryFullRead(workspace: name, source: source) }
-            woken.add(change)
-            return woken.deviceCount
+            woken.changes.add(change)
+            defer { woken.told = true }
+            return (woken.changes.deviceCount, !woken.told)
         }
-        current.withLock { $0.inventoryChangesWaiting = waiting }
         metrics.inventoryChangesWaiting(workspace: name, waiting)
+        if tell { inbox.yield(.woke) }
     }
 
     /// The most changed devices a batch takes: a burst (a migration touching 100,000 rows) is
@@ -219,390 +230,245 @@ public final class WorkspaceRunner: Service, Sendable {
     /// was a tenth of a burst's time; at 50,000 (minutes of sends at FCM's quota) it is a few percent.
     static let batchLimit = 50_000
 
-    /// What woke the runner since the last reconcile started, taken: everything, or with `limit` at
-    /// most that many changed devices of one source (the rest wait for the next batch, `left`).
-    private func takeWoken(limit: Int? = nil) -> (taken: PendingChanges, left: Int) {
-        let (taken, left) = woken.withLock { woken in
-            let taken = woken.take(upTo: limit ?? 0)
-            return (taken, woken.deviceCount)
+    /// The machine's configuration for the settings now.
+    private func config() -> WorkspaceMachine.Config {
+        let (reconciler, followed, watched) = live.withLock { ($0.reconciler, $0.followed, $0.watched) }
+        return WorkspaceMachine.Config(
+            replica: ownership.replica, claim: ownership.duration, poll: ownership.poll,
+            settings: reconciler.settings, resync: followed.compactMap(\.settings.resync).min().map { .seconds($0) },
+            watches: !followed.isEmpty || !watched.isEmpty, grace: balance.grace)
+    }
+
+    /// Whether a source of the workspace follows its changes (the status counts waiting devices).
+    private var follows: Bool { live.withLock { !$0.followed.isEmpty } }
+
+    /// The machine's loop: each message is handled, the effects run, the timer set for the next
+    /// `wakeAt`, the status shown; until the machine finishes.
+    private func drive() async {
+        var machine = WorkspaceMachine(config: config(), status: status)
+        var queue: [WorkspaceMachine.Event] = [.tick]
+        var iterator = messages.makeAsyncIterator()
+        var timer: (at: Duration, task: Task<Void, Never>)?
+        var running: Task<ReconcileResult, Never>?
+        let timing = self.timing
+        let inbox = self.inbox
+        while !machine.finished {
+            let event: WorkspaceMachine.Event
+            if !queue.isEmpty {
+                event = queue.removeFirst()
+            } else if let message = await iterator.next() {
+                guard let taken = machineEvent(of: message, &machine) else { continue }
+                event = taken
+            } else {
+                // Cancelled: stop, and end a reconcile in flight with it.
+                queue = []
+                var effects = machine.handle(.stop, at: moment(timing))
+                if let running, machine.reconciling {
+                    running.cancel()
+                    let result = await running.value
+                    effects += machine.handle(
+                        .reconciled(result, shuttingDown: true), at: moment(timing))
+                }
+                for effect in effects { await perform(effect, &machine, &queue, &running) }
+                break
+            }
+            for effect in machine.handle(event, at: moment(timing)) {
+                await perform(effect, &machine, &queue, &running)
+            }
+            current.withLock { $0 = machine.status }
+            let at = machine.wakeAt()
+            if at != timer?.at {
+                timer?.task.cancel()
+                timer = at.map { at in
+                    (
+                        at,
+                        Task {
+                            let wait = at - timing.now()
+                            if wait > .zero {
+                                do { try await timing.sleep(wait) } catch { return }
+                            }
+                            inbox.yield(.event(.tick))
+                        }
+                    )
+                }
+            }
         }
-        current.withLock { if $0.inventoryChangesWaiting != nil { $0.inventoryChangesWaiting = left } }
+        timer?.task.cancel()
+        current.withLock { $0 = machine.status }
+    }
+
+    /// The machine's event for `message` (nil: handled here).
+    private func machineEvent(of message: Message, _ machine: inout WorkspaceMachine) -> WorkspaceMachine.Event? {
+        switch message {
+        case .event(let event):
+            return event
+        case .woke:
+            let (pending, devices) = woken.withLock { woken in
+                woken.told = false
+                return (!woken.changes.isEmpty, woken.changes.deviceCount)
+            }
+            return .changed(pending: pending, devices: devices)
+        case .watching(let generation):
+            return owning.generation == generation && owning.isOwning ? .watching : nil
+        case .undelivered(let id):
+            var ledger = machine.status.notifications
+            ledger?.sent[id] = nil
+            machine.record(notifications: ledger)
+            return nil
+        case .reload:
+            var shown = live.withLock { $0.shown }
+            shown.inventoryChangesWaiting = follows ? 0 : nil
+            return .reloaded(config(), shown)
+        }
+    }
+
+    private func moment(_ timing: Timing) -> WorkspaceMachine.Moment {
+        .init(now: timing.now(), wall: timing.wallClock(), draw: timing.random())
+    }
+
+    /// Runs one of the machine's effects; events it produces go to `queue`, ahead of the inbox.
+    private func perform(
+        _ effect: WorkspaceMachine.Effect, _ machine: inout WorkspaceMachine, _ queue: inout [WorkspaceMachine.Event],
+        _ running: inout Task<ReconcileResult, Never>?
+    ) async {
+        switch effect {
+        case .readRecord(let claim):
+            queue.append(await readRecord(claim: claim, machine))
+        case .lead(let leader):
+            owning.set(leader)
+            metrics.leader(workspace: name, leader)
+        case .log(let line):
+            log(line)
+        case .publish:
+            await publish(machine.status)
+        case .forgetPublished:
+            published.withLock { $0 = nil }
+        case .reconcile(let whole, let takeChanges):
+            let (taken, left) = takeWoken(takeChanges ? (whole ? 0 : Self.batchLimit) : nil)
+            if !taken.isEmpty {
+                log(
+                    "workspace=\(name) reconcile started by the inventory: \(Self.describe(taken))\(left > 0 ? " (\(PlanRenderer.counted(left, "more device change")) waiting for the next batch)" : "")"
+                )
+            }
+            queue.append(
+                .changed(
+                    pending: woken.withLock { !$0.changes.isEmpty },
+                    devices: machine.status.inventoryChangesWaiting == nil ? nil : left))
+            running = startReconcile(taken, whole: whole)
+        case .dropChanges:
+            _ = takeWoken(0)
+            queue.append(.changed(pending: false, devices: machine.status.inventoryChangesWaiting == nil ? nil : 0))
+        case .measure(let result):
+            metrics.record(workspace: name, result)
+        case .notify(let result):
+            notify(result, &machine)
+        case .suspended(let suspended):
+            metrics.suspended(workspace: name, suspended)
+        case .handOver(_, let status):
+            await publish(status)
+            do {
+                try await ownership.records.releaseOwnership(ownership.replica, leaving: false)
+            } catch {
+                // The claim lapses on its own; the workspace is taken when it does.
+                log("workspace=\(name) cannot give its claim up: \(Reconciler.plain(Failure(error).message))")
+            }
+            metrics.handover(workspace: name)
+        case .release(let owned):
+            balance.forget(key)
+            // The claim (when owned) and the presence end, so the others share the workspaces without it at once.
+            try? await ownership.records.releaseOwnership(ownership.replica)
+            if owned { log("workspace=\(name) released by this replica") }
+        }
+    }
+
+    /// Reads (`claim`: renews) the record; a free workspace is taken when the balance says this replica
+    /// should have it, and an owned one handed over when the machine may and the balance says so.
+    private func readRecord(claim: Bool, _ machine: WorkspaceMachine) async -> WorkspaceMachine.Event {
+        let (records, replica, duration) = (ownership.records, ownership.replica, ownership.duration)
+        do {
+            // During a reconcile a claim that lapsed (a long stall) is taken back when nobody took it.
+            var seen =
+                claim
+                ? try await records.claimOwnership(replica, for: duration, take: machine.reconciling)
+                : try await records.serveRecord()
+            var claimed = claim
+            balance.observe(key, seen)
+            if seen.owner == nil, balance.shouldTake(key) {
+                seen = try await records.claimOwnership(replica, for: duration, take: true)
+                claimed = true
+                balance.observe(key, seen)
+            }
+            metrics.replicas(balance.replicas.count)
+            let handOver =
+                machine.mayHandOver(seen)
+                ? balance.handOverTarget(key).map {
+                    WorkspaceMachine.HandOver(to: $0.to, mine: $0.mine, theirs: $0.theirs)
+                }
+                : nil
+            return .record(seen, claimed: claimed, handOver: handOver)
+        } catch {
+            return .recordFailed(Reconciler.plain(Failure(error).message))
+        }
+    }
+
+    /// Takes what woke the runner: nil takes nothing; 0 everything; otherwise at most that many changed
+    /// devices of one source (the rest wait for the next batch, `left`).
+    private func takeWoken(_ limit: Int?) -> (taken: PendingChanges, left: Int) {
+        let (taken, left) = woken.withLock { woken in
+            guard let limit else { return (PendingChanges(), woken.changes.deviceCount) }
+            let taken = woken.changes.take(upTo: limit)
+            return (taken, woken.changes.deviceCount)
+        }
         metrics.inventoryChangesWaiting(workspace: name, left)
         return (taken, left)
     }
 
-    /// Records whether this replica owns the workspace: in its metrics, and for the change follower.
-    private func lead(_ leader: Bool) {
-        owning.withLock { $0 = leader }
-        metrics.leader(workspace: name, leader)
-    }
-
-    private func reconcileWhileOwned() async throws {
-        var generator = timing.generator
-        var owned = false
-        var failures = 0
-        var nextRun: Duration?
-        var handledRequest: Date?
-        var lastProblem: String?
-        var claimedAt: Duration?
-        defer { lead(false) }
-        while !Task.isShuttingDownGracefully, !Task.isCancelled, !retired {
-            let settings = reconciler.settings
-            let record: ServeRecord
-            do {
-                // The claim (or, standing by, the presence) is renewed every third of its duration; in
-                // between, the record is only read (people's requests; a claim given up). A free
-                // workspace is taken when the balance says this replica should have it.
-                let (replica, duration) = (ownership.replica, ownership.duration)
-                var seen: ServeRecord
-                if let claimed = claimedAt, timing.now() - claimed < duration / 3 {
-                    seen = try await ownership.records.serveRecord()
-                } else {
-                    seen = try await ownership.records.claimOwnership(replica, for: duration, take: false)
-                    claimedAt = timing.now()
-                }
-                balance.observe(key, seen)
-                if seen.owner == nil, balance.shouldTake(key) {
-                    seen = try await ownership.records.claimOwnership(replica, for: duration, take: true)
-                    claimedAt = timing.now()
-                    balance.observe(key, seen)
-                }
-                record = seen
-                metrics.replicas(balance.replicas.count)
-                lastProblem = nil
-            } catch {
-                // The records live in the state store: unreachable, nothing can be reconciled either.
-                let message = Reconciler.plain(Failure(error).message)
-                if lastProblem != message {
-                    log("workspace=\(name) cannot claim the workspace in its state store: \(message)")
-                    lastProblem = message
-                }
-                owned = false
-                lead(false)
-                current.withLock {
-                    $0.phase = "failing"
-                    $0.ready = false
-                }
-                await pause(ownership.poll)
-                continue
+    /// Starts a reconcile on threads of its own (so the health endpoints and the inbox never wait for
+    /// a thread behind it); its result comes back to the inbox.
+    private func startReconcile(_ changes: PendingChanges, whole: Bool) -> Task<ReconcileResult, Never> {
+        let reconciler = self.reconciler
+        let inbox = self.inbox
+        return Task(executorPreference: ReconcileExecutor.shared) {
+            let result = await reconciler.reconcile(changes: changes, whole: whole) {
+                self.woken.withLock { Set($0.changes.devices.values.flatMap { $0 }) }
             }
-            guard record.owner == ownership.replica else {
-                let standing = current.withLock { ($0.phase, $0.replica) }
-                if owned || standing.0 != "standby" || standing.1 != (record.owner ?? "-") {
-                    if let owner = record.owner {
-                        log(
-                            "workspace=\(name) standby: replica \(owner) owns it; this replica takes it over when that one stops renewing its claim"
-                        )
-                    } else {
-                        log(
-                            "workspace=\(name) standby: free, left to a replica that owns fewer workspaces; this replica takes it if none has within \(ServeSettings.describe(balance.grace))"
-                        )
-                    }
-                }
-                owned = false
-                lead(false)
-                current.withLock {
-                    $0.phase = "standby"
-                    $0.replica = record.owner ?? "-"
-                    $0.nextRunAt = nil
-                }
-                await pause(ownership.poll)
-                continue
+            if (result.changedDevices ?? Self.batchLimit) >= Self.batchLimit / 10 {
+                // A whole reconcile (or a large batch) peaked; what it freed goes back to the system, so
+                // the resident size between resyncs is what the workspace keeps, not its last peak. Here,
+                // on the reconcile's threads: a trim of a large heap takes a while.
+                _ = tidemark_release_free_memory()
             }
-            if !owned {
-                owned = true
-                lead(true)
-                // What the previous owner sent stays sent: an ongoing problem is not told twice.
-                let previous = record.status.flatMap {
-                    try? WorkspaceStatus.decoder.decode(WorkspaceStatus.self, from: $0)
-                }
-                current.withLock {
-                    $0.replica = ownership.replica
-                    $0.handedOverTo = nil
-                    if let ledger = previous?.notifications { $0.notifications = ledger }
-                }
-                // Another replica may have published since this one last did.
-                published.withLock { $0 = nil }
-                nextRun = nil
-                // A request made before this replica owned the workspace is served by the reconcile at once.
-                handledRequest = record.reconcileRequestedAt
-                if let previous, previous.handedOverTo != nil {
-                    // Handed over between two reconciles: nothing was left half-done, so the schedule
-                    // goes on where the previous owner left it, and so does what the status says of it;
-                    // a request it had not acted on yet is served at once.
-                    nextRun = carryOver(previous)
-                    failures = previous.consecutiveFailures
-                    handledRequest = previous.reconcileRequestedAt
-                    let next = previous.nextRunAt.map { ISO8601DateFormatter().string(from: $0) } ?? "now"
-                    log(
-                        "workspace=\(name) handed over to this replica (\(ownership.replica), claim \(record.ownerFence)) by replica \(previous.replica); next reconcile as scheduled: \(nextRun == nil ? "now" : next)"
-                    )
-                } else {
-                    log(
-                        "workspace=\(name) owned by this replica (\(ownership.replica), claim \(record.ownerFence)); reconciling now"
-                    )
-                }
-            }
-            let suspended = settings.suspend || record.suspended
-            // Between two reconciles (or suspended), a workspace may go to a replica that owns fewer.
-            if nextRun != nil || suspended, let target = balance.handOverTarget(key) {
-                await handOver(to: target)
-                owned = false
-                continue
-            }
-            let wasSuspended = current.withLock { status -> Bool in
-                let was = status.suspended
-                status.suspended = suspended
-                status.suspendedBy = record.suspendedBy
-                return was
-            }
-            if suspended != wasSuspended {
-                metrics.suspended(workspace: name, suspended)
-                log(
-                    "workspace=\(name) \(suspended ? "suspended" : "resumed")\(record.suspendedBy.map { " by \($0)" } ?? "")"
-                )
-            }
-            if suspended {
-                // Changes while suspended are not followed one by one: resuming reconciles at once.
-                if !takeWoken().taken.isEmpty { nextRun = nil }
-                current.withLock {
-                    $0.phase = "suspended"
-                    $0.nextRunAt = nil
-                }
-                await publish()
-                await pause(ownership.poll)
-                continue
-            }
-            var requested = false
-            if let asked = record.reconcileRequestedAt, asked > (handledRequest ?? .distantPast) {
-                handledRequest = asked
-                requested = true
-                log("workspace=\(name) reconcile requested\(record.reconcileRequestedBy.map { " by \($0)" } ?? "")")
-            }
-            // After a failure the retry wait holds for changes too (they are read by that retry);
-            // otherwise a change starts a reconcile at once.
-            let retrying = failures > 0 && nextRun.map { timing.now() < $0 } == true
-            // A whole reconcile (the resync) that is due runs now, changes or not: under a steady
-            // stream of changes there is always a batch waiting, and the resync would never come.
-            let wholeDue = nextRun.map { timing.now() >= $0 } ?? true
-            let (woke, left) = retrying ? (PendingChanges(), 0) : takeWoken(limit: wholeDue ? nil : Self.batchLimit)
-            if !woke.isEmpty {
-                requested = true
-                log(
-                    "workspace=\(name) reconcile started by the inventory: \(Self.describe(woke))\(left > 0 ? " (\(PlanRenderer.counted(left, "more device change")) waiting for the next batch)" : "")"
-                )
-            }
-            if let due = nextRun, timing.now() < due, !requested {
-                // Resumed: the phase the last reconcile left.
-                current.withLock { status in
-                    if status.phase == "suspended" {
-                        status.phase = status.last.map { Self.phase($0.outcome) } ?? "pending"
-                    }
-                }
-                await publish()
-                await ServeWait.pause(min(ownership.poll, due - timing.now()), timing: timing) {
-                    !retrying && self.woken.withLock { !$0.isEmpty }
-                }
-                continue
-            }
-            current.withLock {
-                $0.phase = "reconciling"
-                if requested {
-                    $0.reconcileRequestedAt = record.reconcileRequestedAt
-                    $0.reconcileRequestedBy = record.reconcileRequestedBy
-                }
-            }
-            await publish()
-            let result = await reconcileHoldingClaim(woke, whole: wholeDue)
-            if Task.isShuttingDownGracefully, result.outcome != .success {
-                // Stopped between journal steps by the shutdown: not a failure of the workspace.
-                current.withLock { $0.phase = "stopped" }
-                log(
-                    "reconcile workspace=\(name) stopped by the shutdown: what finished is journaled, and the next owner resumes it"
-                )
-                break
-            }
-            metrics.record(workspace: name, result)
-            failures = result.outcome == .failure ? failures + 1 : 0
-            if result.changedDevices != nil, result.outcome == .success, let due = nextRun {
-                // A batch of changed devices leaves the schedule of whole reconciles (the resync) as it was.
-                current.withLock { status in
-                    status.last = result
-                    status.ready = true
-                    status.phase = Self.phase(result.outcome)
-                    status.consecutiveFailures = 0
-                    status.lastSuccessAt = result.finishedAt
-                }
-                log(Self.line(workspace: name, result, next: max(.zero, due - timing.now())))
-                notify(result)
-                await publish()
-                continue
-            }
-            var wait = settings.wait(afterFailures: failures)
-            if failures == 0, let resync = followed.withLock({ $0.compactMap(\.settings.resync).min() }) {
-                // A workspace that follows its changes reads everything again at least every 'resync'.
-                wait = min(wait, .seconds(resync))
-            }
-            let jitterMilliseconds = Int64(Timing.seconds(settings.jitter) * 1000)
-            if jitterMilliseconds > 0 {
-                wait += .milliseconds(Int64.random(in: 0...jitterMilliseconds, using: &generator))
-            }
-            nextRun = timing.now() + wait
-            let next = timing.wallClock().addingTimeInterval(Timing.seconds(wait))
-            current.withLock { status in
-                status.last = result
-                status.ready = result.outcome == .success
-                status.phase = Self.phase(result.outcome)
-                status.consecutiveFailures = failures
-                if result.outcome == .success { status.lastSuccessAt = result.finishedAt }
-                status.nextRunAt = next
-            }
-            log(Self.line(workspace: name, result, next: wait))
-            notify(result)
-            await publish()
-        }
-        balance.forget(key)
-        if owned {
-            current.withLock { $0.phase = "stopped" }
-            await publish()
-        }
-        // The claim (when owned) and the presence end, so the others share the workspaces without it at once.
-        try? await ownership.records.releaseOwnership(ownership.replica)
-        if owned { log("workspace=\(name) released by this replica") }
-    }
-
-    /// Gives the workspace up to `target.to`, which owns fewer (this replica stays a candidate): the
-    /// status says so and keeps the schedule for the next owner.
-    private func handOver(to target: (to: String, mine: Int, theirs: Int)) async {
-        current.withLock { $0.handedOverTo = target.to }
-        await publish()
-        do {
-            try await ownership.records.releaseOwnership(ownership.replica, leaving: false)
-        } catch {
-            // The claim lapses on its own; the workspace is taken when it does.
-            log("workspace=\(name) cannot give its claim up: \(Reconciler.plain(Failure(error).message))")
-        }
-        lead(false)
-        metrics.handover(workspace: name)
-        current.withLock {
-            $0.phase = "standby"
-            $0.nextRunAt = nil
-        }
-        log(
-            "workspace=\(name) handed over to spread the workspaces: this replica owned \(target.mine), replica \(target.to) owns \(target.theirs); it reconciles it from now on"
-        )
-    }
-
-    /// Takes on what the status `previous` said of the workspace before it was handed over: its last
-    /// reconcile and when the next one is due. Returns when that is, on the monotonic clock.
-    private func carryOver(_ previous: WorkspaceStatus) -> Duration? {
-        current.withLock { status in
-            status.last = previous.last
-            status.lastSuccessAt = previous.lastSuccessAt
-            status.consecutiveFailures = previous.consecutiveFailures
-            status.ready = previous.ready
-            status.phase = previous.last.map { Self.phase($0.outcome) } ?? status.phase
-            status.nextRunAt = previous.nextRunAt
-        }
-        guard let next = previous.nextRunAt else { return nil }
-        let seconds = next.timeIntervalSince(timing.wallClock())
-        return seconds > 0 ? timing.now() + .milliseconds(Int64(seconds * 1000)) : nil
-    }
-
-    /// The phase a reconcile's outcome leaves.
-    static func phase(_ outcome: ReconcileResult.Outcome) -> String {
-        switch outcome {
-        case .success: "ready"
-        case .blocked: "blocked"
-        case .failure: "failing"
-        }
-    }
-
-    /// One reconcile, with a heartbeat beside it renewing the claim every third of its duration.
-    private func reconcileHoldingClaim(_ changes: PendingChanges, whole: Bool) async -> ReconcileResult {
-        let ownership = self.ownership
-        let timing = self.timing
-        let name = self.name
-        let log = self.log
-        return await withTaskGroup(of: ReconcileResult?.self) { group in
-            group.addTask {
-                while !Task.isCancelled {
-                    do {
-                        try await timing.sleep(ownership.duration / 3)
-                    } catch {
-                        return nil
-                    }
-                    if let record = try? await ownership.records.claimOwnership(
-                        ownership.replica, for: ownership.duration),
-                        record.owner != ownership.replica
-                    {
-                        log(
-                            "workspace=\(name) claim taken by \(record.owner ?? "another replica") during a reconcile; the state lock's fencing keeps the two apart"
-                        )
-                    }
-                }
-                return nil
-            }
-            let reconciler = self.reconciler
-            // On threads of its own, so the health endpoints never wait for a thread behind it.
-            group.addTask(executorPreference: ReconcileExecutor.shared) {
-                let result = await reconciler.reconcile(changes: changes, whole: whole) {
-                    self.woken.withLock { Set($0.devices.values.flatMap { $0 }) }
-                }
-                if (result.changedDevices ?? Self.batchLimit) >= Self.batchLimit / 10 {
-                    // A whole reconcile (or a large batch) peaked; what it freed goes back to the
-                    // system, so the resident size between resyncs is what the workspace keeps, not its
-                    // last peak. Here, on the reconcile's threads: a trim of a large heap takes a while.
-                    _ = tidemark_release_free_memory()
-                }
-                return result
-            }
-            var outcome: ReconcileResult?
-            for await result in group {
-                if let result {
-                    outcome = result
-                    group.cancelAll()
-                }
-            }
-            return outcome!
+            inbox.yield(.event(.reconciled(result, shuttingDown: Task.isShuttingDownGracefully)))
+            return result
         }
     }
 
     /// Sends the events `result` raises to the webhooks that want them: each ongoing problem once, and
     /// again after the target's `renotify`; a delivery that fails every retry is forgotten, so the
     /// next reconcile raises it again.
-    private func notify(_ result: ReconcileResult) {
+    private func notify(_ result: ReconcileResult, _ machine: inout WorkspaceMachine) {
         guard let notifier, !notifier.targets.isEmpty else { return }
-        let (name, replica, now) = (self.name, ownership.replica, timing.wallClock())
-        let due = current.withLock { status in
-            var ledger = status.notifications ?? NotifyLedger()
-            let events = ServeEvent.events(of: result, workspace: name, replica: replica, troubled: ledger.troubled)
-            let due = ledger.due(events, targets: notifier.settings, now: now)
-            status.notifications = ledger
-            return due
-        }
+        var ledger = machine.status.notifications ?? NotifyLedger()
+        let events = ServeEvent.events(
+            of: result, workspace: name, replica: ownership.replica, troubled: ledger.troubled)
+        let due = ledger.due(events, targets: notifier.settings, now: timing.wallClock())
+        machine.record(notifications: ledger)
+        let inbox = self.inbox
         for (target, event) in due {
             let id = NotifyLedger.entry(target, event)
-            notifier.send(event, to: target) { [self] in
-                current.withLock { $0.notifications?.sent[id] = nil }
-            }
+            notifier.send(event, to: target) { inbox.yield(.undelivered(id)) }
         }
     }
 
-    /// Publishes the status for `tidemark status` when it changed since it was last published (and
-    /// this replica still owns the workspace).
-    private func publish() async {
+    /// Publishes `status` for `tidemark status` when it changed since it was last published (and this
+    /// replica still owns the workspace).
+    private func publish(_ status: WorkspaceStatus) async {
         let encoded = (try? WorkspaceStatus.encoder.encode(status)) ?? Data("{}".utf8)
         guard published.withLock({ $0 != encoded }) else { return }
         let replica = ownership.replica
         if (try? await ownership.records.publishStatus(encoded, replica: replica)) == true {
             published.withLock { $0 = encoded }
         }
-    }
-
-    /// Waits `duration`, or less when the group shuts down.
-    private func pause(_ duration: Duration) async {
-        await ServeWait.pause(duration, timing: timing)
     }
 
     /// What the inventory said, for the log: "3 devices changed in 'app-db'; 'events' read in full: …".
@@ -620,16 +486,57 @@ public final class WorkspaceRunner: Service, Sendable {
         }
         return parts.joined(separator: "; ")
     }
+}
 
-    /// The log line of a reconcile: `workspace=… result=… seconds=… reason=… next=…: summary`.
-    static func line(workspace: String, _ result: ReconcileResult, next: Duration) -> String {
-        var fields = [
-            "workspace=\(workspace)", "result=\(result.outcome.rawValue)",
-            "seconds=\(String(format: "%.2f", result.seconds))",
-        ]
-        if let reason = result.reason { fields.append("reason=\(reason)") }
-        fields.append("next_in=\(ServeSettings.describe(next))")
-        return "reconcile " + fields.joined(separator: " ") + ": " + result.summary
+/// Whether this replica owns a workspace, for the watches that run only while it does: they wait for
+/// it without polling. Each time it starts owning is a new generation, so a watch's report of its
+/// starting point is told apart from one of an earlier ownership.
+final class OwnershipSignal: Sendable {
+    private struct Inner {
+        var owning = false
+        var generation = 0
+        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
+        var nextWaiter = 0
+    }
+
+    private let inner = Mutex(Inner())
+
+    /// Records whether this replica owns the workspace; starting to own wakes the watches.
+    func set(_ owning: Bool) {
+        let woken = inner.withLock { inner -> [CheckedContinuation<Void, Never>] in
+            guard owning != inner.owning else { return [] }
+            inner.owning = owning
+            guard owning else { return [] }
+            inner.generation += 1
+            defer { inner.waiters = [:] }
+            return Array(inner.waiters.values)
+        }
+        for waiter in woken { waiter.resume() }
+    }
+
+    /// Whether it owns the workspace now.
+    var isOwning: Bool { inner.withLock { $0.owning } }
+    /// The generation of the ownership now (grows each time it starts owning).
+    var generation: Int { inner.withLock { $0.generation } }
+
+    /// Returns once this replica owns the workspace (at once when it does), or when the task is cancelled.
+    func waitUntilOwning() async {
+        let id = inner.withLock { inner -> Int in
+            inner.nextWaiter += 1
+            return inner.nextWaiter
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let resumeNow = inner.withLock { inner -> Bool in
+                    if inner.owning || Task.isCancelled { return true }
+                    inner.waiters[id] = continuation
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        } onCancel: {
+            inner.withLock { $0.waiters.removeValue(forKey: id) }?.resume()
+        }
     }
 }
 
@@ -655,17 +562,10 @@ extension WorkspaceStatus {
 
 /// How `serve`'s services wait between their rounds.
 enum ServeWait {
-    /// Waits `duration`, or less when the service group shuts down, in steps of at most a quarter of
-    /// a second that look at the shutdown in between (a runner waits this way every poll, so nothing
-    /// is set up and torn down around each wait).
-    static func pause(
-        _ duration: Duration, timing: Timing, until done: @Sendable () -> Bool = { false }
-    ) async {
-        let end = timing.now() + duration
-        while !Task.isShuttingDownGracefully, !Task.isCancelled, !done() {
-            let left = end - timing.now()
-            guard left > .zero else { return }
-            try? await timing.sleep(min(left, .milliseconds(250)))
-        }
+    /// Waits `duration`, or less when the service group shuts down or the task is cancelled: one
+    /// sleep, not a poll.
+    static func pause(_ duration: Duration, timing: Timing) async {
+        guard duration > .zero, !Task.isCancelled, !Task.isShuttingDownGracefully else { return }
+        _ = try? await cancelWhenGracefulShutdown { try await timing.sleep(duration) }
     }
 }

@@ -110,7 +110,7 @@ struct StatusCommand: AsyncParsableCommand {
         let status = record.status.flatMap { try? WorkspaceStatus.decoder.decode(WorkspaceStatus.self, from: $0) }
         var lines: [String] = []
         let owner = record.liveOwner(at: now)
-        var phase = status?.phase ?? "never reconciled"
+        var phase = status?.phase.rawValue ?? "never reconciled"
         if owner == nil, status != nil { phase += " (as last published)" }
         lines.append("\(record.workspace): \(phase)")
         lines.append("  state: \(runtime.stateDisplay)")
@@ -271,7 +271,7 @@ struct ReconcileCommand: AsyncParsableCommand {
                 if let data = record.status,
                     let status = try? WorkspaceStatus.decoder.decode(WorkspaceStatus.self, from: data),
                     let last = status.last, last.startedAt >= askedAt.addingTimeInterval(-1),
-                    status.phase != "reconciling"
+                    status.phase != .reconciling
                 {
                     try Terminal.write(StatusCommand.text(runtime, record) + "\n")
                     if last.outcome != .success { throw ExitCode.failure }

@@ -92,9 +92,11 @@ import TidemarkTesting
         let command = WatchedCommand(
             name: "cmd", interval: .milliseconds(100),
             runner: .init(command: ["cat", output.path], directory: directory.path, timeout: 10))
+        let owning = OwnershipSignal()
+        owning.set(true)
         let watching = Task {
             await follower.watchCommand(
-                command, active: { true }, wake: { change in woken.withLock { $0.append(change) } })
+                command, owning: owning, wake: { change in woken.withLock { $0.append(change) } })
         }
         defer { watching.cancel() }
         /// Waits up to 20 s (a loaded machine starts programs slowly) for `condition`.

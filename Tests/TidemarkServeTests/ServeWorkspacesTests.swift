@@ -119,17 +119,17 @@ struct ServeWorkspacesTests {
             "first: \(first.status.phase), second: \(second.status.phase)\n"
                 + lines.withLock { $0.joined(separator: "\n") }
         }
-        try await waitUntil(story) { first.status.phase == "ready" }
+        try await waitUntil(story) { first.status.phase == .ready }
         let b = Task { try await second.run() }
-        try await waitUntil(story) { second.status.phase == "standby" }
+        try await waitUntil(story) { second.status.phase == .standby }
         #expect(second.status.replica == "replica-a")
         try await store.requestControl(.suspend, by: "test")
-        try await waitUntil(story) { first.status.phase == "suspended" }
+        try await waitUntil(story) { first.status.phase == .suspended }
         try await store.requestControl(.resume, by: "test")
-        try await waitUntil(story) { first.status.phase == "ready" }
+        try await waitUntil(story) { first.status.phase == .ready }
         a.cancel()
         _ = try? await a.value
-        try await waitUntil(story) { second.status.phase == "ready" && second.status.replica == "replica-b" }
+        try await waitUntil(story) { second.status.phase == .ready && second.status.replica == "replica-b" }
         let published = try await store.serveRecord()
         #expect(published.owner == "replica-b" && published.ownerFence == 2)
         b.cancel()
@@ -137,8 +137,8 @@ struct ServeWorkspacesTests {
     }
 
     /// Two replicas running four workspaces spread them: the first, alone, takes all four; the second,
-    /// started later, gets two by handovers between reconciles (it goes on with the schedule the first
-    /// left, without a reconcile at once), and no more move; when it stops, the first takes them back.
+    /// started later, gets two by handovers between reconciles (and reconciles each at once: a change
+    /// made while it changed hands is read), and no more move; when it stops, the first takes them back.
     @Test
     func replicasSpreadTheWorkspacesTheyShare() async throws {
         let projects = try (0..<4).map { _ in try ServeProject() }
@@ -159,7 +159,9 @@ struct ServeWorkspacesTests {
                     ownership: .init(
                         records: stores[index], replica: name, duration: .seconds(3600), poll: .milliseconds(50),
                         balance: balance),
-                    metrics: ServeMetrics(), log: { line in lines.withLock { $0.append("\(name): \(line)") } })
+                    metrics: ServeMetrics(),
+                    watched: WatchedInputs(manifests: projects[index].root.appendingPathComponent("manifests").path),
+                    log: { line in lines.withLock { $0.append("\(name): \(line)") } })
             }
         }
         func owners() async throws -> [String?] {
@@ -186,18 +188,38 @@ struct ServeWorkspacesTests {
         }
         let first = try replica("replica-a")
         let a = first.map { runner in Task { try await runner.run() } }
-        try await waitUntil(story) { first.allSatisfy { $0.status.phase == "ready" } }
+        try await waitUntil(story) { first.allSatisfy { $0.status.phase == .ready } }
         try await waitForOwners { $0.allSatisfy { $0 == "replica-a" } }
+        // A device added just before the handovers: the workspaces' new owner reads it (its watches start
+        // after the edit, and the old owner's had no time to see it).
+        for project in projects { try project.writeDevices([1, 2, 3, 4]) }
         let second = try replica("replica-b")
         let b = second.map { runner in Task { try await runner.run() } }
         try await waitForOwners { $0.filter { $0 == "replica-b" }.count == 2 && !$0.contains(nil) }
+        // The new owner's reconciles (each after its watches have their starting point) end.
+        try await waitUntil(story) {
+            second.count { $0.status.replica == "replica-b" && $0.status.phase == .ready } == 2
+        }
         try await Task.sleep(for: .seconds(1))
         try await waitForOwners { $0.filter { $0 == "replica-b" }.count == 2 && !$0.contains(nil) }
         let said = lines.withLock { $0 }
         #expect(said.filter { $0.hasPrefix("replica-a: ") && $0.contains("handed over") }.count == 2, "\(story())")
-        #expect(!said.contains { $0.hasPrefix("replica-b: reconcile ") }, "\(story())")
-        for runner in second where runner.status.replica == "replica-b" && runner.status.phase != "standby" {
-            #expect(runner.status.phase == "ready" && runner.status.last != nil && runner.status.nextRunAt != nil)
+        // Each workspace handed over is reconciled at once by its new owner (what changed while it changed
+        // hands was seen by neither replica's watches), once, and by the replica it was handed to only.
+        #expect(said.count { $0.hasPrefix("replica-b: reconcile workspace=") } == 2, "\(story())")
+        #expect(
+            said.count { $0.hasPrefix("replica-b: ") && $0.contains("handed over to this replica") } == 2,
+            "\(story())")
+        for runner in second where runner.status.replica == "replica-b" && runner.status.phase != .standby {
+            #expect(runner.status.phase == .ready && runner.status.last != nil && runner.status.nextRunAt != nil)
+        }
+        for (index, project) in projects.enumerated() {
+            let end = ContinuousClock.now + .seconds(60)
+            while try await project.subscribers("phones", of: [4]) == 0, ContinuousClock.now < end {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            #expect(
+                try await project.subscribers("phones", of: [4]) == 1, "w\(index): the new device joined\n\(story())")
         }
         for task in b { task.cancel() }
         for task in b { _ = try? await task.value }
@@ -205,6 +227,47 @@ struct ServeWorkspacesTests {
         #expect(try await stores[0].serveRecord().replicas.keys.sorted() == ["replica-a"])
         for task in a { task.cancel() }
         for task in a { _ = try? await task.value }
+    }
+
+    /// Two replicas with one host name and one PID (containers with host networking, each running
+    /// tidemark as PID 1) are two replicas: their names carry each process's instance, so one owns the
+    /// workspace and the other stands by, and the standby stopping leaves the owner's claim alone.
+    @Test
+    func twoReplicasWithOneHostNameAndPIDAreTwoReplicas() async throws {
+        #expect(Serve.replica.hasSuffix("#\(LockHolder.currentInstance.prefix(8))"))
+        let names = [UUID(), UUID()].map { Serve.replicaName(host: "vm", pid: 1, instance: $0.uuidString.lowercased()) }
+        #expect(names[0] != names[1] && names.allSatisfy { $0.hasPrefix("vm/1#") })
+        let project = try ServeProject()
+        defer { project.remove() }
+        try project.writeDevices([1, 2, 3])
+        let store = InMemoryStateStore(workspace: "default")
+        let lines = Mutex<[String]>([])
+        let runners = try names.map { name in
+            var settings = ServeSettings()
+            settings.interval = .seconds(3600)
+            return WorkspaceRunner(
+                status: Serve.initialStatus(try project.runtime(), settings: settings),
+                reconciler: project.reconciler { $0.interval = .seconds(3600) },
+                ownership: .init(records: store, replica: name, duration: .seconds(3600), poll: .milliseconds(50)),
+                metrics: ServeMetrics(), log: { line in lines.withLock { $0.append("\(name): \(line)") } })
+        }
+        func story() -> String {
+            runners.map { "\($0.status.phase) \($0.status.replica)" }.joined(separator: ", ") + "\n"
+                + lines.withLock { $0.joined(separator: "\n") }
+        }
+        let first = Task { try await runners[0].run() }
+        try await waitUntil(story) { runners[0].status.phase == .ready }
+        let second = Task { try await runners[1].run() }
+        try await waitUntil(story) { runners[1].status.phase == .standby }
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(runners[1].status.phase == .standby && runners[1].status.replica == names[0], "\(story())")
+        #expect(!lines.withLock { $0.contains { $0.hasPrefix("\(names[1]): reconcile ") } }, "\(story())")
+        second.cancel()
+        _ = try? await second.value
+        let record = try await store.serveRecord()
+        #expect(record.owner == names[0], "the standby stopping left the owner's claim alone\n\(story())")
+        first.cancel()
+        _ = try? await first.value
     }
 
     private func waitUntil(

@@ -676,7 +676,7 @@ def serve_spread(binary, url, workspaces=4, devices=40):
             handed = len(re.findall(r"handed over to this replica", second.text()))
             reconciled = len(re.findall(r"reconcile workspace=", second.text()))
             print("  alone, replica a owned %s; with replica b, %s after %.1f s (%d handovers, %d reconciles "
-                  "by b at once), %s 8 s later" % (
+                  "by b, one at each takeover), %s 8 s later" % (
                       "all %d" % workspaces if alone else "NOT ALL", "2 and 2" if spread else "NEVER 2 and 2", took,
                       handed, reconciled, "unchanged" if stable else "CHANGED"), flush=True)
             second.process.send_signal(signal.SIGKILL)
@@ -687,8 +687,10 @@ def serve_spread(binary, url, workspaces=4, devices=40):
             exact = all(len(emulator.subscribers(name)) == devices for name in names)
             print("  replica b SIGKILLed: replica a owned all %d again after %.1f s (claims last 6 s); every "
                   "workspace's topic %s" % (workspaces, back_after, "exact" if exact else "NOT EXACT"), flush=True)
+            # The new owner reconciles each workspace it was handed once, at once (a change made while it
+            # changed hands is read), and not again within the 8 s: the schedule goes on from there.
             return (alone is not None and spread is not None and stable is not None and handed == 2
-                    and reconciled == 0 and back is not None and back_after <= 6 + 6 + 4 and exact)
+                    and reconciled == 2 and back is not None and back_after <= 6 + 6 + 4 and exact)
     finally:
         for replica in replicas:
             replica.stop()

@@ -10,7 +10,7 @@ import Foundation
 public struct ServeRecord: Sendable, Equatable {
     /// The workspace.
     public var workspace: String
-    /// The replica that reconciles it (`host/pid`), while its claim is live.
+    /// The replica that reconciles it (`host/pid#instance`), while its claim is live.
     public var owner: String?
     /// When the owner's claim ends unless renewed.
     public var ownerExpires: Date?
