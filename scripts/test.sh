@@ -64,6 +64,7 @@ TIDEMARK_BIN="$BIN" python3 Tests/recipes/test_github_workflow.py
 # Faults, 20 SIGKILLs with resume and concurrent applies against the emulator (scripts/resilience.sh), and
 # two `tidemark serve` replicas on PostgreSQL, scraped by Prometheus, whose owner is SIGKILLed mid-apply,
 # and two replicas spreading four workspaces (the survivor of a SIGKILL takes them all back).
+python3 scripts/idle-serve.py "$BIN"
 python3 scripts/resilience/run.py "$BIN" --quick
 # What tidemark says while things go wrong: a closed port, an unknown host, a silent server, error
 # pages, the state server stopped mid-apply; each ends in under 30 s naming the cause and the setting.

@@ -33,4 +33,17 @@ static inline int tidemark_release_free_memory(void) { return malloc_trim(0); }
 static inline int tidemark_release_free_memory(void) { return 0; }
 #endif
 
+// The type of the file system `path` is on (statfs's f_type: NFS is 0x6969), or 0 when it cannot be
+// told. Elsewhere than Linux, 0.
+#if defined(__linux__)
+#include <sys/vfs.h>
+static inline unsigned long tidemark_filesystem_type(const char *path) {
+    struct statfs info;
+    if (statfs(path, &info) != 0) return 0;
+    return (unsigned long)info.f_type;
+}
+#else
+static inline unsigned long tidemark_filesystem_type(const char *path) { (void)path; return 0; }
+#endif
+
 #endif

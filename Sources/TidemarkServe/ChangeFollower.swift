@@ -115,15 +115,15 @@ struct ChangeFollower: Sendable {
     /// The log.
     var log: @Sendable (String) -> Void
 
-    /// Follows the sources `sources` names and watches the inputs `inputs` names (asked again every
-    /// poll: reloaded settings start over) while this replica owns the workspace (`owning`), telling
+    /// Follows the sources `sources` names and watches the inputs `inputs` names (asked again each time
+    /// `reloads` grows: reloaded settings start over) while this replica owns the workspace (`owning`), telling
     /// `wake` of each change, until cancelled. Each time the replica starts owning it, `ready` is told
     /// the ownership's generation once every watch has its starting point (a baseline of the files, a
     /// command's first output, a cursor, a LISTEN connection): what changes after that is seen.
     func run(
         sources: @escaping @Sendable () -> [FollowedSource],
         inputs: @escaping @Sendable () -> WatchedInputs = { WatchedInputs() },
-        owning: OwnershipSignal, wake: @escaping @Sendable (InventoryChange) -> Void,
+        owning: OwnershipSignal, reloads: Beacon = Beacon(), wake: @escaping @Sendable (InventoryChange) -> Void,
         ready: @escaping @Sendable (Int) -> Void = { _ in }
     ) async {
         while !Task.isCancelled, !Task.isShuttingDownGracefully {
@@ -164,8 +164,10 @@ struct ChangeFollower: Sendable {
                         }
                     }
                 }
-                while !Task.isCancelled, !Task.isShuttingDownGracefully, sources() == followed, inputs() == watched {
-                    await ServeWait.pause(poll, timing: timing)
+                while !Task.isCancelled, !Task.isShuttingDownGracefully {
+                    let mark = reloads.value
+                    guard sources() == followed, inputs() == watched else { break }
+                    await reloads.wait(beyond: mark)
                 }
                 group.cancelAll()
             }

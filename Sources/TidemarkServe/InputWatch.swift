@@ -1,4 +1,6 @@
+import CShims
 import Foundation
+import Synchronization
 import TidemarkCore
 import TidemarkRuntime
 import TidemarkStore
@@ -70,6 +72,8 @@ struct DirectoryStamps: Sendable, Equatable {
     var files: [String: FileStamp] = [:]
     /// The directory holds more files than are watched.
     var truncated = false
+    /// The directories walked (absolute): what the kernel is asked to report changes of.
+    var directories: Set<String> = []
 
     /// The most files of a manifests directory that are watched.
     static let limit = 10_000
@@ -83,7 +87,12 @@ struct DirectoryStamps: Sendable, Equatable {
             at: URL(fileURLWithPath: directory), includingPropertiesForKeys: nil, options: [.skipsHiddenFiles])
         {
             let base = URL(fileURLWithPath: directory).standardizedFileURL.path
+            result.directories.insert(base)
             for case let url as URL in walk {
+                if walk.level > 0, (try? url.resourceValues(forKeys: [.isDirectoryKey]))?.isDirectory == true {
+                    if result.directories.count < limit { result.directories.insert(url.standardizedFileURL.path) }
+                    continue
+                }
                 // What a reconcile reads from the directory: manifests and inventory files, not a state
                 // database or anything else kept beside them.
                 guard isManifest(url.path) || InventoryFormat(suffixOf: url.path) != nil,
@@ -154,13 +163,18 @@ extension ChangeFollower {
         var extra: [String] = []
         var saidTruncated = false
         var generation = owning.generation
+        // The kernel's reports of changes (nil: looked at every poll).
+        var events: DirectoryEvents?
         while !Task.isCancelled, !Task.isShuttingDownGracefully {
             guard owning.isOwning, owning.generation == generation || baseline == nil else {
                 baseline = nil
                 previous = nil
+                events = nil
                 await owning.waitUntilOwning()
                 continue
             }
+            // Counted before the files are read: a change after the read is a report beyond it.
+            let reported = events?.count ?? 0
             var now = DirectoryStamps.read(directory, extra: extra)
             if now.truncated, !saidTruncated {
                 saidTruncated = true
@@ -171,6 +185,8 @@ extension ChangeFollower {
             guard let base = baseline else {
                 extra = DirectoryStamps.namedOutside(
                     directory, manifests: now.files.keys.filter(DirectoryStamps.isManifest).sorted())
+                // Watched before the baseline is read: nothing changes unseen in between.
+                events = DirectoryEvents(directories: DirectoryEvents.directories(directory, now))
                 now = DirectoryStamps.read(directory, extra: extra)
                 baseline = now
                 previous = now
@@ -197,9 +213,21 @@ extension ChangeFollower {
                         why: "\(shown)\(more) changed (size or modification time)"))
             }
             previous = now
+            if let watching = events, now == baseline {
+                // Nothing waits to hold still: the next look is when the kernel reports a change (a
+                // directory added since is watched from now on), or after `Self.recheck` at the latest.
+                if watching.add(DirectoryEvents.directories(directory, now)) {
+                    await watching.wait(beyond: reported, timeout: Self.recheck, timing: timing)
+                    continue
+                }
+                events = nil
+            }
             await ServeWait.pause(poll, timing: timing)
         }
     }
+
+    /// How often a watch the kernel reports changes to looks at the files anyway.
+    static let recheck = Duration.seconds(30)
 
     /// Runs an `exec` source's program every `interval` while the replica owns the workspace; when
     /// what it prints changed, a reconcile starts (and reads it again, as every reconcile does).
@@ -253,5 +281,97 @@ extension ChangeFollower {
             }
             await ServeWait.pause(command.interval, timing: timing)
         }
+    }
+}
+
+/// Tells the file watch when the kernel reports a change in the directories it watches (Linux's
+/// inotify), so that a replica whose manifests do not change does not look at them every second.
+/// Nil where inotify cannot follow the directory (elsewhere than Linux, a network or FUSE file
+/// system, out of watches): the watch then looks every poll, as it always did.
+final class DirectoryEvents: Sendable {
+    private let descriptor: Int32
+    /// The dispatch source that reads the descriptor (cancelled, and the descriptor closed, at deinit).
+    private let source: Mutex<(any DispatchSourceRead)?>
+    private let changes = Beacon()
+    private let watched = Mutex(Set<String>())
+
+    /// File systems whose changes made elsewhere inotify does not see: NFS, SMB/CIFS (two), FUSE, 9p,
+    /// AFS, Ceph, Lustre.
+    static let remoteFileSystems: Set<UInt> = [
+        0x6969, 0xFF53_4D42, 0xFE53_4D42, 0x6573_5546, 0x0102_1997, 0x5346_414F, 0x00C3_6400, 0x0BD0_0BD0,
+    ]
+
+    /// Events for `directories` (each watched itself, not below it).
+    init?(directories: [String]) {
+        #if os(Linux)
+        guard
+            directories.allSatisfy({ !Self.remoteFileSystems.contains(tidemark_filesystem_type($0)) })
+        else { return nil }
+        let descriptor = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+        guard descriptor >= 0 else { return nil }
+        self.descriptor = descriptor
+        let source = DispatchSource.makeReadSource(fileDescriptor: descriptor, queue: .global())
+        let changes = self.changes
+        source.setEventHandler {
+            // Drain what the kernel queued; what it says is not needed: the watch stats again.
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while buffer.withUnsafeMutableBytes({ read(descriptor, $0.baseAddress, $0.count) }) > 0 {}
+            changes.bump()
+        }
+        source.setCancelHandler { close(descriptor) }
+        source.resume()
+        self.source = Mutex(source)
+        guard add(directories) else {
+            self.source.withLock { $0?.cancel() }
+            return nil
+        }
+        #else
+        return nil
+        #endif
+    }
+
+    deinit { source.withLock { $0?.cancel() } }
+
+    /// Watches `directories` too (those watched already are left as they are); false when one cannot be.
+    @discardableResult
+    func add(_ directories: [String]) -> Bool {
+        #if os(Linux)
+        let mask = UInt32(
+            IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
+                | IN_DELETE_SELF | IN_MOVE_SELF)
+        let new = watched.withLock { Set(directories).subtracting($0) }
+        for directory in new {
+            guard inotify_add_watch(descriptor, directory, mask) >= 0 else { return false }
+        }
+        watched.withLock { $0.formUnion(new) }
+        return true
+        #else
+        return false
+        #endif
+    }
+
+    /// How many reports came so far.
+    var count: Int { changes.value }
+
+    /// Returns once a report beyond `count` came, or after `timeout`, or when the task is cancelled.
+    func wait(beyond count: Int, timeout: Duration, timing: Timing) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.changes.wait(beyond: count) }
+            group.addTask { try? await timing.sleep(timeout) }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// The directories to watch for the files of `stamps` under `directory`: the directory, those
+    /// below it, and the parents of files named outside it.
+    static func directories(_ directory: String, _ stamps: DirectoryStamps) -> [String] {
+        let base = URL(fileURLWithPath: directory).standardizedFileURL.path
+        var directories = stamps.directories
+        directories.insert(base)
+        for path in stamps.files.keys where path.hasPrefix("/") {
+            directories.insert(URL(fileURLWithPath: path).deletingLastPathComponent().standardizedFileURL.path)
+        }
+        return directories.sorted()
     }
 }

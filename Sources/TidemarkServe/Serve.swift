@@ -363,10 +363,13 @@ final class ReadinessChecker: Service, Sendable {
     var checks: [ReadinessCheck] { results.withLock { $0 } }
 
     func run() async throws {
-        while !Task.isShuttingDownGracefully, !Task.isCancelled {
-            let checks = await check()
-            results.withLock { $0 = checks }
-            await ServeWait.pause(interval, timing: timing)
+        // Cancelled by a shutdown: the loop's sleeps need not look at it.
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                let checks = await self.check()
+                self.results.withLock { $0 = checks }
+                await ServeWait.pause(self.interval, timing: self.timing)
+            }
         }
     }
 

@@ -137,9 +137,6 @@ final class SettingsWatcher: Service, Sendable {
         self.apply = apply
     }
 
-    /// The file's bytes (nil while it cannot be read).
-    private func content() -> Data? { FileManager.default.contents(atPath: file) }
-
     /// Reloads, saying why; a failure is logged and leaves the settings as they were.
     func reload(because why: String) {
         reloading.withLock { _ in
@@ -159,13 +156,17 @@ final class SettingsWatcher: Service, Sendable {
             for await _ in signals { self.reload(because: "SIGHUP received") }
         }
         defer { hangups.cancel() }
-        var seen = content()
-        while !Task.isShuttingDownGracefully, !Task.isCancelled {
-            await ServeWait.pause(interval, timing: timing)
-            let now = content()
-            if now != seen, !Task.isShuttingDownGracefully {
-                seen = now
-                reload(because: "tidemark.yaml changed")
+        let (file, interval, timing) = (self.file, self.interval, self.timing)
+        // Cancelled by a shutdown: the loop's sleeps need not look at it.
+        await cancelWhenGracefulShutdown {
+            var seen = FileManager.default.contents(atPath: file)
+            while !Task.isCancelled {
+                await ServeWait.pause(interval, timing: timing)
+                let now = FileManager.default.contents(atPath: file)
+                if now != seen, !Task.isCancelled {
+                    seen = now
+                    self.reload(because: "tidemark.yaml changed")
+                }
             }
         }
     }

@@ -140,6 +140,8 @@ public final class WorkspaceRunner: Service, Sendable {
     private let published = Mutex<Data?>(nil)
     /// Whether this replica owns the workspace now (what the watches wait for).
     private let owning = OwnershipSignal()
+    /// Grows when the settings are reloaded (the watches start over with the new sources and inputs).
+    private let reloads = Beacon()
     /// What the inventory said changed since the last reconcile started.
     private let woken = Mutex(Woken())
     private let messages: AsyncStream<Message>
@@ -181,6 +183,7 @@ public final class WorkspaceRunner: Service, Sendable {
         watched: WatchedInputs = WatchedInputs()
     ) {
         live.withLock { $0 = (reconciler, followed, watched, status) }
+        reloads.bump()
         inbox.yield(.reload)
     }
 
@@ -198,7 +201,7 @@ public final class WorkspaceRunner: Service, Sendable {
             group.addTask {
                 await follower.run(
                     sources: { self.live.withLock { $0.followed } }, inputs: { self.live.withLock { $0.watched } },
-                    owning: self.owning, wake: { self.wake($0) },
+                    owning: self.owning, reloads: self.reloads, wake: { self.wake($0) },
                     ready: { inbox.yield(.watching(generation: $0)) })
             }
             await withGracefulShutdownHandler {
@@ -562,10 +565,56 @@ extension WorkspaceStatus {
 
 /// How `serve`'s services wait between their rounds.
 enum ServeWait {
-    /// Waits `duration`, or less when the service group shuts down or the task is cancelled: one
-    /// sleep, not a poll.
+    /// Waits `duration`, or less when the task is cancelled: one sleep, not a poll. The watches are
+    /// cancelled when their runner stops; the services that wait this way run inside
+    /// `cancelWhenGracefulShutdown`, so a shutdown cancels them too.
     static func pause(_ duration: Duration, timing: Timing) async {
-        guard duration > .zero, !Task.isCancelled, !Task.isShuttingDownGracefully else { return }
-        _ = try? await cancelWhenGracefulShutdown { try await timing.sleep(duration) }
+        guard duration > .zero, !Task.isCancelled else { return }
+        try? await timing.sleep(duration)
+    }
+}
+
+/// A count that grows (settings reloaded) and that tasks wait on to grow, without polling.
+final class Beacon: Sendable {
+    private struct Inner {
+        var value = 0
+        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
+        var nextWaiter = 0
+    }
+
+    private let inner = Mutex(Inner())
+
+    /// The count now.
+    var value: Int { inner.withLock { $0.value } }
+
+    /// Grows the count; wakes every waiter.
+    func bump() {
+        let waiters = inner.withLock { inner -> [CheckedContinuation<Void, Never>] in
+            inner.value += 1
+            defer { inner.waiters = [:] }
+            return Array(inner.waiters.values)
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Returns once the count is beyond `value`, or when the task is cancelled or the service group
+    /// shuts down.
+    func wait(beyond value: Int) async {
+        let id = inner.withLock { inner -> Int in
+            inner.nextWaiter += 1
+            return inner.nextWaiter
+        }
+        await withTaskCancellationOrGracefulShutdownHandler {
+            await withCheckedContinuation { continuation in
+                let now = inner.withLock { inner -> Bool in
+                    if inner.value > value || Task.isCancelled || Task.isShuttingDownGracefully { return true }
+                    inner.waiters[id] = continuation
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        } onCancelOrGracefulShutdown: {
+            self.inner.withLock { $0.waiters.removeValue(forKey: id) }?.resume()
+        }
     }
 }
