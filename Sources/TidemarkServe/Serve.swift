@@ -279,7 +279,7 @@ public struct Serve: Sendable {
             var things: [String] = []
             if let directory = watched.manifests {
                 things.append(
-                    "the files of its manifests directory \(directory) (size and modification time, every \(ServeSettings.describe(ChangeFollower.poll)))"
+                    "the files of its manifests directory \(directory) (size and modification time, when inotify reports a change and every \(ServeSettings.describe(ChangeFollower.recheck)), or every \(ServeSettings.describe(ChangeFollower.poll)) where it cannot follow the directory)"
                 )
             }
             for command in watched.commands {
