@@ -80,28 +80,12 @@ struct StatusCommand: AsyncParsableCommand {
     }
 
     /// A workspace's record as JSON: the owner and the requests from the record, the status as its
-    /// owner published it.
+    /// owner published it (`StatusReport`).
     static func json(_ entries: [(Runtime, ServeRecord)]) throws -> String {
         let now = Date()
-        let objects: [[String: Any]] = entries.map { runtime, record in
-            var object: [String: Any] = [
-                "workspace": record.workspace, "state": runtime.stateDisplay, "suspended": record.suspended,
-                "owner": record.liveOwner(at: now) ?? NSNull(), "replicas": record.liveReplicas(at: now),
-            ]
-            let iso = ISO8601DateFormatter()
-            if let by = record.suspendedBy { object["suspended_by"] = by }
-            if let at = record.reconcileRequestedAt { object["reconcile_requested_at"] = iso.string(from: at) }
-            if let at = record.statusAt { object["status_at"] = iso.string(from: at) }
-            if let status = record.status, let decoded = try? JSONSerialization.jsonObject(with: status) {
-                object["status"] = decoded
-            } else {
-                object["status"] = NSNull()
-            }
-            return object
-        }
-        let data = try JSONSerialization.data(
-            withJSONObject: ["workspaces": objects], options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
-        return String(decoding: data, as: UTF8.self)
+        return try StatusReport(
+            workspaces: entries.map { .init(record: $0.1, state: $0.0.stateDisplay, now: now) }
+        ).json()
     }
 
     /// A workspace's status for a person.
