@@ -74,8 +74,10 @@ public struct InventorySourceContext: Sendable {
 public struct InventorySourceRegistry: Sendable {
     /// Builds the source `spec` declares.
     public typealias Builder = @Sendable (ConfiguredSource, InventorySourceContext) -> any InventorySource
+    /// Builds the feed of a configured source's changes, when its settings ask that they be followed.
+    public typealias Follower = @Sendable (ConfiguredSource, InventorySourceContext) -> (any ChangeFeed)?
 
-    private var entries: [String: (kind: SourceKind, build: Builder)] = [:]
+    private var entries: [String: (kind: SourceKind, build: Builder, follow: Follower?)] = [:]
     /// The keys in the order they were first registered (how messages list the kinds).
     private var order: [String] = []
 
@@ -83,23 +85,34 @@ public struct InventorySourceRegistry: Sendable {
     public init() {}
 
     /// Decodes sources declared with `kind`'s key as `kind` says and builds them with `build`
-    /// (replacing any earlier entry for the key).
-    public mutating func register(_ kind: SourceKind, _ build: @escaping Builder) {
+    /// (replacing any earlier entry for the key); `follow`, when the kind can follow its changes,
+    /// builds the feed `serve` follows.
+    public mutating func register(_ kind: SourceKind, _ build: @escaping Builder, follow: Follower? = nil) {
         if entries[kind.key] == nil { order.append(kind.key) }
-        entries[kind.key] = (kind, build)
+        entries[kind.key] = (kind, build, follow)
     }
 
-    /// Builds sources of `kind`, whose settings decode as `Settings`, with `build`.
+    /// Builds sources of `kind`, whose settings decode as `Settings`, with `build`; and, when the kind
+    /// can follow its changes, the feed `serve` follows with `follow` (nil from it: this source's
+    /// settings do not ask for it).
     public mutating func register<Settings: SourceSettings>(
         _ kind: SourceKind, as _: Settings.Type,
-        _ build: @escaping @Sendable (Settings, ConfiguredSource, InventorySourceContext) -> any InventorySource
+        _ build: @escaping @Sendable (Settings, ConfiguredSource, InventorySourceContext) -> any InventorySource,
+        follow: (@Sendable (Settings, ConfiguredSource, InventorySourceContext) -> (any ChangeFeed)?)? = nil
     ) {
-        register(kind) { spec, context in
+        let key = kind.key
+        let settings: @Sendable (ConfiguredSource) -> Settings = { spec in
             guard let settings = spec.settings(as: Settings.self) else {
-                preconditionFailure("the '\(kind.key)' entry was given a '\(spec.key)' source")
+                preconditionFailure("the '\(key)' entry was given a '\(spec.key)' source")
             }
-            return build(settings, spec, context)
+            return settings
         }
+        let builder: Builder = { spec, context in build(settings(spec), spec, context) }
+        var follower: Follower?
+        if let follow {
+            follower = { spec, context in follow(settings(spec), spec, context) }
+        }
+        register(kind, builder, follow: follower)
     }
 
     /// The keys registered, sorted.
@@ -113,19 +126,22 @@ public struct InventorySourceRegistry: Sendable {
         entries[spec.key].map { $0.build(spec, context) }
     }
 
+    /// The feed of `spec`'s changes: nil when its kind follows none, or its settings do not ask it to.
+    public func feed(_ spec: ConfiguredSource, _ context: InventorySourceContext) -> (any ChangeFeed)? {
+        entries[spec.key]?.follow?(spec, context)
+    }
+
     /// A query on the app's PostgreSQL (`postgres:`) and a program's output (`exec:`).
     public static let standard: InventorySourceRegistry = {
         var registry = InventorySourceRegistry()
-        registry.register(.postgres, as: PostgresSourceSettings.self) { settings, spec, context in
-            var source = PostgresInventorySource(
-                name: spec.name, url: context.environment[settings.urlEnv], urlEnv: settings.urlEnv,
-                query: settings.query, labels: settings.labels, exclusion: spec.exclusion(at: context.now),
-                declaredAt: spec.location)
-            source.allowEmpty = spec.allowEmpty
-            source.onDead = spec.onDead
-            source.hookDirectory = context.directory
-            return source
-        }
+        registry.register(
+            .postgres, as: PostgresSourceSettings.self,
+            { settings, spec, context in postgres(settings, spec, context) },
+            follow: { settings, spec, context in
+                PostgresChangeFeed(
+                    source: spec.name, settings: settings, url: context.environment[settings.urlEnv],
+                    configured: postgres(settings, spec, context))
+            })
         registry.register(.exec, as: ExecSourceSettings.self) { settings, spec, context in
             var source = CommandInventorySource(
                 name: spec.name,
@@ -139,6 +155,20 @@ public struct InventorySourceRegistry: Sendable {
         }
         return registry
     }()
+}
+
+/// The `postgres` source `spec` declares with `settings`.
+private func postgres(
+    _ settings: PostgresSourceSettings, _ spec: ConfiguredSource, _ context: InventorySourceContext
+) -> PostgresInventorySource {
+    var source = PostgresInventorySource(
+        name: spec.name, url: context.environment[settings.urlEnv], urlEnv: settings.urlEnv,
+        query: settings.query, labels: settings.labels, exclusion: spec.exclusion(at: context.now),
+        declaredAt: spec.location)
+    source.allowEmpty = spec.allowEmpty
+    source.onDead = spec.onDead
+    source.hookDirectory = context.directory
+    return source
 }
 
 extension ConfiguredSource {

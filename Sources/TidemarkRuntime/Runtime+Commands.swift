@@ -56,16 +56,22 @@ extension Runtime {
         }
     }
 
-    /// Reads the devices `ids` of the configured PostgreSQL source `name` through its own query, as a
-    /// whole read sees them (its labels and `exclude_if`): the devices listed among them, and the
-    /// problems a whole read would report of their rows. Nil when `name` is no PostgreSQL source.
+    /// Reads the devices `ids` of the source `name` through its change feed, as a whole read sees
+    /// them (its labels and exclusions): the devices listed among them, and the problems a whole read
+    /// would report of their rows. Nil when `name` follows no changes.
     public func readDevices(_ ids: [String], of name: String) async throws -> (Inventory, [Diagnostic])? {
-        guard let index = settings.inventory.firstIndex(where: { $0.name == name }),
-            let source = configuredSources()[index] as? PostgresInventorySource
-        else { return nil }
+        guard let feed = changeFeeds().first(where: { $0.source == name }) else { return nil }
         var builder = InventoryBuilder(deviceLimit: settings.limits.devices)
-        _ = try await source.load(devices: ids, into: &builder)
+        try await feed.readDevices(ids, into: &builder)
         return (builder.inventory, builder.allDiagnostics)
+    }
+
+    /// The feeds of the sources whose kind follows changes and whose settings ask it to (what
+    /// `serve` follows between whole reads), in tidemark.yaml's order.
+    public func changeFeeds() -> [any ChangeFeed] {
+        let context = InventorySourceContext(
+            directory: root, environment: resolved.environment, now: timing.wallClock(), limits: settings.limits)
+        return settings.inventory.compactMap { registries.sources.feed($0, context) }
     }
 
     /// Compares what FCM holds with state, as `policy` reads it; changes neither.

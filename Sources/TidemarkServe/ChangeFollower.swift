@@ -1,35 +1,29 @@
 import Foundation
-import PostgresNIO
 import Synchronization
 import TidemarkCore
 import TidemarkRuntime
 import TidemarkStore
 
-/// A PostgreSQL inventory source whose changes `serve` follows (`changes`, `listen` under its
-/// `postgres:`), as tidemark.yaml declares it now.
+/// An inventory source whose changes `serve` follows, through the feed its kind's registry entry
+/// builds (PostgreSQL's `changes` and `listen`, or a kind added from outside), as tidemark.yaml
+/// declares it now.
 public struct FollowedSource: Sendable, Equatable {
-    /// The source's name in tidemark.yaml.
-    public var name: String
-    /// How it follows its changes.
-    public var settings: PostgresSourceSettings
-    /// The database URL its `url_env` held (nil: not set).
-    var url: String?
+    /// The feed.
+    public var feed: any ChangeFeed
 
-    /// The source that reads it.
-    var source: PostgresInventorySource {
-        PostgresInventorySource(name: name, url: url, urlEnv: settings.urlEnv, query: settings.query)
-    }
+    /// The source's name in tidemark.yaml.
+    public var name: String { feed.source }
+
+    /// A source followed through `feed`.
+    public init(feed: any ChangeFeed) { self.feed = feed }
 
     /// The sources of `runtime`'s tidemark.yaml that follow their changes.
     public static func of(_ runtime: Runtime) -> [FollowedSource] {
-        runtime.resolved.project.inventory.compactMap { spec in
-            guard let settings = spec.settings(as: PostgresSourceSettings.self), settings.followsChanges else {
-                return nil
-            }
-            return FollowedSource(
-                name: spec.name, settings: settings, url: runtime.resolved.environment[settings.urlEnv])
-        }
+        runtime.changeFeeds().map(FollowedSource.init)
     }
+
+    /// Equal when they follow the same source the same way.
+    public static func == (lhs: FollowedSource, rhs: FollowedSource) -> Bool { lhs.feed.identity == rhs.feed.identity }
 }
 
 /// What the inventory told a workspace between two reconciles.
@@ -95,8 +89,8 @@ public struct PendingChanges: Sendable, Equatable {
     }
 }
 
-/// Follows the changes of a workspace's PostgreSQL sources while its replica owns the workspace:
-/// the rows past each source's cursor every `poll`, and the notifications on its `listen` channel.
+/// Follows the changes of a workspace's sources while its replica owns the workspace: the rows past
+/// each source's cursor every `poll`, and its notifications.
 /// Each change wakes the workspace's reconcile at once. What it cannot follow it never leaves
 /// silent: a lost `LISTEN` connection, a cursor that went backwards, a changes query that failed and
 /// then recovered each ask for a full read and say why in the log.
@@ -133,8 +127,8 @@ struct ChangeFollower: Sendable {
             if watched.manifests != nil { names.append("files") }
             names += watched.commands.map { "command \($0.name)" }
             for source in followed {
-                if source.settings.changes != nil { names.append("cursor \(source.name)") }
-                if source.settings.listen != nil { names.append("listen \(source.name)") }
+                if source.feed.cursorName != nil { names.append("cursor \(source.name)") }
+                if source.feed.listenName != nil { names.append("listen \(source.name)") }
             }
             let starts = WatchStarts(watches: Set(names), ready: ready)
             await withDiscardingTaskGroup { group in
@@ -150,16 +144,16 @@ struct ChangeFollower: Sendable {
                     }
                 }
                 for source in followed {
-                    if source.settings.changes != nil {
+                    if source.feed.cursorName != nil {
                         group.addTask {
                             await followCursor(
                                 source, owning: owning, report: starts.reporter("cursor \(source.name)"), wake: wake)
                         }
                     }
-                    if let channel = source.settings.listen {
+                    if source.feed.listenName != nil {
                         group.addTask {
                             await listen(
-                                source, channel: channel, owning: owning,
+                                source, owning: owning,
                                 report: starts.reporter("listen \(source.name)"), wake: wake)
                         }
                     }
@@ -180,9 +174,8 @@ struct ChangeFollower: Sendable {
         _ followed: FollowedSource, owning: OwnershipSignal, report: @Sendable (Int) -> Void,
         wake: @Sendable (InventoryChange) -> Void
     ) async {
-        guard let changes = followed.settings.changes else { return }
         // One connection, kept: a poll is one query.
-        let source = PostgresChangeReader(followed.source)
+        guard let source = followed.feed.cursor(), let cursorName = followed.feed.cursorName else { return }
         var cursor: String?
         var started = false
         var failing: String?
@@ -200,23 +193,23 @@ struct ChangeFollower: Sendable {
             do {
                 if !started {
                     generation = owning.generation
-                    cursor = try await source.currentCursor(changes)
+                    cursor = try await source.current()
                     started = true
                     report(generation)
                 } else {
-                    let read = try await source.changedDevices(changes, after: cursor, limit: batch)
+                    let read = try await source.changed(after: cursor, limit: batch)
                     quiet = read.ids.isEmpty ? quiet + 1 : 0
                     if !read.ids.isEmpty {
                         cursor = read.cursor
                         wake(.devices(source: followed.name, ids: read.ids))
                         if read.ids.count == batch { continue }
-                    } else if quiet % 10 == 0, let last = cursor, try await source.cursorWentBack(changes, from: last) {
+                    } else if quiet % 10 == 0, let last = cursor, try await source.wentBack(from: last) {
                         let why =
-                            "its cursor '\(changes.cursor)' went backwards (the largest value is now below \(last): a restored or emptied table, a reset sequence)"
+                            "its cursor \(cursorName) went backwards (the largest value is now below \(last): a restored or emptied table, a reset sequence)"
                         log(
                             "workspace=\(workspace) inventory source '\(followed.name)': \(why); reading it in full and following from its new end"
                         )
-                        cursor = try await source.currentCursor(changes)
+                        cursor = try await source.current()
                         wake(.fullRead(source: followed.name, why: why))
                     }
                 }
@@ -232,7 +225,7 @@ struct ChangeFollower: Sendable {
                 let message = Reconciler.plain(Failure(error).message)
                 if failing != message {
                     log(
-                        "workspace=\(workspace) inventory source '\(followed.name)': its changes cannot be read: \(message); check 'postgres.changes' and \(followed.settings.urlEnv). Reconciles still read it in full on their schedule"
+                        "workspace=\(workspace) inventory source '\(followed.name)': its changes cannot be read: \(message); check \(followed.feed.settingsHint). Reconciles still read it in full on their schedule"
                     )
                     failing = message
                 }
@@ -246,10 +239,11 @@ struct ChangeFollower: Sendable {
     /// truncated table). A lost connection is made again, and the source read in full, as
     /// notifications sent while nobody listened are lost.
     func listen(
-        _ followed: FollowedSource, channel: String, owning: OwnershipSignal, report: @escaping @Sendable (Int) -> Void,
+        _ followed: FollowedSource, owning: OwnershipSignal, report: @escaping @Sendable (Int) -> Void,
         wake: @escaping @Sendable (InventoryChange) -> Void
     ) async {
-        let source = followed.source
+        let feed = followed.feed
+        let listening = feed.listenName ?? "its notifications"
         var lost: String?
         var backoff = Duration.seconds(1)
         let workspace = self.workspace
@@ -265,23 +259,22 @@ struct ChangeFollower: Sendable {
             let connected = Flag()
             do {
                 let wasLost = lost
-                try await source.listen(on: channel) { notifications in
+                try await feed.listen {
                     connected.set()
                     report(generation)
                     if let wasLost {
                         log(
-                            "workspace=\(workspace) inventory source '\(followed.name)': listening on '\(channel)' again; reading it in full, as notifications sent while the connection was down are lost"
+                            "workspace=\(workspace) inventory source '\(followed.name)': \(listening) again; reading it in full, as notifications sent while the connection was down are lost"
                         )
-                        wake(.fullRead(source: followed.name, why: "its LISTEN connection was lost (\(wasLost))"))
+                        wake(.fullRead(source: followed.name, why: "its \(listening) connection was lost (\(wasLost))"))
                     }
-                    for try await notification in notifications {
-                        if notification.payload.isEmpty {
-                            wake(.fullRead(source: followed.name, why: "its table was truncated"))
-                        } else {
-                            wake(.devices(source: followed.name, ids: [notification.payload]))
-                        }
-                        if !owning.isOwning || owning.generation != generation { return }
+                } each: { payload in
+                    if payload.isEmpty {
+                        wake(.fullRead(source: followed.name, why: "its table was truncated"))
+                    } else {
+                        wake(.devices(source: followed.name, ids: [payload]))
                     }
+                    return owning.isOwning && owning.generation == generation
                 }
                 if Task.isCancelled || Task.isShuttingDownGracefully { return }
                 if !owning.isOwning || owning.generation != generation { continue }
@@ -292,7 +285,7 @@ struct ChangeFollower: Sendable {
             if connected.isSet { lost = nil }
             if lost == nil {
                 log(
-                    "workspace=\(workspace) inventory source '\(followed.name)': the LISTEN connection on '\(channel)' was lost: \(problem); connecting again, then reading the source in full"
+                    "workspace=\(workspace) inventory source '\(followed.name)': the \(listening) connection was lost: \(problem); connecting again, then reading the source in full"
                 )
                 backoff = .seconds(1)
             }

@@ -299,19 +299,17 @@ public struct Serve: Sendable {
     /// The line that says how a workspace follows its sources' changes, naming each source, its cursor
     /// and its channel.
     static func followingLine(workspace: String, _ following: [FollowedSource]) -> String {
-        // Typed: with GRDB visible, an untyped closure's string literal can be taken for its `SQL`.
         let described: [String] = following.map { (source: FollowedSource) -> String in
             var ways: [String] = []
-            if let changes = source.settings.changes {
-                ways.append(
-                    "rows past its cursor '\(changes.cursor)' every \(ServeSettings.describe(ChangeFollower.poll))")
+            if let cursor = source.feed.cursorName {
+                ways.append("rows past its cursor \(cursor) every \(ServeSettings.describe(ChangeFollower.poll))")
             }
-            if let channel = source.settings.listen { ways.append("LISTEN '\(channel)'") }
+            if let listening = source.feed.listenName { ways.append(listening) }
             return "'\(source.name)' (\(ways.joined(separator: ", ")))"
         }
-        let resync = following.compactMap(\.settings.resync).min() ?? PostgresSourceSettings.defaultResync
+        let resync = following.map(\.feed.resync).min() ?? .seconds(PostgresSourceSettings.defaultResync)
         return
-            "workspace=\(workspace) follows the changes of inventory \(following.count == 1 ? "source" : "sources") \(described.joined(separator: ", ")): each change starts a reconcile at once, which plans the changed devices on their own from what the last whole reconcile read (kept in memory), and reads everything again every resync (\(ServeSettings.describe(.seconds(resync))))"
+            "workspace=\(workspace) follows the changes of inventory \(following.count == 1 ? "source" : "sources") \(described.joined(separator: ", ")): each change starts a reconcile at once, which plans the changed devices on their own from what the last whole reconcile read (kept in memory), and reads everything again every resync (\(ServeSettings.describe(resync)))"
     }
 
     /// The status before the first reconcile.

@@ -238,7 +238,7 @@ public final class WorkspaceRunner: Service, Sendable {
         let (reconciler, followed, watched) = live.withLock { ($0.reconciler, $0.followed, $0.watched) }
         return WorkspaceMachine.Config(
             replica: ownership.replica, claim: ownership.duration, poll: ownership.poll,
-            settings: reconciler.settings, resync: followed.compactMap(\.settings.resync).min().map { .seconds($0) },
+            settings: reconciler.settings, resync: followed.map(\.feed.resync).min(),
             watches: !followed.isEmpty || !watched.isEmpty, grace: balance.grace)
     }
 

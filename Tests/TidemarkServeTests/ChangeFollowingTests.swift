@@ -165,8 +165,8 @@ enum FollowPostgres {
         // The LISTEN connection dropped: said, made again, and the source read in full.
         try Self.psql(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query ILIKE 'LISTEN%\(channel)%';")
-        try await logged("the LISTEN connection on '\(channel)' was lost")
-        try await logged("listening on '\(channel)' again; reading it in full")
+        try await logged("the LISTEN '\(channel)' connection was lost")
+        try await logged("LISTEN '\(channel)' again; reading it in full")
         // The cursor moved backwards: said, and read in full from the new end.
         try Self.psql("ALTER TABLE \(table) DISABLE TRIGGER USER; UPDATE \(table) SET updated_at = '2001-01-01';")
         try await logged("its cursor 'updated_at' went backwards")
