@@ -193,6 +193,19 @@ public struct Runtime: Sendable {
     /// The configured state store (default `.tidemark/state.db`).
     public func stateStore() -> any StateStore { store }
 
+    /// The state store's records for `serve` (owners, control requests, statuses): a capability of
+    /// the store `state` opens. Throws `StateStoreError` `.unsupported`, naming the state, for a store
+    /// that keeps none.
+    public func serveRecords() throws -> any ServeRecordKeeping {
+        guard let records = store as? any ServeRecordKeeping else {
+            throw StateStoreError(
+                .unsupported, path: store.location,
+                "keeps no records for 'tidemark serve' (owners, suspend and reconcile requests, statuses); use SQLite or PostgreSQL state"
+            )
+        }
+        return records
+    }
+
     /// Who this run is, for the state lock.
     public func lockHolder(_ operation: String) -> LockHolder {
         let environment = resolved.environment

@@ -100,6 +100,8 @@ public struct Serve: Sendable {
         var runtime: Runtime
         var settings: ServeSettings
         var source: GitManifests?
+        /// The state store's records for `serve` (a store without them stops `serve` at start).
+        var records: any ServeRecordKeeping
     }
 
     /// The workspaces to reconcile, each loaded once: an error here (a bad tidemark.yaml, a workspace's
@@ -117,7 +119,7 @@ public struct Serve: Sendable {
             return [
                 Planned(
                     entry: nil, runtime: project, settings: options.overrides.applied(to: defaults),
-                    source: Self.git(project.settings.serve?.source, project))
+                    source: Self.git(project.settings.serve?.source, project), records: try project.serveRecords())
             ]
         }
         return try section.workspaces.map { entry in
@@ -125,7 +127,7 @@ public struct Serve: Sendable {
             if let missing = runtime.missingServeCredentials(entry.name) { throw missing }
             return Planned(
                 entry: entry.name, runtime: runtime, settings: options.overrides.applied(to: entry.settings),
-                source: Self.git(entry.source, runtime))
+                source: Self.git(entry.source, runtime), records: try runtime.serveRecords())
         }
     }
 
@@ -247,7 +249,7 @@ public struct Serve: Sendable {
         let runner = WorkspaceRunner(
             status: status, reconciler: reconciler,
             ownership: .init(
-                records: workspace.runtime.stateStore(), replica: options.replica, duration: options.claimDuration,
+                records: workspace.records, replica: options.replica, duration: options.claimDuration,
                 poll: options.poll, balance: balance),
             metrics: metrics, notifier: notifier, followed: FollowedSource.of(workspace.runtime),
             watched: WatchedInputs.of(workspace.runtime, git: workspace.source != nil), log: log)

@@ -65,7 +65,7 @@ public final class WorkspaceRunner: Service, Sendable {
     /// How the runner keeps its claim and reads requests.
     public struct Ownership: Sendable {
         /// The store whose records say who owns the workspace (the workspace's state store).
-        public var records: any StateStore
+        public var records: any ServeRecordKeeping
         /// This replica's name (`Serve.replica`).
         public var replica: String
         /// How long a claim lasts unless renewed: a replica that dies loses its workspaces this long
@@ -79,7 +79,8 @@ public final class WorkspaceRunner: Service, Sendable {
 
         /// Ownership through `records` for `replica`, spread with the other replicas through `balance`.
         public init(
-            records: any StateStore, replica: String, duration: Duration = .seconds(30), poll: Duration = .seconds(2),
+            records: any ServeRecordKeeping, replica: String, duration: Duration = .seconds(30),
+            poll: Duration = .seconds(2),
             balance: ReplicaBalance? = nil
         ) {
             self.records = records

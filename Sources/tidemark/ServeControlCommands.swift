@@ -32,7 +32,7 @@ struct ServedWorkspaces {
     /// workspace's runtime and its record after the request.
     func request(_ control: ServeControl, _ name: String) async throws -> (Runtime, ServeRecord) {
         let runtime = try runtimes(name)[0]
-        return (runtime, try await runtime.stateStore().requestControl(control, by: runtime.requester))
+        return (runtime, try await runtime.serveRecords().requestControl(control, by: runtime.requester))
     }
 }
 
@@ -69,7 +69,7 @@ struct StatusCommand: AsyncParsableCommand {
             let runtimes = try ServedWorkspaces(global: global).runtimes(workspace)
             var entries: [(Runtime, ServeRecord)] = []
             for runtime in runtimes {
-                entries.append((runtime, try await runtime.stateStore().serveRecord()))
+                entries.append((runtime, try await runtime.serveRecords().serveRecord()))
             }
             if output.json {
                 try Terminal.write(try Self.json(entries) + "\n")
@@ -231,7 +231,7 @@ struct ReconcileCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let (runtime, asked) = try await ServedWorkspaces(global: global).request(.reconcile, workspace)
-            let store = runtime.stateStore()
+            let store = try runtime.serveRecords()
             let name = asked.workspace
             guard let askedAt = asked.reconcileRequestedAt else { return }
             let owner = asked.liveOwner(at: Date())

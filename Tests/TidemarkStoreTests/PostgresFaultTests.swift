@@ -292,7 +292,9 @@ import Glibc
         var builder = InventoryBuilder()
         let started = ContinuousClock.now
         await #expect { _ = try await source.load(into: &builder) } throws: { error in
+            // A test process starved by the suite beside it is told apart, and says so.
             "\(error)".contains("did not answer within 2 s")
+                || "\(error)".contains("no answer within 2 s, but tidemark itself was stopped or starved")
         }
         // Bounded: without the timeout the query runs 15 minutes (a starved test process may add seconds).
         #expect(ContinuousClock.now - started < .seconds(120))

@@ -63,64 +63,6 @@ public enum ServeControl: String, Sendable, CaseIterable, Codable {
     case resume
 }
 
-/// The records `serve` keeps in a state store: owners, control requests and statuses. A store without
-/// them answers `StateStoreError` `.unsupported` (the protocol's defaults).
-extension StateStore {
-    /// This workspace's record (an empty one when nothing was recorded).
-    public func serveRecord() async throws -> ServeRecord {
-        throw Self.serveUnsupported(location)
-    }
-
-    /// Every workspace's record in this store (for `tidemark status` with no workspace), by name.
-    public func serveRecords() async throws -> [ServeRecord] {
-        throw Self.serveUnsupported(location)
-    }
-
-    /// Records `replica`'s presence for `duration` and, when `take`, claims the workspace for it unless
-    /// another replica's claim is live (or renews `replica`'s own); returns the record after it:
-    /// `replica` owns it when `isOwned(by:)` says so.
-    public func claimOwnership(_ replica: String, for duration: Duration, take: Bool) async throws -> ServeRecord {
-        throw Self.serveUnsupported(location)
-    }
-
-    /// Gives up `replica`'s claim; `leaving` (a replica that stops) ends its presence too, so the others
-    /// share the workspaces without it at once; otherwise it stays a candidate (a handover).
-    public func releaseOwnership(_ replica: String, leaving: Bool) async throws {
-        throw Self.serveUnsupported(location)
-    }
-
-    /// Claims the workspace for `replica` for `duration` when nobody else's claim is live (or renews
-    /// `replica`'s own), recording its presence; returns the record after the claim.
-    public func claimOwnership(_ replica: String, for duration: Duration) async throws -> ServeRecord {
-        try await claimOwnership(replica, for: duration, take: true)
-    }
-
-    /// Gives up `replica`'s claim and presence (a replica that stops), so another takes the workspace at once.
-    public func releaseOwnership(_ replica: String) async throws {
-        try await releaseOwnership(replica, leaving: true)
-    }
-
-    /// Records `control`, asked by `by` (a person and a host): taken without the state lock, and acted
-    /// on by whichever replica owns the workspace. Returns the record after it.
-    @discardableResult
-    public func requestControl(_ control: ServeControl, by: String) async throws -> ServeRecord {
-        throw Self.serveUnsupported(location)
-    }
-
-    /// Publishes `status` as the workspace's status, when `replica` still owns it (a replica that lost
-    /// the workspace never overwrites its new owner's status). Returns whether it was written.
-    @discardableResult
-    public func publishStatus(_ status: Data, replica: String) async throws -> Bool {
-        throw Self.serveUnsupported(location)
-    }
-
-    static func serveUnsupported(_ location: String) -> StateStoreError {
-        StateStoreError(
-            .unsupported, path: location,
-            "keeps no records for 'tidemark serve' (owners, suspend and reconcile requests, statuses); use SQLite or PostgreSQL state"
-        )
-    }
-}
 
 extension ServeRecord {
     /// A time as the stores keep the record's times: milliseconds since 1970, 0 for none.
@@ -200,10 +142,20 @@ extension ServeRecord {
     }
 }
 
-/// A store that keeps `serve`'s records by one read-modify-write of the workspace's record on the
-/// store's own clock. Claiming, releasing, requesting and publishing then follow `ServeRecord`'s rules
-/// the same way in every store; each store writes only `updateServeRecord`.
+/// A state store that keeps `serve`'s records (owners, control requests, statuses): a capability a
+/// store adopts, not one every store has. `Runtime.serveRecords()` finds it in the store `state`
+/// opens, and says plainly when the store keeps none.
+///
+/// The store writes one read-modify-write of the workspace's record on its own clock
+/// (`updateServeRecord`) and reads the records; claiming, releasing, requesting and publishing then
+/// follow `ServeRecord`'s rules the same way in every store.
 public protocol ServeRecordKeeping: StateStore {
+    /// This workspace's record (an empty one when nothing was recorded).
+    func serveRecord() async throws -> ServeRecord
+
+    /// Every workspace's record in this store (for `tidemark status` with no workspace), by name.
+    func serveRecords() async throws -> [ServeRecord]
+
     /// Reads this workspace's record (an empty one when none was written), lets `change` edit it with
     /// the store's clock, and writes it back, in one transaction; returns the record and `change`'s result.
     func updateServeRecord<T: Sendable>(
@@ -212,8 +164,20 @@ public protocol ServeRecordKeeping: StateStore {
 }
 
 extension ServeRecordKeeping {
-    /// Records `replica`'s presence and, when `take`, claims the workspace (`ServeRecord.claim`), by
-    /// the store's clock.
+    /// Claims the workspace for `replica` for `duration` when nobody else's claim is live (or renews
+    /// `replica`'s own), recording its presence; returns the record after the claim.
+    public func claimOwnership(_ replica: String, for duration: Duration) async throws -> ServeRecord {
+        try await claimOwnership(replica, for: duration, take: true)
+    }
+
+    /// Gives up `replica`'s claim and presence (a replica that stops), so another takes the workspace at once.
+    public func releaseOwnership(_ replica: String) async throws {
+        try await releaseOwnership(replica, leaving: true)
+    }
+
+    /// Records `replica`'s presence for `duration` and, when `take`, claims the workspace for it unless
+    /// another replica's claim is live (or renews `replica`'s own), by the store's clock (`ServeRecord.claim`);
+    /// returns the record after it: `replica` owns it when `isOwned(by:)` says so.
     public func claimOwnership(_ replica: String, for duration: Duration, take: Bool) async throws -> ServeRecord {
         try await updateServeRecord { record, now in
             record.claim(replica, until: now.addingTimeInterval(Timing.seconds(duration)), now: now, take: take)

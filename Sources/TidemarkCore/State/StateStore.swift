@@ -73,28 +73,6 @@ public protocol StateStore: Sendable {
     /// holder it broke, or nil when no lease is held. Throws `StateStoreError` `.unsupported` for a store
     /// whose lock ends with its process: there is nothing to break.
     func forceUnlock(_ prefix: String, by holder: LockHolder) async throws -> LockHolder?
-
-    /// This workspace's record for `serve` (`ServeRecord`); an empty one when nothing was recorded.
-    func serveRecord() async throws -> ServeRecord
-
-    /// Every workspace's record for `serve` in this store, by name.
-    func serveRecords() async throws -> [ServeRecord]
-
-    /// Records `replica`'s presence for `duration` and, when `take`, claims the workspace for it unless
-    /// another replica's claim is live; renews `replica`'s own claim. Returns the record after it.
-    func claimOwnership(_ replica: String, for duration: Duration, take: Bool) async throws -> ServeRecord
-
-    /// Gives up `replica`'s claim, so another replica takes the workspace at once; `leaving` ends its
-    /// presence too (a replica that stops), otherwise it stays a candidate (a handover).
-    func releaseOwnership(_ replica: String, leaving: Bool) async throws
-
-    /// Records what a person asks of the workspace; returns the record after it.
-    @discardableResult
-    func requestControl(_ control: ServeControl, by: String) async throws -> ServeRecord
-
-    /// Publishes the workspace's status when `replica` owns it; returns whether it was written.
-    @discardableResult
-    func publishStatus(_ status: Data, replica: String) async throws -> Bool
 }
 
 /// How a state store's lock ends.
