@@ -63,7 +63,6 @@ public enum ServeControl: String, Sendable, CaseIterable, Codable {
     case resume
 }
 
-
 extension ServeRecord {
     /// A time as the stores keep the record's times: milliseconds since 1970, 0 for none.
     public static func millis(_ date: Date?) -> Int64 {
