@@ -45,6 +45,7 @@ for part in library cli; do
     fi
 done
 python3 scripts/check-schema.py
+python3 scripts/layers.py --check
 # Every public declaration of these targets says what it is.
 python3 scripts/undocumented.py TidemarkCore TidemarkRuntime TidemarkServe TidemarkAuth TidemarkStore TidemarkFCM TidemarkBackendTesting TidemarkTesting TidemarkEmulator --strict
 # The CI recipes against the schemas GitHub and GitLab publish (bundled with check-jsonschema).
