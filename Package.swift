@@ -158,7 +158,8 @@ let package = Package(
                 "TidemarkServe", "TidemarkRuntime", "TidemarkCore", "TidemarkTesting",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
-            ]
+            ],
+            exclude: ["Golden"]
         ),
         .testTarget(name: "TidemarkStoreTests", dependencies: ["TidemarkStore", "TidemarkCore", "TidemarkTesting"]),
         .testTarget(
