@@ -109,6 +109,8 @@ def main():
     parser.add_argument("--resync", default="15m", help="postgres.resync of the followed source")
     parser.add_argument("--keep", help="a directory that keeps serve's log and the memory samples (seconds, phase, MiB)")
     args = parser.parse_args()
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
     per_device = max(1, args.topics // COHORTS)
 
     work = tempfile.mkdtemp(prefix="tm-bench-changes-")
