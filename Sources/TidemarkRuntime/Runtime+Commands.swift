@@ -69,8 +69,7 @@ extension Runtime {
     /// The feeds of the sources whose kind follows changes and whose settings ask it to (what
     /// `serve` follows between whole reads), in tidemark.yaml's order.
     public func changeFeeds() -> [any ChangeFeed] {
-        let context = InventorySourceContext(
-            directory: root, environment: resolved.environment, now: timing.wallClock(), limits: settings.limits)
+        let context = sourceContext()
         return settings.inventory.compactMap { registries.sources.feed($0, context) }
     }
 

@@ -235,11 +235,16 @@ public struct Runtime: Sendable {
             extraSources: configuredSources(), limits: settings.limits)
     }
 
+    /// What the registry builds this project's sources and change feeds with, as of now.
+    func sourceContext() -> InventorySourceContext {
+        InventorySourceContext(
+            directory: root, environment: resolved.environment, now: timing.wallClock(), limits: settings.limits)
+    }
+
     /// The sources tidemark.yaml declares (a query, a command), built by the registry: credentials
     /// from the environment only.
     public func configuredSources() -> [any InventorySource] {
-        let context = InventorySourceContext(
-            directory: root, environment: resolved.environment, now: timing.wallClock(), limits: settings.limits)
+        let context = sourceContext()
         return settings.inventory.map { spec in
             guard let source = registries.sources.make(spec, context) else {
                 preconditionFailure("init checked that a registered source takes '\(spec.key)'")

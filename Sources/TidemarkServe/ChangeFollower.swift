@@ -123,40 +123,34 @@ struct ChangeFollower: Sendable {
         while !Task.isCancelled, !Task.isShuttingDownGracefully {
             let followed = sources()
             let watched = inputs()
-            var names: [String] = []
-            if watched.manifests != nil { names.append("files") }
-            names += watched.commands.map { "command \($0.name)" }
-            for source in followed {
-                if source.feed.cursorName != nil { names.append("cursor \(source.name)") }
-                if source.feed.listenName != nil { names.append("listen \(source.name)") }
+            // Each watch by the name its starting point is reported under.
+            var watches: [(name: String, run: @Sendable (_ report: @escaping @Sendable (Int) -> Void) async -> Void)] =
+                []
+            if let directory = watched.manifests {
+                watches.append(("files", { await watchFiles(directory, owning: owning, report: $0, wake: wake) }))
             }
-            let starts = WatchStarts(watches: Set(names), ready: ready)
+            for command in watched.commands {
+                watches.append(
+                    ("command \(command.name)", { await watchCommand(command, owning: owning, report: $0, wake: wake) })
+                )
+            }
+            for source in followed {
+                if source.feed.cursorName != nil {
+                    watches.append(
+                        (
+                            "cursor \(source.name)",
+                            { await followCursor(source, owning: owning, report: $0, wake: wake) }
+                        ))
+                }
+                if source.feed.listenName != nil {
+                    watches.append(
+                        ("listen \(source.name)", { await listen(source, owning: owning, report: $0, wake: wake) }))
+                }
+            }
+            let starts = WatchStarts(watches: Set(watches.map(\.name)), ready: ready)
             await withDiscardingTaskGroup { group in
-                if let directory = watched.manifests {
-                    group.addTask {
-                        await watchFiles(directory, owning: owning, report: starts.reporter("files"), wake: wake)
-                    }
-                }
-                for command in watched.commands {
-                    group.addTask {
-                        await watchCommand(
-                            command, owning: owning, report: starts.reporter("command \(command.name)"), wake: wake)
-                    }
-                }
-                for source in followed {
-                    if source.feed.cursorName != nil {
-                        group.addTask {
-                            await followCursor(
-                                source, owning: owning, report: starts.reporter("cursor \(source.name)"), wake: wake)
-                        }
-                    }
-                    if source.feed.listenName != nil {
-                        group.addTask {
-                            await listen(
-                                source, owning: owning,
-                                report: starts.reporter("listen \(source.name)"), wake: wake)
-                        }
-                    }
+                for watch in watches {
+                    group.addTask { await watch.run(starts.reporter(watch.name)) }
                 }
                 while !Task.isCancelled, !Task.isShuttingDownGracefully {
                     let mark = reloads.value

@@ -201,6 +201,8 @@ public struct WorkspaceMachine: Sendable {
     private var suspended = false
     private var ownedSince: Duration?
     private var watching = false
+    /// Whether a reconcile started since this replica came to own the workspace.
+    private var startedSinceOwned = false
     /// A reconcile started before the watches had their starting point: a whole one follows.
     private var catchUp = false
     private var saidWatchesLate = false
@@ -321,8 +323,6 @@ public struct WorkspaceMachine: Sendable {
         effects.append(.reconcile(whole: wholeDue || catchUpDue, takeChanges: !retrying))
         effects.append(.publish)
     }
-
-    private var startedSinceOwned = false
 
     private mutating func read(
         _ record: ServeRecord, claimed: Bool, handOver: HandOver?, _ moment: Moment, _ effects: inout [Effect]

@@ -496,50 +496,32 @@ public final class WorkspaceRunner: Service, Sendable {
 /// it without polling. Each time it starts owning is a new generation, so a watch's report of its
 /// starting point is told apart from one of an earlier ownership.
 final class OwnershipSignal: Sendable {
-    private struct Inner {
-        var owning = false
-        var generation = 0
-        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
-        var nextWaiter = 0
-    }
-
-    private let inner = Mutex(Inner())
+    private let owning = Mutex(false)
+    /// Counts the times it started owning: the generations, and what waiters wait on.
+    private let starts = Beacon()
 
     /// Records whether this replica owns the workspace; starting to own wakes the watches.
     func set(_ owning: Bool) {
-        let woken = inner.withLock { inner -> [CheckedContinuation<Void, Never>] in
-            guard owning != inner.owning else { return [] }
-            inner.owning = owning
-            guard owning else { return [] }
-            inner.generation += 1
-            defer { inner.waiters = [:] }
-            return Array(inner.waiters.values)
+        let started = self.owning.withLock { was -> Bool in
+            defer { was = owning }
+            return owning && !was
         }
-        for waiter in woken { waiter.resume() }
+        // Owning is recorded before the generation grows: a waiter that sees the new generation sees it.
+        if started { starts.bump() }
     }
 
     /// Whether it owns the workspace now.
-    var isOwning: Bool { inner.withLock { $0.owning } }
+    var isOwning: Bool { owning.withLock { $0 } }
     /// The generation of the ownership now (grows each time it starts owning).
-    var generation: Int { inner.withLock { $0.generation } }
+    var generation: Int { starts.value }
 
-    /// Returns once this replica owns the workspace (at once when it does), or when the task is cancelled.
+    /// Returns once this replica owns the workspace (at once when it does), or when the task is
+    /// cancelled or the service group shuts down.
     func waitUntilOwning() async {
-        let id = inner.withLock { inner -> Int in
-            inner.nextWaiter += 1
-            return inner.nextWaiter
-        }
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                let resumeNow = inner.withLock { inner -> Bool in
-                    if inner.owning || Task.isCancelled { return true }
-                    inner.waiters[id] = continuation
-                    return false
-                }
-                if resumeNow { continuation.resume() }
-            }
-        } onCancel: {
-            inner.withLock { $0.waiters.removeValue(forKey: id) }?.resume()
+        while !Task.isCancelled, !Task.isShuttingDownGracefully {
+            let mark = starts.value
+            if isOwning { return }
+            await starts.wait(beyond: mark)
         }
     }
 }
