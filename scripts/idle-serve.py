@@ -5,8 +5,9 @@ Runs `serve` on a copy of the demo manifests (the embedded backend, SQLite state
 files watched, no change following), waits for its first reconcile, then counts, over its threads,
 the voluntary context switches it makes while nothing changes (from /proc/PID/task/*/status) and the
 state-store connections it keeps open (the state database's file descriptors). Prints both and
-fails when the switches reach the limit: a replica with nothing to do should wake only for its
-timers (the claim's reads and renewals, the settings file), not poll.
+fails when the switches reach the limit (a replica with nothing to do should wake only for its
+timers: the claim's reads and renewals, the settings file; it should not poll) or when it keeps more
+than one connection to its workspace's state between reconciles.
 
     python3 scripts/idle-serve.py BINARY [--seconds 20] [--limit 20]
 """
@@ -107,6 +108,10 @@ def main():
               "threads: %.1f voluntary context switches a second (limit %g), %.1f involuntary; %d "
               "state-store connection(s) open; %d reconcile(s) in all" % (
                   args.seconds, after[2], voluntary, args.limit, involuntary, connections, reconciles))
+        if connections > 1:
+            print("serve keeps %d connections to the state of its one workspace between reconciles; it "
+                  "should keep at most one (each runtime it loads shares the workspace's store)" % connections)
+            return 1
         if reconciles != 1:
             print("an idle serve reconciled more than once: its log:\n" + said())
             return 1

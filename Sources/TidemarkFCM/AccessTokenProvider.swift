@@ -8,7 +8,7 @@ import TidemarkCore
 /// A problem with credentials, in one line that says what to fix. Never contains a credential.
 public struct CredentialError: RetryableError, TidemarkError, Equatable {
     /// `credentials`.
-    public var reason: String { "credentials" }
+    public var reason: FailureReason { "credentials" }
 
     /// What to fix, in one line.
     public var message: String

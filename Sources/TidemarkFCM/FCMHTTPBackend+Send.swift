@@ -15,7 +15,7 @@ extension FCMHTTPBackend {
     /// A failed send, with FCM's error code (`FcmError.errorCode`, else `status`).
     public struct SendError: RetryableError, TidemarkError, Equatable {
         /// `fcm_send_refused`.
-        public var reason: String { "fcm_send_refused" }
+        public var reason: FailureReason { "fcm_send_refused" }
 
         /// The HTTP status.
         public var status: Int

@@ -33,7 +33,7 @@ public struct FCMEndpoints: Sendable, Equatable {
 /// A failure of an FCM call that retries could not fix, with what FCM answered. No credentials inside.
 public struct FCMCallError: RetryableError, TidemarkError {
     /// `fcm_call_failed`.
-    public var reason: String { "fcm_call_failed" }
+    public var reason: FailureReason { "fcm_call_failed" }
 
     /// The HTTP status of the last answer (0 when none came).
     public var status: Int

@@ -6,7 +6,7 @@ import TidemarkCore
 /// a workspace's status and sends them in its events.
 public struct Failure: Sendable, Equatable {
     /// The kind of failure (`TidemarkError.reason`), or `unexpected`.
-    public var reason: String
+    public var reason: FailureReason
     /// The messages, each beginning `error: ` unless it is a diagnostic that names its own file and line.
     public var lines: [String]
 
@@ -24,10 +24,18 @@ public struct Failure: Sendable, Equatable {
             reason = error.reason
             lines = [Self.line(error.description)]
         default:
-            reason = "unexpected"
+            reason = .unexpected
             lines = [Self.line(ErrorText.describe(error))]
         }
     }
+
+    /// A message without its `error: ` prefix (a status or a log line says what it is).
+    public static func plain(_ message: String) -> String {
+        message.hasPrefix("error: ") ? String(message.dropFirst("error: ".count)) : message
+    }
+
+    /// The failure as one message (its lines, joined), without the `error: ` prefix.
+    public var plainMessage: String { Self.plain(message) }
 
     /// The failure as one message (its lines, joined).
     public var message: String { lines.joined(separator: "\n") }

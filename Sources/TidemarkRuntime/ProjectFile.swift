@@ -1,6 +1,24 @@
 import Foundation
 import TidemarkCore
 
+/// The bytes of the files a runtime's settings were read from (tidemark.yaml, and the inventory file
+/// it names), as they were read: a runtime kept for long (`serve`'s) compares them with the files
+/// now to know it must be loaded again.
+public struct SettingsFiles: Sendable, Equatable {
+    /// Each file's absolute path and its bytes when read (nil: it did not exist).
+    var files: [Entry]
+
+    struct Entry: Sendable, Equatable {
+        var path: String
+        var bytes: Data?
+    }
+
+    /// Whether a file differs from what was read (edited, created, removed).
+    public func changed() -> Bool {
+        files.contains { FileManager.default.contents(atPath: $0.path) != $0.bytes }
+    }
+}
+
 /// Reads a project's `tidemark.yaml` (absent: the defaults) and the inventory file it names.
 enum ProjectFile {
     /// tidemark.yaml of the project at `root` (`directory` as the user named it), with `inventory:
@@ -8,11 +26,21 @@ enum ProjectFile {
     static func read(
         root: String, directory: String, sourceKinds: [SourceKind] = SourceKind.builtIn
     ) throws -> ProjectSettings {
+        var files = SettingsFiles(files: [])
+        return try read(root: root, directory: directory, sourceKinds: sourceKinds, files: &files)
+    }
+
+    /// `read`, keeping in `files` the bytes of each file as it was read.
+    static func read(
+        root: String, directory: String, sourceKinds: [SourceKind] = SourceKind.builtIn, files: inout SettingsFiles
+    ) throws -> ProjectSettings {
         let settingsFile = (root as NSString).appendingPathComponent("tidemark.yaml")
         let settingsDisplay = ResolvedSettings.display(directory, "tidemark.yaml")
         var settings: ProjectSettings
+        files.files.append(SettingsFiles.Entry(path: settingsFile, bytes: nil))
         do {
             let data = try InputFile.read(settingsFile, atMost: 16 << 20)
+            files.files[0].bytes = data
             guard let text = String(data: data, encoding: .utf8) else {
                 throw RuntimeError("\(settingsDisplay) is not UTF-8 text; save it as UTF-8.")
             }
@@ -25,6 +53,8 @@ enum ProjectFile {
             throw RuntimeError("cannot read \(settingsDisplay): \(error).")
         }
         if let file = settings.inventoryFile {
+            let path = ResolvedSettings.absolute(file, in: root)
+            files.files.append(SettingsFiles.Entry(path: path, bytes: FileManager.default.contents(atPath: path)))
             settings.inventory = try readInventoryFile(
                 file, root: root, directory: directory, at: settings.inventoryFileLocation, sourceKinds: sourceKinds)
         }

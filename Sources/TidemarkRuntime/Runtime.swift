@@ -26,7 +26,7 @@ public struct Runtime: Sendable {
     }
 
     /// Every setting of the run, decided.
-    public let resolved: ResolvedSettings
+    public private(set) var resolved: ResolvedSettings
     /// The one clock and random source of this run.
     public let timing: Timing
     /// Where this run's requests to FCM ask whether its state lock is still held (filled by `withLock`).
@@ -41,7 +41,9 @@ public struct Runtime: Sendable {
     public var httpClients: HTTPClientPool?
     /// The store this runtime opened: a PostgreSQL store's connection, and the lease its lock took,
     /// serve every part of the run.
-    private let store: any StateStore
+    private var store: any StateStore
+    /// The settings files as `load` read them.
+    public private(set) var settingsRead: SettingsFiles?
 
     /// A runtime over `resolved` settings, building its parts from `registries`. Throws a
     /// `RuntimeError` when no registered store takes the state's location or no registered source
@@ -84,8 +86,9 @@ public struct Runtime: Sendable {
             throw RuntimeError(
                 "project directory '\(flags.directory)' does not exist; pass an existing directory to -C.")
         }
+        var read = SettingsFiles(files: [])
         var file = try ProjectFile.read(
-            root: root, directory: flags.directory, sourceKinds: registries.sources.kinds)
+            root: root, directory: flags.directory, sourceKinds: registries.sources.kinds, files: &read)
         var flags = flags
         var environment = environment
         if let serveWorkspace {
@@ -94,7 +97,31 @@ public struct Runtime: Sendable {
         if let manifests { flags.manifests = manifests }
         let resolved = try ResolvedSettings.resolve(
             flags: flags, environment: environment, file: file, workingDirectory: workingDirectory)
-        return try Runtime(resolved, registries: registries, timing: timing)
+        var runtime = try Runtime(resolved, registries: registries, timing: timing)
+        runtime.settingsRead = read
+        return runtime
+    }
+
+    /// Whether tidemark.yaml, or the inventory file it names, changed since this runtime read them
+    /// (false for a runtime built from settings rather than loaded from the project).
+    public func settingsChanged() -> Bool { settingsRead?.changed() ?? false }
+
+    /// This runtime reading its manifests in `directory` (absolute: a checkout `serve` fetched from
+    /// git), with the same settings and the same state store.
+    public func reading(manifests directory: String) -> Runtime {
+        var copy = self
+        copy.resolved.manifestsPath = directory
+        copy.resolved.manifestsDisplay = directory
+        return copy
+    }
+
+    /// This runtime with the state store `pool` keeps for its state and workspace (this runtime's own
+    /// store, unused, when the pool has none yet): every runtime a long-running process loads for a
+    /// workspace shares one store, and one connection.
+    public func sharing(_ pool: StorePool) -> Runtime {
+        var copy = self
+        copy.store = pool.store(for: StorePool.Key(resolved), else: store)
+        return copy
     }
 
     /// Makes the run the `serve.workspaces` entry `name` of `file`.

@@ -4,7 +4,7 @@ import TidemarkCore
 /// names what is wrong and what to change.
 public struct RuntimeError: TidemarkError {
     /// `settings`.
-    public var reason: String { "settings" }
+    public var reason: FailureReason { "settings" }
 
     /// The message, a sentence that says what to do.
     public let description: String

@@ -216,7 +216,7 @@ struct ChangeFollower: Sendable {
                     wake(.fullRead(source: followed.name, why: why))
                 }
             } catch {
-                let message = Reconciler.plain(Failure(error).message)
+                let message = Failure(error).plainMessage
                 if failing != message {
                     log(
                         "workspace=\(workspace) inventory source '\(followed.name)': its changes cannot be read: \(message); check \(followed.feed.settingsHint). Reconciles still read it in full on their schedule"
@@ -274,7 +274,7 @@ struct ChangeFollower: Sendable {
                 if !owning.isOwning || owning.generation != generation { continue }
                 problem = "the server ended the connection"
             } catch {
-                problem = Reconciler.plain(Failure(error).message)
+                problem = Failure(error).plainMessage
             }
             if connected.isSet { lost = nil }
             if lost == nil {

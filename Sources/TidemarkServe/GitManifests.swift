@@ -162,7 +162,7 @@ public struct GitSourceError: TidemarkError {
     }
 
     /// `source_unavailable`.
-    public var reason: String { "source_unavailable" }
+    public var reason: FailureReason { "source_unavailable" }
 
     /// The repository and branch, and what went wrong.
     public var description: String {

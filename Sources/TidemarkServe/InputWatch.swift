@@ -266,7 +266,7 @@ extension ChangeFollower {
                 }
                 last = digest
             } catch {
-                let message = Reconciler.plain(Failure(error).message)
+                let message = Failure(error).plainMessage
                 if failing != message {
                     log(
                         "workspace=\(workspace) inventory source '\(command.name)': its command failed: \(message); check 'exec.command'. Reconciles still run it on their schedule"

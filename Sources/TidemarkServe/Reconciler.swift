@@ -3,25 +3,23 @@ import Synchronization
 import TidemarkCore
 import TidemarkRuntime
 
-/// One reconcile of one workspace: the same runtime, workflows, journal, refresh modes and rails as
-/// `tidemark apply`, chosen by the workspace's `drift` and `on_change` settings.
+/// One reconcile of one workspace, as the runtime's reconcile use case does it (`Runtime.reconcile`:
+/// the same workflows, journal, refresh modes and rails as `tidemark apply`), chosen by the
+/// workspace's `drift` and `on_change` settings and its sync windows; or a batch of changed devices
+/// planned on their own from what the last whole reconcile read (`Runtime.reconcileChanges`).
 ///
-/// | drift \ on_change | apply | plan |
-/// |---|---|---|
-/// | heal | drift report, then `apply` (reads FCM as `refresh` says, so drift is corrected with the changes) | drift report; `apply --drift-only` when drift was found; changes planned, waiting |
-/// | warn | drift report; `apply --no-refresh` (changes only) | drift report; changes planned, waiting |
-/// | off | `apply --no-refresh` | changes planned, waiting |
-///
-/// The runtime is loaded again for every reconcile, so edits of tidemark.yaml, the manifests and the
-/// inventory are read each time, and nothing of one reconcile is held into the next.
+/// The runtime is the workspace's one runtime, loaded when `serve` starts and again when its settings
+/// are reloaded: the manifests and the inventory are read at every reconcile; tidemark.yaml (and the
+/// inventory file it names) only when they changed, which each reconcile checks first, so an edit of
+/// tidemark.yaml made with one of the manifests is never reconciled with the settings from before it.
+/// Its state store is the one connection the workspace keeps.
 public struct Reconciler: Sendable {
-    /// Builds the runtime of one reconcile (reads tidemark.yaml; throws its errors), with its manifests
-    /// in the directory given when they were fetched from git.
-    public var load: @Sendable (_ manifests: String?) throws -> Runtime
+    /// The workspace's runtime (its settings and its state store), as last loaded.
+    public var runtime: Runtime { current.now.runtime }
     /// Where the manifests are fetched from before each reconcile, when they come from git.
     public var source: GitManifests?
-    /// What the workspace may do on its own.
-    public var settings: ServeSettings
+    /// What the workspace may do on its own, as last loaded.
+    public var settings: ServeSettings { current.now.settings }
     /// Where the workflows' diagnostics and progress go (the log), besides what the result keeps.
     public var log: @Sendable (String) -> Void
     /// The clock a reconcile is stamped and timed by.
@@ -32,15 +30,19 @@ public struct Reconciler: Sendable {
     /// What the last whole reconcile left for the batches; shared by the copies of this reconciler,
     /// and new with every reconciler (settings reloaded start from a whole reconcile).
     let warm = WarmCache()
+    /// The runtime and settings as last loaded; shared by the copies of this reconciler.
+    private let current: CurrentRuntime
 
-    /// A reconciler that builds its runtime with `load` and acts as `settings` allow.
+    /// A reconciler of the workspace of `runtime` that acts as `settings` allow. With `reload`, a
+    /// reconcile that finds tidemark.yaml (or the inventory file it names) changed since the runtime
+    /// was loaded loads both again first; a file that no longer loads fails the reconcile, naming it.
     public init(
-        load: @escaping @Sendable (_ manifests: String?) throws -> Runtime, settings: ServeSettings,
-        source: GitManifests? = nil, log: @escaping @Sendable (String) -> Void = { _ in }, timing: Timing = .live
+        runtime: Runtime, settings: ServeSettings, source: GitManifests? = nil,
+        reload: (@Sendable () throws -> (runtime: Runtime, settings: ServeSettings))? = nil,
+        log: @escaping @Sendable (String) -> Void = { _ in }, timing: Timing = .live
     ) {
-        self.load = load
+        current = CurrentRuntime(runtime: runtime, settings: settings, reload: reload)
         self.source = source
-        self.settings = settings
         self.log = log
         self.timing = timing
     }
@@ -76,10 +78,11 @@ public struct Reconciler: Sendable {
                 result.commit = fetched.commit
                 manifests = fetched.directory
             }
-            let runtime = try load(manifests)
+            let (loaded, settings) = try current.fresh()
+            let runtime = manifests.map { loaded.reading(manifests: $0) } ?? loaded
             // The tokens this read finds unchanged keep the strings the last one made (see StringReuse).
             let settled = try await StringReuse.$current.withValue(previous.map { StringReuse($0.plan.state.tokens) }) {
-                try await run(runtime, output: output, into: &result)
+                try await run(runtime, settings, output: output, into: &result)
             }
             if followsChanges, let settled {
                 if let previous, previous.filesDigest == settled.loaded.filesDigest, changes.fullReads.isEmpty,
@@ -121,13 +124,13 @@ public struct Reconciler: Sendable {
                 result.message = rails.map(\.message).joined(separator: " ")
             } else if Self.blockingReasons.contains(failure.reason) {
                 result.outcome = .blocked
-                result.reason = failure.reason
-                result.message = Self.plain(failure.message)
+                result.reason = failure.reason.rawValue
+                result.message = failure.plainMessage
             } else {
                 result.outcome = .failure
-                result.reason = failure.reason
+                result.reason = failure.reason.rawValue
                 let diagnostics = output.errors.map(\.description)
-                result.message = ([Self.plain(failure.message)] + diagnostics).joined(separator: " ")
+                result.message = ([failure.plainMessage] + diagnostics).joined(separator: " ")
             }
         }
         result.readRequests = output.planReads
@@ -137,17 +140,18 @@ public struct Reconciler: Sendable {
     }
 
     /// Errors that are a guard refusing a plan rather than something broken: the workspace is blocked.
-    static let blockingReasons: Set<String> = ["inventory_shrank", "too_many_dead"]
-
-    /// A message without its `error: ` prefix (the status and the log say what it is).
-    static func plain(_ message: String) -> String {
-        message.hasPrefix("error: ") ? String(message.dropFirst("error: ".count)) : message
-    }
+    static let blockingReasons: Set<FailureReason> = [.inventoryShrank, .tooManyDead]
 
     /// The settings this reconcile runs with: outside the sync windows, changes are only planned
     /// (`on_change: plan`) and drift only reported, unless `heal_outside_windows`; `result` says so.
     public func effectiveSettings(at now: Date, into result: inout ReconcileResult) -> ServeSettings {
-        var settings = self.settings
+        Self.effective(settings, at: now, into: &result)
+    }
+
+    /// `settings` as the sync windows leave them at `now`.
+    static func effective(_ settings: ServeSettings, at now: Date, into result: inout ReconcileResult) -> ServeSettings
+    {
+        var settings = settings
         guard !settings.windows.isEmpty, !ServeWindow.allowChanges(settings.windows, at: now) else { return settings }
         result.windowClosed = true
         result.windowOpensAt = ServeWindow.nextAllowed(settings.windows, after: now)
@@ -159,37 +163,22 @@ public struct Reconciler: Sendable {
     /// Plans and applies the batch's devices on their own, from what the last whole reconcile left;
     /// nil when they must be planned with the whole inventory (logged, with why).
     private func reconcileBatch(_ batch: (source: String, ids: [String])) async -> ReconcileResult? {
-        guard var entry = warm.take() else { return nil }
+        // Settings changed since the last whole reconcile: the whole reconcile loads them again.
+        guard !current.now.runtime.settingsChanged(), var entry = warm.take() else { return nil }
         let start = timing.now()
         var result = ReconcileResult(outcome: .success, startedAt: timing.wallClock(), seconds: 0)
         let settings = effectiveSettings(at: timing.wallClock(), into: &result)
         // Outside the sync windows, or with on_change: plan, the whole reconcile says what waits.
         guard settings.onChange == .apply else { return nil }
         let output = CollectingOutput(log: log)
-        var name = "-"
+        let runtime = entry.manifests.map { self.runtime.reading(manifests: $0) } ?? self.runtime
+        let name = runtime.workspaceName
         do {
-            let runtime = try load(entry.manifests)
-            name = runtime.workspaceName
-            guard let (rows, problems) = try await runtime.readDevices(batch.ids, of: batch.source) else {
-                throw PlanInFull("'\(batch.source)' is not a PostgreSQL source of tidemark.yaml")
-            }
-            if let problem = problems.first(where: { $0.severity == .error }) {
-                throw PlanInFull("a changed row has a problem: \(problem.description)")
-            }
-            guard let backend = entry.plan.state.backend else { throw PlanInFull("state records no backend yet") }
-            let planner = Planner(
-                differ: Differ(groupsTurnedDown: runtime.deadlines.groupsTurnedDown), tidemarkVersion: Runtime.version)
-            let change = try entry.plan.planChanges(
-                devices: batch.ids, rows: rows, source: ConfiguredSource.display(batch.source), planner: planner,
-                backend: backend, now: timing.wallClock(),
-                maxUnsubscribes: settings.maxUnsubscribes ?? runtime.settings.maxUnsubscribes)
-            if change.plan.diagnostics.hasErrors {
-                let first = change.plan.diagnostics.first { $0.severity == .error }
-                throw PlanInFull("its plan is refused (\(first.map { Self.plain($0.message) } ?? "an error"))")
-            }
-            let applied = try await runtime.applyChanges(change, output: output)
+            let applied = try await runtime.reconcileChanges(
+                batch.ids, of: batch.source, from: &entry.plan, maxUnsubscribes: settings.maxUnsubscribes,
+                output: output)
             result.changedDevices = batch.ids.count
-            result.managedMemberships = applied.state.managedMemberships
+            result.managedMemberships = applied.managedMemberships
             if let summary = applied.summary {
                 result.subscribed = summary.subscribed
                 result.unsubscribed = summary.unsubscribed
@@ -198,41 +187,41 @@ public struct Reconciler: Sendable {
                     // State holds what was done; the next reconcile reads everything and tries the rest.
                     let error = ReconcileError.tokenFailures(summary.failures)
                     result.outcome = .failure
-                    result.reason = error.reason
+                    result.reason = error.reason.rawValue
                     result.message = error.description
                     result.seconds = Timing.seconds(timing.now() - start)
                     return result
                 }
             }
-            entry.plan.commit(change, state: applied.state)
             warm.put(entry)
-            if !applied.dead.isEmpty {
-                let report = try await runtime.writeBackDead(applied.dead, to: nil)
-                if !report.failures.isEmpty {
-                    log("reporting dead tokens failed: \(report.failures.joined(separator: "; "))")
-                }
-            }
+            logDeadTokenFailures(applied.deadTokens)
         } catch let full as PlanInFull {
             log(
                 "workspace=\(name) \(PlanRenderer.counted(batch.ids.count, "changed device")) of '\(batch.source)' planned with the whole inventory: \(full.description)"
             )
             return nil
         } catch {
-            let message = Self.plain(Failure(error).message)
+            let failure = Failure(error)
             if Task.isShuttingDownGracefully || Task.isCancelled {
                 result.outcome = .failure
-                result.reason = Failure(error).reason
-                result.message = message
+                result.reason = failure.reason.rawValue
+                result.message = failure.plainMessage
                 result.seconds = Timing.seconds(timing.now() - start)
                 return result
             }
             log(
-                "workspace=\(name) a batch of \(PlanRenderer.counted(batch.ids.count, "changed device")) failed (\(message)); planning with the whole inventory"
+                "workspace=\(name) a batch of \(PlanRenderer.counted(batch.ids.count, "changed device")) failed (\(failure.plainMessage)); planning with the whole inventory"
             )
             return nil
         }
         result.seconds = Timing.seconds(timing.now() - start)
         return result
+    }
+
+    /// Logs the hooks that could not be told of dead tokens (the reconcile itself went through).
+    private func logDeadTokenFailures(_ report: DeadTokenWriteBack.Report?) {
+        guard let report, !report.failures.isEmpty else { return }
+        log("reporting dead tokens failed: \(report.failures.joined(separator: "; "))")
     }
 
     /// The devices of `loaded` (a whole read, resolved into `table`) whose topic memberships differ
@@ -262,93 +251,70 @@ public struct Reconciler: Sendable {
         return devices.sorted()
     }
 
-    /// Runs the whole reconcile; returns what its apply settled, when a whole plan was carried out
-    /// (what a `WarmPlan` starts from).
+    /// Runs the whole reconcile (`Runtime.reconcile`); returns what its apply settled, when a whole
+    /// plan was carried out (what a `WarmPlan` starts from).
     private func run(
-        _ runtime: Runtime, output: CollectingOutput, into result: inout ReconcileResult
+        _ runtime: Runtime, _ settings: ServeSettings, output: CollectingOutput, into result: inout ReconcileResult
     ) async throws -> ApplyOutcome.Settled? {
-        let settings = effectiveSettings(at: timing.wallClock(), into: &result)
-        var settled: ApplyOutcome.Settled?
-        let policy = runtime.settings.refresh
-        let limit = settings.maxUnsubscribes ?? runtime.settings.maxUnsubscribes
-        let readsFCM = policy.mode != .none
-        if settings.drift != .off, readsFCM {
-            do {
-                let report = try await runtime.drift(policy, output: output)
-                var counts: [String: Int] = [:]
-                for kind in DriftReport.Kind.allCases { counts[kind.rawValue] = report.count(kind) }
-                result.drift = counts
-                result.driftChecked = report.registrationsRead
-            } catch let error as WorkflowError where error.reason == "no_state" {
-                // Nothing applied yet: nothing to drift from. The first apply reads what it needs.
-            }
+        let settings = Self.effective(settings, at: timing.wallClock(), into: &result)
+        let request = ReconcileRequest(settings, planReady: { output.planned($0) })
+        var outcome = ReconcileOutcome()
+        defer { Self.record(outcome, into: &result) }
+        try await runtime.reconcile(request, output: output, into: &outcome)
+        if outcome.historyTrimmed > 0 {
+            log(
+                "workspace=\(runtime.workspaceName) apply history trimmed: \(PlanRenderer.counted(outcome.historyTrimmed, "older apply", plural: "older applies")) deleted (history_keep: \(settings.historyKeep))"
+            )
         }
-        switch settings.onChange {
-        case .apply:
-            var planning = PlanRequest(policy: policy, maxUnsubscribes: limit)
-            if settings.drift != .heal { planning.refresh.mode = .none }
-            settled = try await apply(runtime, planning, output: output, into: &result)
-            result.driftHealed = settings.drift == .heal && result.driftFound > 0
-        case .plan:
-            if settings.drift == .heal, result.driftFound > 0 {
-                let planning = PlanRequest(policy: policy, maxUnsubscribes: limit, driftOnly: true)
-                try await apply(runtime, planning, output: output, into: &result)
-                result.driftHealed = true
-            }
-            var waiting = PlanRequest(policy: policy, maxUnsubscribes: limit)
-            waiting.refresh.mode = .none
-            let planned = try await runtime.plan(waiting, output: output)
-            output.planned(planned.plan)
-            result.managedMemberships = planned.state.managedMemberships
-            result.changesWaiting = planned.plan.operations.count
-            if planned.plan.diagnostics.hasErrors { throw WorkflowError.planHasErrors }
+        if let failure = outcome.historyTrimFailure {
+            log(
+                "workspace=\(runtime.workspaceName) the apply history could not be trimmed (history_keep): \(failure.plainMessage)"
+            )
         }
-        return settled
+        logDeadTokenFailures(outcome.deadTokens)
+        let failed = outcome.unexpectedFailures
+        if !failed.isEmpty { throw ReconcileError.tokenFailures(failed) }
+        return outcome.settled
     }
 
-    @discardableResult
-    private func apply(
-        _ runtime: Runtime, _ planning: PlanRequest, output: CollectingOutput, into result: inout ReconcileResult
-    ) async throws -> ApplyOutcome.Settled? {
-        let settings = self.settings
-        var request = ApplyRequest(
-            planning: planning, approve: { _ in .approved },
-            planReady: { outcome in output.planned(outcome.plan) },
-            approveResume: { _ in .approved })
-        request.pruneAfter = runtime.settings.pruneAfter
-        let outcome = try await runtime.apply(request, output: output)
+    /// What the reconcile did, in its result (also when it threw part way).
+    private static func record(_ outcome: ReconcileOutcome, into result: inout ReconcileResult) {
+        result.drift = outcome.drift
+        result.driftChecked = outcome.driftChecked
+        result.driftHealed = outcome.driftHealed
+        result.changesWaiting = outcome.changesWaiting
         if let managed = outcome.managedMemberships { result.managedMemberships = managed }
-        if outcome.applied != nil || outcome.resumed != nil {
-            do {
-                let trimmed = try await runtime.stateStore().trimHistory(keep: settings.historyKeep)
-                if trimmed > 0 {
-                    log(
-                        "workspace=\(runtime.workspaceName) apply history trimmed: \(PlanRenderer.counted(trimmed, "older apply", plural: "older applies")) deleted (history_keep: \(settings.historyKeep))"
-                    )
-                }
-            } catch {
-                log(
-                    "workspace=\(runtime.workspaceName) the apply history could not be trimmed (history_keep): \(Self.plain(Failure(error).message))"
-                )
-            }
-        }
-        for summary in [outcome.resumed, outcome.applied].compactMap({ $0 }) {
-            result.subscribed += summary.subscribed
-            result.unsubscribed += summary.unsubscribed
-            result.groupCalls += summary.groupCalls
-            result.writeRequests += summary.requests
-        }
-        if outcome.hasUnexpectedFailures {
-            throw ReconcileError.tokenFailures(
-                [outcome.resumed, outcome.applied].compactMap { $0 }.flatMap(\.failures))
-        }
-        if !outcome.dead.isEmpty {
-            let report = try await runtime.writeBackDead(outcome.dead, to: nil)
-            if !report.failures.isEmpty {
-                log("reporting dead tokens failed: \(report.failures.joined(separator: "; "))")
-            }
-        }
-        return outcome.settled
+        result.subscribed = outcome.subscribed
+        result.unsubscribed = outcome.unsubscribed
+        result.groupCalls = outcome.groupCalls
+        result.writeRequests = outcome.writeRequests
+    }
+}
+
+/// A workspace's runtime and settings as last loaded, loaded again when the settings files changed.
+final class CurrentRuntime: Sendable {
+    private let state: Mutex<(runtime: Runtime, settings: ServeSettings)>
+    private let reload: (@Sendable () throws -> (runtime: Runtime, settings: ServeSettings))?
+
+    init(
+        runtime: Runtime, settings: ServeSettings,
+        reload: (@Sendable () throws -> (runtime: Runtime, settings: ServeSettings))?
+    ) {
+        state = Mutex((runtime, settings))
+        self.reload = reload
+    }
+
+    /// As last loaded.
+    var now: (runtime: Runtime, settings: ServeSettings) { state.withLock { $0 } }
+
+    /// As the settings files say now: loaded again when they changed since (throws the load's error,
+    /// naming the file and line, and keeps what it had).
+    func fresh() throws -> (runtime: Runtime, settings: ServeSettings) {
+        let kept = now
+        guard let reload, kept.runtime.settingsChanged() else { return kept }
+        let loaded = try reload()
+        state.withLock { $0 = loaded }
+        return loaded
     }
 }
 
@@ -379,7 +345,7 @@ final class WarmCache: Sendable {
 
 /// A reconcile that finished with something only `serve` words: tokens FCM would not change.
 struct ReconcileError: TidemarkError {
-    var reason: String
+    var reason: FailureReason
     var description: String
 
     /// Tokens FCM would not change for a reason other than being unregistered, of `failures`.
@@ -387,17 +353,10 @@ struct ReconcileError: TidemarkError {
         let failed = failures.filter { !$0.error.meansUnregistered }
         let codes = Set(failed.map { $0.error.code.rawValue }).sorted().joined(separator: ", ")
         return ReconcileError(
-            reason: "token_failures",
+            reason: .tokenFailures,
             description:
                 "\(PlanRenderer.counted(failed.count, "token change")) failed (\(codes)); the next reconcile tries them again."
         )
-    }
-}
-
-extension ApplyOutcome {
-    /// The summary of the plan this apply carried out, if it ran one.
-    var applied: ApplySummary? {
-        if case .applied(let summary) = result { summary } else { nil }
     }
 }
 

@@ -45,30 +45,35 @@ public struct Serve: Sendable {
     /// Where it listens and what it does.
     public var options: Options
     /// Builds a runtime: for the `serve.workspaces` entry named, or for the project's own workspace
-    /// (nil), with its manifests in `manifests` when given (a checkout fetched from git); tidemark.yaml
-    /// and the flags are read again each time.
-    public var load: @Sendable (_ serveWorkspace: String?, _ manifests: String?) throws -> Runtime
+    /// (nil); tidemark.yaml and the flags are read again each time (at start, at each reload and each
+    /// readiness check).
+    public var load: @Sendable (_ serveWorkspace: String?) throws -> Runtime
     /// Where log lines go.
     public var logger: Logger
     /// The HTTP clients every runtime `load` builds sends through; closed when `run` ends.
     let httpClients: HTTPClientPool
+    /// The state stores every runtime `load` builds shares, one per state and workspace; closed when
+    /// `run` ends.
+    let stores: StorePool
 
-    /// A `serve` with `options`, building its runtimes with `load` and logging to `logger`. Every
-    /// reconcile and every batch of changed devices builds its runtime; the access tokens their
-    /// backends fetch are shared (`AccessTokenCache`), so FCM's token endpoint is asked once an hour,
-    /// not once a batch, and so are their HTTP clients (`HTTPClientPool`), so a batch sends on
-    /// connections already open.
+    /// A `serve` with `options`, building its runtimes with `load` and logging to `logger`. A
+    /// workspace keeps the runtime it was loaded with until its settings are reloaded; the runtimes
+    /// share one state store per workspace (`StorePool`), the access tokens their backends fetch
+    /// (`AccessTokenCache`: FCM's token endpoint is asked once an hour, not once a batch) and their HTTP
+    /// clients (`HTTPClientPool`: a batch sends on connections already open).
     public init(
         options: Options,
-        load: @escaping @Sendable (_ serveWorkspace: String?, _ manifests: String?) throws -> Runtime,
+        load: @escaping @Sendable (_ serveWorkspace: String?) throws -> Runtime,
         logger: Logger
     ) {
         self.options = options
         let tokens = AccessTokenCache()
         let clients = HTTPClientPool()
+        let stores = StorePool()
         self.httpClients = clients
-        self.load = { workspace, manifests in
-            var runtime = try load(workspace, manifests)
+        self.stores = stores
+        self.load = { workspace in
+            var runtime = try load(workspace).sharing(stores)
             if runtime.accessTokens == nil { runtime.accessTokens = tokens }
             if runtime.httpClients == nil { runtime.httpClients = clients }
             return runtime
@@ -107,7 +112,7 @@ public struct Serve: Sendable {
     /// The workspaces to reconcile, each loaded once: an error here (a bad tidemark.yaml, a workspace's
     /// credentials variable unset) ends `serve` at start with the file and line.
     func planWorkspaces() throws -> (workspaces: [Planned], notify: [Notifier.Target]) {
-        let project = try load(nil, nil)
+        let project = try load(nil)
         let notify = try Notifier.targets(
             project.settings.serve?.notify ?? [], environment: project.resolved.environment)
         return (try planWorkspaces(project), notify)
@@ -115,20 +120,32 @@ public struct Serve: Sendable {
 
     private func planWorkspaces(_ project: Runtime) throws -> [Planned] {
         guard let section = project.settings.serve, !section.workspaces.isEmpty else {
-            let defaults = project.settings.serve?.defaults ?? ServeSettings()
             return [
                 Planned(
-                    entry: nil, runtime: project, settings: options.overrides.applied(to: defaults),
+                    entry: nil, runtime: project, settings: settings(of: project, entry: nil),
                     source: Self.git(project.settings.serve?.source, project), records: try project.serveRecords())
             ]
         }
         return try section.workspaces.map { entry in
-            let runtime = try load(entry.name, nil)
+            let runtime = try load(entry.name)
             if let missing = runtime.missingServeCredentials(entry.name) { throw missing }
             return Planned(
-                entry: entry.name, runtime: runtime, settings: options.overrides.applied(to: entry.settings),
+                entry: entry.name, runtime: runtime, settings: settings(of: runtime, entry: entry.name),
                 source: Self.git(entry.source, runtime), records: try runtime.serveRecords())
         }
+    }
+
+    /// What the workspace `entry` of `serve.workspaces` (nil: the project's own) may do on its own, as
+    /// the settings `runtime` loaded and the command line's flags say.
+    func settings(of runtime: Runtime, entry: String?) -> ServeSettings {
+        Self.settings(of: runtime, entry: entry, overrides: options.overrides)
+    }
+
+    /// What the workspace `entry` may do on its own, as `runtime`'s settings and `overrides` say.
+    static func settings(of runtime: Runtime, entry: String?, overrides: ServeSettings.Overrides) -> ServeSettings {
+        let section = runtime.settings.serve
+        let own = entry.flatMap { section?.workspace($0)?.settings } ?? section?.defaults ?? ServeSettings()
+        return overrides.applied(to: own)
     }
 
     /// The fetcher of `source` for the workspace of `runtime`, its cache in the project's `.tidemark/git/`.
@@ -157,7 +174,7 @@ public struct Serve: Sendable {
         }
         let load = self.load
         let readiness = ReadinessChecker(
-            load: { try fleet.entries.map { try load($0, nil) } }, interval: options.readinessInterval,
+            load: { try fleet.entries.map { try load($0) } }, interval: options.readinessInterval,
             timing: options.timing)
         let watcher = SettingsWatcher(
             file: URL(fileURLWithPath: planned[0].runtime.root).appendingPathComponent("tidemark.yaml").path,
@@ -219,9 +236,11 @@ public struct Serve: Sendable {
             try await group.run()
         } catch {
             await httpClients.shutdown()
+            await stores.close()
             throw error
         }
         await httpClients.shutdown()
+        await stores.close()
         logger.info("tidemark serve stopped")
     }
 
@@ -230,18 +249,21 @@ public struct Serve: Sendable {
         _ workspace: Planned, metrics: ServeMetrics, notifier: Notifier, balance: ReplicaBalance,
         log: @escaping @Sendable (String) -> Void
     ) -> (WorkspaceRunner, update: @Sendable (Planned) -> Void) {
-        let load = self.load
         let options = self.options
+        let load = self.load
         metrics.declare(
             workspace: workspace.runtime.workspaceName, settings: workspace.settings,
             quota: workspace.runtime.resolved.writeRate)
         let parts = { @Sendable (workspace: Planned) -> (WorkspaceStatus, Reconciler) in
-            let entry = workspace.entry
             var status = Self.initialStatus(workspace.runtime, settings: workspace.settings)
             if let source = workspace.source { status.manifests = source.display }
+            let entry = workspace.entry
             var reconciler = Reconciler(
-                load: { try load(entry, $0) }, settings: workspace.settings, source: workspace.source, log: log,
-                timing: options.timing)
+                runtime: workspace.runtime, settings: workspace.settings, source: workspace.source,
+                reload: {
+                    let runtime = try load(entry)
+                    return (runtime, Self.settings(of: runtime, entry: entry, overrides: options.overrides))
+                }, log: log, timing: options.timing)
             reconciler.followsChanges = !FollowedSource.of(workspace.runtime).isEmpty
             return (status, reconciler)
         }
@@ -379,7 +401,7 @@ final class ReadinessChecker: Service, Sendable {
             runtimes = try load()
         } catch {
             return [
-                ReadinessCheck(name: "settings", ok: false, detail: Reconciler.plain(Failure(error).message)),
+                ReadinessCheck(name: "settings", ok: false, detail: Failure(error).plainMessage),
                 ReadinessCheck(name: "state", ok: false, detail: "not checked: the settings do not load"),
             ]
         }
@@ -395,7 +417,7 @@ final class ReadinessChecker: Service, Sendable {
                             name: name, ok: false, detail: "\(runtime.stateDisplay) did not answer within 5 s")
                         : ReadinessCheck(name: name, ok: true))
             } catch {
-                checks.append(ReadinessCheck(name: name, ok: false, detail: Reconciler.plain(Failure(error).message)))
+                checks.append(ReadinessCheck(name: name, ok: false, detail: Failure(error).plainMessage))
             }
         }
         return checks

@@ -144,7 +144,7 @@ final class SettingsWatcher: Service, Sendable {
                 try apply(why)
             } catch {
                 log(
-                    "\(why), but the settings do not load, so serve keeps those it runs with: \(Reconciler.plain(Failure(error).message))"
+                    "\(why), but the settings do not load, so serve keeps those it runs with: \(Failure(error).plainMessage)"
                 )
             }
         }

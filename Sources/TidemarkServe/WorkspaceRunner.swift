@@ -374,7 +374,7 @@ public final class WorkspaceRunner: Service, Sendable {
                 try await ownership.records.releaseOwnership(ownership.replica, leaving: false)
             } catch {
                 // The claim lapses on its own; the workspace is taken when it does.
-                log("workspace=\(name) cannot give its claim up: \(Reconciler.plain(Failure(error).message))")
+                log("workspace=\(name) cannot give its claim up: \(Failure(error).plainMessage)")
             }
             metrics.handover(workspace: name)
         case .release(let owned):
@@ -411,7 +411,7 @@ public final class WorkspaceRunner: Service, Sendable {
                 : nil
             return .record(seen, claimed: claimed, handOver: handOver)
         } catch {
-            return .recordFailed(Reconciler.plain(Failure(error).message))
+            return .recordFailed(Failure(error).plainMessage)
         }
     }
 

@@ -8,7 +8,7 @@ public enum PostgresChangeTriggers {
     /// What is wrong with the arguments.
     public struct Problem: TidemarkError {
         /// `bad_argument`.
-        public var reason: String { "bad_argument" }
+        public var reason: FailureReason { "bad_argument" }
         /// What to pass instead.
         public var description: String
     }

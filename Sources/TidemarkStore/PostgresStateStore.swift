@@ -729,6 +729,9 @@ public final class PostgresStateStore: ServeRecordKeeping {
                 UPDATE tidemark_leases SET expires_at = 0 WHERE workspace = \(self.workspace) AND lease_id = \(id)
                 """)
         }
+        // Between applies the store keeps one connection (`serve` keeps the store): the lease's own is
+        // opened again by the next lease that asks the server.
+        await leaseLink.close()
     }
 
     /// Fencing: a store holding a lease writes only while that lease is live and current; one holding

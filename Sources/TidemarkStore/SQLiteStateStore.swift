@@ -181,10 +181,26 @@ public final class SQLiteStateStore: ServeRecordKeeping {
         openedFile.withLock { $0 = id }
     }
 
-    deinit {
-        // Closed first: its locks are no longer held when the file stops counting as open.
-        try? opened.withLock { $0 }?.close()
-        guard let id = openedFile.withLock({ $0 }) else { return }
+    /// Closes the file (SQLite's connection); the next load or save opens it again.
+    public func close() async {
+        Self.opening.withLock { _ in closeFile() }
+    }
+
+    deinit { closeFile() }
+
+    /// Closes the connection, then stops counting the file as open: its locks are no longer held when
+    /// it stops counting.
+    private func closeFile() {
+        try? opened.withLock { queue in
+            defer { queue = nil }
+            return queue
+        }?.close()
+        guard
+            let id = openedFile.withLock({ file in
+                defer { file = nil }
+                return file
+            })
+        else { return }
         Self.openFiles.withLock { files in
             files[id, default: 1] -= 1
             if files[id] == 0 { files[id] = nil }

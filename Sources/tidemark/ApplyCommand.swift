@@ -171,7 +171,7 @@ struct ApplyCommand: AsyncParsableCommand {
         }
         if output.json {
             try Terminal.writeJSON(Report(outcome, state: runtime.stateDisplay))
-            if outcome.result.reportsDead { try await runtime.reportDead(outcome.dead, to: deadTokens, json: true) }
+            try await runtime.reportDead(of: outcome, to: deadTokens, json: true)
             try end(with: outcome.exitStatus)
             return
         }
@@ -196,7 +196,7 @@ struct ApplyCommand: AsyncParsableCommand {
                     state: runtime.stateDisplay) + "\n")
         }
         // Reported after the apply, outside its lock: the hooks write to the app's database, not to state.
-        if outcome.result.reportsDead { try await runtime.reportDead(outcome.dead, to: deadTokens, json: false) }
+        try await runtime.reportDead(of: outcome, to: deadTokens, json: false)
         try end(with: outcome.exitStatus)
     }
 
@@ -306,17 +306,6 @@ struct ApplyCommand: AsyncParsableCommand {
             Terminal.err(
                 "warning: \(PlanRenderer.counted(failures.count, "token")) failed with \(code) (\(failures[0].error.advice)): \(examples.joined(separator: ", "))\(failures.count > 5 ? ", …" : "")"
             )
-        }
-    }
-}
-
-extension ApplyOutcome.Result {
-    /// Whether the dead devices found are reported (to --dead-tokens and the sources' hooks): not
-    /// after a declined apply, nor when only an interrupted one was finished.
-    var reportsDead: Bool {
-        switch self {
-        case .applied, .nothingToDo, .refreshed: true
-        case .declined, .resumedOnly: false
         }
     }
 }

@@ -35,17 +35,20 @@ extension Runtime {
         self = try Runtime.load(RuntimeFlags(options))
     }
 
-    /// Writes the dead devices to `file` and reports each source's share to its `on_dead` hook, saying
-    /// what was done (on stderr when stdout carries a JSON document); fails, after every hook was
-    /// tried, when one failed, so CI sees it. Nothing is said when nothing is dead.
-    func reportDead(_ dead: [DeadDevice], to file: String?, json: Bool) async throws {
+    /// Reports the dead devices `outcome` found as serve does (`reportDeadTokens`: to `file` and to
+    /// each source's `on_dead` hook), saying what was done (on stderr when stdout carries a JSON
+    /// document); fails, after every hook was tried, when one failed, so CI sees it. Nothing is said
+    /// when nothing is dead.
+    func reportDead(of outcome: ApplyOutcome, to file: String?, json: Bool) async throws {
         let say: (String) -> Void = json ? { Terminal.err($0) } : { Terminal.out($0 + "\n") }
         let report: DeadTokenWriteBack.Report
         do {
-            report = try await writeBackDead(dead, to: file)
+            guard let reported = try await reportDeadTokens(of: outcome, to: file) else { return }
+            report = reported
         } catch let error as DeadTokenWriteBack.FileError {
             throw CLIError("cannot write --dead-tokens \(error.path): \(error.detail).")
         }
+        let dead = outcome.dead
         if let file {
             say("Dead tokens: \(PlanRenderer.counted(dead.count, "device")) of the inventory, written to \(file).")
         } else if !dead.isEmpty {

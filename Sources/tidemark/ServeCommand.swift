@@ -171,7 +171,7 @@ struct ServeCommand: AsyncParsableCommand {
                 })
             logger.logLevel = .info
             try await Serve(
-                options: options, load: { try Runtime.load(flags, serveWorkspace: $0, manifests: $1) }, logger: logger
+                options: options, load: { try Runtime.load(flags, serveWorkspace: $0) }, logger: logger
             ).run()
         }
     }

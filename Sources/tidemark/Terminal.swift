@@ -177,6 +177,6 @@ func writeAtomically(_ data: Data, to path: String, mode: Int = 0o644) throws {
 struct CLIError: TidemarkError {
     var description: String
     /// `command_line`: the options as given cannot be carried out.
-    var reason: String { "command_line" }
+    var reason: FailureReason { "command_line" }
     init(_ description: String) { self.description = description }
 }

@@ -109,7 +109,7 @@ enum FollowPostgres {
         let metrics = ServeMetrics()
         metrics.declare(workspace: "default", settings: settings, quota: 3000)
         var reconciler = Reconciler(
-            load: { _ in try Runtime.load(flags, environment: environment) }, settings: settings,
+            runtime: try Runtime.load(flags, environment: environment), settings: settings,
             log: { line in lines.withLock { $0.append(line) } })
         reconciler.followsChanges = true
         let runner = WorkspaceRunner(
@@ -267,18 +267,13 @@ enum FollowPostgres {
         defer { project.remove() }
         try project.writeDevices([0, 1])
         let flags = project.flags
-        let failing = Mutex(false)
         let reconciles = Mutex<[String]>([])
         var settings = ServeSettings()
         settings.interval = .seconds(3600)
         settings.retryInterval = .seconds(3600)
         let runner = WorkspaceRunner(
             status: Serve.initialStatus(try project.runtime(), settings: settings),
-            reconciler: Reconciler(
-                load: { _ in
-                    if failing.withLock({ $0 }) { throw RuntimeError("the test's reconcile fails on purpose.") }
-                    return try Runtime.load(flags, environment: [:])
-                }, settings: settings),
+            reconciler: Reconciler(runtime: try Runtime.load(flags, environment: [:]), settings: settings),
             ownership: .init(records: InMemoryStateStore(workspace: "default"), replica: "r1", poll: .milliseconds(50)),
             metrics: ServeMetrics(), log: { line in reconciles.withLock { $0.append(line) } })
         let running = Task { try await runner.run() }
@@ -301,7 +296,9 @@ enum FollowPostgres {
                 $0.contains { $0.contains("reconcile started by the inventory: 1 device change in 'app-db'") }
             })
 
-        failing.withLock { $0 = true }
+        // A manifest that does not parse: the next reconcile fails.
+        try "topics: [".write(
+            to: project.root.appendingPathComponent("manifests/topics.yaml"), atomically: true, encoding: .utf8)
         runner.wake(.fullRead(source: "app-db", why: "its table was truncated"))
         try await settle(3)
         #expect(count() == 3 && runner.status.last?.outcome == .failure)

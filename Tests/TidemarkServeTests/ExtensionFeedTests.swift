@@ -132,7 +132,7 @@ struct ExtensionFeedTests {
 
         var settings = ServeSettings()
         settings.interval = .seconds(3600)
-        var reconciler = Reconciler(load: { _ in try load() }, settings: settings)
+        var reconciler = Reconciler(runtime: runtime, settings: settings)
         reconciler.followsChanges = true
         let lines = Mutex<[String]>([])
         let runner = WorkspaceRunner(

@@ -109,7 +109,7 @@ struct ManifestRepository {
             cache: GitManifests.cache(root: project.root.path, workspace: "default"))
         let flags = project.flags
         let reconciler = Reconciler(
-            load: { try Runtime.load(flags, manifests: $0, environment: [:]) }, settings: ServeSettings(),
+            runtime: try Runtime.load(flags, environment: [:]), settings: ServeSettings(),
             source: source)
 
         let applied = await reconciler.reconcile()
@@ -137,11 +137,11 @@ struct ManifestRepository {
         let project = try ServeProject()
         defer { project.remove() }
         let commit = try repository.commitDevices([0])
-        let flags = project.flags
+        let runtime = try Runtime.load(project.flags, environment: [:])
         let location = SourceLocation(file: "tidemark.yaml", line: 3, column: 3)
         func reconcile(_ source: ServeSection.GitSource) async -> ReconcileResult {
             await Reconciler(
-                load: { try Runtime.load(flags, manifests: $0, environment: [:]) }, settings: ServeSettings(),
+                runtime: runtime, settings: ServeSettings(),
                 source: GitManifests(
                     source: source, cache: GitManifests.cache(root: project.root.path, workspace: "default"))
             ).reconcile()

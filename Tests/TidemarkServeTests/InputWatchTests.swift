@@ -37,7 +37,7 @@ import TidemarkTesting
         let lines = Mutex<[String]>([])
         let runner = WorkspaceRunner(
             status: Serve.initialStatus(runtime, settings: settings),
-            reconciler: project.reconciler { $0 = settings },
+            reconciler: try project.reconciler { $0 = settings },
             ownership: .init(records: InMemoryStateStore(workspace: "default"), replica: "r1", poll: .milliseconds(50)),
             metrics: ServeMetrics(), watched: watched, log: { line in lines.withLock { $0.append(line) } })
         let running = Task { try await runner.run() }

@@ -183,7 +183,7 @@ final class WebhookReceiver: Sendable {
         let project = try ServeProject()
         defer { project.remove() }
         try project.writeDevices(Array(0..<10))
-        #expect(await project.reconciler().reconcile().outcome == .success)
+        #expect(try await project.reconciler().reconcile().outcome == .success)
         // Six phones become tablets: six unsubscriptions, past a rail of 2.
         try project.writeDevices(Array(0..<10), phones: [0, 1, 2, 3])
 
@@ -204,7 +204,7 @@ final class WebhookReceiver: Sendable {
         let runner = WorkspaceRunner(
             status: Serve.initialStatus(try project.runtime(), settings: settings),
             reconciler: Reconciler(
-                load: { _ in try Runtime.load(flags, environment: [:]) }, settings: settings),
+                runtime: try Runtime.load(flags, environment: [:]), settings: settings),
             ownership: .init(records: InMemoryStateStore(workspace: "default"), replica: "r1", poll: .milliseconds(50)),
             metrics: metrics, notifier: notifier,
             log: { line in if line.hasPrefix("reconcile ") { reconciles.withLock { $0 += 1 } } })
@@ -258,7 +258,7 @@ final class WebhookReceiver: Sendable {
         defer { project.remove() }
         try project.writeDevices([0, 1])
         try project.writeDevices([0, 1], topics: ServeProject.phones + "\n    protect: true")
-        #expect(await project.reconciler().reconcile().outcome == .success)
+        #expect(try await project.reconciler().reconcile().outcome == .success)
         try project.writeDevices([0, 1], topics: ServeProject.phones.replacingOccurrences(of: "phones", with: "other"))
 
         let target = NotifyTarget(
@@ -275,7 +275,7 @@ final class WebhookReceiver: Sendable {
         let flags = project.flags
         let runner = WorkspaceRunner(
             status: Serve.initialStatus(try project.runtime(), settings: settings),
-            reconciler: Reconciler(load: { _ in try Runtime.load(flags, environment: [:]) }, settings: settings),
+            reconciler: Reconciler(runtime: try Runtime.load(flags, environment: [:]), settings: settings),
             ownership: .init(records: InMemoryStateStore(workspace: "default"), replica: "r1", poll: .milliseconds(50)),
             metrics: metrics, notifier: notifier, log: { line in lines.withLock { $0.append(line) } })
         let running = Task { try await runner.run() }

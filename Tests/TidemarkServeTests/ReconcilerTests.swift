@@ -53,11 +53,14 @@ struct ServeProject {
 
     func runtime() throws -> Runtime { try Runtime.load(flags, environment: [:]) }
 
-    func reconciler(_ change: (inout ServeSettings) -> Void = { _ in }) -> Reconciler {
+    /// A reconciler of the project as it is now (its tidemark.yaml read, and read again when it changes).
+    func reconciler(_ change: (inout ServeSettings) -> Void = { _ in }) throws -> Reconciler {
         var settings = ServeSettings()
         change(&settings)
         let flags = self.flags
-        return Reconciler(load: { _ in try Runtime.load(flags, environment: [:]) }, settings: settings)
+        return Reconciler(
+            runtime: try runtime(), settings: settings,
+            reload: { [settings] in (try Runtime.load(flags, environment: [:]), settings) })
     }
 
     /// What the embedded backend holds for `topic`, read as a drift check would.
@@ -79,7 +82,7 @@ struct ServeProject {
         let project = try ServeProject()
         defer { project.remove() }
         try project.writeDevices([0, 1, 2])
-        let reconciler = project.reconciler()
+        let reconciler = try project.reconciler()
 
         let first = await reconciler.reconcile()
         #expect(first.outcome == .success, "\(first)")
@@ -105,7 +108,7 @@ struct ServeProject {
     @Test func theApplyHistoryIsTrimmedToHistoryKeep() async throws {
         let project = try ServeProject()
         defer { project.remove() }
-        let reconciler = project.reconciler { $0.historyKeep = 2 }
+        let reconciler = try project.reconciler { $0.historyKeep = 2 }
         for count in 1...4 {
             try project.writeDevices(Array(0..<count))
             let result = await reconciler.reconcile()
@@ -119,11 +122,11 @@ struct ServeProject {
         let project = try ServeProject()
         defer { project.remove() }
         try project.writeDevices(Array(0..<10))
-        #expect(await project.reconciler().reconcile().outcome == .success)
+        #expect(try await project.reconciler().reconcile().outcome == .success)
 
         // Six phones become tablets: six unsubscriptions, past a rail of 2.
         try project.writeDevices(Array(0..<10), phones: [0, 1, 2, 3])
-        let reconciler = project.reconciler { $0.maxUnsubscribes = try! UnsubscribeLimit(parsing: "2") }
+        let reconciler = try project.reconciler { $0.maxUnsubscribes = try! UnsubscribeLimit(parsing: "2") }
         let blocked = await reconciler.reconcile()
         #expect(blocked.outcome == .blocked, "\(blocked)")
         #expect(blocked.reason == "rail.max_unsubscribes")
@@ -134,7 +137,8 @@ struct ServeProject {
         // It stays blocked: the next reconcile finds the same plan and refuses it again.
         #expect(await reconciler.reconcile().outcome == .blocked)
         // A person raises the rail: the next reconcile applies.
-        let raised = await project.reconciler { $0.maxUnsubscribes = try! UnsubscribeLimit(parsing: "10") }.reconcile()
+        let raised = try await project.reconciler { $0.maxUnsubscribes = try! UnsubscribeLimit(parsing: "10") }
+            .reconcile()
         #expect(raised.outcome == .success && raised.unsubscribed == 6, "\(raised)")
     }
 
@@ -142,10 +146,10 @@ struct ServeProject {
         let project = try ServeProject()
         defer { project.remove() }
         try project.writeDevices([0, 1], topics: ServeProject.phones + "\n    protect: true")
-        #expect(await project.reconciler().reconcile().outcome == .success)
+        #expect(try await project.reconciler().reconcile().outcome == .success)
         try project.writeDevices(
             [0, 1], topics: ServeProject.phones.replacingOccurrences(of: "phones", with: "handsets"))
-        let blocked = await project.reconciler().reconcile()
+        let blocked = try await project.reconciler().reconcile()
         #expect(blocked.outcome == .blocked && blocked.reason == "rail.protect", "\(blocked)")
         #expect(blocked.message?.contains("topic 'phones' is protected") == true, "\(blocked.message ?? "")")
         #expect(try await project.subscribers("phones", of: [0, 1]) == 2)
@@ -155,9 +159,9 @@ struct ServeProject {
         let project = try ServeProject()
         defer { project.remove() }
         try project.writeDevices([0, 1, 2])
-        #expect(await project.reconciler().reconcile().subscribed == 3)
+        #expect(try await project.reconciler().reconcile().subscribed == 3)
         try project.writeDevices([0, 1, 2, 3, 4])
-        let planned = await project.reconciler { $0.onChange = .plan }.reconcile()
+        let planned = try await project.reconciler { $0.onChange = .plan }.reconcile()
         #expect(planned.outcome == .success, "\(planned)")
         #expect(planned.changesWaiting == 1 && planned.subscribed == 0, "\(planned)")
         #expect(planned.summary.contains("1 change waiting (on_change: plan)"))
@@ -179,36 +183,48 @@ struct ServeProject {
                     members:
                       - selector: {kind: phone}
                 """)
-        #expect(await project.reconciler().reconcile().subscribed == 6)
+        #expect(try await project.reconciler().reconcile().subscribed == 6)
         // Someone removes d1 from the authoritative topic behind tidemark's back; d2's user turns news off.
         _ = try await project.runtime().withBackend(output: SilentOutput()) { backend in
             _ = try await backend.unsubscribe(topic: "phones", tokens: [Fixtures.token(1)])
             return try await backend.unsubscribe(topic: "news", tokens: [Fixtures.token(2)])
         }
 
-        let warned = await project.reconciler { $0.drift = .warn }.reconcile()
+        let warned = try await project.reconciler { $0.drift = .warn }.reconcile()
         #expect(warned.outcome == .success, "\(warned)")
         #expect(warned.drift?["dropped"] == 1 && warned.drift?["opted_out"] == 1, "\(warned)")
         #expect(!warned.driftHealed && warned.subscribed == 0, "\(warned)")
         #expect(warned.summary.contains("1 drifted membership reported (drift: warn)"), "\(warned.summary)")
         #expect(try await project.subscribers("phones", of: [0, 1, 2]) == 2)
 
-        let healed = await project.reconciler().reconcile()
+        let healed = try await project.reconciler().reconcile()
         #expect(healed.drift?["dropped"] == 1 && healed.driftHealed && healed.subscribed == 1, "\(healed)")
         #expect(try await project.subscribers("phones", of: [0, 1, 2]) == 3)
         #expect(try await project.subscribers("news", of: [0, 1, 2]) == 2)
     }
 
+    /// The runtime a reconciler keeps is loaded again when tidemark.yaml changed since: a file broken
+    /// since fails the reconcile, naming its file and line; the next reconcile after it is fixed loads
+    /// it and goes through.
     @Test func aBrokenSettingsFileIsAFailureNamingTheFileAndLine() async throws {
         let project = try ServeProject()
         defer { project.remove() }
         try project.writeDevices([0])
+        let reconciler = try project.reconciler()
         try project.writeSettings("project: tidemark-serve-test\nrefresh: sometimes\n")
-        let failed = await project.reconciler().reconcile()
+        let failed = await reconciler.reconcile()
         #expect(failed.outcome == .failure)
         #expect(failed.reason == "invalid_input")
         #expect(failed.message?.contains("tidemark.yaml:2") == true, "\(failed.message ?? "")")
         #expect(failed.message?.contains("'refresh' must be touched, sample, all or none") == true)
+        try project.writeSettings("project: tidemark-serve-test\nmax_unsubscribes: 0\n")
+        try project.writeDevices([0, 1])
+        let fixed = await reconciler.reconcile()
+        #expect(fixed.outcome == .success && fixed.subscribed == 2, "\(fixed)")
+        // The rail the edit set holds at once: a manifest edit that unsubscribes is refused.
+        try project.writeDevices([0])
+        let blocked = await reconciler.reconcile()
+        #expect(blocked.outcome == .blocked && blocked.reason == "rail.max_unsubscribes", "\(blocked)")
     }
 
     /// Each way an inventory source fails is a reason of its own (what webhooks dedupe, `/status` shows
@@ -225,7 +241,7 @@ struct ServeProject {
             try project.writeSettings(
                 "project: tidemark-serve-test\nrefresh: all\ninventory:\n  - name: app\n    exec:\n      command: [sh, -c, \"\(command)\"]\n      format: csv\n\(extra)"
             )
-            let failed = await project.reconciler().reconcile()
+            let failed = try await project.reconciler().reconcile()
             #expect(failed.outcome == .failure, "\(command): \(failed)")
             #expect(failed.reason == reason, "\(command): \(failed)")
             #expect(failed.message?.contains(says) == true, "\(command): \(failed.message ?? "")")

@@ -101,18 +101,18 @@ import TidemarkTesting
         let project = try ServeProject()
         defer { project.remove() }
         try project.writeDevices([0, 1, 2])
-        #expect(await project.reconciler().reconcile().outcome == .success)
+        #expect(try await project.reconciler().reconcile().outcome == .success)
         try project.writeDevices([0, 1, 2, 3])
         // A deny window open now, for an hour from every minute.
         let closed = try Self.window(.deny, "* * * * *", .seconds(3600))
-        let waiting = await project.reconciler { $0.windows = [closed] }.reconcile()
+        let waiting = try await project.reconciler { $0.windows = [closed] }.reconcile()
         #expect(waiting.outcome == .success && waiting.windowClosed && waiting.subscribed == 0, "\(waiting)")
         #expect(
             waiting.changesWaiting == 1 && waiting.summary.contains("outside the sync windows"), "\(waiting.summary)")
         #expect(try await project.subscribers("phones", of: [0, 1, 2, 3]) == 3)
         // Once the window lets changes through, they are applied.
         let open = try Self.window(.allow, "* * * * *", .seconds(3600))
-        let applied = await project.reconciler { $0.windows = [open] }.reconcile()
+        let applied = try await project.reconciler { $0.windows = [open] }.reconcile()
         #expect(applied.outcome == .success && !applied.windowClosed && applied.subscribed == 1, "\(applied)")
     }
 
@@ -121,11 +121,11 @@ import TidemarkTesting
         var result = ReconcileResult(outcome: .success, startedAt: Self.monday(), seconds: 0)
         let project = try ServeProject()
         defer { project.remove() }
-        let reconciler = project.reconciler { $0.windows = [closed] }
+        let reconciler = try project.reconciler { $0.windows = [closed] }
         let outside = reconciler.effectiveSettings(at: Self.monday(0.5), into: &result)
         #expect(outside.onChange == .plan && outside.drift == .warn && result.windowClosed)
         #expect(result.windowOpensAt == Self.monday(1))
-        let healing = project.reconciler {
+        let healing = try project.reconciler {
             $0.windows = [closed]
             $0.healOutsideWindows = true
         }

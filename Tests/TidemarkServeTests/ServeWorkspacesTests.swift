@@ -106,7 +106,7 @@ struct ServeWorkspacesTests {
             settings.interval = .seconds(3600)
             return WorkspaceRunner(
                 status: Serve.initialStatus(runtime, settings: settings),
-                reconciler: project.reconciler(),
+                reconciler: try project.reconciler(),
                 ownership: .init(
                     records: store, replica: replica, duration: .seconds(3600), poll: .milliseconds(50)),
                 metrics: ServeMetrics(), log: { line in lines.withLock { $0.append("\(replica): \(line)") } })
@@ -155,7 +155,7 @@ struct ServeWorkspacesTests {
                 var status = Serve.initialStatus(try projects[index].runtime(), settings: settings)
                 status.workspace = "w\(index)"
                 return WorkspaceRunner(
-                    status: status, reconciler: projects[index].reconciler { $0.interval = .seconds(3600) },
+                    status: status, reconciler: try projects[index].reconciler { $0.interval = .seconds(3600) },
                     ownership: .init(
                         records: stores[index], replica: name, duration: .seconds(3600), poll: .milliseconds(50),
                         balance: balance),
@@ -247,7 +247,7 @@ struct ServeWorkspacesTests {
             settings.interval = .seconds(3600)
             return WorkspaceRunner(
                 status: Serve.initialStatus(try project.runtime(), settings: settings),
-                reconciler: project.reconciler { $0.interval = .seconds(3600) },
+                reconciler: try project.reconciler { $0.interval = .seconds(3600) },
                 ownership: .init(records: store, replica: name, duration: .seconds(3600), poll: .milliseconds(50)),
                 metrics: ServeMetrics(), log: { line in lines.withLock { $0.append("\(name): \(line)") } })
         }

@@ -13,7 +13,7 @@ import TidemarkTesting
         let project = try ServeProject()
         defer { project.remove() }
         try project.writeDevices([0, 1, 2, 3])
-        var reconciler = project.reconciler()
+        var reconciler = try project.reconciler()
         reconciler.followsChanges = true
         func reading() throws -> WarmPlan {
             let entry = try #require(reconciler.warm.take(), "a whole reconcile leaves its reading")
@@ -52,8 +52,8 @@ import TidemarkTesting
         let project = try ServeProject()
         defer { project.remove() }
         try project.writeDevices([0, 1, 2])
-        #expect(await project.reconciler().reconcile().outcome == .success, "state is stored")
-        var restarted = project.reconciler()
+        #expect(try await project.reconciler().reconcile().outcome == .success, "state is stored")
+        var restarted = try project.reconciler()
         restarted.followsChanges = true
         let first = await restarted.reconcile()
         #expect(first.outcome == .success && first.subscribed == 0, "\(first)")

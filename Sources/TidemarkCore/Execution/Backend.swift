@@ -148,7 +148,7 @@ public struct GroupError: TidemarkError, Equatable {
     /// FCM's text for the failure.
     public var description: String { kind.rawValue }
     /// `group_already_exists`, `group_not_found`, `group_too_many_members`…
-    public var reason: String {
+    public var reason: FailureReason {
         switch kind {
         case .alreadyExists: "group_already_exists"
         case .noValidRegistrationIDs: "group_no_valid_registrations"
@@ -253,7 +253,7 @@ public struct DetachedBackend: Backend {
     /// What every call of a detached backend throws.
     public struct Refused: TidemarkError {
         /// `fcm_not_read`.
-        public var reason: String { "fcm_not_read" }
+        public var reason: FailureReason { "fcm_not_read" }
 
         /// Why the call was refused, and which flag said so.
         public var description: String {

@@ -4,7 +4,7 @@ import Foundation
 /// Why compressed input could not be read.
 public struct GzipError: TidemarkError, Equatable {
     /// `invalid_gzip`.
-    public var reason: String { "invalid_gzip" }
+    public var reason: FailureReason { "invalid_gzip" }
 
     /// The reason, as a sentence naming the setting to raise when a limit was hit.
     public var description: String

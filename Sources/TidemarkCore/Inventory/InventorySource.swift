@@ -389,7 +389,7 @@ public struct InventorySourceError: TidemarkError {
     /// What kind of failure.
     public var kind: Kind
     /// `inventory_unreachable`, `inventory_timeout`, `inventory_empty` or `inventory_failed`.
-    public var reason: String { kind.rawValue }
+    public var reason: FailureReason { FailureReason(rawValue: kind.rawValue) }
 
     /// The reason, as a sentence.
     public var description: String

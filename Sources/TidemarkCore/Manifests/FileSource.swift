@@ -68,7 +68,7 @@ public struct FileSourceError: TidemarkError {
     public static func notFound(_ path: String) -> Self { Self(path: path) }
 
     /// `input_not_found`, as a missing file on disk.
-    public var reason: String { "input_not_found" }
+    public var reason: FailureReason { "input_not_found" }
     /// "no such file: PATH".
     public var description: String { "no such file: \(path)" }
 }

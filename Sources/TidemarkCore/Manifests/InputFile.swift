@@ -70,7 +70,7 @@ public struct InputFileError: TidemarkError, Equatable {
     public var problem: String
 
     /// `input_not_found`, `input_too_large`, `input_outside_project`…
-    public var reason: String {
+    public var reason: FailureReason {
         switch kind {
         case .notFound: "input_not_found"
         case .isDirectory: "input_is_directory"

@@ -105,7 +105,7 @@ public struct ManifestLoader: ManifestSource {
                 // A configured source's own kind of failure; a file named in a manifest is input.
                 if location == nil, inventoryFailure == nil {
                     inventoryFailure =
-                        (error as? any TidemarkError)?.reason ?? InventorySourceError.Kind.failed.rawValue
+                        (error as? any TidemarkError)?.reason.rawValue ?? InventorySourceError.Kind.failed.rawValue
                 }
                 if let location {
                     diagnostics.append(

@@ -63,7 +63,7 @@ public indirect enum FCMCondition: Sendable, Equatable, CustomStringConvertible 
 /// Why a condition does not parse.
 public struct ConditionError: TidemarkError, Equatable {
     /// `invalid_condition`.
-    public var reason: String { "invalid_condition" }
+    public var reason: FailureReason { "invalid_condition" }
 
     /// 1-based column of the problem.
     public var column: Int

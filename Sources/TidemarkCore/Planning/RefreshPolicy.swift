@@ -52,7 +52,7 @@ public enum RefreshBudget: Sendable, Equatable, CustomStringConvertible {
 /// A `--refresh`, `refresh_budget` or `refresh_max_age` that cannot be used.
 public struct RefreshPolicyError: TidemarkError {
     /// `invalid_refresh_policy`.
-    public var reason: String { "invalid_refresh_policy" }
+    public var reason: FailureReason { "invalid_refresh_policy" }
 
     /// The reason, as a sentence naming the setting.
     public var description: String

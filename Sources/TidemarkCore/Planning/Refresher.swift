@@ -80,7 +80,7 @@ public struct Refresher: Sendable {
 /// A refresh that could not read everything; a plan is never built on it.
 public struct RefreshError: TidemarkError {
     /// `refresh_failed`.
-    public var reason: String { "refresh_failed" }
+    public var reason: FailureReason { "refresh_failed" }
 
     /// What could not be read, and what to check.
     public var message: String

@@ -3,7 +3,7 @@ import Foundation
 /// Why a file cannot be read as a saved plan.
 public struct SavedPlanError: TidemarkError {
     /// `unreadable_plan`.
-    public var reason: String { "unreadable_plan" }
+    public var reason: FailureReason { "unreadable_plan" }
 
     /// The reason, as a sentence naming the file's problem.
     public var description: String

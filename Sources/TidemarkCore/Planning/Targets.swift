@@ -159,7 +159,7 @@ public struct Targets: Sendable, Equatable {
 /// A `--target`, `--exclude` or `--max-unsubscribes` value that cannot be used.
 public struct TargetError: TidemarkError {
     /// `invalid_selector`.
-    public var reason: String { "invalid_selector" }
+    public var reason: FailureReason { "invalid_selector" }
 
     /// The reason, as a sentence naming the value.
     public var description: String

@@ -15,7 +15,7 @@ public enum JournalPlan {
     /// What went wrong reading a journal's plan.
     public struct Damaged: TidemarkError {
         /// `journal_damaged`.
-        public var reason: String { "journal_damaged" }
+        public var reason: FailureReason { "journal_damaged" }
 
         /// What is wrong with the journal's plan.
         public var description: String

@@ -14,6 +14,10 @@ public protocol StateStore: Sendable {
     /// The whole state, or nil when none was ever saved.
     func load() async throws -> State?
 
+    /// Closes the store's connections to its file or server; its next use opens them again. A process
+    /// that keeps a store for long (`serve`) closes it when it is done with it; one that exits need not.
+    func close() async
+
     /// Writes the parts of `state` that `write` names and bumps the serial; creates the state on the
     /// first save (keeping `state.lineage`). Returns the new serial, also set in `state`.
     @discardableResult
@@ -122,6 +126,9 @@ public struct StateRevision: Sendable, Equatable, CustomStringConvertible {
 }
 
 extension StateStore {
+    /// Nothing to close: a store that holds no connection.
+    public func close() async {}
+
     /// The revision of the whole state, loaded: right for any store, and what a store that can read
     /// it alone does faster.
     public func revision() async throws -> StateRevision? {
@@ -572,15 +579,15 @@ public struct StateStoreError: TidemarkError {
     public var holder: LockHolder?
 
     /// `state_locked`, `lease_lost`, `state_unreachable`…: the kind of problem, by a stable name.
-    public var reason: String {
+    public var reason: FailureReason {
         switch code {
         case .notSQLite: "state_not_sqlite"
         case .foreign: "state_foreign"
         case .damaged: "state_damaged"
         case .newerFormat: "state_newer_format"
-        case .locked: "state_locked"
+        case .locked: .stateLocked
         case .leaseLost: "lease_lost"
-        case .io: "state_unreachable"
+        case .io: .stateUnreachable
         case .unsupported: "state_unsupported"
         }
     }

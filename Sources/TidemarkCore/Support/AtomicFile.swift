@@ -7,7 +7,7 @@ import Glibc
 /// Why a file could not be written.
 public struct AtomicWriteError: TidemarkError {
     /// `write_failed`.
-    public var reason: String { "write_failed" }
+    public var reason: FailureReason { "write_failed" }
 
     /// What failed, naming the file.
     public var description: String

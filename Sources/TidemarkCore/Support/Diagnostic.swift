@@ -84,7 +84,7 @@ public struct Diagnostic: Hashable, Sendable, Codable, CustomStringConvertible {
 /// Thrown when diagnostics with errors stop the work; carries all of them.
 public struct DiagnosticsError: TidemarkError {
     /// `invalid_input`.
-    public var reason: String { "invalid_input" }
+    public var reason: FailureReason { "invalid_input" }
 
     /// Every diagnostic, errors and the rest.
     public var diagnostics: [Diagnostic]

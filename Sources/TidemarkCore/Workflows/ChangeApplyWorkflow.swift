@@ -74,7 +74,7 @@ public enum ChangeApplyError: TidemarkError, Equatable {
     case unfinishedApply
 
     /// A short reason.
-    public var reason: String {
+    public var reason: FailureReason {
         switch self {
         case .stateMoved: "state_moved"
         case .unfinishedApply: "unfinished_apply"

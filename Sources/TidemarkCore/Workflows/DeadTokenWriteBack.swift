@@ -32,7 +32,7 @@ public struct DeadTokenWriteBack: Sendable {
     /// Why the file could not be written.
     public struct FileError: TidemarkError {
         /// `dead_token_file`.
-        public var reason: String { "dead_token_file" }
+        public var reason: FailureReason { "dead_token_file" }
 
         /// The file, as named.
         public var path: String

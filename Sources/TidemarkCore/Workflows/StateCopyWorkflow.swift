@@ -14,7 +14,7 @@ public struct StateCopyWorkflow: Sendable {
     /// Why a copy was refused; nothing was written.
     public struct Refusal: TidemarkError {
         /// `state_copy_refused`.
-        public var reason: String { "state_copy_refused" }
+        public var reason: FailureReason { "state_copy_refused" }
 
         /// The refusal, as a sentence that says what to do.
         public let description: String

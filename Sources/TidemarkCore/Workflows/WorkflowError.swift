@@ -95,23 +95,23 @@ public struct WorkflowError: TidemarkError {
     }
 
     /// The stable name of the kind of failure: `invalid_input`, `stale_plan`, `inventory_shrank`….
-    public var reason: String {
+    public var reason: FailureReason {
         switch code {
-        case .invalidManifests: "invalid_input"
-        case .inventoryFailed(let reason, _): reason
-        case .planHasErrors: "plan_has_errors"
+        case .invalidManifests: .invalidInput
+        case .inventoryFailed(let reason, _): FailureReason(rawValue: reason)
+        case .planHasErrors: .planHasErrors
         case .confirmationUnavailable: "confirmation_unavailable"
         case .stalePlan: "stale_plan"
         case .unfinishedApply: "unfinished_apply"
-        case .tooManyDead: "too_many_dead"
+        case .tooManyDead: .tooManyDead
         case .selectorsMatchNothing: "selectors_match_nothing"
-        case .noState: "no_state"
+        case .noState: .noState
         case .stateOfAnotherBackend: "state_of_another_backend"
         case .unknownDevice: "unknown_device"
         case .ambiguousDevice: "ambiguous_device"
         case .nothingToRead: "nothing_to_read"
         case .nothingToExport: "nothing_to_export"
-        case .inventoryShrank: "inventory_shrank"
+        case .inventoryShrank: .inventoryShrank
         case .badAddress: "bad_address"
         case .interruptedMove: "interrupted_move"
         case .targetHolds: "target_holds"
