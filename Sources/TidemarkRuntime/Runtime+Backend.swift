@@ -79,7 +79,7 @@ extension Runtime {
         options.groupExport = settings.groupExport
         let rate = resolved.writeRate
         // With PostgreSQL state, every runner applying to this FCM project draws from one bucket there.
-        let ledger = stateStore().quotaLedger(
+        let ledger = (stateStore() as? any QuotaSharing)?.quotaLedger(
             key: "\(backendKind.rawValue):\(endpoints.fcm):\(settings.project)")
         options.limiter = RateLimiter(
             rate: rate, burst: ResolvedSettings.writeBurst(rate), timing: timing, ledger: ledger)

@@ -174,7 +174,7 @@ extension Runtime {
 
     /// Breaks the state's lease whose id starts with `prefix`, recorded as broken by this run.
     public func forceUnlock(_ prefix: String) async throws -> LockHolder? {
-        try await stateStore().forceUnlock(prefix, by: lockHolder("tidemark state force-unlock"))
+        try await leaseKeeping().forceUnlock(prefix, by: lockHolder("tidemark state force-unlock"))
     }
 
     /// The devices a condition over topics selects, from the manifests or (after reading FCM when

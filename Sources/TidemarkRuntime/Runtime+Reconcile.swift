@@ -147,7 +147,7 @@ extension Runtime {
         outcome.settled = applied.settled
         if let keep = reconcile.historyKeep, !outcome.applied.isEmpty {
             do {
-                outcome.historyTrimmed += try await stateStore().trimHistory(keep: keep)
+                outcome.historyTrimmed += try await historyTrimming().trimHistory(keep: keep)
             } catch {
                 outcome.historyTrimFailure = Failure(error)
             }

@@ -224,13 +224,45 @@ public struct Runtime: Sendable {
     /// the store `state` opens. Throws `StateStoreError` `.unsupported`, naming the state, for a store
     /// that keeps none.
     public func serveRecords() throws -> any ServeRecordKeeping {
-        guard let records = store as? any ServeRecordKeeping else {
-            throw StateStoreError(
-                .unsupported, path: store.location,
-                "keeps no records for 'tidemark serve' (owners, suspend and reconcile requests, statuses); use SQLite or PostgreSQL state"
-            )
+        try capability(
+            (any ServeRecordKeeping).self,
+            "keeps no records for 'tidemark serve' (owners, suspend and reconcile requests, statuses); use SQLite or PostgreSQL state"
+        )
+    }
+
+    /// The state store's apply-history trimming (`history_keep`): a capability of the store `state`
+    /// opens. Throws `StateStoreError` `.unsupported`, naming the state, for a store without it.
+    public func historyTrimming() throws -> any HistoryTrimming {
+        try capability(
+            (any HistoryTrimming).self, "cannot trim its apply history ('history_keep'); use SQLite or PostgreSQL state"
+        )
+    }
+
+    /// The state store's list of the workspaces its file or database holds (`tidemark workspace`):
+    /// a capability of the store `state` opens. Throws `StateStoreError` `.unsupported` for a store
+    /// without it.
+    public func workspaceKeeping() throws -> any WorkspaceKeeping {
+        try capability(
+            (any WorkspaceKeeping).self, "cannot list or delete its workspaces; use SQLite or PostgreSQL state")
+    }
+
+    /// The state store's lease, which a person can break: a capability of the store `state` opens
+    /// (PostgreSQL's). Throws `StateStoreError` `.unsupported` for a store whose lock ends with its
+    /// process.
+    public func leaseKeeping() throws -> any LeaseKeeping {
+        try capability(
+            (any LeaseKeeping).self,
+            "has a lock that ends with the process holding it (flock(2) for SQLite state), so there is nothing to force; end that process, or wait for it to finish"
+        )
+    }
+
+    /// The state store as the capability `type`, or a `StateStoreError` `.unsupported` naming the state
+    /// and saying what it `cannot` do.
+    private func capability<Capability>(_ type: Capability.Type, _ cannot: String) throws -> Capability {
+        guard let found = store as? Capability else {
+            throw StateStoreError(.unsupported, path: store.location, cannot)
         }
-        return records
+        return found
     }
 
     /// Who this run is, for the state lock.

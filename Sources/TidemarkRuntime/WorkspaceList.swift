@@ -45,8 +45,12 @@ extension Runtime {
         if let problem = ProjectSettings.workspaceProblem(name) { throw RuntimeError("WORKSPACE \(problem)") }
         var settings = resolved
         settings.workspace = name
-        guard let store = name == resolved.workspace ? stateStore() : registries.stores.open(settings) else {
+        guard let opened = name == resolved.workspace ? stateStore() : registries.stores.open(settings) else {
             throw RuntimeError("the state \(resolved.stateDisplay) is a URL tidemark has no store for.")
+        }
+        guard let store = opened as? any WorkspaceKeeping else {
+            _ = try workspaceKeeping()
+            throw RuntimeError("the state \(resolved.stateDisplay) keeps no workspaces to delete.")
         }
         let display = settings.stateDisplay
         return try await store.withLock(lockHolder("tidemark workspace delete")) {
@@ -72,7 +76,7 @@ extension Runtime {
     /// Every workspace of the state's file or database, by name, with its size, its last apply and
     /// who holds its lock; reads state only.
     public func workspaceSummaries() async throws -> [WorkspaceSummary] {
-        var names = try await stateStore().workspaces()
+        var names = try await workspaceKeeping().workspaces()
         if !names.contains(resolved.workspace), try await stateStore().load() != nil {
             names.append(resolved.workspace)
         }

@@ -5,7 +5,7 @@ import TidemarkCore
 ///
 /// Like the real stores it keeps only what a write names (plus new tokens), bumps the serial once
 /// per save, journals applies, and lets one lease hold the lock at a time.
-public actor InMemoryStateStore: ServeRecordKeeping {
+public actor InMemoryStateStore: ServeRecordKeeping, HistoryTrimming, WorkspaceKeeping {
     /// How messages name the store.
     public nonisolated let location: String
 

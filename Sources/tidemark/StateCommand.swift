@@ -441,7 +441,7 @@ struct StateLockCommand: AsyncParsableCommand {
             // text answer to "is it locked?" does not need.
             func existsForJSON() async throws -> Bool { json ? try await store.load() != nil : false }
             // A lock can be held before the state exists: a first apply takes it, then refreshes.
-            if let lease = try await store.lease() {
+            if let leases = store as? any LeaseKeeping, let lease = try await leases.lease() {
                 try say(
                     "The state \(where_) is locked: \(lease.holder), lease \(lease.id.prefix(8)), expiring at \(ISO8601DateFormatter().string(from: lease.expires)) unless renewed.",
                     Report(

@@ -10,7 +10,7 @@ import TidemarkTesting
 
 /// State at `memory://NAME` URLs: stores named alike share their content, as two runners sharing one
 /// database server do. (The content lives in the conformance suite's in-memory twin.)
-struct NamedMemoryStore: StateStore {
+struct NamedMemoryStore: HistoryTrimming {
     private static let servers = Mutex<[String: InMemoryStateStore]>([:])
 
     let location: String

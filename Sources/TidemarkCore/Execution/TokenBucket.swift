@@ -43,10 +43,3 @@ public struct TokenBucket: Sendable, Equatable {
         return level < 0 ? -level / rate : 0
     }
 }
-
-/// A token bucket shared by every process that draws on one FCM project's quota (FCM's limit is per
-/// project, not per process): `reserve` takes `permits` at once, going into debt if need be, and
-/// returns the seconds the caller must wait before using them.
-public protocol QuotaLedger: Sendable {
-    func reserve(_ permits: Double, rate: Double, capacity: Double) async throws -> Double
-}

@@ -33,50 +33,12 @@ public protocol StateStore: Sendable {
     /// Past applies, newest first.
     func applies(limit: Int) async throws -> [ApplyRecord]
 
-    /// Deletes the applies of the history beyond the newest `keep` (oldest first), with their journal
-    /// rows; an apply still running is never deleted. Returns how many went. `serve` calls it after
-    /// each reconcile that applied (`history_keep`), since a reconciler writes applies all day.
-    @discardableResult
-    func trimHistory(keep: Int) async throws -> Int
-
-    /// The workspaces the store's file or database holds state for, by name, sorted (`tidemark
-    /// workspace list`); this store's own among them once it was saved.
-    func workspaces() async throws -> [String]
-
-    /// Deletes this workspace's state, journal, history and `serve` records, in one transaction, under
-    /// the lock its caller holds (`tidemark workspace delete`); other workspaces stay as they are.
-    /// Sends nothing anywhere: what FCM holds stays.
-    func deleteWorkspace() async throws
-
-    /// Writes `write` of `state` here and `otherWrite` of `otherState` into `other` in one
-    /// transaction, when the two are workspaces of one database (`tidemark state mv` within it);
-    /// returns both serials. Throws `StateStoreError` `.unsupported` when they are not.
-    func saveTogether(
-        _ state: inout State, _ write: StateWrite, with other: any StateStore, _ otherState: inout State,
-        _ otherWrite: StateWrite, at now: Int64
-    ) async throws -> (Int, Int)
-
     /// Takes the store's exclusive lock for `holder`, or throws `StateStoreError` `.locked` naming
     /// whoever holds it. The lock lasts until the lease is released (or its process ends).
     func lock(_ holder: LockHolder) async throws -> any StateLease
 
     /// Who holds the lock now, or nil when it is free.
     func lockHolder() async throws -> LockHolder?
-
-    /// How this store's lock ends: with its process (a file lock), or when its lease expires or is broken.
-    var lockKind: StateLockKind { get }
-
-    /// The lease held now, or nil when none is (always nil for a lock that ends with its process).
-    func lease() async throws -> LeaseRecord?
-
-    /// A bucket of FCM's per-project write quota that every run on this store shares, under `key`
-    /// (the FCM project); nil for a store that runners do not share (each run keeps its own rate).
-    func quotaLedger(key: String) -> (any QuotaLedger)?
-
-    /// Breaks the lease whose id starts with `prefix`, recording `holder` as who broke it; returns the
-    /// holder it broke, or nil when no lease is held. Throws `StateStoreError` `.unsupported` for a store
-    /// whose lock ends with its process: there is nothing to break.
-    func forceUnlock(_ prefix: String, by holder: LockHolder) async throws -> LockHolder?
 }
 
 /// How a state store's lock ends.
@@ -135,49 +97,10 @@ extension StateStore {
         try await load().map { StateRevision(of: $0) }
     }
 
-    /// Refused: two stores are written together only within one database that says how.
-    public func saveTogether(
-        _ state: inout State, _ write: StateWrite, with other: any StateStore, _ otherState: inout State,
-        _ otherWrite: StateWrite, at now: Int64
-    ) async throws -> (Int, Int) {
-        throw StateStoreError(.unsupported, path: location, "writes with another store only within one database")
-    }
+    /// How this store's lock ends: when its lease expires or is broken (a `LeaseKeeping` store), or
+    /// with its process (a file lock).
+    public var lockKind: StateLockKind { self is any LeaseKeeping ? .lease : .process }
 
-    /// Refused: a store that does not say how to trim its history keeps it whole.
-    public func trimHistory(keep: Int) async throws -> Int {
-        throw StateStoreError(
-            .unsupported, path: location,
-            "cannot trim its apply history ('history_keep'); use SQLite or PostgreSQL state")
-    }
-
-    /// Refused: a store that does not say which workspaces it holds.
-    public func workspaces() async throws -> [String] {
-        throw StateStoreError(
-            .unsupported, path: location, "cannot list its workspaces; use SQLite or PostgreSQL state")
-    }
-
-    /// Refused: a store that does not say how to delete a workspace keeps it.
-    public func deleteWorkspace() async throws {
-        throw StateStoreError(
-            .unsupported, path: location, "cannot delete a workspace; use SQLite or PostgreSQL state")
-    }
-
-    /// A store whose lock ends with its process, unless it says otherwise.
-    public var lockKind: StateLockKind { .process }
-
-    /// No lease: the lock ends with its process.
-    public func lease() async throws -> LeaseRecord? { nil }
-
-    /// None: a store no other runner shares keeps no shared quota.
-    public func quotaLedger(key: String) -> (any QuotaLedger)? { nil }
-
-    /// Refused: a lock that ends with its process cannot be broken.
-    public func forceUnlock(_ prefix: String, by holder: LockHolder) async throws -> LockHolder? {
-        throw StateStoreError(
-            .unsupported, path: location,
-            "has a lock that ends with the process holding it (flock(2) for SQLite state), so there is nothing to force; end that process, or wait for it to finish"
-        )
-    }
 }
 
 /// A held state lock.

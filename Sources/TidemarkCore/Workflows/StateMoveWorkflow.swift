@@ -128,12 +128,14 @@ public struct StateMoveWorkflow: Sendable {
             // Two workspaces of one database: both writes in one transaction, with no journal.
             var (taken, takenWrite) = taking(address, from: from, into: to, backend: backend)
             var (left, leftWrite, entry) = lettingGo(address, from: from)
-            do {
-                let serials = try await source.saveTogether(
-                    &left, leftWrite, with: target, &taken, takenWrite, at: timing.unixTime())
-                let moved = entry ?? ReleasedEntry(address: address.description, managed: 0, observed: 0)
-                return StateMoveOutcome(moved: moved, resumed: false, serials: serials)
-            } catch let error as StateStoreError where error.code == .unsupported {}
+            if let source = source as? any JointSaving {
+                do {
+                    let serials = try await source.saveTogether(
+                        &left, leftWrite, with: target, &taken, takenWrite, at: timing.unixTime())
+                    let moved = entry ?? ReleasedEntry(address: address.description, managed: 0, observed: 0)
+                    return StateMoveOutcome(moved: moved, resumed: false, serials: serials)
+                } catch let error as StateStoreError where error.code == .unsupported {}
+            }
             var write = StateWrite()
             write.beginApply = (id, journal(.source, from))
             try await source.save(&from, write, at: timing.unixTime())
