@@ -95,8 +95,8 @@ extension Runtime {
     public func reconcile(
         _ request: ReconcileRequest, output: any WorkflowOutput, into outcome: inout ReconcileOutcome
     ) async throws {
-        let policy = settings.refresh
-        let limit = request.maxUnsubscribes ?? settings.maxUnsubscribes
+        let flags = PlanningFlags(maxUnsubscribes: request.maxUnsubscribes)
+        let policy = refreshPolicy(flags)
         if request.drift != .off, policy.mode != .none {
             do {
                 let report = try await drift(policy, output: output)
@@ -110,19 +110,19 @@ extension Runtime {
         }
         switch request.onChange {
         case .apply:
-            var planning = PlanRequest(policy: policy, maxUnsubscribes: limit)
+            var planning = planRequest(flags)
             if request.drift != .heal { planning.refresh.mode = .none }
             try await reconcileApply(planning, request, output: output, into: &outcome)
             outcome.driftHealed = request.drift == .heal && outcome.driftFound > 0
         case .plan:
             if request.drift == .heal, outcome.driftFound > 0 {
-                let planning = PlanRequest(policy: policy, maxUnsubscribes: limit, driftOnly: true)
+                let planning = planRequest(flags, driftOnly: true)
                 try await reconcileApply(planning, request, output: output, into: &outcome)
                 outcome.driftHealed = true
                 // The drift-only apply settled no whole plan: the batches start from the next one.
                 outcome.settled = nil
             }
-            var waiting = PlanRequest(policy: policy, maxUnsubscribes: limit)
+            var waiting = planRequest(flags)
             waiting.refresh.mode = .none
             let planned = try await plan(waiting, output: output)
             request.planReady(planned.plan)
@@ -186,7 +186,7 @@ extension Runtime {
             differ: Differ(groupsTurnedDown: deadlines.groupsTurnedDown), tidemarkVersion: Self.version)
         let change = try warm.planChanges(
             devices: ids, rows: rows, source: ConfiguredSource.display(name), planner: planner, backend: backend,
-            now: timing.wallClock(), maxUnsubscribes: maxUnsubscribes ?? settings.maxUnsubscribes)
+            now: timing.wallClock(), maxUnsubscribes: unsubscribeLimit(PlanningFlags(maxUnsubscribes: maxUnsubscribes)))
         if change.plan.diagnostics.hasErrors {
             let first = change.plan.diagnostics.first { $0.severity == .error }
             throw PlanInFull("its plan is refused (\(first.map { Failure.plain($0.message) } ?? "an error"))")

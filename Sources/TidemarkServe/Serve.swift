@@ -348,8 +348,8 @@ public struct Serve: Sendable {
                 "jitter": ServeSettings.describe(settings.jitter),
                 "drift": settings.drift.rawValue, "on_change": settings.onChange.rawValue,
                 "history_keep": String(settings.historyKeep),
-                "max_unsubscribes": (settings.maxUnsubscribes ?? runtime.settings.maxUnsubscribes)?.description
-                    ?? "none",
+                "max_unsubscribes": runtime.unsubscribeLimit(PlanningFlags(maxUnsubscribes: settings.maxUnsubscribes))?
+                    .description ?? "none",
             ],
             suspended: settings.suspend, replica: "-")
         if !settings.windows.isEmpty {

@@ -111,9 +111,8 @@ struct ApplyCommand: AsyncParsableCommand {
         let showTokens = global.showTokens
         var request = ApplyRequest(
             savedPlan: saved,
-            planning: PlanRequest(
-                policy: try reading.policy(runtime.settings), targets: try planning.selection.targets(),
-                maxUnsubscribes: try planning.limit() ?? runtime.settings.maxUnsubscribes, driftOnly: drift.driftOnly),
+            planning: runtime.planRequest(
+                try planning.flags(reading), targets: try planning.selection.targets(), driftOnly: drift.driftOnly),
             approve: { [autoApprove] _ in
                 if autoApprove { return .approved }
                 guard Terminal.stdinIsTerminal else { return .unavailable }

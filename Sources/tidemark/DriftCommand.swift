@@ -54,7 +54,7 @@ struct DriftCommand: AsyncParsableCommand {
     private func report() async throws {
         try await runReportingErrors {
             let runtime = try Runtime(global, readQPS: refreshing.readQps)
-            let policy = try reading.policy(runtime.settings)
+            let policy = runtime.refreshPolicy(try reading.flags())
             let report = try await TerminalOutput.during {
                 try await runtime.drift(policy, output: $0, acceptDead: refreshing.acceptDead)
             }

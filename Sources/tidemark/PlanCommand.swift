@@ -55,10 +55,8 @@ struct PlanCommand: AsyncParsableCommand {
     private func plan(_ runtime: Runtime) async throws {
         if let out { try Self.checkOverwritable(out) }
         let key = out == nil ? nil : try runtime.planKey()
-        var request = PlanRequest(
-            policy: try reading.policy(runtime.settings), targets: try planning.selection.targets(),
-            maxUnsubscribes: try planning.limit() ?? runtime.settings.maxUnsubscribes)
-        request.driftOnly = drift.driftOnly
+        var request = runtime.planRequest(
+            try planning.flags(reading), targets: try planning.selection.targets(), driftOnly: drift.driftOnly)
         request.allowShrink = planning.allowShrink
         let outcome = try await TerminalOutput.during {
             try await runtime.plan(request, output: $0, acceptDead: refreshing.acceptDead)

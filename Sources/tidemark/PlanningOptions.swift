@@ -1,5 +1,6 @@
 import ArgumentParser
 import TidemarkCore
+import TidemarkRuntime
 
 /// `--target` / `--exclude`: which topics and groups a command covers.
 struct TargetOptions: ParsableArguments {
@@ -48,6 +49,13 @@ struct PlanningOptions: ParsableArguments {
     func validate() throws { _ = try limit() }
 
     func limit() throws -> UnsubscribeLimit? { try Self.limit(maxUnsubscribes) }
+
+    /// What `reading`'s flags and these ask of a plan, for the runtime to merge with tidemark.yaml.
+    func flags(_ reading: RefreshModeOptions) throws -> PlanningFlags {
+        var flags = try reading.flags()
+        flags.maxUnsubscribes = try limit()
+        return flags
+    }
 
     /// A `--max-unsubscribes` value, or a usage error naming it.
     static func limit(_ text: String?) throws -> UnsubscribeLimit? {
@@ -136,13 +144,11 @@ struct RefreshModeOptions: ParsableArguments {
     /// Whether a mode was asked for on the command line.
     var given: Bool { refresh != nil || noRefresh || refreshBudget != nil }
 
-    /// The policy: flags win over tidemark.yaml.
-    func policy(_ settings: ProjectSettings) throws -> RefreshPolicy {
-        var policy = settings.refresh
-        if noRefresh { policy.mode = .none }
-        if let refresh { policy.mode = refresh }
-        if let refreshBudget { policy.budget = try RefreshBudget(parsing: refreshBudget) }
-        return policy
+    /// What the flags ask for, for the runtime to merge with tidemark.yaml (`Runtime.refreshPolicy`).
+    func flags() throws -> PlanningFlags {
+        PlanningFlags(
+            refresh: noRefresh ? RefreshMode.none : refresh,
+            refreshBudget: try refreshBudget.map { try RefreshBudget(parsing: $0) })
     }
 }
 

@@ -627,11 +627,10 @@ struct StatePruneCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let runtime = try Runtime(global)
-            let retention = olderThan.flatMap(ExclusionRule.seconds) ?? runtime.settings.pruneAfter ?? 90 * 86_400
+            let (retention, age) = runtime.pruneRetention(olderThan)
             let outcome = try await TerminalOutput.during {
                 try await runtime.prune(retention: retention, dryRun: dryRun, output: $0)
             }
-            let age = olderThan ?? runtime.settings.pruneAfterText ?? "90d"
             if output.json {
                 let selection = outcome.selection
                 try Terminal.writeJSON(
