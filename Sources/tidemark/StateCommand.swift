@@ -302,7 +302,7 @@ struct StateRemoveCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let parsed = try addresses.map { text throws(WorkflowError) in try StateAddress(parsing: text) }
+            let parsed = try addresses.map { text throws(StateAddressError) in try StateAddress(parsing: text) }
             let runtime = try Runtime(global)
             let outcome = try await runtime.releaseFromState(parsed, dryRun: dryRun)
             if output.json {

@@ -212,7 +212,7 @@ import TidemarkTesting
         #expect(await project.engine.subscribers(of: "everyone", project: "tidemark-test").count == Self.devices)
 
         for bad in ["everyone", "topic:", "queue:x", "topic:weather-*"] {
-            #expect(throws: WorkflowError.self) { try StateAddress(parsing: bad) }
+            #expect(throws: StateAddressError(text: bad)) { try StateAddress(parsing: bad) }
         }
         #expect(try StateAddress(parsing: "audience:a:b") == StateAddress(.audience, "a:b"))
     }

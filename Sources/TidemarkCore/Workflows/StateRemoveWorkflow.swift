@@ -1,38 +1,5 @@
 import Foundation
 
-/// A topic, device group or audience named by kind and name, as `tidemark state rm` and the
-/// manifests' `removed:` entries name them: `topic:NAME`, `group:NAME`, `audience:NAME`.
-public struct StateAddress: Sendable, Hashable, CustomStringConvertible {
-    /// What an address names.
-    public enum Kind: String, Sendable, CaseIterable {
-        case topic, group, audience
-    }
-
-    /// What it names.
-    public var kind: Kind
-    /// The topic's name, or the group's `notification_key_name`, or the audience's name.
-    public var name: String
-
-    /// The `kind` named `name`.
-    public init(_ kind: Kind, _ name: String) {
-        self.kind = kind
-        self.name = name
-    }
-
-    /// Parses `topic:NAME`, `group:NAME` or `audience:NAME` (an exact name; no globs).
-    public init(parsing text: String) throws(WorkflowError) {
-        guard let colon = text.firstIndex(of: ":"), let kind = Kind(rawValue: String(text[..<colon])) else {
-            throw WorkflowError.badAddress(text)
-        }
-        let name = String(text[text.index(after: colon)...])
-        guard !name.isEmpty, !name.contains("*"), !name.contains("?") else { throw WorkflowError.badAddress(text) }
-        self.init(kind, name)
-    }
-
-    /// "topic:weather", as written.
-    public var description: String { "\(kind.rawValue):\(name)" }
-}
-
 /// One topic, device group or audience that `tidemark state rm` forgot, and what stays in FCM.
 public struct ReleasedEntry: Sendable, Equatable, Encodable {
     /// `topic:NAME`, `group:NAME` or `audience:NAME`.

@@ -20,7 +20,6 @@ public struct WorkflowError: TidemarkError {
         case nothingToRead(command: String)
         case nothingToExport
         case inventoryShrank([ShrinkGuard.Shrink])
-        case badAddress(String)
         case interruptedMove(StateMoveRecord)
         case targetHolds(String, location: String, undone: Bool)
         case notInState([(address: String, hint: String)], location: String)
@@ -81,8 +80,6 @@ public struct WorkflowError: TidemarkError {
         if let move = pending.plan.move { return .interruptedMove(move) }
         return .unfinishedApply
     }
-    /// `state rm` given something that is not `topic:NAME`, `group:NAME` or `audience:NAME`.
-    public static func badAddress(_ text: String) -> Self { Self(.badAddress(text)) }
     /// `state rm` naming what state does not hold: each address with a hint of what it does hold.
     public static func notInState(_ misses: [(address: String, hint: String)], location: String) -> Self {
         Self(.notInState(misses, location: location))
@@ -112,7 +109,6 @@ public struct WorkflowError: TidemarkError {
         case .nothingToRead: "nothing_to_read"
         case .nothingToExport: "nothing_to_export"
         case .inventoryShrank: .inventoryShrank
-        case .badAddress: "bad_address"
         case .interruptedMove: "interrupted_move"
         case .targetHolds: "target_holds"
         case .notInState: "not_in_state"
@@ -172,8 +168,6 @@ public struct WorkflowError: TidemarkError {
             undone
                 ? "\(location) came to hold \(address) of its own while the move waited to be finished, so the move was undone: \(address) stays where it was. Release it in \(location) first ('tidemark state rm') to move it there."
                 : "\(location) already holds \(address); nothing was moved. Release it there first ('tidemark state rm \(address)'), or move it to another workspace."
-        case .badAddress(let text):
-            "'\(text.escapedOnOneLine)' is not an address: write topic:NAME, group:NAME or audience:NAME, with the exact name ('tidemark state list' shows them)."
         case .notInState(let misses, let location):
             misses.map { "the state \(location) holds no \($0.address)\($0.hint)" }.joined(separator: "; ")
                 + ". Nothing was changed; 'tidemark state list' shows what it holds."
