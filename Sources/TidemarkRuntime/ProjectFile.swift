@@ -37,10 +37,12 @@ enum ProjectFile {
         let settingsFile = (root as NSString).appendingPathComponent("tidemark.yaml")
         let settingsDisplay = ResolvedSettings.display(directory, "tidemark.yaml")
         var settings: ProjectSettings
+        // Recorded as absent until read: a tidemark.yaml created later is a change.
+        let entry = files.files.count
         files.files.append(SettingsFiles.Entry(path: settingsFile, bytes: nil))
         do {
             let data = try InputFile.read(settingsFile, atMost: 16 << 20)
-            files.files[0].bytes = data
+            files.files[entry].bytes = data
             guard let text = String(data: data, encoding: .utf8) else {
                 throw RuntimeError("\(settingsDisplay) is not UTF-8 text; save it as UTF-8.")
             }
@@ -53,10 +55,9 @@ enum ProjectFile {
             throw RuntimeError("cannot read \(settingsDisplay): \(error).")
         }
         if let file = settings.inventoryFile {
-            let path = ResolvedSettings.absolute(file, in: root)
-            files.files.append(SettingsFiles.Entry(path: path, bytes: FileManager.default.contents(atPath: path)))
             settings.inventory = try readInventoryFile(
-                file, root: root, directory: directory, at: settings.inventoryFileLocation, sourceKinds: sourceKinds)
+                file, root: root, directory: directory, at: settings.inventoryFileLocation, sourceKinds: sourceKinds,
+                files: &files)
         }
         return settings
     }
@@ -64,13 +65,15 @@ enum ProjectFile {
     /// The sources of a file tidemark.yaml names; like tidemark.yaml it must be protected in review, so
     /// it may not live in the manifests directory (where every pull request edits files).
     static func readInventoryFile(
-        _ file: String, root: String, directory: String, at location: SourceLocation?, sourceKinds: [SourceKind]
+        _ file: String, root: String, directory: String, at location: SourceLocation?, sourceKinds: [SourceKind],
+        files: inout SettingsFiles
     ) throws -> [ConfiguredSource] {
         let path = ResolvedSettings.absolute(file, in: root)
         let display = ResolvedSettings.display(directory, file)
         let data: Data
         do {
             data = try InputFile.read(path, atMost: 16 << 20)
+            files.files.append(SettingsFiles.Entry(path: path, bytes: data))
         } catch {
             throw RuntimeError(
                 "\(location.map { "\($0): " } ?? "")cannot read the inventory file \(display) that tidemark.yaml names: \(ErrorText.describe(error))."

@@ -57,10 +57,8 @@ public struct ReconcileOutcome: Sendable {
     /// What reporting the dead tokens found came to (nil when none were reported).
     public var deadTokens: DeadTokenWriteBack.Report?
 
-    /// Token changes that failed for a reason other than the token being unregistered.
-    public var unexpectedFailures: [TokenFailure] {
-        applied.flatMap(\.failures).filter { !$0.error.meansUnregistered }
-    }
+    /// Whether a token change failed, in either apply, for a reason other than the token being unregistered.
+    public var hasUnexpectedFailures: Bool { applied.contains(where: \.hasUnexpectedFailures) }
     /// Memberships added in FCM.
     public var subscribed: Int { applied.reduce(0) { $0 + $1.subscribed } }
     /// Memberships removed in FCM.
@@ -70,9 +68,7 @@ public struct ReconcileOutcome: Sendable {
     /// Requests sent to FCM to change it.
     public var writeRequests: Int { applied.reduce(0) { $0 + $1.requests } }
     /// Drifted memberships found, opt-outs aside.
-    public var driftFound: Int {
-        (drift ?? [:]).filter { $0.key != DriftReport.Kind.optedOut.rawValue }.values.reduce(0, +)
-    }
+    public var driftFound: Int { DriftReport.found(in: drift) }
 }
 
 /// What a batch of changed devices, planned on its own, did.
@@ -104,7 +100,7 @@ extension Runtime {
                 for kind in DriftReport.Kind.allCases { counts[kind.rawValue] = report.count(kind) }
                 outcome.drift = counts
                 outcome.driftChecked = report.registrationsRead
-            } catch WorkflowError.noState(location: "") {
+            } catch let error as WorkflowError where error.reason == .noState {
                 // Nothing applied yet: nothing to drift from. The first apply reads what it needs.
             }
         }

@@ -78,9 +78,7 @@ public struct ReconcileResult: Sendable, Codable, Equatable {
     public var finishedAt: Date { startedAt.addingTimeInterval(seconds) }
 
     /// Drifted memberships found, opt-outs aside (they are a user's choice, not drift).
-    public var driftFound: Int {
-        (drift ?? [:]).filter { $0.key != DriftReport.Kind.optedOut.rawValue }.values.reduce(0, +)
-    }
+    public var driftFound: Int { DriftReport.found(in: drift) }
 
     /// One line for the log and the status: what happened, in numbers.
     public var summary: String {

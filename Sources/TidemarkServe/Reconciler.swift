@@ -272,8 +272,7 @@ public struct Reconciler: Sendable {
             )
         }
         logDeadTokenFailures(outcome.deadTokens)
-        let failed = outcome.unexpectedFailures
-        if !failed.isEmpty { throw ReconcileError.tokenFailures(failed) }
+        if outcome.hasUnexpectedFailures { throw ReconcileError.tokenFailures(outcome.applied.flatMap(\.failures)) }
         return outcome.settled
     }
 

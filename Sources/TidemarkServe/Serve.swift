@@ -122,7 +122,8 @@ public struct Serve: Sendable {
         guard let section = project.settings.serve, !section.workspaces.isEmpty else {
             return [
                 Planned(
-                    entry: nil, runtime: project, settings: settings(of: project, entry: nil),
+                    entry: nil, runtime: project,
+                    settings: Self.settings(of: project, entry: nil, overrides: options.overrides),
                     source: Self.git(project.settings.serve?.source, project), records: try project.serveRecords())
             ]
         }
@@ -130,18 +131,14 @@ public struct Serve: Sendable {
             let runtime = try load(entry.name)
             if let missing = runtime.missingServeCredentials(entry.name) { throw missing }
             return Planned(
-                entry: entry.name, runtime: runtime, settings: settings(of: runtime, entry: entry.name),
+                entry: entry.name, runtime: runtime,
+                settings: Self.settings(of: runtime, entry: entry.name, overrides: options.overrides),
                 source: Self.git(entry.source, runtime), records: try runtime.serveRecords())
         }
     }
 
     /// What the workspace `entry` of `serve.workspaces` (nil: the project's own) may do on its own, as
-    /// the settings `runtime` loaded and the command line's flags say.
-    func settings(of runtime: Runtime, entry: String?) -> ServeSettings {
-        Self.settings(of: runtime, entry: entry, overrides: options.overrides)
-    }
-
-    /// What the workspace `entry` may do on its own, as `runtime`'s settings and `overrides` say.
+    /// the settings `runtime` loaded and the command line's flags (`overrides`) say.
     static func settings(of runtime: Runtime, entry: String?, overrides: ServeSettings.Overrides) -> ServeSettings {
         let section = runtime.settings.serve
         let own = entry.flatMap { section?.workspace($0)?.settings } ?? section?.defaults ?? ServeSettings()

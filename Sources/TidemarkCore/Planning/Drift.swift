@@ -120,6 +120,12 @@ public struct DriftReport: Sendable, Codable {
     /// How many items are of `kind`.
     public func count(_ kind: Kind) -> Int { items.reduce(0) { $0 + ($1.kind == kind ? 1 : 0) } }
 
+    /// Drifted memberships among `counts` (by kind's raw value), opt-outs aside: they are a user's
+    /// choice, not drift.
+    public static func found(in counts: [String: Int]?) -> Int {
+        (counts ?? [:]).filter { $0.key != Kind.optedOut.rawValue }.values.reduce(0, +)
+    }
+
     /// Sorts what a refresh saw into kinds of drift. `state` is state before the refresh, sharing
     /// its token table with `desired`.
     public static func classify(
