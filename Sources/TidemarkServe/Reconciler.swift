@@ -5,7 +5,8 @@ import TidemarkRuntime
 
 /// One reconcile of one workspace, as the runtime's reconcile use case does it (`Runtime.reconcile`:
 /// the same workflows, journal, refresh modes and rails as `tidemark apply`), chosen by the
-/// workspace's `drift` and `on_change` settings and its sync windows; or a batch of changed devices
+/// workspace's `drift` and `on_change` settings and the sync windows' state its machine found when it
+/// started the reconcile (`SyncWindow`); or a batch of changed devices
 /// planned on their own from what the last whole reconcile read (`Runtime.reconcileChanges`).
 ///
 /// The runtime is the workspace's one runtime, loaded when `serve` starts and again when its settings
@@ -53,18 +54,23 @@ public struct Reconciler: Sendable {
     /// their own; otherwise (a resync that is due passes `whole`), and whenever a batch cannot be (the
     /// log says why), the whole inventory is.
     ///
+    /// `window` is the sync windows' state the workspace's machine found when it started the reconcile:
+    /// while closed, changes are only planned (`effective(_:window:into:)`).
+    ///
     /// `arriving` says which devices were reported changed since `changes` were taken: a resync leaves
     /// them out of its comparison (their change may have been in the whole read before it was reported).
     public func reconcile(
-        changes: PendingChanges = PendingChanges(), whole: Bool = false,
+        changes: PendingChanges = PendingChanges(), whole: Bool = false, window: SyncWindow = .open,
         arriving: @escaping @Sendable () -> Set<String> = { [] }
     ) async -> ReconcileResult {
-        if !whole, let batch = changes.batch, let result = await reconcileBatch(batch) { return result }
-        return await reconcileWhole(changes: changes, arriving: arriving)
+        if !whole, window.isOpen, let batch = changes.batch, let result = await reconcileBatch(batch) {
+            return result
+        }
+        return await reconcileWhole(changes: changes, window: window, arriving: arriving)
     }
 
     private func reconcileWhole(
-        changes: PendingChanges, arriving: @Sendable () -> Set<String>
+        changes: PendingChanges, window: SyncWindow, arriving: @Sendable () -> Set<String>
     ) async -> ReconcileResult {
         let start = timing.now()
         let output = CollectingOutput(log: log)
@@ -82,7 +88,8 @@ public struct Reconciler: Sendable {
             let runtime = manifests.map { loaded.reading(manifests: $0) } ?? loaded
             // The tokens this read finds unchanged keep the strings the last one made (see StringReuse).
             let settled = try await StringReuse.$current.withValue(previous.map { StringReuse($0.plan.state.tokens) }) {
-                try await run(runtime, settings, output: output, into: &result)
+                try await run(
+                    runtime, Self.effective(settings, window: window, into: &result), output: output, into: &result)
             }
             if followsChanges, let settled {
                 if let previous, previous.filesDigest == settled.loaded.filesDigest, changes.fullReads.isEmpty,
@@ -142,19 +149,15 @@ public struct Reconciler: Sendable {
     /// Errors that are a guard refusing a plan rather than something broken: the workspace is blocked.
     static let blockingReasons: Set<FailureReason> = [.inventoryShrank, .tooManyDead]
 
-    /// The settings this reconcile runs with: outside the sync windows, changes are only planned
+    /// `settings` as `window` leaves them: while it is closed, changes are only planned
     /// (`on_change: plan`) and drift only reported, unless `heal_outside_windows`; `result` says so.
-    public func effectiveSettings(at now: Date, into result: inout ReconcileResult) -> ServeSettings {
-        Self.effective(settings, at: now, into: &result)
-    }
-
-    /// `settings` as the sync windows leave them at `now`.
-    static func effective(_ settings: ServeSettings, at now: Date, into result: inout ReconcileResult) -> ServeSettings
-    {
+    public static func effective(
+        _ settings: ServeSettings, window: SyncWindow, into result: inout ReconcileResult
+    ) -> ServeSettings {
+        guard case .closed(let opensAt) = window else { return settings }
         var settings = settings
-        guard !settings.windows.isEmpty, !ServeWindow.allowChanges(settings.windows, at: now) else { return settings }
         result.windowClosed = true
-        result.windowOpensAt = ServeWindow.nextAllowed(settings.windows, after: now)
+        result.windowOpensAt = opensAt
         settings.onChange = .plan
         if settings.drift == .heal, !settings.healOutsideWindows { settings.drift = .warn }
         return settings
@@ -167,9 +170,12 @@ public struct Reconciler: Sendable {
         guard !current.now.runtime.settingsChanged(), var entry = warm.take() else { return nil }
         let start = timing.now()
         var result = ReconcileResult(outcome: .success, startedAt: timing.wallClock(), seconds: 0)
-        let settings = effectiveSettings(at: timing.wallClock(), into: &result)
-        // Outside the sync windows, or with on_change: plan, the whole reconcile says what waits.
-        guard settings.onChange == .apply else { return nil }
+        let settings = self.settings
+        // With on_change: plan, the whole reconcile says what waits (the machine asks for it).
+        guard settings.onChange == .apply else {
+            warm.put(entry)
+            return nil
+        }
         let output = CollectingOutput(log: log)
         let runtime = entry.manifests.map { self.runtime.reading(manifests: $0) } ?? self.runtime
         let name = runtime.workspaceName
@@ -256,7 +262,6 @@ public struct Reconciler: Sendable {
     private func run(
         _ runtime: Runtime, _ settings: ServeSettings, output: CollectingOutput, into result: inout ReconcileResult
     ) async throws -> ApplyOutcome.Settled? {
-        let settings = Self.effective(settings, at: timing.wallClock(), into: &result)
         let request = ReconcileRequest(settings, planReady: { output.planned($0) })
         var outcome = ReconcileOutcome()
         defer { Self.record(outcome, into: &result) }

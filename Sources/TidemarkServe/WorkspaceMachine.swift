@@ -145,8 +145,9 @@ public struct WorkspaceMachine: Sendable {
         /// Forget what was published (another replica may have published since).
         case forgetPublished
         /// Start a reconcile: whole, or a batch of the waiting changes; `takeChanges`: take the waiting
-        /// changes into it (not while waiting to retry a failure).
-        case reconcile(whole: Bool, takeChanges: Bool)
+        /// changes into it (not while waiting to retry a failure); `window`: whether the sync windows
+        /// let its changes through (closed: it only plans them).
+        case reconcile(whole: Bool, takeChanges: Bool, window: SyncWindow)
         /// Drop the waiting changes (suspended: resuming reconciles whole).
         case dropChanges
         /// Count a reconcile's result in the metrics.
@@ -311,6 +312,9 @@ public struct WorkspaceMachine: Sendable {
             }
             return
         }
+        // Outside the sync windows (or with on_change: plan) changes are planned whole, never in batches.
+        let window = SyncWindow(config.settings.windows, at: moment.wall)
+        let batches = window.isOpen && config.settings.onChange == .apply
         reconciling = true
         startedSinceOwned = true
         if !watching { catchUp = true } else if catchUpDue { catchUp = false }
@@ -320,7 +324,7 @@ public struct WorkspaceMachine: Sendable {
             status.reconcileRequestedBy = request.by
         }
         request = nil
-        effects.append(.reconcile(whole: wholeDue || catchUpDue, takeChanges: !retrying))
+        effects.append(.reconcile(whole: wholeDue || catchUpDue || !batches, takeChanges: !retrying, window: window))
         effects.append(.publish)
     }
 
@@ -506,6 +510,13 @@ public struct WorkspaceMachine: Sendable {
             }
             let jitter = Int64(Timing.seconds(config.settings.jitter) * 1000)
             if jitter > 0 { wait += .milliseconds(Int64(moment.draw % UInt64(jitter + 1))) }
+            if result.outcome == .success, result.windowClosed, let opens = result.windowOpensAt,
+                result.changesWaiting > 0 || (result.driftFound > 0 && !result.driftHealed)
+            {
+                // What the windows held back is applied when they open, not at the next scheduled reconcile.
+                let untilOpen = Duration.milliseconds(Int64(max(0, opens.timeIntervalSince(moment.wall)) * 1000))
+                wait = min(wait, untilOpen + .seconds(1))
+            }
             nextRun = moment.now + wait
             status.nextRunAt = moment.wall.addingTimeInterval(Timing.seconds(wait))
             effects.append(.log(Self.line(workspace: name, result, next: wait)))

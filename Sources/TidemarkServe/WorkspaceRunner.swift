@@ -347,7 +347,7 @@ public final class WorkspaceRunner: Service, Sendable {
             await publish(machine.status)
         case .forgetPublished:
             published.withLock { $0 = nil }
-        case .reconcile(let whole, let takeChanges):
+        case .reconcile(let whole, let takeChanges, let window):
             let (taken, left) = takeWoken(takeChanges ? (whole ? 0 : Self.batchLimit) : nil)
             if !taken.isEmpty {
                 log(
@@ -358,7 +358,7 @@ public final class WorkspaceRunner: Service, Sendable {
                 .changed(
                     pending: woken.withLock { !$0.changes.isEmpty },
                     devices: machine.status.inventoryChangesWaiting == nil ? nil : left))
-            running = startReconcile(taken, whole: whole)
+            running = startReconcile(taken, whole: whole, window: window)
         case .dropChanges:
             _ = takeWoken(0)
             queue.append(.changed(pending: false, devices: machine.status.inventoryChangesWaiting == nil ? nil : 0))
@@ -429,11 +429,13 @@ public final class WorkspaceRunner: Service, Sendable {
 
     /// Starts a reconcile on threads of its own (so the health endpoints and the inbox never wait for
     /// a thread behind it); its result comes back to the inbox.
-    private func startReconcile(_ changes: PendingChanges, whole: Bool) -> Task<ReconcileResult, Never> {
+    private func startReconcile(
+        _ changes: PendingChanges, whole: Bool, window: SyncWindow
+    ) -> Task<ReconcileResult, Never> {
         let reconciler = self.reconciler
         let inbox = self.inbox
         return Task(executorPreference: ReconcileExecutor.shared) {
-            let result = await reconciler.reconcile(changes: changes, whole: whole) {
+            let result = await reconciler.reconcile(changes: changes, whole: whole, window: window) {
                 self.woken.withLock { Set($0.changes.devices.values.flatMap { $0 }) }
             }
             if (result.changedDevices ?? Self.batchLimit) >= Self.batchLimit / 10 {

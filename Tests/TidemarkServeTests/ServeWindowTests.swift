@@ -103,35 +103,34 @@ import TidemarkTesting
         try project.writeDevices([0, 1, 2])
         #expect(try await project.reconciler().reconcile().outcome == .success)
         try project.writeDevices([0, 1, 2, 3])
-        // A deny window open now, for an hour from every minute.
-        let closed = try Self.window(.deny, "* * * * *", .seconds(3600))
-        let waiting = try await project.reconciler { $0.windows = [closed] }.reconcile()
+        // The machine found the windows closed until Monday 09:00 when it started the reconcile.
+        let waiting = try await project.reconciler().reconcile(window: .closed(opensAt: Self.monday(1)))
         #expect(waiting.outcome == .success && waiting.windowClosed && waiting.subscribed == 0, "\(waiting)")
+        #expect(waiting.windowOpensAt == Self.monday(1))
         #expect(
             waiting.changesWaiting == 1 && waiting.summary.contains("outside the sync windows"), "\(waiting.summary)")
         #expect(try await project.subscribers("phones", of: [0, 1, 2, 3]) == 3)
-        // Once the window lets changes through, they are applied.
-        let open = try Self.window(.allow, "* * * * *", .seconds(3600))
-        let applied = try await project.reconciler { $0.windows = [open] }.reconcile()
+        // Once the windows let changes through, they are applied.
+        let applied = try await project.reconciler().reconcile(window: .open)
         #expect(applied.outcome == .success && !applied.windowClosed && applied.subscribed == 1, "\(applied)")
     }
 
     @Test func outsideTheWindowsDriftIsOnlyReportedUnlessHealOutsideWindows() throws {
         let closed = try Self.window(.deny, "0 8 * * *", .seconds(3600))
+        var settings = ServeSettings()
+        settings.windows = [closed]
+        settings.drift = .heal
+        let window = SyncWindow(settings.windows, at: Self.monday(0.5))
+        #expect(window == .closed(opensAt: Self.monday(1)))
         var result = ReconcileResult(outcome: .success, startedAt: Self.monday(), seconds: 0)
-        let project = try ServeProject()
-        defer { project.remove() }
-        let reconciler = try project.reconciler { $0.windows = [closed] }
-        let outside = reconciler.effectiveSettings(at: Self.monday(0.5), into: &result)
+        let outside = Reconciler.effective(settings, window: window, into: &result)
         #expect(outside.onChange == .plan && outside.drift == .warn && result.windowClosed)
         #expect(result.windowOpensAt == Self.monday(1))
-        let healing = try project.reconciler {
-            $0.windows = [closed]
-            $0.healOutsideWindows = true
-        }
-        #expect(healing.effectiveSettings(at: Self.monday(0.5), into: &result).drift == .heal)
+        settings.healOutsideWindows = true
+        #expect(Reconciler.effective(settings, window: window, into: &result).drift == .heal)
         var inside = ReconcileResult(outcome: .success, startedAt: Self.monday(), seconds: 0)
-        let open = reconciler.effectiveSettings(at: Self.monday(2), into: &inside)
+        #expect(SyncWindow(settings.windows, at: Self.monday(2)) == .open)
+        let open = Reconciler.effective(settings, window: .open, into: &inside)
         #expect(open.onChange == .apply && open.drift == .heal && !inside.windowClosed)
     }
 }

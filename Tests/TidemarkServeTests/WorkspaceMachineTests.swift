@@ -13,13 +13,15 @@ struct WorkspaceMachineTests {
     /// A machine for replica `r1`: claims of 30 s read every 2 s, an interval of 10 minutes, retries
     /// after 30 s, no jitter.
     func machine(
-        watches: Bool = false, suspend: Bool = false, resync: Duration? = nil, replica: String = "r1"
+        watches: Bool = false, suspend: Bool = false, resync: Duration? = nil, replica: String = "r1",
+        configure: (inout ServeSettings) -> Void = { _ in }
     ) -> WorkspaceMachine {
         var settings = ServeSettings()
         settings.interval = .seconds(600)
         settings.retryInterval = .seconds(30)
         settings.jitter = .zero
         settings.suspend = suspend
+        configure(&settings)
         let status = WorkspaceStatus(
             phase: suspend ? .suspended : .pending, ready: false, workspace: "prod", state: "state.db",
             manifests: "manifests", backend: "embedded", settings: [:], suspended: suspend, replica: "-")
@@ -61,8 +63,12 @@ struct WorkspaceMachineTests {
     }
 
     func reconciles(_ effects: [WorkspaceMachine.Effect]) -> [(whole: Bool, takeChanges: Bool)] {
+        windowed(effects).map { ($0.whole, $0.takeChanges) }
+    }
+
+    func windowed(_ effects: [WorkspaceMachine.Effect]) -> [(whole: Bool, takeChanges: Bool, window: SyncWindow)] {
         effects.compactMap { effect in
-            if case .reconcile(let whole, let take) = effect { return (whole, take) }
+            if case .reconcile(let whole, let take, let window) = effect { return (whole, take, window) }
             return nil
         }
     }
@@ -371,5 +377,52 @@ struct WorkspaceMachineTests {
         moment.draw = 2_500
         _ = machine.handle(.reconciled(result(.success, at: 1), shuttingDown: false), at: moment)
         #expect(machine.status.nextRunAt == Self.epoch.addingTimeInterval(603.5))
+    }
+
+    @Test func outsideTheSyncWindowsChangesArePlannedWholeAndAppliedWhenAWindowOpens() throws {
+        // A deny window from 08:00 UTC (the epoch) for 5 minutes.
+        let freeze = ServeWindow(
+            kind: .deny, schedule: try CronSchedule(parsing: "0 8 * * *"), duration: .seconds(300),
+            timeZone: TimeZone(identifier: "UTC")!, location: SourceLocation(file: "tidemark.yaml", line: 3, column: 7))
+        var machine = machine { $0.windows = [freeze] }
+        _ = machine.handle(.tick, at: at(0))
+        let first = windowed(machine.handle(.record(record(owner: "r1"), claimed: true), at: at(0)))
+        let opens = Self.epoch.addingTimeInterval(300)
+        #expect(first.count == 1 && first[0].whole && first[0].window == .closed(opensAt: opens))
+        var planned = result(.success, at: 1)
+        planned.windowClosed = true
+        planned.windowOpensAt = opens
+        planned.changesWaiting = 2
+        _ = machine.handle(.reconciled(planned, shuttingDown: false), at: at(1))
+        // What waits is applied once the window lets it through, not at the interval (10 minutes).
+        #expect(machine.status.nextRunAt == opens.addingTimeInterval(1))
+        // A change while closed is planned with the whole inventory, never in a batch.
+        let changed = windowed(machine.handle(.changed(pending: true, devices: 1), at: at(100)))
+        #expect(changed.count == 1 && changed[0].whole && changed[0].window == .closed(opensAt: opens))
+        _ = machine.handle(.changed(pending: false, devices: 0), at: at(100))
+        _ = machine.handle(.reconciled(planned, shuttingDown: false), at: at(101))
+        #expect(machine.status.nextRunAt == opens.addingTimeInterval(1))
+        // Open: a whole reconcile that applies.
+        let due = windowed(poll(&machine, record(owner: "r1"), at: 301))
+        #expect(due.count == 1 && due[0].whole && due[0].window == .open)
+        _ = machine.handle(.reconciled(result(.success, at: 302), shuttingDown: false), at: at(302))
+        #expect(machine.status.nextRunAt == Self.epoch.addingTimeInterval(902), "back on the interval")
+        // Open, a change is a batch again.
+        let batch = windowed(machine.handle(.changed(pending: true, devices: 1), at: at(310)))
+        #expect(machine.status.phase == .reconciling)
+        #expect(batch.count == 1 && !batch[0].whole && batch[0].window == .open)
+    }
+
+    @Test func withOnChangePlanChangesArePlannedWhole() {
+        var machine = machine { $0.onChange = .plan }
+        owned(&machine)
+        let changed = windowed(machine.handle(.changed(pending: true, devices: 1), at: at(5)))
+        #expect(changed.count == 1 && changed[0].whole && changed[0].window == .open)
+        _ = machine.handle(.changed(pending: false, devices: 0), at: at(5))
+        // Nothing waits for a window: the schedule stays the interval.
+        var planned = result(.success, at: 6)
+        planned.changesWaiting = 1
+        _ = machine.handle(.reconciled(planned, shuttingDown: false), at: at(6))
+        #expect(machine.status.nextRunAt == Self.epoch.addingTimeInterval(606))
     }
 }
