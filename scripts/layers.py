@@ -24,7 +24,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORE = os.path.join(ROOT, "Sources", "TidemarkCore")
 BASELINE = os.path.join(ROOT, "scripts", "layers-baseline.txt")
-ORDER = ["Support", "Wire", "Settings", "Manifests", "Inventory", "State", "Planning", "Execution", "Rendering",
+ORDER = ["Support", "Wire", "Settings", "Tokens", "Manifests", "Inventory", "State", "Planning", "Execution", "Rendering",
          "Workflows"]
 
 DECLARATION = re.compile(
@@ -39,6 +39,8 @@ def strip(text):
     text = re.sub(r'"""(?:.|\n)*?"""', '""', text)
     text = re.sub(r"//[^\n]*", " ", text)
     text = re.sub(r'"(?:\\.|[^"\\\n])*"', '""', text)
+    # A name qualified by another module (Yams.Resolver) is not one of the core's types.
+    text = re.sub(r"\b(?:Yams|Foundation|Crypto|Synchronization)\.[A-Z]\w*", " ", text)
     return text
 
 

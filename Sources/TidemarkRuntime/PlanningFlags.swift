@@ -50,7 +50,7 @@ extension Runtime {
     /// forgets it: `olderThan` (`--older-than`, as written), else `prune_after` of tidemark.yaml,
     /// else 90 days; its seconds and how a person writes it.
     public func pruneRetention(_ olderThan: String?) -> (seconds: Int64, text: String) {
-        if let olderThan, let seconds = ExclusionRule.seconds(olderThan) { return (seconds, olderThan) }
+        if let olderThan, let seconds = Quantities.seconds(olderThan) { return (seconds, olderThan) }
         if let seconds = settings.pruneAfter { return (seconds, settings.pruneAfterText ?? "\(seconds)s") }
         return (90 * 86_400, "90d")
     }

@@ -619,7 +619,7 @@ struct StatePruneCommand: AsyncParsableCommand {
     }
 
     func validate() throws {
-        if let olderThan, ExclusionRule.seconds(olderThan) == nil {
+        if let olderThan, Quantities.seconds(olderThan) == nil {
             throw ValidationError("--older-than must be a duration such as 90d or 12w, not '\(olderThan)'.")
         }
     }

@@ -40,8 +40,8 @@ import TidemarkTesting
         #expect(
             ShrinkGuard().check(excluded, against: [:]).first?.description.contains("left out 3,000 of its 3,000")
                 == true)
-        #expect(ShrinkGuard.parseShare("25%") == 0.25 && ShrinkGuard.parseShare("0.5") == 0.5)
-        #expect(ShrinkGuard.parseShare("150%") == nil && ShrinkGuard.parseShare("nan") == nil)
+        #expect(Quantities.share("25%") == 0.25 && Quantities.share("0.5") == 0.5)
+        #expect(Quantities.share("150%") == nil && Quantities.share("nan") == nil)
     }
 
     @Test func anExportThatLostMostOfItsDevicesStopsThePlanUntilAccepted() async throws {

@@ -65,7 +65,7 @@ public struct ExecSourceSettings: SourceSettings, Equatable {
                 }
             case "interval":
                 let text = doc.string(value, "'exec.interval'") ?? ""
-                if let seconds = ExclusionRule.seconds(text) {
+                if let seconds = Quantities.seconds(text) {
                     interval = .seconds(seconds)
                 } else {
                     doc.error(
@@ -74,7 +74,7 @@ public struct ExecSourceSettings: SourceSettings, Equatable {
                 }
             default:
                 let text = doc.string(value, "'exec.timeout'") ?? ""
-                if let seconds = ExclusionRule.seconds(text) ?? Int64(text) {
+                if let seconds = Quantities.seconds(text) ?? Int64(text) {
                     timeout = Double(seconds)
                 } else {
                     doc.error("'exec.timeout' must be a duration such as 60s or 5m, not '\(text)'.", value)

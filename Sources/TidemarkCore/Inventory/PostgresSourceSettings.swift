@@ -92,7 +92,7 @@ public struct PostgresSourceSettings: SourceSettings, Equatable {
             default:
                 let text = doc.string(value, "'postgres.resync'") ?? ""
                 resyncNode = value
-                if let seconds = ExclusionRule.seconds(text) {
+                if let seconds = Quantities.seconds(text) {
                     resync = seconds
                 } else {
                     doc.error("'postgres.resync' must be a duration such as 1h or 30m, not '\(text)'.", value)

@@ -59,7 +59,7 @@ public struct ServeSettings: Sendable, Equatable {
     /// A duration as tidemark.yaml and the flags write it: `90s`, `5m`, `1h`, `1d`; nil for anything else.
     public static func duration(_ text: String) -> Duration? {
         if text == "0" || text == "0s" { return .zero }
-        guard let seconds = ExclusionRule.seconds(text) else { return nil }
+        guard let seconds = Quantities.seconds(text) else { return nil }
         return .seconds(seconds)
     }
 

@@ -780,19 +780,3 @@ extension ApplyWorkflow {
         return state
     }
 }
-
-/// The registrations a saved plan's sweep read and found matching state, and when: applying the plan
-/// records them as read then, so the sweep moves on without reading them twice.
-public struct SweptRegistrations: Sendable {
-    /// The registrations found matching, as ids of state's table.
-    public var ids: TokenSet
-    /// When they were read (seconds since 1970).
-    public var at: Int64
-
-    /// nil when the plan swept nothing; tokens state does not know are ignored.
-    init?(plan: Plan, state: State) {
-        guard let tokens = plan.sweptMatching, !tokens.isEmpty, let at = plan.coverage?.at else { return nil }
-        ids = TokenSet(tokens.compactMap { state.tokens.id($0) })
-        self.at = at
-    }
-}

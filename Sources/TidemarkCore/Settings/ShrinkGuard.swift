@@ -20,13 +20,6 @@ public struct ShrinkGuard: Sendable, Equatable {
     /// The share `source` may lose: its own `max_shrink`, else the project's.
     public func share(for source: String) -> Double { perSource[source] ?? share }
 
-    /// A share as tidemark.yaml writes one (`max_shrink`, `dead_share`): `25%` or `0.25`, from 0 to 100%.
-    public static func parseShare(_ text: String) -> Double? {
-        let number = text.hasSuffix("%") ? Double(text.dropLast()).map { $0 / 100 } : Double(text)
-        guard let number, number.isFinite, number >= 0, number <= 1 else { return nil }
-        return number
-    }
-
     /// What `max_shrink` must be, for `whose` (a source, or every source), in its error.
     static func meaning(_ whose: String) -> String {
         "the share of its devices \(whose) may lose between applies, such as 10% or 0.1 (100% turns the check off)"
@@ -60,25 +53,6 @@ public struct ShrinkGuard: Sendable, Equatable {
             return
                 "inventory source '\(source)': exclude_if left out \(PlanRenderer.formatCount(excluded)) of its \(PlanRenderer.formatCount(now + excluded)) rows, more than the \(percent) max_shrink allows, and no apply recorded this source before"
         }
-    }
-
-    /// The sources in `snapshots` that shrank past their limit against `recorded` (`State.inventoryRows`).
-    public func check(_ snapshots: [String: InventorySnapshot], against recorded: [String: Int]) -> [Shrink] {
-        var found: [Shrink] = []
-        for (source, snapshot) in snapshots.sorted(by: { $0.key < $1.key }) {
-            guard let now = snapshot.rows else { continue }
-            let limit = share(for: source)
-            let excluded = snapshot.excluded ?? 0
-            if let before = recorded[source], before > 0 {
-                let lost = before - now
-                if lost > minimum, Double(lost) > Double(before) * limit {
-                    found.append(Shrink(source: source, before: before, now: now, excluded: excluded, limit: limit))
-                }
-            } else if excluded > minimum, Double(excluded) > Double(now + excluded) * limit {
-                found.append(Shrink(source: source, before: nil, now: now, excluded: excluded, limit: limit))
-            }
-        }
-        return found
     }
 
     /// The error for `shrinks`: each source, why it matters, and how to accept it.

@@ -209,7 +209,7 @@ struct YAMLDocument {
     /// `example`, when it is not one.
     mutating func duration(_ node: Node, _ what: String, example: String) -> (seconds: Int64, text: String)? {
         let text = string(node, what) ?? ""
-        guard let seconds = ExclusionRule.seconds(text) else {
+        guard let seconds = Quantities.seconds(text) else {
             error("\(what) must be a duration such as \(example), not '\(text)'.", node)
             return nil
         }
@@ -262,11 +262,11 @@ struct YAMLDocument {
         return text
     }
 
-    /// A share such as `25%` or `0.25` (`ShrinkGuard.parseShare`), above zero when `aboveZero`; else an
+    /// A share such as `25%` or `0.25` (`Quantities.share`), above zero when `aboveZero`; else an
     /// error saying that `what` must be `meaning`.
     mutating func share(_ node: Node, _ what: String, meaning: String, aboveZero: Bool = false) -> Double? {
         let text = string(node, what) ?? ""
-        if let share = ShrinkGuard.parseShare(text), !aboveZero || share > 0 { return share }
+        if let share = Quantities.share(text), !aboveZero || share > 0 { return share }
         error("\(what) must be \(meaning), not '\(text.escapedOnOneLine)'.", node)
         return nil
     }
