@@ -61,6 +61,30 @@ struct LinesInventorySource: InventorySource {
     }
 }
 
+/// The settings of `lines:`, decoded into their own type with tidemark.yaml's lines in every error.
+struct LinesSettings: SourceSettings, Equatable {
+    /// The devices, a line each.
+    var devices: String
+    /// Read only the first this many lines.
+    var limit: Int?
+    /// Whether the lines are read again (unused here: shows a boolean).
+    var watch = false
+    /// How often (unused here: shows a duration).
+    var every: Duration?
+
+    var key: String { "lines" }
+
+    static let kind = SourceKind.typed("lines", allowed: ["devices", "limit", "watch", "every"]) { reader in
+        let devices = reader.string("devices", required: true)
+        let limit = reader.integer("limit", in: 1...1_000)
+        let watch = reader.bool("watch") ?? false
+        let every = reader.duration("every")
+        if watch, every == nil { reader.error("'lines.watch' needs 'lines.every'.", at: "watch") }
+        guard let devices else { return nil }
+        return LinesSettings(devices: devices, limit: limit, watch: watch, every: every)
+    }
+}
+
 extension Registries {
     /// tidemark's own, with the two above registered.
     static var extended: Registries {
@@ -69,8 +93,10 @@ extension Registries {
             guard case .url(_, let url) = resolved.state else { preconditionFailure("a memory:// URL") }
             return NamedMemoryStore(url: url, workspace: resolved.workspace)
         }
-        registries.sources.register(.strings("lines"), as: StringSourceSettings.self) { settings, spec, _ in
-            LinesInventorySource(name: spec.name, text: settings.values["devices"] ?? "")
+        registries.sources.register(LinesSettings.kind, as: LinesSettings.self) { settings, spec, _ in
+            LinesInventorySource(
+                name: spec.name,
+                text: settings.devices.split(separator: "\n").prefix(settings.limit ?? .max).joined(separator: "\n"))
         }
         return registries
     }
@@ -152,5 +178,58 @@ extension Registries {
             refused?.description
                 == "the state memory://ci (workspace default) is a URL tidemark has no store for; 'state' takes a SQLite file path or a URL of postgres://, postgresql:// (flag --state, TIDEMARK_STATE_URL, or 'state' in tidemark.yaml)."
         )
+    }
+
+    /// A kind added from outside reads typed settings: each mistake is one error naming tidemark.yaml,
+    /// its line and the setting, as the built-in kinds' are; right settings build the source.
+    @Test func anAddedSourceKindDecodesTypedSettingsWithTheirLines() throws {
+        let project = FileManager.default.temporaryDirectory.appendingPathComponent("tm-ext-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: project) }
+        try FileManager.default.createDirectory(
+            at: project.appendingPathComponent("manifests"), withIntermediateDirectories: true)
+        var flags = RuntimeFlags()
+        flags.directory = project.path
+        let mistakes: [(settings: String, line: Int, says: String)] = [
+            ("limit: many", 6, "'lines.limit' must be a whole number from 1 to 1000, not 'many'"),
+            ("every: soon", 6, "'lines.every' must be a duration such as 30s or 5m, not 'soon'"),
+            ("watch: maybe", 6, "'lines.watch' must be true or false"),
+            ("watch: true", 6, "'lines.watch' needs 'lines.every'"),
+            ("limt: 3", 6, "unknown key 'limt' in 'lines'; did you mean 'limit'?"),
+        ]
+        for (setting, line, says) in mistakes {
+            try """
+            project: tidemark-extension
+            state: memory://ci
+            inventory:
+              - name: handsets
+                lines:
+                  \(setting)
+                  devices: "phone-0 \(Fixtures.token(0)) kind=phone"
+            """.write(to: project.appendingPathComponent("tidemark.yaml"), atomically: true, encoding: .utf8)
+            let error = #expect(throws: DiagnosticsError.self, "\(setting)") {
+                try Runtime.load(flags, environment: [:], registries: .extended)
+            }
+            let errors = error?.diagnostics.filter { $0.severity == .error } ?? []
+            #expect(errors.count == 1, "\(setting): \(errors)")
+            #expect(errors.first?.location?.file.hasSuffix("tidemark.yaml") == true, "\(errors)")
+            #expect(errors.first?.location?.line == line, "\(setting): \(errors)")
+            #expect(errors.first?.message.contains(says) == true, "\(setting): \(errors.first?.message ?? "none")")
+        }
+        try """
+        project: tidemark-extension
+        state: memory://ci
+        inventory:
+          - name: handsets
+            lines:
+              limit: 1
+              watch: true
+              every: 5m
+              devices: |
+                phone-0 \(Fixtures.token(0)) kind=phone
+                phone-1 \(Fixtures.token(1)) kind=phone
+        """.write(to: project.appendingPathComponent("tidemark.yaml"), atomically: true, encoding: .utf8)
+        let runtime = try Runtime.load(flags, environment: [:], registries: .extended)
+        let settings = try #require(runtime.settings.inventory.first?.settings as? LinesSettings)
+        #expect(settings.limit == 1 && settings.watch && settings.every == .seconds(300))
     }
 }
