@@ -2,26 +2,86 @@ import Foundation
 import NIOHTTP1
 import TidemarkCore
 
-/// How topic memberships travel between tidemark and FCM: one type per topic API, chosen by the
-/// `transport` setting (`FCMHTTPBackend.topicAPI`). A new API is one more conforming type and one more
-/// case there; the backend's calls, retries, quota and errors are shared.
-protocol TopicAPI: Sendable {
+/// How topic memberships travel between tidemark and FCM: one type per topic API, picked by the
+/// `transport` setting from the backend's `TopicAPIRegistry`. A new API is one conforming type and one
+/// registration (`Registries.transports.register`), checked by the backend conformance suite; the
+/// backend's calls, retries, quota, fencing and errors are shared (`FCMHTTPBackend.call`,
+/// `changeOutcome`, `batch`, `listTopics`, `infoTopics`).
+public protocol TopicAPI: Sendable {
     /// Which `transport` setting picks this API.
     var transport: TopicTransport { get }
-    /// The base URL its requests go to, and the settings that name it.
+    /// How the requests an apply sends over it are counted (what a plan reports).
+    var requests: TopicTransport.Requests { get }
+    /// The base URL its requests go to.
     func base(_ endpoints: FCMEndpoints) -> String
+    /// The settings that name that URL, for messages (`fcm_url or TIDEMARK_FCM_URL`).
     var setting: String { get }
     /// Tokens a change is journaled after (a v1 change is one request per token); nil: per batch.
     func journalStep(_ options: FCMHTTPBackend.Options) -> Int?
+    /// Subscribes `tokens` to `topic`: one outcome per token, in order.
     func subscribe(_ backend: FCMHTTPBackend, topic: String, tokens: [String]) async throws -> [TokenOutcome]
+    /// Unsubscribes `tokens` from `topic`: one outcome per token, in order.
     func unsubscribe(_ backend: FCMHTTPBackend, topic: String, tokens: [String]) async throws -> [TokenOutcome]
     /// One registration's topics, or `.notFound` when FCM does not know it.
     func read(_ backend: FCMHTTPBackend, token: String) async throws -> RegistrationStatus
 }
 
+/// The topic APIs a backend may carry changes over, by the `transport` that picks each.
+public struct TopicAPIRegistry: Sendable {
+    private var apis: [TopicTransport: any TopicAPI] = [:]
+    /// The transports registered, in the order they were first registered.
+    public private(set) var transports: [TopicTransport] = []
+
+    /// An empty registry.
+    public init() {}
+
+    /// Registers `api` for its transport (replacing one registered for the same name).
+    public mutating func register(_ api: any TopicAPI) {
+        if apis[api.transport] == nil { transports.append(api.transport) }
+        apis[api.transport] = api
+    }
+
+    /// The API `transport` picks; nil when none is registered for it.
+    public func api(for transport: TopicTransport) -> (any TopicAPI)? { apis[transport] }
+
+    /// FCM's topic subscription API (`v1`) and the Instance ID batch API (`iid`).
+    public static let standard: TopicAPIRegistry = {
+        var registry = TopicAPIRegistry()
+        registry.register(V1TopicAPI())
+        registry.register(IIDTopicAPI())
+        return registry
+    }()
+}
+
+/// A transport no API is registered for: every call says so (the runtime refuses such a transport
+/// before any call; this covers a backend built by hand).
+struct UnregisteredTopicAPI: TopicAPI {
+    var transport: TopicTransport
+    var requests: TopicTransport.Requests { .perToken }
+    func base(_ endpoints: FCMEndpoints) -> String { endpoints.fcm }
+    var setting: String { "transport" }
+    func journalStep(_ options: FCMHTTPBackend.Options) -> Int? { max(1, options.journalStep) }
+
+    private func refuse() -> FCMCallError {
+        FCMCallError(
+            status: 0,
+            message:
+                "no topic API is registered for transport '\(transport.rawValue)'; use \(TopicTransport.describe(TopicAPIRegistry.standard.transports)) (transport in tidemark.yaml, --transport)."
+        )
+    }
+    func subscribe(_ backend: FCMHTTPBackend, topic: String, tokens: [String]) async throws -> [TokenOutcome] {
+        throw refuse()
+    }
+    func unsubscribe(_ backend: FCMHTTPBackend, topic: String, tokens: [String]) async throws -> [TokenOutcome] {
+        throw refuse()
+    }
+    func read(_ backend: FCMHTTPBackend, token: String) async throws -> RegistrationStatus { throw refuse() }
+}
+
 /// FCM v1: one registration's subscription a request (`registrations/TOKEN/topicSubscriptions`).
 struct V1TopicAPI: TopicAPI {
     var transport: TopicTransport { .v1 }
+    var requests: TopicTransport.Requests { .perToken }
     func base(_ endpoints: FCMEndpoints) -> String { endpoints.fcm }
     var setting: String { "fcm_url or TIDEMARK_FCM_URL" }
     func journalStep(_ options: FCMHTTPBackend.Options) -> Int? { max(1, options.journalStep) }
@@ -52,6 +112,7 @@ struct V1TopicAPI: TopicAPI {
 /// The Instance ID API (deprecated by Google): batches of up to 1000 tokens, and `iid/info` reads.
 struct IIDTopicAPI: TopicAPI {
     var transport: TopicTransport { .iid }
+    var requests: TopicTransport.Requests { .perOperation }
     func base(_ endpoints: FCMEndpoints) -> String { endpoints.iid }
     var setting: String { "iid_url or TIDEMARK_IID_URL" }
     func journalStep(_ options: FCMHTTPBackend.Options) -> Int? { nil }
@@ -71,15 +132,8 @@ struct IIDTopicAPI: TopicAPI {
 
 /// Topic subscriptions and refresh, through the configured topic API.
 extension FCMHTTPBackend {
-    /// The topic API for a `transport` setting.
-    static func topicAPI(_ transport: TopicTransport) -> any TopicAPI {
-        switch transport {
-        case .v1: V1TopicAPI()
-        case .iid: IIDTopicAPI()
-        }
-    }
-
-    func registrationsURL(_ token: String) -> String {
+    /// The URL of `token`'s topic subscriptions on FCM v1 (`…/registrations/TOKEN/topicSubscriptions`).
+    public func registrationsURL(_ token: String) -> String {
         "\(endpoints.fcm)/v1/projects/\(Self.encode(project))/registrations/\(Self.encode(token))/topicSubscriptions"
     }
 
@@ -89,7 +143,7 @@ extension FCMHTTPBackend {
     /// topic (FAILED_PRECONDITION or TOO_MANY_TOPICS) and an invalid token fail that token and the run
     /// goes on; what retries could not fix (429, 5xx) fails it as retryable; anything else (an HTML
     /// page, a body of another shape, an undocumented status) throws and stops the command.
-    func changeOutcome(
+    public func changeOutcome(
         _ answer: Answer, _ method: HTTPMethod, _ url: String, success: Set<Int> = [200]
     ) throws
         -> TokenOutcome
@@ -125,7 +179,7 @@ extension FCMHTTPBackend {
     /// One IID batch call. Per-token results come back in order: the codes `options.unregistered`
     /// names mark a token dead, other documented codes fail that token; a whole-request failure that
     /// retries could not fix (429, 5xx) fails every token as retryable; anything else stops the command.
-    func batch(_ operation: String, topic: String, tokens: [String]) async throws -> [TokenOutcome] {
+    public func batch(_ operation: String, topic: String, tokens: [String]) async throws -> [TokenOutcome] {
         let body = FCMWire.encode(FCMWire.IIDBatchRequest(topic: topic, tokens: tokens))
         let url = "\(endpoints.iid)/iid/\(operation)"
         let answer = try await call(.POST, url, body: body, changes: tokens.count, iidHeaders: true)
@@ -165,7 +219,7 @@ extension FCMHTTPBackend {
     /// Lists a registration's topics. Dead only on a JSON status `options.unregistered` names; any
     /// other failure, or a 200 that is not a list, stops the command: a read that fails is never "no
     /// subscriptions" and never "dead".
-    func listTopics(_ token: String) async throws -> RegistrationStatus {
+    public func listTopics(_ token: String) async throws -> RegistrationStatus {
         var topics: [String] = []
         var pageToken: String?
         let what = "Listing the topics of \(Redaction.redact(token))"
@@ -194,7 +248,7 @@ extension FCMHTTPBackend {
 
     /// Reads a registration from `iid/info`: dead only on a 404 with a JSON body (FCM's answer for an
     /// unknown instance); anything else that is not an instance's info stops the command.
-    func infoTopics(_ token: String) async throws -> RegistrationStatus {
+    public func infoTopics(_ token: String) async throws -> RegistrationStatus {
         let url = "\(endpoints.iid)/iid/info/\(Self.encode(token))?details=true"
         try await options.readLimiter?.acquire()
         let answer = try await call(.GET, url, iidHeaders: true)

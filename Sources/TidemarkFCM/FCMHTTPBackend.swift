@@ -144,6 +144,8 @@ public struct FCMHTTPBackend: Backend {
     public struct Options: Sendable {
         /// Which API carries topic changes and reads (`transport`).
         public var transport: TopicTransport = .v1
+        /// The APIs `transport` picks from.
+        public var topicAPIs = TopicAPIRegistry.standard
         /// Requests in flight at once for per-token work (v1 changes of one batch, refresh).
         public var concurrency = 100
         /// The client-side rate limit on subscription changes, or nil for none.
@@ -186,11 +188,14 @@ public struct FCMHTTPBackend: Backend {
 
     /// The backend's kind and FCM project, as state records them.
     public let identity: BackendIdentity
-    let project: String
-    let endpoints: FCMEndpoints
+    /// The FCM project.
+    public let project: String
+    /// Where FCM's APIs are.
+    public let endpoints: FCMEndpoints
     let routes: HTTPRoutes
     let credentials: AccessTokenProvider
-    let options: Options
+    /// How the client behaves.
+    public let options: Options
     let counter = RequestCounter()
 
     var transport: TopicTransport { options.transport }
@@ -220,7 +225,7 @@ public struct FCMHTTPBackend: Backend {
         var options = options
         options.concurrency = max(1, options.concurrency)
         self.options = options
-        topicAPI = Self.topicAPI(options.transport)
+        topicAPI = options.topicAPIs.api(for: options.transport) ?? UnregisteredTopicAPI(transport: options.transport)
     }
 
     /// Requests sent so far, retries included.
@@ -238,7 +243,9 @@ public struct FCMHTTPBackend: Backend {
     }
 
     /// v1 changes one membership a request; IID a batch of up to 1000; each group step is one call.
-    public func requests(for operations: [PlannedOperation]) -> Int { transport.requests(for: operations) }
+    public func requests(for operations: [PlannedOperation]) -> Int {
+        TopicTransport.requests(for: operations, counted: topicAPI.requests)
+    }
 
     /// An `HTTPClient` configuration for FCM: enough kept-alive HTTP/1 connections per host that
     /// `connections` requests can be in flight (AsyncHTTPClient's default is 8; Google's hosts speak
@@ -253,19 +260,22 @@ public struct FCMHTTPBackend: Backend {
     }
 
     /// An answer from FCM: its status and body, read through the shared wire types.
-    struct Answer {
-        var status: Int
-        var body: Data
-        var contentType: String? = nil
+    public struct Answer: Sendable {
+        /// The HTTP status.
+        public var status: Int
+        /// The body.
+        public var body: Data
+        /// The `Content-Type` header.
+        public var contentType: String? = nil
 
         /// The body as `T`, when it has that shape.
-        func decode<T: Decodable>(_ type: T.Type) -> T? { FCMWire.decode(type, from: body) }
+        public func decode<T: Decodable>(_ type: T.Type) -> T? { FCMWire.decode(type, from: body) }
 
         /// A v1 error's google.rpc.Status, when the body is one.
         var rpcStatus: FCMWire.Status? { decode(FCMWire.ErrorBody.self)?.error }
 
         /// FcmError `errorCode`, else google.rpc.Status `status`, else a flat `error` string.
-        var code: String? {
+        public var code: String? {
             if let status = rpcStatus { return status.fcmErrorCode ?? status.status }
             return decode(FCMWire.FlatError.self)?.error
         }
@@ -284,7 +294,7 @@ public struct FCMHTTPBackend: Backend {
     /// One call with auth, rate limiting (`changes` subscription changes) and retries of retryable
     /// statuses and network errors.
     /// `successBody: false` skips parsing a 2xx answer's body (the v1 changes need only the status).
-    func call(
+    public func call(
         _ method: HTTPMethod, _ url: String, body: Data? = nil, changes: Int = 0, iidHeaders: Bool = false,
         groupHeaders: Bool = false, successBody: Bool = true
     ) async throws -> Answer {
@@ -385,14 +395,15 @@ public struct FCMHTTPBackend: Backend {
         }
     }
 
-    static func encode(_ segment: String) -> String {
+    /// `segment` percent-encoded for a URL path or query.
+    public static func encode(_ segment: String) -> String {
         segment.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-_.~")))
             ?? segment
     }
 
     /// An answer tidemark did not expect: it stops the command, naming the URL (tokens redacted), what
     /// came back and the setting to check. It is never read as "token dead" or "nothing to do".
-    func unexpected(_ answer: Answer, _ method: HTTPMethod, _ url: String, _ what: String) -> FCMCallError {
+    public func unexpected(_ answer: Answer, _ method: HTTPMethod, _ url: String, _ what: String) -> FCMCallError {
         let text = String(decoding: answer.body.prefix(200), as: UTF8.self)
         let looksJSON = text.trimmingCharacters(in: .whitespacesAndNewlines).hasPrefix("{")
         let kind: String
@@ -457,7 +468,7 @@ public struct FCMHTTPBackend: Backend {
     }
 
     /// Runs `work` for every index with at most `concurrency` in flight; results in input order.
-    func forEachConcurrently<T: Sendable>(
+    public func forEachConcurrently<T: Sendable>(
         _ count: Int, _ work: @escaping @Sendable (Int) async throws -> T
     )
         async throws -> [T]

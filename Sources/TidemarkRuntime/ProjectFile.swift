@@ -22,18 +22,21 @@ public struct SettingsFiles: Sendable, Equatable {
 /// Reads a project's `tidemark.yaml` (absent: the defaults) and the inventory file it names.
 enum ProjectFile {
     /// tidemark.yaml of the project at `root` (`directory` as the user named it), with `inventory:
-    /// FILE` read in; `sourceKinds` are the kinds of source its `inventory:` may declare. Throws the file's diagnostics, or a `RuntimeError` naming what cannot be read.
+    /// FILE` read in; `registries` say the kinds of source its `inventory:` may declare and the
+    /// transports `transport` may name. Throws the file's diagnostics, or a `RuntimeError` naming what
+    /// cannot be read.
     static func read(
-        root: String, directory: String, sourceKinds: [SourceKind] = SourceKind.builtIn
+        root: String, directory: String, registries: Registries = .standard
     ) throws -> ProjectSettings {
         var files = SettingsFiles(files: [])
-        return try read(root: root, directory: directory, sourceKinds: sourceKinds, files: &files)
+        return try read(root: root, directory: directory, registries: registries, files: &files)
     }
 
     /// `read`, keeping in `files` the bytes of each file as it was read.
     static func read(
-        root: String, directory: String, sourceKinds: [SourceKind] = SourceKind.builtIn, files: inout SettingsFiles
+        root: String, directory: String, registries: Registries = .standard, files: inout SettingsFiles
     ) throws -> ProjectSettings {
+        let sourceKinds = registries.sources.kinds
         let settingsFile = (root as NSString).appendingPathComponent("tidemark.yaml")
         let settingsDisplay = ResolvedSettings.display(directory, "tidemark.yaml")
         var settings: ProjectSettings
@@ -46,7 +49,8 @@ enum ProjectFile {
             guard let text = String(data: data, encoding: .utf8) else {
                 throw RuntimeError("\(settingsDisplay) is not UTF-8 text; save it as UTF-8.")
             }
-            let (decoded, diagnostics) = ProjectSettings.decode(text, file: settingsDisplay, sourceKinds: sourceKinds)
+            let (decoded, diagnostics) = ProjectSettings.decode(
+                text, file: settingsDisplay, sourceKinds: sourceKinds, transports: registries.transports.transports)
             if diagnostics.hasErrors { throw DiagnosticsError(diagnostics) }
             settings = decoded
         } catch let error as InputFileError where error.kind == .notFound {

@@ -1,5 +1,6 @@
 import Foundation
 import TidemarkCore
+import TidemarkFCM
 import TidemarkStore
 
 /// State stores by where `state` points: a file path, or a URL whose scheme picks the store. A front
@@ -184,13 +185,19 @@ public struct Registries: Sendable {
     public var stores: StateStoreRegistry
     /// Inventory sources by their key in tidemark.yaml.
     public var sources: InventorySourceRegistry
+    /// The APIs that carry topic changes over HTTP, by the `transport` that picks each.
+    public var transports: TopicAPIRegistry
 
-    /// Registries with `stores` and `sources`.
-    public init(stores: StateStoreRegistry = .standard, sources: InventorySourceRegistry = .standard) {
+    /// Registries with `stores`, `sources` and `transports`.
+    public init(
+        stores: StateStoreRegistry = .standard, sources: InventorySourceRegistry = .standard,
+        transports: TopicAPIRegistry = .standard
+    ) {
         self.stores = stores
         self.sources = sources
+        self.transports = transports
     }
 
-    /// tidemark's own stores and sources.
+    /// tidemark's own stores, sources and transports.
     public static let standard = Registries()
 }

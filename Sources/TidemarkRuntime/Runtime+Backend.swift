@@ -8,7 +8,9 @@ extension Runtime {
     /// A backend that reads and changes nothing, for runs that make no call (`plan --no-refresh`,
     /// `device`): it loads no credential.
     public func detachedBackend() -> DetachedBackend {
-        DetachedBackend(identity: BackendIdentity(kind: backendKind, project: settings.project), transport: transport)
+        DetachedBackend(
+            identity: BackendIdentity(kind: backendKind, project: settings.project), transport: transport,
+            counted: registries.transports.api(for: transport)?.requests ?? .perToken)
     }
 
     /// Runs `body` with the configured backend; an HTTP backend's client lives exactly as long as `body`,
@@ -73,6 +75,7 @@ extension Runtime {
         }
         var options = FCMHTTPBackend.Options()
         options.transport = transport
+        options.topicAPIs = registries.transports
         options.quotaUnit = resolved.quotaUnit
         options.senderID = settings.senderID
         options.unregistered = settings.unregistered

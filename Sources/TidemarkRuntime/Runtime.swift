@@ -18,7 +18,7 @@ public struct Runtime: Sendable {
         root: String, directory: String, registries: Registries = .standard
     ) throws -> [String] {
         var names: [String] = []
-        let file = try ProjectFile.read(root: root, directory: directory, sourceKinds: registries.sources.kinds)
+        let file = try ProjectFile.read(root: root, directory: directory, registries: registries)
         for name in file.inventory.flatMap(\.settings.environmentNames) where !names.contains(name) {
             names.append(name)
         }
@@ -46,8 +46,8 @@ public struct Runtime: Sendable {
     public private(set) var settingsRead: SettingsFiles?
 
     /// A runtime over `resolved` settings, building its parts from `registries`. Throws a
-    /// `RuntimeError` when no registered store takes the state's location or no registered source
-    /// takes a declared source.
+    /// `RuntimeError` when no registered store takes the state's location, no registered source
+    /// takes a declared source, or no registered topic API carries the transport.
     public init(_ resolved: ResolvedSettings, registries: Registries = .standard, timing: Timing = .live) throws {
         guard let store = registries.stores.open(resolved) else {
             throw RuntimeError(
@@ -57,6 +57,11 @@ public struct Runtime: Sendable {
         for source in resolved.project.inventory where !registries.sources.keys.contains(source.key) {
             throw RuntimeError(
                 "\(source.location): inventory source '\(source.name)' is of a kind this tidemark cannot read ('\(source.key)'); it reads \(registries.sources.keys.joined(separator: ", "))."
+            )
+        }
+        guard registries.transports.api(for: resolved.transport) != nil else {
+            throw RuntimeError(
+                "unknown transport '\(resolved.transport.rawValue.escapedOnOneLine)' (flag --transport); use \(TopicTransport.describe(registries.transports.transports))."
             )
         }
         self.resolved = resolved
@@ -88,7 +93,7 @@ public struct Runtime: Sendable {
         }
         var read = SettingsFiles(files: [])
         var file = try ProjectFile.read(
-            root: root, directory: flags.directory, sourceKinds: registries.sources.kinds, files: &read)
+            root: root, directory: flags.directory, registries: registries, files: &read)
         var flags = flags
         var environment = environment
         if let serveWorkspace {

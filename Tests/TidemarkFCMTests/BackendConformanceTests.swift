@@ -33,7 +33,8 @@ import TidemarkTesting
     }
 
     static func overHTTP(
-        _ transport: TopicTransport, _ body: (any Backend, FCMEngine) async throws -> Void
+        _ transport: TopicTransport, registry: TopicAPIRegistry = .standard,
+        _ body: (any Backend, FCMEngine) async throws -> Void
     )
         async throws
     {
@@ -44,6 +45,7 @@ import TidemarkTesting
             try await engine.register(BackendConformance.instances, project: BackendConformance.project)
             var options = FCMHTTPBackend.Options()
             options.transport = transport
+            options.topicAPIs = registry
             options.policy = policy
             options.concurrency = 8
             let key = try ServiceAccountKey.load(path: server.keyFilePath)

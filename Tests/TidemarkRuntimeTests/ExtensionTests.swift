@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 import TidemarkCore
+import TidemarkFCM
 import TidemarkRuntime
 import TidemarkTesting
 
@@ -231,5 +232,58 @@ extension Registries {
         let runtime = try Runtime.load(flags, environment: [:], registries: .extended)
         let settings = try #require(runtime.settings.inventory.first?.settings as? LinesSettings)
         #expect(settings.limit == 1 && settings.watch && settings.every == .seconds(300))
+    }
+
+    /// A transport registered from outside is one tidemark.yaml and --transport may name (its plans count
+    /// requests as it does); unregistered, the same name is refused at its line, or naming the flag.
+    @Test func anAddedTransportIsOneTidemarkYAMLMayName() throws {
+        struct Batched: TopicAPI {
+            var transport: TopicTransport { "batched" }
+            var requests: TopicTransport.Requests { .perOperation }
+            func base(_ endpoints: FCMEndpoints) -> String { endpoints.iid }
+            var setting: String { "iid_url" }
+            func journalStep(_ options: FCMHTTPBackend.Options) -> Int? { nil }
+            func subscribe(_ backend: FCMHTTPBackend, topic: String, tokens: [String]) async throws -> [TokenOutcome] {
+                try await backend.batch("v1:batchAdd", topic: topic, tokens: tokens)
+            }
+            func unsubscribe(
+                _ backend: FCMHTTPBackend, topic: String, tokens: [String]
+            ) async throws
+                -> [TokenOutcome]
+            {
+                try await backend.batch("v1:batchRemove", topic: topic, tokens: tokens)
+            }
+            func read(_ backend: FCMHTTPBackend, token: String) async throws -> RegistrationStatus {
+                try await backend.listTopics(token)
+            }
+        }
+        let project = FileManager.default.temporaryDirectory.appendingPathComponent("tm-ext-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: project) }
+        try FileManager.default.createDirectory(
+            at: project.appendingPathComponent("manifests"), withIntermediateDirectories: true)
+        try "project: tidemark-extension\ntransport: batched\n".write(
+            to: project.appendingPathComponent("tidemark.yaml"), atomically: true, encoding: .utf8)
+        var flags = RuntimeFlags()
+        flags.directory = project.path
+        var registries = Registries.standard
+        registries.transports.register(Batched())
+        let runtime = try Runtime.load(flags, environment: [:], registries: registries)
+        #expect(runtime.transport == "batched")
+        let operation = PlannedOperation(kind: .subscribe, target: "news", tokens: ["a", "b", "c"])
+        #expect(runtime.detachedBackend().requests(for: [operation]) == 1)
+
+        let refused = #expect(throws: DiagnosticsError.self) { try Runtime.load(flags, environment: [:]) }
+        #expect(
+            refused?.description.contains(
+                "tidemark.yaml:2:12: error: unknown transport 'batched'; use v1 (the FCM topic subscription API) or iid."
+            )
+                == true, "\(refused?.description ?? "")")
+        try "project: tidemark-extension\n".write(
+            to: project.appendingPathComponent("tidemark.yaml"), atomically: true, encoding: .utf8)
+        flags.transport = "batched"
+        let flag = #expect(throws: RuntimeError.self) { try Runtime.load(flags, environment: [:]) }
+        #expect(
+            flag?.description
+                == "unknown transport 'batched' (flag --transport); use v1 (the FCM topic subscription API) or iid.")
     }
 }

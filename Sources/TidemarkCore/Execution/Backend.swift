@@ -102,13 +102,17 @@ extension Backend {
 public struct DetachedBackend: Backend {
     /// The backend a real run would reach.
     public let identity: BackendIdentity
-    /// How a real apply would reach FCM, which decides the requests a plan reports.
+    /// How a real apply would reach FCM.
     public let transport: TopicTransport
+    /// How that transport counts requests, which decides the requests a plan reports.
+    public let counted: TopicTransport.Requests
 
-    /// A backend that stands for `identity`, reached through `transport`, and calls nothing.
-    public init(identity: BackendIdentity, transport: TopicTransport) {
+    /// A backend that stands for `identity`, reached through `transport` (whose requests are counted
+    /// `counted`), and calls nothing.
+    public init(identity: BackendIdentity, transport: TopicTransport, counted: TopicTransport.Requests) {
         self.identity = identity
         self.transport = transport
+        self.counted = counted
     }
 
     /// What every call of a detached backend throws.
@@ -140,5 +144,7 @@ public struct DetachedBackend: Backend {
     public func exportGroup(name: String, key: String) async throws -> [String]? { throw Refused() }
 
     /// The requests the transport would send for `operations`, as a plan reports them.
-    public func requests(for operations: [PlannedOperation]) -> Int { transport.requests(for: operations) }
+    public func requests(for operations: [PlannedOperation]) -> Int {
+        TopicTransport.requests(for: operations, counted: counted)
+    }
 }

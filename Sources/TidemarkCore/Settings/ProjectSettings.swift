@@ -120,9 +120,11 @@ public struct ProjectSettings: Sendable, Equatable {
         return nil
     }
 
-    /// Decodes the project file's text; problems come back as diagnostics.
+    /// Decodes the project file's text; problems come back as diagnostics. `sourceKinds` are the kinds
+    /// of source its `inventory:` may declare, `transports` the topic transports `transport` may name.
     public static func decode(
-        _ text: String, file: String, sourceKinds: [SourceKind] = SourceKind.builtIn
+        _ text: String, file: String, sourceKinds: [SourceKind] = SourceKind.builtIn,
+        transports: [TopicTransport] = TopicTransport.builtIn
     ) -> (ProjectSettings, [Diagnostic]) {
         var doc = YAMLDocument(file: file)
         var settings = ProjectSettings()
@@ -347,10 +349,12 @@ public struct ProjectSettings: Sendable, Equatable {
                         "unknown qps_unit '\(text)'; use tokens (membership changes) or requests (HTTP calls).", value)
                 }
             case "transport":
-                if let transport = TopicTransport(rawValue: text) {
-                    settings.transport = transport
+                if transports.contains(TopicTransport(rawValue: text)) {
+                    settings.transport = TopicTransport(rawValue: text)
                 } else {
-                    doc.error("unknown transport '\(text)'; use v1 (the FCM topic subscription API) or iid.", value)
+                    doc.error(
+                        "unknown transport '\(text.escapedOnOneLine)'; use \(TopicTransport.describe(transports)).",
+                        value)
                 }
             default: break
             }
