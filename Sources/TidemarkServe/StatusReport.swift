@@ -36,7 +36,7 @@ public struct StatusReport: Sendable, Codable, Equatable {
             replicas = record.liveReplicas(at: now)
             reconcileRequestedAt = record.reconcileRequestedAt
             statusAt = record.statusAt
-            status = record.status.flatMap { try? WorkspaceStatus.decoder.decode(WorkspaceStatus.self, from: $0) }
+            status = record.publishedStatus
         }
 
         enum CodingKeys: String, CodingKey {

@@ -425,7 +425,7 @@ public struct WorkspaceMachine: Sendable {
         saidWatchesLate = false
         startedSinceOwned = false
         effects.append(.lead(true))
-        let previous = record.status.flatMap { try? WorkspaceStatus.decoder.decode(WorkspaceStatus.self, from: $0) }
+        let previous = record.publishedStatus
         status.replica = config.replica
         status.handedOverTo = nil
         // What the previous owner sent stays sent: an ongoing problem is not told twice.

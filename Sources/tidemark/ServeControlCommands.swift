@@ -4,36 +4,9 @@ import TidemarkCore
 import TidemarkRuntime
 import TidemarkServe
 
-/// The workspaces the control commands act on: those tidemark.yaml lists under `serve.workspaces`,
-/// or without that section the project's workspace (`--workspace`, `--state`).
-struct ServedWorkspaces {
-    let global: GlobalOptions
-
-    /// The runtime of `name`, or of every served workspace when nil.
-    func runtimes(_ name: String?) throws -> [Runtime] {
-        let flags = RuntimeFlags(global)
-        let project = try Runtime.load(flags)
-        guard let section = project.settings.serve, !section.workspaces.isEmpty else {
-            guard let name else { return [project] }
-            var named = flags
-            named.workspace = name
-            return [try Runtime.load(named)]
-        }
-        guard let name else { return try section.workspaces.map { try Runtime.load(flags, serveWorkspace: $0.name) } }
-        guard section.workspace(name) != nil else {
-            throw ValidationError(
-                "tidemark.yaml lists no workspace '\(name)' under 'serve.workspaces' (\(section.location)); it lists \(section.workspaces.map(\.name).joined(separator: ", "))."
-            )
-        }
-        return [try Runtime.load(flags, serveWorkspace: name)]
-    }
-
-    /// Records `control` for the workspace `name`, asked by this user on this host; returns the
-    /// workspace's runtime and its record after the request.
-    func request(_ control: ServeControl, _ name: String) async throws -> (Runtime, ServeRecord) {
-        let runtime = try runtimes(name)[0]
-        return (runtime, try await runtime.serveRecords().requestControl(control, by: runtime.requester))
-    }
+extension ServedWorkspaces {
+    /// The served workspaces of the project the global flags name.
+    init(global: GlobalOptions) { self.init(RuntimeFlags(global)) }
 }
 
 /// How long ago `date` was, as a person says it ("2m ago"), or how long until it ("in 4m").
@@ -66,32 +39,19 @@ struct StatusCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let runtimes = try ServedWorkspaces(global: global).runtimes(workspace)
-            var entries: [(Runtime, ServeRecord)] = []
-            for runtime in runtimes {
-                entries.append((runtime, try await runtime.serveRecords().serveRecord()))
-            }
+            let entries = try await ServedWorkspaces(global: global).records(workspace)
             if output.json {
-                try Terminal.write(try Self.json(entries) + "\n")
+                try Terminal.write(try ServedWorkspaces.report(entries, now: Date()).json() + "\n")
             } else {
-                try Terminal.write(entries.map { Self.text($0.0, $0.1) }.joined(separator: "\n\n") + "\n")
+                try Terminal.write(entries.map { Self.text($0.runtime, $0.record) }.joined(separator: "\n\n") + "\n")
             }
         }
-    }
-
-    /// A workspace's record as JSON: the owner and the requests from the record, the status as its
-    /// owner published it (`StatusReport`).
-    static func json(_ entries: [(Runtime, ServeRecord)]) throws -> String {
-        let now = Date()
-        return try StatusReport(
-            workspaces: entries.map { .init(record: $0.1, state: $0.0.stateDisplay, now: now) }
-        ).json()
     }
 
     /// A workspace's status for a person.
     static func text(_ runtime: Runtime, _ record: ServeRecord) -> String {
         let now = Date()
-        let status = record.status.flatMap { try? WorkspaceStatus.decoder.decode(WorkspaceStatus.self, from: $0) }
+        let status = record.publishedStatus
         var lines: [String] = []
         let owner = record.liveOwner(at: now)
         var phase = status?.phase.rawValue ?? "never reconciled"
@@ -231,7 +191,6 @@ struct ReconcileCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let (runtime, asked) = try await ServedWorkspaces(global: global).request(.reconcile, workspace)
-            let store = try runtime.serveRecords()
             let name = asked.workspace
             guard let askedAt = asked.reconcileRequestedAt else { return }
             let owner = asked.liveOwner(at: Date())
@@ -246,26 +205,15 @@ struct ReconcileCommand: AsyncParsableCommand {
             }
             guard wait else { return }
             let limit = ServeSettings.duration(timeout) ?? .seconds(600)
-            let timing = runtime.timing
-            let deadline = timing.now() + limit
-            var lastSaid = timing.now()
-            while timing.now() < deadline {
-                try await timing.sleep(.milliseconds(500))
-                let record = try await store.serveRecord()
-                if let data = record.status,
-                    let status = try? WorkspaceStatus.decoder.decode(WorkspaceStatus.self, from: data),
-                    let last = status.last, last.startedAt >= askedAt.addingTimeInterval(-1),
-                    status.phase != .reconciling
-                {
-                    try Terminal.write(StatusCommand.text(runtime, record) + "\n")
-                    if last.outcome != .success { throw ExitCode.failure }
-                    return
-                }
-                if timing.now() - lastSaid >= .seconds(10) {
-                    lastSaid = timing.now()
-                    let who = record.liveOwner(at: Date()).map { "replica \($0)" } ?? "a replica to take the workspace"
-                    Terminal.err("Waiting for \(who) to reconcile '\(name)' (asked \(relative(askedAt)))…")
-                }
+            let done = try await ServedWorkspaces.waitForReconcile(of: runtime, askedAt: askedAt, limit: limit) {
+                record in
+                let who = record.liveOwner(at: Date()).map { "replica \($0)" } ?? "a replica to take the workspace"
+                Terminal.err("Waiting for \(who) to reconcile '\(name)' (asked \(relative(askedAt)))…")
+            }
+            if let done {
+                try Terminal.write(StatusCommand.text(runtime, done) + "\n")
+                if done.publishedStatus?.last?.outcome != .success { throw ExitCode.failure }
+                return
             }
             throw RuntimeError(
                 "no result for workspace '\(name)' within \(timeout); 'tidemark status \(name)' shows what its replica reports (is a 'tidemark serve' running for it?)."

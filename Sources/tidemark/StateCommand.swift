@@ -29,122 +29,58 @@ struct StateListCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let runtime = try Runtime(global)
-            let store = runtime.stateStore()
-            guard let state = try await store.load() else {
-                throw CLIError(
-                    "there is no state at \(runtime.stateDisplay) yet; 'tidemark apply' or 'tidemark import' creates it."
-                )
-            }
-            let applies = try await store.applies(limit: 10)
-            // A run still "running" while nothing holds the lock was killed: say so.
-            let locked = try await store.lockHolder() != nil
-            func status(_ record: ApplyRecord) -> String {
-                record.status == .running && !locked ? "interrupted" : record.status.rawValue
-            }
+            let listing = try await runtime.stateListing()
             if output.json {
-                struct Output: Encodable {
-                    struct Topic: Encodable {
-                        var name: String
-                        var mode: String
-                        var protect: Bool
-                        var managed: Int
-                        var observed: Int
-                    }
-                    struct Group: Encodable {
-                        var name: String
-                        /// "group" (an FCM device group) or "audience" (a named set in state).
-                        var kind: String
-                        var exists: Bool
-                        var protect: Bool
-                        var members: Int
-                        var exported: Int?
-                        var exportedAt: Int64?
-                    }
-                    struct Apply: Encodable {
-                        var id: String
-                        var status: String
-                        var startedAt: Int64
-                        var operations: Int
-                        var done: Int
-                    }
-                    var lineage: String
-                    var serial: Int
-                    var tokens: Int
-                    var dead: Int
-                    var topics: [Topic]
-                    var groups: [Group]
-                    var applies: [Apply]
-                }
-                let output = Output(
-                    lineage: state.lineage, serial: state.serial, tokens: state.tokens.count,
-                    dead: state.dead.count,
-                    topics: state.topics.keys.sorted().map { name in
-                        let t = state.topics[name]!
-                        return .init(
-                            name: name, mode: t.mode.rawValue, protect: t.protect, managed: t.managed.count,
-                            observed: t.observed.count)
-                    },
-                    groups: state.groups.keys.sorted().map { name in
-                        let g = state.groups[name]!
-                        return .init(
-                            name: name, kind: g.audience ? "audience" : "group", exists: g.key != nil,
-                            protect: g.protect, members: g.members.count, exported: g.exported?.count,
-                            exportedAt: g.exported == nil ? nil : g.exportedAt)
-                    },
-                    applies: applies.map {
-                        .init(
-                            id: $0.id, status: status($0), startedAt: $0.startedAt, operations: $0.operations,
-                            done: $0.done)
-                    })
-                try Terminal.writeJSON(output)
+                try Terminal.writeJSON(listing)
                 return
             }
-            var lines = [
-                "State \(runtime.stateDisplay): lineage \(state.lineage), serial \(state.serial); \(PlanRenderer.formatCount(state.tokens.count)) tokens known, \(PlanRenderer.formatCount(state.dead.count)) dead."
-            ]
-            if !state.topics.isEmpty {
-                lines.append("")
-                lines.append("Topics (managed = memberships tidemark made; observed = last seen in FCM):")
-                let width = min(40, state.topics.keys.map(\.count).max() ?? 0)
-                for name in state.topics.keys.sorted() {
-                    let t = state.topics[name]!
-                    let padded = name.padding(toLength: max(width, name.count), withPad: " ", startingAt: 0)
-                    lines.append(
-                        "  \(padded)  \(t.mode.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0))  managed \(PlanRenderer.formatCount(t.managed.count)), observed \(PlanRenderer.formatCount(t.observed.count))\(t.protect ? ", protected" : "")"
-                    )
-                }
-            }
-            for audiences in [false, true] {
-                let names = state.groups.keys.filter { state.groups[$0]!.audience == audiences }.sorted()
-                guard !names.isEmpty else { continue }
-                lines.append("")
-                lines.append(audiences ? "Audiences (named sets in state):" : "Device groups:")
-                for name in names {
-                    let g = state.groups[name]!
-                    var parts: [String] = []
-                    if !audiences { parts.append(g.key == nil ? "not created" : "exists") }
-                    parts.append("\(g.members.count) member\(g.members.count == 1 ? "" : "s")")
-                    if audiences, g.key != nil { parts.append("its FCM group kept until retired") }
-                    if let exported = g.exported {
-                        parts.append("\(exported.count) token\(exported.count == 1 ? "" : "s") exported")
-                    }
-                    if g.protect { parts.append("protected") }
-                    lines.append("  \(name)  \(parts.joined(separator: ", "))")
-                }
-            }
-            if !applies.isEmpty {
-                lines.append("")
-                lines.append("Latest applies:")
-                let formatter = ISO8601DateFormatter()
-                for apply in applies {
-                    let started = formatter.string(from: Date(timeIntervalSince1970: TimeInterval(apply.startedAt)))
-                    lines.append(
-                        "  \(started)  \(status(apply).padding(toLength: 11, withPad: " ", startingAt: 0))  \(apply.done)/\(apply.operations) operations  (\(apply.id.prefix(8)))"
-                    )
-                }
-            }
-            try Terminal.write(lines.joined(separator: "\n") + "\n")
+            try Terminal.write(Self.text(listing, state: runtime.stateDisplay))
         }
+    }
+
+    /// The listing for a person.
+    static func text(_ listing: StateListing, state: String) -> String {
+        var lines = [
+            "State \(state): lineage \(listing.lineage), serial \(listing.serial); \(PlanRenderer.formatCount(listing.tokens)) tokens known, \(PlanRenderer.formatCount(listing.dead)) dead."
+        ]
+        if !listing.topics.isEmpty {
+            lines.append("")
+            lines.append("Topics (managed = memberships tidemark made; observed = last seen in FCM):")
+            let width = min(40, listing.topics.map(\.name.count).max() ?? 0)
+            for t in listing.topics {
+                let padded = t.name.padding(toLength: max(width, t.name.count), withPad: " ", startingAt: 0)
+                lines.append(
+                    "  \(padded)  \(t.mode.padding(toLength: 13, withPad: " ", startingAt: 0))  managed \(PlanRenderer.formatCount(t.managed)), observed \(PlanRenderer.formatCount(t.observed))\(t.protect ? ", protected" : "")"
+                )
+            }
+        }
+        for audiences in [false, true] {
+            let groups = listing.groups.filter { ($0.kind == "audience") == audiences }
+            guard !groups.isEmpty else { continue }
+            lines.append("")
+            lines.append(audiences ? "Audiences (named sets in state):" : "Device groups:")
+            for g in groups {
+                var parts: [String] = []
+                if !audiences { parts.append(g.exists ? "exists" : "not created") }
+                parts.append("\(g.members) member\(g.members == 1 ? "" : "s")")
+                if audiences, g.exists { parts.append("its FCM group kept until retired") }
+                if let exported = g.exported { parts.append("\(exported) token\(exported == 1 ? "" : "s") exported") }
+                if g.protect { parts.append("protected") }
+                lines.append("  \(g.name)  \(parts.joined(separator: ", "))")
+            }
+        }
+        if !listing.applies.isEmpty {
+            lines.append("")
+            lines.append("Latest applies:")
+            let formatter = ISO8601DateFormatter()
+            for apply in listing.applies {
+                let started = formatter.string(from: Date(timeIntervalSince1970: TimeInterval(apply.startedAt)))
+                lines.append(
+                    "  \(started)  \(apply.status.padding(toLength: 11, withPad: " ", startingAt: 0))  \(apply.done)/\(apply.operations) operations  (\(apply.id.prefix(8)))"
+                )
+            }
+        }
+        return lines.joined(separator: "\n") + "\n"
     }
 }
 
@@ -418,51 +354,29 @@ struct StateLockCommand: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
     @OptionGroup var output: DataFormatOption
 
-    /// `--format json`: the same answer as one document.
-    struct Report: Encodable {
-        var state: String
-        var locked: Bool
-        var holder: LockHolder?
-        var lease: String?
-        var expires: Date?
-        var exists: Bool
-    }
-
     func run() async throws {
         try await runReportingErrors {
             let runtime = try Runtime(global)
-            let store = runtime.stateStore()
-            let json = output.json
-            func say(_ text: String, _ report: Report) throws {
-                if json { try Terminal.writeJSON(report) } else { try Terminal.write(text + "\n") }
+            let report = try await runtime.lockReport(checkingExistence: output.json)
+            if output.json {
+                try Terminal.writeJSON(report)
+            } else {
+                try Terminal.write(Self.text(report) + "\n")
             }
-            let where_ = runtime.stateDisplay
-            // Whether state exists, for the JSON answer only: loading it is the whole state, which the
-            // text answer to "is it locked?" does not need.
-            func existsForJSON() async throws -> Bool { json ? try await store.load() != nil : false }
-            // A lock can be held before the state exists: a first apply takes it, then refreshes.
-            if let leases = store as? any LeaseKeeping, let lease = try await leases.lease() {
-                try say(
-                    "The state \(where_) is locked: \(lease.holder), lease \(lease.id.prefix(8)), expiring at \(ISO8601DateFormatter().string(from: lease.expires)) unless renewed.",
-                    Report(
-                        state: where_, locked: true, holder: lease.holder, lease: lease.id, expires: lease.expires,
-                        exists: try await existsForJSON()))
-                throw ExitCode(2)
-            }
-            if let holder = try await store.lockHolder() {
-                try say(
-                    "The state \(where_) is locked: \(holder).",
-                    Report(state: where_, locked: true, holder: holder, exists: try await existsForJSON()))
-                throw ExitCode(2)
-            }
-            guard try await store.load() != nil else {
-                try say(
-                    "There is no state at \(where_) yet, and nothing holds its lock.",
-                    Report(state: where_, locked: false, exists: false))
-                return
-            }
-            try say("The state \(where_) is not locked.", Report(state: where_, locked: false, exists: true))
+            if report.locked { throw ExitCode(2) }
         }
+    }
+
+    /// The answer for a person.
+    static func text(_ report: StateLockReport) -> String {
+        let state = report.state
+        if report.locked, let lease = report.lease, let holder = report.holder, let expires = report.expires {
+            return
+                "The state \(state) is locked: \(holder), lease \(lease.prefix(8)), expiring at \(ISO8601DateFormatter().string(from: expires)) unless renewed."
+        }
+        if report.locked { return "The state \(state) is locked: \(report.holder.map { "\($0)" } ?? "a run")." }
+        if !report.exists { return "There is no state at \(state) yet, and nothing holds its lock." }
+        return "The state \(state) is not locked."
     }
 }
 
