@@ -198,7 +198,6 @@ public struct FCMHTTPBackend: Backend {
     public let options: Options
     let counter = RequestCounter()
 
-    var transport: TopicTransport { options.transport }
     /// How topic changes and reads travel (`options.transport`).
     let topicAPI: any TopicAPI
 
