@@ -26,6 +26,18 @@ extension Runtime {
         }
     }
 
+    /// The apply of `planning`, or of the plan saved at `savedPlan` (read and checked as
+    /// `readSavedPlan` does), with tidemark.yaml's settings for every front end: `prune_after` and
+    /// `saved_plan_reread_after`. Approves everything; a front end that asks a person sets `approve`,
+    /// `planReady` and `approveResume`.
+    public func applyRequest(_ planning: PlanRequest, savedPlan: String? = nil) throws -> ApplyRequest {
+        var request = ApplyRequest(
+            savedPlan: try savedPlan.map { (plan: try readSavedPlan($0).plan, file: $0) }, planning: planning)
+        request.pruneAfter = settings.pruneAfter
+        request.rereadAfter = settings.savedPlanRereadAfter
+        return request
+    }
+
     /// Applies under the state lock, waiting up to `lockTimeout` seconds for another run to let go.
     public func apply(
         _ request: ApplyRequest, output: any WorkflowOutput, parallelism: Int = 8, acceptDead: Bool = false,
@@ -189,9 +201,23 @@ extension Runtime {
         }
     }
 
-    /// State and the manifests, resolved into state's token table (to name an audience's members).
-    public func stateAndManifests(output: any WorkflowOutput) async throws -> (State, LoadedManifests) {
-        try await AudienceWorkflow(manifests: manifestSource(), store: stateStore(), output: output).load()
+    /// The members of the audience or device group `name`, as the manifests declare it (`desired`) or
+    /// as state holds it after the last apply (`observed`), with the state and manifests that name
+    /// them; refused when neither names it.
+    public func namedAudience(
+        _ name: String, source: Audience.Source, output: any WorkflowOutput
+    ) async throws -> NamedAudience {
+        let (state, loaded) = try await AudienceWorkflow(
+            manifests: manifestSource(), store: stateStore(), output: output
+        ).load()
+        guard let found = Audience.members(named: name, source: source, desired: loaded.desired, state: state) else {
+            let where_ = source == .desired ? "the manifests declare" : "state holds"
+            throw RuntimeError(
+                "\(where_) no audience or device group named '\(name)'\(source == .desired ? " ('--from observed' reads state)" : "")."
+            )
+        }
+        return NamedAudience(
+            tokens: found.tokens, isAudience: found.isAudience, state: state, inventory: loaded.inventory)
     }
 }
 
@@ -221,4 +247,16 @@ extension Runtime {
         }
         return try PostgresChangeTriggers.sql(source: name, channel: channel, table: table, idColumn: idColumn)
     }
+}
+
+/// An audience's or device group's members (`tidemark audience --name`).
+public struct NamedAudience: Sendable {
+    /// Its live tokens, sorted.
+    public var tokens: [String]
+    /// An audience (a named set in state), not a device group.
+    public var isAudience: Bool
+    /// The state read (what remembers the devices of tokens gone from the inventory).
+    public var state: State
+    /// The manifests' inventory (the members' device ids).
+    public var inventory: Inventory
 }

@@ -133,10 +133,8 @@ extension Runtime {
         into outcome: inout ReconcileOutcome
     ) async throws {
         let planReady = reconcile.planReady
-        var request = ApplyRequest(
-            planning: planning, approve: { _ in .approved }, planReady: { planReady($0.plan) },
-            approveResume: { _ in .approved })
-        request.pruneAfter = settings.pruneAfter
+        var request = try applyRequest(planning)
+        request.planReady = { planReady($0.plan) }
         let applied = try await apply(request, output: output)
         if let managed = applied.managedMemberships { outcome.managedMemberships = managed }
         outcome.applied += [applied.resumed, applied.applied].compactMap { $0 }

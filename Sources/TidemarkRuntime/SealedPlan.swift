@@ -43,6 +43,21 @@ extension Runtime {
     public func planKey() throws(RuntimeError) -> PlanKey? {
         try PlanKey.from(resolved.environment)
     }
+
+    /// Reads and checks the plan saved at `path`, within the limits of tidemark.yaml (`plan_bytes`,
+    /// `plan_operations`): a sealed one is opened with `planKey()`, or, unless `requireWhole`, read
+    /// without its tokens when it cannot be. Throws `SavedPlanError` naming the file.
+    public func readSavedPlan(_ path: String, requireWhole: Bool = true) throws -> SealedPlan.Opened {
+        let data: Data
+        do {
+            data = try InputFile.read(path, atMost: settings.limits.planBytes, setting: "plan_bytes")
+        } catch {
+            throw SavedPlanError(description: "cannot read the plan file \(path): \(error.problem).")
+        }
+        return try SealedPlan.read(
+            data, file: path, key: try planKey(), requireWhole: requireWhole,
+            maxOperations: settings.limits.planOperations)
+    }
 }
 
 /// A saved plan whose registration tokens are sealed: a JSON file whose `plan` is the plan with every

@@ -141,3 +141,52 @@ extension Runtime {
         return StateLockReport(state: shown, locked: false, exists: try await store.load() != nil)
     }
 }
+
+/// One topic or group of state, as `tidemark state show` names it, with what names its members: the
+/// state it came from and the inventory of the manifests (empty when they cannot be read).
+public struct StateEntry: Sendable {
+    /// What state holds under the name.
+    public enum Kind: Sendable {
+        /// A topic.
+        case topic(TopicState)
+        /// A device group or an audience.
+        case group(GroupState)
+    }
+
+    /// Its name, without `topic:` or `group:`.
+    public var name: String
+    /// The topic or group.
+    public var kind: Kind
+    /// The state it was read from (its tokens and device ids name the members).
+    public var state: State
+    /// The inventory's devices, for the members' device ids.
+    public var inventory: Inventory
+
+    /// The device of `token`: from the inventory, else from what state remembers of `id`.
+    public func device(ofToken token: String, id: UInt32) -> String? {
+        inventory.index(ofToken: token).map { inventory.deviceIDs[$0] } ?? state.deviceID(of: id)
+    }
+}
+
+extension Runtime {
+    /// The topic or group `name` names in state: `topic:NAME`, `group:NAME`, or a bare name (a topic
+    /// first, then a group). Refused when state does not exist or holds no such entry.
+    public func stateEntry(_ name: String) async throws -> StateEntry {
+        guard var state = try await stateStore().load() else {
+            throw RuntimeError(
+                "there is no state at \(stateDisplay) yet; 'tidemark apply' or 'tidemark import' creates it.")
+        }
+        let manifests = manifestSource()
+        let loaded = await state.interning { await manifests.load(into: &$0) }
+        let kind = name.hasPrefix("group:") ? "group" : name.hasPrefix("topic:") ? "topic" : nil
+        let bare = kind.map { String(name.dropFirst($0.count + 1)) } ?? name
+        if kind != "group", let topic = state.topics[bare] {
+            return StateEntry(name: bare, kind: .topic(topic), state: state, inventory: loaded.inventory)
+        }
+        if kind != "topic", let group = state.groups[bare] {
+            return StateEntry(name: bare, kind: .group(group), state: state, inventory: loaded.inventory)
+        }
+        throw RuntimeError(
+            "state has no \(kind ?? "topic or group") named '\(bare)'; 'tidemark state list' shows what it has.")
+    }
+}

@@ -99,49 +99,39 @@ struct ApplyCommand: AsyncParsableCommand {
 
     private func apply(_ runtime: Runtime) async throws {
         PhaseTrace.mark("apply started")
-        let saved = try planFile.map {
-            (
-                plan: try readPlan(
-                    $0, limit: runtime.settings.limits.planBytes,
-                    operations: runtime.settings.limits.planOperations, key: try runtime.planKey()
-                ).plan, file: $0
-            )
-        }
-        PhaseTrace.mark("saved plan read")
         let showTokens = global.showTokens
-        var request = ApplyRequest(
-            savedPlan: saved,
-            planning: runtime.planRequest(
+        var request = try runtime.applyRequest(
+            runtime.planRequest(
                 try planning.flags(reading), targets: try planning.selection.targets(), driftOnly: drift.driftOnly),
-            approve: { [autoApprove] _ in
-                if autoApprove { return .approved }
-                guard Terminal.stdinIsTerminal else { return .unavailable }
-                return Terminal.confirm("\nDo you want to apply this plan?") ? .approved : .declined
-            },
-            planReady: { [json = output.json] outcome in
-                // With --format json, stdout carries only the result; the plan is shown on stderr.
-                if json {
-                    Terminal.err(runtime.renderer(outcome.loaded.inventory).render(outcome.plan))
-                } else {
-                    try runtime.output(outcome.plan, format: .text, inventory: outcome.loaded.inventory)
-                }
-            },
-            approveResume: { [autoApprove, planFile] unfinished in
-                // A saved plan was reviewed already; --auto-approve says yes to everything.
-                if autoApprove || planFile != nil { return .approved }
-                guard Terminal.stdinIsTerminal else { return .unavailable }
-                var remaining = unfinished.plan
-                remaining.operations = unfinished.plan.operations.indices.filter { !unfinished.done.contains($0) }
-                    .map { unfinished.plan.operations[$0] }
-                Terminal.err(
-                    "An apply started at \(ISO8601DateFormatter().string(from: unfinished.startedAt)) was interrupted with \(unfinished.done.count) of \(unfinished.plan.operations.count) operations done. It still has to run:\n"
-                )
-                try? Terminal.write(PlanRenderer(showTokens: showTokens).render(remaining))
-                return Terminal.confirm("\nDo you want to finish it?") ? .approved : .declined
-            })
+            savedPlan: planFile)
+        PhaseTrace.mark("saved plan read")
+        request.approve = { [autoApprove] _ in
+            if autoApprove { return .approved }
+            guard Terminal.stdinIsTerminal else { return .unavailable }
+            return Terminal.confirm("\nDo you want to apply this plan?") ? .approved : .declined
+        }
+        request.planReady = { [json = output.json] outcome in
+            // With --format json, stdout carries only the result; the plan is shown on stderr.
+            if json {
+                Terminal.err(runtime.renderer(outcome.loaded.inventory).render(outcome.plan))
+            } else {
+                try runtime.output(outcome.plan, format: .text, inventory: outcome.loaded.inventory)
+            }
+        }
+        request.approveResume = { [autoApprove, planFile] unfinished in
+            // A saved plan was reviewed already; --auto-approve says yes to everything.
+            if autoApprove || planFile != nil { return .approved }
+            guard Terminal.stdinIsTerminal else { return .unavailable }
+            var remaining = unfinished.plan
+            remaining.operations = unfinished.plan.operations.indices.filter { !unfinished.done.contains($0) }
+                .map { unfinished.plan.operations[$0] }
+            Terminal.err(
+                "An apply started at \(ISO8601DateFormatter().string(from: unfinished.startedAt)) was interrupted with \(unfinished.done.count) of \(unfinished.plan.operations.count) operations done. It still has to run:\n"
+            )
+            try? Terminal.write(PlanRenderer(showTokens: showTokens).render(remaining))
+            return Terminal.confirm("\nDo you want to finish it?") ? .approved : .declined
+        }
         request.planning.allowShrink = planning.allowShrink
-        request.pruneAfter = runtime.settings.pruneAfter
-        request.rereadAfter = runtime.settings.savedPlanRereadAfter
         request.refreshOnly = refreshOnly
         let prepared = request
         let interruption = Interruption()

@@ -123,12 +123,8 @@ struct AudienceCommand: AsyncParsableCommand {
     private func listNamed(_ name: String) async throws {
         let runtime = try Runtime(global)
         let source = Audience.Source(rawValue: from)!
-        let (state, loaded) = try await TerminalOutput.during { try await runtime.stateAndManifests(output: $0) }
-        guard let found = Audience.members(named: name, source: source, desired: loaded.desired, state: state) else {
-            let where_ = source == .desired ? "the manifests declare" : "state holds"
-            throw CLIError(
-                "\(where_) no audience or device group named '\(name)'\(source == .desired ? " ('--from observed' reads state)" : "")."
-            )
+        let found = try await TerminalOutput.during {
+            try await runtime.namedAudience(name, source: source, output: $0)
         }
         let kind = found.isAudience ? "audience" : "device group"
         if output.json {
@@ -139,7 +135,7 @@ struct AudienceCommand: AsyncParsableCommand {
                 var count: Int
                 var devices: [ListedDevice]
             }
-            let devices = Self.listed(found.tokens, loaded.inventory, state: state)
+            let devices = Self.listed(found.tokens, found.inventory, state: found.state)
             try Terminal.writeJSON(
                 Output(name: name, kind: kind, from: source.rawValue, count: devices.count, devices: devices))
             return
@@ -149,7 +145,7 @@ struct AudienceCommand: AsyncParsableCommand {
         var lines = [
             "The \(kind) '\(name)' has \(PlanRenderer.formatCount(count)) device\(count == 1 ? "" : "s") \(basis)."
         ]
-        lines += deviceLines(found.tokens, loaded.inventory, runtime)
+        lines += deviceLines(found.tokens, found.inventory, runtime)
         try Terminal.write(lines.joined(separator: "\n") + "\n")
     }
 

@@ -26,46 +26,17 @@ struct FmtCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let runtime = try Runtime(project)
-            let files = try manifestFiles(runtime.manifestsPath)
-            var changed: [String] = []
-            var problems: [Diagnostic] = []
-            for name in files {
-                let path = (runtime.manifestsPath as NSString).appendingPathComponent(name)
-                let display = (runtime.manifestsDisplay as NSString).appendingPathComponent(name)
-                let data: Data
-                do {
-                    data = try InputFile.read(
-                        path, atMost: runtime.settings.limits.manifestBytes, setting: "manifest_bytes",
-                        within: runtime.confinement)
-                } catch {
-                    problems.append(
-                        .error(
-                            "cannot read: \(ErrorText.describe(error)).",
-                            at: SourceLocation(file: display, line: 1, column: 1)))
-                    continue
-                }
-                let text = String(decoding: data, as: UTF8.self)
-                switch ManifestFormatter().format(text, file: display) {
-                case .failed(let diagnostics):
-                    problems += diagnostics
-                case .formatted(let formatted) where formatted != text:
-                    changed.append(display)
-                    if diff {
-                        try Terminal.write(
-                            UnifiedDiff.render(text, formatted, oldName: display, newName: "\(display) (formatted)"))
-                    }
-                    if !check {
-                        let mode =
-                            ((try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? Int)
-                            ?? 0o644
-                        try writeAtomically(Data(formatted.utf8), to: path, mode: mode)
-                    }
-                case .formatted:
-                    break
+            let outcome = try Runtime(project).format(check: check)
+            let changed = outcome.changed.map(\.file)
+            if diff {
+                for change in outcome.changed {
+                    try Terminal.write(
+                        UnifiedDiff.render(
+                            change.original, change.formatted, oldName: change.file,
+                            newName: "\(change.file) (formatted)"))
                 }
             }
-            for diagnostic in problems.condensed() { Terminal.err(diagnostic.description) }
+            for diagnostic in outcome.problems.condensed() { Terminal.err(diagnostic.description) }
             if check {
                 if !diff { for file in changed { try Terminal.write("\(file)\n") } }
                 if !changed.isEmpty {
@@ -79,15 +50,7 @@ struct FmtCommand: AsyncParsableCommand {
             } else {
                 for file in changed { try Terminal.write("formatted \(file)\n") }
             }
-            if !problems.isEmpty { throw ExitCode.failure }
+            if !outcome.problems.isEmpty { throw ExitCode.failure }
         }
-    }
-
-    /// The manifest files, sorted, relative to the directory, subdirectories included (as plan reads them).
-    private func manifestFiles(_ directory: String) throws -> [String] {
-        guard let names = try? DiskFileSource(root: directory, displayRoot: directory).listFiles(".") else {
-            throw CLIError("the manifests directory \(directory) does not exist; pass --manifests DIR or -C DIR.")
-        }
-        return names.filter { $0.hasSuffix(".yaml") || $0.hasSuffix(".yml") }.sorted()
     }
 }

@@ -19,9 +19,7 @@ struct ShowCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let runtime = try Runtime(global)
-            let opened = try readPlan(
-                planFile, limit: runtime.settings.limits.planBytes,
-                operations: runtime.settings.limits.planOperations, key: try runtime.planKey(), requireWhole: false)
+            let opened = try runtime.readSavedPlan(planFile, requireWhole: false)
             if let why = opened.closedBecause {
                 Terminal.err("Showing \(planFile) without its registration tokens: \(why).\n")
             }
@@ -33,24 +31,5 @@ struct ShowCommand: AsyncParsableCommand {
                 plan, format: render.format, inventory: inventory, partsDir: render.partsDir,
                 planFile: planFile, tokensRedacted: !opened.whole)
         }
-    }
-}
-
-/// Reads and checks a saved plan file: a sealed one is opened with `key` (TIDEMARK_PLAN_KEY), or,
-/// unless `requireWhole`, read without its tokens when it cannot be.
-func readPlan(
-    _ path: String, limit: Int, operations: Int = InputLimits().planOperations, key: PlanKey? = nil,
-    requireWhole: Bool = true
-) throws -> SealedPlan.Opened {
-    let data: Data
-    do {
-        data = try InputFile.read(path, atMost: limit, setting: "plan_bytes")
-    } catch {
-        throw CLIError("cannot read the plan file \(path): \(error.problem).")
-    }
-    do {
-        return try SealedPlan.read(data, file: path, key: key, requireWhole: requireWhole, maxOperations: operations)
-    } catch let error as SavedPlanError {
-        throw CLIError(error.description)
     }
 }

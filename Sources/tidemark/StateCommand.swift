@@ -123,12 +123,9 @@ struct StateShowCommand: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let runtime = try Runtime(global)
-            guard var state = try await runtime.stateStore().load() else {
-                throw CLIError("there is no state at \(runtime.stateDisplay) yet.")
-            }
-            let manifests = runtime.manifestSource()
-            let loaded = await state.interning { await manifests.load(into: &$0) }
-            let namer = runtime.deviceNamer(loaded.inventory)
+            let entry = try await runtime.stateEntry(name)
+            let (state, bare) = (entry.state, entry.name)
+            let namer = runtime.deviceNamer(entry.inventory)
             func list(_ set: TokenSet) -> [String] {
                 var lines = set.prefix(limit).map { id -> String in
                     let token = state.tokens[id]
@@ -138,23 +135,29 @@ struct StateShowCommand: AsyncParsableCommand {
                 if set.count > limit { lines.append("    … and \(PlanRenderer.formatCount(set.count - limit)) more") }
                 return lines
             }
-            let kind = name.hasPrefix("group:") ? "group" : name.hasPrefix("topic:") ? "topic" : nil
-            let bare = kind.map { String(name.dropFirst($0.count + 1)) } ?? name
             func members(_ set: TokenSet) -> [Report.Member] {
                 set.map { id in
                     let token = state.tokens[id]
-                    let device = loaded.inventory.index(ofToken: token).map { loaded.inventory.deviceIDs[$0] }
-                    return Report.Member(token: token, device: device ?? state.deviceID(of: id))
+                    return Report.Member(token: token, device: entry.device(ofToken: token, id: id))
                 }
             }
-            if output.json {
-                if kind != "group", let topic = state.topics[bare] {
+            var lines: [String] = []
+            switch entry.kind {
+            case .topic(let topic):
+                if output.json {
                     try Terminal.writeJSON(
                         Report(
                             kind: "topic", name: bare, mode: topic.mode.rawValue, protect: topic.protect,
                             managed: members(topic.managed), observed: members(topic.observed), serial: state.serial))
                     return
-                } else if kind != "topic", let group = state.groups[bare] {
+                }
+                lines.append("Topic '\(bare)': \(topic.mode.rawValue)\(topic.protect ? ", protected" : "")")
+                lines.append("  managed (\(PlanRenderer.formatCount(topic.managed.count))):")
+                lines += list(topic.managed)
+                lines.append("  observed (\(PlanRenderer.formatCount(topic.observed.count))):")
+                lines += list(topic.observed)
+            case .group(let group):
+                if output.json {
                     try Terminal.writeJSON(
                         Report(
                             kind: group.audience ? "audience" : "group", name: bare, protect: group.protect,
@@ -162,15 +165,6 @@ struct StateShowCommand: AsyncParsableCommand {
                             exported: group.exported.map(members), serial: state.serial))
                     return
                 }
-            }
-            var lines: [String] = []
-            if kind != "group", let topic = state.topics[bare] {
-                lines.append("Topic '\(bare)': \(topic.mode.rawValue)\(topic.protect ? ", protected" : "")")
-                lines.append("  managed (\(PlanRenderer.formatCount(topic.managed.count))):")
-                lines += list(topic.managed)
-                lines.append("  observed (\(PlanRenderer.formatCount(topic.observed.count))):")
-                lines += list(topic.observed)
-            } else if kind != "topic", let group = state.groups[bare] {
                 if group.audience {
                     lines.append(
                         "Audience '\(bare)': a named set in state\(group.key == nil ? "" : "; the FCM group it was converted from is kept in step until retired")\(group.protect ? ", protected" : "")"
@@ -188,10 +182,6 @@ struct StateShowCommand: AsyncParsableCommand {
                     lines.append("  exported from FCM at \(when) (\(exported.count)):")
                     lines += list(exported)
                 }
-            } else {
-                throw CLIError(
-                    "state has no \(kind ?? "topic or group") named '\(bare)'; 'tidemark state list' shows what it has."
-                )
             }
             try Terminal.write(lines.joined(separator: "\n") + "\n")
         }

@@ -7,6 +7,9 @@ public struct SavedPlanError: TidemarkError {
 
     /// The reason, as a sentence naming the file's problem.
     public var description: String
+
+    /// An error whose whole message is `description`.
+    public init(description: String) { self.description = description }
 }
 
 extension Plan {

@@ -1,0 +1,132 @@
+import Foundation
+import Testing
+import TidemarkCore
+import TidemarkRuntime
+import TidemarkTesting
+
+/// The use cases the CLI's `fmt`, `apply PLANFILE`, `state show` and `audience --name` call: each is
+/// one runtime call, its settings merged by the runtime, its refusals typed.
+@Suite struct CommandUseCaseTests {
+    /// A project with `settings` and `manifests` (file name to text) in a fresh directory.
+    static func project(_ settings: String, manifests: [String: String] = [:]) throws -> (Runtime, URL) {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("tm-use-\(UUID().uuidString)")
+        let directory = root.appendingPathComponent("manifests")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try settings.write(to: root.appendingPathComponent("tidemark.yaml"), atomically: true, encoding: .utf8)
+        for (name, text) in manifests {
+            let url = directory.appendingPathComponent(name)
+            try FileManager.default.createDirectory(
+                at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try text.write(to: url, atomically: true, encoding: .utf8)
+        }
+        var flags = RuntimeFlags()
+        flags.directory = root.path
+        return (try Runtime.load(flags, environment: [:]), root)
+    }
+
+    @Test func formatRewritesWhatIsNotCanonicalKeepsModesAndReportsWhatItCannotRead() throws {
+        let messy = "topics:\n  - members:\n      - devices: [b, a]\n    name: news\n"
+        let (runtime, root) = try Self.project(
+            "project: tidemark-fmt\n",
+            manifests: [
+                "a.yaml": messy, "nested/b.yml": "topics: []\n", "broken.yaml": "topics: [\n",
+                "notes.txt": "not a manifest\n",
+            ])
+        defer { try? FileManager.default.removeItem(at: root) }
+        let path = root.appendingPathComponent("manifests/a.yaml").path
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: path)
+
+        let checked = try runtime.format(check: true)
+        #expect(checked.changed.map(\.file) == [runtime.manifestsDisplay + "/a.yaml"])
+        #expect(checked.changed.first?.original == messy)
+        #expect(checked.problems.count >= 1 && checked.problems.allSatisfy { $0.description.contains("broken.yaml") })
+        #expect(try String(contentsOfFile: path, encoding: .utf8) == messy, "--check writes nothing")
+
+        let written = try runtime.format(check: false)
+        let formatted = try String(contentsOfFile: path, encoding: .utf8)
+        #expect(formatted == written.changed.first?.formatted && formatted != messy)
+        #expect(formatted.contains("name: news") && formatted.contains("[a, b]"))
+        let mode = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
+        #expect(mode == 0o600, "the file keeps its mode")
+        #expect(try runtime.format(check: true).changed.isEmpty, "canonical once formatted")
+
+        try FileManager.default.removeItem(at: root.appendingPathComponent("manifests"))
+        let missing = #expect(throws: RuntimeError.self) { try runtime.format(check: true) }
+        #expect(missing?.description.contains("does not exist; pass --manifests DIR or -C DIR") == true)
+    }
+
+    @Test func anApplyRequestTakesTidemarkYAMLsSettingsAndReadsTheSavedPlan() throws {
+        let (runtime, root) = try Self.project(
+            "project: tidemark-apply\nprune_after: 30d\nsaved_plan_reread_after: 0s\n")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let fresh = try runtime.applyRequest(PlanRequest())
+        #expect(fresh.pruneAfter == 30 * 86_400 && fresh.rereadAfter == 0 && fresh.savedPlan == nil)
+
+        let plan = StateStoreConformance.plan(
+            [
+                PlannedOperation(
+                    kind: .subscribe, target: "news", tokens: ["t1:APA91b" + String(repeating: "x", count: 40)])
+            ],
+            state: State(lineage: "l", serial: 1))
+        let file = root.appendingPathComponent("plan.json").path
+        try Plan.encoder().encode(plan).write(to: URL(fileURLWithPath: file))
+        let saved = try runtime.applyRequest(PlanRequest(), savedPlan: file)
+        #expect(saved.savedPlan?.file == file && saved.savedPlan?.plan.operations.count == 1)
+
+        let gone = #expect(throws: SavedPlanError.self) {
+            try runtime.applyRequest(PlanRequest(), savedPlan: root.appendingPathComponent("gone.json").path)
+        }
+        #expect(gone?.description.contains("cannot read the plan file") == true)
+        #expect(gone?.reason == "unreadable_plan")
+
+        let (defaults, other) = try Self.project("project: tidemark-apply\n")
+        defer { try? FileManager.default.removeItem(at: other) }
+        let plain = try defaults.applyRequest(PlanRequest())
+        #expect(plain.pruneAfter == nil && plain.rereadAfter == 15 * 60)
+    }
+
+    static let token = "t1:APA91b" + String(repeating: "y", count: 140)
+
+    @Test func stateShowAndAudienceNamesFindTheirEntryOrSayWhatThereIs() async throws {
+        let (runtime, root) = try Self.project(
+            "project: tidemark-show\n",
+            manifests: [
+                "topics.yaml":
+                    "inventory:\n  files: [devices.csv]\ngroups:\n  - notification_key_name: family\n    members:\n      - devices: [d1]\n",
+                "devices.csv": "device_id,token\nd1,\(Self.token)\n",
+            ])
+        defer { try? FileManager.default.removeItem(at: root) }
+        let none = await #expect(throws: RuntimeError.self) { try await runtime.stateEntry("news") }
+        #expect(none?.description.contains("there is no state at") == true)
+
+        var state = State(lineage: "l", serial: 0)
+        let token = Self.token
+        let id = state.intern(token)
+        state.setTopic(
+            "news", TopicState(mode: .authoritative, protect: false, managed: TokenSet([id]), observed: TokenSet([id])))
+        state.setGroup("news", GroupState(key: nil, members: TokenSet([id])))
+        try await runtime.stateStore().save(&state, StateStoreConformance.writeAll(state), at: 1)
+
+        let topic = try await runtime.stateEntry("news")
+        guard case .topic(let found) = topic.kind else {
+            Issue.record("a bare name is a topic first")
+            return
+        }
+        #expect(found.mode == .authoritative && topic.device(ofToken: token, id: id) == "d1")
+        let group = try await runtime.stateEntry("group:news")
+        guard case .group = group.kind else {
+            Issue.record("group: names the group")
+            return
+        }
+        let missing = await #expect(throws: RuntimeError.self) { try await runtime.stateEntry("topic:sports") }
+        #expect(missing?.description.contains("state has no topic named 'sports'") == true)
+
+        let family = try await runtime.namedAudience("family", source: .desired, output: SilentOutput())
+        #expect(family.tokens == [token] && !family.isAudience)
+        let unknown = await #expect(throws: RuntimeError.self) {
+            try await runtime.namedAudience("friends", source: .desired, output: SilentOutput())
+        }
+        #expect(
+            unknown?.description.contains("the manifests declare no audience or device group named 'friends'") == true)
+    }
+}
