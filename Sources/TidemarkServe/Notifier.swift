@@ -219,12 +219,16 @@ public final class Notifier: Service, Sendable {
         self.requestTimeout = requestTimeout
         self.log = log
         (stream, continuation) = AsyncStream.makeStream(of: Delivery.self)
-        for target in targets { metrics.declareNotifications(target: target.settings.name) }
+        for target in targets {
+            metrics.declareNotifications(target: target.settings.name, events: target.settings.events)
+        }
     }
 
     /// Reloaded settings: later events go to `targets` (deliveries under way finish).
     public func update(_ targets: [Target]) {
-        for target in targets { metrics.declareNotifications(target: target.settings.name) }
+        for target in targets {
+            metrics.declareNotifications(target: target.settings.name, events: target.settings.events)
+        }
         current.withLock { $0 = targets }
     }
 

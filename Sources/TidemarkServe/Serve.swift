@@ -33,6 +33,8 @@ public struct Serve: Sendable {
         public var poll: Duration = .seconds(2)
         /// This replica's name in claims and statuses (default `Serve.replica`, `host/pid#instance`).
         public var replica = Serve.replica
+        /// The binary's version and commit, for `tidemark_build_info`.
+        public var build = (version: Runtime.version, commit: "unknown")
         /// How often `/readyz`'s checks run again.
         public var readinessInterval: Duration = .seconds(10)
         /// The clock and random source of the schedule, the reconciles and the checks.
@@ -158,7 +160,7 @@ public struct Serve: Sendable {
         let (planned, targets) = try planWorkspaces()
         let logger = self.logger
         let log: @Sendable (String) -> Void = { logger.info("\($0)") }
-        let metrics = ServeMetrics()
+        let metrics = ServeMetrics(version: options.build.version, commit: options.build.commit)
         let notifier = Notifier(targets: targets, timing: options.timing, metrics: metrics, log: log)
         let balance = WorkspaceRunner.Ownership.balance(
             replica: options.replica, duration: options.claimDuration, poll: options.poll, timing: options.timing)
@@ -250,7 +252,9 @@ public struct Serve: Sendable {
         let load = self.load
         metrics.declare(
             workspace: workspace.runtime.workspaceName, settings: workspace.settings,
-            quota: workspace.runtime.resolved.writeRate)
+            quota: workspace.runtime.resolved.writeRate, backend: workspace.runtime.backendKind.rawValue,
+            project: workspace.runtime.resolved.project.project,
+            sources: FollowedSource.of(workspace.runtime).map(\.name))
         let parts = { @Sendable (workspace: Planned) -> (WorkspaceStatus, Reconciler) in
             var status = Self.initialStatus(workspace.runtime, settings: workspace.settings)
             if let source = workspace.source { status.manifests = source.display }

@@ -1,5 +1,6 @@
 import Foundation
 import Prometheus
+import Synchronization
 import TidemarkCore
 
 /// `serve`'s metrics, in Prometheus's text format on `/metrics`.
@@ -8,18 +9,37 @@ import TidemarkCore
 /// registry per `serve`, never the process-wide default: each family carries its HELP text, which
 /// `promtool check metrics` asks for and an on-call engineer reads. Labels are the workspace and a
 /// few fixed words; no token, device id or user id is ever a label.
+///
+/// A workspace's health (its phase, readiness, last success, owner, what waits and what it manages)
+/// is the owner's truth, and only the replica that owns the workspace exports it: a standby exports
+/// none of those series (it exports `tidemark_workspace_leader 0`, the workspace's info and its
+/// counters), so `max by (workspace)` over every replica is the owner's value whichever replicas
+/// are scraped. A replica that loses a workspace removes its series at once.
 public final class ServeMetrics: Sendable {
     /// The registry the families live in.
     public let registry = PrometheusCollectorRegistry()
+    /// The workspaces this replica owns: the only ones whose owner-only series it exports.
+    private let owned = Mutex<Set<String>>([])
+    /// Reads the process's figures at each scrape.
+    private let process: ProcessMetrics
 
-    /// A registry with every family declared, so a scrape before the first reconcile already lists them.
-    public init() {}
+    /// A registry with `tidemark_build_info` (`version`, `commit`) and the process's metrics; a
+    /// workspace's families are declared by `declare(workspace:settings:quota:sources:)`.
+    public init(version: String = "unknown", commit: String = "unknown", process: ProcessMetrics = ProcessMetrics()) {
+        self.process = process
+        registry.makeGauge(
+            name: "tidemark_build_info", labels: [("version", version), ("commit", commit)],
+            help: "Always 1: the version and commit of the tidemark binary that serves these metrics."
+        ).set(to: 1)
+    }
 
-    /// The exposition, as `/metrics` answers it.
+    /// The exposition, as `/metrics` answers it: the registry's families, then the process's
+    /// (`process_cpu_seconds_total`, `process_resident_memory_bytes`, …, read at each scrape).
     public func exposition() -> [UInt8] {
         var buffer: [UInt8] = []
         buffer.reserveCapacity(8192)
         registry.emit(into: &buffer)
+        buffer += Array(process.exposition().utf8)
         return buffer
     }
 
@@ -28,24 +48,84 @@ public final class ServeMetrics: Sendable {
         .seconds(10), .seconds(30), .seconds(60), .seconds(120), .seconds(300), .seconds(600), .seconds(1800),
     ]
 
-    /// Declares a workspace's series with their starting values (0, or not ready).
-    public func declare(workspace: String, settings: ServeSettings, quota: Double) {
+    /// Declares a workspace's series that every replica exports, counters at 0 (`sources`: the
+    /// inventory sources whose changes it follows, for `tidemark_inventory_full_reads_total`), and
+    /// `tidemark_workspace_info{backend, project}`, 1 on every replica that runs the workspace. The
+    /// owner's series come with ownership (`leader(workspace:_:replica:)`).
+    public func declare(
+        workspace: String, settings: ServeSettings, quota: Double, backend: String = "", project: String = "",
+        sources: [String] = []
+    ) {
         for outcome in ReconcileResult.Outcome.allCases {
             _ = reconcileTotal(workspace, outcome)
         }
         for op in ["subscribe", "unsubscribe", "group"] { _ = changes(workspace, op) }
         for kind in ["read", "write"] { _ = fcmRequests(workspace, kind, "sent") }
-        gauge("tidemark_workspace_ready", workspace, Self.readyHelp).set(to: 0)
+        for source in sources { _ = fullReads(workspace, source) }
+        registry.makeGauge(
+            name: "tidemark_workspace_info",
+            labels: [("workspace", workspace), ("backend", backend), ("project", project)],
+            help:
+                "Always 1 on every replica that runs the workspace, with the backend and FCM project it reconciles against: the series to compare tidemark_workspace_owner with (a workspace with info and no owner has none)."
+        ).set(to: 1)
         gauge("tidemark_workspace_suspended", workspace, Self.suspendedHelp).set(to: settings.suspend ? 1 : 0)
         gauge("tidemark_workspace_leader", workspace, Self.leaderHelp).set(to: 0)
-        gauge("tidemark_changes_waiting", workspace, Self.waitingHelp).set(to: 0)
-        gauge("tidemark_inventory_changes_waiting", workspace, Self.inventoryWaitingHelp).set(to: 0)
         gauge("tidemark_fcm_quota_per_second", workspace, Self.quotaHelp).set(to: quota)
-        _ = gauge("tidemark_last_success_timestamp_seconds", workspace, Self.lastSuccessHelp)
-        _ = gauge("tidemark_managed_memberships", workspace, Self.managedHelp)
         _ = handovers(workspace)
         _ = changeBatches(workspace)
         _ = divergences(workspace)
+    }
+
+    /// The phases `tidemark_workspace_phase` exports (an owner is never `standby` or `stopped`).
+    static let exportedPhases: [WorkspacePhase] = WorkspacePhase.allCases.filter { $0 != .standby && $0 != .stopped }
+
+    /// Exports the owner's view of the workspace from `status` (phase, readiness, last success, what
+    /// waits), when this replica owns it; nothing otherwise.
+    public func status(workspace: String, _ status: WorkspaceStatus) {
+        guard owns(workspace) else { return }
+        for phase in Self.exportedPhases {
+            registry.makeGauge(
+                name: "tidemark_workspace_phase", labels: [("workspace", workspace), ("phase", phase.rawValue)],
+                help: Self.phaseHelp
+            ).set(to: status.phase == phase ? 1 : 0)
+        }
+        gauge("tidemark_workspace_ready", workspace, Self.readyHelp).set(to: status.ready ? 1 : 0)
+        if let at = status.lastSuccessAt {
+            gauge("tidemark_last_success_timestamp_seconds", workspace, Self.lastSuccessHelp).set(
+                to: at.timeIntervalSince1970)
+        }
+        if let waiting = status.inventoryChangesWaiting {
+            gauge("tidemark_inventory_changes_waiting", workspace, Self.inventoryWaitingHelp).set(to: Double(waiting))
+        }
+    }
+
+    /// Whether this replica owns `workspace` (exports its owner-only series).
+    private func owns(_ workspace: String) -> Bool { owned.withLock { $0.contains(workspace) } }
+
+    /// Removes the owner-only series of `workspace`, `replica`'s owner series included.
+    private func withdraw(workspace: String, replica: String) {
+        var gauges = [
+            ("tidemark_workspace_ready", Self.readyHelp),
+            ("tidemark_last_success_timestamp_seconds", Self.lastSuccessHelp),
+            ("tidemark_changes_waiting", Self.waitingHelp),
+            ("tidemark_inventory_changes_waiting", Self.inventoryWaitingHelp),
+            ("tidemark_managed_memberships", Self.managedHelp),
+        ].map { gauge($0.0, workspace, $0.1) }
+        gauges += Self.exportedPhases.map {
+            registry.makeGauge(
+                name: "tidemark_workspace_phase", labels: [("workspace", workspace), ("phase", $0.rawValue)],
+                help: Self.phaseHelp)
+        }
+        gauges += Self.driftKinds.map {
+            registry.makeGauge(
+                name: "tidemark_drift_memberships", labels: [("workspace", workspace), ("kind", $0.label)],
+                help: Self.driftHelp)
+        }
+        gauges.append(
+            registry.makeGauge(
+                name: "tidemark_workspace_owner", labels: [("workspace", workspace), ("replica", replica)],
+                help: Self.ownerHelp))
+        for gauge in gauges { registry.unregisterGauge(gauge) }
     }
 
     private func changeBatches(_ workspace: String) -> Counter {
@@ -95,22 +175,25 @@ public final class ServeMetrics: Sendable {
         reconcileTotal(workspace, result.outcome).increment()
         if result.changedDevices != nil { changeBatches(workspace).increment() }
         if let found = result.divergences, found > 0 { divergences(workspace).increment(by: Int64(found)) }
-        gauge("tidemark_workspace_ready", workspace, Self.readyHelp).set(to: result.outcome == .success ? 1 : 0)
-        if result.outcome == .success {
-            gauge("tidemark_last_success_timestamp_seconds", workspace, Self.lastSuccessHelp).set(
-                to: result.finishedAt.timeIntervalSince1970)
-        }
         changes(workspace, "subscribe").increment(by: Int64(result.subscribed))
         changes(workspace, "unsubscribe").increment(by: Int64(result.unsubscribed))
         changes(workspace, "group").increment(by: Int64(result.groupCalls))
         fcmRequests(workspace, "write", "sent").increment(by: Int64(result.writeRequests))
         fcmRequests(workspace, "read", "sent").increment(by: Int64(result.readRequests))
+        // The rest is the owner's view: a reconcile that ends after this replica lost the workspace
+        // leaves it to the new owner.
+        guard owns(workspace) else { return }
+        gauge("tidemark_workspace_ready", workspace, Self.readyHelp).set(to: result.outcome == .success ? 1 : 0)
+        if result.outcome == .success {
+            gauge("tidemark_last_success_timestamp_seconds", workspace, Self.lastSuccessHelp).set(
+                to: result.finishedAt.timeIntervalSince1970)
+        }
         gauge("tidemark_changes_waiting", workspace, Self.waitingHelp).set(to: Double(result.changesWaiting))
         if let managed = result.managedMemberships {
             gauge("tidemark_managed_memberships", workspace, Self.managedHelp).set(to: Double(managed))
         }
         if let drift = result.drift {
-            for (kind, label) in [("dropped", "dropped"), ("self_subscribed", "foreign"), ("opted_out", "opt_out")] {
+            for (kind, label) in Self.driftKinds {
                 registry.makeGauge(
                     name: "tidemark_drift_memberships", labels: [("workspace", workspace), ("kind", label)],
                     help: Self.driftHelp
@@ -119,18 +202,29 @@ public final class ServeMetrics: Sendable {
         }
     }
 
-    /// Records how many device changes the inventory reported that no reconcile has started on yet.
+    /// The drift counts a reconcile reports, and their `kind` labels.
+    static let driftKinds: [(kind: String, label: String)] = [
+        ("dropped", "dropped"), ("self_subscribed", "foreign"), ("opted_out", "opt_out"),
+    ]
+
+    /// Records how many device changes the inventory reported that no reconcile has started on yet
+    /// (the owner's; nothing on a standby).
     public func inventoryChangesWaiting(workspace: String, _ count: Int) {
+        guard owns(workspace) else { return }
         gauge("tidemark_inventory_changes_waiting", workspace, Self.inventoryWaitingHelp).set(to: Double(count))
     }
 
     /// Records that a source's changes could not be trusted and it is read in full.
     public func inventoryFullRead(workspace: String, source: String) {
+        fullReads(workspace, source).increment()
+    }
+
+    private func fullReads(_ workspace: String, _ source: String) -> Counter {
         registry.makeCounter(
             name: "tidemark_inventory_full_reads_total", labels: [("workspace", workspace), ("source", source)],
             help:
                 "Times a source's changes could not be trusted (a lost LISTEN connection, a cursor that went backwards, a truncated table, changes unreadable for a while) and the next reconcile read it in full because of it."
-        ).increment()
+        )
     }
 
     /// Records that the workspace is suspended or resumed.
@@ -138,14 +232,31 @@ public final class ServeMetrics: Sendable {
         gauge("tidemark_workspace_suspended", workspace, Self.suspendedHelp).set(to: suspended ? 1 : 0)
     }
 
-    /// Records whether this replica owns the workspace.
-    public func leader(workspace: String, _ leader: Bool) {
+    /// Records whether this replica (`replica`) owns the workspace: an owner exports
+    /// `tidemark_workspace_owner{replica} 1` and the owner-only series from here on (its status,
+    /// `status(workspace:_:)`, fills them); a replica that stops owning it removes them.
+    public func leader(workspace: String, _ leader: Bool, replica: String, status: WorkspaceStatus? = nil) {
         gauge("tidemark_workspace_leader", workspace, Self.leaderHelp).set(to: leader ? 1 : 0)
+        let changed = owned.withLock { leader ? $0.insert(workspace).inserted : $0.remove(workspace) != nil }
+        guard leader else {
+            if changed { withdraw(workspace: workspace, replica: replica) }
+            return
+        }
+        registry.makeGauge(
+            name: "tidemark_workspace_owner", labels: [("workspace", workspace), ("replica", replica)],
+            help: Self.ownerHelp
+        ).set(to: 1)
+        gauge("tidemark_changes_waiting", workspace, Self.waitingHelp).set(to: 0)
+        _ = gauge("tidemark_managed_memberships", workspace, Self.managedHelp)
+        if let status { self.status(workspace: workspace, status) }
     }
 
-    /// Declares a webhook's series, so a scrape lists them before its first event.
-    public func declareNotifications(target: String) {
-        for outcome in [true, false] { _ = notifications(target, "blocked", outcome) }
+    /// Declares a webhook's series for each event it is sent, so a scrape lists them before its first.
+    public func declareNotifications(target: String, events: Set<NotifyTarget.Event> = Set(NotifyTarget.Event.allCases))
+    {
+        for event in NotifyTarget.Event.allCases where events.contains(event) {
+            for outcome in [true, false] { _ = notifications(target, event.rawValue, outcome) }
+        }
     }
 
     /// Records one delivery of `event` to `target`: delivered, or given up after its retries.
@@ -162,7 +273,12 @@ public final class ServeMetrics: Sendable {
         )
     }
 
-    static let readyHelp = "1 when the workspace's last reconcile succeeded, else 0."
+    static let readyHelp =
+        "1 when the workspace's last reconcile succeeded, else 0; exported by the replica that owns the workspace only."
+    static let phaseHelp =
+        "1 for the workspace's current phase (pending, reconciling, ready, failing, blocked, suspended), 0 for the others; exported by the replica that owns the workspace only."
+    static let ownerHelp =
+        "1, on the replica that owns the workspace, labelled with that replica (host/process); no series when no replica owns it."
     static let suspendedHelp = "1 while the workspace is suspended (nothing is reconciled)."
     static let leaderHelp = "1 on the replica that reconciles the workspace."
     static let waitingHelp = "Changes planned but not applied (on_change: plan, or a blocked plan)."
@@ -171,7 +287,8 @@ public final class ServeMetrics: Sendable {
     static let managedHelp =
         "Memberships tidemark manages in the workspace after its last reconcile: topic members and device-group or audience members."
     static let quotaHelp = "The FCM write quota tidemark keeps to, in changes per second."
-    static let lastSuccessHelp = "When the workspace's last successful reconcile ended, in seconds since 1970."
+    static let lastSuccessHelp =
+        "When the workspace's last successful reconcile ended, in seconds since 1970 (the owner's; absent before the first)."
     static let driftHelp =
         "Memberships found drifted at the last drift check: dropped (a declared device left a topic), foreign (a device subscribed itself to an authoritative topic), opt_out (a user's choice, respected)."
 

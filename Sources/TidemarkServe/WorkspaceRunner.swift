@@ -340,10 +340,11 @@ public final class WorkspaceRunner: Service, Sendable {
             queue.append(await readRecord(claim: claim, machine))
         case .lead(let leader):
             owning.set(leader)
-            metrics.leader(workspace: name, leader)
+            metrics.leader(workspace: name, leader, replica: ownership.replica, status: machine.status)
         case .log(let line):
             log(line)
         case .publish:
+            metrics.status(workspace: name, machine.status)
             await publish(machine.status)
         case .forgetPublished:
             published.withLock { $0 = nil }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import TidemarkBuildInfo
 import TidemarkCore
 import TidemarkRuntime
 import TidemarkServe
@@ -162,6 +163,7 @@ struct ServeCommand: AsyncParsableCommand {
             var options = Serve.Options()
             (options.host, options.port) = try address()
             options.overrides = try overrides()
+            options.build = (Runtime.version, BuildInfo.commit)
             if let claim = try claim() { options.claimDuration = claim }
             let json = logFormat == .json
             var logger = Logger(

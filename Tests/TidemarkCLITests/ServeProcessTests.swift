@@ -388,19 +388,41 @@ import FoundationNetworking
         #expect(listen.status == 64 && listen.stderr.contains("--listen must be HOST:PORT"), "\(listen.stderr)")
     }
 
-    @Test func theExampleAlertRulesAreValid() throws {
-        let rules = CLIRunner.repositoryRoot.appendingPathComponent("examples/serve/alerts.yml").path
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["promtool", "check", "rules", rules]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readAll(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "\(text)")
-        #expect(text.contains("SUCCESS: 4 rules found"), "\(text)")
+    /// The shipped rules load, and `promtool test rules` runs their unit tests: each rule against the
+    /// failure it names and the healthy two-replica cases it must stay quiet on.
+    @Test func theExampleAlertRulesAreValidAndTested() throws {
+        let directory = CLIRunner.repositoryRoot.appendingPathComponent("examples/serve")
+        func promtool(_ arguments: [String]) throws -> (status: Int32, output: String) {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = ["promtool"] + arguments
+            process.currentDirectoryURL = directory
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = output
+            try process.run()
+            let text = String(decoding: output.fileHandleForReading.readAll(), as: UTF8.self)
+            process.waitUntilExit()
+            return (process.terminationStatus, text)
+        }
+        let check = try promtool(["check", "rules", "alerts.yml"])
+        #expect(check.status == 0, "\(check.output)")
+        #expect(check.output.contains("SUCCESS: 5 rules found"), "\(check.output)")
+        let tested = try promtool(["test", "rules", "alerts.test.yml"])
+        #expect(tested.status == 0 && tested.output.contains("SUCCESS"), "\(tested.output)")
+        // Every rule is tested, firing at least once.
+        let tests = try String(contentsOf: directory.appendingPathComponent("alerts.test.yml"), encoding: .utf8)
+        let rules = try String(contentsOf: directory.appendingPathComponent("alerts.yml"), encoding: .utf8)
+        let names = rules.split(separator: "\n").compactMap { line -> String? in
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            return trimmed.hasPrefix("- alert: ") ? String(trimmed.dropFirst("- alert: ".count)) : nil
+        }
+        #expect(names.count == 5)
+        for name in names {
+            #expect(
+                tests.contains("alertname: \(name)\n    exp_alerts:\n    - exp_labels:"),
+                "\(name) never fires in a test")
+        }
     }
 
     /// The deployment recipes run what exists: the arguments they pass parse as `serve`'s, the probes

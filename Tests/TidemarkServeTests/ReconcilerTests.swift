@@ -98,6 +98,7 @@ struct ServeProject {
         #expect(third.outcome == .success && third.subscribed == 0 && third.writeRequests == 0, "\(third)")
         #expect(second.managedMemberships == 4 && third.managedMemberships == 4)
         let metrics = ServeMetrics()
+        metrics.leader(workspace: "default", true, replica: "vm/1")
         metrics.record(workspace: "default", third)
         #expect(
             String(decoding: metrics.exposition(), as: UTF8.self).contains(
