@@ -551,6 +551,12 @@ def serve_takeover(binary, url, devices=600, topics=30):
                                 lambda r: r and float(r[0]["value"][1]) == 1)
             leaders = prometheus.query('tidemark_workspace_leader{workspace="%s"} == 1' % workspace)
             leader_ok = [r["metric"]["instance"] for r in leaders] == ["127.0.0.1:%d" % first.port]
+            # The owner's truth from the owner only: the standby exports no phase, owner or readiness.
+            for family in ("tidemark_workspace_owner", "tidemark_workspace_phase", "tidemark_workspace_ready"):
+                instances = {r["metric"]["instance"] for r in prometheus.query('%s{workspace="%s"}' % (family, workspace))}
+                if instances != {"127.0.0.1:%d" % first.port}:
+                    print("  %s is exported by %s, not by the owner alone" % (family, sorted(instances)), flush=True)
+                    leader_ok = False
             # Killed once the journal holds finished work.
             deadline = time.monotonic() + 60
             before = None
@@ -595,6 +601,9 @@ def serve_takeover(binary, url, devices=600, topics=30):
                       takeover, "finished" if resumed else "DID NOT FINISH", status.get("phase"),
                       last.get("subscribed"), replays, missing, extra), flush=True)
             prometheus.wait_for('tidemark_workspace_leader{workspace="%s"} == 1' % workspace,
+                                lambda r: [x["metric"]["instance"] for x in r] == ["127.0.0.1:%d" % second.port])
+            # The new owner exports the owner's series; nothing is left of the dead one's.
+            prometheus.wait_for('tidemark_workspace_owner{workspace="%s"}' % workspace,
                                 lambda r: [x["metric"]["instance"] for x in r] == ["127.0.0.1:%d" % second.port])
             down = prometheus.wait_for('up{job="tidemark"} == 0', lambda r: len(r) == 1)
             print("  Prometheus: leader %s before the kill, replica b after; the dead replica shows up == 0 (%s)" % (
