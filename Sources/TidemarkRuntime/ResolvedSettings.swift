@@ -175,6 +175,15 @@ public struct ResolvedSettings: Sendable {
     /// A path inside the project as the user sees it.
     public func display(_ path: String) -> String { Self.display(flags.directory, path) }
 
+    /// What chose the state, for messages that ask to check it: the flag, the variable, the setting,
+    /// or the default.
+    public var stateOrigin: String {
+        if flags.state != nil { return "--state" }
+        if environment["TIDEMARK_STATE_URL"] != nil { return "TIDEMARK_STATE_URL" }
+        if project.state != nil { return "'state' in tidemark.yaml" }
+        return "the default (no --state, TIDEMARK_STATE_URL or 'state' in tidemark.yaml)"
+    }
+
     /// The state, for messages: the file or the server, and the workspace unless it is `default`.
     public var stateDisplay: String {
         if let postgres { return "\(postgres.display) (workspace \(workspace))" }

@@ -41,12 +41,36 @@ public struct ServedWorkspaces: Sendable {
     }
 
     /// Each workspace (`name`, or every served one) with its record as its state store holds it.
+    /// Creates nothing: a state file that does not exist, or a workspace no `serve` has recorded in
+    /// its store, is refused naming the store and what chose it; without `name`, the workspaces no
+    /// `serve` recorded are listed as such unless none was.
     public func records(_ name: String?) async throws -> [(runtime: Runtime, record: ServeRecord)] {
         var entries: [(runtime: Runtime, record: ServeRecord)] = []
         for runtime in try runtimes(name) {
-            entries.append((runtime, try await runtime.serveRecords().serveRecord()))
+            entries.append((runtime, try await Self.record(of: runtime)))
+        }
+        if !entries.contains(where: \.record.everServed), let first = entries.first {
+            throw Self.neverServed(first.runtime)
         }
         return entries
+    }
+
+    /// The record of `runtime`'s workspace, read without creating the state: a state file that does
+    /// not exist is refused.
+    static func record(of runtime: Runtime) async throws -> ServeRecord {
+        if case .file(let path) = runtime.resolved.state, !FileManager.default.fileExists(atPath: path) {
+            throw RuntimeError(
+                "there is no state at \(runtime.stateDisplay) (chosen by \(runtime.resolved.stateOrigin)), so no 'tidemark serve' runs with it; point --state or TIDEMARK_STATE_URL at the state the replicas use."
+            )
+        }
+        return try await runtime.serveRecords().serveRecord()
+    }
+
+    /// The refusal for a workspace no `serve` has recorded in its store.
+    static func neverServed(_ runtime: Runtime) -> RuntimeError {
+        RuntimeError(
+            "no 'tidemark serve' has run workspace '\(runtime.workspaceName)' with the state \(runtime.stateDisplay) (chosen by \(runtime.resolved.stateOrigin)); check the workspace (the argument, --workspace or 'workspace' in tidemark.yaml) and the state the replicas use."
+        )
     }
 
     /// What `tidemark status --format json` prints of `entries` at `now`: the `/status` type.
@@ -54,11 +78,20 @@ public struct ServedWorkspaces: Sendable {
         StatusReport(workspaces: entries.map { .init(record: $0.record, state: $0.runtime.stateDisplay, now: now) })
     }
 
-    /// Records `control` for the workspace `name`, asked by this user on this host; returns the
-    /// workspace's runtime and its record after the request.
-    public func request(_ control: ServeControl, _ name: String) async throws -> (runtime: Runtime, record: ServeRecord)
-    {
-        let runtime = try runtimes(name)[0]
+    /// Records `control` for the workspace `name` (nil: the one workspace `serve` runs, refused when
+    /// there are several), asked by this user on this host; returns the workspace's runtime and its
+    /// record after the request. A workspace no `serve` has recorded in its store is refused, and
+    /// nothing is written then.
+    public func request(
+        _ control: ServeControl, _ name: String?
+    ) async throws -> (runtime: Runtime, record: ServeRecord) {
+        let candidates = try runtimes(name)
+        guard candidates.count == 1, let runtime = candidates.first else {
+            throw RuntimeError(
+                "tidemark.yaml lists several workspaces under 'serve.workspaces' (\(candidates.map(\.workspaceName).joined(separator: ", "))); name the one to \(control.rawValue)."
+            )
+        }
+        guard try await Self.record(of: runtime).everServed else { throw Self.neverServed(runtime) }
         return (runtime, try await runtime.serveRecords().requestControl(control, by: runtime.requester))
     }
 
@@ -93,6 +126,10 @@ public struct ServedWorkspaces: Sendable {
 }
 
 extension ServeRecord {
+    /// Whether a `serve` ever recorded the workspace: it was claimed, a replica stood by for it, or a
+    /// status was published.
+    public var everServed: Bool { owner != nil || status != nil || !replicas.isEmpty }
+
     /// The status its owner last published, when this version can read it.
     public var publishedStatus: WorkspaceStatus? {
         status.flatMap { try? WorkspaceStatus.decoder.decode(WorkspaceStatus.self, from: $0) }

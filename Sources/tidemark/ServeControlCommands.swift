@@ -114,8 +114,11 @@ struct SuspendCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: "The workspace.")
-    var workspace: String
+    @Argument(
+        help:
+            "The workspace (default: the one 'serve' runs: --workspace, 'workspace' in tidemark.yaml, or the only one 'serve.workspaces' lists)."
+    )
+    var workspace: String?
 
     func run() async throws {
         try await runReportingErrors {
@@ -142,8 +145,11 @@ struct ResumeCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: "The workspace.")
-    var workspace: String
+    @Argument(
+        help:
+            "The workspace (default: the one 'serve' runs: --workspace, 'workspace' in tidemark.yaml, or the only one 'serve.workspaces' lists)."
+    )
+    var workspace: String?
 
     func run() async throws {
         try await runReportingErrors {
@@ -173,8 +179,11 @@ struct ReconcileCommand: AsyncParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: "The workspace.")
-    var workspace: String
+    @Argument(
+        help:
+            "The workspace (default: the one 'serve' runs: --workspace, 'workspace' in tidemark.yaml, or the only one 'serve.workspaces' lists)."
+    )
+    var workspace: String?
 
     @Flag(inversion: .prefixedNo, help: "Wait for the reconcile's result.")
     var wait = true

@@ -266,8 +266,27 @@ import FoundationNetworking
             """)
         try cli.write("a/topics.yaml", Self.devices([1, 2, 3]))
         try cli.write("b/topics.yaml", Self.devices([4, 5]))
+        // Before any serve: the control commands create no state and say which they looked at.
+        let state = cli.project.appendingPathComponent(".tidemark/state.db").path
+        for command in [["suspend", "beta"], ["status"], ["reconcile", "alpha", "--no-wait"]] {
+            let early = try cli.run(command)
+            #expect(
+                early.status == 1 && early.stderr.contains("there is no state at .tidemark/state.db (workspace ")
+                    && early.stderr.contains("(chosen by the default (no --state, TIDEMARK_STATE_URL"),
+                "\(command): \(early.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: state), "\(command) created the state")
+        }
         let serve = try Running.start(cli, [], environment: [:])
         defer { _ = serve.terminate() }
+        let owned = Date().addingTimeInterval(30)
+        while Date() < owned,
+            !(serve.logText.contains("workspace=alpha owned by this replica")
+                && serve.logText.contains("workspace=beta owned by this replica"))
+        {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        let unnamed = try cli.run(["suspend"])
+        #expect(unnamed.status == 1 && unnamed.stderr.contains("lists several workspaces"), "\(unnamed.stderr)")
         for round in 1...3 {
             let suspended = try cli.run(["suspend", "beta"])
             #expect(
@@ -293,6 +312,29 @@ import FoundationNetworking
         #expect(!serve.logText.contains("cannot claim"), "\(serve.logText)")
         let unknown = try cli.run(["suspend", "gamma"])
         #expect(unknown.status != 0 && unknown.stderr.contains("lists no workspace 'gamma'"), "\(unknown.stderr)")
+    }
+
+    /// A state that tidemark apply made but no serve ever ran: the control commands refuse, naming the
+    /// workspace and the state, and write nothing.
+    @Test func controlCommandsRefuseAWorkspaceNoServeHasRecorded() throws {
+        let cli = try CLIRunner()
+        defer { cli.remove() }
+        try cli.write("tidemark.yaml", "project: serve-test\n")
+        try cli.write("manifests/topics.yaml", Self.devices([1, 2]))
+        let applied = try cli.run(["apply", "--auto-approve"])
+        #expect(applied.status == 0, "\(applied.stderr)")
+        for command in [["status"], ["suspend"], ["resume", "default"], ["status", "--format", "json"], ["suspend"]] {
+            let refused = try cli.run(command)
+            #expect(
+                refused.status == 1
+                    && refused.stderr.contains(
+                        "no 'tidemark serve' has run workspace 'default' with the state .tidemark/state.db (chosen by the default"
+                    ),
+                "\(command): \(refused.stdout) \(refused.stderr)")
+            #expect(refused.stdout.isEmpty)
+        }
+        let staging = try cli.run(["status", "staging"])
+        #expect(staging.status == 1 && staging.stderr.contains("workspace 'staging'"), "\(staging.stderr)")
     }
 
     /// tidemark.yaml edited under a running serve: a workspace added is reconciled, one removed is let
