@@ -68,7 +68,6 @@ public final class ServeMetrics: Sendable {
             help:
                 "Always 1 on every replica that runs the workspace, with the backend and FCM project it reconciles against: the series to compare tidemark_workspace_owner with (a workspace with info and no owner has none)."
         ).set(to: 1)
-        gauge("tidemark_workspace_suspended", workspace, Self.suspendedHelp).set(to: settings.suspend ? 1 : 0)
         gauge("tidemark_workspace_leader", workspace, Self.leaderHelp).set(to: 0)
         gauge("tidemark_fcm_quota_per_second", workspace, Self.quotaHelp).set(to: quota)
         _ = handovers(workspace)
@@ -90,6 +89,7 @@ public final class ServeMetrics: Sendable {
             ).set(to: status.phase == phase ? 1 : 0)
         }
         gauge("tidemark_workspace_ready", workspace, Self.readyHelp).set(to: status.ready ? 1 : 0)
+        gauge("tidemark_workspace_suspended", workspace, Self.suspendedHelp).set(to: status.suspended ? 1 : 0)
         if let at = status.lastSuccessAt {
             gauge("tidemark_last_success_timestamp_seconds", workspace, Self.lastSuccessHelp).set(
                 to: at.timeIntervalSince1970)
@@ -109,7 +109,7 @@ public final class ServeMetrics: Sendable {
             ("tidemark_last_success_timestamp_seconds", Self.lastSuccessHelp),
             ("tidemark_changes_waiting", Self.waitingHelp),
             ("tidemark_inventory_changes_waiting", Self.inventoryWaitingHelp),
-            ("tidemark_managed_memberships", Self.managedHelp),
+            ("tidemark_managed_memberships", Self.managedHelp), ("tidemark_workspace_suspended", Self.suspendedHelp),
         ].map { gauge($0.0, workspace, $0.1) }
         gauges += Self.exportedPhases.map {
             registry.makeGauge(
@@ -229,6 +229,7 @@ public final class ServeMetrics: Sendable {
 
     /// Records that the workspace is suspended or resumed.
     public func suspended(workspace: String, _ suspended: Bool) {
+        guard owns(workspace) else { return }
         gauge("tidemark_workspace_suspended", workspace, Self.suspendedHelp).set(to: suspended ? 1 : 0)
     }
 
@@ -279,7 +280,8 @@ public final class ServeMetrics: Sendable {
         "1 for the workspace's current phase (pending, reconciling, ready, failing, blocked, suspended), 0 for the others; exported by the replica that owns the workspace only."
     static let ownerHelp =
         "1, on the replica that owns the workspace, labelled with that replica (host/process); no series when no replica owns it."
-    static let suspendedHelp = "1 while the workspace is suspended (nothing is reconciled)."
+    static let suspendedHelp =
+        "1 while the workspace is suspended (nothing is reconciled); exported by the replica that owns the workspace only."
     static let leaderHelp = "1 on the replica that reconciles the workspace."
     static let waitingHelp = "Changes planned but not applied (on_change: plan, or a blocked plan)."
     static let inventoryWaitingHelp =

@@ -38,6 +38,7 @@ import TidemarkCore
         for family in [
             "tidemark_workspace_ready", "tidemark_workspace_phase", "tidemark_last_success_timestamp_seconds",
             "tidemark_workspace_owner", "tidemark_changes_waiting", "tidemark_managed_memberships",
+            "tidemark_workspace_suspended",
         ] {
             #expect(Self.lines(standby, family).isEmpty, "a standby exports \(family)")
         }
@@ -68,6 +69,13 @@ import TidemarkCore
                     #"tidemark_workspace_phase{workspace="prod",phase="pending"} 1.0"#
                 ])
         #expect(Self.lines(owner, "tidemark_last_success_timestamp_seconds").isEmpty, "no success yet")
+        owner.suspended(workspace: "prod", true)
+        #expect(
+            Self.lines(owner, "tidemark_workspace_suspended") == [
+                #"tidemark_workspace_suspended{workspace="prod"} 1.0"#
+            ])
+        standby.suspended(workspace: "prod", true)
+        #expect(Self.lines(standby, "tidemark_workspace_suspended").isEmpty, "only the owner reads the requests")
 
         owner.status(
             workspace: "prod", Self.status(.ready, ready: true, lastSuccess: Date(timeIntervalSince1970: 1_700_000_000))
@@ -87,6 +95,7 @@ import TidemarkCore
         for family in [
             "tidemark_workspace_ready", "tidemark_workspace_phase", "tidemark_last_success_timestamp_seconds",
             "tidemark_workspace_owner", "tidemark_changes_waiting", "tidemark_managed_memberships",
+            "tidemark_workspace_suspended",
         ] {
             #expect(Self.lines(owner, family).isEmpty, "a replica that lost the workspace exports \(family)")
         }
