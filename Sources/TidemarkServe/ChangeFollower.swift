@@ -107,7 +107,7 @@ struct ChangeFollower: Sendable {
     /// The clock it waits by.
     var timing: Timing
     /// The log.
-    var log: @Sendable (String) -> Void
+    var log: ServeLog
 
     /// Follows the sources `sources` names and watches the inputs `inputs` names (asked again each time
     /// `reloads` grows: reloaded settings start over) while this replica owns the workspace (`owning`), telling
@@ -200,7 +200,7 @@ struct ChangeFollower: Sendable {
                     } else if quiet % 10 == 0, let last = cursor, try await source.wentBack(from: last) {
                         let why =
                             "its cursor \(cursorName) went backwards (the largest value is now below \(last): a restored or emptied table, a reset sequence)"
-                        log(
+                        log.warning(
                             "workspace=\(workspace) inventory source '\(followed.name)': \(why); reading it in full and following from its new end"
                         )
                         cursor = try await source.current()
@@ -218,7 +218,7 @@ struct ChangeFollower: Sendable {
             } catch {
                 let message = Failure(error).plainMessage
                 if failing != message {
-                    log(
+                    log.warning(
                         "workspace=\(workspace) inventory source '\(followed.name)': its changes cannot be read: \(message); check \(followed.feed.settingsHint). Reconciles still read it in full on their schedule"
                     )
                     failing = message
@@ -278,7 +278,7 @@ struct ChangeFollower: Sendable {
             }
             if connected.isSet { lost = nil }
             if lost == nil {
-                log(
+                log.warning(
                     "workspace=\(workspace) inventory source '\(followed.name)': the \(listening) connection was lost: \(problem); connecting again, then reading the source in full"
                 )
                 backoff = .seconds(1)

@@ -178,7 +178,7 @@ extension ChangeFollower {
             var now = DirectoryStamps.read(directory, extra: extra)
             if now.truncated, !saidTruncated {
                 saidTruncated = true
-                log(
+                log.warning(
                     "workspace=\(workspace) the manifests directory \(directory) holds more than \(DirectoryStamps.limit) files: only the first are watched for changes; the rest are read by reconciles on their schedule"
                 )
             }
@@ -268,7 +268,7 @@ extension ChangeFollower {
             } catch {
                 let message = Failure(error).plainMessage
                 if failing != message {
-                    log(
+                    log.warning(
                         "workspace=\(workspace) inventory source '\(command.name)': its command failed: \(message); check 'exec.command'. Reconciles still run it on their schedule"
                     )
                     failing = message

@@ -198,7 +198,7 @@ public final class Notifier: Service, Sendable {
     public var targets: [Target] { current.withLock { $0 } }
     private let current: Mutex<[Target]>
     private let timing: Timing
-    private let log: @Sendable (String) -> Void
+    private let log: ServeLog
     private let metrics: ServeMetrics
     private let stream: AsyncStream<Delivery>
     private let continuation: AsyncStream<Delivery>.Continuation
@@ -210,7 +210,7 @@ public final class Notifier: Service, Sendable {
     /// A notifier for `targets`, waiting by `timing`.
     public init(
         targets: [Target], timing: Timing, metrics: ServeMetrics, attempts: Int = 8,
-        requestTimeout: Duration = .seconds(10), log: @escaping @Sendable (String) -> Void
+        requestTimeout: Duration = .seconds(10), log: ServeLog
     ) {
         self.current = Mutex(targets)
         self.timing = timing
@@ -387,7 +387,7 @@ public final class Notifier: Service, Sendable {
         }
         let problem = outcome.problem
         metrics.notification(target: name, event: event, delivered: false)
-        log(
+        log.error(
             "notify target=\(name) event=\(event) workspace=\(delivery.event.workspace) not delivered after \(attempts) attempts (\(problem)); the next reconcile raises it again. Check the address in serve.notify '\(name)' (\(delivery.target.settings.location))."
         )
         delivery.givenUp()

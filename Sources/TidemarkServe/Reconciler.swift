@@ -22,7 +22,7 @@ public struct Reconciler: Sendable {
     /// What the workspace may do on its own, as last loaded.
     public var settings: ServeSettings { current.now.settings }
     /// Where the workflows' diagnostics and progress go (the log), besides what the result keeps.
-    public var log: @Sendable (String) -> Void
+    public var log: ServeLog
     /// The clock a reconcile is stamped and timed by.
     public var timing: Timing
     /// Whether the workspace follows its inventory's changes: a whole reconcile then keeps what it
@@ -40,7 +40,7 @@ public struct Reconciler: Sendable {
     public init(
         runtime: Runtime, settings: ServeSettings, source: GitManifests? = nil,
         reload: (@Sendable () throws -> (runtime: Runtime, settings: ServeSettings))? = nil,
-        log: @escaping @Sendable (String) -> Void = { _ in }, timing: Timing = .live
+        log: ServeLog = .none, timing: Timing = .live
     ) {
         current = CurrentRuntime(runtime: runtime, settings: settings, reload: reload)
         self.source = source
@@ -109,7 +109,7 @@ public struct Reconciler: Sendable {
                     result.divergences = diverged.count
                     if !diverged.isEmpty {
                         let named = diverged.prefix(10).joined(separator: ", ")
-                        log(
+                        log.warning(
                             "workspace=\(runtime.workspaceName) resync: \(PlanRenderer.counted(diverged.count, "device")) (\(named)\(diverged.count > 10 ? ", …" : "")) had memberships the batches of changed devices had not brought to what the whole read says; this reconcile corrected them. A change the cursor passed over (a late commit) or a defect: please report it with this line"
                         )
                     }
@@ -215,7 +215,7 @@ public struct Reconciler: Sendable {
                 result.seconds = Timing.seconds(timing.now() - start)
                 return result
             }
-            log(
+            log.warning(
                 "workspace=\(name) a batch of \(PlanRenderer.counted(batch.ids.count, "changed device")) failed (\(failure.plainMessage)); planning with the whole inventory"
             )
             return nil
@@ -227,7 +227,7 @@ public struct Reconciler: Sendable {
     /// Logs the hooks that could not be told of dead tokens (the reconcile itself went through).
     private func logDeadTokenFailures(_ report: DeadTokenWriteBack.Report?) {
         guard let report, !report.failures.isEmpty else { return }
-        log("reporting dead tokens failed: \(report.failures.joined(separator: "; "))")
+        log.warning("reporting dead tokens failed: \(report.failures.joined(separator: "; "))")
     }
 
     /// The devices of `loaded` (a whole read, resolved into `table`) whose topic memberships differ
@@ -272,7 +272,7 @@ public struct Reconciler: Sendable {
             )
         }
         if let failure = outcome.historyTrimFailure {
-            log(
+            log.warning(
                 "workspace=\(runtime.workspaceName) the apply history could not be trimmed (history_keep): \(failure.plainMessage)"
             )
         }
@@ -383,9 +383,9 @@ final class CollectingOutput: WorkflowOutput {
         }
     }
     private let collected = Mutex(Collected())
-    private let log: @Sendable (String) -> Void
+    private let log: ServeLog
 
-    init(log: @escaping @Sendable (String) -> Void) { self.log = log }
+    init(log: ServeLog) { self.log = log }
 
     /// Error diagnostics reported so far.
     var errors: [Diagnostic] { collected.withLock { $0.errors } }
@@ -408,7 +408,7 @@ final class CollectingOutput: WorkflowOutput {
             $0.add(plan.diagnostics)
         }
         for diagnostic in plan.diagnostics.filter({ $0.severity == .error }).condensed() {
-            log(diagnostic.description)
+            log.error(diagnostic.description)
         }
     }
 
@@ -416,9 +416,13 @@ final class CollectingOutput: WorkflowOutput {
         switch event {
         case .diagnostics(let diagnostics):
             collected.withLock { $0.add(diagnostics) }
-            for diagnostic in diagnostics.condensed() { log(diagnostic.description) }
+            for diagnostic in diagnostics.condensed() {
+                log(
+                    diagnostic.severity == .error ? .error : diagnostic.severity == .warning ? .warning : .info,
+                    diagnostic.description)
+            }
         case .retrying(let notice):
-            log(
+            log.warning(
                 "\(notice.call) is being retried (attempt \(notice.attempt), \(Int(notice.waited)) s so far): \(notice.cause); check \(notice.setting)"
             )
         case .abandoned(let startedAt):

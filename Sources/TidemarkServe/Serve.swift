@@ -159,7 +159,13 @@ public struct Serve: Sendable {
     public func run(onListening: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
         let (planned, targets) = try planWorkspaces()
         let logger = self.logger
-        let log: @Sendable (String) -> Void = { logger.info("\($0)") }
+        let log = ServeLog { level, line in
+            switch level {
+            case .info: logger.info("\(line)")
+            case .warning: logger.warning("\(line)")
+            case .error: logger.error("\(line)")
+            }
+        }
         let metrics = ServeMetrics(version: options.build.version, commit: options.build.commit)
         let notifier = Notifier(targets: targets, timing: options.timing, metrics: metrics, log: log)
         let balance = WorkspaceRunner.Ownership.balance(
@@ -246,7 +252,7 @@ public struct Serve: Sendable {
     /// A runner for `workspace`, its metrics declared.
     private func makeRunner(
         _ workspace: Planned, metrics: ServeMetrics, notifier: Notifier, balance: ReplicaBalance,
-        log: @escaping @Sendable (String) -> Void
+        log: ServeLog
     ) -> (WorkspaceRunner, update: @Sendable (Planned) -> Void) {
         let options = self.options
         let load = self.load
@@ -288,7 +294,7 @@ public struct Serve: Sendable {
     }
 
     /// Says once that a workspace with SQLite state serves one replica.
-    private func sayIfSQLite(_ workspace: Planned, log: @Sendable (String) -> Void) {
+    private func sayIfSQLite(_ workspace: Planned, log: ServeLog) {
         if case .file = workspace.runtime.resolved.state {
             log(
                 "workspace=\(workspace.runtime.workspaceName) keeps its state in SQLite (\(workspace.runtime.stateDisplay)): one replica reconciles it, on this machine; run several replicas only with PostgreSQL state"
@@ -298,7 +304,7 @@ public struct Serve: Sendable {
 
     /// Says once which sources' changes wake the workspace's reconciles, and that those reconciles
     /// still read the inventory in full.
-    private func sayIfFollowingChanges(_ workspace: Planned, log: @Sendable (String) -> Void) {
+    private func sayIfFollowingChanges(_ workspace: Planned, log: ServeLog) {
         let watched = WatchedInputs.of(workspace.runtime, git: workspace.source != nil)
         if !watched.isEmpty {
             var things: [String] = []

@@ -22,14 +22,14 @@ final class WorkspaceFleet: Service, Sendable {
 
     private let members: Mutex<[Member]>
     private let make: @Sendable (Serve.Planned) -> Made
-    private let log: @Sendable (String) -> Void
+    private let log: ServeLog
     private let started: AsyncStream<WorkspaceRunner>
     private let continuation: AsyncStream<WorkspaceRunner>.Continuation
 
     /// A fleet of `planned`, whose runners `make` builds.
     init(
         _ planned: [Serve.Planned], make: @escaping @Sendable (Serve.Planned) -> Made,
-        log: @escaping @Sendable (String) -> Void
+        log: ServeLog
     ) {
         self.make = make
         self.log = log
@@ -122,12 +122,12 @@ final class SettingsWatcher: Service, Sendable {
     private let file: String
     private let interval: Duration
     private let timing: Timing
-    private let log: @Sendable (String) -> Void
+    private let log: ServeLog
     private let apply: @Sendable (_ why: String) throws -> Void
     private let reloading = Mutex(())
 
     init(
-        file: String, interval: Duration, timing: Timing, log: @escaping @Sendable (String) -> Void,
+        file: String, interval: Duration, timing: Timing, log: ServeLog,
         apply: @escaping @Sendable (_ why: String) throws -> Void
     ) {
         self.file = file
@@ -143,7 +143,7 @@ final class SettingsWatcher: Service, Sendable {
             do {
                 try apply(why)
             } catch {
-                log(
+                log.error(
                     "\(why), but the settings do not load, so serve keeps those it runs with: \(Failure(error).plainMessage)"
                 )
             }

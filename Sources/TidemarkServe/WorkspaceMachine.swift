@@ -138,8 +138,8 @@ public struct WorkspaceMachine: Sendable {
         case readRecord(claim: Bool)
         /// This replica owns the workspace now (true) or no longer (false): metrics and watches.
         case lead(Bool)
-        /// A log line.
-        case log(String)
+        /// A log line, at its level.
+        case log(String, level: ServeLog.Level = .info)
         /// Publish the status (when it changed since last published).
         case publish
         /// Forget what was published (another replica may have published since).
@@ -467,7 +467,9 @@ public struct WorkspaceMachine: Sendable {
         guard !reconciling else { return }
         if lastProblem != message {
             effects.append(
-                .log("workspace=\(status.workspace) cannot claim the workspace in its state store: \(message)"))
+                .log(
+                    "workspace=\(status.workspace) cannot claim the workspace in its state store: \(message)",
+                    level: .warning))
             lastProblem = message
         }
         if owned { effects.append(.lead(false)) }
@@ -501,7 +503,10 @@ public struct WorkspaceMachine: Sendable {
         if result.outcome == .success { status.lastSuccessAt = result.finishedAt }
         if result.changedDevices != nil, result.outcome == .success, let due = nextRun {
             // A batch of changed devices leaves the schedule of whole reconciles (the resync) as it was.
-            effects.append(.log(Self.line(workspace: name, result, next: max(.zero, due - moment.now))))
+            effects.append(
+                .log(
+                    Self.line(workspace: name, result, next: max(.zero, due - moment.now)),
+                    level: Self.level(of: result)))
         } else {
             var wait = config.settings.wait(afterFailures: failures)
             if failures == 0, let resync = config.resync {
@@ -519,7 +524,7 @@ public struct WorkspaceMachine: Sendable {
             }
             nextRun = moment.now + wait
             status.nextRunAt = moment.wall.addingTimeInterval(Timing.seconds(wait))
-            effects.append(.log(Self.line(workspace: name, result, next: wait)))
+            effects.append(.log(Self.line(workspace: name, result, next: wait), level: Self.level(of: result)))
         }
         effects.append(.notify(result))
         effects.append(.publish)
@@ -538,6 +543,15 @@ public struct WorkspaceMachine: Sendable {
     }
 
     /// The log line of a reconcile: `workspace=… result=… seconds=… reason=… next=…: summary`.
+    /// The level of a reconcile's log line: a failure is an error, a rail's refusal a warning.
+    static func level(of result: ReconcileResult) -> ServeLog.Level {
+        switch result.outcome {
+        case .success: .info
+        case .blocked: .warning
+        case .failure: .error
+        }
+    }
+
     static func line(workspace: String, _ result: ReconcileResult, next: Duration) -> String {
         var fields = [
             "workspace=\(workspace)", "result=\(result.outcome.rawValue)",

@@ -135,7 +135,7 @@ public final class WorkspaceRunner: Service, Sendable {
     private let ownership: Ownership
     private let metrics: ServeMetrics
     private let notifier: Notifier?
-    private let log: @Sendable (String) -> Void
+    private let log: ServeLog
     private let current: Mutex<WorkspaceStatus>
     /// The status as last published.
     private let published = Mutex<Data?>(nil)
@@ -154,7 +154,7 @@ public final class WorkspaceRunner: Service, Sendable {
     public init(
         status: WorkspaceStatus, reconciler: Reconciler, ownership: Ownership, metrics: ServeMetrics,
         notifier: Notifier? = nil, followed: [FollowedSource] = [], watched: WatchedInputs = WatchedInputs(),
-        log: @escaping @Sendable (String) -> Void
+        log: ServeLog
     ) {
         self.name = status.workspace
         self.key = "\(status.state) \(status.workspace)"
@@ -341,8 +341,8 @@ public final class WorkspaceRunner: Service, Sendable {
         case .lead(let leader):
             owning.set(leader)
             metrics.leader(workspace: name, leader, replica: ownership.replica, status: machine.status)
-        case .log(let line):
-            log(line)
+        case .log(let line, let level):
+            log(level, line)
         case .publish:
             metrics.status(workspace: name, machine.status)
             await publish(machine.status)
@@ -375,7 +375,7 @@ public final class WorkspaceRunner: Service, Sendable {
                 try await ownership.records.releaseOwnership(ownership.replica, leaving: false)
             } catch {
                 // The claim lapses on its own; the workspace is taken when it does.
-                log("workspace=\(name) cannot give its claim up: \(Failure(error).plainMessage)")
+                log.warning("workspace=\(name) cannot give its claim up: \(Failure(error).plainMessage)")
             }
             metrics.handover(workspace: name)
         case .release(let owned):

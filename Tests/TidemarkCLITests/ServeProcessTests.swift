@@ -62,6 +62,16 @@ import FoundationNetworking
             throw CancellationError()
         }
 
+        /// The first log line that `matches`, waiting up to 10 s for it; "" when none came.
+        func logLine(_ matches: (Substring) -> Bool) async throws -> String {
+            let deadline = Date().addingTimeInterval(10)
+            repeat {
+                if let line = logText.split(separator: "\n").first(where: matches) { return String(line) }
+                try await Task.sleep(for: .milliseconds(50))
+            } while Date() < deadline
+            return ""
+        }
+
         func get(_ path: String) async throws -> (Int, String) {
             let (data, response) = try await session.data(from: URL(string: base + path)!)
             return ((response as! HTTPURLResponse).statusCode, String(decoding: data, as: UTF8.self))
@@ -224,6 +234,9 @@ import FoundationNetworking
         #expect(try await Self.subscribers(server) == 4)
         let (blockedMetrics) = try await serve.get("/metrics").1
         #expect(blockedMetrics.contains(#"tidemark_workspace_ready{workspace="default"} 0.0"#))
+        // Logged as a warning, at its level (the text log handler writes the level after the time).
+        let blockedLine = try await serve.logLine { $0.contains("result=blocked") }
+        #expect(blockedLine.contains(" warning tidemark.serve"), "\(blockedLine)")
 
         // A broken tidemark.yaml: /readyz says so, naming the file and line.
         try cli.write("tidemark.yaml", "project: serve-test\nbackend: emulator\nrefresh: sometimes\n")
@@ -383,6 +396,8 @@ import FoundationNetworking
             try await Task.sleep(for: .milliseconds(200))
         }
         #expect(serve.logText.contains("keeps those it runs with") && serve.logText.contains("tidemark.yaml:3"))
+        let unloaded = try await serve.logLine { $0.contains("keeps those it runs with") }
+        #expect(unloaded.contains(" error tidemark.serve"), "\(unloaded)")
         #expect(try await workspaces().count == 2, "a broken file changes nothing")
 
         // SIGHUP reloads (the broken file is still there: it says so, and serve goes on).

@@ -110,7 +110,7 @@ enum FollowPostgres {
         metrics.declare(workspace: "default", settings: settings, quota: 3000)
         var reconciler = Reconciler(
             runtime: try Runtime.load(flags, environment: environment), settings: settings,
-            log: { line in lines.withLock { $0.append(line) } })
+            log: ServeLog(lines: { line in lines.withLock { $0.append(line) } }))
         reconciler.followsChanges = true
         let runner = WorkspaceRunner(
             status: Serve.initialStatus(runtime, settings: settings),
@@ -118,7 +118,7 @@ enum FollowPostgres {
             ownership: .init(
                 records: InMemoryStateStore(workspace: "default"), replica: "r1", poll: .milliseconds(100)),
             metrics: metrics, followed: FollowedSource.of(runtime),
-            log: { line in lines.withLock { $0.append(line) } })
+            log: ServeLog(lines: { line in lines.withLock { $0.append(line) } }))
         let running = Task { try await runner.run() }
         defer { running.cancel() }
 
@@ -275,7 +275,7 @@ enum FollowPostgres {
             status: Serve.initialStatus(try project.runtime(), settings: settings),
             reconciler: Reconciler(runtime: try Runtime.load(flags, environment: [:]), settings: settings),
             ownership: .init(records: InMemoryStateStore(workspace: "default"), replica: "r1", poll: .milliseconds(50)),
-            metrics: ServeMetrics(), log: { line in reconciles.withLock { $0.append(line) } })
+            metrics: ServeMetrics(), log: ServeLog(lines: { line in reconciles.withLock { $0.append(line) } }))
         let running = Task { try await runner.run() }
         defer { running.cancel() }
         func count() -> Int { reconciles.withLock { $0.count { $0.hasPrefix("reconcile workspace=") } } }

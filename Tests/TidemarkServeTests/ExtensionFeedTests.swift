@@ -139,7 +139,7 @@ struct ExtensionFeedTests {
             status: Serve.initialStatus(runtime, settings: settings), reconciler: reconciler,
             ownership: .init(records: InMemoryStateStore(workspace: "default"), replica: "r1", poll: .milliseconds(50)),
             metrics: ServeMetrics(), followed: followed,
-            log: { line in lines.withLock { $0.append(line) } })
+            log: ServeLog(lines: { line in lines.withLock { $0.append(line) } }))
         let running = Task { try await runner.run() }
         defer { running.cancel() }
         func story() -> String { lines.withLock { $0.joined(separator: "\n") } }

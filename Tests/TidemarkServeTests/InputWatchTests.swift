@@ -39,7 +39,8 @@ import TidemarkTesting
             status: Serve.initialStatus(runtime, settings: settings),
             reconciler: try project.reconciler { $0 = settings },
             ownership: .init(records: InMemoryStateStore(workspace: "default"), replica: "r1", poll: .milliseconds(50)),
-            metrics: ServeMetrics(), watched: watched, log: { line in lines.withLock { $0.append(line) } })
+            metrics: ServeMetrics(), watched: watched,
+            log: ServeLog(lines: { line in lines.withLock { $0.append(line) } }))
         let running = Task { try await runner.run() }
         defer { running.cancel() }
         func count() -> Int { lines.withLock { $0.count { $0.hasPrefix("reconcile workspace=") } } }
@@ -87,7 +88,7 @@ import TidemarkTesting
         let lines = Mutex<[String]>([])
         let woken = Mutex<[InventoryChange]>([])
         var follower = ChangeFollower(
-            workspace: "w", timing: .live, log: { line in lines.withLock { $0.append(line) } })
+            workspace: "w", timing: .live, log: ServeLog(lines: { line in lines.withLock { $0.append(line) } }))
         follower.poll = .milliseconds(50)
         let command = WatchedCommand(
             name: "cmd", interval: .milliseconds(100),

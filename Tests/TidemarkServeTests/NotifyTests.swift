@@ -194,7 +194,7 @@ final class WebhookReceiver: Sendable {
         let metrics = ServeMetrics()
         let notifier = Notifier(
             targets: try Notifier.targets([target], environment: ["S": Self.secret]), timing: .live,
-            metrics: metrics, log: { _ in })
+            metrics: metrics, log: ServeLog(lines: { _ in }))
         let sending = Task { try await notifier.run() }
         let reconciles = Mutex(0)
         let flags = project.flags
@@ -207,7 +207,7 @@ final class WebhookReceiver: Sendable {
                 runtime: try Runtime.load(flags, environment: [:]), settings: settings),
             ownership: .init(records: InMemoryStateStore(workspace: "default"), replica: "r1", poll: .milliseconds(50)),
             metrics: metrics, notifier: notifier,
-            log: { line in if line.hasPrefix("reconcile ") { reconciles.withLock { $0 += 1 } } })
+            log: ServeLog(lines: { line in if line.hasPrefix("reconcile ") { reconciles.withLock { $0 += 1 } } }))
         let running = Task { try await runner.run() }
         // The one event is retried past two 503s (1 s, then 2 s later); meanwhile several reconciles
         // find the same blocked plan, and raise no second event.
@@ -268,7 +268,8 @@ final class WebhookReceiver: Sendable {
         let metrics = ServeMetrics()
         let notifier = Notifier(
             targets: try Notifier.targets([target], environment: ["S": "x"]), timing: .live, metrics: metrics,
-            attempts: 2, requestTimeout: .seconds(2), log: { line in lines.withLock { $0.append(line) } })
+            attempts: 2, requestTimeout: .seconds(2),
+            log: ServeLog(lines: { line in lines.withLock { $0.append(line) } }))
         let sending = Task { try await notifier.run() }
         var settings = ServeSettings()
         settings.interval = .milliseconds(300)
@@ -277,7 +278,7 @@ final class WebhookReceiver: Sendable {
             status: Serve.initialStatus(try project.runtime(), settings: settings),
             reconciler: Reconciler(runtime: try Runtime.load(flags, environment: [:]), settings: settings),
             ownership: .init(records: InMemoryStateStore(workspace: "default"), replica: "r1", poll: .milliseconds(50)),
-            metrics: metrics, notifier: notifier, log: { line in lines.withLock { $0.append(line) } })
+            metrics: metrics, notifier: notifier, log: ServeLog(lines: { line in lines.withLock { $0.append(line) } }))
         let running = Task { try await runner.run() }
         // Two deliveries given up (each after its retry), while reconciles go on.
         try await waitUntil {

@@ -109,7 +109,8 @@ struct ServeWorkspacesTests {
                 reconciler: try project.reconciler(),
                 ownership: .init(
                     records: store, replica: replica, duration: .seconds(3600), poll: .milliseconds(50)),
-                metrics: ServeMetrics(), log: { line in lines.withLock { $0.append("\(replica): \(line)") } })
+                metrics: ServeMetrics(),
+                log: ServeLog(lines: { line in lines.withLock { $0.append("\(replica): \(line)") } }))
         }
         let first = try runner("replica-a")
         let second = try runner("replica-b")
@@ -161,7 +162,7 @@ struct ServeWorkspacesTests {
                         balance: balance),
                     metrics: ServeMetrics(),
                     watched: WatchedInputs(manifests: projects[index].root.appendingPathComponent("manifests").path),
-                    log: { line in lines.withLock { $0.append("\(name): \(line)") } })
+                    log: ServeLog(lines: { line in lines.withLock { $0.append("\(name): \(line)") } }))
             }
         }
         func owners() async throws -> [String?] {
@@ -249,7 +250,8 @@ struct ServeWorkspacesTests {
                 status: Serve.initialStatus(try project.runtime(), settings: settings),
                 reconciler: try project.reconciler { $0.interval = .seconds(3600) },
                 ownership: .init(records: store, replica: name, duration: .seconds(3600), poll: .milliseconds(50)),
-                metrics: ServeMetrics(), log: { line in lines.withLock { $0.append("\(name): \(line)") } })
+                metrics: ServeMetrics(),
+                log: ServeLog(lines: { line in lines.withLock { $0.append("\(name): \(line)") } }))
         }
         func story() -> String {
             runners.map { "\($0.status.phase) \($0.status.replica)" }.joined(separator: ", ") + "\n"

@@ -75,7 +75,7 @@ struct WorkspaceMachineTests {
 
     func logs(_ effects: [WorkspaceMachine.Effect]) -> [String] {
         effects.compactMap { effect in
-            if case .log(let line) = effect { return line }
+            if case .log(let line, _) = effect { return line }
             return nil
         }
     }
@@ -424,5 +424,27 @@ struct WorkspaceMachineTests {
         planned.changesWaiting = 1
         _ = machine.handle(.reconciled(planned, shuttingDown: false), at: at(6))
         #expect(machine.status.nextRunAt == Self.epoch.addingTimeInterval(606))
+    }
+
+    @Test func aReconcileIsLoggedAtItsLevelAndAClaimThatFailsIsAWarning() {
+        func level(_ outcome: ReconcileResult.Outcome) -> ServeLog.Level? {
+            var owner = self.machine()
+            _ = owner.handle(.tick, at: at(0))
+            _ = owner.handle(.record(record(owner: "r1"), claimed: true), at: at(0))
+            let ended = owner.handle(.reconciled(result(outcome, at: 1), shuttingDown: false), at: at(1))
+            return ended.compactMap { effect -> ServeLog.Level? in
+                if case .log(let line, let level) = effect, line.hasPrefix("reconcile ") { return level }
+                return nil
+            }.first
+        }
+        #expect(level(.success) == .info && level(.blocked) == .warning && level(.failure) == .error)
+        var machine = machine()
+        _ = machine.handle(.tick, at: at(0))
+        let failed = machine.handle(.recordFailed("connection refused"), at: at(0))
+        #expect(
+            failed.contains(
+                .log(
+                    "workspace=prod cannot claim the workspace in its state store: connection refused", level: .warning)
+            ))
     }
 }
