@@ -38,15 +38,16 @@ extension Runtime {
         return request
     }
 
-    /// Applies under the state lock, waiting up to `lockTimeout` seconds for another run to let go.
+    /// Applies under the state lock, waiting up to `lockTimeout` seconds for another run to let go;
+    /// the lock names `holder` (what `tidemark state lock` and a refused run show).
     public func apply(
         _ request: ApplyRequest, output: any WorkflowOutput, parallelism: Int = 8, acceptDead: Bool = false,
-        lockTimeout: Double = 0
+        lockTimeout: Double = 0, holder: String = "tidemark apply"
     ) async throws -> ApplyOutcome {
         let store = stateStore()
         return try await withBackend(output: output) { backend in
             try await store.withLock(
-                lockHolder("tidemark apply"), waiting: lockTimeout, timing: .live, gate: leaseGate
+                lockHolder(holder), waiting: lockTimeout, timing: .live, gate: leaseGate
             ) {
                 try await ApplyWorkflow(
                     parts(backend, output: output, parallelism: parallelism, acceptDead: acceptDead)

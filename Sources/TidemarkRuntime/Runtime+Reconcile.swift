@@ -135,7 +135,7 @@ extension Runtime {
         let planReady = reconcile.planReady
         var request = try applyRequest(planning)
         request.planReady = { planReady($0.plan) }
-        let applied = try await apply(request, output: output)
+        let applied = try await apply(request, output: output, holder: "tidemark serve (reconcile)")
         if let managed = applied.managedMemberships { outcome.managedMemberships = managed }
         outcome.applied += [applied.resumed, applied.applied].compactMap { $0 }
         outcome.settled = applied.settled

@@ -274,7 +274,7 @@ public struct Runtime: Sendable {
     public func lockHolder(_ operation: String) -> LockHolder {
         let environment = resolved.environment
         return LockHolder(
-            operation: operation, user: environment["USER"] ?? String(getuid()),
+            operation: operation, user: userName,
             host: ProcessInfo.processInfo.hostName, pid: getpid(), since: timing.wallClock(),
             job: LockHolder.jobURL(environment), instance: LockHolder.currentInstance,
             namespace: LockHolder.currentNamespace)
@@ -282,7 +282,16 @@ public struct Runtime: Sendable {
 
     /// Who asks `serve` for something (suspend, resume), as its record keeps it: the user and the host.
     public var requester: String {
-        "\(resolved.environment["USER"] ?? String(getuid())) on \(ProcessInfo.processInfo.hostName)"
+        "\(userName) on \(ProcessInfo.processInfo.hostName)"
+    }
+
+    /// Who runs this process, as locks and requests name them: `USER`, else the account's name
+    /// (a container often sets no `USER`), and only when the account has no name `uid N`.
+    public var userName: String {
+        if let user = resolved.environment["USER"], !user.isEmpty { return user }
+        let uid = getuid()
+        if let entry = getpwuid(uid), let name = entry.pointee.pw_name { return String(cString: name) }
+        return "uid \(uid)"
     }
 
     /// Where manifests, token files and inventories may be read from: the project directory, and the

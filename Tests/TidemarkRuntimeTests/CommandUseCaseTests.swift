@@ -129,4 +129,19 @@ import TidemarkTesting
         #expect(
             unknown?.description.contains("the manifests declare no audience or device group named 'friends'") == true)
     }
+
+    @Test func locksAndRequestsNameAPersonNeverABareUID() throws {
+        let (runtime, root) = try Self.project("project: tidemark-user\n")
+        defer { try? FileManager.default.removeItem(at: root) }
+        // No USER (a container's shell): the account's name, as the system knows it.
+        let account = getpwuid(getuid()).map { String(cString: $0.pointee.pw_name) }
+        #expect(runtime.userName == account ?? "uid \(getuid())")
+        #expect(runtime.userName != String(getuid()))
+        #expect(runtime.requester.hasPrefix(runtime.userName + " on "))
+        #expect(runtime.lockHolder("tidemark serve (reconcile)").user == runtime.userName)
+        var flags = RuntimeFlags()
+        flags.directory = root.path
+        let named = try Runtime.load(flags, environment: ["USER": "ana"])
+        #expect(named.userName == "ana" && named.requester.hasPrefix("ana on "))
+    }
 }
