@@ -1,5 +1,10 @@
 import Foundation
+import Synchronization
 import Testing
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 /// The issue-35 campaign's cases through the built binary: a saved plan applied against an FCM that
 /// lost the fleet, and a lease holder paused past its lease while another run applies.
@@ -62,13 +67,14 @@ import Testing
             if holder.isRunning { kill(holder.processIdentifier, SIGKILL) }
             holder.waitUntilExit()
         }
+        // Paused once three of its batches reached the emulator: polled through the emulator's
+        // counters, without suspending this task. On a loaded 2-core runner the other tests' blocking
+        // waits can hold the cooperative pool longer than the whole apply runs, and a poll that awaits
+        // between reads once saw the apply finish first.
         let deadline = Date().addingTimeInterval(120)
-        // Paused once three of its 40 batches (a second each) reached the emulator: polled through the
-        // emulator's counters, which a loaded runner answers in milliseconds, not a CLI run per poll.
         while Date() < deadline, holder.isRunning {
-            let (_, traffic) = try await server.call("GET", "/emulator/v1/traffic")
-            if (traffic["requests"] as? Int ?? 0) >= 3 { break }
-            try await Task.sleep(for: .milliseconds(100))
+            if Self.requestsCounted(by: server.base) >= 3 { break }
+            usleep(50_000)
         }
         guard holder.isRunning else {
             holder.waitUntilExit()
@@ -103,5 +109,20 @@ import Testing
                 "--detailed-exitcode",
             ], environment: environment)
         #expect(plan.status == 0, "\(plan.stdout)\(plan.stderr)")
+    }
+
+    /// The requests the emulator at `base` counted, read on the calling thread (the answer comes on
+    /// URLSession's own queue, not the cooperative pool); 0 when it does not answer within 5 s.
+    static func requestsCounted(by base: String) -> Int {
+        let answer = Mutex<Int>(0)
+        let done = DispatchSemaphore(value: 0)
+        let task = URLSession.shared.dataTask(with: URL(string: base + "/emulator/v1/traffic")!) { data, _, _ in
+            let json = data.flatMap { try? JSONSerialization.jsonObject(with: $0) } as? [String: Any]
+            answer.withLock { $0 = json?["requests"] as? Int ?? 0 }
+            done.signal()
+        }
+        task.resume()
+        if done.wait(timeout: .now() + 5) == .timedOut { task.cancel() }
+        return answer.withLock { $0 }
     }
 }
