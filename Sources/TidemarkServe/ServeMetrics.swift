@@ -181,13 +181,9 @@ public final class ServeMetrics: Sendable {
         fcmRequests(workspace, "write", "sent").increment(by: Int64(result.writeRequests))
         fcmRequests(workspace, "read", "sent").increment(by: Int64(result.readRequests))
         // The rest is the owner's view: a reconcile that ends after this replica lost the workspace
-        // leaves it to the new owner.
+        // leaves it to the new owner. Readiness and the last success come from the status the
+        // machine publishes after each reconcile (`status(workspace:_:)`), their one writer.
         guard owns(workspace) else { return }
-        gauge("tidemark_workspace_ready", workspace, Self.readyHelp).set(to: result.outcome == .success ? 1 : 0)
-        if result.outcome == .success {
-            gauge("tidemark_last_success_timestamp_seconds", workspace, Self.lastSuccessHelp).set(
-                to: result.finishedAt.timeIntervalSince1970)
-        }
         gauge("tidemark_changes_waiting", workspace, Self.waitingHelp).set(to: Double(result.changesWaiting))
         if let managed = result.managedMemberships {
             gauge("tidemark_managed_memberships", workspace, Self.managedHelp).set(to: Double(managed))
