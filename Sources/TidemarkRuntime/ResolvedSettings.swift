@@ -33,6 +33,9 @@ public struct ResolvedSettings: Sendable {
     public var postgres: PostgresURL?
     /// The state as configured (relative to the project, or absolute, or a URL).
     public var stateSpec: String
+    /// What chose the state, for messages that ask to check it: `--state`, `TIDEMARK_STATE_URL`,
+    /// `'state' in tidemark.yaml`, or the default.
+    public var stateOrigin: String
     /// The SQLite state file; with PostgreSQL state, where the embedded backend's data still lives
     /// (`.tidemark/` in the project).
     public var statePath: String
@@ -89,7 +92,11 @@ public struct ResolvedSettings: Sendable {
                 )
             }
         }
-        let stateSpec = flags.state ?? environment["TIDEMARK_STATE_URL"] ?? file.state ?? ".tidemark/state.db"
+        let (stateSpec, stateOrigin) =
+            flags.state.map { ($0, "--state") }
+            ?? environment["TIDEMARK_STATE_URL"].map { ($0, "TIDEMARK_STATE_URL") }
+            ?? file.state.map { ($0, "'state' in tidemark.yaml") }
+            ?? (".tidemark/state.db", "the default (no --state, TIDEMARK_STATE_URL or 'state' in tidemark.yaml)")
         let workspace = flags.workspace ?? file.workspace ?? "default"
         if let problem = ProjectSettings.workspaceProblem(workspace) { throw RuntimeError("--workspace \(problem)") }
         let state: StateLocation
@@ -129,7 +136,7 @@ public struct ResolvedSettings: Sendable {
         return ResolvedSettings(
             project: file, flags: flags, environment: environment, root: root, manifestsPath: manifestsPath,
             manifestsDisplay: manifestsDisplay, state: state, postgres: postgres, stateSpec: stateSpec,
-            statePath: statePath,
+            stateOrigin: stateOrigin, statePath: statePath,
             workspace: workspace, backend: backend, transport: flags.transport ?? file.transport ?? .v1,
             configuredTransport: file.transport ?? .v1, asOf: asOf, embeddedLatency: embeddedLatency,
             credentialsPath: credentialsPath,
@@ -174,15 +181,6 @@ public struct ResolvedSettings: Sendable {
 
     /// A path inside the project as the user sees it.
     public func display(_ path: String) -> String { Self.display(flags.directory, path) }
-
-    /// What chose the state, for messages that ask to check it: the flag, the variable, the setting,
-    /// or the default.
-    public var stateOrigin: String {
-        if flags.state != nil { return "--state" }
-        if environment["TIDEMARK_STATE_URL"] != nil { return "TIDEMARK_STATE_URL" }
-        if project.state != nil { return "'state' in tidemark.yaml" }
-        return "the default (no --state, TIDEMARK_STATE_URL or 'state' in tidemark.yaml)"
-    }
 
     /// The state, for messages: the file or the server, and the workspace unless it is `default`.
     public var stateDisplay: String {

@@ -90,14 +90,16 @@ public struct StateListing: Sendable, Encodable {
 }
 
 extension Runtime {
+    /// The refusal of a command that shows what state holds, when there is none yet.
+    private var noState: RuntimeError {
+        RuntimeError("there is no state at \(stateDisplay) yet; 'tidemark apply' or 'tidemark import' creates it.")
+    }
+
     /// What `tidemark state list` shows of this runtime's state: its topics and groups and the latest
     /// `limit` applies. Throws when there is no state yet, saying what creates it.
     public func stateListing(applies limit: Int = 10) async throws -> StateListing {
         let store = stateStore()
-        guard let state = try await store.load() else {
-            throw RuntimeError(
-                "there is no state at \(stateDisplay) yet; 'tidemark apply' or 'tidemark import' creates it.")
-        }
+        guard let state = try await store.load() else { throw noState }
         let applies = try await store.applies(limit: limit)
         // A run still "running" while nothing holds the lock was killed: the listing says so.
         let locked = try await store.lockHolder() != nil
@@ -172,10 +174,7 @@ extension Runtime {
     /// The topic or group `name` names in state: `topic:NAME`, `group:NAME`, or a bare name (a topic
     /// first, then a group). Refused when state does not exist or holds no such entry.
     public func stateEntry(_ name: String) async throws -> StateEntry {
-        guard var state = try await stateStore().load() else {
-            throw RuntimeError(
-                "there is no state at \(stateDisplay) yet; 'tidemark apply' or 'tidemark import' creates it.")
-        }
+        guard var state = try await stateStore().load() else { throw noState }
         let manifests = manifestSource()
         let loaded = await state.interning { await manifests.load(into: &$0) }
         let kind = name.hasPrefix("group:") ? "group" : name.hasPrefix("topic:") ? "topic" : nil
