@@ -181,6 +181,8 @@ public struct FCMHTTPBackend: Backend {
         /// Attempts that answer with a retryable status but not as FCM, before anything answered as
         /// FCM this run: then the command stops, as a proxy's or a wrong host's error page will not mend.
         public var notFCMAttempts = 3
+        /// Told of every attempt as it ends (`serve`'s metrics and its watch on FCM); nil: nobody.
+        public var observer: FCMAttemptObserver?
 
         /// FCM's documented limits, over v1.
         public init() {}
@@ -299,6 +301,14 @@ public struct FCMHTTPBackend: Backend {
     ) async throws -> Answer {
         let timing = options.timing
         let started = timing.now()
+        let kind: FCMAttempt.Kind = method == .GET ? .read : .write
+        let observer = options.observer
+        func observe(_ outcome: FCMAttempt.Outcome, _ status: Int?, _ cause: String) {
+            observer?(
+                FCMAttempt(
+                    kind: kind, outcome: outcome, code: FCMAttempt.code(of: status), cause: cause,
+                    elapsed: Timing.seconds(timing.now() - started)))
+        }
         var attempt = 0
         var refreshedToken = false
         var lastNetwork: NetworkFailure?
@@ -335,15 +345,18 @@ public struct FCMHTTPBackend: Backend {
                 if status == 401, !refreshedToken {
                     // The token may have been revoked or expired early: fetch a new one, once.
                     refreshedToken = true
+                    observe(.retried, status, answer.summary)
                     await credentials.invalidate()
                     continue
                 }
                 guard RetryPolicy.isRetryable(status: status) else {
+                    observe((200..<300).contains(status) ? .success : .failed, status, answer.summary)
                     options.narrator?.answered(attempt: attempt)
                     return answer
                 }
                 if !answer.fromFCM, !counter.anyFCMAnswer, attempt >= options.notFCMAttempts {
                     // A proxy's or a wrong host's error page, again and again, and nothing has answered as FCM.
+                    observe(.failed, status, answer.summary)
                     throw unexpected(
                         answer, method, url,
                         "Nothing at \(base(of: url)) has answered as FCM this run (\(attempt) attempts)")
@@ -367,6 +380,7 @@ public struct FCMHTTPBackend: Backend {
                     // Nothing has answered as FCM this run: a refused connection, an unknown host, an answer that
                     // is not HTTP, or a proxy's error page will not mend in the retry budget's minutes. Say so now.
                     let earlier = counter.lastNotFCM.map { " (it answered \($0) before)" } ?? ""
+                    observe(.failed, nil, network.words)
                     throw FCMCallError(
                         status: 0,
                         message:
@@ -377,14 +391,18 @@ public struct FCMHTTPBackend: Backend {
                 cause = network.words
             }
             let elapsed = timing.now() - started
+            let failedStatus: Int?
+            if case .status(let status, _) = failure { failedStatus = status } else { failedStatus = nil }
             switch options.policy.decide(failure, attempt: attempt, elapsed: elapsed, timing: timing) {
             case .retry(let delay):
+                observe(.retried, failedStatus, cause)
                 options.narrator?.retrying(
                     RetryNotice(
                         call: "\(method) \(Self.redact(url))", cause: cause, attempt: attempt, retryingAfter: delay,
                         elapsed: elapsed, policy: options.policy, setting: setting(for: url)))
                 try await timing.sleep(delay)
             case .giveUp(let reason):
+                observe(.failed, failedStatus, cause)
                 if let unresolved { return unresolved }
                 let cause = lastNetwork.map { "\($0.words); " } ?? ""
                 throw FCMCallError(

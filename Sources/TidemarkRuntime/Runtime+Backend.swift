@@ -92,6 +92,7 @@ extension Runtime {
         }
         options.timing = timing
         options.gate = leaseGate
+        options.observer = fcmObserver
         let narrator = RetryNarrator(output: output, timing: timing)
         options.narrator = narrator
         return FCMHTTPBackend(

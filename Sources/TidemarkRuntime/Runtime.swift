@@ -39,6 +39,9 @@ public struct Runtime: Sendable {
     /// HTTP clients shared with the process's other runtimes, their connections kept open between
     /// backends (`serve`): nil, and each backend makes clients of its own and closes them after it.
     public var httpClients: HTTPClientPool?
+    /// Told of every attempt of every request its HTTP backends send to FCM (`serve`'s metrics and
+    /// its watch on a reconcile); nil: nobody.
+    public var fcmObserver: FCMAttemptObserver?
     /// The store this runtime opened: a PostgreSQL store's connection, and the lease its lock took,
     /// serve every part of the run.
     private var store: any StateStore

@@ -28,6 +28,11 @@ public struct Reconciler: Sendable {
     /// Whether the workspace follows its inventory's changes: a whole reconcile then keeps what it
     /// read in memory (`WarmPlan`), and a batch of changed devices is planned from it on its own.
     public var followsChanges = false
+    /// Told of the reconcile's progress and of every attempt of its requests to FCM (set by the
+    /// runner for each reconcile); nil: nobody.
+    public var watch: ReconcileWatch?
+    /// Told of every attempt of the reconcile's requests to FCM (the metrics); nil: nobody.
+    public var attempts: FCMAttemptObserver?
     /// What the last whole reconcile left for the batches; shared by the copies of this reconciler,
     /// and new with every reconciler (settings reloaded start from a whole reconcile).
     let warm = WarmCache()
@@ -73,7 +78,7 @@ public struct Reconciler: Sendable {
         changes: PendingChanges, window: SyncWindow, arriving: @Sendable () -> Set<String>
     ) async -> ReconcileResult {
         let start = timing.now()
-        let output = CollectingOutput(log: log)
+        let output = CollectingOutput(log: log, watch: watch)
         var result = ReconcileResult(outcome: .success, startedAt: timing.wallClock(), seconds: 0)
         // What the batches since the last whole reconcile built, compared with this whole read.
         let previous = warm.take()
@@ -85,7 +90,7 @@ public struct Reconciler: Sendable {
                 manifests = fetched.directory
             }
             let (loaded, settings) = try current.fresh()
-            let runtime = manifests.map { loaded.reading(manifests: $0) } ?? loaded
+            let runtime = observed(manifests.map { loaded.reading(manifests: $0) } ?? loaded)
             // The tokens this read finds unchanged keep the strings the last one made (see StringReuse).
             let settled = try await StringReuse.$current.withValue(previous.map { StringReuse($0.plan.state.tokens) }) {
                 try await run(
@@ -146,6 +151,18 @@ public struct Reconciler: Sendable {
         return result
     }
 
+    /// `runtime` with its requests to FCM told to the watch and the metrics.
+    private func observed(_ runtime: Runtime) -> Runtime {
+        guard watch != nil || attempts != nil else { return runtime }
+        var runtime = runtime
+        let (watch, attempts) = (self.watch, self.attempts)
+        runtime.fcmObserver = { attempt in
+            attempts?(attempt)
+            watch?.observe(attempt)
+        }
+        return runtime
+    }
+
     /// Errors that are a guard refusing a plan rather than something broken: the workspace is blocked.
     static let blockingReasons: Set<FailureReason> = [.inventoryShrank, .tooManyDead]
 
@@ -176,8 +193,8 @@ public struct Reconciler: Sendable {
             warm.put(entry)
             return nil
         }
-        let output = CollectingOutput(log: log)
-        let runtime = entry.manifests.map { self.runtime.reading(manifests: $0) } ?? self.runtime
+        let output = CollectingOutput(log: log, watch: watch)
+        let runtime = observed(entry.manifests.map { self.runtime.reading(manifests: $0) } ?? self.runtime)
         let name = runtime.workspaceName
         do {
             let applied = try await runtime.reconcileChanges(
@@ -384,8 +401,12 @@ final class CollectingOutput: WorkflowOutput {
     }
     private let collected = Mutex(Collected())
     private let log: ServeLog
+    private let watch: ReconcileWatch?
 
-    init(log: ServeLog) { self.log = log }
+    init(log: ServeLog, watch: ReconcileWatch? = nil) {
+        self.log = log
+        self.watch = watch
+    }
 
     /// Error diagnostics reported so far.
     var errors: [Diagnostic] { collected.withLock { $0.errors } }
@@ -429,6 +450,8 @@ final class CollectingOutput: WorkflowOutput {
             log("an interrupted apply started at \(startedAt) was abandoned: the manifests or backend changed since")
         case .resuming(_, let done, let total):
             log("finishing an interrupted apply (\(done) of \(total) operations were done)")
+        case .refreshProgress, .applyProgress:
+            watch?.progressed(event)
         default:
             break
         }

@@ -352,6 +352,7 @@ public struct Serve: Sendable {
             settings: [
                 "interval": ServeSettings.describe(settings.interval),
                 "retry_interval": ServeSettings.describe(settings.retryInterval),
+                "degraded_after": ServeSettings.describe(settings.degradedAfter),
                 "jitter": ServeSettings.describe(settings.jitter),
                 "drift": settings.drift.rawValue, "on_change": settings.onChange.rawValue,
                 "history_keep": String(settings.historyKeep),

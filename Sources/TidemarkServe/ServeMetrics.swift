@@ -22,6 +22,8 @@ public final class ServeMetrics: Sendable {
     private let owned = Mutex<Set<String>>([])
     /// Reads the process's figures at each scrape.
     private let process: ProcessMetrics
+    /// When the reconcile in flight of each workspace started.
+    private let inFlight = Mutex<[String: Date]>([:])
 
     /// A registry with `tidemark_build_info` (`version`, `commit`) and the process's metrics; a
     /// workspace's families are declared by `declare(workspace:settings:quota:sources:)`.
@@ -38,6 +40,7 @@ public final class ServeMetrics: Sendable {
     public func exposition() -> [UInt8] {
         var buffer: [UInt8] = []
         buffer.reserveCapacity(8192)
+        updateInProgress()
         registry.emit(into: &buffer)
         buffer += Array(process.exposition().utf8)
         return buffer
@@ -60,7 +63,9 @@ public final class ServeMetrics: Sendable {
             _ = reconcileTotal(workspace, outcome)
         }
         for op in ["subscribe", "unsubscribe", "group"] { _ = changes(workspace, op) }
-        for kind in ["read", "write"] { _ = fcmRequests(workspace, kind, "sent") }
+        for kind in FCMAttempt.Kind.allCases {
+            for (outcome, code) in FCMAttempt.outcomes { _ = fcmRequests(workspace, kind, outcome, code) }
+        }
         for source in sources { _ = fullReads(workspace, source) }
         registry.makeGauge(
             name: "tidemark_workspace_info",
@@ -110,6 +115,9 @@ public final class ServeMetrics: Sendable {
             ("tidemark_changes_waiting", Self.waitingHelp),
             ("tidemark_inventory_changes_waiting", Self.inventoryWaitingHelp),
             ("tidemark_managed_memberships", Self.managedHelp), ("tidemark_workspace_suspended", Self.suspendedHelp),
+            ("tidemark_reconcile_in_progress_seconds", Self.inProgressHelp),
+            ("tidemark_reconcile_changes_applied", Self.appliedHelp),
+            ("tidemark_reconcile_changes_planned", Self.plannedHelp),
         ].map { gauge($0.0, workspace, $0.1) }
         gauges += Self.exportedPhases.map {
             registry.makeGauge(
@@ -178,8 +186,6 @@ public final class ServeMetrics: Sendable {
         changes(workspace, "subscribe").increment(by: Int64(result.subscribed))
         changes(workspace, "unsubscribe").increment(by: Int64(result.unsubscribed))
         changes(workspace, "group").increment(by: Int64(result.groupCalls))
-        fcmRequests(workspace, "write", "sent").increment(by: Int64(result.writeRequests))
-        fcmRequests(workspace, "read", "sent").increment(by: Int64(result.readRequests))
         // The rest is the owner's view: a reconcile that ends after this replica lost the workspace
         // leaves it to the new owner. Readiness and the last success come from the status the
         // machine publishes after each reconcile (`status(workspace:_:)`), their one writer.
@@ -245,6 +251,8 @@ public final class ServeMetrics: Sendable {
         ).set(to: 1)
         gauge("tidemark_changes_waiting", workspace, Self.waitingHelp).set(to: 0)
         _ = gauge("tidemark_managed_memberships", workspace, Self.managedHelp)
+        _ = gauge("tidemark_reconcile_in_progress_seconds", workspace, Self.inProgressHelp)
+        _ = progressGauges(workspace)
         if let status { self.status(workspace: workspace, status) }
     }
 
@@ -273,7 +281,7 @@ public final class ServeMetrics: Sendable {
     static let readyHelp =
         "1 when the workspace's last reconcile succeeded, else 0; exported by the replica that owns the workspace only."
     static let phaseHelp =
-        "1 for the workspace's current phase (pending, reconciling, ready, failing, blocked, suspended), 0 for the others; exported by the replica that owns the workspace only."
+        "1 for the workspace's current phase (pending, reconciling, ready, degraded, failing, blocked, suspended), 0 for the others; exported by the replica that owns the workspace only."
     static let ownerHelp =
         "1, on the replica that owns the workspace, labelled with that replica (host/process); no series when no replica owns it."
     static let suspendedHelp =
@@ -306,10 +314,61 @@ public final class ServeMetrics: Sendable {
             help: "Changes made in FCM: memberships subscribed and unsubscribed, and device-group calls.")
     }
 
-    private func fcmRequests(_ workspace: String, _ kind: String, _ outcome: String) -> Counter {
+    /// Counts one attempt of a request to FCM, as it ended.
+    public func fcmAttempt(workspace: String, _ attempt: FCMAttempt) {
+        fcmRequests(workspace, attempt.kind, attempt.outcome, attempt.code).increment()
+    }
+
+    private func fcmRequests(
+        _ workspace: String, _ kind: FCMAttempt.Kind, _ outcome: FCMAttempt.Outcome, _ code: String
+    ) -> Counter {
         registry.makeCounter(
             name: "tidemark_fcm_requests_total",
-            labels: [("workspace", workspace), ("kind", kind), ("outcome", outcome)],
-            help: "Requests sent to FCM, by kind (read: the plans' refresh; write: changes).")
+            labels: [
+                ("workspace", workspace), ("kind", kind.rawValue), ("outcome", outcome.rawValue), ("code", code),
+            ],
+            help:
+                "Attempts of requests to FCM as they ended, by kind (read: refresh and drift checks; write: changes), outcome (success; retried: failed and tried again; failed: not retried, such as an unregistered token's 404, or the retries gave up) and code (the status class 2xx, 4xx, 429, 5xx, or network when nothing answered)."
+        )
     }
+
+    /// Records that a reconcile of `workspace` started at `since` (nil: none runs now).
+    public func reconciling(workspace: String, since: Date?) {
+        inFlight.withLock { $0[workspace] = since }
+        guard owns(workspace) else { return }
+        for gauge in progressGauges(workspace) { gauge.set(to: 0) }
+    }
+
+    /// Records how far the reconcile in flight has got: the token changes it has sent of those
+    /// planned, once it applies.
+    public func progress(workspace: String, _ snapshot: ReconcileWatch.Snapshot) {
+        guard owns(workspace), snapshot.step == "applying" else { return }
+        let (applied, planned) = (progressGauges(workspace)[0], progressGauges(workspace)[1])
+        applied.set(to: Double(snapshot.done))
+        planned.set(to: Double(snapshot.total))
+    }
+
+    private func progressGauges(_ workspace: String) -> [Gauge] {
+        [
+            gauge("tidemark_reconcile_changes_applied", workspace, Self.appliedHelp),
+            gauge("tidemark_reconcile_changes_planned", workspace, Self.plannedHelp),
+        ]
+    }
+
+    /// Sets `tidemark_reconcile_in_progress_seconds` of the workspaces this replica owns, as of now.
+    private func updateInProgress() {
+        let now = Date()
+        let running = inFlight.withLock { $0 }
+        for workspace in owned.withLock({ $0 }) {
+            let seconds = running[workspace].map { max(0, now.timeIntervalSince($0)) } ?? 0
+            gauge("tidemark_reconcile_in_progress_seconds", workspace, Self.inProgressHelp).set(to: seconds)
+        }
+    }
+
+    static let inProgressHelp =
+        "Seconds the reconcile in flight has run, 0 when none runs; exported by the replica that owns the workspace only."
+    static let appliedHelp =
+        "Token changes the reconcile in flight has sent so far (0 before it applies, and between reconciles); exported by the replica that owns the workspace only."
+    static let plannedHelp =
+        "Token changes the reconcile in flight's apply planned (0 before it applies, and between reconciles); exported by the replica that owns the workspace only."
 }

@@ -9,6 +9,9 @@ public enum WorkspacePhase: String, Sendable, Codable, CaseIterable {
     case reconciling
     /// The last reconcile succeeded.
     case ready
+    /// A reconcile runs, and FCM has failed every request of it for `degraded_after` (tidemark goes on
+    /// retrying within the retry budget): not ready.
+    case degraded
     /// The last reconcile failed (retried after `retry_interval`, doubling), or the state store that
     /// keeps the claims cannot be reached.
     case failing
@@ -76,6 +79,8 @@ public struct WorkspaceMachine: Sendable {
         public var watchWait: Duration
         /// How long a free workspace waits for the replica that owns the fewest (`ReplicaBalance.grace`).
         public var grace: Duration
+        /// How often a reconcile in flight says how far it has got (the log and the status).
+        public var progressEvery: Duration = .seconds(30)
 
         /// A configuration for `replica`.
         public init(
@@ -124,6 +129,9 @@ public struct WorkspaceMachine: Sendable {
         case changed(pending: Bool, devices: Int?)
         /// The watches have their starting point (since this replica came to own the workspace).
         case watching
+        /// How far the reconcile in flight has got and how FCM answers it (the runner reads its watch
+        /// every few seconds).
+        case progress(ReconcileWatch.Snapshot)
         /// A reconcile ended; `shuttingDown`: the service group was shutting down when it did.
         case reconciled(ReconcileResult, shuttingDown: Bool)
         /// The settings were reloaded: the configuration and what the status shows of them.
@@ -189,6 +197,10 @@ public struct WorkspaceMachine: Sendable {
     public private(set) var reconciling = false
     /// Whether the machine stopped (the runner ends).
     public private(set) var finished = false
+    /// When the reconcile in flight started, on the monotonic clock (nil: none runs).
+    public private(set) var reconcileStarted: Duration?
+    /// When the reconcile in flight last said how far it has got.
+    private var progressSaid: Duration?
 
     private var readAt: Duration?
     private var claimedAt: Duration?
@@ -261,6 +273,8 @@ public struct WorkspaceMachine: Sendable {
             if let devices { status.inventoryChangesWaiting = devices }
         case .watching:
             watching = true
+        case .progress(let snapshot):
+            progressed(snapshot, moment, &effects)
         case .reconciled(let result, let shuttingDown):
             reconciled(result, shuttingDown: shuttingDown, moment, &effects)
         case .reloaded(let config, let shown):
@@ -316,6 +330,10 @@ public struct WorkspaceMachine: Sendable {
         let window = SyncWindow(config.settings.windows, at: moment.wall)
         let batches = window.isOpen && config.settings.onChange == .apply
         reconciling = true
+        reconcileStarted = now
+        progressSaid = now
+        status.reconcileStartedAt = moment.wall
+        status.progress = nil
         startedSinceOwned = true
         if !watching { catchUp = true } else if catchUpDue { catchUp = false }
         status.phase = .reconciling
@@ -479,10 +497,83 @@ public struct WorkspaceMachine: Sendable {
         status.ready = false
     }
 
+    /// The reconcile in flight reported how far it has got: `degraded` once FCM has failed every
+    /// request for `degraded_after` (and back to `reconciling` when it answers), and a progress line
+    /// every `progressEvery`.
+    private mutating func progressed(
+        _ snapshot: ReconcileWatch.Snapshot, _ moment: Moment, _ effects: inout [Effect]
+    ) {
+        guard reconciling, let started = reconcileStarted, snapshot.started == started else { return }
+        let name = status.workspace
+        let now = moment.now
+        if let since = snapshot.retryingSince, now - since >= config.settings.degradedAfter {
+            let answer = snapshot.answer ?? "no answer"
+            let sinceDate = moment.wall.addingTimeInterval(-Timing.seconds(now - since))
+            status.fcmTrouble = WorkspaceStatus.FCMTrouble(answer: answer, since: sinceDate)
+            if status.phase != .degraded {
+                status.phase = .degraded
+                status.ready = false
+                effects.append(
+                    .log(
+                        "workspace=\(name) degraded: every request to FCM has failed for \(ServeSettings.describe(now - since)) (last answer: \(answer)); not ready until FCM answers again. The reconcile goes on retrying within its retry budget, then fails",
+                        level: .warning))
+                effects.append(.publish)
+            }
+        } else if snapshot.retryingSince == nil, status.phase == .degraded || status.fcmTrouble != nil {
+            let since = status.fcmTrouble?.since
+            status.fcmTrouble = nil
+            if status.phase == .degraded {
+                status.phase = .reconciling
+                status.ready = status.last?.outcome == .success
+                let after =
+                    since.map {
+                        " after \(ServeSettings.describe(.seconds(max(0, moment.wall.timeIntervalSince($0)))))"
+                    } ?? ""
+                effects.append(.log("workspace=\(name) FCM answers again\(after); the reconcile goes on"))
+            }
+            effects.append(.publish)
+        }
+        if now - (progressSaid ?? started) >= config.progressEvery {
+            progressSaid = now
+            let step = snapshot.step ?? "planning"
+            status.progress = WorkspaceStatus.Progress(
+                step: step, done: snapshot.done, total: snapshot.total,
+                etaSeconds: snapshot.etaSeconds.map { Int($0.rounded()) }, at: moment.wall)
+            effects.append(.log(Self.progressLine(workspace: name, snapshot, elapsed: now - started)))
+            effects.append(.publish)
+        }
+    }
+
+    /// `workspace=… reconcile in progress for 2m: applying, 12,000 of 160,000 (7%), about 4m left`.
+    static func progressLine(workspace: String, _ snapshot: ReconcileWatch.Snapshot, elapsed: Duration) -> String {
+        var line = "workspace=\(workspace) reconcile in progress for \(ServeSettings.describe(elapsed)): "
+        guard let step = snapshot.step, snapshot.total > 0 else {
+            return line + "planning (reading the manifests, the inventory and state)"
+        }
+        let noun = step == "applying" ? "token change" : "registration"
+        let percent = Int(Double(snapshot.done) * 100 / Double(snapshot.total))
+        line +=
+            "\(step), \(PlanRenderer.formatCount(snapshot.done)) of \(PlanRenderer.counted(snapshot.total, noun)) (\(percent)%)"
+        if let eta = snapshot.etaSeconds {
+            line += ", about \(ServeSettings.describe(.seconds(max(1, eta.rounded())))) left at the rate so far"
+        }
+        if let since = snapshot.retryingSince {
+            line +=
+                "; FCM failing since \(ServeSettings.describe(elapsed - (since - snapshot.started))) ago: \(snapshot.answer ?? "no answer")"
+        }
+        return line
+    }
+
     private mutating func reconciled(
         _ result: ReconcileResult, shuttingDown: Bool, _ moment: Moment, _ effects: inout [Effect]
     ) {
         reconciling = false
+        reconcileStarted = nil
+        progressSaid = nil
+        status.reconcileStartedAt = nil
+        status.progress = nil
+        // What FCM answered stays said after a failure; anything else means FCM answered.
+        if result.outcome != .failure { status.fcmTrouble = nil }
         let name = status.workspace
         if shuttingDown, result.outcome != .success {
             // Stopped between journal steps by the shutdown: not a failure of the workspace.

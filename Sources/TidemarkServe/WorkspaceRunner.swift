@@ -47,6 +47,35 @@ public struct WorkspaceStatus: Sendable, Codable, Equatable {
     /// Device changes the inventory reported that no reconcile has started on yet (nil: no source
     /// of the workspace follows its changes).
     public var inventoryChangesWaiting: Int?
+    /// When the reconcile in flight started (nil: none runs).
+    public var reconcileStartedAt: Date?
+    /// How far the reconcile in flight has got, as last said (every 30 s; nil before).
+    public var progress: Progress?
+    /// What FCM has answered to every request since when, while it keeps failing (`degraded`), and
+    /// after a reconcile that failed because of it; nil while FCM answers.
+    public var fcmTrouble: FCMTrouble?
+
+    /// How far a reconcile in flight has got.
+    public struct Progress: Sendable, Codable, Equatable {
+        /// What it does: `reading FCM`, `applying`, or `planning` before either reports.
+        public var step: String
+        /// Registrations read or token changes sent so far in the step.
+        public var done: Int
+        /// Registrations to read or token changes to send in the step.
+        public var total: Int
+        /// Seconds until the step is done at the rate so far (nil: too early to tell).
+        public var etaSeconds: Int?
+        /// When this was said.
+        public var at: Date
+    }
+
+    /// FCM failing every request of a reconcile.
+    public struct FCMTrouble: Sendable, Codable, Equatable {
+        /// The last failure, in words (`HTTP 503 (UNAVAILABLE)`, `the connection was refused`).
+        public var answer: String
+        /// Since when no request has been answered.
+        public var since: Date
+    }
 }
 
 /// Reconciles one workspace while this replica owns it, as a service of `serve`'s service group.
@@ -134,6 +163,8 @@ public final class WorkspaceRunner: Service, Sendable {
     private var reconciler: Reconciler { live.withLock { $0.reconciler } }
     private let ownership: Ownership
     private let metrics: ServeMetrics
+    /// The reconcile in flight's progress and FCM's answers to it.
+    private let watch: ReconcileWatch
     private let notifier: Notifier?
     private let log: ServeLog
     private let current: Mutex<WorkspaceStatus>
@@ -166,6 +197,7 @@ public final class WorkspaceRunner: Service, Sendable {
                 replica: ownership.replica, duration: ownership.duration, poll: ownership.poll,
                 timing: reconciler.timing)
         self.metrics = metrics
+        watch = ReconcileWatch(timing: reconciler.timing)
         self.notifier = notifier
         self.log = log
         self.current = Mutex(status)
@@ -233,6 +265,8 @@ public final class WorkspaceRunner: Service, Sendable {
     /// million devices, mostly saving the state of every topic it touched): at 10,000 devices that
     /// was a tenth of a burst's time; at 50,000 (minutes of sends at FCM's quota) it is a few percent.
     static let batchLimit = 50_000
+    /// How often a reconcile in flight's watch is read and given to the machine.
+    static let watchEvery = Duration.seconds(5)
 
     /// The machine's configuration for the settings now.
     private func config() -> WorkspaceMachine.Config {
@@ -305,6 +339,9 @@ public final class WorkspaceRunner: Service, Sendable {
     private func machineEvent(of message: Message, _ machine: inout WorkspaceMachine) -> WorkspaceMachine.Event? {
         switch message {
         case .event(let event):
+            if case .progress(let snapshot) = event, machine.reconcileStarted == snapshot.started {
+                metrics.progress(workspace: name, snapshot)
+            }
             return event
         case .woke:
             let (pending, devices) = woken.withLock { woken in
@@ -359,11 +396,14 @@ public final class WorkspaceRunner: Service, Sendable {
                 .changed(
                     pending: woken.withLock { !$0.changes.isEmpty },
                     devices: machine.status.inventoryChangesWaiting == nil ? nil : left))
-            running = startReconcile(taken, whole: whole, window: window)
+            metrics.reconciling(workspace: name, since: machine.status.reconcileStartedAt)
+            running = startReconcile(
+                taken, whole: whole, window: window, started: machine.reconcileStarted ?? timing.now())
         case .dropChanges:
             _ = takeWoken(0)
             queue.append(.changed(pending: false, devices: machine.status.inventoryChangesWaiting == nil ? nil : 0))
         case .measure(let result):
+            metrics.reconciling(workspace: name, since: nil)
             metrics.record(workspace: name, result)
         case .notify(let result):
             notify(result, &machine)
@@ -430,15 +470,31 @@ public final class WorkspaceRunner: Service, Sendable {
 
     /// Starts a reconcile on threads of its own (so the health endpoints and the inbox never wait for
     /// a thread behind it); its result comes back to the inbox.
+    ///
+    /// While it runs, its watch (how far it has got, how FCM answers) is read every `watchEvery` and
+    /// given to the machine.
     private func startReconcile(
-        _ changes: PendingChanges, whole: Bool, window: SyncWindow
+        _ changes: PendingChanges, whole: Bool, window: SyncWindow, started: Duration
     ) -> Task<ReconcileResult, Never> {
-        let reconciler = self.reconciler
+        var reconciler = self.reconciler
         let inbox = self.inbox
+        let (watch, metrics, name, timing) = (self.watch, self.metrics, self.name, self.timing)
+        watch.begin(at: started)
+        reconciler.watch = watch
+        reconciler.attempts = { metrics.fcmAttempt(workspace: name, $0) }
+        let every = Self.watchEvery
         return Task(executorPreference: ReconcileExecutor.shared) {
+            let ticker = Task {
+                while true {
+                    do { try await timing.sleep(every) } catch { return }
+                    if Task.isCancelled { return }
+                    inbox.yield(.event(.progress(watch.snapshot())))
+                }
+            }
             let result = await reconciler.reconcile(changes: changes, whole: whole, window: window) {
                 self.woken.withLock { Set($0.changes.devices.values.flatMap { $0 }) }
             }
+            ticker.cancel()
             if (result.changedDevices ?? Self.batchLimit) >= Self.batchLimit / 10 {
                 // A whole reconcile (or a large batch) peaked; what it freed goes back to the system, so
                 // the resident size between resyncs is what the workspace keeps, not its last peak. Here,

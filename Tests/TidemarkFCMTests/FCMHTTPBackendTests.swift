@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import Synchronization
 import Testing
 import TidemarkAuth
 import TidemarkCore
@@ -192,7 +193,7 @@ extension FCMHTTPBackendTests {
     /// `output` on `clock`.
     func aimedAt(
         _ server: LoopbackServer, client: HTTPClient, emulator: EmulatorServer, clock: ManualClock,
-        output: RecordingOutput, policy: RetryPolicy
+        output: RecordingOutput, policy: RetryPolicy, observer: FCMAttemptObserver? = nil
     ) throws -> FCMHTTPBackend {
         let key = try ServiceAccountKey.load(path: emulator.keyFilePath)
         var options = FCMHTTPBackend.Options()
@@ -200,6 +201,7 @@ extension FCMHTTPBackendTests {
         options.timing = clock.timing
         options.concurrency = 1
         options.narrator = RetryNarrator(output: output, timing: clock.timing)
+        options.observer = observer
         return FCMHTTPBackend(
             kind: .emulator, project: "fcm-test", endpoints: .emulator(host: "http://127.0.0.1:\(server.port)"),
             client: client, credentials: AccessTokenProvider(key: key, client: client), options: options)
@@ -240,11 +242,20 @@ extension FCMHTTPBackendTests {
         try await AccessTokenProviderTests().withEmulator { emulator, client in
             let clock = ManualClock()
             let output = RecordingOutput()
+            let attempts = Mutex<[FCMAttempt]>([])
             let backend = try aimedAt(
                 unavailable, client: client, emulator: emulator, clock: clock, output: output,
-                policy: RetryPolicy(baseDelay: .seconds(1), maxDelay: .seconds(4), budget: .seconds(40)))
+                policy: RetryPolicy(baseDelay: .seconds(1), maxDelay: .seconds(4), budget: .seconds(40)),
+                observer: { attempt in attempts.withLock { $0.append(attempt) } })
             let error = await #expect(throws: (any Error).self) { _ = try await backend.refresh([Self.token(1)]) }
             #expect(unavailable.accepted() > 3, "FCM's own answer is retried past the short retry")
+            // Every attempt is told as it ends: retried with its status class, the last one failed.
+            let told = attempts.withLock { $0 }
+            #expect(told.count == unavailable.accepted())
+            #expect(told.dropLast().allSatisfy { $0.kind == .read && $0.outcome == .retried && $0.code == "5xx" })
+            #expect(told.last?.outcome == .failed && told.last?.code == "5xx")
+            #expect(told.first?.cause == "HTTP 503 (UNAVAILABLE)")
+            #expect(zip(told, told.dropFirst()).allSatisfy { $0.elapsed <= $1.elapsed })
             let notices = output.events.compactMap { if case .retrying(let notice) = $0 { notice } else { nil } }
             #expect(!notices.isEmpty, "\(String(describing: error)); sleeps \(clock.sleeps)")
             #expect(notices.count <= Int(Timing.seconds(clock.now) / 10) + 1, "no more than one every 10 s")

@@ -64,7 +64,7 @@ import TidemarkCore
         #expect(Self.lines(owner, "tidemark_workspace_ready") == [#"tidemark_workspace_ready{workspace="prod"} 0.0"#])
         let phases = Self.lines(owner, "tidemark_workspace_phase")
         #expect(
-            phases.count == 6
+            phases.count == 7
                 && phases.filter { $0.hasSuffix(" 1.0") } == [
                     #"tidemark_workspace_phase{workspace="prod",phase="pending"} 1.0"#
                 ])
@@ -95,7 +95,8 @@ import TidemarkCore
         for family in [
             "tidemark_workspace_ready", "tidemark_workspace_phase", "tidemark_last_success_timestamp_seconds",
             "tidemark_workspace_owner", "tidemark_changes_waiting", "tidemark_managed_memberships",
-            "tidemark_workspace_suspended",
+            "tidemark_workspace_suspended", "tidemark_reconcile_in_progress_seconds",
+            "tidemark_reconcile_changes_applied", "tidemark_reconcile_changes_planned",
         ] {
             #expect(Self.lines(owner, family).isEmpty, "a replica that lost the workspace exports \(family)")
         }
@@ -133,6 +134,58 @@ import TidemarkCore
         #expect((process["process_open_fds"] ?? 0) >= 3)
         let started = process["process_start_time_seconds"] ?? 0
         #expect(started > Date().timeIntervalSince1970 - 86_400 * 30 && started <= Date().timeIntervalSince1970 + 1)
+    }
+
+    @Test func fcmAttemptsAreCountedByOutcomeAndCodeAndAReconcileInFlightShowsItsProgress() {
+        let metrics = Self.declared()
+        let zero = Self.lines(metrics, "tidemark_fcm_requests_total")
+        #expect(zero.count == 18 && zero.allSatisfy { $0.hasSuffix(" 0") }, "every kind, outcome and code at 0")
+        metrics.fcmAttempt(
+            workspace: "prod", FCMAttempt(kind: .read, outcome: .retried, code: "5xx", cause: "HTTP 503", elapsed: 1))
+        metrics.fcmAttempt(
+            workspace: "prod", FCMAttempt(kind: .read, outcome: .retried, code: "5xx", cause: "HTTP 503", elapsed: 2))
+        metrics.fcmAttempt(
+            workspace: "prod", FCMAttempt(kind: .write, outcome: .success, code: "2xx", cause: "HTTP 200", elapsed: 0))
+        let samples = Self.samples(metrics)
+        #expect(
+            samples.contains(
+                #"tidemark_fcm_requests_total{workspace="prod",kind="read",outcome="retried",code="5xx"} 2"#))
+        #expect(
+            samples.contains(
+                #"tidemark_fcm_requests_total{workspace="prod",kind="write",outcome="success",code="2xx"} 1"#))
+
+        // The owner's reconcile in flight: its seconds so far, at each scrape, and what it has applied.
+        #expect(Self.lines(metrics, "tidemark_reconcile_in_progress_seconds").isEmpty, "a standby's")
+        metrics.leader(workspace: "prod", true, replica: "vm/1#a", status: Self.status(.pending))
+        #expect(
+            Self.lines(metrics, "tidemark_reconcile_in_progress_seconds") == [
+                #"tidemark_reconcile_in_progress_seconds{workspace="prod"} 0.0"#
+            ])
+        metrics.reconciling(workspace: "prod", since: Date().addingTimeInterval(-90))
+        var snapshot = ReconcileWatch.Snapshot(started: .zero)
+        snapshot.step = "applying"
+        snapshot.done = 1200
+        snapshot.total = 5000
+        metrics.progress(workspace: "prod", snapshot)
+        let seconds = Self.lines(metrics, "tidemark_reconcile_in_progress_seconds").first?.split(separator: " ").last
+        #expect(seconds.flatMap { Double($0) }.map { $0 >= 90 && $0 < 100 } == true)
+        #expect(
+            Self.lines(metrics, "tidemark_reconcile_changes_applied") == [
+                #"tidemark_reconcile_changes_applied{workspace="prod"} 1200.0"#
+            ])
+        #expect(
+            Self.lines(metrics, "tidemark_reconcile_changes_planned") == [
+                #"tidemark_reconcile_changes_planned{workspace="prod"} 5000.0"#
+            ])
+        metrics.reconciling(workspace: "prod", since: nil)
+        #expect(
+            Self.lines(metrics, "tidemark_reconcile_in_progress_seconds") == [
+                #"tidemark_reconcile_in_progress_seconds{workspace="prod"} 0.0"#
+            ])
+        #expect(
+            Self.lines(metrics, "tidemark_reconcile_changes_applied") == [
+                #"tidemark_reconcile_changes_applied{workspace="prod"} 0.0"#
+            ])
     }
 
     @Test func aCommandWithSpacesAndParenthesesIsReadRight() {

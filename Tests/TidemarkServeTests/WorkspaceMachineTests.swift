@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TidemarkCore
+import TidemarkTesting
 
 @testable import TidemarkServe
 
@@ -446,5 +447,110 @@ struct WorkspaceMachineTests {
                 .log(
                     "workspace=prod cannot claim the workspace in its state store: connection refused", level: .warning)
             ))
+    }
+
+    @Test func fcmFailingEveryRequestForDegradedAfterIsDegradedNotReadyUntilItAnswers() {
+        var machine = machine()
+        owned(&machine)
+        // The next reconcile, at 601 s, meets FCM answering 503 to everything from 605 s.
+        let started = poll(&machine, record(owner: "r1"), at: 601)
+        #expect(reconciles(started).count == 1 && machine.status.ready, "ready stays what the last reconcile left")
+        #expect(machine.reconcileStarted == .seconds(601))
+        #expect(machine.status.reconcileStartedAt == Self.epoch.addingTimeInterval(601))
+        var snapshot = ReconcileWatch.Snapshot(started: .seconds(601))
+        snapshot.retryingSince = .seconds(605)
+        snapshot.answer = "HTTP 503 (UNAVAILABLE)"
+        // 50 s of retries: not yet; 54 s into the reconcile, its first progress line.
+        let early = logs(machine.handle(.progress(snapshot), at: at(655)))
+        #expect(machine.status.phase == .reconciling && machine.status.ready)
+        #expect(
+            early == [
+                "workspace=prod reconcile in progress for 54s: planning (reading the manifests, the inventory and state)"
+            ])
+        // A snapshot of another reconcile is ignored.
+        var stale = snapshot
+        stale.started = .seconds(1)
+        stale.retryingSince = .seconds(1)
+        _ = machine.handle(.progress(stale), at: at(656))
+        #expect(machine.status.phase == .reconciling)
+        // 60 s: degraded, not ready, said once at warning with what FCM answers and since when.
+        let degraded = machine.handle(.progress(snapshot), at: at(665))
+        #expect(machine.status.phase == .degraded && !machine.status.ready)
+        #expect(
+            machine.status.fcmTrouble
+                == WorkspaceStatus.FCMTrouble(
+                    answer: "HTTP 503 (UNAVAILABLE)", since: Self.epoch.addingTimeInterval(605)))
+        #expect(degraded.contains(.publish))
+        #expect(
+            degraded.contains {
+                if case .log(let line, .warning) = $0 {
+                    return line.contains("workspace=prod degraded: every request to FCM has failed for 1m")
+                        && line.contains("HTTP 503 (UNAVAILABLE)")
+                }
+                return false
+            })
+        #expect(logs(machine.handle(.progress(snapshot), at: at(670))).allSatisfy { !$0.contains("degraded") })
+        // FCM answers again: reconciling, ready as the last reconcile left it.
+        var answering = ReconcileWatch.Snapshot(started: .seconds(601))
+        answering.step = "applying"
+        answering.done = 500
+        answering.total = 2000
+        answering.etaSeconds = 90
+        let back = machine.handle(.progress(answering), at: at(690))
+        #expect(machine.status.phase == .reconciling && machine.status.ready && machine.status.fcmTrouble == nil)
+        #expect(logs(back).contains { $0.contains("workspace=prod FCM answers again after 1m25s") })
+        // Every 30 s a progress line with a count and an ETA, in the status too.
+        #expect(
+            logs(back).contains {
+                $0.contains(
+                    "reconcile in progress for 1m29s: applying, 500 of 2,000 token changes (25%), about 1m30s left")
+            })
+        #expect(machine.status.progress?.done == 500 && machine.status.progress?.etaSeconds == 90)
+        #expect(logs(machine.handle(.progress(answering), at: at(695))).isEmpty, "not again within 30 s")
+        // The end clears the progress; a failure keeps what FCM answered, a success clears it.
+        _ = machine.handle(.progress(snapshot), at: at(745))
+        _ = machine.handle(.reconciled(result(.failure, at: 900), shuttingDown: false), at: at(900))
+        #expect(machine.status.phase == .failing && machine.status.fcmTrouble != nil)
+        #expect(
+            machine.status.progress == nil && machine.status.reconcileStartedAt == nil
+                && machine.reconcileStarted == nil)
+        _ = poll(&machine, record(owner: "r1"), at: 930)
+        _ = machine.handle(.reconciled(result(.success, at: 931), shuttingDown: false), at: at(931))
+        #expect(machine.status.phase == .ready && machine.status.fcmTrouble == nil)
+    }
+
+    @Test func theWatchTellsRetryingFromAnswersAndEstimatesTheRest() {
+        let clock = ManualClock()
+        let watch = ReconcileWatch(timing: clock.timing)
+        watch.begin(at: .seconds(0))
+        func attempt(_ outcome: FCMAttempt.Outcome, _ code: String, elapsed: Double = 0) {
+            watch.observe(
+                FCMAttempt(kind: .write, outcome: outcome, code: code, cause: "HTTP \(code)", elapsed: elapsed))
+        }
+        clock.advance(.seconds(10))
+        attempt(.retried, "5xx", elapsed: 2)
+        #expect(watch.snapshot().retryingSince == .seconds(8) && watch.snapshot().answer == "HTTP 5xx")
+        clock.advance(.seconds(5))
+        attempt(.retried, "429")
+        #expect(watch.snapshot().retryingSince == .seconds(8), "the first retry since the last answer")
+        attempt(.failed, "5xx")
+        #expect(watch.snapshot().retryingSince != nil, "retries that gave up are no answer")
+        attempt(.failed, "4xx")
+        #expect(watch.snapshot().retryingSince == nil, "a 404 is FCM answering")
+        attempt(.retried, "network")
+        attempt(.success, "2xx")
+        #expect(watch.snapshot().retryingSince == nil)
+        watch.progressed(
+            .applyProgress(ExecutionProgress(operationsDone: 0, operationsTotal: 1, tokensDone: 100, tokensTotal: 1100))
+        )
+        clock.advance(.seconds(10))
+        watch.progressed(
+            .applyProgress(ExecutionProgress(operationsDone: 0, operationsTotal: 1, tokensDone: 600, tokensTotal: 1100))
+        )
+        let snapshot = watch.snapshot()
+        #expect(snapshot.step == "applying" && snapshot.done == 600 && snapshot.total == 1100)
+        #expect(snapshot.etaSeconds == 10, "500 in 10 s: 500 left take 10 s")
+        watch.begin(at: .seconds(30))
+        #expect(watch.snapshot() == ReconcileWatch.Snapshot(started: .seconds(30)))
     }
 }

@@ -91,6 +91,14 @@ public struct ExecutionProgress: Sendable {
     public var tokensDone: Int
     /// Token changes in the plan.
     public var tokensTotal: Int
+
+    /// Progress of an apply.
+    public init(operationsDone: Int, operationsTotal: Int, tokensDone: Int, tokensTotal: Int) {
+        self.operationsDone = operationsDone
+        self.operationsTotal = operationsTotal
+        self.tokensDone = tokensDone
+        self.tokensTotal = tokensTotal
+    }
 }
 
 /// A token that an operation could not change, and why.

@@ -148,8 +148,8 @@ public struct ServeSection: Sendable, Equatable {
     /// The keys that set what a workspace may do and when: under `serve:` they are every
     /// workspace's defaults; in an entry, its own.
     public static let scheduleKeys = [
-        "interval", "jitter", "retry_interval", "drift", "on_change", "max_unsubscribes", "suspend", "history_keep",
-        "windows", "heal_outside_windows",
+        "interval", "jitter", "retry_interval", "degraded_after", "drift", "on_change", "max_unsubscribes", "suspend",
+        "history_keep", "windows", "heal_outside_windows",
     ]
 
     /// The workspace named `name`, if the section lists it.
@@ -316,7 +316,7 @@ public struct ServeSection: Sendable, Equatable {
         }
         guard let text = doc.string(value, what) else { return }
         switch key {
-        case "interval", "jitter", "retry_interval":
+        case "interval", "jitter", "retry_interval", "degraded_after":
             guard let duration = ServeSettings.duration(text) else {
                 doc.error("\(what) must be a duration such as 90s, 5m or 1h, not '\(text.escapedOnOneLine)'.", value)
                 return
@@ -328,6 +328,7 @@ public struct ServeSection: Sendable, Equatable {
             switch key {
             case "interval": settings.interval = duration
             case "jitter": settings.jitter = duration
+            case "degraded_after": settings.degradedAfter = duration
             default: settings.retryInterval = duration
             }
         case "drift":

@@ -27,6 +27,10 @@ public struct ServeSettings: Sendable, Equatable {
     /// After a failure, the first retry comes this soon, then twice as long each time, never longer
     /// than `interval` (default 30 seconds).
     public var retryInterval: Duration = .seconds(30)
+    /// A reconcile whose requests FCM has failed (and tidemark retried) for this long without one
+    /// answer between makes the workspace `degraded` (not ready) before it fails (`degraded_after`,
+    /// default 60 seconds).
+    public var degradedAfter: Duration = .seconds(60)
     /// What to do about drift.
     public var drift: DriftPolicy = .heal
     /// What to do with manifest and inventory changes.
