@@ -66,7 +66,7 @@ def main():
         shutil.copytree(os.path.join(ROOT, "manifests"), os.path.join(work, "manifests"))
         with open(log_path, "w") as log:
             process = subprocess.Popen(
-                [os.path.abspath(args.binary), "serve", "--listen", "127.0.0.1:0"], cwd=work, stdout=log,
+                [os.path.abspath(args.binary), "serve", "--allow-embedded", "--listen", "127.0.0.1:0"], cwd=work, stdout=log,
                 stderr=subprocess.STDOUT)
 
         def said():

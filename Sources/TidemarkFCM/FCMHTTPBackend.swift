@@ -333,6 +333,7 @@ public struct FCMHTTPBackend: Backend {
             }
             let failure: RetryPolicy.Failure
             let cause: String
+            var answeredByFCM = false
             do {
                 let (response, bytes) = try await exchange(request)
                 counter.answered(attempt: attempt)
@@ -367,6 +368,7 @@ public struct FCMHTTPBackend: Backend {
                         .flatMap { RetryPolicy.parseRetryAfter($0, now: timing.wallClock()) })
                 unresolved = answer
                 cause = answer.summary
+                answeredByFCM = answer.fromFCM
             } catch is CancellationError {
                 throw CancellationError()
             } catch let error as CredentialError {
@@ -396,10 +398,11 @@ public struct FCMHTTPBackend: Backend {
             switch options.policy.decide(failure, attempt: attempt, elapsed: elapsed, timing: timing) {
             case .retry(let delay):
                 observe(.retried, failedStatus, cause)
-                options.narrator?.retrying(
-                    RetryNotice(
-                        call: "\(method) \(Self.redact(url))", cause: cause, attempt: attempt, retryingAfter: delay,
-                        elapsed: elapsed, policy: options.policy, setting: setting(for: url)))
+                var notice = RetryNotice(
+                    call: "\(method) \(Self.redact(url))", cause: cause, attempt: attempt, retryingAfter: delay,
+                    elapsed: elapsed, policy: options.policy, setting: setting(for: url))
+                notice.answeredByFCM = answeredByFCM
+                options.narrator?.retrying(notice)
                 try await timing.sleep(delay)
             case .giveUp(let reason):
                 observe(.failed, failedStatus, cause)

@@ -444,7 +444,7 @@ final class CollectingOutput: WorkflowOutput {
             }
         case .retrying(let notice):
             log.warning(
-                "\(notice.call) is being retried (attempt \(notice.attempt), \(Int(notice.waited)) s so far): \(notice.cause); check \(notice.setting)"
+                "\(notice.call) is being retried (attempt \(notice.attempt), \(Int(notice.waited)) s so far): \(notice.cause); \(notice.advice)"
             )
         case .abandoned(let startedAt):
             log("an interrupted apply started at \(startedAt) was abandoned: the manifests or backend changed since")

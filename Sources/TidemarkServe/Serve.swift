@@ -35,6 +35,9 @@ public struct Serve: Sendable {
         public var replica = Serve.replica
         /// The binary's version and commit, for `tidemark_build_info`.
         public var build = (version: Runtime.version, commit: "unknown")
+        /// Whether a workspace may reconcile against the embedded backend (`--allow-embedded`): a
+        /// simulation inside tidemark that reaches no FCM, for demos and tests only.
+        public var allowEmbedded = false
         /// How often `/readyz`'s checks run again.
         public var readinessInterval: Duration = .seconds(10)
         /// The clock and random source of the schedule, the reconciles and the checks.
@@ -121,6 +124,22 @@ public struct Serve: Sendable {
     }
 
     private func planWorkspaces(_ project: Runtime) throws -> [Planned] {
+        let planned = try plannedWorkspaces(project)
+        if !options.allowEmbedded {
+            for workspace in planned { try Self.refuseEmbedded(workspace.runtime) }
+        }
+        return planned
+    }
+
+    /// Throws when `runtime` reconciles against the embedded backend, which reaches no FCM.
+    static func refuseEmbedded(_ runtime: Runtime) throws {
+        guard runtime.backendKind == .embedded else { return }
+        throw RuntimeError(
+            "workspace '\(runtime.workspaceName)' reconciles against the embedded backend, a simulation of FCM inside tidemark: serve would report every reconcile a success and reach no FCM. For production set 'backend: fcm' in tidemark.yaml (or --backend fcm, with credentials: docs/fcm.md); 'backend: emulator' for tidemark's emulator. Pass --allow-embedded to serve the embedded backend on purpose (a demo, a test)."
+        )
+    }
+
+    private func plannedWorkspaces(_ project: Runtime) throws -> [Planned] {
         guard let section = project.settings.serve, !section.workspaces.isEmpty else {
             return [
                 Planned(
@@ -269,6 +288,7 @@ public struct Serve: Sendable {
                 runtime: workspace.runtime, settings: workspace.settings, source: workspace.source,
                 reload: {
                     let runtime = try load(entry)
+                    if !options.allowEmbedded { try Self.refuseEmbedded(runtime) }
                     return (runtime, Self.settings(of: runtime, entry: entry, overrides: options.overrides))
                 }, log: log, timing: options.timing)
             reconciler.followsChanges = !FollowedSource.of(workspace.runtime).isEmpty

@@ -214,7 +214,7 @@ struct InitCommand: ParsableCommand {
         lines.append("  tidemark plan            # what would change, on the embedded backend (no account needed)")
         lines.append("  tidemark apply           # make it so")
         lines.append(
-            "Then replace manifests/inventory/devices.csv with your devices (or read them from PostgreSQL or a command: docs/inventory.md), and plan against FCM with --backend fcm and a service account key in GOOGLE_APPLICATION_CREDENTIALS."
+            "Then replace manifests/inventory/devices.csv with your devices (or read them from PostgreSQL or a command: docs/inventory.md), and plan against FCM with --backend fcm and a service account key in GOOGLE_APPLICATION_CREDENTIALS: production (CI, tidemark serve) needs 'backend: fcm'."
         )
         lines.append(Self.pipelineNeeds(ci))
         if let ignoreHint { lines.append(ignoreHint) }
@@ -231,7 +231,8 @@ struct InitCommand: ParsableCommand {
 
         # Where plan and apply read and change FCM: embedded (an emulator inside tidemark, to try things
         # out), emulator ('tidemark emulator serve') or fcm (the real FCM, with a service account key in
-        # GOOGLE_APPLICATION_CREDENTIALS). The CI recipes pass --backend fcm.
+        # GOOGLE_APPLICATION_CREDENTIALS). Production needs fcm: the CI recipes pass --backend fcm, and
+        # 'tidemark serve' refuses embedded (it reaches no FCM) unless given --allow-embedded.
         backend: embedded
 
         # State: a SQLite file (the default, .tidemark/state.db), or a PostgreSQL URL that every CI

@@ -95,6 +95,12 @@ struct ServeCommand: AsyncParsableCommand {
             valueName: "DURATION"))
     var claimDuration: String?
 
+    @Flag(
+        help:
+            "Serve workspaces whose backend is 'embedded' (a simulation of FCM inside tidemark that reaches no FCM): for demos and tests. Without it serve refuses them at start."
+    )
+    var allowEmbedded = false
+
     @Option(
         help:
             "How log lines are written to stderr: text (default), or json (one object per line, with workspace, result and reason as fields, for log collectors)."
@@ -164,6 +170,7 @@ struct ServeCommand: AsyncParsableCommand {
             (options.host, options.port) = try address()
             options.overrides = try overrides()
             options.build = (Runtime.version, BuildInfo.commit)
+            options.allowEmbedded = allowEmbedded
             if let claim = try claim() { options.claimDuration = claim }
             let json = logFormat == .json
             var logger = Logger(

@@ -102,7 +102,7 @@ final class TerminalOutput: WorkflowOutput {
             ? " (\(PlanRenderer.counted(notice.othersRetried, "other retry", plural: "other retries")) since the last notice)"
             : ""
         return
-            "Retrying \(notice.call) (\(notice.cause)): attempt \(notice.attempt + 1) in \(Int(notice.nextIn.rounded(.up))) s; \(Int(notice.waited.rounded())) s spent, giving up in \(left) s\(others). If this does not mend, check \(notice.setting)."
+            "Retrying \(notice.call) (\(notice.cause)): attempt \(notice.attempt + 1) in \(Int(notice.nextIn.rounded(.up))) s; \(Int(notice.waited.rounded())) s spent, giving up in \(left) s\(others). If this does not mend: \(notice.advice)."
     }
 
     let progress: ProgressDisplay

@@ -7,21 +7,31 @@ import TidemarkTesting
 /// The third round of hostile input (issue 53): each class the campaign found, held by a test.
 @Suite struct HostileInputRoundThreeTests {
     /// Every URL tidemark prints goes through one redaction: no password, no token as user name, no
-    /// query value; where the request went (scheme, host, port, path, parameter names) stays.
+    /// query value but how to connect (`sslmode`, `lease`…); where the request went (scheme, host, port,
+    /// path, parameter names) stays.
     @Test func oneRedactionForEveryPrintedURL() {
         let cases: [(String, String)] = [
             ("http://user:PASSWORD@host:8080/token", "http://user:***@host:8080/token"),
             ("https://ghp_TOKENTOKEN@github.com/acme/x.git", "https://***@github.com/acme/x.git"),
             (
                 "https://sts.example.com/v1/token?key=SECRET&alt=json",
-                "https://sts.example.com/v1/token?key=***&alt=***"
+                "https://sts.example.com/v1/token?key=***&alt=json"
             ),
             ("https://h/p?flag&x=", "https://h/p?***&x=***"),
             ("https://h/p#access_token=SECRET", "https://h/p"),
             ("https://a:b@c@host/p?q=1", "https://a:***@host/p?q=***"),
             ("http://host/a@b", "http://host/a@b"),
             ("git@github.com:acme/x.git", "git@github.com:acme/x.git"),
-            ("postgres://tm:pw@db:5432/tm?sslmode=require", "postgres://tm:***@db:5432/tm?sslmode=***"),
+            ("postgres://tm:pw@db:5432/tm?sslmode=require", "postgres://tm:***@db:5432/tm?sslmode=require"),
+            // How to connect stays readable; a value that could hide anything else does not.
+            (
+                "postgres://db/tm?sslmode=verify-full&lease=5&password=pw",
+                "postgres://db/tm?sslmode=verify-full&lease=5&password=***"
+            ),
+            (
+                "postgres://db/tm?application_name=a%20b&sslmode=x@y",
+                "postgres://db/tm?application_name=***&sslmode=***"
+            ),
             ("https://fcm.googleapis.com", "https://fcm.googleapis.com"),
         ]
         for (url, shown) in cases {

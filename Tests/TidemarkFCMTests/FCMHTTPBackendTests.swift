@@ -266,6 +266,12 @@ extension FCMHTTPBackendTests {
             #expect(!first.call.contains(Self.token(1)), "the token is redacted")
             #expect(first.attempt == 1 && first.nextIn == 5)
             #expect(first.setting.contains("FCM_EMULATOR_HOST"))
+            // FCM's own 503 says the address is right: the advice is FCM's health, not the host variable.
+            #expect(first.answeredByFCM && first.advice.contains("status.firebase.google.com"))
+            #expect(!first.advice.contains("FCM_EMULATOR_HOST"))
+            var elsewhere = first
+            elsewhere.answeredByFCM = false
+            #expect(elsewhere.advice == "check \(first.setting)")
         }
     }
 }

@@ -25,6 +25,13 @@ and what it found, and the script exits 1 if any finds a lost or extra membershi
              PostgreSQL state: the first, alone, owns all four; the second, started later, gets two by
              handovers between reconciles (no reconcile at once); SIGKILLed, its two go back to the first
              within the claim's expiry and the grace, and every workspace ends exact.
+  serve-alerts (needs TIDEMARK_TEST_POSTGRES_URL) two `tidemark serve` replicas on PostgreSQL state
+             (through a TCP relay that can be cut), the emulator and a real Prometheus loaded with
+             examples/serve/alerts.yml: no alert pending or firing while healthy (first reconcile
+             included) nor while suspended; FCM answering 503 to everything has TidemarkFCMFailing
+             pending within 2 minutes, /status degraded and a warning in the log; the state store cut
+             off (every replica up, none can claim) fires TidemarkNoOwner; every alert clears within
+             2 minutes of each recovery.
 """
 
 import argparse
@@ -43,6 +50,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
@@ -475,7 +483,7 @@ class Serve:
 class Prometheus:
     """A real Prometheus (Debian's package) scraping `targets` every second."""
 
-    def __init__(self, targets):
+    def __init__(self, targets, rules=None):
         self.dir = tempfile.mkdtemp(prefix="tm-prometheus-")
         self.port = free_port()
         config = os.path.join(self.dir, "prometheus.yml")
@@ -483,6 +491,8 @@ class Prometheus:
             f.write("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
                     "scrape_configs:\n  - job_name: tidemark\n    static_configs:\n"
                     "      - targets: [%s]\n" % ", ".join("'127.0.0.1:%d'" % t for t in targets))
+            if rules:
+                f.write("rule_files: ['%s']\n" % os.path.abspath(rules))
         self.log = open(os.path.join(self.dir, "log"), "w")
         self.process = subprocess.Popen(["prometheus", "--config.file=" + config,
                                          "--storage.tsdb.path=" + os.path.join(self.dir, "data"),
@@ -507,10 +517,91 @@ class Prometheus:
             time.sleep(0.5)
         raise RuntimeError("Prometheus: '%s' never as expected; last answer %s" % (expression, last))
 
+    def alerts(self):
+        """The alerts pending or firing now: {(alertname, state, workspace)}."""
+        return {(r["metric"]["alertname"], r["metric"]["alertstate"], r["metric"].get("workspace", ""))
+                for r in self.query("ALERTS")}
+
     def stop(self):
         stop_process(self.process, 20)
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Relay:
+    """A TCP relay on a loopback port to `host:port`; `cut()` closes every connection through it and
+    refuses new ones until `restore()`, as a lost network path to the state store would."""
+
+    def __init__(self, host, port):
+        self.target = (host, port)
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.lock = threading.Lock()
+        self.open = []
+        self.is_cut = False
+        self.stopped = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stopped:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            with self.lock:
+                refused = self.is_cut
+            if refused:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source, sink):
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                sink.sendall(data)
+        except OSError:
+            pass
+        for s in (source, sink):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self):
+        with self.lock:
+            self.is_cut = True
+            sockets, self.open = self.open, []
+        for s in sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
+
+    def restore(self):
+        with self.lock:
+            self.is_cut = False
+
+    def stop(self):
+        self.stopped = True
+        self.cut()
+        self.listener.close()
 
 
 def serve_takeover(binary, url, devices=600, topics=30):
@@ -915,12 +1006,181 @@ def serve_changes(binary, url, rounds=20, kills=4, devices=50, seed=29):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def serve_alerts(binary, url, devices=120, topics=4):
+    """Two replicas, a real Prometheus with the shipped rules: quiet while healthy and suspended; FCM
+    down and the state store cut off each raise their alert; all clear within 2 minutes of recovery."""
+    work = tempfile.mkdtemp(prefix="tm-alerts-")
+    workspace = "alerts-%d" % os.getpid()
+    rules = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "serve", "alerts.yml")
+    parsed = urllib.parse.urlsplit(url)
+    relay = Relay(parsed.hostname, parsed.port)
+    relayed = urllib.parse.urlunsplit(parsed._replace(
+        netloc="%s@127.0.0.1:%d" % (parsed.username, relay.port) if parsed.username else "127.0.0.1:%d" % relay.port))
+    replicas = []
+    prometheus = None
+    ok = True
+
+    def fail(message):
+        nonlocal ok
+        ok = False
+        print("  FAILED: " + message, flush=True)
+
+    def quiet_for(seconds, what):
+        """No alert pending or firing at any moment of `seconds`."""
+        started = time.monotonic()
+        seen = {}
+        while time.monotonic() - started < seconds:
+            for alert in prometheus.alerts():
+                seen.setdefault(alert, time.monotonic() - started)
+            time.sleep(1)
+        if seen:
+            fail("alerts while %s: %s" % (what, ", ".join("%s %s at %.0f s" % (a[0], a[1], t) for a, t in seen.items())))
+        return not seen
+
+    def wait_alert(name, state, seconds):
+        """Seconds until alert `name` is in `state` (pending, or firing) for the workspace; None if never."""
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            states = {s for (a, s, w) in prometheus.alerts() if a == name and w == workspace}
+            if state in states or (state == "pending" and "firing" in states):
+                return time.monotonic() - started
+            time.sleep(1)
+        return None
+
+    def wait_clear(seconds):
+        started = time.monotonic()
+        last = None
+        while time.monotonic() - started < seconds:
+            last = prometheus.alerts()
+            if not last:
+                return time.monotonic() - started
+            time.sleep(1)
+        fail("alerts still up %d s after recovery: %s" % (seconds, sorted(last or [])))
+        return None
+
+    def phase(replica):
+        return next((w for w in json.loads(replica.get("/status"))["workspaces"] if w["workspace"] == workspace), {})
+
+    def owner():
+        for replica in replicas:
+            status = phase(replica)
+            if status.get("phase") not in ("standby", "stopped", "failing", None) and status.get("replica") == \
+                    json.loads(replica.get("/status"))["replica"]:
+                return replica
+        return None
+
+    def wait_phase(want, seconds=90):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            current = owner()
+            if current and phase(current).get("phase") == want:
+                return current
+            time.sleep(0.5)
+        fail("no replica reports '%s' within %d s (%s)" % (
+            want, seconds, [phase(r).get("phase") for r in replicas]))
+        return None
+
+    try:
+        with Emulator(binary, PROJECT, "--auto-register", "--latency", "5") as emulator:
+            tokens = make_project(work, PROJECT, devices, topics, "v1", extra=(
+                "state: %s\nworkspace: %s\nrefresh: all\n"
+                "serve: {interval: 15s, retry_interval: 5s}\n" % (relayed, workspace)))
+            emulator.register(tokens)
+            env = dict(emulator.env, TIDEMARK_STATE_URL=relayed)
+            print("serve-alerts: two replicas, %d devices x %d topics, PostgreSQL state through a relay, "
+                  "Prometheus with examples/serve/alerts.yml (scrape and rules every 1 s)" % (devices, topics),
+                  flush=True)
+            first = Serve(binary, work, env, "a")
+            replicas.append(first)
+            first.wait_for(r"workspace=%s owned by this replica" % workspace)
+            second = Serve(binary, work, env, "b")
+            replicas.append(second)
+            second.wait_for(r"workspace=%s standby" % workspace)
+            prometheus = Prometheus([first.port, second.port], rules=rules)
+            prometheus.wait_for('count(tidemark_workspace_info{workspace="%s"})' % workspace,
+                                lambda r: r and float(r[0]["value"][1]) == 2)
+            # From the first rule evaluation that saw both replicas: one made between the two first
+            # scrapes (an info without its owner yet) is Prometheus starting, not the deployment.
+            time.sleep(3)
+
+            # Healthy, the first reconcile included: nothing pending, nothing firing.
+            quiet_for(45, "healthy")
+            if wait_phase("ready"):
+                print("  healthy for 45 s (first reconcile included): no alert pending or firing", flush=True)
+
+            # Suspended on purpose: quiet too.
+            tidemark(binary, work, ["suspend"], env)
+            if wait_phase("suspended", 30):
+                quiet = quiet_for(30, "suspended")
+                print("  suspended for 30 s: %s" % ("no alert" if quiet else "ALERTS"), flush=True)
+            tidemark(binary, work, ["resume"], env)
+            wait_phase("ready")
+
+            # FCM answers 503 to everything.
+            retried_before = prometheus.query(
+                'sum(tidemark_fcm_requests_total{workspace="%s",outcome="retried",code="5xx"})' % workspace)
+            emulator.admin("PATCH", "config", {"faults": {"http_503": 1.0}})
+            down = time.monotonic()
+            pending = wait_alert("TidemarkFCMFailing", "pending", 150)
+            current = owner()
+            status = phase(current) if current else {}
+            retried = prometheus.query(
+                'sum(tidemark_fcm_requests_total{workspace="%s",outcome="retried",code="5xx"})' % workspace)
+            warned = current is not None and re.search(
+                r" warning tidemark\.serve.*workspace=%s degraded: every request to FCM has failed" % workspace,
+                current.text()) is not None
+            trouble = status.get("fcm_trouble") or {}
+            print("  FCM answering 503: TidemarkFCMFailing pending after %s; /status phase '%s', fcm_trouble '%s'; "
+                  "retried 5xx attempts %s -> %s; a warning 'degraded' in the owner's log: %s" % (
+                      "%.0f s" % pending if pending is not None else "NEVER", status.get("phase"),
+                      trouble.get("answer"), retried_before and retried_before[0]["value"][1],
+                      retried and retried[0]["value"][1], warned), flush=True)
+            if pending is None or pending > 120:
+                fail("TidemarkFCMFailing not pending within 2 minutes of the 503s")
+            if status.get("phase") != "degraded" or status.get("ready") or "503" not in trouble.get("answer", ""):
+                fail("/status is not degraded naming the 503: %s" % json.dumps(status)[:600])
+            if not warned:
+                fail("no warning 'degraded' in the owner's log")
+            emulator.admin("PATCH", "config", {"faults": {}})
+            cleared = wait_clear(120)
+            print("  FCM answers again after %.0f s of 503s: every alert clear after %s; phase '%s'" % (
+                time.monotonic() - down, "%.0f s" % cleared if cleared is not None else "NEVER",
+                (phase(owner()) if owner() else {}).get("phase")), flush=True)
+
+            # The state store cut off: both replicas up, neither can claim.
+            relay.cut()
+            cut = time.monotonic()
+            firing = wait_alert("TidemarkNoOwner", "firing", 200)
+            print("  state store cut off (replicas up): TidemarkNoOwner firing after %s (the owner's last sample counts for 1m, then for: 1m)" % (
+                "%.0f s" % firing if firing is not None else "NEVER"), flush=True)
+            if firing is None:
+                fail("TidemarkNoOwner never fired with no replica able to claim")
+            relay.restore()
+            cleared = wait_clear(120)
+            wait_phase("ready")
+            print("  state store back after %.0f s: every alert clear after %s" % (
+                time.monotonic() - cut, "%.0f s" % cleared if cleared is not None else "NEVER"), flush=True)
+            if not ok:
+                for replica in replicas:
+                    print("--- replica %s, its log's start and end" % replica.name)
+                    text = replica.text()
+                    print(text[:3000] + "\n...\n" + text[-3000:])
+            return ok
+    finally:
+        for replica in replicas:
+            replica.stop()
+        if prometheus:
+            prometheus.stop()
+        relay.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("binary")
     parser.add_argument("checks", nargs="*",
                         default=["faults", "kills", "revert", "narrow", "concurrent", "shared-quota",
-                                 "serve-takeover", "serve-spread", "state-mv", "serve-changes"])
+                                 "serve-takeover", "serve-spread", "state-mv", "serve-changes", "serve-alerts"])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="smaller fault run, for the test suite")
     args = parser.parse_args()
@@ -947,10 +1207,10 @@ def main():
             url = os.environ.get("TIDEMARK_TEST_POSTGRES_URL")
             if url:
                 results["state-mv/postgres"] = state_mv(args.binary, url=url)
-        elif check in ("shared-quota", "serve-takeover", "serve-spread", "serve-changes"):
+        elif check in ("shared-quota", "serve-takeover", "serve-spread", "serve-changes", "serve-alerts"):
             url = os.environ.get("TIDEMARK_TEST_POSTGRES_URL")
             run = {"shared-quota": shared_quota, "serve-takeover": serve_takeover, "serve-spread": serve_spread,
-                   "serve-changes": serve_changes}[check]
+                   "serve-changes": serve_changes, "serve-alerts": serve_alerts}[check]
             if url:
                 results[check] = run(args.binary, url)
             elif os.environ.get("TIDEMARK_REQUIRE_POSTGRES"):

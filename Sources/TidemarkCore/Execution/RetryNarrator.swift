@@ -19,6 +19,19 @@ public struct RetryNotice: Sendable, Equatable {
     public var setting: String
     /// Other retries (of any call) since the last notice, not said one by one.
     public var othersRetried = 0
+    /// Whether the failure was FCM's own answer (an error in FCM's JSON): the address is right and
+    /// FCM itself is failing or limiting, so `setting` is not the thing to check.
+    public var answeredByFCM = false
+
+    /// What to look at if the retries do not mend: the setting that chose the address, or, when FCM
+    /// itself answered, FCM's health (a 429: the project's quota).
+    public var advice: String {
+        guard answeredByFCM else { return "check \(setting)" }
+        if cause.hasPrefix("HTTP 429") {
+            return "FCM itself is limiting this project: lower 'qps' in tidemark.yaml or the other senders' rate"
+        }
+        return "FCM itself is failing (its own answer, so the address is right): see status.firebase.google.com"
+    }
 
     /// A notice of the `attempt`-th failure of `call`.
     public init(

@@ -106,10 +106,22 @@ public enum URLRedaction {
         guard !query.isEmpty else { return out }
         let items = query.split(separator: "&", omittingEmptySubsequences: false).map { item -> String in
             guard let equals = item.firstIndex(of: "=") else { return item.isEmpty ? "" : mask }
+            let value = item[item.index(after: equals)...]
+            if readable.contains(item[..<equals].lowercased()), value.count <= 40,
+                value.allSatisfy({ $0.isLetter || $0.isNumber || "-_.".contains($0) })
+            {
+                return String(item)
+            }
             return item[..<equals] + "=" + mask
         }
         return out + "?" + items.joined(separator: "&")
     }
+
+    /// Query parameters whose values say how to connect, never who: shown, so a redacted URL stays
+    /// readable (`?sslmode=require&lease=5`). Every other value is hidden.
+    static let readable: Set<String> = [
+        "sslmode", "lease", "connect_timeout", "application_name", "target_session_attrs", "alt",
+    ]
 
     /// The parts of `url` that `display` hides (a password, a user name that is a token, query values),
     /// as written and percent-decoded, for hiding them again where a server quotes its request back.
