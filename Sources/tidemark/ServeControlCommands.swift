@@ -58,6 +58,12 @@ struct StatusCommand: AsyncParsableCommand {
         if owner == nil, status != nil { phase += " (as last published)" }
         lines.append("\(record.workspace): \(phase)")
         lines.append("  state: \(runtime.stateDisplay)")
+        // What the serving replica reconciles against, as it published it; else what these settings say.
+        lines.append(
+            "  backend: "
+                + (status?.backend
+                    ?? "\(runtime.backendKind.rawValue) (project \(runtime.resolved.project.project)), as tidemark.yaml here says")
+        )
         let replicas = record.liveReplicas(at: now)
         if let owner {
             lines.append("  owner: replica \(owner)")
@@ -87,6 +93,18 @@ struct StatusCommand: AsyncParsableCommand {
                 lines.append(line)
                 if last.outcome != .success, let message = last.message { lines.append("    \(message)") }
                 if let commit = last.commit { lines.append("  manifests: \(status.manifests) at commit \(commit)") }
+            }
+            if let started = status.reconcileStartedAt {
+                var line = "  reconciling since \(relative(started))"
+                if let progress = status.progress, progress.total > 0 {
+                    line +=
+                        ": \(progress.step), \(PlanRenderer.formatCount(progress.done)) of \(PlanRenderer.formatCount(progress.total))"
+                    if let eta = progress.etaSeconds { line += ", about \(ServeSettings.describe(.seconds(eta))) left" }
+                }
+                lines.append(line)
+            }
+            if let trouble = status.fcmTrouble {
+                lines.append("  FCM has answered \(trouble.answer) to every request since \(relative(trouble.since))")
             }
             if let success = status.lastSuccessAt { lines.append("  last success: \(relative(success))") }
             if let next = status.nextRunAt, !record.suspended { lines.append("  next run: \(relative(next))") }

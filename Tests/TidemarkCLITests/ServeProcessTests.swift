@@ -322,6 +322,7 @@ import FoundationNetworking
             "\(status.stdout)")
         let text = try cli.run(["status", "alpha"])
         #expect(text.stdout.contains("owner: replica ") && !text.stdout.contains("standing by"), "\(text.stdout)")
+        #expect(text.stdout.contains("  backend: embedded (project serve-test)"), "\(text.stdout)")
         #expect(!serve.logText.contains("cannot claim"), "\(serve.logText)")
         let unknown = try cli.run(["suspend", "gamma"])
         #expect(unknown.status != 0 && unknown.stderr.contains("lists no workspace 'gamma'"), "\(unknown.stderr)")
