@@ -20,6 +20,9 @@ public struct ReconcileRequest: Sendable {
     public var historyKeep: Int?
     /// Called with every plan the reconcile makes, before it is carried out (its diagnostics, its reads).
     public var planReady: @Sendable (Plan) -> Void
+    /// Seconds an apply waits for the state lock that another run (a person's `tidemark apply`)
+    /// holds, before it fails with `state_locked` (0: at once).
+    public var lockWait: Double = 0
 
     /// A reconcile as `settings` say.
     public init(_ settings: ServeSettings, planReady: @escaping @Sendable (Plan) -> Void = { _ in }) {
@@ -135,7 +138,8 @@ extension Runtime {
         let planReady = reconcile.planReady
         var request = try applyRequest(planning)
         request.planReady = { planReady($0.plan) }
-        let applied = try await apply(request, output: output, holder: "tidemark serve (reconcile)")
+        let applied = try await apply(
+            request, output: output, lockTimeout: reconcile.lockWait, holder: "tidemark serve (reconcile)")
         if let managed = applied.managedMemberships { outcome.managedMemberships = managed }
         outcome.applied += [applied.resumed, applied.applied].compactMap { $0 }
         outcome.settled = applied.settled

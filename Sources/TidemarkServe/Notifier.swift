@@ -30,9 +30,11 @@ public struct ServeEvent: Sendable, Codable, Equatable {
     public var occurredAt: Date
 
     /// The events a reconcile's `result` raises in `workspace`; `troubled` says whether the workspace
-    /// was failing or blocked before, so that a success is told as `recovered`.
+    /// was failing or blocked before, so that a success is told as `recovered`. `failures` is the
+    /// failures in a row, `result` included: a reconcile that waited out its wait for the state lock
+    /// (a person's apply, taking longer) raises `apply_failed` only from the second in a row.
     public static func events(
-        of result: ReconcileResult, workspace: String, replica: String, troubled: Bool
+        of result: ReconcileResult, workspace: String, replica: String, troubled: Bool, failures: Int = 1
     ) -> [ServeEvent] {
         func event(
             _ kind: NotifyTarget.Event, _ detail: String?, _ summary: String, _ counts: [String: Int]
@@ -47,6 +49,8 @@ public struct ServeEvent: Sendable, Codable, Equatable {
         var events: [ServeEvent] = []
         let drift = (result.drift ?? [:]).filter { $0.value > 0 }
         switch result.outcome {
+        case .failure where result.reason == FailureReason.stateLocked.rawValue && failures < 2:
+            break
         case .failure:
             events.append(
                 event(

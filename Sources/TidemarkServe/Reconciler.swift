@@ -163,6 +163,10 @@ public struct Reconciler: Sendable {
         return runtime
     }
 
+    /// How long a whole reconcile waits for the state lock another run holds (a person's `tidemark
+    /// apply`) before it fails with `state_locked`; the next try comes after `retry_interval`.
+    static let lockWait = Duration.seconds(120)
+
     /// Errors that are a guard refusing a plan rather than something broken: the workspace is blocked.
     static let blockingReasons: Set<FailureReason> = [.inventoryShrank, .tooManyDead]
 
@@ -279,7 +283,9 @@ public struct Reconciler: Sendable {
     private func run(
         _ runtime: Runtime, _ settings: ServeSettings, output: CollectingOutput, into result: inout ReconcileResult
     ) async throws -> ApplyOutcome.Settled? {
-        let request = ReconcileRequest(settings, planReady: { output.planned($0) })
+        var request = ReconcileRequest(settings, planReady: { output.planned($0) })
+        // A person's apply (the way out of 'blocked') is waited for, not failed on.
+        request.lockWait = Timing.seconds(Self.lockWait)
         var outcome = ReconcileOutcome()
         defer { Self.record(outcome, into: &result) }
         try await runtime.reconcile(request, output: output, into: &outcome)

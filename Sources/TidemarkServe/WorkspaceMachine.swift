@@ -633,16 +633,19 @@ public struct WorkspaceMachine: Sendable {
         owned = false
     }
 
-    /// The log line of a reconcile: `workspace=… result=… seconds=… reason=… next=…: summary`.
-    /// The level of a reconcile's log line: a failure is an error, a rail's refusal a warning.
+    /// The level of a reconcile's log line: a failure is an error, a rail's refusal or a state lock
+    /// another run held through the wait a warning.
     static func level(of result: ReconcileResult) -> ServeLog.Level {
         switch result.outcome {
         case .success: .info
         case .blocked: .warning
+        // Another run (a person's apply) held the state lock through the wait: retried, not broken.
+        case .failure where result.reason == FailureReason.stateLocked.rawValue: .warning
         case .failure: .error
         }
     }
 
+    /// The log line of a reconcile: `workspace=… result=… seconds=… reason=… next=…: summary`.
     static func line(workspace: String, _ result: ReconcileResult, next: Duration) -> String {
         var fields = [
             "workspace=\(workspace)", "result=\(result.outcome.rawValue)",

@@ -513,7 +513,8 @@ public final class WorkspaceRunner: Service, Sendable {
         guard let notifier, !notifier.targets.isEmpty else { return }
         var ledger = machine.status.notifications ?? NotifyLedger()
         let events = ServeEvent.events(
-            of: result, workspace: name, replica: ownership.replica, troubled: ledger.troubled)
+            of: result, workspace: name, replica: ownership.replica, troubled: ledger.troubled,
+            failures: machine.status.consecutiveFailures)
         let due = ledger.due(events, targets: notifier.settings, now: timing.wallClock())
         machine.record(notifications: ledger)
         let inbox = self.inbox

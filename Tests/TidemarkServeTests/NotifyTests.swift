@@ -7,8 +7,9 @@ import Synchronization
 import Testing
 import TidemarkCore
 import TidemarkRuntime
-import TidemarkServe
 import TidemarkTesting
+
+@testable import TidemarkServe
 
 /// A webhook receiver on a free loopback port: it keeps every request, and answers the first
 /// `failFirst` with 503.
@@ -167,6 +168,16 @@ final class WebhookReceiver: Sendable {
         var named = NotifyLedger()
         #expect(named.due(events(blocked), targets: [spaced], now: start).count == 1)
         #expect(named.due(events(blocked), targets: [spaced], now: start.addingTimeInterval(600)).isEmpty)
+        // A reconcile that waited out a person's apply holding the state lock is not a failure to page
+        // for; a second in a row is (the lock is held for long).
+        var locked = ReconcileResult(outcome: .failure, startedAt: start, seconds: 120)
+        locked.reason = "state_locked"
+        locked.message = "the state is locked by tidemark apply (ana@laptop)"
+        #expect(ServeEvent.events(of: locked, workspace: "prod", replica: "r", troubled: false, failures: 1).isEmpty)
+        #expect(
+            ServeEvent.events(of: locked, workspace: "prod", replica: "r", troubled: false, failures: 2).map(\.event)
+                == [.applyFailed])
+        #expect(WorkspaceMachine.level(of: locked) == .warning)
         // A target that does not want the event, or the workspace, hears nothing.
         target.events = [.applyFailed]
         var other = NotifyLedger()
