@@ -79,11 +79,12 @@ public struct ServedWorkspaces: Sendable {
     }
 
     /// Records `control` for the workspace `name` (nil: the one workspace `serve` runs, refused when
-    /// there are several), asked by this user on this host; returns the workspace's runtime and its
+    /// there are several), asked by `requester` (default: this user on this host) for `reason`; returns the workspace's runtime and its
     /// record after the request. A workspace no `serve` has recorded in its store is refused, and
     /// nothing is written then.
     public func request(
-        _ control: ServeControl, _ name: String?
+        _ control: ServeControl, _ name: String?, by requester: (Runtime) -> String = { $0.requester },
+        reason: String? = nil
     ) async throws -> (runtime: Runtime, record: ServeRecord) {
         let candidates = try runtimes(name)
         guard candidates.count == 1, let runtime = candidates.first else {
@@ -92,7 +93,9 @@ public struct ServedWorkspaces: Sendable {
             )
         }
         guard try await Self.record(of: runtime).everServed else { throw Self.neverServed(runtime) }
-        return (runtime, try await runtime.serveRecords().requestControl(control, by: runtime.requester))
+        return (
+            runtime, try await runtime.serveRecords().requestControl(control, by: requester(runtime), reason: reason)
+        )
     }
 
     /// Waits until the owner of `runtime`'s workspace publishes the result of a reconcile that began

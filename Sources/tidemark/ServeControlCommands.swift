@@ -138,9 +138,12 @@ struct SuspendCommand: AsyncParsableCommand {
     )
     var workspace: String?
 
+    @OptionGroup var request: ControlRequestOptions
+
     func run() async throws {
         try await runReportingErrors {
-            let (runtime, record) = try await ServedWorkspaces(global: global).request(.suspend, workspace)
+            let (runtime, record) = try await ServedWorkspaces(global: global).request(
+                .suspend, workspace, by: request.requester, reason: request.said)
             try Terminal.write(
                 "Suspended workspace '\(record.workspace)' (\(runtime.stateDisplay)). "
                     + (record.liveOwner(at: Date()).map { "Replica \($0) stops reconciling it within a few seconds." }
@@ -169,9 +172,12 @@ struct ResumeCommand: AsyncParsableCommand {
     )
     var workspace: String?
 
+    @OptionGroup var request: ControlRequestOptions
+
     func run() async throws {
         try await runReportingErrors {
-            let (runtime, record) = try await ServedWorkspaces(global: global).request(.resume, workspace)
+            let (runtime, record) = try await ServedWorkspaces(global: global).request(
+                .resume, workspace, by: request.requester, reason: request.said)
             var line = "Resumed workspace '\(record.workspace)' (\(runtime.stateDisplay))."
             if let entry = runtime.settings.serve?.workspace(record.workspace), entry.settings.suspend {
                 line +=
@@ -203,6 +209,8 @@ struct ReconcileCommand: AsyncParsableCommand {
     )
     var workspace: String?
 
+    @OptionGroup var request: ControlRequestOptions
+
     @Flag(inversion: .prefixedNo, help: "Wait for the reconcile's result.")
     var wait = true
 
@@ -217,7 +225,8 @@ struct ReconcileCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let (runtime, asked) = try await ServedWorkspaces(global: global).request(.reconcile, workspace)
+            let (runtime, asked) = try await ServedWorkspaces(global: global).request(
+                .reconcile, workspace, by: request.requester, reason: request.said)
             let name = asked.workspace
             guard let askedAt = asked.reconcileRequestedAt else { return }
             let owner = asked.liveOwner(at: Date())
@@ -247,4 +256,38 @@ struct ReconcileCommand: AsyncParsableCommand {
             )
         }
     }
+}
+
+/// Who asks and why, recorded with a control request and shown by `status`, `/status` and the log.
+struct ControlRequestOptions: ParsableArguments {
+    @Option(
+        help: ArgumentHelp(
+            "Who asks, as status and the log show it (default: your user name). A pipeline passes the person it acts for.",
+            valueName: "NAME"))
+    var actor: String?
+
+    @Option(help: ArgumentHelp("Why, in a few words (one line), shown with who asked.", valueName: "TEXT"))
+    var reason: String?
+
+    func validate() throws {
+        for (flag, value, limit) in [("--actor", actor, 80), ("--reason", reason, 200)] {
+            guard let value else { continue }
+            let trimmed = value.trimmingCharacters(in: .whitespaces)
+            guard !trimmed.isEmpty, trimmed.count <= limit,
+                !trimmed.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
+            else {
+                throw ValidationError(
+                    "\(flag) must be one line of at most \(limit) characters, not '\(value.escapedOnOneLine)'.")
+            }
+        }
+    }
+
+    /// The requester `runtime` records: `NAME on HOST`.
+    func requester(_ runtime: Runtime) -> String {
+        let who = actor?.trimmingCharacters(in: .whitespaces) ?? runtime.userName
+        return "\(who) on \(ProcessInfo.processInfo.hostName)"
+    }
+
+    /// The reason, trimmed.
+    var said: String? { reason?.trimmingCharacters(in: .whitespaces) }
 }

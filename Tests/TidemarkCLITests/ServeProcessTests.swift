@@ -324,6 +324,21 @@ import FoundationNetworking
         #expect(text.stdout.contains("owner: replica ") && !text.stdout.contains("standing by"), "\(text.stdout)")
         #expect(text.stdout.contains("  backend: embedded (project serve-test)"), "\(text.stdout)")
         #expect(!serve.logText.contains("cannot claim"), "\(serve.logText)")
+        // Who asked and why go with the request: in status, in /status and in the owner's log.
+        let frozen = try cli.run([
+            "suspend", "alpha", "--actor", "release-bot", "--reason", "deploy freeze until 14:00",
+        ])
+        #expect(frozen.status == 0, "\(frozen.stderr)")
+        let shown = try cli.run(["status", "alpha"])
+        #expect(
+            shown.stdout.contains("suspended by release-bot on ")
+                && shown.stdout.contains(": deploy freeze until 14:00"),
+            "\(shown.stdout)")
+        let said = try await serve.logLine { $0.contains("workspace=alpha suspended by release-bot on ") }
+        #expect(said.hasSuffix(": deploy freeze until 14:00"), "\(serve.logText)")
+        let badReason = try cli.run(["resume", "alpha", "--reason", "two\nlines"])
+        #expect(badReason.status == 64 && badReason.stderr.contains("--reason must be one line"), "\(badReason.stderr)")
+        #expect(try cli.run(["resume", "alpha"]).status == 0)
         let unknown = try cli.run(["suspend", "gamma"])
         #expect(unknown.status != 0 && unknown.stderr.contains("lists no workspace 'gamma'"), "\(unknown.stderr)")
     }

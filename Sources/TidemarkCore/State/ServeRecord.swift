@@ -129,14 +129,15 @@ extension ServeRecord {
     }
 
     /// Records `control` asked by `by` at `now`.
-    public mutating func record(_ control: ServeControl, by: String, at now: Date) {
+    public mutating func record(_ control: ServeControl, by: String, reason: String? = nil, at now: Date) {
+        let why = reason.map { ": \($0)" } ?? ""
         switch control {
         case .reconcile:
             reconcileRequestedAt = now
-            reconcileRequestedBy = by
+            reconcileRequestedBy = by + why
         case .suspend, .resume:
             suspended = control == .suspend
-            suspendedBy = "\(by) at \(ISO8601DateFormatter().string(from: now))"
+            suspendedBy = "\(by) at \(ISO8601DateFormatter().string(from: now))\(why)"
         }
     }
 }
@@ -190,8 +191,8 @@ extension ServeRecordKeeping {
 
     /// Records `control` (`ServeRecord.record`) by the store's clock.
     @discardableResult
-    public func requestControl(_ control: ServeControl, by: String) async throws -> ServeRecord {
-        try await updateServeRecord { record, now in record.record(control, by: by, at: now) }.0
+    public func requestControl(_ control: ServeControl, by: String, reason: String? = nil) async throws -> ServeRecord {
+        try await updateServeRecord { record, now in record.record(control, by: by, reason: reason, at: now) }.0
     }
 
     /// Keeps `status` when `replica` owns the workspace by the store's clock.
