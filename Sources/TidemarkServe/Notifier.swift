@@ -90,10 +90,20 @@ public struct ServeEvent: Sendable, Codable, Equatable {
             }
         }
         if result.outcome == .success, result.changesWaiting > 0 {
+            // Why they wait: the sync windows are closed (they are applied when one opens), or on_change: plan.
+            let why: String
+            if result.windowClosed {
+                let opens = result.windowOpensAt.map { " until \(ISO8601DateFormatter().string(from: $0))" } ?? ""
+                why =
+                    "planned and waiting for the sync windows (closed\(opens)); they are applied when a window opens, or now by 'tidemark apply'."
+            } else {
+                why =
+                    "planned and waiting for a person (on_change: plan); 'tidemark plan' shows them and 'tidemark apply' makes them."
+            }
             events.append(
                 event(
                     .changesWaiting, result.commit,
-                    "Workspace '\(workspace)': \(PlanRenderer.counted(result.changesWaiting, "change")) planned and waiting for a person (on_change: plan); 'tidemark plan' shows them and 'tidemark apply' makes them.",
+                    "Workspace '\(workspace)': \(PlanRenderer.counted(result.changesWaiting, "change")) \(why)",
                     ["changes_waiting": result.changesWaiting]))
         }
         for notice in result.deadlines {

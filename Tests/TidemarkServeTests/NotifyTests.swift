@@ -178,6 +178,17 @@ final class WebhookReceiver: Sendable {
             ServeEvent.events(of: locked, workspace: "prod", replica: "r", troubled: false, failures: 2).map(\.event)
                 == [.applyFailed])
         #expect(WorkspaceMachine.level(of: locked) == .warning)
+        // Changes that wait say why: the sync windows (until when), or on_change: plan.
+        var waiting = ReconcileResult(outcome: .success, startedAt: start, seconds: 1)
+        waiting.changesWaiting = 4
+        let planned = ServeEvent.events(of: waiting, workspace: "prod", replica: "r", troubled: false)
+        #expect(planned.map(\.event) == [.changesWaiting] && planned[0].summary.contains("(on_change: plan)"))
+        waiting.windowClosed = true
+        waiting.windowOpensAt = Date(timeIntervalSince1970: 1_800_000_000)
+        let held = ServeEvent.events(of: waiting, workspace: "prod", replica: "r", troubled: false)
+        #expect(
+            held.first?.summary.contains("waiting for the sync windows (closed until 2027-01-15T08:00:00Z)") == true
+                && held.first?.summary.contains("on_change") == false, "\(held)")
         // A target that does not want the event, or the workspace, hears nothing.
         target.events = [.applyFailed]
         var other = NotifyLedger()
