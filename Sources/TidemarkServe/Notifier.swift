@@ -161,7 +161,8 @@ public struct NotifyLedger: Sendable, Codable, Equatable {
 
     /// The deliveries `events` call for to `targets` at `now`: each ongoing problem once, then again
     /// after its target's `renotify`; recorded as sent. Problems no longer raised are forgotten, so one
-    /// that comes back is sent again at once.
+    /// that comes back is sent again at once; a deadline is kept until its renotify (it does not end
+    /// when a reconcile that plans nothing whole does not raise it).
     public mutating func due(_ events: [ServeEvent], targets: [NotifyTarget], now: Date) -> [(NotifyTarget, ServeEvent)]
     {
         var due: [(NotifyTarget, ServeEvent)] = []
@@ -178,7 +179,17 @@ public struct NotifyLedger: Sendable, Codable, Equatable {
             }
         }
         let keys = Set(events.filter { $0.event != .recovered }.map(\.dedupeKey))
-        sent = sent.filter { id, _ in keys.contains(Self.dedupeKey(ofEntry: id)) }
+        sent = sent.filter { id, at in
+            let key = Self.dedupeKey(ofEntry: id)
+            if keys.contains(key) { return true }
+            // A deadline does not end when a reconcile does not raise it (a batch of changed devices or a
+            // failure plans nothing whole): it is kept until its target's renotify, so it is sent once per
+            // renotify whatever the reconciles in between were.
+            guard key.contains("/\(NotifyTarget.Event.deadlineApproaching.rawValue)/"),
+                let target = targets.first(where: { id.hasPrefix($0.name + " ") })
+            else { return false }
+            return now.timeIntervalSince(at) < Timing.seconds(target.renotify)
+        }
         active = keys.sorted()
         return due
     }

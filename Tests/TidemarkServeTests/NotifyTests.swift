@@ -178,6 +178,20 @@ final class WebhookReceiver: Sendable {
             ServeEvent.events(of: locked, workspace: "prod", replica: "r", troubled: false, failures: 2).map(\.event)
                 == [.applyFailed])
         #expect(WorkspaceMachine.level(of: locked) == .warning)
+        // A deadline is sent once per renotify, even when reconciles in between (batches of changed
+        // devices, failures) do not raise it.
+        var deadlines = NotifyLedger()
+        var whole = ReconcileResult(outcome: .success, startedAt: start, seconds: 1)
+        whole.deadlines = [.init(code: "deadline.device_groups", message: "device groups end on 29 Sep 2027")]
+        let batch = ReconcileResult(outcome: .success, startedAt: start, seconds: 1)
+        var told = 0
+        for minute in 0..<120 {
+            let result = minute % 3 == 0 ? whole : batch
+            told +=
+                deadlines.due(events(result), targets: [target], now: start.addingTimeInterval(Double(minute * 60)))
+                .filter { $0.1.event == .deadlineApproaching }.count
+        }
+        #expect(told == 2, "once per hour's renotify over two hours, not at each whole reconcile")
         // Changes that wait say why: the sync windows (until when), or on_change: plan.
         var waiting = ReconcileResult(outcome: .success, startedAt: start, seconds: 1)
         waiting.changesWaiting = 4
