@@ -43,6 +43,8 @@ public struct ReconcileOutcome: Sendable {
     public var drift: [String: Int]?
     /// Registrations the drift check read, when one ran.
     public var driftChecked: Int?
+    /// What the drift check's read covered, when one ran.
+    public var driftCoverage: RefreshCoverage?
     /// Whether drift was corrected.
     public var driftHealed = false
     /// Changes planned and left waiting (`on_change: plan`).
@@ -103,6 +105,7 @@ extension Runtime {
                 for kind in DriftReport.Kind.allCases { counts[kind.rawValue] = report.count(kind) }
                 outcome.drift = counts
                 outcome.driftChecked = report.registrationsRead
+                outcome.driftCoverage = report.coverage
             } catch let error as WorkflowError where error.reason == .noState {
                 // Nothing applied yet: nothing to drift from. The first apply reads what it needs.
             }

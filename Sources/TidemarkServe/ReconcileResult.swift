@@ -58,6 +58,33 @@ public struct ReconcileResult: Sendable, Codable, Equatable {
     public var divergences: Int? = nil
     /// FCM deadlines the plan warned of (device groups, the Instance ID API), unless acknowledged.
     public var deadlines: [Notice] = []
+    /// How far the drift sweep has read the fleet, as the reconcile's last read of FCM left it (nil:
+    /// it read none).
+    public var sweep: Sweep? = nil
+
+    /// The drift sweep's coverage: drift in a registration is seen (and healed) only once it is read.
+    public struct Sweep: Sendable, Codable, Equatable {
+        /// Registrations of the fleet (known, not held as dead).
+        public var fleet: Int
+        /// Of those, never read yet.
+        public var neverRead: Int
+        /// The oldest last read among the fleet's registrations that were read (every other one was
+        /// read since).
+        public var oldestReadAt: Date
+        /// Registrations a reconcile reads for the sweep (`refresh_budget`); nil outside `sample`.
+        public var budget: Int?
+        /// Reconciles, at this budget, until every registration has been read once (nil: all have).
+        public var reconcilesToComplete: Int?
+
+        /// The coverage `coverage` reports.
+        public init(_ coverage: RefreshCoverage) {
+            fleet = coverage.fleet
+            neverRead = coverage.read >= coverage.fleet ? 0 : coverage.neverRead
+            oldestReadAt = Date(timeIntervalSince1970: TimeInterval(coverage.oldestUnread ?? coverage.at))
+            budget = coverage.budget
+            reconcilesToComplete = neverRead == 0 ? nil : coverage.runsToCompleteSweep
+        }
+    }
 
     /// A warning a reconcile passes on: its stable code and its sentence.
     public struct Notice: Sendable, Codable, Equatable {

@@ -147,6 +147,8 @@ public struct Reconciler: Sendable {
         }
         result.readRequests = output.planReads
         result.deadlines = output.deadlines
+        // The apply's plan read FCM after the drift check: its coverage is the latest.
+        if let coverage = output.coverage { result.sweep = ReconcileResult.Sweep(coverage) }
         result.seconds = Timing.seconds(timing.now() - start)
         return result
     }
@@ -308,6 +310,7 @@ public struct Reconciler: Sendable {
     private static func record(_ outcome: ReconcileOutcome, into result: inout ReconcileResult) {
         result.drift = outcome.drift
         result.driftChecked = outcome.driftChecked
+        if let coverage = outcome.driftCoverage { result.sweep = ReconcileResult.Sweep(coverage) }
         result.driftHealed = outcome.driftHealed
         result.changesWaiting = outcome.changesWaiting
         if let managed = outcome.managedMemberships { result.managedMemberships = managed }
@@ -394,6 +397,7 @@ final class CollectingOutput: WorkflowOutput {
         var errors: [Diagnostic] = []
         var deadlines: [ReconcileResult.Notice] = []
         var planReads = 0
+        var coverage: RefreshCoverage?
 
         mutating func add(_ diagnostics: [Diagnostic]) {
             errors += diagnostics.filter { $0.severity == .error }
@@ -429,9 +433,13 @@ final class CollectingOutput: WorkflowOutput {
     /// The FCM deadlines warned of, once each.
     var deadlines: [ReconcileResult.Notice] { collected.withLock { $0.deadlines } }
 
+    /// What the last plan that read FCM covered.
+    var coverage: RefreshCoverage? { collected.withLock { $0.coverage } }
+
     func planned(_ plan: Plan) {
         collected.withLock {
             $0.planReads += plan.reads ?? 0
+            if let coverage = plan.coverage, coverage.mode != .none { $0.coverage = coverage }
             $0.add(plan.diagnostics)
         }
         for diagnostic in plan.diagnostics.filter({ $0.severity == .error }).condensed() {

@@ -24,6 +24,8 @@ public final class ServeMetrics: Sendable {
     private let process: ProcessMetrics
     /// When the reconcile in flight of each workspace started.
     private let inFlight = Mutex<[String: Date]>([:])
+    /// The oldest last read of a registration of each workspace's fleet (the drift sweep).
+    private let sweptSince = Mutex<[String: Date]>([:])
 
     /// A registry with `tidemark_build_info` (`version`, `commit`) and the process's metrics; a
     /// workspace's families are declared by `declare(workspace:settings:quota:sources:)`.
@@ -118,7 +120,10 @@ public final class ServeMetrics: Sendable {
             ("tidemark_reconcile_in_progress_seconds", Self.inProgressHelp),
             ("tidemark_reconcile_changes_applied", Self.appliedHelp),
             ("tidemark_reconcile_changes_planned", Self.plannedHelp),
+            ("tidemark_drift_sweep_oldest_read_seconds", Self.sweepHelp),
+            ("tidemark_drift_sweep_unread_registrations", Self.unreadHelp),
         ].map { gauge($0.0, workspace, $0.1) }
+        sweptSince.withLock { $0[workspace] = nil }
         gauges += Self.exportedPhases.map {
             registry.makeGauge(
                 name: "tidemark_workspace_phase", labels: [("workspace", workspace), ("phase", $0.rawValue)],
@@ -193,6 +198,11 @@ public final class ServeMetrics: Sendable {
         gauge("tidemark_changes_waiting", workspace, Self.waitingHelp).set(to: Double(result.changesWaiting))
         if let managed = result.managedMemberships {
             gauge("tidemark_managed_memberships", workspace, Self.managedHelp).set(to: Double(managed))
+        }
+        if let sweep = result.sweep {
+            sweptSince.withLock { $0[workspace] = sweep.oldestReadAt }
+            gauge("tidemark_drift_sweep_unread_registrations", workspace, Self.unreadHelp).set(
+                to: Double(sweep.neverRead))
         }
         if let drift = result.drift {
             for (kind, label) in Self.driftKinds {
@@ -359,11 +369,21 @@ public final class ServeMetrics: Sendable {
     private func updateInProgress() {
         let now = Date()
         let running = inFlight.withLock { $0 }
+        let swept = sweptSince.withLock { $0 }
         for workspace in owned.withLock({ $0 }) {
             let seconds = running[workspace].map { max(0, now.timeIntervalSince($0)) } ?? 0
             gauge("tidemark_reconcile_in_progress_seconds", workspace, Self.inProgressHelp).set(to: seconds)
+            if let oldest = swept[workspace] {
+                gauge("tidemark_drift_sweep_oldest_read_seconds", workspace, Self.sweepHelp).set(
+                    to: max(0, now.timeIntervalSince(oldest)))
+            }
         }
     }
+
+    static let sweepHelp =
+        "Seconds since the oldest last read of a registration of the fleet (the drift sweep): drift in a registration is seen and healed only once it is read again, so this bounds how long drift can go unseen. Exported by the owner after a reconcile that read FCM."
+    static let unreadHelp =
+        "Registrations of the fleet the drift sweep has never read (their drift is unseen until it does); exported by the owner after a reconcile that read FCM."
 
     static let inProgressHelp =
         "Seconds the reconcile in flight has run, 0 when none runs; exported by the replica that owns the workspace only."

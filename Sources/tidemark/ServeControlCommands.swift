@@ -103,6 +103,19 @@ struct StatusCommand: AsyncParsableCommand {
                 }
                 lines.append(line)
             }
+            if let sweep = status.last?.sweep {
+                var line = "  drift sweep: every registration read since \(relative(sweep.oldestReadAt))"
+                if sweep.neverRead > 0 {
+                    line =
+                        "  drift sweep: \(PlanRenderer.formatCount(sweep.neverRead)) of \(PlanRenderer.counted(sweep.fleet, "registration")) never read yet"
+                        + (sweep.reconcilesToComplete.map {
+                            ", about \(PlanRenderer.counted($0, "reconcile")) to read them all"
+                        }
+                            ?? "")
+                        + "; the others read since \(relative(sweep.oldestReadAt))"
+                }
+                lines.append(line + " (drift is seen only where it has read)")
+            }
             if let trouble = status.fcmTrouble {
                 lines.append("  FCM has answered \(trouble.answer) to every request since \(relative(trouble.since))")
             }

@@ -188,6 +188,31 @@ import TidemarkCore
             ])
     }
 
+    @Test func theDriftSweepsCoverageIsTheOwnersAgeOfItsOldestRead() {
+        let metrics = Self.declared()
+        metrics.leader(workspace: "prod", true, replica: "vm/1#a", status: Self.status(.pending))
+        let now = Int64(Date().timeIntervalSince1970)
+        let coverage = RefreshCoverage(
+            mode: .sample, fleet: 1000, read: 100, sampled: 100, budget: 100, neverRead: 450,
+            oldestUnread: now - 3600, at: now)
+        var result = ReconcileResult(outcome: .success, startedAt: Date(), seconds: 1)
+        result.sweep = ReconcileResult.Sweep(coverage)
+        #expect(result.sweep?.reconcilesToComplete == 5 && result.sweep?.neverRead == 450)
+        metrics.record(workspace: "prod", result)
+        let age = Self.lines(metrics, "tidemark_drift_sweep_oldest_read_seconds").first?.split(separator: " ").last
+        #expect(age.flatMap { Double($0) }.map { $0 >= 3600 && $0 < 3700 } == true, "\(String(describing: age))")
+        #expect(
+            Self.lines(metrics, "tidemark_drift_sweep_unread_registrations") == [
+                #"tidemark_drift_sweep_unread_registrations{workspace="prod"} 450.0"#
+            ])
+        // A whole read leaves nothing unread, and its oldest read is now.
+        let whole = ReconcileResult.Sweep(RefreshCoverage(mode: .all, fleet: 1000, read: 1000, neverRead: 0, at: now))
+        #expect(whole.neverRead == 0 && whole.reconcilesToComplete == nil)
+        #expect(whole.oldestReadAt == Date(timeIntervalSince1970: TimeInterval(now)))
+        metrics.leader(workspace: "prod", false, replica: "vm/1#a")
+        #expect(Self.lines(metrics, "tidemark_drift_sweep_oldest_read_seconds").isEmpty, "the owner's only")
+    }
+
     @Test func aCommandWithSpacesAndParenthesesIsReadRight() {
         let fields = ProcessMetrics.statFields("42 (tide (mark) x) S 1 42 42 0 -1 4194560 9 0 0 0 150 50 0 0 20 0")
         #expect(fields?.first == "S" && fields?[11] == "150" && fields?[12] == "50")
