@@ -208,8 +208,10 @@ public final class Notifier: Service, Sendable {
         public var settings: NotifyTarget
         /// Where to send.
         public var url: String
-        /// The signing key.
+        /// The signing key (with `signature: standard`, the first of `keys`).
         public var secret: SymmetricKey
+        /// With `signature: standard`, every key a delivery is signed with (a rotation's old and new).
+        public var keys: [SymmetricKey] = []
     }
 
     struct Delivery: Sendable {
@@ -275,7 +277,22 @@ public final class Notifier: Service, Sendable {
                     "\(target.location): webhook '\(target.name)': the address in \(target.urlEnv ?? "") \(problem).")
             }
             let secret = try value(target.secretEnv, "signing secret ('secret_env')")
-            return Target(settings: target, url: url, secret: SymmetricKey(data: Data(secret.utf8)))
+            guard target.signature == .standard else {
+                return Target(settings: target, url: url, secret: SymmetricKey(data: Data(secret.utf8)))
+            }
+            let keys = try secret.split(whereSeparator: \.isWhitespace).map { word -> SymmetricKey in
+                guard word.hasPrefix("whsec_"), let key = Data(base64Encoded: String(word.dropFirst(6))), !key.isEmpty
+                else {
+                    throw RuntimeError(
+                        "\(target.location): webhook '\(target.name)' signs as Standard Webhooks, so \(target.secretEnv) must hold one or more secrets 'whsec_' + base64, separated by spaces; one of them is not."
+                    )
+                }
+                return SymmetricKey(data: key)
+            }
+            guard let first = keys.first else {
+                throw RuntimeError("\(target.location): webhook '\(target.name)': \(target.secretEnv) holds no secret.")
+            }
+            return Target(settings: target, url: url, secret: first, keys: keys)
         }
     }
 
@@ -296,6 +313,15 @@ public final class Notifier: Service, Sendable {
         return "sha256=" + mac.map { String(format: "%02x", $0) }.joined()
     }
 
+    /// The Standard Webhooks `webhook-signature` value for `body` of delivery `id` sent at `timestamp`:
+    /// `v1,BASE64` for each of `keys`, separated by spaces.
+    public static func standardSignature(id: String, body: Data, timestamp: Int64, keys: [SymmetricKey]) -> String {
+        var signed = Data("\(id).\(timestamp).".utf8)
+        signed.append(body)
+        return keys.map { "v1," + Data(HMAC<SHA256>.authenticationCode(for: signed, using: $0)).base64EncodedString() }
+            .joined(separator: " ")
+    }
+
     /// The JSON body of `event`.
     public static func body(_ event: ServeEvent) -> Data {
         let encoder = JSONEncoder()
@@ -309,8 +335,8 @@ public final class Notifier: Service, Sendable {
     /// 60 s) apart, each within `requestTimeout`; any 2xx answer delivers it. Returns the attempt that
     /// delivered it, or the last problem. Stops early when the process is shutting down.
     static func post(
-        _ event: ServeEvent, id: String, url: String, secret: SymmetricKey, attempts: Int, requestTimeout: Duration,
-        timing: Timing
+        _ event: ServeEvent, id: String, url: String, secret: SymmetricKey, standard: [SymmetricKey]? = nil,
+        attempts: Int, requestTimeout: Duration, timing: Timing
     ) async -> (deliveredAt: Int?, problem: String) {
         let body = Self.body(event)
         var wait = Duration.seconds(1)
@@ -332,9 +358,18 @@ public final class Notifier: Service, Sendable {
             request.headers.add(name: "User-Agent", value: "tidemark/\(Runtime.version)")
             request.headers.add(name: "X-Tidemark-Event", value: event.event.rawValue)
             request.headers.add(name: "X-Tidemark-Delivery", value: id)
-            request.headers.add(name: "X-Tidemark-Timestamp", value: String(timestamp))
-            request.headers.add(
-                name: "X-Tidemark-Signature", value: Self.signature(body: body, timestamp: timestamp, secret: secret))
+            if let standard {
+                request.headers.add(name: "webhook-id", value: id)
+                request.headers.add(name: "webhook-timestamp", value: String(timestamp))
+                request.headers.add(
+                    name: "webhook-signature",
+                    value: Self.standardSignature(id: id, body: body, timestamp: timestamp, keys: standard))
+            } else {
+                request.headers.add(name: "X-Tidemark-Timestamp", value: String(timestamp))
+                request.headers.add(
+                    name: "X-Tidemark-Signature",
+                    value: Self.signature(body: body, timestamp: timestamp, secret: secret))
+            }
             request.body = .bytes(ByteBuffer(data: body))
             do {
                 let seconds = Int64(Timing.seconds(requestTimeout).rounded(.up))
@@ -402,6 +437,7 @@ public final class Notifier: Service, Sendable {
         let event = delivery.event.event.rawValue
         let outcome = await Self.post(
             delivery.event, id: delivery.id, url: delivery.target.url, secret: delivery.target.secret,
+            standard: delivery.target.settings.signature == .standard ? delivery.target.keys : nil,
             attempts: attempts, requestTimeout: requestTimeout, timing: timing)
         if let attempt = outcome.deliveredAt {
             metrics.notification(target: name, event: event, delivered: true)

@@ -137,6 +137,58 @@ final class WebhookReceiver: Sendable {
         #expect(signature == "sha256=49f24e537407743fa4a0242bb63b94b9a47ee99cbbe071ccd8a22550ae411686")
     }
 
+    /// The Standard Webhooks specification's own test vector, and a delivery signed that way: one
+    /// `v1,` signature per secret (a rotation), over `ID.TIMESTAMP.BODY`, with the delivery's id.
+    @Test func standardWebhooksSignaturesMatchTheSpecAndSignWithEverySecret() async throws {
+        let key = try #require(Data(base64Encoded: "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"))
+        #expect(
+            Notifier.standardSignature(
+                id: "msg_p5jXN8AQM9LWM0D4loKWxJek", body: Data(#"{"test": 2432232314}"#.utf8),
+                timestamp: 1_614_265_330, keys: [SymmetricKey(data: key)])
+                == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+        let (settings, diagnostics) = ProjectSettings.decode(
+            "serve:\n  notify:\n    - url_env: HOOK_URL\n      secret_env: HOOK_SECRET\n      signature: standard\n",
+            file: "tidemark.yaml")
+        #expect(diagnostics.isEmpty, "\(diagnostics)")
+        let entries = try #require(settings.serve?.notify)
+        let (typo, problems) = ProjectSettings.decode(
+            "serve:\n  notify:\n    - url_env: HOOK_URL\n      secret_env: HOOK_SECRET\n      signature: svix\n",
+            file: "tidemark.yaml")
+        #expect(typo.serve?.notify.isEmpty != false)
+        #expect(problems.contains { $0.description.contains("tidemark.yaml:5") && $0.description.contains("'svix'") })
+        #expect {
+            try Notifier.targets(entries, environment: ["HOOK_URL": "https://x.example/h", "HOOK_SECRET": "plain"])
+        } throws: { error in "\(error)".contains("whsec_") && !"\(error)".contains("plain") }
+
+        let receiver = WebhookReceiver()
+        try await receiver.start()
+        defer { Task { await receiver.stop() } }
+        let old = "whsec_" + Data("old-secret-0123456789".utf8).base64EncodedString()
+        let new = "whsec_" + Data("new-secret-0123456789".utf8).base64EncodedString()
+        let targets = try Notifier.targets(
+            entries, environment: ["HOOK_URL": receiver.url, "HOOK_SECRET": "\(old) \(new)"])
+        let target = try #require(targets.first)
+        #expect(target.keys.count == 2)
+        let event = ServeEvent(
+            event: .blocked, workspace: "prod", detail: "rail.max_unsubscribes", reason: "rail.max_unsubscribes",
+            summary: "blocked", commit: nil, replica: "r", occurredAt: Date(timeIntervalSince1970: 1_800_000_000))
+        let outcome = await Notifier.post(
+            event, id: "delivery-1", url: target.url, secret: target.secret, standard: target.keys, attempts: 1,
+            requestTimeout: .seconds(10), timing: .live)
+        #expect(outcome.deliveredAt == 1, "\(outcome.problem)")
+        let delivery = try #require(receiver.requests.first)
+        #expect(delivery.headers["webhook-id"] == "delivery-1" && delivery.headers["x-tidemark-signature"] == nil)
+        let timestamp = try #require(delivery.headers["webhook-timestamp"].flatMap { Int64($0) })
+        let signatures = (delivery.headers["webhook-signature"] ?? "").split(separator: " ").map(String.init)
+        for secret in [old, new] {
+            let key = SymmetricKey(data: try #require(Data(base64Encoded: String(secret.dropFirst(6)))))
+            var signed = Data("delivery-1.\(timestamp).".utf8)
+            signed.append(delivery.body)
+            let expected = "v1," + Data(HMAC<SHA256>.authenticationCode(for: signed, using: key)).base64EncodedString()
+            #expect(signatures.contains(expected), "\(signatures)")
+        }
+    }
+
     @Test func anOngoingProblemIsToldOnceThenAfterRenotifyAndAgainWhenItComesBack() throws {
         var target = NotifyTarget(
             name: "hook", location: SourceLocation(file: "tidemark.yaml", line: 1, column: 1),

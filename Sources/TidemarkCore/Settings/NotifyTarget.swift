@@ -51,6 +51,18 @@ public struct NotifyTarget: Sendable, Equatable {
     public var workspaces: [String]?
     /// `renotify:` an ongoing problem is sent again after this long (default 4 hours).
     public var renotify: Duration = .seconds(4 * 3600)
+    /// `signature:` how deliveries are signed.
+    public var signature: Signature = .tidemark
+
+    /// How a delivery is signed.
+    public enum Signature: String, Sendable, CaseIterable {
+        /// `X-Tidemark-Signature: sha256=HEX`, HMAC-SHA256 of `TIMESTAMP.BODY` under the secret as written.
+        case tidemark
+        /// Standard Webhooks (standardwebhooks.com): `webhook-id`, `webhook-timestamp` and
+        /// `webhook-signature: v1,BASE64`, HMAC-SHA256 of `ID.TIMESTAMP.BODY` under each secret of
+        /// `secret_env` (`whsec_…`, space-separated, so a rotation signs with the old and the new).
+        case standard
+    }
 
     /// A target named `name`, written at `location`, sending to `url` (or the address in `urlEnv`)
     /// signed with the secret in `secretEnv`; every event, every workspace, renotified after 4 hours.
@@ -70,7 +82,7 @@ public struct NotifyTarget: Sendable, Equatable {
     }
 
     /// The keys an entry of `serve.notify` may hold.
-    public static let keys = ["name", "url", "url_env", "secret_env", "events", "workspaces", "renotify"]
+    public static let keys = ["name", "url", "url_env", "secret_env", "events", "workspaces", "renotify", "signature"]
 
     /// Whether `text` can be an environment variable's name (letters, digits and `_`, not starting
     /// with a digit).
@@ -100,6 +112,7 @@ public struct NotifyTarget: Sendable, Equatable {
         var events: Set<Event>?
         var workspaces: [String]?
         var renotify: Duration?
+        var signature: Signature?
         var broken = false
         for (key, _, value) in pairs {
             switch key {
@@ -145,6 +158,15 @@ public struct NotifyTarget: Sendable, Equatable {
                         continue
                     }
                     if key == "url_env" { urlEnv = text } else { secretEnv = text }
+                case "signature":
+                    guard let chosen = Signature(rawValue: text) else {
+                        doc.error(
+                            "'\(what).signature' must be tidemark (X-Tidemark-Signature) or standard (Standard Webhooks), not '\(text.escapedOnOneLine)'.",
+                            value)
+                        broken = true
+                        continue
+                    }
+                    signature = chosen
                 default:  // renotify
                     guard let duration = ServeSettings.duration(text), duration >= .seconds(60) else {
                         doc.error(
@@ -178,6 +200,7 @@ public struct NotifyTarget: Sendable, Equatable {
         if let events { target.events = events }
         target.workspaces = workspaces
         if let renotify { target.renotify = renotify }
+        if let signature { target.signature = signature }
         return target
     }
 }
