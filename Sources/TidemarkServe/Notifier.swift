@@ -32,7 +32,8 @@ public struct ServeEvent: Sendable, Codable, Equatable {
     /// The events a reconcile's `result` raises in `workspace`; `troubled` says whether the workspace
     /// was failing or blocked before, so that a success is told as `recovered`. `failures` is the
     /// failures in a row, `result` included: a reconcile that waited out its wait for the state lock
-    /// (a person's apply, taking longer) raises `apply_failed` only from the second in a row.
+    /// (a person's apply, taking longer) raises `apply_failed` only from the second in a row, and one
+    /// that lost its lease to a replica that took the workspace over raises none (the new owner tells).
     public static func events(
         of result: ReconcileResult, workspace: String, replica: String, troubled: Bool, failures: Int = 1
     ) -> [ServeEvent] {
@@ -50,6 +51,10 @@ public struct ServeEvent: Sendable, Codable, Equatable {
         let drift = (result.drift ?? [:]).filter { $0.value > 0 }
         switch result.outcome {
         case .failure where result.reason == FailureReason.stateLocked.rawValue && failures < 2:
+            break
+        case .failure where result.reason == "lease_lost":
+            // This replica stalled and another took the workspace (and the lock) over: the new owner
+            // reconciles it and tells what it finds; a second page for the same moment is noise.
             break
         case .failure:
             events.append(

@@ -230,6 +230,11 @@ final class WebhookReceiver: Sendable {
             ServeEvent.events(of: locked, workspace: "prod", replica: "r", troubled: false, failures: 2).map(\.event)
                 == [.applyFailed])
         #expect(WorkspaceMachine.level(of: locked) == .warning)
+        // A replica that stalled and lost its lease to the new owner does not page: the new owner tells.
+        var fenced = locked
+        fenced.reason = "lease_lost"
+        #expect(ServeEvent.events(of: fenced, workspace: "prod", replica: "r", troubled: false, failures: 3).isEmpty)
+        #expect(WorkspaceMachine.level(of: fenced) == .warning)
         // A deadline is sent once per renotify, even when reconciles in between (batches of changed
         // devices, failures) do not raise it.
         var deadlines = NotifyLedger()
