@@ -63,8 +63,8 @@ import FoundationNetworking
         }
 
         /// The first log line that `matches`, waiting up to 10 s for it; "" when none came.
-        func logLine(_ matches: (Substring) -> Bool) async throws -> String {
-            let deadline = Date().addingTimeInterval(10)
+        func logLine(within seconds: Double = 10, _ matches: (Substring) -> Bool) async throws -> String {
+            let deadline = Date().addingTimeInterval(seconds)
             repeat {
                 if let line = logText.split(separator: "\n").first(where: matches) { return String(line) }
                 try await Task.sleep(for: .milliseconds(50))
@@ -334,7 +334,9 @@ import FoundationNetworking
             shown.stdout.contains("suspended by release-bot on ")
                 && shown.stdout.contains(": deploy freeze until 14:00"),
             "\(shown.stdout)")
-        let said = try await serve.logLine { $0.contains("workspace=alpha suspended by release-bot on ") }
+        // The owner acts on the request at its next read of the record, after a reconcile in flight: on
+        // a loaded runner that can take a while.
+        let said = try await serve.logLine(within: 90) { $0.contains("workspace=alpha suspended by release-bot on ") }
         #expect(said.hasSuffix(": deploy freeze until 14:00"), "\(serve.logText)")
         let badReason = try cli.run(["resume", "alpha", "--reason", "two\nlines"])
         #expect(badReason.status == 64 && badReason.stderr.contains("--reason must be one line"), "\(badReason.stderr)")
