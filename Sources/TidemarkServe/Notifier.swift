@@ -52,7 +52,7 @@ public struct ServeEvent: Sendable, Codable, Equatable {
         switch result.outcome {
         case .failure where result.reason == FailureReason.stateLocked.rawValue && failures < 2:
             break
-        case .failure where result.reason == "lease_lost":
+        case .failure where result.reason == FailureReason.leaseLost.rawValue:
             // This replica stalled and another took the workspace (and the lock) over: the new owner
             // reconciles it and tells what it finds; a second page for the same moment is noise.
             break

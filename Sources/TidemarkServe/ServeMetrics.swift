@@ -353,9 +353,9 @@ public final class ServeMetrics: Sendable {
     /// planned, once it applies.
     public func progress(workspace: String, _ snapshot: ReconcileWatch.Snapshot) {
         guard owns(workspace), snapshot.step == "applying" else { return }
-        let (applied, planned) = (progressGauges(workspace)[0], progressGauges(workspace)[1])
-        applied.set(to: Double(snapshot.done))
-        planned.set(to: Double(snapshot.total))
+        let gauges = progressGauges(workspace)
+        gauges[0].set(to: Double(snapshot.done))
+        gauges[1].set(to: Double(snapshot.total))
     }
 
     private func progressGauges(_ workspace: String) -> [Gauge] {

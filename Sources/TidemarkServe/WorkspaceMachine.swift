@@ -640,7 +640,8 @@ public struct WorkspaceMachine: Sendable {
         case .success: .info
         case .blocked: .warning
         // Another run (a person's apply) held the state lock through the wait: retried, not broken.
-        case .failure where result.reason == FailureReason.stateLocked.rawValue || result.reason == "lease_lost":
+        case .failure
+        where result.reason == FailureReason.stateLocked.rawValue || result.reason == FailureReason.leaseLost.rawValue:
             .warning
         case .failure: .error
         }

@@ -509,7 +509,7 @@ public struct StateStoreError: TidemarkError {
         case .damaged: "state_damaged"
         case .newerFormat: "state_newer_format"
         case .locked: .stateLocked
-        case .leaseLost: "lease_lost"
+        case .leaseLost: .leaseLost
         case .io: .stateUnreachable
         case .unsupported: "state_unsupported"
         }

@@ -42,6 +42,8 @@ public struct FailureReason: RawRepresentable, Hashable, Sendable, Codable, Cust
     public static let tooManyDead: Self = "too_many_dead"
     /// Another run holds the state's lock.
     public static let stateLocked: Self = "state_locked"
+    /// This run's lease on the state's lock lapsed and another run took the lock (a stall).
+    public static let leaseLost: Self = "lease_lost"
     /// The state store cannot be reached (down, a lost connection, a timeout).
     public static let stateUnreachable: Self = "state_unreachable"
     /// Token changes FCM refused for a reason other than the token being unregistered.
