@@ -39,6 +39,13 @@ extension Runtime {
         flags.maxUnsubscribes ?? settings.maxUnsubscribes
     }
 
+    /// The rail `serve` puts on each topic whose manifests set no `max_unsubscribes`: its default
+    /// (`UnattendedRail.serveDefault`) unless a rail is set for the workspace (`flags`, tidemark.yaml's
+    /// `max_unsubscribes`, `serve`'s), `none` included. The CLI has none: a person reviews its plans.
+    public func unattendedRail(_ flags: PlanningFlags) -> UnattendedRail? {
+        unsubscribeLimit(flags) == nil ? .serveDefault : nil
+    }
+
     /// A plan request for `targets` as `flags` and tidemark.yaml say.
     public func planRequest(_ flags: PlanningFlags, targets: Targets = .all, driftOnly: Bool = false) -> PlanRequest {
         PlanRequest(

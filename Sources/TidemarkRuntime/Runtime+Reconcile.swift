@@ -23,6 +23,9 @@ public struct ReconcileRequest: Sendable {
     /// Seconds an apply waits for the state lock that another run (a person's `tidemark apply`)
     /// holds, before it fails with `state_locked` (0: at once).
     public var lockWait: Double = 0
+    /// A rail that refuses one topic or group holds it, and the rest is applied (`--skip-held`);
+    /// false: it refuses the whole plan.
+    public var skipHeld = true
 
     /// A reconcile as `settings` say.
     public init(_ settings: ServeSettings, planReady: @escaping @Sendable (Plan) -> Void = { _ in }) {
@@ -98,6 +101,12 @@ extension Runtime {
     ) async throws {
         let flags = PlanningFlags(maxUnsubscribes: request.maxUnsubscribes)
         let policy = refreshPolicy(flags)
+        func planRequest(_ flags: PlanningFlags, driftOnly: Bool = false) -> PlanRequest {
+            var planning = self.planRequest(flags, driftOnly: driftOnly)
+            planning.skipHeld = request.skipHeld
+            planning.topicRail = unattendedRail(flags)
+            return planning
+        }
         if request.drift != .off, policy.mode != .none {
             do {
                 let report = try await drift(policy, output: output)
@@ -185,9 +194,10 @@ extension Runtime {
         guard let backend = warm.state.backend else { throw PlanInFull("state records no backend yet") }
         let planner = Planner(
             differ: Differ(groupsTurnedDown: deadlines.groupsTurnedDown), tidemarkVersion: Self.version)
+        let flags = PlanningFlags(maxUnsubscribes: maxUnsubscribes)
         let change = try warm.planChanges(
             devices: ids, rows: rows, source: ConfiguredSource.display(name), planner: planner, backend: backend,
-            now: timing.wallClock(), maxUnsubscribes: unsubscribeLimit(PlanningFlags(maxUnsubscribes: maxUnsubscribes)))
+            now: timing.wallClock(), maxUnsubscribes: unsubscribeLimit(flags), topicRail: unattendedRail(flags))
         if change.plan.diagnostics.hasErrors {
             let first = change.plan.diagnostics.first { $0.severity == .error }
             throw PlanInFull("its plan is refused (\(first.map { Failure.plain($0.message) } ?? "an error"))")

@@ -78,6 +78,16 @@ public struct ServeEvent: Sendable, Codable, Equatable {
                         commit: result.commit, replica: replica, occurredAt: result.finishedAt))
             }
         }
+        for hold in result.held ?? [] {
+            // One event per held topic or group: its key names it, so each is sent once per renotify.
+            let at = hold.at.map { " (\($0))" } ?? ""
+            events.append(
+                ServeEvent(
+                    event: .blocked, workspace: workspace, detail: hold.subject.dedupeWord, reason: hold.rail,
+                    summary:
+                        "Workspace '\(workspace)': \(hold.subject.kind.rawValue) '\(hold.subject.name)' is held by \(hold.rail)\(at): \(hold.message) Its changes wait; everything else is applied. It is released when its plan passes the rail.",
+                    counts: [:], commit: result.commit, replica: replica, occurredAt: result.finishedAt))
+        }
         if result.driftFound > 0 {
             let kinds = drift.keys.filter { $0 != DriftReport.Kind.optedOut.rawValue }.sorted()
             if result.driftHealed {
@@ -457,5 +467,21 @@ public final class Notifier: Service, Sendable {
             "notify target=\(name) event=\(event) workspace=\(delivery.event.workspace) not delivered after \(attempts) attempts (\(problem)); the next reconcile raises it again. Check the address in serve.notify '\(name)' (\(delivery.target.settings.location))."
         )
         delivery.givenUp()
+    }
+}
+
+extension Targets.Subject {
+    /// "topic:weather" as one word of a dedupe key: no space and no '/' (a device group's name may
+    /// have them), percent-encoded.
+    var dedupeWord: String {
+        var word = "\(kind.rawValue):"
+        for scalar in name.unicodeScalars {
+            if scalar == " " || scalar == "/" || scalar == "%" || scalar.properties.generalCategory == .control {
+                word += String(format: "%%%02X", scalar.value)
+            } else {
+                word.unicodeScalars.append(scalar)
+            }
+        }
+        return word
     }
 }

@@ -61,6 +61,9 @@ public struct ReconcileResult: Sendable, Codable, Equatable {
     /// How far the drift sweep has read the fleet, as the reconcile's last read of FCM left it (nil:
     /// it read none).
     public var sweep: Sweep? = nil
+    /// The topics and groups a rail held: their changes wait, everything else was applied (nil: the
+    /// reconcile made no plan, so it does not know; the workspace keeps what it last knew).
+    public var held: [HeldChange]? = nil
 
     /// The drift sweep's coverage: drift in a registration is seen (and healed) only once it is read.
     public struct Sweep: Sendable, Codable, Equatable {
@@ -145,6 +148,10 @@ public struct ReconcileResult: Sendable, Codable, Equatable {
                 parts.append(
                     "\(PlanRenderer.counted(driftFound, "drifted membership")) \(driftHealed ? "healed" : windowClosed ? "reported (outside the sync windows)" : "reported (drift: warn)")"
                 )
+            }
+            if let held, !held.isEmpty {
+                let names = held.prefix(3).map { "\($0.subject) (\($0.rail))" }.joined(separator: ", ")
+                parts.append("held by a rail: \(names)\(held.count > 3 ? " and \(held.count - 3) more" : "")")
             }
             return parts.joined(separator: "; ")
         case .failure, .blocked:

@@ -124,7 +124,8 @@ public struct Reconciler: Sendable {
                         plan: WarmPlan(
                             loaded: settled.loaded, state: settled.state, files: runtime.manifestSource().files,
                             tokenFileBytes: runtime.settings.limits.tokenFileBytes,
-                            shrinkGuard: runtime.resolved.shrinkGuard, sharingTokens: previous == nil),
+                            shrinkGuard: runtime.resolved.shrinkGuard, sharingTokens: previous == nil,
+                            held: settled.held),
                         manifests: manifests, filesDigest: settled.loaded.filesDigest))
             }
         } catch {
@@ -147,6 +148,7 @@ public struct Reconciler: Sendable {
         }
         result.readRequests = output.planReads
         result.deadlines = output.deadlines
+        result.held = output.held
         // The apply's plan read FCM after the drift check: its coverage is the latest.
         if let coverage = output.coverage { result.sweep = ReconcileResult.Sweep(coverage) }
         result.seconds = Timing.seconds(timing.now() - start)
@@ -208,6 +210,8 @@ public struct Reconciler: Sendable {
                 output: output)
             result.changedDevices = batch.ids.count
             result.managedMemberships = applied.managedMemberships
+            // What the whole plan held still waits: a batch leaves it out too.
+            result.held = entry.plan.held
             if let summary = applied.summary {
                 result.subscribed = summary.subscribed
                 result.unsubscribed = summary.unsubscribed
@@ -398,6 +402,7 @@ final class CollectingOutput: WorkflowOutput {
         var deadlines: [ReconcileResult.Notice] = []
         var planReads = 0
         var coverage: RefreshCoverage?
+        var held: [HeldChange]?
 
         mutating func add(_ diagnostics: [Diagnostic]) {
             errors += diagnostics.filter { $0.severity == .error }
@@ -436,10 +441,14 @@ final class CollectingOutput: WorkflowOutput {
     /// What the last plan that read FCM covered.
     var coverage: RefreshCoverage? { collected.withLock { $0.coverage } }
 
+    /// The topics and groups the last plan held; nil when no plan was made.
+    var held: [HeldChange]? { collected.withLock { $0.held } }
+
     func planned(_ plan: Plan) {
         collected.withLock {
             $0.planReads += plan.reads ?? 0
             if let coverage = plan.coverage, coverage.mode != .none { $0.coverage = coverage }
+            if plan.driftOnly == nil { $0.held = plan.held ?? [] }
             $0.add(plan.diagnostics)
         }
         for diagnostic in plan.diagnostics.filter({ $0.severity == .error }).condensed() {

@@ -26,6 +26,13 @@ public final class ServeMetrics: Sendable {
     private let inFlight = Mutex<[String: Date]>([:])
     /// The oldest last read of a registration of each workspace's fleet (the drift sweep).
     private let sweptSince = Mutex<[String: Date]>([:])
+    /// The `tidemark_held` series each workspace exports now.
+    private let heldSeries = Mutex<[String: Set<Targets.Subject>]>([:])
+
+    /// The most `tidemark_held` series one workspace exports (the first by kind and name); the count,
+    /// `tidemark_held_changes`, counts them all. Names are manifest names, not user data, and a
+    /// refusal of more than a few topics at once is one problem, not many.
+    static let heldSeriesLimit = 20
 
     /// A registry with `tidemark_build_info` (`version`, `commit`) and the process's metrics; a
     /// workspace's families are declared by `declare(workspace:settings:quota:sources:)`.
@@ -104,6 +111,29 @@ public final class ServeMetrics: Sendable {
         if let waiting = status.inventoryChangesWaiting {
             gauge("tidemark_inventory_changes_waiting", workspace, Self.inventoryWaitingHelp).set(to: Double(waiting))
         }
+        held(workspace: workspace, status.held ?? [])
+    }
+
+    /// Exports what a rail holds: `tidemark_held_changes` counts them, and `tidemark_held` is 1 for
+    /// each (at most `heldSeriesLimit`); a released one's series goes.
+    private func held(workspace: String, _ held: [HeldChange]) {
+        gauge("tidemark_held_changes", workspace, Self.heldCountHelp).set(to: Double(held.count))
+        let now = Set(
+            held.map(\.subject).sorted { ($0.kind.rawValue, $0.name) < ($1.kind.rawValue, $1.name) }.prefix(
+                Self.heldSeriesLimit))
+        let before = heldSeries.withLock { series in
+            defer { series[workspace] = now }
+            return series[workspace] ?? []
+        }
+        for subject in before.subtracting(now) { registry.unregisterGauge(heldGauge(workspace, subject)) }
+        for subject in now { heldGauge(workspace, subject).set(to: 1) }
+    }
+
+    private func heldGauge(_ workspace: String, _ subject: Targets.Subject) -> Gauge {
+        registry.makeGauge(
+            name: "tidemark_held",
+            labels: [("workspace", workspace), ("kind", subject.kind.rawValue), ("name", subject.name)],
+            help: Self.heldHelp)
     }
 
     /// Whether this replica owns `workspace` (exports its owner-only series).
@@ -122,8 +152,11 @@ public final class ServeMetrics: Sendable {
             ("tidemark_reconcile_changes_planned", Self.plannedHelp),
             ("tidemark_drift_sweep_oldest_read_seconds", Self.sweepHelp),
             ("tidemark_drift_sweep_unread_registrations", Self.unreadHelp),
+            ("tidemark_held_changes", Self.heldCountHelp),
         ].map { gauge($0.0, workspace, $0.1) }
         sweptSince.withLock { $0[workspace] = nil }
+        let held = heldSeries.withLock { $0.removeValue(forKey: workspace) ?? [] }
+        gauges += held.map { heldGauge(workspace, $0) }
         gauges += Self.exportedPhases.map {
             registry.makeGauge(
                 name: "tidemark_workspace_phase", labels: [("workspace", workspace), ("phase", $0.rawValue)],
@@ -260,6 +293,7 @@ public final class ServeMetrics: Sendable {
             help: Self.ownerHelp
         ).set(to: 1)
         gauge("tidemark_changes_waiting", workspace, Self.waitingHelp).set(to: 0)
+        gauge("tidemark_held_changes", workspace, Self.heldCountHelp).set(to: 0)
         _ = gauge("tidemark_managed_memberships", workspace, Self.managedHelp)
         _ = gauge("tidemark_reconcile_in_progress_seconds", workspace, Self.inProgressHelp)
         _ = progressGauges(workspace)
@@ -298,6 +332,10 @@ public final class ServeMetrics: Sendable {
         "1 while the workspace is suspended (nothing is reconciled); exported by the replica that owns the workspace only."
     static let leaderHelp = "1 on the replica that reconciles the workspace."
     static let waitingHelp = "Changes planned but not applied (on_change: plan, or a blocked plan)."
+    static let heldCountHelp =
+        "Topics and device groups a rail holds (their changes wait; everything else is applied); exported by the replica that owns the workspace only."
+    static let heldHelp =
+        "1 for each topic or device group a rail holds (kind: topic or group; name: its manifest name; at most 20 per workspace, tidemark_held_changes counts all); exported by the replica that owns the workspace only."
     static let inventoryWaitingHelp =
         "Device changes the inventory reported (rows past a source's cursor, notifications on its channel) that no reconcile has started on yet."
     static let managedHelp =

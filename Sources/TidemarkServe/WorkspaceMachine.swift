@@ -448,6 +448,8 @@ public struct WorkspaceMachine: Sendable {
         status.handedOverTo = nil
         // What the previous owner sent stays sent: an ongoing problem is not told twice.
         if let ledger = previous?.notifications { status.notifications = ledger }
+        // What was held stays held since when it was, until a reconcile here re-plans it.
+        status.held = previous?.held
         // Another replica may have published since this one last did.
         effects.append(.forgetPublished)
         nextRun = nil
@@ -565,8 +567,9 @@ public struct WorkspaceMachine: Sendable {
     }
 
     private mutating func reconciled(
-        _ result: ReconcileResult, shuttingDown: Bool, _ moment: Moment, _ effects: inout [Effect]
+        _ reported: ReconcileResult, shuttingDown: Bool, _ moment: Moment, _ effects: inout [Effect]
     ) {
+        var result = reported
         reconciling = false
         reconcileStarted = nil
         progressSaid = nil
@@ -585,6 +588,7 @@ public struct WorkspaceMachine: Sendable {
             finish(&effects)
             return
         }
+        result.held = held(result.held, at: moment.wall, &effects)
         effects.append(.measure(result))
         failures = result.outcome == .failure ? failures + 1 : 0
         status.last = result
@@ -620,6 +624,35 @@ public struct WorkspaceMachine: Sendable {
         effects.append(.notify(result))
         effects.append(.publish)
         if stopping { finish(&effects) }
+    }
+
+    /// The holds a reconcile reported (nil: it made no plan, and what was held still is), each with
+    /// the time it was first held; the status takes them on, and the log says what is newly held
+    /// and what was released.
+    private mutating func held(_ reported: [HeldChange]?, at wall: Date, _ effects: inout [Effect]) -> [HeldChange]? {
+        let before = status.held ?? []
+        guard let reported else { return status.held }
+        let name = status.workspace
+        var now = reported
+        for index in now.indices {
+            let was = before.first { $0.subject == now[index].subject && $0.rail == now[index].rail }
+            now[index].since = was?.since ?? now[index].since ?? wall
+            if was == nil {
+                effects.append(
+                    .log(
+                        "workspace=\(name) \(now[index].subject) is held by \(now[index].rail)\(now[index].at.map { " (\($0))" } ?? ""): its changes wait, everything else is applied. \(now[index].message)",
+                        level: .warning))
+            }
+        }
+        let still = Set(now.map(\.subject))
+        for gone in before where !still.contains(gone.subject) {
+            effects.append(
+                .log(
+                    "workspace=\(name) \(gone.subject) is released: its plan passes \(gone.rail) now (the manifests changed, the rail was raised, or a person applied it)"
+                ))
+        }
+        status.held = now.isEmpty ? nil : now
+        return now
     }
 
     private mutating func finish(_ effects: inout [Effect]) {

@@ -54,6 +54,9 @@ public struct WorkspaceStatus: Sendable, Codable, Equatable {
     /// What FCM has answered to every request since when, while it keeps failing (`degraded`), and
     /// after a reconcile that failed because of it; nil while FCM answers.
     public var fcmTrouble: FCMTrouble?
+    /// The topics and groups a rail holds, each since it was first held: their changes wait while
+    /// everything else is applied (nil: none).
+    public var held: [HeldChange]?
 
     /// How far a reconcile in flight has got.
     public struct Progress: Sendable, Codable, Equatable {

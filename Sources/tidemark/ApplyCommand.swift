@@ -132,6 +132,7 @@ struct ApplyCommand: AsyncParsableCommand {
             return Terminal.confirm("\nDo you want to finish it?") ? .approved : .declined
         }
         request.planning.allowShrink = planning.allowShrink
+        request.planning.skipHeld = planning.skipHeld
         request.refreshOnly = refreshOnly
         let prepared = request
         let interruption = Interruption()

@@ -58,6 +58,7 @@ struct PlanCommand: AsyncParsableCommand {
         var request = runtime.planRequest(
             try planning.flags(reading), targets: try planning.selection.targets(), driftOnly: drift.driftOnly)
         request.allowShrink = planning.allowShrink
+        request.skipHeld = planning.skipHeld
         let outcome = try await TerminalOutput.during {
             try await runtime.plan(request, output: $0, acceptDead: refreshing.acceptDead)
         }

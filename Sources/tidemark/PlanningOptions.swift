@@ -46,6 +46,12 @@ struct PlanningOptions: ParsableArguments {
     )
     var allowShrink = false
 
+    @Flag(
+        help:
+            "When a rail refuses only some topics or groups (their own max_unsubscribes, protect, allow_empty), hold those and plan the rest, as 'tidemark serve' does; a rail about the whole workspace still refuses everything."
+    )
+    var skipHeld = false
+
     func validate() throws { _ = try limit() }
 
     func limit() throws -> UnsubscribeLimit? { try Self.limit(maxUnsubscribes) }

@@ -116,6 +116,13 @@ struct StatusCommand: AsyncParsableCommand {
                 }
                 lines.append(line + " (drift is seen only where it has read)")
             }
+            for held in status.held ?? [] {
+                let since = held.since.map { " since \(relative($0))" } ?? ""
+                lines.append(
+                    "  held: \(held.subject) by \(held.rail)\(held.at.map { " at \($0)" } ?? "")\(since); its changes wait, the rest is applied"
+                )
+                lines.append("    \(held.message)")
+            }
             if let trouble = status.fcmTrouble {
                 lines.append("  FCM has answered \(trouble.answer) to every request since \(relative(trouble.since))")
             }

@@ -96,7 +96,7 @@ import TidemarkTesting
         let (_, bad) = ProjectSettings.decode("max_unsubscribes: lots\n", file: "tidemark.yaml")
         #expect(
             bad.map(\.description) == [
-                "tidemark.yaml:1:19: error: max_unsubscribes 'lots' is neither a number of unsubscriptions (e.g. 500) nor a percentage (e.g. 5%)."
+                "tidemark.yaml:1:19: error: max_unsubscribes 'lots' is neither a number of unsubscriptions (e.g. 500), a percentage (e.g. 5%) nor 'none'."
             ])
         var manifests = ManifestSet()
         let diagnostics = ManifestDecoder().decode(

@@ -379,7 +379,9 @@ final class WebhookReceiver: Sendable {
         }
         let reconciles = lines.withLock { $0.filter { $0.hasPrefix("reconcile ") }.count }
         #expect(reconciles >= 3)
-        #expect(runner.status.last?.outcome == .blocked)
+        // The protected topic is held (the rest applied), and its `blocked` event raised.
+        #expect(runner.status.last?.outcome == .success)
+        #expect(runner.status.held?.map(\.subject) == [Targets.Subject(.topic, "phones")])
         #expect(!lines.withLock { $0.joined() }.contains("/hook"))
         let exposition = String(decoding: metrics.exposition(), as: UTF8.self)
         #expect(exposition.contains(#"tidemark_notifications_total{target="down",event="blocked",outcome="failed"}"#))

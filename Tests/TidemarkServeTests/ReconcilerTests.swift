@@ -143,17 +143,22 @@ struct ServeProject {
         #expect(raised.outcome == .success && raised.unsubscribed == 6, "\(raised)")
     }
 
-    @Test func aProtectedTopicTakenOutOfTheManifestsIsBlockedByProtect() async throws {
+    /// `protect` refuses one topic: that topic is held, and the rest (a new topic) is applied.
+    @Test func aProtectedTopicTakenOutOfTheManifestsIsHeldByProtect() async throws {
         let project = try ServeProject()
         defer { project.remove() }
         try project.writeDevices([0, 1], topics: ServeProject.phones + "\n    protect: true")
         #expect(try await project.reconciler().reconcile().outcome == .success)
         try project.writeDevices(
             [0, 1], topics: ServeProject.phones.replacingOccurrences(of: "phones", with: "handsets"))
-        let blocked = try await project.reconciler().reconcile()
-        #expect(blocked.outcome == .blocked && blocked.reason == "rail.protect", "\(blocked)")
-        #expect(blocked.message?.contains("topic 'phones' is protected") == true, "\(blocked.message ?? "")")
+        let result = try await project.reconciler().reconcile()
+        #expect(result.outcome == .success, "\(result)")
+        let held = try #require(result.held?.first)
+        #expect(held.subject == Targets.Subject(.topic, "phones") && held.rail == "rail.protect", "\(held)")
+        #expect(held.message.contains("topic 'phones' is protected"), "\(held.message)")
+        #expect(result.summary.contains("held by a rail: topic:phones (rail.protect)"), "\(result.summary)")
         #expect(try await project.subscribers("phones", of: [0, 1]) == 2)
+        #expect(try await project.subscribers("handsets", of: [0, 1]) == 2, "the rest is applied")
     }
 
     @Test func onChangePlanReportsWhatWaitsAndAppliesNothing() async throws {

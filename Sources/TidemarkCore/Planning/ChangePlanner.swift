@@ -37,6 +37,9 @@ public struct WarmPlan: Sendable {
     let shrinkGuard: ShrinkGuard?
     /// Devices listed now, after every batch since the full read.
     public private(set) var listed: Int
+    /// The topics and groups a rail held in the full plan: a batch leaves them out too (their
+    /// changes wait for a whole plan whose rail passes).
+    public let held: [HeldChange]
 
     /// What `loaded` (a full read, resolved into `state`'s token table) and `state` (after an apply
     /// that left nothing to do) hold; token files are read from `files`. With `sharingTokens`, the
@@ -44,9 +47,10 @@ public struct WarmPlan: Sendable {
     /// `StringReuse`), so that the reading holds one string per token.
     public init(
         loaded: LoadedManifests, state: State, files: any FileSource, tokenFileBytes: Int,
-        shrinkGuard: ShrinkGuard? = nil, sharingTokens: Bool = false
+        shrinkGuard: ShrinkGuard? = nil, sharingTokens: Bool = false, held: [HeldChange] = []
     ) {
         self.shrinkGuard = shrinkGuard
+        self.held = held
         self.listed = loaded.inventory.count
         self.manifests = loaded.manifests
         self.files = files
@@ -119,7 +123,7 @@ extension WarmPlan {
     /// `PlanInFull` when the batch must be planned in full.
     public func planChanges(
         devices ids: [String], rows: Inventory, source: String? = nil, planner: Planner, backend: BackendIdentity,
-        now: Date, maxUnsubscribes: UnsubscribeLimit? = nil
+        now: Date, maxUnsubscribes: UnsubscribeLimit? = nil, topicRail: UnattendedRail? = nil
     ) throws(PlanInFull) -> ChangePlan {
         let changed = Set(ids)
         if let source {
@@ -214,9 +218,12 @@ extension WarmPlan {
             manifests: manifests, inventory: rows, desired: patched, diagnostics: [],
             digest: "changes of \(ids.count) devices after \(digest)", entryDigests: [:])
         loaded.filesDigest = ""
-        let plan = planner.plan(
-            loaded: loaded, state: state, refresh: nil, backend: backend, now: now, maxUnsubscribes: maxUnsubscribes,
-            scope: scope)
+        var plan = planner.plan(
+            loaded: loaded, state: state, refresh: nil, backend: backend, now: now,
+            targets: Targets(withheld: Set(held.map(\.subject))), maxUnsubscribes: maxUnsubscribes, scope: scope,
+            topicRail: topicRail)
+        // Its selection leaves them out, as the whole plan's did (state keeps what they were).
+        if !held.isEmpty { plan.held = held }
         return ChangePlan(
             plan: plan, loaded: loaded, state: state, scope: scope, devices: devices, listed: listedAfter)
     }

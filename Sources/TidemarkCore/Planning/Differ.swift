@@ -91,13 +91,13 @@ public struct Differ: Sendable {
                         .error(
                             "topic '\(spec.name)' is protected (protect: true), and this plan would empty it: it unsubscribes all \(count). Declare members for it, or set protect: false if emptying it is intended.",
                             at: spec.location
-                        ).coded("rail.protect"))
+                        ).coded("rail.protect").about(.topic, spec.name))
                 } else if !spec.allowEmpty {
                     diagnostics.append(
                         .error(
                             "this plan would empty topic '\(spec.name)': it unsubscribes all \(count). Set 'allow_empty: true' on the topic if that is intended.",
                             at: spec.location
-                        ).coded("rail.allow_empty"))
+                        ).coded("rail.allow_empty").about(.topic, spec.name))
                 }
             }
             let deadDeclared = members.intersection(state.dead)
@@ -146,7 +146,7 @@ public struct Differ: Sendable {
                 diagnostics.append(
                     .error(
                         "topic '\(name)' is protected (protect: true when last applied) and is no longer in the manifests; removing it would unsubscribe the \(remove.count) membership\(remove.count == 1 ? "" : "s") tidemark made. Put it back, or first apply it with protect: false."
-                    ).coded("rail.protect"))
+                    ).coded("rail.protect").about(.topic, name))
             }
             unsubscribes += batches(.unsubscribe, name, remove, state.tokens.table)
             removesPerToken.append(remove)
@@ -360,7 +360,7 @@ public struct Differ: Sendable {
                 diagnostics.append(
                     .error(
                         "device group '\(name)' is protected (protect: true when last applied) and is no longer in the manifests; removing it would delete the group in FCM. Put it back, or first apply it with protect: false."
-                    ).coded("rail.protect"))
+                    ).coded("rail.protect").about(.group, name))
             }
             operations.append(
                 PlannedOperation(
@@ -438,7 +438,7 @@ public struct Differ: Sendable {
                             .error(
                                 "audience '\(spec.name)' is protected (protect: true when last applied): retiring its FCM group would delete the group in FCM. First apply it with protect: false.",
                                 at: spec.location
-                            ).coded("rail.protect"))
+                            ).coded("rail.protect").about(.group, spec.name))
                     }
                     operations.append(
                         PlannedOperation(kind: .groupRemove, target: spec.name, tokens: names(current.members)))
@@ -509,7 +509,7 @@ public struct Differ: Sendable {
                 diagnostics.append(
                     .error(
                         "audience '\(name)' is protected (protect: true when last applied) and is no longer in the manifests. Put it back, or first apply it with protect: false."
-                    ).coded("rail.protect"))
+                    ).coded("rail.protect").about(.group, name))
             }
             var notes = ["no longer in the manifests: tidemark forgets it (nothing in FCM)"]
             if let key = current.key, !groupsTurnedDown, !current.members.isEmpty {

@@ -403,6 +403,13 @@ public struct Plan: Sendable, Codable {
     /// The counts a script needs, set by `summarized()` where a plan is written as JSON (standard
     /// output, a saved plan); informational, recomputed rather than trusted.
     public var summary: PlanSummary? = nil
+    /// Topics and groups a rail holds: in a plan made with `--skip-held` (and `serve`'s), they are
+    /// left out and wait; in a plan the rails refuse, they are what `--skip-held` would leave out
+    /// (absent when none).
+    public var held: [HeldChange]? = nil
+    /// In a plan the rails refuse only for some topics and groups: what would still be applied beside
+    /// them (`--skip-held`, and `serve`); absent otherwise.
+    public var beside: BesideHeld? = nil
 
     /// A plan as the planner makes it; the optional parts are set afterwards.
     public init(
@@ -432,7 +439,12 @@ public struct Plan: Sendable, Codable {
 
     /// The plan's `--target` / `--exclude` selection.
     public var selection: Targets {
-        get throws(TargetError) { try Targets(include: targets, exclude: excludes ?? []) }
+        get throws(TargetError) {
+            var selection = try Targets(include: targets, exclude: excludes ?? [])
+            // A plan made beside held topics leaves them out; a refused plan names them but covers them.
+            if !diagnostics.hasErrors, let held { selection.withheld = Set(held.map(\.subject)) }
+            return selection
+        }
     }
 
     /// "only topic:weather-*; excluding …", for the partial-plan banner.

@@ -16,10 +16,12 @@ public struct Planner: Sendable {
     /// `state` must share its token table with `loaded` (the manifests were resolved into `state.tokens`).
     /// A partial plan (`targets`) diffs only what it covers; `maxUnsubscribes` turns a plan past that
     /// blast radius into an error. With `scope`, only those tokens' topic memberships are diffed (see
-    /// `Differ.diff`).
+    /// `Differ.diff`). `topicRail` is the rail of every topic whose manifests set no
+    /// `max_unsubscribes` of its own (`serve`'s default, `UnattendedRail`); nil: none.
     public func plan(
         loaded: LoadedManifests, state: State, refresh: RefreshResult?, backend: BackendIdentity,
-        now: Date, targets: Targets = .all, maxUnsubscribes: UnsubscribeLimit? = nil, scope: TokenSet? = nil
+        now: Date, targets: Targets = .all, maxUnsubscribes: UnsubscribeLimit? = nil, scope: TokenSet? = nil,
+        topicRail: UnattendedRail? = nil
     ) -> Plan {
         var working = state
         let observations = refresh.map { working.recordRefresh($0) } ?? Observations()
@@ -62,7 +64,7 @@ public struct Planner: Sendable {
         {
             plan.diagnostics.append(Diagnostic.error(violation).coded("rail.max_unsubscribes"))
         }
-        plan.diagnostics += Self.topicRails(plan, specs: specs)
+        plan.diagnostics += Self.topicRails(plan, specs: specs, unattended: topicRail)
         return plan
     }
 
@@ -98,19 +100,32 @@ public struct Planner: Sendable {
             ? nil : departed.sorted { $0.key < $1.key }.map { Departure(device: $0.value, token: $0.key) }
     }
 
-    /// A topic's own `max_unsubscribes`: a plan that takes more from it is refused.
-    static func topicRails(_ plan: Plan, specs: [String: DesiredTopic]) -> [Diagnostic] {
+    /// A topic's own `max_unsubscribes`: a plan that takes more from it is refused. A topic that
+    /// sets none has the `unattended` rail, when there is one.
+    static func topicRails(
+        _ plan: Plan, specs: [String: DesiredTopic], unattended: UnattendedRail? = nil
+    ) -> [Diagnostic] {
         plan.topics.compactMap { change -> Diagnostic? in
-            guard let (limit, allowed) = change.ownRail, change.losses > allowed else { return nil }
             let before = change.before ?? 0
             let share =
                 before > 0
                 ? " (\(PlanRenderer.formatShare(Double(change.losses) / Double(before))) of its \(PlanRenderer.counted(before, "known subscriber")))"
                 : ""
+            if let (limit, allowed) = change.ownRail {
+                guard change.losses > allowed else { return nil }
+                return .error(
+                    "this plan would unsubscribe \(PlanRenderer.counted(change.losses, "device")) from topic '\(change.topic)'\(share), more than its max_unsubscribes \(limit) allows (\(PlanRenderer.formatCount(allowed))); rotated tokens are not counted. Check the manifests and the inventory, or raise max_unsubscribes on the topic if this is intended.",
+                    at: specs[change.topic]?.location
+                ).coded("rail.max_unsubscribes").about(.topic, change.topic)
+            }
+            guard change.maxUnsubscribes == nil, let unattended else { return nil }
+            let allowed = unattended.allowed(of: before)
+            guard change.losses > allowed else { return nil }
+            let removed = change.removedFromManifests ? ", which the manifests no longer declare" : ""
             return .error(
-                "this plan would unsubscribe \(PlanRenderer.counted(change.losses, "device")) from topic '\(change.topic)'\(share), more than its max_unsubscribes \(limit) allows (\(PlanRenderer.formatCount(allowed))); rotated tokens are not counted. Check the manifests and the inventory, or raise max_unsubscribes on the topic if this is intended.",
+                "this plan would unsubscribe \(PlanRenderer.counted(change.losses, "device")) from topic '\(change.topic)'\(removed)\(share), more than \(unattended.describe(allowed: allowed)) without a person; rotated tokens are not counted. A person applies it with 'tidemark apply'; or set max_unsubscribes on the topic (or 'max_unsubscribes: none' in tidemark.yaml) to let serve apply such plans.",
                 at: specs[change.topic]?.location
-            ).coded("rail.max_unsubscribes")
+            ).coded("rail.unattended").about(.topic, change.topic)
         }
     }
 

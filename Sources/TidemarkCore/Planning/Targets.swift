@@ -4,9 +4,10 @@ import Foundation
 /// `topic:weather-*`, `group:user-*`, or a bare glob that matches both kinds.
 public struct Targets: Sendable, Equatable {
     /// Topics or groups (audiences count as groups).
-    public enum Kind: String, Sendable {
-        case topic, group
-    }
+    public typealias Kind = SubjectKind
+
+    /// One topic or group (or audience) by its exact name: what a rail holds (`HeldChange`).
+    public typealias Subject = PlanSubject
 
     /// One `--target` or `--exclude` selector.
     public struct Selector: Sendable, Equatable, CustomStringConvertible {
@@ -94,11 +95,15 @@ public struct Targets: Sendable, Equatable {
     public var include: [Selector]
     /// The `--exclude` selectors.
     public var exclude: [Selector]
+    /// Topics and groups a rail holds (by exact name, never a glob): left out as an exclude would
+    /// leave them, and shown as held rather than as a partial plan.
+    public var withheld: Set<Subject> = []
 
     /// A selection of parsed selectors.
-    public init(include: [Selector] = [], exclude: [Selector] = []) {
+    public init(include: [Selector] = [], exclude: [Selector] = [], withheld: Set<Subject> = []) {
         self.include = include
         self.exclude = exclude
+        self.withheld = withheld
     }
 
     /// Parses `--target` and `--exclude` values; throws on a selector that cannot be used.
@@ -113,12 +118,14 @@ public struct Targets: Sendable, Equatable {
     /// Every topic and group.
     public static let all = Targets()
 
-    /// True when the plan is limited to some topics or groups.
+    /// True when the plan is limited to some topics or groups by `--target` or `--exclude` (held
+    /// topics aside: a plan beside them is still the whole plan of everything else).
     public var isPartial: Bool { !include.isEmpty || !exclude.isEmpty }
 
     /// Whether the selection covers the `kind` named `name`: some target matches (or there are none) and no exclude does.
     public func covers(_ kind: Kind, _ name: String) -> Bool {
         if !include.isEmpty, !include.contains(where: { $0.matches(kind, name) }) { return false }
+        if !withheld.isEmpty, withheld.contains(Subject(kind, name)) { return false }
         return !exclude.contains { $0.matches(kind, name) }
     }
 

@@ -61,6 +61,17 @@ public struct MarkdownPlanRenderer: Sendable {
                     "> **Partial plan** (\(Self.escape(plan.selectionSummary))): topics and groups outside the selection are not planned and may have changes of their own."
                 ))
         }
+        let held = PlanRenderer.heldLines(plan).dropFirst()
+        if let title = held.first {
+            blocks.append(
+                MarkdownBlock(
+                    open: "**\(Self.escape(title))**\n",
+                    lines: held.dropFirst().map {
+                        "- "
+                            + Self.escape(
+                                $0.trimmingCharacters(in: .whitespaces).replacingOccurrences(of: "‖ ", with: ""))
+                    }))
+        }
         let errors = plan.diagnostics.filter { $0.severity == .error }
         if !errors.isEmpty {
             blocks.append(

@@ -118,6 +118,39 @@ public struct PlanRenderer: Sendable {
         return renderer.renderLines(plan).escapingControlCharacters
     }
 
+    /// What a rail holds: in a plan made beside them, what waits; in a refused plan, what
+    /// `--skip-held` (and `serve`) would hold and what would go on beside them.
+    static func heldLines(_ plan: Plan) -> [String] {
+        guard let held = plan.held, !held.isEmpty else { return [] }
+        var out = [""]
+        if let beside = plan.beside {
+            out.append(
+                "Held by a rail: 'tidemark apply' refuses the whole plan; with --skip-held (and in 'tidemark serve') \(held.count == 1 ? "this waits" : "these wait"):"
+            )
+            out += held.map { "  ‖ \($0.subject)  \($0.rail)\($0.at.map { " at \($0)" } ?? "")" }
+            if let errors = beside.errors {
+                out.append(
+                    "  and what remains is still refused: \(errors.first ?? "")\(errors.count > 1 ? " (and \(errors.count - 1) more)" : "")"
+                )
+            } else if beside.operations == 0 {
+                out.append("  and nothing else would change.")
+            } else {
+                out.append(
+                    "  and the rest would be applied: +\(formatCount(beside.subscribes)) −\(formatCount(beside.unsubscribes)) memberships in \(counted(beside.topics, "topic"))\(beside.groups > 0 ? ", \(counted(beside.groups, "device group or audience", plural: "device groups or audiences"))" : "") (\(counted(beside.operations, "operation")))."
+                )
+            }
+        } else {
+            out.append(
+                "Held by a rail (not in this plan; \(held.count == 1 ? "its changes wait" : "their changes wait") until \(held.count == 1 ? "its" : "their") plan passes):"
+            )
+            for hold in held {
+                out.append("  ‖ \(hold.subject)  \(hold.rail)\(hold.at.map { " at \($0)" } ?? "")")
+                out.append("      \(hold.message)")
+            }
+        }
+        return out
+    }
+
     private func renderLines(_ plan: Plan) -> String {
         var out: [String] = []
         let errors = plan.diagnostics.filter { $0.severity == .error }.count
@@ -140,6 +173,7 @@ public struct PlanRenderer: Sendable {
                 "Partial plan (\(plan.selectionSummary)): topics and groups outside the selection are not planned and may have changes of their own."
             )
         }
+        out += Self.heldLines(plan)
         let destructive = Self.destructiveLines(Self.flagged(plan))
         if let legend = Self.symbolLegend(plan, flagged: !destructive.isEmpty) {
             out.append("")

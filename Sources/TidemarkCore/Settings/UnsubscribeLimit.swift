@@ -8,6 +8,8 @@ public struct UnsubscribeLimit: Sendable, Equatable, CustomStringConvertible {
         case count(Int)
         /// A share of the memberships tidemark knows of (observed, over every topic, or the topic's own).
         case percent(Double)
+        /// `none`, said out loud: no limit (and no default rail of `serve` either).
+        case unlimited
     }
 
     /// The limit.
@@ -15,11 +17,19 @@ public struct UnsubscribeLimit: Sendable, Equatable, CustomStringConvertible {
     /// Where it was set, as the person wrote it: "--max-unsubscribes", "max_unsubscribes".
     public var setting: String
 
-    /// Parses "500" or "5%".
+    /// A limit of `bound`, set by `setting`.
+    public init(_ bound: Bound, setting: String) {
+        self.bound = bound
+        self.setting = setting
+    }
+
+    /// Parses "500", "5%" or "none" (no limit, said out loud).
     public init(parsing text: String, setting: String = "--max-unsubscribes") throws(TargetError) {
         self.setting = setting
         let trimmed = text.trimmingCharacters(in: .whitespaces)
-        if trimmed.hasSuffix("%") {
+        if trimmed == "none" {
+            bound = .unlimited
+        } else if trimmed.hasSuffix("%") {
             guard let value = Double(trimmed.dropLast()), value >= 0, value <= 100 else {
                 throw TargetError("\(setting) '\(text)' is not a percentage between 0% and 100%.")
             }
@@ -27,18 +37,22 @@ public struct UnsubscribeLimit: Sendable, Equatable, CustomStringConvertible {
         } else {
             guard let value = Int(trimmed), value >= 0 else {
                 throw TargetError(
-                    "\(setting) '\(text)' is neither a number of unsubscriptions (e.g. 500) nor a percentage (e.g. 5%)."
+                    "\(setting) '\(text)' is neither a number of unsubscriptions (e.g. 500), a percentage (e.g. 5%) nor 'none'."
                 )
             }
             bound = .count(value)
         }
     }
 
-    /// The limit as written: "500" or "5%".
+    /// Whether it limits anything (not `none`).
+    public var limits: Bool { bound != .unlimited }
+
+    /// The limit as written: "500", "5%" or "none".
     public var description: String {
         switch bound {
         case .count(let n): "\(n)"
         case .percent(let p): p == p.rounded() ? "\(Int(p))%" : "\(p)%"
+        case .unlimited: "none"
         }
     }
 
@@ -47,6 +61,7 @@ public struct UnsubscribeLimit: Sendable, Equatable, CustomStringConvertible {
         switch bound {
         case .count(let n): n
         case .percent(let p): Int((Double(known) * p / 100).rounded(.down))
+        case .unlimited: Int.max
         }
     }
 

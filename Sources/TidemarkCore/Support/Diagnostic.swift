@@ -46,6 +46,10 @@ public struct Diagnostic: Hashable, Sendable, Codable, CustomStringConvertible {
     public var code: String? = nil
     /// The date (YYYY-MM-DD) a deadline diagnostic is about.
     public var deadline: String? = nil
+    /// The one topic or group a rail's refusal is about, when it is about one (a topic's own
+    /// `max_unsubscribes`, `protect`, `allow_empty`): a plan beside it can go on while it is held.
+    /// Nil for a rail about the whole workspace (the global `max_unsubscribes`) and for the rest.
+    public var subject: PlanSubject? = nil
 
     /// A diagnostic of `severity` saying `message`, at `location`.
     public init(_ severity: Severity, _ message: String, at location: SourceLocation? = nil) {
@@ -70,6 +74,13 @@ public struct Diagnostic: Hashable, Sendable, Codable, CustomStringConvertible {
         var coded = self
         coded.code = code
         return coded
+    }
+
+    /// The diagnostic about `kind` named `name` alone (`subject`).
+    public func about(_ kind: SubjectKind, _ name: String) -> Diagnostic {
+        var about = self
+        about.subject = PlanSubject(kind, name)
+        return about
     }
 
     /// `file:line:col: error: message`, the form editors and CI annotators understand.

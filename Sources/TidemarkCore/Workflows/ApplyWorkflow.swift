@@ -120,6 +120,9 @@ public struct ApplyOutcome: Sendable {
         public var loaded: LoadedManifests
         /// State as the apply saved it.
         public var state: State
+        /// The topics and groups a rail held: the plan was the whole plan of everything else, and
+        /// their changes still wait.
+        public var held: [HeldChange] = []
     }
 
     /// Whether a token failed, in either apply, for a reason other than being unregistered.
@@ -240,7 +243,7 @@ public struct ApplyWorkflow: Sendable {
                 dead: DeadDevice.collect(state: state, inventory: loaded.inventory))
             outcome.managedMemberships = state.managedMemberships
             if Self.isWhole(request), resumed?.hasUnexpectedFailures != true {
-                outcome.settled = ApplyOutcome.Settled(loaded: loaded, state: state)
+                outcome.settled = ApplyOutcome.Settled(loaded: loaded, state: state, held: plan.held ?? [])
             }
             return outcome
         }
@@ -266,7 +269,7 @@ public struct ApplyWorkflow: Sendable {
             if pruned.serial != nil { outcome.pruned = pruned }
         }
         if outcome.pruned == nil, Self.isWhole(request), !outcome.hasUnexpectedFailures {
-            outcome.settled = ApplyOutcome.Settled(loaded: loaded, state: final)
+            outcome.settled = ApplyOutcome.Settled(loaded: loaded, state: final, held: plan.held ?? [])
         }
         return outcome
     }

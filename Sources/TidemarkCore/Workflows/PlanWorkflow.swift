@@ -17,6 +17,13 @@ public struct PlanRequest: Sendable {
     public var shadowVerify: (reads: TopicTransport, against: TopicTransport)? = nil
     /// `--allow-shrink`: an inventory source may read far fewer devices than the last apply recorded.
     public var allowShrink = false
+    /// `--skip-held` (and `serve`): a rail that refuses one topic or group holds it, and the plan is
+    /// the rest (`Plan.held` names what waits). Otherwise a rail refuses the whole plan, and the plan
+    /// still says what it would hold and what would go on beside it.
+    public var skipHeld = false
+    /// The rail of every topic whose manifests set no `max_unsubscribes` (`serve`'s default when
+    /// tidemark.yaml sets no rail); nil: none.
+    public var topicRail: UnattendedRail? = nil
 
     /// `refresh: true` reads every registration; `false` plans from state alone.
     public init(refresh: Bool = true, targets: Targets = .all, maxUnsubscribes: UnsubscribeLimit? = nil) {
@@ -121,17 +128,20 @@ public struct PlanWorkflow: Sendable {
         let now = parts.timing.wallClock()
         PhaseTrace.mark("refreshed")
         var plan = await parts.phase(.planning) {
-            var plan = planner.plan(
-                loaded: loaded, state: state, refresh: observed,
-                backend: parts.backend.identity, now: now, targets: request.targets,
-                maxUnsubscribes: request.maxUnsubscribes)
+            let (plan, targets) = Self.holding(request) { targets in
+                planner.plan(
+                    loaded: loaded, state: state, refresh: observed,
+                    backend: parts.backend.identity, now: now, targets: targets,
+                    maxUnsubscribes: request.maxUnsubscribes, topicRail: request.topicRail)
+            }
+            var planned = plan
             if request.driftOnly {
                 let full = planner.plan(
                     loaded: declared, state: state, refresh: observed, backend: parts.backend.identity, now: now,
-                    targets: request.targets)
-                plan.driftOnly = DriftOnlyNote(waiting: plan.waiting(comparedWith: full))
+                    targets: targets)
+                planned.driftOnly = DriftOnlyNote(waiting: plan.waiting(comparedWith: full))
             }
-            return plan
+            return planned
         }
         PhaseTrace.mark("planned")
         plan.requests = parts.backend.requests(for: plan.operations)
@@ -164,6 +174,28 @@ public struct PlanWorkflow: Sendable {
 }
 
 extension PlanWorkflow {
+    /// The plan `make` makes of `request`'s targets; when rails refuse it only for some topics and
+    /// groups, those are held: with `skipHeld` the plan is the one beside them (`Plan.held` names
+    /// them), else the refused plan says what would be held and what would go on (`Plan.beside`).
+    /// Returns the targets the plan was made of. Topics are diffed on their own, so the plan beside
+    /// held ones raises no rail of a topic the first did not (the global `max_unsubscribes` is counted
+    /// again on what remains).
+    static func holding(_ request: PlanRequest, _ make: (Targets) -> Plan) -> (Plan, Targets) {
+        let first = make(request.targets)
+        guard first.diagnostics.hasErrors, let held = HeldChange.holds(in: first.diagnostics), !held.isEmpty else {
+            return (first, request.targets)
+        }
+        var targets = request.targets
+        targets.withheld.formUnion(held.map(\.subject))
+        var beside = make(targets)
+        beside.held = held
+        if request.skipHeld { return (beside, targets) }
+        var refused = first
+        refused.held = held
+        refused.beside = BesideHeld(beside)
+        return (refused, request.targets)
+    }
+
     /// Every selector must match something declared or remembered.
     static func checkSelectors(_ targets: Targets, state: State, loaded: LoadedManifests) throws {
         guard targets.isPartial else { return }
