@@ -30,7 +30,8 @@ public struct ServeEvent: Sendable, Codable, Equatable {
     public var occurredAt: Date
 
     /// The events a reconcile's `result` raises in `workspace`; `troubled` says whether the workspace
-    /// was failing or blocked before, so that a success is told as `recovered`. `failures` is the
+    /// was failing or blocked (or held a topic) before, so that a success that holds nothing is told
+    /// as `recovered`. `failures` is the
     /// failures in a row, `result` included: a reconcile that waited out its wait for the state lock
     /// (a person's apply, taking longer) raises `apply_failed` only from the second in a row, and one
     /// that lost its lease to a replica that took the workspace over raises none (the new owner tells).
@@ -68,7 +69,9 @@ public struct ServeEvent: Sendable, Codable, Equatable {
                     "Workspace '\(workspace)' is blocked: \(result.summary) Nothing was applied; it stays blocked until a person runs 'tidemark apply' or raises the rail.",
                     ["changes_waiting": result.changesWaiting]))
         case .success:
-            if troubled {
+            // Recovered once nothing is wrong: a topic still held (a batch of changed devices beside
+            // it, a failure that ended with the hold still there) keeps the workspace troubled.
+            if troubled, (result.held ?? []).isEmpty {
                 events.append(
                     ServeEvent(
                         event: .recovered, workspace: workspace,

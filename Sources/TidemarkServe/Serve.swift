@@ -363,6 +363,15 @@ public struct Serve: Sendable {
             "workspace=\(workspace) follows the changes of inventory \(following.count == 1 ? "source" : "sources") \(described.joined(separator: ", ")): each change starts a reconcile at once, which plans the changed devices on their own from what the last whole reconcile read (kept in memory), and reads everything again every resync (\(ServeSettings.describe(resync)))"
     }
 
+    /// How the status shows the workspace's unsubscribe rail: the limit set, "none" when tidemark.yaml
+    /// says so, else serve's default rail on each topic.
+    static func railSetting(_ runtime: Runtime, _ settings: ServeSettings) -> String {
+        let flags = PlanningFlags(maxUnsubscribes: settings.maxUnsubscribes)
+        if let limit = runtime.unsubscribeLimit(flags) { return limit.description }
+        guard let rail = runtime.unattendedRail(flags) else { return "none" }
+        return "unset: each topic \(PlanRenderer.formatShare(rail.share)), at least \(rail.minimum) (serve's default rail)"
+    }
+
     /// The status before the first reconcile.
     public static func initialStatus(_ runtime: Runtime, settings: ServeSettings) -> WorkspaceStatus {
         var status = WorkspaceStatus(
@@ -376,8 +385,7 @@ public struct Serve: Sendable {
                 "jitter": ServeSettings.describe(settings.jitter),
                 "drift": settings.drift.rawValue, "on_change": settings.onChange.rawValue,
                 "history_keep": String(settings.historyKeep),
-                "max_unsubscribes": runtime.unsubscribeLimit(PlanningFlags(maxUnsubscribes: settings.maxUnsubscribes))?
-                    .description ?? "none",
+                "max_unsubscribes": Self.railSetting(runtime, settings),
             ],
             suspended: settings.suspend, replica: "-")
         if !settings.windows.isEmpty {

@@ -97,6 +97,14 @@ struct ApplyCommand: AsyncParsableCommand {
         }
     }
 
+    /// The replica of `tidemark serve` that owns the workspace now, when one does and the state
+    /// store keeps serve's records; nil otherwise (or when they cannot be read: the apply says why).
+    static func serveOwner(_ runtime: Runtime) async -> String? {
+        guard let records = try? runtime.serveRecords(), let record = try? await records.serveRecord()
+        else { return nil }
+        return record.liveOwner(at: Date())
+    }
+
     private func apply(_ runtime: Runtime) async throws {
         PhaseTrace.mark("apply started")
         let showTokens = global.showTokens
@@ -134,6 +142,11 @@ struct ApplyCommand: AsyncParsableCommand {
         request.planning.allowShrink = planning.allowShrink
         request.planning.skipHeld = planning.skipHeld
         request.refreshOnly = refreshOnly
+        if let owner = await Self.serveOwner(runtime) {
+            Terminal.err(
+                "note: 'tidemark serve' on replica \(owner) owns workspace '\(runtime.workspaceName)'; its next reconcile will see your change (a reconcile that meets this apply's state lock waits for it). 'tidemark status' shows what serve holds."
+            )
+        }
         let prepared = request
         let interruption = Interruption()
         let (parallelism, acceptDead, lockTimeout) = (parallelism, refreshing.acceptDead, lockTimeout)

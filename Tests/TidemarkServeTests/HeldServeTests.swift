@@ -37,6 +37,9 @@ import TidemarkCore
         // The next reconcile holds the same topics: nothing is sent again before the renotify.
         #expect(ledger.due(events, targets: [target], now: now.addingTimeInterval(60)).isEmpty)
         #expect(ledger.troubled)
+        // A batch of changed devices beside the held topics is no recovery.
+        let beside = ServeEvent.events(of: result, workspace: "prod", replica: "r1", troubled: true)
+        #expect(!beside.contains { $0.event == .recovered })
         // Released: the workspace is told it recovered.
         let released = ServeEvent.events(of: Self.result(held: []), workspace: "prod", replica: "r1", troubled: true)
         #expect(released.map(\.event) == [.recovered])

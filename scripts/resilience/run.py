@@ -1175,12 +1175,198 @@ def serve_alerts(binary, url, devices=120, topics=4):
         shutil.rmtree(work, ignore_errors=True)
 
 
+class Hooks:
+    """A webhook receiver on a loopback port: keeps every event's JSON body."""
+
+    def __init__(self):
+        import http.server
+        events = self.events = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                events.append(json.loads(body))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def serve_held(binary, url, north=40, south=20):
+    """`serve` following a PostgreSQL table: a manifest edit narrows an authoritative topic past serve's
+    default rail; it is held while a device inserted afterwards joins its other topics within 5 s;
+    `tidemark status` names it; reverting the edit releases it; a person's apply during a reconcile
+    releases it again with no apply_failed event."""
+    work = tempfile.mkdtemp(prefix="tm-held-")
+    table = "held_devices_%d" % os.getpid()
+    workspace = "held-%d" % os.getpid()
+    hooks = Hooks()
+    serve = None
+    ok = True
+
+    def fail(message):
+        nonlocal ok
+        ok = False
+        print("  FAILED: " + message, flush=True)
+
+    def topics(narrow):
+        with open(os.path.join(work, "manifests", "topics.yaml"), "w") as f:
+            f.write("topics:\n"
+                    "  - name: north\n    mode: authoritative\n"
+                    "    members: [{selector: {region: north%s}}]\n"
+                    "  - name: everyone\n    members: [{selector: {region: north}}, {selector: {region: south}}]\n"
+                    "  - name: ios\n    members: [{selector: {platform: ios}}]\n"
+                    % (", platform: ios" if narrow else ""))
+
+    def insert(device, number, region, platform):
+        psql(url, "INSERT INTO %s (device_id, token, region, platform) VALUES ('%s', '%s', '%s', '%s')"
+                  % (table, device, token(number, prefix="held"), region, platform))
+        return token(number, prefix="held")
+
+    def wanted(where):
+        return set(t for (t,) in psql(url, "SELECT token FROM %s WHERE %s" % (table, where)))
+
+    def members(topic):
+        return set(s.get("token") if isinstance(s, dict) else s for s in emulator.subscribers(topic))
+
+    def held():
+        return [(h["subject"]["kind"], h["subject"]["name"], h["rail"]) for h in serve.status().get("held") or []]
+
+    def wait(condition, seconds):
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            if condition():
+                return time.monotonic() - started
+            time.sleep(0.05)
+        return None
+
+    try:
+        with Emulator(binary, PROJECT, "--auto-register") as emulator:
+            psql(url, "CREATE TABLE %s (device_id TEXT PRIMARY KEY, token TEXT NOT NULL, region TEXT NOT NULL, "
+                      "platform TEXT NOT NULL, updated_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())" % table)
+            rows = ["('n%d', '%s', 'north', '%s')" % (i, token(i, prefix="held"), "ios" if i < 10 else "android")
+                    for i in range(north)]
+            rows += ["('s%d', '%s', 'south', 'android')" % (i, token(north + i, prefix="held")) for i in range(south)]
+            psql(url, "INSERT INTO %s (device_id, token, region, platform) VALUES %s" % (table, ", ".join(rows)))
+            os.makedirs(os.path.join(work, "manifests"))
+            with open(os.path.join(work, "tidemark.yaml"), "w") as f:
+                f.write("project: %s\nbackend: emulator\nrefresh: none\nstate: %s\nworkspace: %s\n"
+                        "serve:\n  interval: 3s\n  retry_interval: 2s\n"
+                        "  notify: [{name: hook, url: 'http://127.0.0.1:%d/hook', secret_env: HELD_HOOK_SECRET}]\n"
+                        "inventory:\n  - name: app\n    postgres:\n      url_env: HELD_INVENTORY_URL\n"
+                        "      query: SELECT device_id, token, region, platform FROM %s\n"
+                        "      changes: {query: 'SELECT device_id, updated_at FROM %s', cursor: updated_at}\n"
+                        "      listen: tidemark_%s\n      resync: 30s\n"
+                        % (PROJECT, url, workspace, hooks.port, table, table, table))
+            topics(narrow=False)
+            env = dict(emulator.env, HELD_INVENTORY_URL=url, HELD_HOOK_SECRET="held-secret")
+            _, sql, _ = tidemark(binary, work, ["inventory", "triggers", "app", "--table", table,
+                                                "--id-column", "device_id"], env)
+            subprocess.run(["psql", url, "-q", "-v", "ON_ERROR_STOP=1"], input=sql, text=True, check=True)
+            print("serve-held: serve follows a PostgreSQL table (%d devices); an edit narrows topic 'north' past "
+                  "serve's default rail" % (north + south), flush=True)
+            serve = Serve(binary, work, env, "held")
+            before = wanted("region = 'north'")
+            if wait(lambda: members("north") == before and members("everyone") == wanted("true"), 60) is None:
+                fail("the first reconcile did not subscribe every device")
+                return False
+            topics(narrow=True)
+            took = wait(lambda: held() == [("topic", "north", "rail.unattended")], 30)
+            if took is None:
+                fail("topic 'north' was not held within 30 s: %s" % serve.status())
+                return False
+            phase = serve.status()["phase"]
+            print("  held after %.1f s (rail.unattended), phase %s; north keeps its %d members"
+                  % (took, phase, len(members("north"))), flush=True)
+            if phase != "ready":
+                fail("phase %s with a held topic, not ready" % phase)
+            new = insert("late", 5000, "north", "ios")
+            joined = wait(lambda: new in members("everyone") and new in members("ios"), 5)
+            print("  a device inserted while 'north' is held joined its other topics in %s; north has %d members "
+                  "(the %d before)" % ("%.2f s" % joined if joined is not None else "NEVER (5 s)",
+                                       len(members("north")), len(before)), flush=True)
+            if joined is None:
+                fail("the new device did not join 'everyone' and 'ios' within 5 s")
+            if members("north") != before:
+                fail("the held topic changed: %d members, %d before" % (len(members("north")), len(before)))
+            _, out, _ = tidemark(binary, work, ["status"], env)
+            line = next((l for l in out.splitlines() if "held:" in l), "")
+            print("  tidemark status: " + line.strip(), flush=True)
+            if "topic:north by rail.unattended at " not in line or "manifests/topics.yaml:2:11" not in line:
+                fail("tidemark status does not name the held topic and its rail:\n" + out)
+            topics(narrow=False)
+            released = wait(lambda: not held() and members("north") == wanted("region = 'north'"), 30)
+            print("  reverting the edit released it after %s" % ("%.1f s" % released if released else "NEVER"),
+                  flush=True)
+            if released is None or "topic:north is released" not in serve.text():
+                fail("reverting the edit did not release 'north'")
+            topics(narrow=True)
+            if wait(lambda: held() == [("topic", "north", "rail.unattended")], 30) is None:
+                fail("'north' was not held again")
+            # A person applies the held topic, slowly, while serve's reconciles keep coming.
+            person = subprocess.Popen([binary, "apply", "-C", work, "--auto-approve", "--qps", "4"], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(1)
+            insert("during", 5001, "south", "android")
+            out, err = person.communicate(timeout=120)
+            if person.returncode != 0:
+                fail("the person's apply failed (%d):\n%s%s" % (person.returncode, out, err))
+            said = "owns workspace '%s'" % workspace in err
+            print("  the person's apply (%d unsubscribes at 4 a second) said serve owns the workspace: %s"
+                  % (len(before) - len(wanted("region = 'north' AND platform = 'ios'")), said), flush=True)
+            if not said:
+                fail("tidemark apply did not say serve owns the workspace:\n" + err)
+            met = [l for l in serve.text().splitlines() if "is locked by" in l]
+            print("  serve met the person's lock %d times while it applied (%s)"
+                  % (len(met), met[0][:160] + "…" if met else "no reconcile overlapped"), flush=True)
+            if not met:
+                fail("no reconcile of serve met the person's apply: the check proves nothing about it")
+            again = wait(lambda: not held() and serve.text().count("topic:north is released") >= 2, 30)
+            if again is None:
+                fail("the person's apply did not release 'north' at the next reconcile")
+            if members("north") != wanted("region = 'north' AND platform = 'ios'"):
+                fail("north is not what the person applied")
+            time.sleep(2)
+            events = [(e["event"], e["dedupe_key"]) for e in hooks.events]
+            failed = [e for e in events if e[0] == "apply_failed"]
+            blocked = [e for e in events if e[0] == "blocked"]
+            print("  webhook events: %s" % ", ".join("%s %s" % e for e in events), flush=True)
+            if failed:
+                fail("apply_failed raised: %s" % failed)
+            recovered = [e for e in events if e[0] == "recovered"]
+            if len(recovered) != 2:
+                fail("%d recovered events, not one per release (2): a reconcile beside the held topic is no "
+                     "recovery" % len(recovered))
+            if not blocked or any(key != "%s/blocked/topic:north" % workspace for _, key in blocked):
+                fail("no blocked event naming topic:north, or another: %s" % blocked)
+            return ok
+    finally:
+        if serve is not None:
+            serve.stop()
+        hooks.stop()
+        try:
+            psql(url, "DROP TABLE IF EXISTS %s CASCADE" % table)
+        except subprocess.CalledProcessError:
+            pass
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("binary")
     parser.add_argument("checks", nargs="*",
                         default=["faults", "kills", "revert", "narrow", "concurrent", "shared-quota",
-                                 "serve-takeover", "serve-spread", "state-mv", "serve-changes", "serve-alerts"])
+                                 "serve-takeover", "serve-spread", "state-mv", "serve-changes", "serve-alerts",
+                                 "serve-held"])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="smaller fault run, for the test suite")
     args = parser.parse_args()
@@ -1207,10 +1393,11 @@ def main():
             url = os.environ.get("TIDEMARK_TEST_POSTGRES_URL")
             if url:
                 results["state-mv/postgres"] = state_mv(args.binary, url=url)
-        elif check in ("shared-quota", "serve-takeover", "serve-spread", "serve-changes", "serve-alerts"):
+        elif check in ("shared-quota", "serve-takeover", "serve-spread", "serve-changes", "serve-alerts",
+                       "serve-held"):
             url = os.environ.get("TIDEMARK_TEST_POSTGRES_URL")
             run = {"shared-quota": shared_quota, "serve-takeover": serve_takeover, "serve-spread": serve_spread,
-                   "serve-changes": serve_changes, "serve-alerts": serve_alerts}[check]
+                   "serve-changes": serve_changes, "serve-alerts": serve_alerts, "serve-held": serve_held}[check]
             if url:
                 results[check] = run(args.binary, url)
             elif os.environ.get("TIDEMARK_REQUIRE_POSTGRES"):
