@@ -53,6 +53,13 @@ python3 -m check_jsonschema --builtin-schema vendor.github-workflows examples/gi
 python3 -m check_jsonschema --builtin-schema vendor.github-actions examples/github/actions/install-tidemark/action.yml
 python3 -m check_jsonschema --builtin-schema vendor.gitlab-ci examples/gitlab/.gitlab-ci.yml
 BIN="$(swift build --show-bin-path)/tidemark"
+# The plan-only recipes 'tidemark init --ci ... --serve' writes, against the same schemas.
+serve_recipes="$(mktemp -d)"
+"$BIN" init -C "$serve_recipes/github" --ci github --serve > /dev/null
+"$BIN" init -C "$serve_recipes/gitlab" --ci gitlab --serve > /dev/null
+python3 -m check_jsonschema --builtin-schema vendor.github-workflows "$serve_recipes/github/.github/workflows/tidemark.yml"
+python3 -m check_jsonschema --builtin-schema vendor.gitlab-ci "$serve_recipes/gitlab/.gitlab-ci.yml"
+rm -rf "$serve_recipes"
 TIDEMARK_BIN="$BIN" python3 Tests/compat/test_firebase_admin.py
 # tidemark's HTTP client against an independent fake of FCM (not tidemark's emulator).
 TIDEMARK_BIN="$BIN" python3 Tests/compat/test_fake_fcm.py

@@ -47,7 +47,14 @@ extension Runtime {
         let store = stateStore()
         return try await withBackend(output: output) { backend in
             try await store.withLock(
-                lockHolder(holder), waiting: lockTimeout, timing: .live, gate: leaseGate
+                lockHolder(holder), waiting: lockTimeout, timing: .live, gate: leaseGate,
+                onWait: { error in
+                    output.emit(
+                        .diagnostics([
+                            .warning(
+                                "\(Failure.plain(error.description)) Waiting up to \(ServeSettings.describe(.milliseconds(Int64(lockTimeout * 1000)))) for it.")
+                        ]))
+                }
             ) {
                 try await ApplyWorkflow(
                     parts(backend, output: output, parallelism: parallelism, acceptDead: acceptDead)
@@ -260,4 +267,32 @@ public struct NamedAudience: Sendable {
     public var state: State
     /// The manifests' inventory (the members' device ids).
     public var inventory: Inventory
+}
+
+extension Runtime {
+    /// Refuses to release or move `addresses` while a `tidemark serve` owns the workspace (and it is
+    /// not suspended) and the manifests still declare one of them: serve's next reconcile would adopt
+    /// it again within seconds (or, after a move, two workspaces would manage one topic). Nothing is
+    /// refused when the store keeps no records for serve or none owns the workspace.
+    public func refuseWhileServed(_ addresses: [StateAddress], command: String) async throws {
+        guard let records = try? serveRecords(), let record = try? await records.serveRecord(),
+            let owner = record.liveOwner(at: Date()), !record.suspended
+        else { return }
+        let read = await manifestSource().read()
+        var declared: [StateAddress: String] = [:]
+        for topic in read.manifests.topics {
+            declared[StateAddress(.topic, topic.name.value)] = topic.name.location.description
+        }
+        for group in read.manifests.groups {
+            declared[StateAddress(.group, group.name.value)] = group.name.location.description
+        }
+        for audience in read.manifests.audiences {
+            declared[StateAddress(.audience, audience.name.value)] = audience.name.location.description
+        }
+        let still = addresses.compactMap { address in declared[address].map { (address, $0) } }
+        guard let (first, at) = still.first else { return }
+        throw RuntimeError(
+            "'tidemark serve' on replica \(owner) owns workspace '\(workspaceName)', and the manifests still declare \(first) (\(at))\(still.count > 1 ? " and \(still.count - 1) more" : ""): its next reconcile would manage it again within seconds, undoing '\(command)'. Delete the declaration first (or list it under 'removed:' with 'unsubscribe: false', which serve applies through a plan), or run 'tidemark suspend \(workspaceName)' while you work."
+        )
+    }
 }

@@ -31,7 +31,9 @@ struct InitCommand: ParsableCommand {
             the pipeline for GitHub Actions or GitLab CI. Nothing that exists is overwritten: when any \
             of these files exists, nothing at all is written. The project plans and applies at once \
             against the embedded backend; replace the example devices with yours before using FCM. \
-            In a project that has a tidemark.yaml already, --ci adds only the pipeline.
+            In a project that has a tidemark.yaml already, --ci adds only the pipeline. With --serve, \
+            'tidemark serve' applies what merges and corrects drift, so the pipeline only checks and \
+            plans each pull or merge request (the plan comment); it has no apply or drift job.
             """
     )
 
@@ -51,7 +53,14 @@ struct InitCommand: ParsableCommand {
     @Option(help: ArgumentHelp("The CI pipeline to write: github, gitlab or none.", valueName: "CI"))
     var ci: CI = .none
 
+    @Flag(
+        help:
+            "'tidemark serve' applies and corrects drift: the pipeline only plans each pull or merge request (no apply or drift job)."
+    )
+    var serve = false
+
     func validate() throws {
+        if serve, ci == .none { throw ValidationError("--serve shapes the CI pipeline: give --ci github or --ci gitlab.") }
         if let problem = ProjectSettings.projectIDProblem(project) {
             throw ValidationError("--project '\(project)' \(problem)")
         }
@@ -60,7 +69,11 @@ struct InitCommand: ParsableCommand {
     /// The files init writes, by path relative to the project directory, in the order written; with
     /// `pipelineOnly` (a project that exists), the pipeline's alone.
     func files(pipelineOnly: Bool = false, inventoryVariables: [String] = []) -> [(path: String, text: String)] {
-        let recipe = { (path: String) in Self.pipeline(EmbeddedFiles[path], inventoryVariables: inventoryVariables) }
+        let serve = self.serve
+        let recipe = { (path: String) in
+            let text = Self.pipeline(EmbeddedFiles[path], inventoryVariables: inventoryVariables)
+            return serve ? Self.planOnly(text) : text
+        }
         var files: [(String, String)] =
             pipelineOnly
             ? []
@@ -105,6 +118,52 @@ struct InitCommand: ParsableCommand {
         return lines.joined(separator: "\n")
     }
 
+    /// A recipe for a project that `tidemark serve` applies: its header says so, and it keeps only the
+    /// jobs that check and plan a request (the triggers of merges and schedules, and the apply and
+    /// drift jobs, go).
+    static func planOnly(_ text: String) -> String {
+        var lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        let github = lines.contains("jobs:")
+        let header =
+            github
+            ? [
+                "# tidemark on GitHub Actions beside 'tidemark serve': serve applies what merges and corrects drift",
+                "# on its own (docs/serve.md); this workflow only plans every pull request, as one comment",
+                "# updated in place on every push, which is what reviewers approve. It has no apply or drift job,",
+                "# so CI and serve never both apply. Copy to .github/workflows/tidemark.yml. Secrets it needs:",
+                "#   secrets.TIDEMARK_STATE_URL_READONLY the state through a role that can only SELECT (plans never",
+                "#                                      write state)",
+                "#   secrets.TIDEMARK_PLAN_KEY          base64 of 32 random bytes: seals the saved plan artifact",
+                "#   vars.TIDEMARK_WORKSPACE            the state workspace serve reconciles (default: default)",
+                "# See 'CI beside serve' in docs/ci.md.",
+            ]
+            : [
+                "# tidemark on GitLab CI beside 'tidemark serve': serve applies what merges and corrects drift on",
+                "# its own (docs/serve.md); this pipeline only checks and plans every merge request, as one note",
+                "# updated in place on every push. It has no apply or drift job, so CI and serve never both apply.",
+                "# Copy to .gitlab-ci.yml. CI/CD variables it needs: TIDEMARK_STATE_URL_READONLY (masked; a role",
+                "# that can only SELECT), TIDEMARK_PLAN_KEY (masked), GITLAB_API_TOKEN (scope: api, to post the",
+                "# note), TIDEMARK_WORKSPACE (the workspace serve reconciles). See 'CI beside serve' in docs/ci.md.",
+            ]
+        // The header is the comment block the recipe starts with.
+        let body = lines.drop { $0.hasPrefix("#") }
+        lines = header + body
+        func cut(from start: (String) -> Bool, until end: (String) -> Bool) {
+            guard let first = lines.firstIndex(where: start) else { return }
+            let last = lines[(first + 1)...].firstIndex(where: end) ?? lines.endIndex
+            lines.removeSubrange(first..<last)
+        }
+        if github {
+            cut(from: { $0 == "  push:" }, until: { $0 == "  workflow_dispatch: {}" })
+            cut(from: { $0 == "  apply:" }, until: { _ in false })
+        } else {
+            lines = lines.map { $0 == "stages: [check, plan, apply, drift]" ? "stages: [check, plan]" : $0 }
+            cut(from: { $0 == "apply:" }, until: { _ in false })
+        }
+        while lines.last?.isEmpty == true { lines.removeLast() }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
     /// Writes the pipeline's files into the project at `root`, never over one that exists.
     private func addPipeline(_ root: URL) throws {
         let fileManager = FileManager.default
@@ -125,7 +184,7 @@ struct InitCommand: ParsableCommand {
         ]
         lines += done.map { "  \($0)" }
         lines.append("")
-        lines.append(Self.pipelineNeeds(ci))
+        lines.append(serve ? Self.planOnlyNeeds(ci) : Self.pipelineNeeds(ci))
         if !variables.isEmpty {
             lines.append(
                 "Its jobs pass the inventory's \(variables.joined(separator: ", ")) from CI secrets of the same names (plan jobs the _READONLY one: a role that can only SELECT); see 'An inventory in a private database' in docs/ci.md."
@@ -153,6 +212,11 @@ struct InitCommand: ParsableCommand {
             throw ExitCode.failure
         }
         return done
+    }
+
+    /// What the plan-only pipeline (`--serve`) needs before it runs, as init says it.
+    static func planOnlyNeeds(_ ci: CI) -> String {
+        "The \(ci == .github ? "GitHub workflow" : "GitLab pipeline") only plans (tidemark serve applies and corrects drift): it needs \(ci == .github ? "the secrets" : "the CI/CD variables") TIDEMARK_STATE_URL_READONLY and TIDEMARK_PLAN_KEY\(ci == .gitlab ? " and GITLAB_API_TOKEN" : ""); see 'CI beside serve' in docs/ci.md."
     }
 
     /// What the pipeline needs before it runs, as init says it.
@@ -216,7 +280,7 @@ struct InitCommand: ParsableCommand {
         lines.append(
             "Then replace manifests/inventory/devices.csv with your devices (or read them from PostgreSQL or a command: docs/inventory.md), and plan against FCM with --backend fcm and a service account key in GOOGLE_APPLICATION_CREDENTIALS: production (CI, tidemark serve) needs 'backend: fcm'."
         )
-        lines.append(Self.pipelineNeeds(ci))
+        lines.append(serve ? Self.planOnlyNeeds(ci) : Self.pipelineNeeds(ci))
         if let ignoreHint { lines.append(ignoreHint) }
         try Terminal.write(lines.joined(separator: "\n") + "\n")
     }

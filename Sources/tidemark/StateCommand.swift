@@ -199,8 +199,10 @@ struct StateRemoveCommand: AsyncParsableCommand {
             released too, since releasing sends nothing. If the manifests still declare it, the next apply \
             adopts it again (it records the memberships FCM holds and sends nothing for them): delete the \
             declaration too, or list it under 'removed:' with 'unsubscribe: false', which does the same \
-            through a reviewed plan. Refused while an apply is unfinished, and when any address names what \
-            state does not hold (nothing is changed then).
+            through a reviewed plan. Refused while an apply is unfinished, when any address names what \
+            state does not hold (nothing is changed then), and while a 'tidemark serve' owns the workspace \
+            and the manifests still declare it (serve would adopt it again within seconds; 'tidemark \
+            suspend' first, or delete the declaration).
             """
     )
 
@@ -230,6 +232,7 @@ struct StateRemoveCommand: AsyncParsableCommand {
         try await runReportingErrors {
             let parsed = try addresses.map { text throws(StateAddressError) in try StateAddress(parsing: text) }
             let runtime = try Runtime(global)
+            if !dryRun { try await runtime.refuseWhileServed(parsed, command: "tidemark state rm") }
             let outcome = try await runtime.releaseFromState(parsed, dryRun: dryRun)
             if output.json {
                 try Terminal.writeJSON(
@@ -273,8 +276,9 @@ struct StateMoveCommand: AsyncParsableCommand {
             leaves both states saying so: until the same 'tidemark state mv' is run again, which finishes \
             it, both refuse other commands, and the entry is never acted on in two places. Afterwards, \
             declare it in the target's manifests and delete it from the source's \
-            (or the next plans there adopt it back or remove it). The apply history stays with the \
-            workspace where each apply ran.
+            (or the next plans there adopt it back or remove it). Refused while a 'tidemark serve' owns \
+            the source workspace and its manifests still declare the entry. The apply history stays with \
+            the workspace where each apply ran.
             """
     )
 
@@ -312,6 +316,7 @@ struct StateMoveCommand: AsyncParsableCommand {
             if let toState { targetOptions.state = toState }
             targetOptions.workspace = toWorkspace
             let target = try Runtime(targetOptions)
+            try await runtime.refuseWhileServed([parsed], command: "tidemark state mv")
             let outcome = try await runtime.moveInState(parsed, to: target)
             if output.json {
                 try Terminal.writeJSON(

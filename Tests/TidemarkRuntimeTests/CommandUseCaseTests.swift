@@ -144,4 +144,25 @@ import TidemarkTesting
         let named = try Runtime.load(flags, environment: ["USER": "ana"])
         #expect(named.userName == "ana" && named.requester.hasPrefix("ana on "))
     }
+
+    /// `state rm` and `state mv` beside a `tidemark serve` that owns the workspace: refused while the
+    /// manifests still declare the entry (serve would adopt it again at once), allowed otherwise.
+    @Test func lifecycleCommandsAreRefusedWhileServeOwnsAndTheManifestsDeclare() async throws {
+        let (runtime, root) = try Self.project(
+            "project: tidemark-served\n",
+            manifests: ["t.yaml": "topics:\n  - name: news\n    members: [{devices: [a]}]\n"])
+        defer { try? FileManager.default.removeItem(at: root) }
+        // No serve: nothing to refuse.
+        try await runtime.refuseWhileServed([StateAddress(.topic, "news")], command: "tidemark state rm")
+        let records = try runtime.serveRecords()
+        _ = try await records.claimOwnership("vm/1#a", for: .seconds(60))
+        let refused = await #expect(throws: RuntimeError.self) {
+            try await runtime.refuseWhileServed([StateAddress(.topic, "news")], command: "tidemark state rm")
+        }
+        #expect(refused?.description.contains("'tidemark serve' on replica vm/1#a owns workspace 'default'") == true)
+        #expect(refused?.description.contains("still declare topic:news (") == true, "\(refused?.description ?? "")")
+        #expect(refused?.description.contains("'tidemark suspend default'") == true)
+        // What the manifests no longer declare may go.
+        try await runtime.refuseWhileServed([StateAddress(.topic, "old")], command: "tidemark state rm")
+    }
 }

@@ -215,10 +215,11 @@ extension StateStore {
     /// relying on a concurrency group, which cancels pending runs). Then fails naming the holder.
     public func withLock<T: Sendable>(
         _ holder: LockHolder, waiting timeout: Double, timing: Timing, gate: LeaseGate? = nil,
-        _ body: () async throws -> T
+        onWait: (@Sendable (StateStoreError) -> Void)? = nil, _ body: () async throws -> T
     ) async throws -> T {
         let started = timing.now()
         var lease: any StateLease
+        var said = false
         while true {
             do {
                 lease = try await lock(holder)
@@ -226,6 +227,11 @@ extension StateStore {
             } catch let error as StateStoreError where error.code == .locked {
                 let left = timeout - Timing.seconds(timing.now() - started)
                 guard left > 0 else { throw error }
+                // A wait longer than a moment says what it waits for, once.
+                if !said {
+                    said = true
+                    onWait?(error)
+                }
                 try await timing.sleep(.milliseconds(Int64(min(1, left) * 1000)))
             }
         }
