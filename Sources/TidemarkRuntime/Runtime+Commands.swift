@@ -52,7 +52,8 @@ extension Runtime {
                     output.emit(
                         .diagnostics([
                             .warning(
-                                "\(Failure.plain(error.description)) Waiting up to \(ServeSettings.describe(.milliseconds(Int64(lockTimeout * 1000)))) for it.")
+                                "\(Failure.plain(error.description)) Waiting up to \(ServeSettings.describe(.milliseconds(Int64(lockTimeout * 1000)))) for it."
+                            )
                         ]))
                 }
             ) {

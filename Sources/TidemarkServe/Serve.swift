@@ -369,7 +369,8 @@ public struct Serve: Sendable {
         let flags = PlanningFlags(maxUnsubscribes: settings.maxUnsubscribes)
         if let limit = runtime.unsubscribeLimit(flags) { return limit.description }
         guard let rail = runtime.unattendedRail(flags) else { return "none" }
-        return "unset: each topic \(PlanRenderer.formatShare(rail.share)), at least \(rail.minimum) (serve's default rail)"
+        return
+            "unset: each topic \(PlanRenderer.formatShare(rail.share)), at least \(rail.minimum) (serve's default rail)"
     }
 
     /// The status before the first reconcile.

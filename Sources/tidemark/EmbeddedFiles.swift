@@ -120,7 +120,7 @@ enum EmbeddedFiles {
                   "enum": ["respect", "restore"]
                 },
                 "allow_empty": {"description": "Allow the topic to have no members.", "type": "boolean"},
-                "max_unsubscribes": {"description": "Refuse plans that take more members than this from the topic: a number (500) or a share of its known subscribers (5%). Rotated tokens are not counted.", "type": ["string", "integer"], "pattern": "^[0-9]+(\\.[0-9]+)?%?$"},
+                "max_unsubscribes": {"description": "Refuse plans that take more members than this from the topic: a number (500), a share of its known subscribers (5%), or none (no rail, and none of serve's default 10% either). Rotated tokens are not counted. tidemark serve holds a refused topic and applies the rest.", "type": ["string", "integer"], "pattern": "^([0-9]+(\\.[0-9]+)?%?|none)$"},
                 "members": {"type": "array", "items": {"$ref": "#/definitions/member"}}
               }
             },

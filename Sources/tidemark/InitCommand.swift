@@ -60,7 +60,9 @@ struct InitCommand: ParsableCommand {
     var serve = false
 
     func validate() throws {
-        if serve, ci == .none { throw ValidationError("--serve shapes the CI pipeline: give --ci github or --ci gitlab.") }
+        if serve, ci == .none {
+            throw ValidationError("--serve shapes the CI pipeline: give --ci github or --ci gitlab.")
+        }
         if let problem = ProjectSettings.projectIDProblem(project) {
             throw ValidationError("--project '\(project)' \(problem)")
         }

@@ -33,9 +33,13 @@ struct ServeCommand: AsyncParsableCommand {
             person's 'tidemark apply' waits at most for one reconcile. SQLite state serves one \
             replica; run several only with PostgreSQL state. 'tidemark status', 'reconcile', \
             'suspend' and 'resume' act through the state store on whichever replica owns a workspace. After a failure it tries again after \
-            --retry-interval, twice as long each time, at most --interval. A plan a rail refuses \
-            (--max-unsubscribes, protect, allow_empty, the shrink and dead-token guards) is not \
-            applied: the workspace shows 'blocked' until a person applies or raises the rail.
+            --retry-interval, twice as long each time, at most --interval. A rail that refuses one \
+            topic or group (its own max_unsubscribes, protect, allow_empty, or serve's default rail: \
+            more than 10% and 10 devices of a topic that sets no rail, unless tidemark.yaml says \
+            'max_unsubscribes: none') holds that one: its changes wait and the rest is applied; \
+            'tidemark status' lists what is held, and it is released when its plan passes. A rail \
+            about the whole workspace (--max-unsubscribes, the shrink and dead-token guards) applies \
+            nothing: the workspace shows 'blocked' until a person applies or raises the rail.
 
             --drift heal re-asserts what the last apply established (opt-outs stay respected), warn \
             only reports drift, off does not read FCM for it. --on-change plan plans manifest and \

@@ -46,7 +46,9 @@ struct HeldTopicCLITests {
             plan.stdout.contains("Held by a rail: 'tidemark apply' refuses the whole plan; with --skip-held"),
             "\(plan.stdout)")
         #expect(plan.stdout.contains("‖ topic:storms  rail.max_unsubscribes at manifests/topics.yaml:2:11"))
-        #expect(plan.stdout.contains("and the rest would be applied: +1 −0 memberships in 1 topic (1 operation)."), "\(plan.stdout)")
+        #expect(
+            plan.stdout.contains("and the rest would be applied: +1 −0 memberships in 1 topic (1 operation)."),
+            "\(plan.stdout)")
         let refused = try cli.run(["apply", "--auto-approve"])
         #expect(refused.status == 1)
         let skipping = try cli.run(["plan", "--skip-held", "--detailed-exitcode"])
