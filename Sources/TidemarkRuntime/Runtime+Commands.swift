@@ -279,21 +279,53 @@ extension Runtime {
         guard let records = try? serveRecords(), let record = try? await records.serveRecord(),
             let owner = record.liveOwner(at: Date()), !record.suspended
         else { return }
-        let read = await manifestSource().read()
-        var declared: [StateAddress: String] = [:]
-        for topic in read.manifests.topics {
-            declared[StateAddress(.topic, topic.name.value)] = topic.name.location.description
-        }
-        for group in read.manifests.groups {
-            declared[StateAddress(.group, group.name.value)] = group.name.location.description
-        }
-        for audience in read.manifests.audiences {
-            declared[StateAddress(.audience, audience.name.value)] = audience.name.location.description
-        }
+        let declared = declarations()
         let still = addresses.compactMap { address in declared[address].map { (address, $0) } }
         guard let (first, at) = still.first else { return }
         throw RuntimeError(
             "'tidemark serve' on replica \(owner) owns workspace '\(workspaceName)', and the manifests still declare \(first) (\(at))\(still.count > 1 ? " and \(still.count - 1) more" : ""): its next reconcile would manage it again within seconds, undoing '\(command)'. Delete the declaration first (or list it under 'removed:' with 'unsubscribe: false', which serve applies through a plan), or run 'tidemark suspend \(workspaceName)' while you work."
         )
+    }
+
+    /// Where the manifests on disk declare each topic, group and audience (`file:line`), read
+    /// without the inventory. Files that do not decode declare nothing.
+    public func declarations() -> [StateAddress: String] {
+        let manifests = manifestSource().declared().manifests
+        var declared: [StateAddress: String] = [:]
+        for topic in manifests.topics {
+            declared[StateAddress(.topic, topic.name.value)] = topic.name.location.description
+        }
+        for group in manifests.groups {
+            declared[StateAddress(.group, group.name.value)] = group.name.location.description
+        }
+        for audience in manifests.audiences {
+            declared[StateAddress(.audience, audience.name.value)] = audience.name.location.description
+        }
+        return declared
+    }
+
+    /// The topics and device groups that two or more of `runtimes` declare in one FCM project (same
+    /// backend and project), one sentence each naming the workspaces and where each declares it:
+    /// each workspace plans against its own state, so one's plan removes what the other adds.
+    /// Audiences are named sets in a workspace's own state and never meet.
+    public static func sharedDeclarations(_ runtimes: [Runtime]) -> [String] {
+        let projects = Dictionary(grouping: runtimes) { "\($0.backendKind.rawValue)/\($0.settings.project)" }
+        var found: [String] = []
+        for key in projects.keys.sorted() {
+            guard let members = projects[key], members.count > 1 else { continue }
+            var seen: [StateAddress: [(workspace: String, at: String)]] = [:]
+            for runtime in members {
+                for (address, at) in runtime.declarations() where address.kind != .audience {
+                    seen[address, default: []].append((runtime.workspaceName, at))
+                }
+            }
+            for (address, places) in seen where places.count > 1 {
+                let names = places.map { "'\($0.workspace)' (\($0.at))" }.joined(separator: " and ")
+                found.append(
+                    "workspaces \(names) both manage \(address) in FCM project '\(members[0].settings.project)': each plans against its own state, so one's apply undoes the other's; declare it in one workspace only (or 'tidemark state mv' it)"
+                )
+            }
+        }
+        return found.sorted()
     }
 }

@@ -179,6 +179,15 @@ public struct Runtime: Sendable {
     public var settings: ProjectSettings { resolved.project }
     /// The project directory, absolute.
     public var root: String { resolved.root }
+    /// Where `serve` keeps what it fetches (git checkouts): `TIDEMARK_CACHE_DIR` (relative to the
+    /// project), else the project's `.tidemark/`. A container with a read-only project directory (a
+    /// ConfigMap) points it at a writable volume.
+    public var cacheDirectory: String {
+        guard let directory = resolved.environment["TIDEMARK_CACHE_DIR"], !directory.isEmpty else {
+            return URL(fileURLWithPath: root).appendingPathComponent(".tidemark").path
+        }
+        return ResolvedSettings.absolute(directory, in: root)
+    }
     /// The manifests directory, absolute.
     public var manifestsPath: String { resolved.manifestsPath }
     /// The manifests directory as the user named it.

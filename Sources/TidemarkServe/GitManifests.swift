@@ -4,8 +4,8 @@ import TidemarkStore
 
 /// Manifests that `serve` fetches itself from a git repository (`source: {git, branch, path}`): before
 /// each reconcile it fetches the branch's newest commit with the `git` program and checks the
-/// manifests directory of that commit out into the project's `.tidemark/git/WORKSPACE/`, one
-/// directory per commit. The reconcile reads that directory and names the commit.
+/// manifests directory of that commit out into `.tidemark/git/WORKSPACE/` of the project (or of
+/// `TIDEMARK_CACHE_DIR`, `Runtime.cacheDirectory`), one directory per commit. The reconcile reads that directory and names the commit.
 ///
 /// Only the branch named is fetched (shallow, no tags), so only what was merged into it is ever
 /// applied; pull requests keep using `tidemark plan` in CI. git runs with the process's environment
@@ -13,7 +13,7 @@ import TidemarkStore
 public struct GitManifests: Sendable {
     /// Where the manifests come from.
     public var source: ServeSection.GitSource
-    /// The workspace's cache: `PROJECT/.tidemark/git/WORKSPACE`.
+    /// The workspace's cache: `PROJECT/.tidemark/git/WORKSPACE`, or `$TIDEMARK_CACHE_DIR/git/WORKSPACE`.
     public var cache: String
     /// How long one git command may run, in seconds.
     public var timeout: Double = 120
@@ -26,7 +26,12 @@ public struct GitManifests: Sendable {
 
     /// The cache of `workspace` in the project at `root`.
     public static func cache(root: String, workspace: String) -> String {
-        URL(fileURLWithPath: root).appendingPathComponent(".tidemark/git/\(workspace)").path
+        cache(in: URL(fileURLWithPath: root).appendingPathComponent(".tidemark").path, workspace: workspace)
+    }
+
+    /// The cache of `workspace` under tidemark's own directory `directory` (`Runtime.cacheDirectory`).
+    public static func cache(in directory: String, workspace: String) -> String {
+        URL(fileURLWithPath: directory).appendingPathComponent("git/\(workspace)").path
     }
 
     /// What a fetch found: the commit and the directory holding its manifests.

@@ -166,10 +166,12 @@ public struct Serve: Sendable {
         return overrides.applied(to: own)
     }
 
-    /// The fetcher of `source` for the workspace of `runtime`, its cache in the project's `.tidemark/git/`.
+    /// The fetcher of `source` for the workspace of `runtime`, its cache in the project's `.tidemark/git/`
+    /// (or `$TIDEMARK_CACHE_DIR/git/`).
     static func git(_ source: ServeSection.GitSource?, _ runtime: Runtime) -> GitManifests? {
         source.map {
-            GitManifests(source: $0, cache: GitManifests.cache(root: runtime.root, workspace: runtime.workspaceName))
+            GitManifests(
+                source: $0, cache: GitManifests.cache(in: runtime.cacheDirectory, workspace: runtime.workspaceName))
         }
     }
 
@@ -196,6 +198,7 @@ public struct Serve: Sendable {
             sayIfSQLite(workspace, log: log)
             sayIfFollowingChanges(workspace, log: log)
         }
+        sayIfShared(planned, log: log)
         let load = self.load
         let readiness = ReadinessChecker(
             load: { try fleet.entries.map { try load($0) } }, interval: options.readinessInterval,
@@ -209,6 +212,7 @@ public struct Serve: Sendable {
                 sayIfSQLite(workspace, log: log)
                 sayIfFollowingChanges(workspace, log: log)
             }
+            sayIfShared(planned, log: log)
             notifier.update(targets)
             fleet.reload(planned, because: why)
         }
@@ -314,6 +318,14 @@ public struct Serve: Sendable {
     }
 
     /// Says once that a workspace with SQLite state serves one replica.
+    /// Warns for each topic or device group that two of the workspaces (their manifests on disk; a
+    /// `source:` checkout is read only once fetched) declare in one FCM project.
+    private func sayIfShared(_ planned: [Planned], log: ServeLog) {
+        for sentence in Runtime.sharedDeclarations(planned.filter { $0.source == nil }.map(\.runtime)) {
+            log(.warning, sentence)
+        }
+    }
+
     private func sayIfSQLite(_ workspace: Planned, log: ServeLog) {
         if case .file = workspace.runtime.resolved.state {
             log(

@@ -318,6 +318,11 @@ struct StateMoveCommand: AsyncParsableCommand {
             let target = try Runtime(targetOptions)
             try await runtime.refuseWhileServed([parsed], command: "tidemark state mv")
             let outcome = try await runtime.moveInState(parsed, to: target)
+            if let at = runtime.declarations()[parsed] {
+                Terminal.err(
+                    "warning: workspace '\(runtime.workspaceName)' still declares \(parsed) (\(at)): its next apply would manage it again beside '\(target.workspaceName)', and each would undo the other's changes; delete the declaration there."
+                )
+            }
             if output.json {
                 try Terminal.writeJSON(
                     Report(

@@ -97,6 +97,11 @@ struct StateReleaseCLITests {
         #expect(moved.status == 0, "\(moved.stderr)")
         #expect(moved.stdout.contains("Moved topic:ops-canary with 3 managed memberships"), "\(moved.stdout)")
         #expect(moved.stdout.contains("nothing was sent to FCM"))
+        // The source's manifests still declared it when it moved: said, so two workspaces never
+        // manage one topic unnoticed.
+        #expect(
+            moved.stderr.contains("warning: workspace 'default' still declares topic:ops-canary (manifests/ops.yaml:"),
+            "\(moved.stderr)")
         #expect(try cli.run(["plan", "--detailed-exitcode"]).status == 0, "the source has nothing left to do")
         let ops = try cli.run(["plan", "--workspace", "ops", "--manifests", "ops", "--detailed-exitcode"])
         #expect(ops.status == 0, "\(ops.stdout)\(ops.stderr)")

@@ -165,4 +165,51 @@ import TidemarkTesting
         // What the manifests no longer declare may go.
         try await runtime.refuseWhileServed([StateAddress(.topic, "old")], command: "tidemark state rm")
     }
+
+    /// Two served workspaces of one FCM project that declare the same topic or group are named, with
+    /// where each declares it; another project's workspace, and audiences (a workspace's own), are not.
+    @Test func topicsTwoWorkspacesOfOneProjectDeclareAreNamed() throws {
+        let (_, root) = try Self.project(
+            """
+            project: tidemark-shared
+            serve:
+              workspaces:
+                - {name: a, manifests: manifests/a}
+                - {name: b, manifests: manifests/b}
+                - {name: c, manifests: manifests/c, project: tidemark-other}
+
+            """,
+            manifests: [
+                "a/t.yaml":
+                    "topics:\n  - name: news\n    members: [{devices: [d1]}]\n  - name: only-a\n    members: [{devices: [d1]}]\naudiences:\n  - name: fans\n    members: [{devices: [d1]}]\n",
+                "b/t.yaml":
+                    "topics:\n  - name: news\n    members: [{devices: [d2]}]\naudiences:\n  - name: fans\n    members: [{devices: [d2]}]\n",
+                "c/t.yaml": "topics:\n  - name: news\n    members: [{devices: [d3]}]\n",
+            ])
+        defer { try? FileManager.default.removeItem(at: root) }
+        var flags = RuntimeFlags()
+        flags.directory = root.path
+        let runtimes = try ["a", "b", "c"].map { try Runtime.load(flags, serveWorkspace: $0, environment: [:]) }
+        let shared = Runtime.sharedDeclarations(runtimes)
+        #expect(shared.count == 1, "\(shared)")
+        let sentence = try #require(shared.first)
+        #expect(sentence.hasPrefix("workspaces 'a' (") && sentence.contains("manifests/a/t.yaml:2:"), "\(sentence)")
+        #expect(sentence.contains(") and 'b' (") && sentence.contains("manifests/b/t.yaml:2:"), "\(sentence)")
+        #expect(shared.first?.contains("manage topic:news in FCM project 'tidemark-shared'") == true)
+        #expect(Runtime.sharedDeclarations([runtimes[0], runtimes[2]]).isEmpty)
+    }
+
+    /// serve's git checkouts go under TIDEMARK_CACHE_DIR when it is set (the chart's writable volume
+    /// beside a read-only project), else under the project's `.tidemark/`.
+    @Test func theCacheDirectoryFollowsTIDEMARK_CACHE_DIR() throws {
+        let (runtime, root) = try Self.project("project: tidemark-cache\n")
+        defer { try? FileManager.default.removeItem(at: root) }
+        #expect(runtime.cacheDirectory == root.appendingPathComponent(".tidemark").path)
+        var flags = RuntimeFlags()
+        flags.directory = root.path
+        let absolute = try Runtime.load(flags, environment: ["TIDEMARK_CACHE_DIR": "/var/cache/tidemark"])
+        #expect(absolute.cacheDirectory == "/var/cache/tidemark")
+        let relative = try Runtime.load(flags, environment: ["TIDEMARK_CACHE_DIR": "cache"])
+        #expect(relative.cacheDirectory == root.appendingPathComponent("cache").path)
+    }
 }

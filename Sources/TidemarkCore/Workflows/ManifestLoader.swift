@@ -29,6 +29,53 @@ public struct ManifestLoader: ManifestSource {
     /// state at the same time and resolve afterwards.
     public func read() async -> ReadManifests {
         let recording = files
+        var (manifests, diagnostics, filesDigest) = decodeFiles()
+        PhaseTrace.mark("manifest files decoded")
+        var builder = InventoryBuilder(deviceLimit: limits.devices)
+        var snapshots: [String: InventorySnapshot] = [:]
+        var inventoryFailed = false
+        var inventoryFailure: String?
+        for (source, location) in inventorySources(manifests, &diagnostics) {
+            do {
+                snapshots[source.name] = try await source.load(into: &builder)
+            } catch {
+                inventoryFailed = true
+                // A configured source's own kind of failure; a file named in a manifest is input.
+                if location == nil, inventoryFailure == nil {
+                    inventoryFailure =
+                        (error as? any TidemarkError)?.reason.rawValue ?? InventorySourceError.Kind.failed.rawValue
+                }
+                if let location {
+                    diagnostics.append(
+                        .error(
+                            "cannot read inventory file '\(source.name)': \(ErrorText.describe(error))\((error as? InputFileError)?.kind == .notFound ? "; check the path, which is relative to the manifests directory" : "").",
+                            at: location))
+                } else {
+                    diagnostics.append(
+                        .error(
+                            "inventory source '\(source.name)' failed: \(ErrorText.describe(error))",
+                            at: source.declaredAt))
+                }
+            }
+        }
+        diagnostics += builder.allDiagnostics
+        var read = ReadManifests(
+            manifests: manifests, inventory: builder.inventory, diagnostics: diagnostics, snapshots: snapshots,
+            inventoryFailed: inventoryFailed, inventoryFailure: inventoryFailure, files: recording,
+            tokenFileBytes: limits.tokenFileBytes)
+        read.filesDigest = filesDigest.finalize()
+        return read
+    }
+
+    /// The manifest files decoded, without reading any inventory: what they declare, their
+    /// problems, and the digest of their names and bytes (`LoadedManifests.filesDigest`'s).
+    public func declared() -> (manifests: ManifestSet, diagnostics: [Diagnostic]) {
+        let (manifests, diagnostics, _) = decodeFiles()
+        return (manifests, diagnostics)
+    }
+
+    private func decodeFiles() -> (ManifestSet, [Diagnostic], SHA256Digest) {
+        let recording = files
         var manifests = ManifestSet()
         var diagnostics: [Diagnostic] = []
         let names: [String]
@@ -69,41 +116,7 @@ public struct ManifestLoader: ManifestSource {
                         at: SourceLocation(file: files.displayPath(name), line: 1, column: 1)))
             }
         }
-        PhaseTrace.mark("manifest files decoded")
-        var builder = InventoryBuilder(deviceLimit: limits.devices)
-        var snapshots: [String: InventorySnapshot] = [:]
-        var inventoryFailed = false
-        var inventoryFailure: String?
-        for (source, location) in inventorySources(manifests, &diagnostics) {
-            do {
-                snapshots[source.name] = try await source.load(into: &builder)
-            } catch {
-                inventoryFailed = true
-                // A configured source's own kind of failure; a file named in a manifest is input.
-                if location == nil, inventoryFailure == nil {
-                    inventoryFailure =
-                        (error as? any TidemarkError)?.reason.rawValue ?? InventorySourceError.Kind.failed.rawValue
-                }
-                if let location {
-                    diagnostics.append(
-                        .error(
-                            "cannot read inventory file '\(source.name)': \(ErrorText.describe(error))\((error as? InputFileError)?.kind == .notFound ? "; check the path, which is relative to the manifests directory" : "").",
-                            at: location))
-                } else {
-                    diagnostics.append(
-                        .error(
-                            "inventory source '\(source.name)' failed: \(ErrorText.describe(error))",
-                            at: source.declaredAt))
-                }
-            }
-        }
-        diagnostics += builder.allDiagnostics
-        var read = ReadManifests(
-            manifests: manifests, inventory: builder.inventory, diagnostics: diagnostics, snapshots: snapshots,
-            inventoryFailed: inventoryFailed, inventoryFailure: inventoryFailure, files: recording,
-            tokenFileBytes: limits.tokenFileBytes)
-        read.filesDigest = filesDigest.finalize()
-        return read
+        return (manifests, diagnostics, filesDigest)
     }
 
     /// The sources the manifests declare (inline devices, then files in order), then the extra ones.
