@@ -73,6 +73,10 @@ TIDEMARK_BIN="$BIN" python3 Tests/recipes/test_github_workflow.py
 # two `tidemark serve` replicas on PostgreSQL, scraped by Prometheus, whose owner is SIGKILLed mid-apply,
 # and two replicas spreading four workspaces (the survivor of a SIGKILL takes them all back).
 python3 scripts/idle-serve.py "$BIN"
+# The Helm chart, its rules and the dashboard, offline: helm lint and template (helm v4 pinned, from
+# PyPI), the rendered objects against Kubernetes' schemas, promtool on the rendered rules, and every
+# dashboard query's metrics against a live serve laid out as the chart lays it out.
+python3 scripts/deploy-check.py "$BIN"
 python3 scripts/resilience/run.py "$BIN" --quick
 # What tidemark says while things go wrong: a closed port, an unknown host, a silent server, error
 # pages, the state server stopped mid-apply; each ends in under 30 s naming the cause and the setting.
