@@ -38,12 +38,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/*
 Memory for the fleet (docs/limits.md, "Sizing serve"): a replica may hold every workspace, so it is
-sized for all of fleet.devices. Measured: a million devices peak at 1,815 MiB resident (a resync of a
-whole read), 1,310–1,663 MiB between resyncs. Returns "REQUEST LIMIT".
+sized for all of fleet.devices. Measured: 100,000 devices peak at 661 MiB resident, a million at
+1,815 MiB (a resync of a whole read). Returns "REQUEST LIMIT".
 */}}
 {{- define "tidemark.fleetMemory" -}}
 {{- $devices := int64 .Values.fleet.devices -}}
-{{- if le $devices 100000 -}}512Mi 1Gi
+{{- if le $devices 100000 -}}768Mi 1Gi
 {{- else if le $devices 1000000 -}}2Gi 3Gi
 {{- else if le $devices 5000000 -}}8Gi 12Gi
 {{- else -}}
