@@ -45,6 +45,8 @@ for part in library cli; do
     fi
 done
 python3 scripts/check-schema.py
+# tidemark.yaml's schema: its reference page is current, and the docs' and the chart's examples pass.
+python3 scripts/tidemark-yaml-reference.py --check
 python3 scripts/layers.py --check
 # Every public declaration of these targets says what it is.
 python3 scripts/undocumented.py TidemarkCore TidemarkRuntime TidemarkServe TidemarkAuth TidemarkStore TidemarkFCM TidemarkBackendTesting TidemarkTesting TidemarkEmulator --strict
