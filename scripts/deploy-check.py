@@ -15,6 +15,8 @@
 - the PrometheusRule's groups equal examples/serve/alerts.yml's, and promtool checks them;
 - the dashboard ConfigMap carries the Grafana sidecar's label and deploy/grafana/tidemark.json;
 - examples/serve/kubernetes.yaml validates the same way, with no subPath mount;
+- a misspelt tidemark.yaml key in `config` is refused by values.schema.json, which holds
+  schema/tidemark.schema.json;
 - a config that names a variable (url_env, secret_env, credentials_env) the pod is not given is
   refused by the chart, naming the variable;
 - BINARY runs `serve` laid out as the chart lays it out (a read-only project directory holding
@@ -243,6 +245,12 @@ def check_refusals():
     result = helm(["template", "tm", CHART, "--set", "replicaCount=two"], check=False)
     if result.returncode == 0 or "replicaCount" not in result.stderr:
         fail("values.schema.json let replicaCount=two through: %s" % result.stderr)
+    # A misspelt tidemark.yaml key is refused at install (the config schema is tidemark.yaml's).
+    result = helm(["template", "tm", CHART, "--set", "config.serve.intervall=5m"], check=False)
+    if result.returncode == 0 or "intervall" not in result.stderr:
+        fail("values.schema.json let config.serve.intervall through: %s" % result.stderr)
+    else:
+        print("refused: %s" % [line for line in result.stderr.splitlines() if "intervall" in line][0].strip())
 
 
 def check_example():

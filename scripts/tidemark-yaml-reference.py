@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """docs/reference/tidemark-yaml.md, generated from schema/tidemark.schema.json: every key of
-tidemark.yaml in one place, with its type, default and meaning.
+tidemark.yaml in one place, with its type, default and meaning; and the `config` of the Helm
+chart's values.schema.json, the same schema.
 
     python3 scripts/tidemark-yaml-reference.py           # writes the page
     python3 scripts/tidemark-yaml-reference.py --check   # fails when the page is stale, and checks
@@ -22,6 +23,20 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = os.path.join(ROOT, "schema", "tidemark.schema.json")
 PAGE = os.path.join(ROOT, "docs", "reference", "tidemark-yaml.md")
+# The Helm chart's values schema holds this schema as its `config` (tidemark.yaml), so `helm install`
+# refuses a misspelt key before anything runs.
+CHART_SCHEMA = os.path.join(ROOT, "deploy", "helm", "tidemark", "values.schema.json")
+
+
+def chart_schema(schema):
+    """values.schema.json with `config` replaced by the tidemark.yaml schema."""
+    with open(CHART_SCHEMA) as file:
+        values = json.load(file)
+    config = {k: v for k, v in schema.items() if k not in ("$schema", "$id", "title")}
+    config["description"] = "tidemark.yaml (docs/reference/tidemark-yaml.md); generated from schema/tidemark.schema.json"
+    config["required"] = ["project"]
+    values["properties"]["config"] = config
+    return json.dumps(values, indent=2) + "\n"
 
 
 def type_of(node):
@@ -131,11 +146,18 @@ def main():
         os.makedirs(os.path.dirname(PAGE), exist_ok=True)
         with open(PAGE, "w") as file:
             file.write(page)
-        print("wrote %s" % os.path.relpath(PAGE, ROOT))
+        charted = chart_schema(schema)
+        with open(CHART_SCHEMA, "w") as file:
+            file.write(charted)
+        print("wrote %s and the config of %s" % (os.path.relpath(PAGE, ROOT), os.path.relpath(CHART_SCHEMA, ROOT)))
         return 0
     failures = 0
     if not os.path.exists(PAGE) or open(PAGE).read() != page:
         print("%s is stale: run python3 scripts/tidemark-yaml-reference.py" % os.path.relpath(PAGE, ROOT))
+        failures += 1
+    if open(CHART_SCHEMA).read() != chart_schema(schema):
+        print("%s's config is not schema/tidemark.schema.json: run python3 scripts/tidemark-yaml-reference.py"
+              % os.path.relpath(CHART_SCHEMA, ROOT))
         failures += 1
     validator = jsonschema.Draft202012Validator(schema)
     checked = examples()
