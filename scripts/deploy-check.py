@@ -13,6 +13,7 @@
   mounts tidemark.yaml as a directory (no subPath: serve reloads it), and asks at least the memory
   docs/limits.md measured for its fleet.devices;
 - the PrometheusRule's groups equal examples/serve/alerts.yml's, and promtool checks them;
+- manifests given in the values validate against schema/tidemark-manifest.schema.json;
 - the dashboard ConfigMap carries the Grafana sidecar's label and deploy/grafana/tidemark.json;
 - examples/serve/kubernetes.yaml validates the same way, with no subPath mount;
 - a misspelt tidemark.yaml key in `config` is refused by values.schema.json, which holds
@@ -153,6 +154,14 @@ def check_render(name, values_file):
     by_kind = {}
     for doc in objects:
         by_kind.setdefault(doc["kind"], []).append(doc)
+    manifest_schema = json.load(open(os.path.join(ROOT, "schema", "tidemark-manifest.schema.json")))
+    for doc in by_kind.get("ConfigMap", []):
+        if doc["metadata"]["name"].endswith("-manifests"):
+            for file, text in doc["data"].items():
+                try:
+                    jsonschema.validate(yaml.safe_load(text) or {}, manifest_schema)
+                except jsonschema.ValidationError as error:
+                    fail("%s: manifest %s in the manifests ConfigMap: %s" % (name, file, error.message))
     check_deployment(name, by_kind["Deployment"][0], values)
     check_rules(name, by_kind.get("PrometheusRule", []))
     check_dashboard(name, by_kind.get("ConfigMap", []))
