@@ -112,7 +112,9 @@ extension Runtime {
         return try await withBackend(output: output) { backend in
             let importing = ImportWorkflow(parts(backend, output: output, acceptDead: acceptDead))
             if dryRun { return try await importing.run(targets: targets, dryRun: true) }
-            return try await store.withLock(lockHolder("tidemark import")) {
+            // The gate: each answer of the reads moves the lease's work (a long read is not stuck), and
+            // a run that lost its lease sends nothing more.
+            return try await store.withLock(lockHolder("tidemark import"), waiting: 0, timing: .live, gate: leaseGate) {
                 try await importing.run(targets: targets)
             }
         }
@@ -122,7 +124,9 @@ extension Runtime {
     public func exportGroups(_ names: [String], output: any WorkflowOutput) async throws -> GroupsExport {
         let store = stateStore()
         return try await withBackend(output: output) { backend in
-            try await store.withLock(lockHolder("tidemark groups export")) {
+            try await store.withLock(
+                lockHolder("tidemark groups export"), waiting: 0, timing: .live, gate: leaseGate
+            ) {
                 try await GroupsExportWorkflow(parts(backend, output: output, acceptDead: true)).run(names: names)
             }
         }

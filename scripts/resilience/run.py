@@ -393,6 +393,41 @@ def shared_quota(binary, url, quota=500, devices=500, topics=4):
             shutil.rmtree(work, ignore_errors=True)
 
 
+def long_read(binary, url, devices=200, topics=2, groups=6, latency_ms=1500):
+    """A run that only reads FCM for a long time keeps its PostgreSQL lease: every answer moves its
+    work. `tidemark import` and `tidemark groups export` read every device's registration, at
+    latency_ms each, under a lease of 6 s that lapses after 2 s of nothing moving (`stall=2`): both
+    must end well, holding the lease throughout, however long the reads take."""
+    work = tempfile.mkdtemp(prefix="tm-read-")
+    try:
+        with Emulator(binary, PROJECT) as emulator:
+            emulator.register(make_project(work, PROJECT, devices, topics, "v1"))
+            with open(os.path.join(work, "manifests", "groups.yaml"), "w") as f:
+                f.write("groups:\n" + "".join("  - notification_key_name: family-%d\n    members: [{device: d%07d}]\n"
+                                               % (g, g) for g in range(groups)))
+            tidemark(binary, work, ["apply", "--auto-approve"], emulator.env)
+            emulator.admin("PUT", "config", {"faults": {"latency_ms": latency_ms}})
+            stalled = url + ("&" if "?" in url else "?") + "lease=6&stall=2"
+            workspace = "read-%s" % os.path.basename(work)[8:].lower()
+            ok = True
+            for args in (["import"], ["groups", "export", "--out", os.path.join(work, "groups.ndjson")]):
+                started = time.monotonic()
+                status, out, err = tidemark(binary, work, args + ["--state", stalled, "--workspace", workspace],
+                                            emulator.env, check=False)
+                took = time.monotonic() - started
+                what = "import read %d registrations" % devices if args[0] == "import" else \
+                    "groups export read %d device groups" % groups
+                print("long-read: tidemark %s at %d ms an answer under lease=6&stall=2: exit %d in %.1f s" % (
+                    what, latency_ms, status, took), flush=True)
+                # The import must outlast the stall limit twice over, or it proves nothing.
+                if status != 0 or (args[0] == "import" and took < 4):
+                    print((err or out)[-1500:])
+                    ok = False
+            return ok
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def psql(url, sql):
     """Rows of `sql` run by psql against `url` (tab-separated, unaligned)."""
     out = subprocess.run(["psql", url, "-AtF", "\t", "-v", "ON_ERROR_STOP=1", "-c", sql], check=True,
@@ -1366,7 +1401,7 @@ def main():
     parser.add_argument("checks", nargs="*",
                         default=["faults", "kills", "revert", "narrow", "concurrent", "shared-quota",
                                  "serve-takeover", "serve-spread", "state-mv", "serve-changes", "serve-alerts",
-                                 "serve-held"])
+                                 "serve-held", "long-read"])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="smaller fault run, for the test suite")
     args = parser.parse_args()
@@ -1394,10 +1429,11 @@ def main():
             if url:
                 results["state-mv/postgres"] = state_mv(args.binary, url=url)
         elif check in ("shared-quota", "serve-takeover", "serve-spread", "serve-changes", "serve-alerts",
-                       "serve-held"):
+                       "serve-held", "long-read"):
             url = os.environ.get("TIDEMARK_TEST_POSTGRES_URL")
             run = {"shared-quota": shared_quota, "serve-takeover": serve_takeover, "serve-spread": serve_spread,
-                   "serve-changes": serve_changes, "serve-alerts": serve_alerts, "serve-held": serve_held}[check]
+                   "serve-changes": serve_changes, "serve-alerts": serve_alerts, "serve-held": serve_held,
+                   "long-read": long_read}[check]
             if url:
                 results[check] = run(args.binary, url)
             elif os.environ.get("TIDEMARK_REQUIRE_POSTGRES"):
