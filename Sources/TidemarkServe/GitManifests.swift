@@ -5,7 +5,8 @@ import TidemarkStore
 /// Manifests that `serve` fetches itself from a git repository (`source: {git, branch, path}`): before
 /// each reconcile it fetches the branch's newest commit with the `git` program and checks the
 /// manifests directory of that commit out into `.tidemark/git/WORKSPACE/` of the project (or of
-/// `TIDEMARK_CACHE_DIR`, `Runtime.cacheDirectory`), one directory per commit. The reconcile reads that directory and names the commit.
+/// `TIDEMARK_CACHE_DIR`, `Runtime.cacheDirectory`), one directory per commit. The reconcile reads
+/// that directory and names the commit.
 ///
 /// Only the branch named is fetched (shallow, no tags), so only what was merged into it is ever
 /// applied; pull requests keep using `tidemark plan` in CI. git runs with the process's environment

@@ -317,7 +317,6 @@ public struct Serve: Sendable {
         )
     }
 
-    /// Says once that a workspace with SQLite state serves one replica.
     /// Warns for each topic or device group that two of the workspaces (their manifests on disk; a
     /// `source:` checkout is read only once fetched) declare in one FCM project.
     private func sayIfShared(_ planned: [Planned], log: ServeLog) {
@@ -326,6 +325,7 @@ public struct Serve: Sendable {
         }
     }
 
+    /// Says once that a workspace with SQLite state serves one replica.
     private func sayIfSQLite(_ workspace: Planned, log: ServeLog) {
         if case .file = workspace.runtime.resolved.state {
             log(

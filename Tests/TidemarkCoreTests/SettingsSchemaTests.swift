@@ -9,7 +9,8 @@ import Testing
     static let schemaURL = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("schema/tidemark.schema.json")
 
-    /// The object at `path` (keys; `[]` steps into a list's items, `|` into the list choice of `oneOf`).
+    /// The object at `path`: each key steps into a property, `[]` into a list's items (the list
+    /// choice of a `oneOf`, for `inventory`).
     static func object(_ path: [String], in schema: [String: Any]) throws -> [String: Any] {
         var node = schema
         for step in path {

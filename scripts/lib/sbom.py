@@ -22,6 +22,19 @@ def spdx_id(text):
     return "SPDXRef-" + re.sub(r"[^A-Za-z0-9.-]", "-", text)
 
 
+def package(ident, name, version, download="NOASSERTION", purl=None, **extra):
+    """An SPDX package: what tidemark knows of it, NOASSERTION for the licences it does not read."""
+    entry = {
+        "SPDXID": ident, "name": name, "versionInfo": version, "downloadLocation": download,
+        "filesAnalyzed": False, "licenseConcluded": "NOASSERTION", "licenseDeclared": "NOASSERTION",
+        "copyrightText": "NOASSERTION", **extra,
+    }
+    if purl:
+        entry["externalRefs"] = [{"referenceCategory": "PACKAGE-MANAGER", "referenceType": "purl",
+                                  "referenceLocator": purl}]
+    return entry
+
+
 def swift_packages(resolved_path):
     with open(resolved_path) as file:
         resolved = json.load(file)
@@ -35,19 +48,8 @@ def swift_packages(resolved_path):
             # A branch or revision pin: no version to name.
             version = "NOASSERTION"
         path = re.sub(r"^https?://", "", location or "").removesuffix(".git")
-        packages.append({
-            "SPDXID": spdx_id("swift-" + identity),
-            "name": identity,
-            "versionInfo": version,
-            "downloadLocation": location or "NOASSERTION",
-            "filesAnalyzed": False,
-            "licenseConcluded": "NOASSERTION",
-            "licenseDeclared": "NOASSERTION",
-            "copyrightText": "NOASSERTION",
-            "externalRefs": [{
-                "referenceCategory": "PACKAGE-MANAGER", "referenceType": "purl",
-                "referenceLocator": "pkg:swift/%s@%s" % (path, version)}],
-        })
+        packages.append(package(spdx_id("swift-" + identity), identity, version, location or "NOASSERTION",
+                                "pkg:swift/%s@%s" % (path, version)))
     return packages
 
 
@@ -61,20 +63,9 @@ def debian_packages(status_path):
         if not fields.get("Package") or "installed" not in fields.get("Status", ""):
             continue
         name, version, arch = fields["Package"], fields.get("Version", "NOASSERTION"), fields.get("Architecture", "all")
-        packages.append({
-            "SPDXID": spdx_id("deb-%s-%s" % (name, arch)),
-            "name": name,
-            "versionInfo": version,
-            "supplier": "Organization: Debian",
-            "downloadLocation": "NOASSERTION",
-            "filesAnalyzed": False,
-            "licenseConcluded": "NOASSERTION",
-            "licenseDeclared": "NOASSERTION",
-            "copyrightText": "NOASSERTION",
-            "externalRefs": [{
-                "referenceCategory": "PACKAGE-MANAGER", "referenceType": "purl",
-                "referenceLocator": "pkg:deb/debian/%s@%s?arch=%s" % (name, version, arch)}],
-        })
+        packages.append(package(spdx_id("deb-%s-%s" % (name, arch)), name, version,
+                                purl="pkg:deb/debian/%s@%s?arch=%s" % (name, version, arch),
+                                supplier="Organization: Debian"))
     return sorted(packages, key=lambda p: p["name"])
 
 
@@ -88,18 +79,8 @@ def main():
     if not created:
         created = datetime.datetime.now(datetime.timezone.utc).isoformat()
     created = datetime.datetime.fromisoformat(created).astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    tidemark = {
-        "SPDXID": "SPDXRef-tidemark",
-        "name": "tidemark",
-        "versionInfo": version,
-        "downloadLocation": "git+%s@%s" % (SOURCE, commit),
-        "filesAnalyzed": False,
-        "licenseConcluded": "NOASSERTION",
-        "licenseDeclared": "NOASSERTION",
-        "copyrightText": "NOASSERTION",
-        "externalRefs": [{"referenceCategory": "PACKAGE-MANAGER", "referenceType": "purl",
-                          "referenceLocator": "pkg:swift/github.com/tidemark-dev/tidemark@%s" % version}],
-    }
+    tidemark = package("SPDXRef-tidemark", "tidemark", version, "git+%s@%s" % (SOURCE, commit),
+                       "pkg:swift/github.com/tidemark-dev/tidemark@%s" % version)
     swift = swift_packages(resolved)
     packages = [tidemark] + swift
     relationships = [{"spdxElementId": "SPDXRef-DOCUMENT", "relationshipType": "DESCRIBES",
@@ -108,17 +89,7 @@ def main():
                        "relatedSpdxElement": p["SPDXID"]} for p in swift]
     debian = []
     if status:
-        image = {
-            "SPDXID": "SPDXRef-image",
-            "name": "tidemark-%s-oci" % version,
-            "versionInfo": version,
-            "downloadLocation": "NOASSERTION",
-            "primaryPackagePurpose": "CONTAINER",
-            "filesAnalyzed": False,
-            "licenseConcluded": "NOASSERTION",
-            "licenseDeclared": "NOASSERTION",
-            "copyrightText": "NOASSERTION",
-        }
+        image = package("SPDXRef-image", "tidemark-%s-oci" % version, version, primaryPackagePurpose="CONTAINER")
         debian = debian_packages(status)
         packages += [image] + debian
         relationships.append({"spdxElementId": "SPDXRef-DOCUMENT", "relationshipType": "DESCRIBES",

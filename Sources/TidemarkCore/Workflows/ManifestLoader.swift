@@ -67,13 +67,14 @@ public struct ManifestLoader: ManifestSource {
         return read
     }
 
-    /// The manifest files decoded, without reading any inventory: what they declare, their
-    /// problems, and the digest of their names and bytes (`LoadedManifests.filesDigest`'s).
+    /// The manifest files decoded, without reading any inventory: what they declare and their
+    /// problems.
     public func declared() -> (manifests: ManifestSet, diagnostics: [Diagnostic]) {
         let (manifests, diagnostics, _) = decodeFiles()
         return (manifests, diagnostics)
     }
 
+    /// The manifest files decoded, with the digest of their names and bytes (`LoadedManifests.filesDigest`).
     private func decodeFiles() -> (ManifestSet, [Diagnostic], SHA256Digest) {
         let recording = files
         var manifests = ManifestSet()
