@@ -999,6 +999,13 @@ def serve_changes(binary, url, rounds=20, kills=4, devices=50, seed=29):
             print("  %d changes (inserts, label updates, hard deletes) reached the emulator: median %.2f s, "
                   "p99 %.2f s, worst %.2f s"
                   % (len(latencies), median, p99, latencies[-1]), flush=True)
+            # The resync (every 5 s) compares the whole read with what the batches brought; the rounds
+            # above may end before the first one is due, so wait for it rather than hope it came.
+            resync_deadline = time.monotonic() + 20
+            log.flush()
+            while time.monotonic() < resync_deadline and not re.search(
+                    r"resync matched the batches|had memberships the batches", open(log.name).read()):
+                time.sleep(0.2)
             killed_ok = 0
             for _ in range(kills):
                 psql(url, "INSERT INTO %s (device_id, token, cohort) VALUES ('d%d', '%s', 'fresh')"
