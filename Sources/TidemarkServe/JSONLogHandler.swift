@@ -36,13 +36,11 @@ public struct JSONLogHandler: LogHandler {
     }
 
     /// Writes one event as one JSON line.
-    public func log(
-        level: Logger.Level, message: Logger.Message, metadata explicit: Logger.Metadata?, source: String,
-        file: String, function: String, line: UInt
-    ) {
+    public func log(event: LogEvent) {
         write(
             Self.line(
-                level: level, label: label, message: "\(message)", metadata: metadata.merging(explicit ?? [:]) { $1 }))
+                level: event.level, label: label, message: "\(event.message)",
+                metadata: metadata.merging(event.metadata ?? [:]) { $1 }))
     }
 
     /// The JSON line of one event.

@@ -198,7 +198,8 @@ public struct Serve: Sendable {
             sayIfSQLite(workspace, log: log)
             sayIfFollowingChanges(workspace, log: log)
         }
-        sayIfShared(planned, log: log)
+        let shared = SaidOnce()
+        sayIfShared(planned, said: shared, log: log)
         let load = self.load
         let readiness = ReadinessChecker(
             load: { try fleet.entries.map { try load($0) } }, interval: options.readinessInterval,
@@ -212,7 +213,7 @@ public struct Serve: Sendable {
                 sayIfSQLite(workspace, log: log)
                 sayIfFollowingChanges(workspace, log: log)
             }
-            sayIfShared(planned, log: log)
+            sayIfShared(planned, said: shared, log: log)
             notifier.update(targets)
             fleet.reload(planned, because: why)
         }
@@ -318,11 +319,26 @@ public struct Serve: Sendable {
     }
 
     /// Warns for each topic or device group that two of the workspaces (their manifests on disk; a
-    /// `source:` checkout is read only once fetched) declare in one FCM project.
-    private func sayIfShared(_ planned: [Planned], log: ServeLog) {
-        for sentence in Runtime.sharedDeclarations(planned.filter { $0.source == nil }.map(\.runtime)) {
+    /// `source:` checkout is read only once fetched) declare in one FCM project. `said` holds what the
+    /// last call warned of: a reload warns of what is new and says when an overlap has ended, rather
+    /// than repeating every warning at every edit of tidemark.yaml.
+    private func sayIfShared(_ planned: [Planned], said: SaidOnce, log: ServeLog) {
+        let now = Runtime.sharedDeclarations(planned.filter { $0.source == nil }.map(\.runtime))
+        let before = said.sentences.withLock { said in
+            defer { said = Set(now) }
+            return said
+        }
+        for sentence in now where !before.contains(sentence) {
             log(.warning, sentence)
         }
+        if !before.isEmpty, now.isEmpty {
+            log("no two workspaces declare one topic or device group in one FCM project any more")
+        }
+    }
+
+    /// What `sayIfShared` warned of last, kept across reloads.
+    private final class SaidOnce: Sendable {
+        let sentences = Mutex<Set<String>>([])
     }
 
     /// Says once that a workspace with SQLite state serves one replica.

@@ -407,6 +407,14 @@ import FoundationNetworking
         #expect(
             serve.logText.contains("settings reloaded (tidemark.yaml changed): 2 workspaces (1 added, 0 removed)"),
             "\(serve.logText)")
+        // alpha and beta both declare 'phones' in one project: said once, not again at every reload.
+        func shared() -> Int { serve.logText.components(separatedBy: "both manage topic:phones").count - 1 }
+        #expect(shared() == 1, "\(serve.logText)")
+        try cli.write("tidemark.yaml", settings(["alpha", "beta"], interval: "20m"))
+        try await waitUntil("alpha at 20m") {
+            ($0["alpha"]?["settings"] as? [String: String])?["interval"] == "20m"
+        }
+        #expect(shared() == 1, "a reload that leaves the overlap as it was does not repeat it: \(serve.logText)")
 
         try cli.write("tidemark.yaml", "project: serve-test\nserve:\n  interval: soon\n")
         let deadline = Date().addingTimeInterval(90)
@@ -431,6 +439,9 @@ import FoundationNetworking
         try cli.write("tidemark.yaml", settings(["beta"], interval: "1h"))
         try await waitUntil("alpha removed") { $0.keys.sorted() == ["beta"] }
         #expect(serve.logText.contains("workspace=alpha is no longer listed"), "\(serve.logText)")
+        #expect(
+            serve.logText.contains("no two workspaces declare one topic or device group in one FCM project any more"),
+            "\(serve.logText)")
 
         // beta's state moves to another file: a runner of its own claims it there.
         try cli.write(
