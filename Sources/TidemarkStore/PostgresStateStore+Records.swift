@@ -103,9 +103,10 @@ extension PostgresStateStore {
         }
     }
 
-    /// This workspace's record; an empty one when nothing was recorded.
+    /// This workspace's record; an empty one when nothing was recorded. Creates nothing: a database
+    /// without tidemark's tables (a wrong URL, `tidemark status` before any `serve`) holds no records.
     public func serveRecord() async throws -> ServeRecord {
-        try await ensureSchema()
+        guard try await schemaToRead() else { return ServeRecord(workspace: workspace) }
         return try await link.transaction(readOnly: true) { c in
             guard
                 let row = try await c.first(
@@ -118,9 +119,9 @@ extension PostgresStateStore {
         }
     }
 
-    /// Every workspace's record in the database, by name.
+    /// Every workspace's record in the database, by name (none in a database without tidemark's tables).
     public func serveRecords() async throws -> [ServeRecord] {
-        try await ensureSchema()
+        guard try await schemaToRead() else { return [] }
         return try await link.transaction(readOnly: true) { c in
             var records: [ServeRecord] = []
             for try await row in try await c.query(

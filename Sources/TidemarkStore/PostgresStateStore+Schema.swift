@@ -27,6 +27,15 @@ extension PostgresStateStore {
         await link.setMigrated()
     }
 
+    /// For a read that must create nothing: false when the database has no tidemark schema at all;
+    /// otherwise the schema is brought up to date (it is tidemark's) and true.
+    func schemaToRead() async throws -> Bool {
+        if await link.migrated { return true }
+        guard try await currentSchema() != nil else { return false }
+        try await ensureSchema()
+        return true
+    }
+
     /// The schema version the database is at, or nil when it has none yet (or it cannot be read that way).
     func currentSchema() async throws -> Int? {
         let version: Int32?? = try await link.transaction(readOnly: true) { c in

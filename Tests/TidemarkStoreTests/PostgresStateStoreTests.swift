@@ -186,6 +186,26 @@ enum TestPostgres {
         }
     }
 
+    /// Reading serve's records (`tidemark status`, `suspend` before it writes) from a database without
+    /// tidemark's tables finds none and creates none: a wrong URL leaves the database as it was.
+    @Test func readingRecordsCreatesNoTables() async throws {
+        let url = try #require(TestPostgres.url)
+        let admin = PostgresStateStore(url: try PostgresURL(url))
+        let database = "bare_\(UUID().uuidString.prefix(8).lowercased())"
+        try await admin.execute("CREATE DATABASE \(database)")
+        var components = URLComponents(string: url)!
+        components.path = "/\(database)"
+        let bare = PostgresStateStore(url: try PostgresURL(components.string!))
+        let record = try await bare.serveRecord()
+        #expect(record.owner == nil && record.status == nil && record.replicas.isEmpty)
+        #expect(try await bare.serveRecords().isEmpty)
+        #expect(try await bare.currentSchema() == nil, "no tidemark_schema table: no migration ran")
+        _ = try await bare.load()  // a command that works on the state creates it
+        #expect(try await bare.currentSchema() == PostgresStateStore.schemaVersion)
+        await bare.close()
+        await admin.close()
+    }
+
     /// A database written by a newer tidemark is refused with the version it needs.
     @Test func aNewerSchemaIsRefused() async throws {
         let store = try TestPostgres.store()
