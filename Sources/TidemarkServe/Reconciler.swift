@@ -33,6 +33,9 @@ public struct Reconciler: Sendable {
     public var watch: ReconcileWatch?
     /// Told of every attempt of the reconcile's requests to FCM (the metrics); nil: nobody.
     public var attempts: FCMAttemptObserver?
+    /// Told, when the manifests come from git, of the commit each reconcile fetched and the runtime
+    /// that reads its checkout (serve's warning of workspaces that declare one topic); nil: nobody.
+    public var fetched: (@Sendable (Runtime, String) -> Void)?
     /// What the last whole reconcile left for the batches; shared by the copies of this reconciler,
     /// and new with every reconciler (settings reloaded start from a whole reconcile).
     let warm = WarmCache()
@@ -90,6 +93,7 @@ public struct Reconciler: Sendable {
                 manifests = fetched.directory
             }
             let (loaded, settings) = try current.fresh()
+            if let manifests, let commit = result.commit { fetched?(loaded.reading(manifests: manifests), commit) }
             let runtime = observed(manifests.map { loaded.reading(manifests: $0) } ?? loaded)
             // The tokens this read finds unchanged keep the strings the last one made (see StringReuse).
             let settled = try await StringReuse.$current.withValue(previous.map { StringReuse($0.plan.state.tokens) }) {

@@ -191,15 +191,18 @@ public struct Serve: Sendable {
         let notifier = Notifier(targets: targets, timing: options.timing, metrics: metrics, log: log)
         let balance = WorkspaceRunner.Ownership.balance(
             replica: options.replica, duration: options.claimDuration, poll: options.poll, timing: options.timing)
+        let shared = SharedDeclarations(log: log)
         let fleet = WorkspaceFleet(
-            planned, make: { makeRunner($0, metrics: metrics, notifier: notifier, balance: balance, log: log) },
+            planned,
+            make: {
+                makeRunner($0, metrics: metrics, notifier: notifier, balance: balance, shared: shared, log: log)
+            },
             log: log)
         for workspace in planned {
             sayIfSQLite(workspace, log: log)
             sayIfFollowingChanges(workspace, log: log)
         }
-        let shared = SaidOnce()
-        sayIfShared(planned, said: shared, log: log)
+        shared.planned(planned)
         let load = self.load
         let readiness = ReadinessChecker(
             load: { try fleet.entries.map { try load($0) } }, interval: options.readinessInterval,
@@ -213,7 +216,7 @@ public struct Serve: Sendable {
                 sayIfSQLite(workspace, log: log)
                 sayIfFollowingChanges(workspace, log: log)
             }
-            sayIfShared(planned, said: shared, log: log)
+            shared.planned(planned)
             notifier.update(targets)
             fleet.reload(planned, because: why)
         }
@@ -276,7 +279,7 @@ public struct Serve: Sendable {
     /// A runner for `workspace`, its metrics declared.
     private func makeRunner(
         _ workspace: Planned, metrics: ServeMetrics, notifier: Notifier, balance: ReplicaBalance,
-        log: ServeLog
+        shared: SharedDeclarations, log: ServeLog
     ) -> (WorkspaceRunner, update: @Sendable (Planned) -> Void) {
         let options = self.options
         let load = self.load
@@ -297,6 +300,7 @@ public struct Serve: Sendable {
                     return (runtime, Self.settings(of: runtime, entry: entry, overrides: options.overrides))
                 }, log: log, timing: options.timing)
             reconciler.followsChanges = !FollowedSource.of(workspace.runtime).isEmpty
+            reconciler.fetched = { runtime, commit in shared.fetched(runtime, commit: commit) }
             return (status, reconciler)
         }
         let (status, reconciler) = parts(workspace)
@@ -316,29 +320,6 @@ public struct Serve: Sendable {
                     watched: WatchedInputs.of(workspace.runtime, git: workspace.source != nil))
             }
         )
-    }
-
-    /// Warns for each topic or device group that two of the workspaces (their manifests on disk; a
-    /// `source:` checkout is read only once fetched) declare in one FCM project. `said` holds what the
-    /// last call warned of: a reload warns of what is new and says when an overlap has ended, rather
-    /// than repeating every warning at every edit of tidemark.yaml.
-    private func sayIfShared(_ planned: [Planned], said: SaidOnce, log: ServeLog) {
-        let now = Runtime.sharedDeclarations(planned.filter { $0.source == nil }.map(\.runtime))
-        let before = said.sentences.withLock { said in
-            defer { said = Set(now) }
-            return said
-        }
-        for sentence in now where !before.contains(sentence) {
-            log(.warning, sentence)
-        }
-        if !before.isEmpty, now.isEmpty {
-            log("no two workspaces declare one topic or device group in one FCM project any more")
-        }
-    }
-
-    /// What `sayIfShared` warned of last, kept across reloads.
-    private final class SaidOnce: Sendable {
-        let sentences = Mutex<Set<String>>([])
     }
 
     /// Says once that a workspace with SQLite state serves one replica.

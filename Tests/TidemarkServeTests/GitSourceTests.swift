@@ -1,9 +1,11 @@
 import Foundation
+import Synchronization
 import Testing
 import TidemarkCore
 import TidemarkRuntime
-import TidemarkServe
 import TidemarkTesting
+
+@testable import TidemarkServe
 
 /// A git repository on disk holding a project's manifests, edited and committed as a team would.
 struct ManifestRepository {
@@ -166,5 +168,61 @@ struct ManifestRepository {
         )
         #expect(closed.message?.contains("s3cret") == false, "\(closed.message ?? "")")
         #expect(closed.message?.contains("tidemark.yaml:3") == true)
+    }
+
+    /// A workspace whose manifests come from git is compared with the others once its checkout is
+    /// fetched: an overlap is warned of at the first fetch that shows it, not again for the same
+    /// commit, and a commit that ends it says so.
+    @Test func aGitSourcedWorkspaceThatDeclaresAnotherWorkspacesTopicIsNamedOnceFetched() async throws {
+        let repository = try ManifestRepository()
+        defer { repository.remove() }
+        let project = try ServeProject()
+        defer { project.remove() }
+        try project.writeDevices([5])  // the workspace on disk declares 'phones'
+        try repository.commitDevices([0, 1])  // so does the branch the other one follows
+        func runtime(_ workspace: String) throws -> Runtime {
+            var flags = project.flags
+            flags.workspace = workspace
+            return try Runtime.load(flags, environment: [:])
+        }
+        let source = GitManifests(
+            source: ServeSection.GitSource(
+                url: repository.root.path, location: SourceLocation(file: "tidemark.yaml", line: 3, column: 3)),
+            cache: GitManifests.cache(root: project.root.path, workspace: "from-git"))
+        let (onDisk, fromGit) = (try runtime("on-disk"), try runtime("from-git"))
+        let lines = Mutex<[String]>([])
+        let shared = SharedDeclarations(log: ServeLog(lines: { line in lines.withLock { $0.append(line) } }))
+        shared.planned([
+            .init(
+                entry: nil, runtime: onDisk, settings: ServeSettings(), source: nil, records: try onDisk.serveRecords()),
+            .init(
+                entry: nil, runtime: fromGit, settings: ServeSettings(), source: source,
+                records: try fromGit.serveRecords()),
+        ])
+        #expect(lines.withLock { $0 }.isEmpty, "the checkout is not read before it is fetched")
+
+        var reconciler = Reconciler(runtime: fromGit, settings: ServeSettings(), source: source)
+        reconciler.fetched = { runtime, commit in shared.fetched(runtime, commit: commit) }
+        #expect(await reconciler.reconcile().outcome == .success)
+        let warned = lines.withLock { $0 }
+        #expect(warned.count == 1, "\(warned)")
+        #expect(warned.first?.contains("workspaces 'on-disk' (") == true, "\(warned)")
+        #expect(
+            warned.first?.contains("'from-git' (") == true && warned.first?.contains("both manage topic:phones") == true
+        )
+
+        _ = await reconciler.reconcile()
+        #expect(lines.withLock { $0 }.count == 1, "the same commit says nothing again")
+
+        try
+            "topics:\n  - name: tablets\n    members: [{devices: [d0]}]\ninventory:\n  devices:\n    - {id: d0, token: \"\(Fixtures.token(0))\"}\n"
+            .write(
+                to: repository.root.appendingPathComponent("manifests/topics.yaml"), atomically: true, encoding: .utf8)
+        try repository.git("commit", "--quiet", "-am", "tablets only")
+        _ = await reconciler.reconcile()
+        #expect(
+            lines.withLock { $0 }.last
+                == "no two workspaces declare one topic or device group in one FCM project any more",
+            "\(lines.withLock { $0 })")
     }
 }
