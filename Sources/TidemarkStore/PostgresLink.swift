@@ -37,27 +37,68 @@ actor PostgresLink {
 
     func setMigrated() { migrated = true }
 
-    /// The queries of one transaction.
+    /// The queries of one transaction; each answer (a statement's, a thousand rows of a read) counts
+    /// as the transaction moving, for its time limit.
     struct Connection: Sendable {
         let base: PostgresConnection
+        var progress = TimeLimit.Progress()
 
         @discardableResult
-        func query(_ query: PostgresQuery) async throws -> PostgresRowSequence {
-            try await base.query(query, logger: PostgresLink.logger)
+        func query(_ query: PostgresQuery) async throws -> Rows {
+            let rows = try await base.query(query, logger: PostgresLink.logger)
+            progress.moved()
+            return Rows(rows: rows, progress: progress)
         }
 
         func run(_ query: PostgresQuery) async throws {
             try await base.query(query, logger: PostgresLink.logger).collect()
+            progress.moved()
         }
 
         func first(_ query: PostgresQuery) async throws -> PostgresRow? {
-            try await base.query(query, logger: PostgresLink.logger).collect().first
+            let rows = try await base.query(query, logger: PostgresLink.logger).collect()
+            progress.moved()
+            return rows.first
         }
     }
 
-    /// Runs `body` in a transaction on the link's connection; one transaction at a time. The whole
-    /// transaction has `url.timeout`: past it the connection is dropped (which fails the query it
-    /// waits on, however the server or the network went away) and the error names the server.
+    /// The rows of a read, each thousand of them counted as the transaction moving.
+    struct Rows: AsyncSequence, Sendable {
+        typealias Element = PostgresRow
+        let rows: PostgresRowSequence
+        let progress: TimeLimit.Progress
+
+        struct AsyncIterator: AsyncIteratorProtocol {
+            var base: PostgresRowSequence.AsyncIterator
+            let progress: TimeLimit.Progress
+            var count = 0
+
+            mutating func next() async throws -> PostgresRow? {
+                let row = try await base.next()
+                count += 1
+                if count % 1000 == 0 || row == nil { progress.moved() }
+                return row
+            }
+        }
+
+        func makeAsyncIterator() -> AsyncIterator {
+            AsyncIterator(base: rows.makeAsyncIterator(), progress: progress)
+        }
+
+        /// Every row.
+        func collect() async throws -> [PostgresRow] {
+            var all: [PostgresRow] = []
+            for try await row in self { all.append(row) }
+            return all
+        }
+    }
+
+    /// Runs `body` in a transaction on the link's connection; one transaction at a time. The server
+    /// must answer within `url.timeout` of the transaction's last move (its start, a statement
+    /// answered, a thousand rows read): past it the connection is dropped (which fails the query it
+    /// waits on, however the server or the network went away) and the error names the server. A
+    /// long transaction whose statements each answer (the first save of five million tokens, 250
+    /// statements) is not cut off.
     func transaction<T: Sendable>(
         readOnly: Bool = false, _ body: @Sendable @escaping (Connection) async throws -> T
     ) async throws -> T {
@@ -69,14 +110,15 @@ actor PostgresLink {
         }
         let base = try await open()
         let limit = url.timeout
+        let progress = TimeLimit.Progress()
         // A run paused inside a transaction (SIGSTOP, a frozen VM) must not hold its row locks, and with
         // them every other runner, for ever: the server ends a session idle in a transaction this long.
         let idle = max(1, limit.components.seconds / 3) * 1000
         // Bounded as every query tidemark sends: past the limit the connection is closed and the run goes
         // on without waiting for the statement (on a dropped connection it can wait in the driver for ever).
         do {
-            let result = try await PostgresURL.bounded(base, limit) {
-                try await Self.run(base, readOnly: readOnly, idleMillis: idle, body)
+            let result = try await PostgresURL.bounded(base, limit, movedBy: progress) {
+                try await Self.run(base, progress: progress, readOnly: readOnly, idleMillis: idle, body)
             }
             committed()
             return result
@@ -95,9 +137,10 @@ actor PostgresLink {
 
     /// BEGIN, `body`, COMMIT; ROLLBACK when `body` fails.
     private static func run<T: Sendable>(
-        _ base: PostgresConnection, readOnly: Bool, idleMillis: Int64, _ body: @Sendable (Connection) async throws -> T
+        _ base: PostgresConnection, progress: TimeLimit.Progress, readOnly: Bool, idleMillis: Int64,
+        _ body: @Sendable (Connection) async throws -> T
     ) async throws -> T {
-        let c = Connection(base: base)
+        let c = Connection(base: base, progress: progress)
         try await c.run(readOnly ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" : "BEGIN")
         try await c.run(
             PostgresQuery(unsafeSQL: "SET LOCAL idle_in_transaction_session_timeout = \(idleMillis)"))

@@ -270,18 +270,20 @@ public struct PostgresURL: Sendable, Equatable {
         }
     }
 
-    /// Runs `work` (queries on `connection`) within `limit`. Past it the connection is closed, which
+    /// Runs `work` (queries on `connection`) within `limit`, counted with `progress` from the work's
+    /// last move (each statement answered, each thousand rows read). Past it the connection is closed, which
     /// fails the query still waiting, and `NoAnswer` is thrown: a server killed mid-read or a
     /// connection lost in silence ends the command instead of hanging it. A connection the server
     /// closes is noticed at once: the driver fails the query with the server's message, and when it
     /// does not (a query written after the close waits in the driver for ever), `ConnectionEnded` is
     /// thrown within a second.
     static func bounded<T: Sendable>(
-        _ connection: PostgresConnection, _ limit: Duration, _ work: @Sendable @escaping () async throws -> T
+        _ connection: PostgresConnection, _ limit: Duration, movedBy progress: TimeLimit.Progress? = nil,
+        _ work: @Sendable @escaping () async throws -> T
     ) async throws -> T {
         let started = ContinuousClock.now
         // Raced, not awaited to its end: a query on a dropped connection can wait in the driver for ever.
-        let outcome = try await TimeLimit.race(limit) { () async -> Result<T, any Error> in
+        let outcome = try await TimeLimit.race(limit, movedBy: progress) { () async -> Result<T, any Error> in
             await withTaskGroup(of: Result<T, any Error>?.self) { group in
                 group.addTask {
                     do { return .success(try await work()) } catch { return .failure(error) }
@@ -310,7 +312,9 @@ public struct PostgresURL: Sendable, Equatable {
         }
         // Closed without waiting for the close to finish: the event loop carries it out.
         if case .none = outcome { _ = connection.close() as EventLoopFuture<Void> }
-        guard let outcome else { throw NoAnswer(limit: limit, elapsed: ContinuousClock.now - started) }
+        guard let outcome else {
+            throw NoAnswer(limit: limit, elapsed: ContinuousClock.now - (progress?.last ?? started))
+        }
         return try outcome.get()
     }
 

@@ -262,6 +262,29 @@ import Glibc
         await other.close()
     }
 
+    /// The timeout bounds the wait for an answer, not the transaction: six statements of 0.8 s each
+    /// (about 5 s in all) pass under `timeout=2`, as the first save of millions of tokens (hundreds of
+    /// statements) does under the default; one statement of 4 s is cut off, naming the limit.
+    @Test func aLongTransactionWhoseStatementsEachAnswerIsNotCutOff() async throws {
+        let base = try #require(TestPostgres.url)
+        let url = try PostgresURL(base + (base.contains("?") ? "&" : "?") + "timeout=2")
+        let link = PostgresLink(url: url, location: url.display)
+        let started = ContinuousClock.now
+        let rows = try await link.transaction { c in
+            for _ in 0..<6 { try await c.run("SELECT pg_sleep(0.8)") }
+            return try await c.query("SELECT g FROM generate_series(1, 5000) g").collect().count
+        }
+        #expect(rows == 5000)
+        #expect(ContinuousClock.now - started > .seconds(4), "the transaction outlasted the timeout")
+        await #expect {
+            try await link.transaction { c in try await c.run("SELECT pg_sleep(4)") }
+        } throws: { error in
+            "\(error)".contains("did not answer within 2 s")
+                || "\(error)".contains("no answer within 2 s, but tidemark itself was stopped or starved")
+        }
+        await link.close()
+    }
+
     /// A server that accepts the connection and never answers: the read ends within the URL's timeout,
     /// naming the server and the setting.
     @Test func aServerThatNeverAnswersEndsWithinTheTimeout() async throws {

@@ -14,6 +14,16 @@ package enum TimeLimit {
         _ limit: Duration, _ work: @Sendable @escaping () async throws -> T,
         late: @Sendable @escaping (T) async -> Void = { _ in }
     ) async throws -> T? {
+        try await race(limit, movedBy: nil, work, late: late)
+    }
+
+    /// As `race(_:_:late:)`, but the limit counts from the work's last move when `progress` is given:
+    /// work that keeps moving (a transaction whose statements each answer) runs as long as it moves,
+    /// and nil comes once it has not moved for `limit`.
+    package static func race<T: Sendable>(
+        _ limit: Duration, movedBy progress: Progress?, _ work: @Sendable @escaping () async throws -> T,
+        late: @Sendable @escaping (T) async -> Void = { _ in }
+    ) async throws -> T? {
         let claim = Claim<T>()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (done: CheckedContinuation<T?, any Error>) in
@@ -26,14 +36,38 @@ package enum TimeLimit {
                     }
                 }
                 let clock = Task {
-                    try? await Task.sleep(for: limit)
-                    if !Task.isCancelled { claim.settle(.success(nil)) }
+                    guard let progress else {
+                        try? await Task.sleep(for: limit)
+                        if !Task.isCancelled { claim.settle(.success(nil)) }
+                        return
+                    }
+                    while !Task.isCancelled {
+                        let deadline = progress.last + limit
+                        if deadline <= ContinuousClock.now {
+                            claim.settle(.success(nil))
+                            return
+                        }
+                        try? await Task.sleep(until: deadline, clock: .continuous)
+                    }
                 }
                 claim.start(done, worker: worker, clock: clock)
             }
         } onCancel: {
             claim.settle(.failure(CancellationError()))
         }
+    }
+
+    /// When some work last moved (began, or got an answer), for `race(_:movedBy:_:late:)`.
+    package final class Progress: Sendable {
+        private let instant = Mutex(ContinuousClock.now)
+
+        package init() {}
+
+        /// The work moved now.
+        package func moved() { instant.withLock { $0 = ContinuousClock.now } }
+
+        /// When it last moved.
+        package var last: ContinuousClock.Instant { instant.withLock { $0 } }
     }
 
     /// Who answers first: the work, the clock or the caller's cancellation. The first to settle
