@@ -31,9 +31,9 @@ public struct PostgresURL: Sendable, Equatable {
     public var sslMode: SSLMode
     /// The CA file the server's certificate is checked against (`sslrootcert`).
     public var sslRootCert: String?
-    /// How long one read or write (a transaction) may take before the connection is dropped and the
-    /// command fails naming the server (`timeout=SECONDS`, default 30); `connect_timeout` bounds opening
-    /// a connection (default 10).
+    /// How long the server may take to answer (a state transaction's statement, or its next thousand
+    /// rows) before the connection is dropped and the command fails naming the server
+    /// (`timeout=SECONDS`, default 30); `connect_timeout` bounds opening a connection (default 10).
     public var timeout: Duration = .seconds(30)
     /// How long opening a connection may take.
     public var connectTimeout: Duration = .seconds(10)
