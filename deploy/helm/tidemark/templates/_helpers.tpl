@@ -45,10 +45,10 @@ sized for all of fleet.devices. Measured: 100,000 devices peak at 661 MiB reside
 {{- $devices := int64 .Values.fleet.devices -}}
 {{- if le $devices 100000 -}}768Mi 1Gi
 {{- else if le $devices 1000000 -}}2Gi 3Gi
-{{- else if le $devices 5000000 -}}8Gi 12Gi
+{{- else if le $devices 5000000 -}}6Gi 8Gi
 {{- else -}}
 {{- $millions := div (add $devices 999999) 1000000 -}}
-{{- printf "%dGi %dGi" (mul $millions 2) (add (mul $millions 2) (div (mul $millions 2) 2)) -}}
+{{- printf "%dGi %dGi" (add $millions 1) (add (div (mul $millions 3) 2) 1) -}}
 {{- end -}}
 {{- end -}}
 
