@@ -93,8 +93,9 @@ public struct Reconciler: Sendable {
                 manifests = fetched.directory
             }
             let (loaded, settings) = try current.fresh()
-            if let manifests, let commit = result.commit { fetched?(loaded.reading(manifests: manifests), commit) }
-            let runtime = observed(manifests.map { loaded.reading(manifests: $0) } ?? loaded)
+            let reading = manifests.map { loaded.reading(manifests: $0) } ?? loaded
+            if manifests != nil, let commit = result.commit { fetched?(reading, commit) }
+            let runtime = observed(reading)
             // The tokens this read finds unchanged keep the strings the last one made (see StringReuse).
             let settled = try await StringReuse.$current.withValue(previous.map { StringReuse($0.plan.state.tokens) }) {
                 try await run(

@@ -32,6 +32,19 @@ enum TestPostgres {
         }
         return PostgresStateStore(url: try PostgresURL(url), workspace: workspace, leaseDuration: lease)
     }
+
+    /// A new, empty database on the test server, named `prefix_` and eight random characters: the
+    /// URL of a store in it.
+    static func freshDatabase(_ prefix: String) async throws -> PostgresURL {
+        let url = try #require(Self.url)
+        let admin = PostgresStateStore(url: try PostgresURL(url))
+        let database = "\(prefix)_\(UUID().uuidString.prefix(8).lowercased())"
+        try await admin.execute("CREATE DATABASE \(database)")
+        await admin.close()
+        var components = URLComponents(string: url)!
+        components.path = "/\(database)"
+        return try PostgresURL(components.string!)
+    }
 }
 
 @Suite(.enabled(if: TestPostgres.enabled)) struct PostgresStateStoreTests {
@@ -189,13 +202,7 @@ enum TestPostgres {
     /// Reading serve's records (`tidemark status`, `suspend` before it writes) from a database without
     /// tidemark's tables finds none and creates none: a wrong URL leaves the database as it was.
     @Test func readingRecordsCreatesNoTables() async throws {
-        let url = try #require(TestPostgres.url)
-        let admin = PostgresStateStore(url: try PostgresURL(url))
-        let database = "bare_\(UUID().uuidString.prefix(8).lowercased())"
-        try await admin.execute("CREATE DATABASE \(database)")
-        var components = URLComponents(string: url)!
-        components.path = "/\(database)"
-        let bare = PostgresStateStore(url: try PostgresURL(components.string!))
+        let bare = PostgresStateStore(url: try await TestPostgres.freshDatabase("bare"))
         let record = try await bare.serveRecord()
         #expect(record.owner == nil && record.status == nil && record.replicas.isEmpty)
         #expect(try await bare.serveRecords().isEmpty)
@@ -203,7 +210,6 @@ enum TestPostgres {
         _ = try await bare.load()  // a command that works on the state creates it
         #expect(try await bare.currentSchema() == PostgresStateStore.schemaVersion)
         await bare.close()
-        await admin.close()
     }
 
     /// A database written by a newer tidemark is refused with the version it needs.
@@ -211,13 +217,7 @@ enum TestPostgres {
         let store = try TestPostgres.store()
         _ = try await store.load()  // creates the schema
         await store.close()
-        let url = try #require(TestPostgres.url)
-        let admin = PostgresStateStore(url: try PostgresURL(url))
-        let database = "newer_\(UUID().uuidString.prefix(8).lowercased())"
-        try await admin.execute("CREATE DATABASE \(database)")
-        var components = URLComponents(string: url)!
-        components.path = "/\(database)"
-        let newer = PostgresStateStore(url: try PostgresURL(components.string!))
+        let newer = PostgresStateStore(url: try await TestPostgres.freshDatabase("newer"))
         try await newer.execute("CREATE TABLE tidemark_schema (version INTEGER NOT NULL)")
         try await newer.execute("INSERT INTO tidemark_schema VALUES (99)")
         await #expect { try await newer.load() } throws: { error in
@@ -225,6 +225,5 @@ enum TestPostgres {
             return e?.code == .newerFormat && e!.description.contains("schema version 99")
         }
         await newer.close()
-        await admin.close()
     }
 }
